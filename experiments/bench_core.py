@@ -1,0 +1,318 @@
+r"""Benchmarks of the core: retrieval and fusion + rank-cap against baselines.
+
+    python -m experiments.bench_core --output_json=results/bench_core.json
+
+Prints one table and writes JSON. Every number is the median of ``--repeats``
+timed runs after one warm-up run, and every ratio is against an anchor timed
+in the same process, so the ratios hold on the machine that ran it.
+
+Retrieval (N x D gallery, B queries, top-K): ``retrieve`` against NumPy
+(matmul + argpartition + sort) and faiss-cpu ``IndexFlatIP`` when installed;
+its FLOP/s share is against the faster of NumPy's and XLA's plain matmul of the
+same shape. Fusion: rank-cap on every ring list, TW-RRF and rank-cap on the
+fused list for a batch of sessions, against a per-session Python dict loop and
+ranx ``fuse(method='wsum')`` over per-list RRF runs when installed (ranx is
+given the already rank-capped lists, so it does less work than the others).
+"""
+
+import collections
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import fusion
+from recovr_jax import retrieve
+
+_N = flags.DEFINE_integer('n', 100_000, 'Gallery size N.')
+_D = flags.DEFINE_integer('d', 256, 'Embedding size D.')
+_B = flags.DEFINE_integer('b', 256, 'Queries per retrieval call B.')
+_K = flags.DEFINE_integer('k', 100, 'List length K (retrieval and fusion).')
+_BLOCK = flags.DEFINE_integer('block_size', 16384,
+                              'Gallery rows per block in `retrieve`.')
+_SESSIONS = flags.DEFINE_integer('sessions', 1024,
+                                 'Sessions in the fusion benchmark.')
+_W = flags.DEFINE_integer('window', 5, 'Ring window W.')
+_C = flags.DEFINE_integer('channels', 2, 'Channels C.')
+_REPEATS = flags.DEFINE_integer('repeats', 5,
+                                'Timed repeats per measurement (>= 5).')
+_OUTPUT = flags.DEFINE_string('output_json', 'results/bench_core.json',
+                              'Where to write the JSON results.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.')
+
+RRF_K = 60
+
+
+def timeit(fn, repeats):
+  """Median wall time of ``fn()`` over ``repeats`` runs after one warm-up."""
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def log(msg):
+  print(msg, file=sys.stderr, flush=True)
+
+
+def numpy_topk(queries, gallery, k):
+  """Exact top-k with NumPy: matmul, argpartition, then sort of the k."""
+  scores = queries @ gallery.T
+  part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+  part_scores = np.take_along_axis(scores, part, axis=1)
+  order = np.argsort(-part_scores, axis=1, kind='stable')
+  return np.take_along_axis(part, order, axis=1)
+
+
+def bench_retrieval(rng, repeats):
+  n, d, b, k = _N.value, _D.value, _B.value, _K.value
+  gallery = rng.standard_normal((n, d), dtype=np.float32)
+  gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+  queries = rng.standard_normal((b, d), dtype=np.float32)
+  queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+  flops = 2.0 * b * n * d
+  g_dev, q_dev = jnp.asarray(gallery), jnp.asarray(queries)
+  rows = {}
+
+  log('retrieval: plain matmul (the FLOP/s anchor)')
+  xla_matmul = jax.jit(lambda q, g: q @ g.T)
+  t_xla_mm = timeit(lambda: xla_matmul(q_dev, g_dev), repeats)
+  t_np_mm = timeit(lambda: queries @ gallery.T, repeats)
+  peak = flops / min(t_xla_mm, t_np_mm)
+  rows['matmul_xla'] = t_xla_mm
+  rows['matmul_numpy'] = t_np_mm
+
+  log('retrieval: numpy top-k')
+  t_np = timeit(lambda: numpy_topk(queries, gallery, k), repeats)
+  rows['numpy'] = t_np
+  log('retrieval: recovr_jax.retrieve')
+  ours = jax.jit(functools.partial(retrieve, k=k, block_size=_BLOCK.value))
+  t_ours = timeit(lambda: ours(q_dev, g_dev), repeats)
+  rows['retrieve'] = t_ours
+  ours_ids = np.asarray(ours(q_dev, g_dev)[0])
+  np_ids = numpy_topk(queries, gallery, k)
+  agreement = float(np.mean(ours_ids == np_ids))
+
+  faiss_note = None
+  try:
+    import faiss  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    faiss_note = 'faiss-cpu not installed: pip install faiss-cpu'
+  if faiss_note is None:
+    log('retrieval: faiss IndexFlatIP')
+    index = faiss.IndexFlatIP(d)
+    index.add(gallery)
+    rows['faiss'] = timeit(lambda: index.search(queries, k), repeats)
+
+  return {
+      'config': dict(n=n, d=d, b=b, k=k, block_size=_BLOCK.value),
+      'seconds': rows,
+      'queries_per_s': {name: b / t for name, t in rows.items()
+                        if not name.startswith('matmul')},
+      'speedup_vs_numpy': {name: t_np / t for name, t in rows.items()
+                           if not name.startswith('matmul')},
+      'matmul_peak_gflops': peak / 1e9,
+      'retrieve_gflops': flops / t_ours / 1e9,
+      'retrieve_share_of_matmul_peak': (flops / t_ours) / peak,
+      'top_k_id_agreement_with_numpy': agreement,
+      'faiss_note': faiss_note,
+  }
+
+
+def make_rings(rng, sessions, w, c, k, n):
+  """Realistic rings: each session's lists draw from a shared candidate pool,
+  so ids recur across lists and turns as they do in a real session."""
+  pool_size = 3 * k
+  ids = np.empty((sessions, w, c, k), np.int32)
+  for s in range(sessions):
+    pool = rng.choice(n, pool_size, replace=False)
+    for a in range(w):
+      for ch in range(c):
+        ids[s, a, ch] = rng.choice(pool, k, replace=False)
+  scores = -np.sort(-rng.random((sessions, w, c, k), dtype=np.float32), -1)
+  valid = np.ones((sessions, w, c), bool)
+  # The demotion set of turn 5: five displayed top-1s, most of them listed.
+  demote = ids[:, :, 0, 0].copy()
+  demote[:, -1] = rng.integers(0, n, sessions)  # one not in any list
+  caps = np.tile(np.array([11, 4, 4, 4, 4], np.int32), (sessions, 1))
+  return ids, scores, valid, demote, caps
+
+
+def python_session(ids, demote, caps, weights, k):
+  """One session's rank-cap + TW-RRF + rank-cap with dicts and sorted()."""
+  cap_of = {}
+  for d, cap in zip(demote, caps):
+    if d >= 0 and cap > cap_of.get(d, 0):
+      cap_of[d] = cap
+
+  def capped(lst):
+    keyed = []
+    for p, d in enumerate(lst, start=1):
+      cap = cap_of.get(d, 0)
+      keyed.append((cap + 0.5 if p < cap else p, d))
+    keyed.sort(key=lambda x: x[0])
+    return [d for _, d in keyed]
+
+  fused = collections.defaultdict(float)
+  for a, turn in enumerate(ids):
+    for lst in turn:
+      for p, d in enumerate(capped(lst), start=1):
+        fused[d] += weights[a] / (RRF_K + p)
+  best = sorted(fused.items(), key=lambda x: (-x[1], x[0]))[:k]
+  return capped([d for d, _ in best])
+
+
+def bench_fusion(rng, repeats):
+  s, w, c, k, n = (_SESSIONS.value, _W.value, _C.value, _K.value, _N.value)
+  ids, scores, valid, demote, caps = make_rings(rng, s, w, c, k, n)
+  weights = [(w - a) / w for a in range(w)]
+  rows = {}
+
+  def batched(num_ids):
+    step = functools.partial(fusion.fuse_with_rank_cap, k=RRF_K,
+                             num_ids=num_ids)
+    return jax.jit(jax.vmap(step))
+
+  args = tuple(jnp.asarray(x) for x in (ids, scores, valid, demote, caps))
+  log('fusion: recovr_jax batched, one-pass id sort (num_ids=N)')
+  one_pass = batched(n)
+  rows['recovr_jax'] = timeit(lambda: one_pass(*args), repeats)
+  log('fusion: recovr_jax batched, two-pass id sort (num_ids=None)')
+  two_pass = batched(None)
+  rows['recovr_jax_two_pass'] = timeit(lambda: two_pass(*args), repeats)
+
+  log('fusion: per-session Python loop')
+  ids_list = ids.tolist()
+  demote_list, caps_list = demote.tolist(), caps.tolist()
+  loop = lambda: [python_session(ids_list[i], demote_list[i], caps_list[i],
+                                 weights, k) for i in range(s)]
+  rows['python_loop'] = timeit(loop, repeats)
+  got = np.asarray(one_pass(*args)[0])
+  agreement = float(np.mean(got == np.asarray(loop())))
+
+  ranx_note = None
+  try:
+    import ranx  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    ranx_note = 'ranx not installed: pip install ranx'
+  if ranx_note is None:
+    log('fusion: ranx wsum over per-list RRF runs')
+    capper = jax.jit(jax.vmap(jax.vmap(jax.vmap(
+        fusion.demotion.rank_cap, in_axes=(0, 0, None, None)),
+        in_axes=(0, 0, None, None))))
+    capped_ids = np.asarray(capper(args[0], args[1], args[3], args[4])[0])
+    rrf = (1.0 / (RRF_K + np.arange(1, k + 1))).tolist()
+    qids = [str(i) for i in range(s)]
+
+    def ranx_fuse():
+      runs = []
+      for a in range(w):
+        for ch in range(c):
+          runs.append(ranx.Run({
+              qids[i]: dict(zip(map(str, capped_ids[i, a, ch].tolist()), rrf))
+              for i in range(s)}))
+      return ranx.fuse(runs, norm=None, method='wsum',
+                       params={'weights': [weights[a] for a in range(w)
+                                           for _ in range(c)]})
+
+    rows['ranx'] = timeit(ranx_fuse, repeats)
+
+  # The anchor for "cost under 10% of one turn's retrieval": retrieving both
+  # channels' lists (2 x sessions queries) from the N x D gallery.
+  log('fusion: one turn of retrieval for all sessions (anchor)')
+  gallery = rng.standard_normal((n, _D.value), dtype=np.float32)
+  queries = rng.standard_normal((c * s, _D.value), dtype=np.float32)
+  ours = jax.jit(functools.partial(retrieve, k=k, block_size=_BLOCK.value))
+  g_dev, q_dev = jnp.asarray(gallery), jnp.asarray(queries)
+  t_turn = timeit(lambda: ours(q_dev, g_dev), repeats)
+  return {
+      'config': dict(sessions=s, window=w, channels=c, k=k, n=n),
+      'seconds': rows,
+      'sessions_per_s': {name: s / t for name, t in rows.items()},
+      'speedup_of_recovr_jax': {name: t / rows['recovr_jax']
+                                for name, t in rows.items()},
+      'turn_retrieval_seconds': t_turn,
+      'share_of_turn_retrieval': rows['recovr_jax'] / t_turn,
+      'fused_id_agreement_with_python': agreement,
+      'ranx_note': ranx_note,
+  }
+
+
+def table(retrieval, fused):
+  r, f = retrieval, fused
+  lines = [
+      '| benchmark | method | median s | rate | vs anchor |',
+      '|---|---|---:|---:|---:|',
+  ]
+  cfg = r['config']
+  name = (f"retrieval N={cfg['n']:,} D={cfg['d']} B={cfg['b']} "
+          f"K={cfg['k']}")
+  for m in ('retrieve', 'numpy', 'faiss'):
+    if m in r['seconds']:
+      lines.append(f"| {name} | {m} | {r['seconds'][m]:.4f} | "
+                   f"{r['queries_per_s'][m]:,.0f} q/s | "
+                   f"{r['speedup_vs_numpy'][m]:.2f}x NumPy |")
+  lines.append(f"| {name} | plain matmul (best of XLA, NumPy) | "
+               f"{min(r['seconds']['matmul_xla'], r['seconds']['matmul_numpy']):.4f}"
+               f" | {r['matmul_peak_gflops']:.0f} GFLOP/s | "
+               f"retrieve reaches {100 * r['retrieve_share_of_matmul_peak']:.0f}% |")
+  cfg = f['config']
+  name = (f"fusion+rank-cap S={cfg['sessions']:,} W={cfg['window']} "
+          f"C={cfg['channels']} K={cfg['k']}")
+  for m in ('recovr_jax', 'recovr_jax_two_pass', 'python_loop', 'ranx'):
+    if m in f['seconds']:
+      versus = ('anchor' if m == 'recovr_jax' else
+                f"recovr_jax {f['speedup_of_recovr_jax'][m]:.1f}x faster")
+      lines.append(f"| {name} | {m} | {f['seconds'][m]:.4f} | "
+                   f"{f['sessions_per_s'][m]:,.0f} sess/s | {versus} |")
+  lines.append(f"| {name} | one turn of retrieval (anchor) | "
+               f"{f['turn_retrieval_seconds']:.4f} | | fusion costs "
+               f"{100 * f['share_of_turn_retrieval']:.1f}% of it |")
+  return '\n'.join(lines)
+
+
+def main(argv):
+  del argv
+  if _REPEATS.value < 5:
+    raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
+  rng = np.random.default_rng(_SEED.value)
+  retrieval = bench_retrieval(rng, _REPEATS.value)
+  fused = bench_fusion(rng, _REPEATS.value)
+  result = {
+      'command': 'python -m experiments.bench_core ' + ' '.join(sys.argv[1:]),
+      'machine': {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
+                  'jax': jax.__version__, 'backend': jax.default_backend(),
+                  'devices': [str(x) for x in jax.devices()]},
+      'repeats': _REPEATS.value,
+      'retrieval': retrieval,
+      'fusion': fused,
+  }
+  print(table(retrieval, fused))
+  print(f"top-{_K.value} ids equal to NumPy's: "
+        f"{100 * retrieval['top_k_id_agreement_with_numpy']:.3f}%; fused ids "
+        'equal to the float64 Python loop: '
+        f"{100 * fused['fused_id_agreement_with_python']:.3f}%")
+  for note in (retrieval['faiss_note'], fused['ranx_note']):
+    if note:
+      print(f'note: {note}')
+  if _OUTPUT.value:
+    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+    with open(_OUTPUT.value, 'w') as f:
+      json.dump(result, f, indent=2)
+    print(f'wrote {_OUTPUT.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

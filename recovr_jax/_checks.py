@@ -1,0 +1,138 @@
+"""Host-boundary validation shared by the public functions.
+
+Every public function validates its inputs here before it calls a compiled core,
+so bad input fails fast with a message that names the argument. Shape checks run
+always (shapes are known while tracing); value checks (NaN, padding, ranges) run
+only on concrete arrays, because a traced value cannot be read on the host.
+"""
+
+from collections.abc import Sequence
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x) -> bool:
+  """True when ``x`` holds values the host can read (not a tracer)."""
+  return not isinstance(x, jax.core.Tracer)
+
+
+def positive_int(name: str, value) -> int:
+  """Returns ``value`` as an int, or raises if it is not an integer >= 1."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise TypeError(f'{name} must be an integer >= 1, got {value!r}')
+  if value < 1:
+    raise ValueError(f'{name} must be >= 1, got {value}')
+  return int(value)
+
+
+def choice(name: str, value, choices: Sequence[str]) -> str:
+  if value not in choices:
+    raise ValueError(
+        f'unknown {name} {value!r}; valid choices: {", ".join(choices)}')
+  return value
+
+
+def array(name: str, x, ndim: int, kind: str):
+  """Checks rank and dtype kind of ``x`` and returns it as an array.
+
+  Args:
+    name: argument name used in error messages.
+    x: array-like.
+    ndim: the expected number of dimensions.
+    kind: ``'float'``, ``'int'`` or ``'bool'``. Integer arrays are accepted for
+      ``'float'`` and are converted to float32.
+
+  Returns:
+    ``x`` as a NumPy or JAX array (concrete inputs stay where they are).
+  """
+  if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
+    x = np.asarray(x)
+  if x.ndim != ndim:
+    raise ValueError(
+        f'{name} must have rank {ndim}, got shape {tuple(x.shape)}')
+  dtype = np.dtype(x.dtype)
+  if kind == 'float':
+    if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)
+            or dtype == jnp.bfloat16):
+      raise TypeError(f'{name} must hold floating-point values, got {dtype}')
+  elif kind == 'int':
+    if not np.issubdtype(dtype, np.integer):
+      raise TypeError(f'{name} must hold integers, got {dtype}')
+  elif kind == 'bool':
+    if dtype != np.bool_:
+      raise TypeError(f'{name} must be boolean, got {dtype}')
+  else:
+    raise ValueError(f'unknown kind {kind!r}')
+  return x
+
+
+@jax.jit
+def _finite_rows(x):
+  return jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim)))
+
+
+def finite(name: str, x) -> None:
+  """Raises if a concrete array holds NaN or inf, naming the first bad row."""
+  if not is_concrete(x):
+    return
+  if isinstance(x, np.ndarray):
+    ok = np.isfinite(x).reshape(x.shape[0], -1).all(axis=1) if x.ndim else (
+        np.isfinite(x)[None])
+  else:
+    ok = np.asarray(_finite_rows(x)) if x.ndim else np.asarray(
+        jnp.isfinite(x))[None]
+  if not ok.all():
+    row = int(np.argmin(ok))
+    raise ValueError(
+        f'{name} holds NaN or inf (first at row {row}); embeddings must be '
+        'finite')
+
+
+def same(name_a: str, a: int, name_b: str, b: int, what: str) -> None:
+  if a != b:
+    raise ValueError(f'{name_a} and {name_b} must have the same {what}, '
+                     f'got {a} and {b}')
+
+
+def shape(name: str, x, expected: tuple[int, ...]) -> None:
+  if tuple(x.shape) != tuple(expected):
+    raise ValueError(
+        f'{name} must have shape {tuple(expected)}, got {tuple(x.shape)}')
+
+
+def unique_ids_per_list(name: str, ids) -> None:
+  """Raises if a concrete ``[..., K]`` id array repeats an id within a list."""
+  if not is_concrete(ids):
+    return
+  ids = np.asarray(ids)
+  flat = ids.reshape(-1, ids.shape[-1])
+  s = np.sort(flat, axis=1)
+  dup = (s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)
+  if dup.any():
+    row = int(np.argmax(dup.any(axis=1)))
+    where = np.unravel_index(row, ids.shape[:-1]) if ids.ndim > 1 else ()
+    raise ValueError(
+        f'{name} repeats a gallery id within one list (list index '
+        f'{tuple(int(i) for i in where)}); each list holds an id at most once')
+
+
+def non_negative(name: str, x) -> None:
+  if is_concrete(x) and np.size(x) and np.min(np.asarray(x)) < 0:
+    raise ValueError(f'{name} must be >= 0, got min {np.min(np.asarray(x))}')
+
+
+def padding_at_end(name: str, ids) -> None:
+  """Raises if a concrete ``[..., K]`` id array has ``-1`` before a real id."""
+  if not is_concrete(ids):
+    return
+  ids = np.asarray(ids)
+  pad = ids < 0
+  bad = np.any(pad[..., :-1] & ~pad[..., 1:], axis=-1)  # -1 then an id
+  if np.any(bad):
+    where = np.unravel_index(int(np.argmax(bad.ravel())), bad.shape)
+    raise ValueError(
+        f'{name} has -1 padding before a gallery id (list index '
+        f'{tuple(int(i) for i in where)}); padding must be at the end')

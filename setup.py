@@ -1,0 +1,30 @@
+"""recovr_jax: ReCoVR and interactive composed video retrieval baselines in JAX."""
+
+import setuptools
+
+setuptools.setup(
+    name='recovr_jax',
+    version='0.1.0',
+    description=('ReCoVR and interactive composed video retrieval baselines '
+                 'in JAX/Flax, with an offline benchmark.'),
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    license='Apache-2.0',
+    packages=setuptools.find_packages(include=['recovr_jax', 'recovr_jax.*']),
+    python_requires='>=3.11',
+    install_requires=[
+        'jax>=0.5.0',
+        'flax>=0.10.0',
+        'optax>=0.2.4',
+        'transformers>=4.57.6,<5',  # 5.x has no Flax model classes
+        'numpy>=1.26',
+        'orbax-checkpoint>=0.11.0',
+        'absl-py>=2.1.0',
+        'chex>=0.1.88',
+    ],
+    extras_require={
+        'test': ['pytest>=8.0'],
+        # Optional comparators for experiments/bench_*.py only.
+        'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20'],
+    },
+)

@@ -1,0 +1,23 @@
+"""The README's test command is the one CI runs."""
+
+import pathlib
+import re
+
+from absl.testing import absltest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class ReadmeTest(absltest.TestCase):
+
+  def test_ci_runs_the_readme_test_command(self):
+    ci_lines = (ROOT / '.ci' / 'run').read_text().splitlines()
+    command = next(line for line in ci_lines if 'pytest' in line)
+    readme = (ROOT / 'README.md').read_text()
+    blocks = re.findall(r'```(?:bash|sh)?\n(.*?)```', readme, flags=re.S)
+    commands = [line.strip() for b in blocks for line in b.splitlines()]
+    self.assertIn(command, commands)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,163 @@
+"""Tests for recovr_jax.retrieval against a NumPy reference."""
+
+import functools
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import retrieve
+
+
+def reference_retrieve(queries, gallery, k, exclude=None):
+  """Sort all scores by (-score, id); pad with -1 / -inf."""
+  scores = queries.astype(np.float64) @ gallery.astype(np.float64).T
+  b, n = scores.shape
+  ids_out = np.full((b, k), -1, np.int64)
+  scores_out = np.full((b, k), -np.inf)
+  for i in range(b):
+    keep = np.arange(n)
+    if exclude is not None and exclude[i] >= 0:
+      keep = keep[keep != exclude[i]]
+    order = keep[np.lexsort((keep, -scores[i, keep]))][:k]
+    ids_out[i, :len(order)] = order
+    scores_out[i, :len(order)] = scores[i, order]
+  return ids_out, scores_out
+
+
+def integer_embeddings(rng, shape, low=-2, high=3):
+  """Small integers: exact float32 dot products, so ties are real ties."""
+  return rng.integers(low, high, shape).astype(np.float32)
+
+
+class RetrieveTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      # (n, b, d, k, block_size): full blocks, a remainder, N < K, N == block.
+      (64, 4, 3, 10, 16),
+      (70, 4, 3, 10, 16),
+      (7, 3, 3, 10, 16),
+      (16, 2, 3, 16, 16),
+      (33, 5, 2, 4, 8),
+      (100, 3, 4, 1, 1000),
+  )
+  def test_matches_reference_with_ties(self, n, b, d, k, block_size):
+    for seed in range(8):
+      rng = np.random.default_rng(seed)
+      gallery = integer_embeddings(rng, (n, d))
+      queries = integer_embeddings(rng, (b, d))
+      exclude = rng.integers(-1, n, (b,)).astype(np.int32)
+      ids, scores = retrieve(queries, gallery, k, exclude=exclude,
+                             block_size=block_size)
+      ref_ids, ref_scores = reference_retrieve(queries, gallery, k, exclude)
+      chex.assert_shape((ids, scores), (b, k))
+      self.assertEqual(ids.dtype, jnp.int32)
+      np.testing.assert_array_equal(ids, ref_ids, err_msg=f'seed {seed}')
+      np.testing.assert_array_equal(scores, ref_scores)
+
+  def test_real_embeddings(self):
+    for seed in range(4):
+      rng = np.random.default_rng(seed)
+      gallery = rng.standard_normal((300, 16)).astype(np.float32)
+      gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+      queries = gallery[rng.integers(0, 300, 5)] + 0.1 * rng.standard_normal(
+          (5, 16)).astype(np.float32)
+      ids, scores = retrieve(queries, gallery, 20, block_size=64)
+      _, ref_scores = reference_retrieve(queries, gallery, 20)
+      np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-5)
+      true = np.einsum('bd,bkd->bk', queries, gallery[np.asarray(ids)])
+      np.testing.assert_allclose(scores, true, rtol=1e-5, atol=1e-5)
+
+  def test_k_above_n_pads(self):
+    gallery = np.eye(3, dtype=np.float32)
+    ids, scores = retrieve(gallery[:1], gallery, 5, exclude=np.array([1]))
+    np.testing.assert_array_equal(ids, [[0, 2, -1, -1, -1]])
+    np.testing.assert_array_equal(scores, [[1, 0, -np.inf, -np.inf, -np.inf]])
+
+  def test_ties_go_to_lower_id_across_blocks(self):
+    gallery = np.ones((40, 2), np.float32)
+    ids, _ = retrieve(np.ones((1, 2), np.float32), gallery, 12, block_size=7)
+    np.testing.assert_array_equal(ids, [np.arange(12)])
+
+  def test_jit_equals_no_jit(self):
+    rng = np.random.default_rng(0)
+    gallery = integer_embeddings(rng, (50, 3))
+    queries = integer_embeddings(rng, (4, 3))
+    jitted = jax.jit(retrieve, static_argnames=('k', 'block_size'))
+    for a, b in zip(jitted(queries, gallery, k=7, block_size=16),
+                    retrieve(queries, gallery, 7, block_size=16)):
+      np.testing.assert_array_equal(a, b)
+
+  def test_vmap_equals_loop(self):
+    rng = np.random.default_rng(1)
+    gallery = integer_embeddings(rng, (45, 3))
+    queries = integer_embeddings(rng, (3, 4, 3))  # [S, B, D]
+    exclude = rng.integers(-1, 45, (3, 4)).astype(np.int32)
+    fn = functools.partial(retrieve, k=6, block_size=16)
+    batched = jax.vmap(lambda q, e: fn(q, gallery, exclude=e))
+    ids, scores = batched(queries, exclude)
+    for s in range(3):
+      ref_ids, ref_scores = fn(queries[s], gallery, exclude=exclude[s])
+      np.testing.assert_array_equal(ids[s], ref_ids)
+      np.testing.assert_array_equal(scores[s], ref_scores)
+
+  def test_no_retrace_on_new_values(self):
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def fn(q, g):
+      return retrieve(q, g, 5, block_size=8)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+      fn(rng.standard_normal((2, 3)).astype(np.float32),
+         rng.standard_normal((20, 3)).astype(np.float32))
+
+
+class RetrieveBadInputTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.q = np.ones((2, 3), np.float32)
+    self.g = np.ones((5, 3), np.float32)
+
+  @parameterized.parameters(0, -1)
+  def test_k_must_be_positive(self, k):
+    with self.assertRaisesRegex(ValueError, 'k must be >= 1'):
+      retrieve(self.q, self.g, k)
+
+  def test_k_must_be_int(self):
+    with self.assertRaisesRegex(TypeError, 'k must be an integer'):
+      retrieve(self.q, self.g, 2.5)
+
+  def test_dimension_mismatch(self):
+    with self.assertRaisesRegex(ValueError, 'queries and gallery .* D'):
+      retrieve(self.q, np.ones((5, 4), np.float32), 2)
+
+  def test_wrong_rank(self):
+    with self.assertRaisesRegex(ValueError, 'queries must have rank 2'):
+      retrieve(np.ones(3, np.float32), self.g, 2)
+    with self.assertRaisesRegex(ValueError, 'gallery must have rank 2'):
+      retrieve(self.q, np.ones((1, 5, 3), np.float32), 2)
+
+  @parameterized.parameters(np.nan, np.inf, -np.inf)
+  def test_non_finite(self, bad):
+    g = self.g.copy()
+    g[3, 1] = bad
+    with self.assertRaisesRegex(ValueError, 'gallery .* row 3'):
+      retrieve(self.q, g, 2)
+    with self.assertRaisesRegex(ValueError, 'queries .* row 0'):
+      retrieve(jnp.asarray(self.q).at[0, 0].set(bad), self.g, 2)
+
+  def test_exclude_shape(self):
+    with self.assertRaisesRegex(ValueError, r'exclude must have shape \(2,\)'):
+      retrieve(self.q, self.g, 2, exclude=np.array([1, 2, 3]))
+
+  def test_block_size(self):
+    with self.assertRaisesRegex(ValueError, 'block_size must be >= 1'):
+      retrieve(self.q, self.g, 2, block_size=0)
+
+
+if __name__ == '__main__':
+  absltest.main()
