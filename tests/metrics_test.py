@@ -184,3 +184,25 @@ class MetricsJitTest(chex.TestCase):
     ref = reference_failure_modes(ranks, top1)
     self.assertEqual(int(got.recovery.count), ref['recovery'][0])
     self.assertEqual(int(got.drift.total), ref['drift'][1])
+
+
+class MetricsBatchTest(absltest.TestCase):
+
+  def test_vmap_over_methods_equals_loop_without_retrace(self):
+    rng = np.random.default_rng(6)
+    displayed = rng.integers(-1, 10, (3, 8, 6, 5))  # [methods, S, T+1, K]
+    targets = rng.integers(0, 10, 8)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def per_method(displayed):
+      ranks = jax.vmap(metrics.target_ranks, in_axes=(0, None))(displayed,
+                                                               targets)
+      return ranks, jax.vmap(metrics.bri)(ranks)
+
+    ranks, bris = per_method(displayed)
+    per_method(displayed[::-1])  # new values, same shapes: no retrace
+    for i in range(3):
+      ref = reference_target_ranks(displayed[i], targets)
+      np.testing.assert_array_equal(ranks[i], ref)
+      np.testing.assert_allclose(bris[i], reference_bri(ref), rtol=1e-5)

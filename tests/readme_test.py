@@ -21,3 +21,19 @@ class ReadmeTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class ReadmeExampleTest(absltest.TestCase):
+
+  def test_python_example_runs(self):
+    readme = (ROOT / 'README.md').read_text()
+    examples = [b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
+                if 'shown_ids' in b]
+    self.assertLen(examples, 1)
+    scope = {}
+    exec(examples[0], scope)  # pylint: disable=exec-used
+    shown = scope['shown_ids']
+    self.assertEqual(shown.shape, (4, 100))
+    for row in shown.tolist():  # full lists of distinct gallery ids
+      self.assertLen(set(row), 100)
+      self.assertGreaterEqual(min(row), 0)
