@@ -11,6 +11,8 @@ setuptools.setup(
     long_description_content_type='text/markdown',
     license='Apache-2.0',
     packages=setuptools.find_packages(include=['recovr_jax', 'recovr_jax.*']),
+    # The trained world checkpoints ship inside the package.
+    package_data={'recovr_jax': ['checkpoints/**/*']},
     python_requires='>=3.11',
     install_requires=[
         'jax>=0.5.0',
@@ -23,7 +25,9 @@ setuptools.setup(
         'chex>=0.1.88',
     ],
     extras_require={
-        'test': ['pytest>=8.0'],
+        'test': ['pytest>=8.0', 'pillow>=10.0'],
+        # Reading frame images of real videos (experiments/embed_videos.py).
+        'real': ['pillow>=10.0'],
         # Optional comparators for experiments/bench_*.py only.
         'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20'],
     },

@@ -1,0 +1,61 @@
+r"""Single-turn quality of the world's encoders on the test split.
+
+    python -m experiments.eval_world --output_json=results/eval_world.json
+
+Prints and writes CoVR R@1/5/10/50 for the trained composer and for the
+training-free ``sum`` composer, and T2V R@1/5/10 from the target's caption.
+"""
+
+import json
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from recovr_jax import encoders
+from recovr_jax import training
+from recovr_jax import world as world_lib
+from experiments import world_flags
+
+_CHECKPOINT = flags.DEFINE_string('checkpoint_dir',
+                                  encoders.DEFAULT_CHECKPOINT_DIR,
+                                  'Checkpoints written by train_world.')
+_CACHE = flags.DEFINE_string('cache_dir', 'cache',
+                             'Progress Memory cache of gallery embeddings; '
+                             'empty to disable.')
+_OUTPUT = flags.DEFINE_string('output_json', 'results/eval_world.json',
+                              'Where to write the JSON results.')
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  world = world_lib.make_world(world_flags.world_config())
+  video, composer = training.load_world_models(_CHECKPOINT.value, world)
+  text = encoders.TextEncoder()
+  result = training.evaluate_world(world, text, video, composer,
+                                   cache_dir=_CACHE.value or None)
+  result['checkpoint'] = encoders.load_metadata(
+      os.path.join(_CHECKPOINT.value, 'composer'))
+  print('| query | R@1 | R@5 | R@10 | R@50 |')
+  print('|---|---:|---:|---:|---:|')
+  for name in ('covr_composer', 'covr_composer_edit_names_every_change',
+               'covr_composer_with_unmentioned_change', 'covr_sum',
+               't2v_caption'):
+    row = result[name]
+    cells = ' | '.join(f"{100 * row[k]:.1f}" if k in row else ''
+                       for k in ('R@1', 'R@5', 'R@10', 'R@50'))
+    print(f'| {name} | {cells} |')
+  print(f"gallery {result['gallery_size']} videos, "
+        f"{result['test_triplets']} test triplets, chance R@1 "
+        f"{100 * result['chance_R@1']:.2f}%")
+  if _OUTPUT.value:
+    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+    with open(_OUTPUT.value, 'w') as f:
+      json.dump(result, f, indent=2)
+    print(f'wrote {_OUTPUT.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

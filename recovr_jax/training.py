@@ -1,0 +1,288 @@
+"""Training and evaluation of the embedded world's encoders.
+
+The video encoder is trained with a symmetric InfoNCE loss against the frozen
+MiniLM embeddings of captions (locked-text tuning), on clips rendered on the
+fly with fresh random positions, phases and noise, so it cannot memorise
+renditions. The composer is trained with InfoNCE between composed queries and
+the target videos' embeddings over train-split triplets.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from recovr_jax import encoders
+from recovr_jax import metrics
+from recovr_jax import retrieval
+from recovr_jax import world as world_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Hyperparameters of ``experiments.train_world``."""
+  seed: int = 0
+  video_steps: int = 500
+  video_batch: int = 128
+  video_lr: float = 2e-3
+  captions_per_combo: int = 1
+  composer_steps: int = 1000
+  composer_batch: int = 512
+  composer_lr: float = 1e-3
+  init_temperature: float = 0.07
+
+
+Progress = Callable[[str, int, int, dict], None]
+
+
+def _schedule(lr, steps):
+  return optax.warmup_cosine_decay_schedule(0.0, lr, max(1, steps // 20),
+                                            max(2, steps), lr * 0.05)
+
+
+def _info_nce(a, b, log_scale):
+  """Symmetric InfoNCE of matching rows of ``a`` and ``b`` ``[B, D]``."""
+  logits = jnp.exp(log_scale) * a @ b.T
+  labels = jnp.arange(a.shape[0])
+  return 0.5 * (
+      optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+      + optax.softmax_cross_entropy_with_integer_labels(logits.T, labels).mean())
+
+
+def caption_pool(world: world_lib.World, per_combo: int, seed: int):
+  """``per_combo`` captions of every training combination.
+
+  Returns:
+    ``(combos [P] int64, captions [P] str)``.
+  """
+  rng = np.random.default_rng([seed, 1])
+  train = world.train_combos
+  combos = np.repeat(train, per_combo)
+  return combos, [world_lib.caption(rng, world.combos[c]) for c in combos]
+
+
+def train_video_encoder(world, caption_combos, caption_embeddings,
+                        config: TrainConfig, progress: Progress | None = None):
+  """Trains ``VideoEncoder`` on on-the-fly renditions of train combinations.
+
+  Args:
+    world: the world (rendering settings).
+    caption_combos: ``[P]`` combination index of each caption.
+    caption_embeddings: ``[P, 384]`` frozen text embeddings.
+    config: hyperparameters.
+    progress: called as ``progress(stage, step, total, info)``.
+
+  Returns:
+    ``{'params': ..., 'log_scale': ...}``.
+  """
+  wc = world.config
+  model = encoders.VideoEncoder()
+  key = jax.random.key(config.seed)
+  init_key, key = jax.random.split(key)
+  clips = jnp.zeros((1, wc.num_frames, wc.image_size, wc.image_size, 3))
+  state = {'params': model.init(init_key, clips),
+           'log_scale': jnp.log(1.0 / config.init_temperature)}
+  opt = optax.adamw(_schedule(config.video_lr, config.video_steps),
+                    weight_decay=1e-4)
+  opt_state = opt.init(state)
+  all_attrs = jnp.asarray(world.combos)
+  caption_combos = jnp.asarray(caption_combos)
+  caption_embeddings = jnp.asarray(caption_embeddings)
+  batch = config.video_batch
+
+  @jax.jit
+  def step(state, opt_state, key):
+    k_pick, k_render = jax.random.split(key)
+    pick = jax.random.randint(k_pick, (batch,), 0, caption_combos.shape[0])
+    clips = world_lib.render_batch(
+        all_attrs[caption_combos[pick]], jax.random.split(k_render, batch),
+        num_frames=wc.num_frames, image_size=wc.image_size,
+        pixel_noise=wc.pixel_noise)
+    text = caption_embeddings[pick]
+
+    def loss_fn(state):
+      video = model.apply(state['params'], clips)
+      return _info_nce(video, text, state['log_scale'])
+
+    loss, grads = jax.value_and_grad(loss_fn)(state)
+    updates, opt_state = opt.update(grads, opt_state, state)
+    return optax.apply_updates(state, updates), opt_state, loss
+
+  for i in range(config.video_steps):
+    state, opt_state, loss = step(state, opt_state, jax.random.fold_in(key, i))
+    if progress is not None:
+      progress('video encoder', i + 1, config.video_steps,
+               {'loss': float(loss)} if (i + 1) % 25 == 0 else {})
+  return state
+
+
+def embed_videos(world, params, combo_ids, keys, batch: int = 256):
+  """``[n]`` combination indices and keys -> ``[n, 384]`` video embeddings."""
+  wc = world.config
+  model = encoders.VideoEncoder()
+
+  @jax.jit
+  def embed(attrs, keys):
+    clips = world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
+                                   image_size=wc.image_size,
+                                   pixel_noise=wc.pixel_noise)
+    return model.apply(params, clips)
+
+  attrs = np.asarray(world.combos)[np.asarray(combo_ids)]
+  out = []
+  n = len(attrs)
+  for start in range(0, n, batch):
+    a = attrs[start:start + batch]
+    k = keys[start:start + batch]
+    pad = batch - len(a)
+    if pad:  # one compiled shape
+      a = np.concatenate([a, np.repeat(a[-1:], pad, 0)])
+      k = jnp.concatenate([k, jnp.repeat(k[-1:], pad, 0)])
+    out.append(np.asarray(embed(jnp.asarray(a), k))[:batch - pad])
+  return np.concatenate(out) if out else np.zeros((0, encoders.TEXT_DIM),
+                                                  np.float32)
+
+
+def train_composer(reference, edit, target, config: TrainConfig,
+                   progress: Progress | None = None):
+  """Trains ``Composer`` on ``[Q, D]`` reference, edit and target embeddings."""
+  model = encoders.Composer()
+  key = jax.random.key(config.seed + 1)
+  init_key, key = jax.random.split(key)
+  d = reference.shape[1]
+  state = {'params': model.init(init_key, jnp.zeros((1, d)), jnp.zeros((1, d))),
+           'log_scale': jnp.log(1.0 / config.init_temperature)}
+  opt = optax.adamw(_schedule(config.composer_lr, config.composer_steps),
+                    weight_decay=1e-4)
+  opt_state = opt.init(state)
+  reference, edit, target = (jnp.asarray(x) for x in (reference, edit, target))
+  batch = min(config.composer_batch, reference.shape[0])
+
+  @jax.jit
+  def step(state, opt_state, key):
+    pick = jax.random.choice(key, reference.shape[0], (batch,), replace=False)
+
+    def loss_fn(state):
+      composed = model.apply(state['params'], reference[pick], edit[pick])
+      return _info_nce(composed, target[pick], state['log_scale'])
+
+    loss, grads = jax.value_and_grad(loss_fn)(state)
+    updates, opt_state = opt.update(grads, opt_state, state)
+    return optax.apply_updates(state, updates), opt_state, loss
+
+  for i in range(config.composer_steps):
+    state, opt_state, loss = step(state, opt_state, jax.random.fold_in(key, i))
+    if progress is not None:
+      progress('composer', i + 1, config.composer_steps,
+               {'loss': float(loss)} if (i + 1) % 100 == 0 else {})
+  return state
+
+
+def ranks_of(queries, gallery, targets, exclude=None, k: int = 100):
+  """``[Q]`` 1-based ranks of ``targets`` (censored at ``k + 1``)."""
+  ids, _ = retrieval.retrieve(np.asarray(queries, np.float32),
+                              np.asarray(gallery, np.float32), k,
+                              exclude=exclude)
+  return np.asarray(metrics.target_ranks(np.asarray(ids)[:, None, :],
+                                         np.asarray(targets)))[:, 0]
+
+
+def recall_table(ranks, ks=(1, 5, 10, 50)) -> dict:
+  ranks = np.asarray(ranks)
+  return {f'R@{k}': float(np.mean(ranks <= k)) for k in ks}
+
+
+class Timer:
+  """Prints stage progress with rate and time left, at most every ``every`` s."""
+
+  def __init__(self, every: float = 5.0, printer=None):
+    self._every = every
+    self._print = printer or (lambda msg: print(msg, flush=True))
+    self._start = {}
+    self._last = 0.0
+
+  def __call__(self, stage, done, total, info):
+    now = time.time()
+    start = self._start.setdefault(stage, now)
+    if done < total and now - self._last < self._every and not info:
+      return
+    self._last = now
+    elapsed = now - start
+    rate = done / elapsed if elapsed > 0 else float('inf')
+    left = (total - done) / rate if rate > 0 else 0.0
+    extra = ' '.join(f'{k}={v:.4f}' for k, v in info.items())
+    self._print(f'[{stage}] {done}/{total} {rate:.1f}/s '
+                f'elapsed {elapsed:.0f}s left {left:.0f}s {extra}'.rstrip())
+
+
+def load_world_models(checkpoint_dir, world):
+  """Restores the video encoder and composer params of a checkpoint dir."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  wc = world.config
+  directory = pathlib.Path(checkpoint_dir)
+  clips = jnp.zeros((1, wc.num_frames, wc.image_size, wc.image_size, 3))
+  video_target = encoders.VideoEncoder().init(jax.random.key(0), clips)
+  d = encoders.TEXT_DIM
+  composer_target = encoders.Composer().init(
+      jax.random.key(0), jnp.zeros((1, d)), jnp.zeros((1, d)))
+  video = encoders.restore_params(directory / 'video_encoder', video_target)
+  composer = encoders.restore_params(directory / 'composer', composer_target)
+  return video, composer
+
+
+def gallery_memory(world, video_params, text, cache_dir=None):
+  """The gallery's embeddings and captions, cached (Progress Memory)."""
+  from recovr_jax import progress_memory  # pylint: disable=g-import-not-at-top
+  key = progress_memory.cache_key(
+      world=dataclasses.asdict(world.config),
+      video=progress_memory.params_fingerprint(video_params),
+      text=text.model_dir.rsplit('site-packages', 1)[-1])
+
+  def compute():
+    keys = world.video_keys(world.gallery_combos)
+    video = embed_videos(world, video_params, world.gallery_combos, keys)
+    return video, world.gallery_captions, text(world.gallery_captions)
+
+  return progress_memory.load_or_compute(cache_dir, key, compute)
+
+
+def evaluate_world(world, text, video_params, composer_params,
+                   cache_dir=None) -> dict:
+  """Single-turn quality on the test split.
+
+  CoVR: the composed query of each test triplet (trained composer and
+  ``sum``) against the gallery, the reference excluded. T2V: the target's
+  caption against the gallery.
+  """
+  memory = gallery_memory(world, video_params, text, cache_dir)
+  test = world.test
+  reference = memory.video[test.reference]
+  edit = text(test.edit)
+  composed = np.asarray(encoders.Composer().apply(composer_params, reference,
+                                                  edit))
+  summed = np.asarray(encoders.sum_composer(reference, edit))
+  exclude = np.asarray(test.reference, np.int32)
+  composer_ranks = ranks_of(composed, memory.video, test.target, exclude)
+  unmentioned = np.asarray(test.unmentioned).any(axis=1)
+  out = {
+      'covr_composer': recall_table(composer_ranks),
+      'covr_composer_edit_names_every_change': recall_table(
+          composer_ranks[~unmentioned]),
+      'covr_composer_with_unmentioned_change': recall_table(
+          composer_ranks[unmentioned]),
+      'share_with_unmentioned_change': float(unmentioned.mean()),
+      'covr_sum': recall_table(
+          ranks_of(summed, memory.video, test.target, exclude)),
+      't2v_caption': recall_table(
+          ranks_of(memory.caption_text[test.target], memory.video,
+                   test.target), ks=(1, 5, 10)),
+      'gallery_size': int(len(memory.video)),
+      'test_triplets': int(len(test.target)),
+      'chance_R@1': 1.0 / (len(memory.video) - 1),
+      'gallery_from_cache': memory.from_cache,
+  }
+  return out

@@ -1,0 +1,95 @@
+"""Tests for the real-data loaders: annotations and gallery embeddings."""
+
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from recovr_jax import data
+
+HEADER = 'pth1,pth2,edit,txt1,txt2,extra\n'
+
+
+class CsvTest(absltest.TestCase):
+
+  def write(self, text):
+    path = pathlib.Path(self.create_tempfile(content=text).full_path)
+    return path
+
+  def test_reads_required_columns_and_ignores_extra(self):
+    path = self.write(HEADER + 'a,b,make it red,cap a,cap b,zzz\n'
+                      'b,c,"at night, please",cap b,cap c,\n')
+    ann = data.load_covr_csv(path, video_ids={'a', 'b', 'c'})
+    self.assertEqual(ann.reference, ('a', 'b'))
+    self.assertEqual(ann.edit, ('make it red', 'at night, please'))
+    self.assertEqual(ann.target_caption, ('cap b', 'cap c'))
+
+  def test_missing_column_names_file_and_column(self):
+    path = self.write('pth1,pth2,txt1,txt2\na,b,x,y\n')
+    with self.assertRaisesRegex(ValueError, f'{path}.*missing column.*edit'):
+      data.load_covr_csv(path)
+
+  def test_unknown_id_names_row_and_column(self):
+    path = self.write(HEADER + 'a,b,e,x,y,\na,q,e,x,y,\n')
+    with self.assertRaisesRegex(ValueError,
+                                "row 3, column 'pth2': unknown video id 'q'"):
+      data.load_covr_csv(path, video_ids={'a', 'b'})
+
+  def test_empty_edit_and_short_rows(self):
+    path = self.write(HEADER + 'a,b,,x,y,\n')
+    with self.assertRaisesRegex(ValueError, "row 2, column 'edit' is empty"):
+      data.load_covr_csv(path)
+    path = self.write(HEADER + 'a,b\n')
+    with self.assertRaisesRegex(ValueError, "row 2 has no value in column"):
+      data.load_covr_csv(path)
+    with self.assertRaisesRegex(FileNotFoundError, 'does not exist'):
+      data.load_covr_csv('/nonexistent.csv')
+
+
+class EmbeddingsTest(parameterized.TestCase):
+
+  def path(self, suffix):
+    return pathlib.Path(tempfile.mkdtemp()) / f'gallery{suffix}'
+
+  @parameterized.parameters('.npz', '.safetensors')
+  def test_round_trip_normalises(self, suffix):
+    path = self.path(suffix)
+    video = np.array([[3.0, 4.0], [0.0, 2.0]], np.float32)
+    data.save_embeddings(path, ['v1', 'v2'], video, captions=['a', 'b'])
+    got = data.load_embeddings(path, dim=2)
+    self.assertEqual(got.ids, ('v1', 'v2'))
+    self.assertEqual(got.captions, ('a', 'b'))
+    np.testing.assert_allclose(got.video, [[0.6, 0.8], [0.0, 1.0]])
+    self.assertEqual(got.index(), {'v1': 0, 'v2': 1})
+
+  @parameterized.parameters('.npz', '.safetensors')
+  def test_rejects_bad_rows(self, suffix):
+    path = self.path(suffix)
+    video = np.ones((3, 2), np.float32)
+    video[1, 0] = np.nan
+    data.save_embeddings(path, ['a', 'b', 'c'], video)
+    with self.assertRaisesRegex(ValueError, "row 1 \\(id 'b'\\) holds NaN"):
+      data.load_embeddings(path)
+    data.save_embeddings(path, ['a', 'b', 'a'], np.ones((3, 2)))
+    with self.assertRaisesRegex(ValueError, "duplicate id 'a'.*rows 0 and 2"):
+      data.load_embeddings(path)
+    data.save_embeddings(path, ['a', 'b'], np.ones((2, 2)))
+    with self.assertRaisesRegex(ValueError, 'dimension 2, expected 3'):
+      data.load_embeddings(path, dim=3)
+
+  def test_npz_field_errors(self):
+    path = self.path('.npz')
+    np.savez(path, ids=np.array(['a']), other=np.ones((1, 2)))
+    with self.assertRaisesRegex(ValueError, "missing array 'video'"):
+      data.load_embeddings(path)
+    np.savez(path, ids=np.array(['a', 'b']), video=np.ones((3, 2)))
+    with self.assertRaisesRegex(ValueError, "'ids' has 2 entries but 'video'"):
+      data.load_embeddings(path)
+    with self.assertRaisesRegex(ValueError, 'unknown embeddings format'):
+      data.load_embeddings(self.create_tempfile(file_path='x.csv').full_path)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,174 @@
+"""Tests for the encoders, their checkpoints and a few training steps."""
+
+import dataclasses
+import json
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import encoders
+from recovr_jax import progress_memory
+from recovr_jax import training
+from recovr_jax import world as world_lib
+
+DATA = pathlib.Path(__file__).parent / 'data'
+_TEXT = None
+
+
+def text_encoder():
+  """One MiniLM per test process: loading and compiling it is the slow part."""
+  global _TEXT
+  if _TEXT is None:
+    _TEXT = encoders.TextEncoder(batch_size=16, max_length=32)
+  return _TEXT
+
+
+class TextEncoderTest(absltest.TestCase):
+
+  def test_matches_the_pytorch_reference(self):
+    ref = json.loads((DATA / 'minilm_reference.json').read_text())
+    got = text_encoder()(ref['sentences'])
+    want = np.asarray(ref['embeddings'], np.float32)
+    self.assertEqual(got.shape, want.shape)
+    self.assertLess(float(np.abs(got - want).max()), 1e-5)
+
+  def test_cache_by_text(self):
+    enc = text_encoder()
+    first = enc(['make it blue', 'make it red', 'make it blue'])
+    size = enc.cache_size
+    second = enc(['make it red'])
+    self.assertEqual(enc.cache_size, size)
+    np.testing.assert_array_equal(first[1], second[0])
+    np.testing.assert_array_equal(first[0], first[2])
+    self.assertEqual(enc([]).shape, (0, 384))
+
+  def test_missing_model_dir(self):
+    with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
+      encoders.TextEncoder(model_dir=tempfile.mkdtemp())
+
+
+class ModelsTest(absltest.TestCase):
+
+  def test_video_encoder_and_composers(self):
+    clips = jax.random.uniform(jax.random.key(0), (2, 4, 32, 32, 3))
+    model = encoders.VideoEncoder()
+    params = model.init(jax.random.key(1), clips)
+    out = model.apply(params, clips)
+    self.assertEqual(out.shape, (2, 384))
+    np.testing.assert_allclose(jnp.linalg.norm(out, axis=-1), 1, rtol=1e-5)
+    # Reversing time changes the embedding: the encoder sees motion.
+    reversed_out = model.apply(params, clips[:, ::-1])
+    self.assertGreater(float(jnp.abs(out - reversed_out).max()), 1e-4)
+    ref, edit = out, out[::-1]
+    comp = encoders.Composer()
+    cparams = comp.init(jax.random.key(2), ref, edit)
+    self.assertEqual(comp.apply(cparams, ref, edit).shape, (2, 384))
+    summed = encoders.sum_composer(ref, edit)
+    np.testing.assert_allclose(summed, (ref + edit) / jnp.linalg.norm(
+        ref + edit, axis=-1, keepdims=True), rtol=1e-5)
+
+  def test_checkpoint_round_trip_and_mismatch(self):
+    model = encoders.Composer(hidden=8)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+    with tempfile.TemporaryDirectory() as tmp:
+      encoders.save_params(pathlib.Path(tmp) / 'c', params, {'note': 'x'})
+      restored = encoders.restore_params(pathlib.Path(tmp) / 'c', params)
+      jax.tree.map(np.testing.assert_array_equal, params, restored)
+      self.assertEqual(encoders.load_metadata(pathlib.Path(tmp) / 'c'),
+                       {'note': 'x'})
+      other = encoders.Composer(hidden=16).init(
+          jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+      with self.assertRaisesRegex(ValueError, 'does not match the model'):
+        encoders.restore_params(pathlib.Path(tmp) / 'c', other)
+      with self.assertRaisesRegex(FileNotFoundError, 'no checkpoint'):
+        encoders.restore_params(pathlib.Path(tmp) / 'missing', params)
+
+  def test_corrupt_checkpoint_is_an_error(self):
+    model = encoders.Composer(hidden=8)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+    with tempfile.TemporaryDirectory() as tmp:
+      encoders.save_params(pathlib.Path(tmp) / 'c', params, {})
+      for f in (pathlib.Path(tmp) / 'c' / 'params').rglob('*'):
+        if f.is_file() and f.stat().st_size > 1000:
+          f.write_bytes(b'garbage' * 10)
+      with self.assertRaises(ValueError):
+        encoders.restore_params(pathlib.Path(tmp) / 'c', params)
+
+  def test_shipped_checkpoints_restore(self):
+    root = pathlib.Path(__file__).parents[1] / 'recovr_jax' / 'checkpoints'
+    world = world_lib.make_world(world_lib.WorldConfig(
+        num_test_triplets=5, num_train_triplets=5))
+    video, composer = training.load_world_models(root / 'world', world)
+    self.assertEqual(encoders.count_params(video),
+                     encoders.load_metadata(root / 'world' / 'video_encoder')[
+                         'parameters'])
+    self.assertGreater(encoders.count_params(composer), 0)
+
+
+class TrainingTest(absltest.TestCase):
+
+  def test_a_few_steps_and_evaluation(self):
+    config = world_lib.WorldConfig(num_test_triplets=8, num_train_triplets=40,
+                                   gallery_size=200)
+    world = world_lib.make_world(config)
+    train = training.TrainConfig(video_steps=2, video_batch=4,
+                                 composer_steps=2, composer_batch=8)
+    combos, captions = training.caption_pool(world, 1, 0)
+    combos, captions = combos[:32], captions[:32]
+    text = text_encoder()
+    seen = []
+    video = training.train_video_encoder(
+        world, combos, text(captions), train,
+        progress=lambda *a: seen.append(a))
+    self.assertEqual(seen[-1][1:3], (2, 2))
+    keys = world.video_keys(world.train_combos[:40])
+    emb = training.embed_videos(world, video['params'],
+                                world.train_combos[:40], keys, batch=16)
+    self.assertEqual(emb.shape, (40, 384))
+    composer = training.train_composer(emb[:20], emb[20:], emb[:20][::-1],
+                                       train)
+    with tempfile.TemporaryDirectory() as cache:
+      result = training.evaluate_world(world, text, video['params'],
+                                       composer['params'], cache_dir=cache)
+      self.assertFalse(result['gallery_from_cache'])
+      again = training.evaluate_world(world, text, video['params'],
+                                      composer['params'], cache_dir=cache)
+      self.assertTrue(again['gallery_from_cache'])
+      self.assertEqual(result['covr_composer'], again['covr_composer'])
+    for name in ('covr_composer', 'covr_sum'):
+      self.assertEqual(set(result[name]), {'R@1', 'R@5', 'R@10', 'R@50'})
+    self.assertEqual(result['gallery_size'], 200)
+
+
+class ProgressMemoryTest(absltest.TestCase):
+
+  def test_key_changes_with_params_and_cache_is_reused(self):
+    a = {'w': np.ones(3)}
+    b = {'w': np.array([1.0, 1.0, 2.0])}
+    self.assertNotEqual(progress_memory.params_fingerprint(a),
+                        progress_memory.params_fingerprint(b))
+    calls = []
+
+    def compute():
+      calls.append(1)
+      return np.ones((2, 3)), ('x', 'y'), np.zeros((2, 3))
+
+    with tempfile.TemporaryDirectory() as tmp:
+      key = progress_memory.cache_key(p=progress_memory.params_fingerprint(a))
+      first = progress_memory.load_or_compute(tmp, key, compute)
+      second = progress_memory.load_or_compute(tmp, key, compute)
+      self.assertLen(calls, 1)
+      self.assertTrue(second.from_cache)
+      self.assertEqual(second.captions, ('x', 'y'))
+      np.testing.assert_array_equal(first.video, second.video)
+      other = progress_memory.cache_key(p=progress_memory.params_fingerprint(b))
+      progress_memory.load_or_compute(tmp, other, compute)
+      self.assertLen(calls, 2)
+
+
+if __name__ == '__main__':
+  absltest.main()
