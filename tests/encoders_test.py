@@ -125,6 +125,8 @@ class TrainingTest(absltest.TestCase):
         world, combos, text(captions), train,
         progress=lambda *a: seen.append(a))
     self.assertEqual(seen[-1][1:3], (2, 2))
+    again = training.train_video_encoder(world, combos, text(captions), train)
+    jax.tree.map(np.testing.assert_array_equal, video, again)  # same seed
     keys = world.video_keys(world.train_combos[:40])
     emb = training.embed_videos(world, video['params'],
                                 world.train_combos[:40], keys, batch=16)
