@@ -1,0 +1,210 @@
+"""The ``flax_lm`` reasoning backend: any local transformers Flax causal LM.
+
+Prompts for every module live in ``PROMPTS``. Generation is greedy and
+batched across sessions with fixed padded shapes (one compile per prompt
+length bucket). Each output is parsed as JSON and validated against its
+module's schema; an invalid output gets one retry with a stricter prompt and
+then the rules fallback. First-pass validity, retries and fallbacks are
+counted per module (``stats``).
+"""
+
+import collections
+import json
+import os
+
+from absl import logging
+import jax
+import numpy as np
+
+from recovr_jax import reasoning
+
+PROMPTS = {
+    'intent': ('Task: intent. Reply with JSON {{"search": str, "edit": str}}.'
+               '\nQuery: {search}\nKeep: {keep}\nShown: {shown}\n'
+               'Feedback: {feedback}\nJSON:'),
+    'reflect': ('Task: reflect. Reply with JSON {{"sigma": "neg"|"neu"|"pos",'
+                ' "keep": [str], "avoid": [str]}}.\nKeep: {keep}\n'
+                'Avoid: {avoid}\nShown: {shown}\nFeedback: {feedback}\nJSON:'),
+    'question': ('Task: question. Reply with JSON {{"question": str}}.\n'
+                 'Keep: {keep}\nCandidates: {candidates}\nJSON:'),
+    't2v_init': ('Task: t2v_init. Reply with JSON {{"search": str}}.\n'
+                 'Reference: {reference}\nModification: {modification}\n'
+                 'JSON:'),
+}
+RETRY_SUFFIX = ' {'  # the retry starts the object for the model
+MAX_FIELD_CHARS = 400
+_REQUIRED_FILES = ('config.json', 'flax_model.msgpack')
+
+
+def prompt(module: str, request) -> str:
+  """The prompt of one request; long free text is cut with a warning."""
+  def cut(text):
+    text = str(text)
+    if len(text) > MAX_FIELD_CHARS:
+      logging.warning('reasoning input of %d characters truncated to %d',
+                      len(text), MAX_FIELD_CHARS)
+      text = text[:MAX_FIELD_CHARS]
+    return text.replace('\n', ' ')
+
+  if module in ('intent', 'reflect'):
+    m = request.memory
+    return PROMPTS[module].format(
+        search=cut(m.search), keep='; '.join(m.keep), avoid='; '.join(m.avoid),
+        shown=cut(request.shown_caption), feedback=cut(request.feedback))
+  if module == 'question':
+    return PROMPTS[module].format(
+        keep='; '.join(request.memory.keep),
+        candidates=cut(' | '.join(request.candidate_captions)))
+  return PROMPTS[module].format(reference=cut(request.reference_caption),
+                                modification=cut(request.modification))
+
+
+def parse_json(text: str):
+  """The first balanced ``{...}`` object in ``text``, or ``None``."""
+  start = text.find('{')
+  while start != -1:
+    depth, in_string, escape = 0, False, False
+    for i in range(start, len(text)):
+      ch = text[i]
+      if in_string:
+        if escape:
+          escape = False
+        elif ch == '\\':
+          escape = True
+        elif ch == '"':
+          in_string = False
+      elif ch == '"':
+        in_string = True
+      elif ch == '{':
+        depth += 1
+      elif ch == '}':
+        depth -= 1
+        if depth == 0:
+          try:
+            return json.loads(text[start:i + 1])
+          except json.JSONDecodeError:
+            break
+    start = text.find('{', start + 1)
+  return None
+
+
+def check_model_dir(model_dir: str) -> None:
+  """Raises naming every file a Flax LM directory lacks."""
+  if not os.path.isdir(model_dir):
+    raise FileNotFoundError(f'reasoner checkpoint {model_dir!r} is not a '
+                            'directory')
+  missing = [f for f in _REQUIRED_FILES
+             if not os.path.isfile(os.path.join(model_dir, f))]
+  has_tokenizer = os.path.isfile(os.path.join(model_dir, 'tokenizer.json')) or (
+      os.path.isfile(os.path.join(model_dir, 'vocab.json')) and
+      os.path.isfile(os.path.join(model_dir, 'merges.txt')))
+  if not has_tokenizer:
+    missing.append('tokenizer.json (or vocab.json and merges.txt)')
+  if missing:
+    raise FileNotFoundError(f'reasoner checkpoint {model_dir!r} is missing: '
+                            f'{", ".join(missing)}')
+
+
+class FlaxLMReasoner:
+  """Reasoning through a local Flax causal LM, with the rules fallback."""
+
+  name = 'flax_lm'
+
+  def __init__(self, model_dir: str, fallback=None, batch_size: int = 32,
+               max_new_tokens: int = 64, max_prompt_tokens: int = 192):
+    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+    from transformers import FlaxAutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+    check_model_dir(model_dir)
+    self.model_dir = model_dir
+    self.model = FlaxAutoModelForCausalLM.from_pretrained(model_dir)
+    self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    self.tokenizer.padding_side = 'left'
+    self.tokenizer.truncation_side = 'left'  # keep the end of the prompt
+    if self.tokenizer.pad_token is None:
+      self.tokenizer.pad_token = self.tokenizer.eos_token
+    self.fallback = fallback or reasoning.RulesReasoner()
+    self.batch_size = batch_size
+    self.max_new_tokens = max_new_tokens
+    self.max_prompt_tokens = max_prompt_tokens
+    self.stats = {m: collections.Counter() for m in reasoning.MODULES}
+    model, tok = self.model, self.tokenizer
+
+    def generate(params, ids, mask):
+      return model.generate(
+          ids, attention_mask=mask, params=params,
+          max_new_tokens=max_new_tokens, do_sample=False,
+          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+      ).sequences
+
+    self._generate = jax.jit(generate)
+
+  def generate(self, prompts: list[str]) -> list[str]:
+    """Greedy completions of ``prompts``, batched with padded shapes."""
+    out = []
+    for start in range(0, len(prompts), self.batch_size):
+      batch = prompts[start:start + self.batch_size]
+      tokens = self.tokenizer(batch, padding='longest', truncation=True,
+                              max_length=self.max_prompt_tokens,
+                              return_tensors='np')
+      ids, mask = tokens['input_ids'], tokens['attention_mask']
+      n, length = ids.shape
+      width = min(self.max_prompt_tokens, -(-length // 16) * 16)
+      pad_id = self.tokenizer.pad_token_id
+      ids = np.pad(ids, ((0, self.batch_size - n), (width - length, 0)),
+                   constant_values=pad_id)
+      mask = np.pad(mask, ((0, self.batch_size - n), (width - length, 0)))
+      mask[n:, -1] = 1  # padding rows: one real token keeps softmax finite
+      seq = np.asarray(self._generate(self.model.params, ids, mask))
+      out.extend(self.tokenizer.batch_decode(seq[:n, width:],
+                                             skip_special_tokens=True))
+    return out
+
+  def _run(self, module: str, requests) -> list[dict]:
+    requests = list(requests)
+    prompts = [prompt(module, r) for r in requests]
+    results = [None] * len(requests)
+    pending = list(range(len(requests)))
+    for attempt, suffix in ((0, ''), (1, RETRY_SUFFIX)):
+      if not pending:
+        break
+      texts = self.generate([prompts[i] + suffix for i in pending])
+      still = []
+      for i, text in zip(pending, texts):
+        obj = parse_json(('{' + text) if suffix else text)
+        try:
+          results[i] = reasoning.validate(module, obj)
+          self.stats[module]['first_pass_valid' if attempt == 0
+                             else 'retry_valid'] += 1
+        except reasoning.SchemaError:
+          still.append(i)
+      pending = still
+    if pending:
+      fallback = getattr(self.fallback, module)([requests[i] for i in pending])
+      for i, obj in zip(pending, fallback):
+        results[i] = obj
+      self.stats[module]['fallback'] += len(pending)
+    self.stats[module]['calls'] += len(requests)
+    return results
+
+  def intent(self, requests):
+    return self._run('intent', requests)
+
+  def reflect(self, requests):
+    return self._run('reflect', requests)
+
+  def question(self, requests):
+    return self._run('question', requests)
+
+  def t2v_init(self, requests):
+    return self._run('t2v_init', requests)
+
+  def validity(self) -> dict:
+    """Per module: calls, first-pass validity rate, retries, fallbacks."""
+    out = {}
+    for module, c in self.stats.items():
+      if c['calls']:
+        out[module] = {'calls': c['calls'],
+                       'first_pass_valid': c['first_pass_valid'] / c['calls'],
+                       'retry_valid': c['retry_valid'],
+                       'fallback': c['fallback']}
+    return out

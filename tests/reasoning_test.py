@@ -1,0 +1,210 @@
+"""Tests for the reasoning modules: schemas, the rules backend, the flax_lm
+backend on a tiny random model, and the ask policy."""
+
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import asking
+from recovr_jax import flax_lm
+from recovr_jax import reasoning as R
+
+SHOWN = 'two large blue circles moving left on grass in daylight'
+
+
+def save_tiny_lm(directory: pathlib.Path) -> None:
+  """A random GPT-2 and a byte-level BPE tokenizer, no downloads."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from transformers import FlaxGPT2LMHeadModel, GPT2Config, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(
+      vocab_size=300, special_tokens=['<|endoftext|>'],
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(['make it red {"search": "red"}'] * 5, trainer)
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok,
+                                 eos_token='<|endoftext|>',
+                                 pad_token='<|endoftext|>')
+  fast.save_pretrained(directory)
+  config = GPT2Config(vocab_size=len(fast), n_positions=256, n_embd=32,
+                      n_layer=2, n_head=2, bos_token_id=fast.eos_token_id,
+                      eos_token_id=fast.eos_token_id)
+  FlaxGPT2LMHeadModel(config, seed=0).save_pretrained(directory)
+
+
+class SchemaTest(absltest.TestCase):
+
+  def test_validate(self):
+    R.validate('intent', {'search': 'a', 'edit': ''})
+    R.validate('reflect', {'sigma': 'pos', 'keep': ['colour: red'],
+                           'avoid': []})
+    for module, obj in (('intent', {'search': 'a'}),
+                        ('intent', {'search': 1, 'edit': ''}),
+                        ('reflect', {'sigma': 'bad', 'keep': [], 'avoid': []}),
+                        ('reflect', {'sigma': 'neg', 'keep': [1], 'avoid': []}),
+                        ('question', {'question': '  '}),
+                        ('t2v_init', ['search'])):
+      with self.assertRaises(R.SchemaError):
+        R.validate(module, obj)
+
+
+class RulesReasonerTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.rules = R.RulesReasoner()
+    self.memory = R.SessionMemory(
+        search='two large blue circles moving left on grass in daylight',
+        keep=('colour: blue',))
+
+  def test_intent_routes_to_both_channels(self):
+    out = self.rules.intent([R.IntentRequest(
+        'Close, but make them small and at night', SHOWN, self.memory)])[0]
+    R.validate('intent', out)
+    self.assertEqual(out['edit'],
+                     'change the lighting to night and make them small')
+    self.assertEqual(out['search'],
+                     'two small blue circles moving left on grass at night')
+
+  def test_intent_without_mentions_has_empty_edit(self):
+    out = self.rules.intent([R.IntentRequest('not this one', SHOWN,
+                                             self.memory)])[0]
+    self.assertEqual(out['edit'], '')
+    self.assertEqual(out['search'],
+                     'two large blue circles moving left on grass in daylight')
+
+  def test_reflection_sigma_and_constraints(self):
+    reflect = lambda fb: self.rules.reflect(
+        [R.ReflectRequest(fb, SHOWN, self.memory)])[0]
+    small = reflect('Almost. make them small')
+    self.assertEqual(small['sigma'], 'pos')
+    self.assertEqual(small['keep'], ['colour: blue', 'size: small'])
+    self.assertEqual(small['avoid'], ['size: large'])
+    self.assertEqual(reflect('make them small and at night')['sigma'], 'neu')
+    self.assertEqual(reflect('No. I want red squares on a beach')['sigma'],
+                     'neg')
+    self.assertEqual(reflect('not this one')['sigma'], 'neg')
+    changed = reflect('make it red')
+    self.assertIn('colour: red', changed['keep'])
+    self.assertNotIn('colour: blue', changed['keep'])
+    self.assertIn('colour: blue', changed['avoid'])
+
+  def test_question_targets_the_most_uncertain_attribute(self):
+    captions = ('two large blue circles moving left on grass in daylight',
+                'two large red circles moving left on grass in daylight',
+                'two large yellow circles moving left on grass in daylight')
+    q = self.rules.question([R.QuestionRequest(captions,
+                                               R.SessionMemory())])[0]
+    self.assertEqual(q['question'], 'What colour should they be?')
+    # Colour already kept: the next most uncertain attribute is asked.
+    captions += ('one large red square moving left on grass in daylight',)
+    q = self.rules.question([R.QuestionRequest(
+        captions, R.SessionMemory(keep=('colour: red',)))])[0]
+    self.assertIn(q['question'], ('What shape should the objects be?',
+                                  'How many objects should there be?'))
+
+  def test_t2v_initializer(self):
+    out = self.rules.t2v_init([R.T2VInitRequest(SHOWN, 'make it red')])[0]
+    self.assertEqual(out['search'],
+                     'two large red circles moving left on grass in daylight')
+
+  def test_robust_inputs(self):
+    for text in ('', 'ünïcödé ✓', 'x' * 10_000):
+      out = self.rules.intent([R.IntentRequest(text, SHOWN, self.memory)])[0]
+      R.validate('intent', out)
+      R.validate('reflect', self.rules.reflect(
+          [R.ReflectRequest(text, SHOWN, self.memory)])[0])
+
+  def test_make_reasoner(self):
+    self.assertIsInstance(R.make_reasoner('rules'), R.RulesReasoner)
+    with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
+      R.make_reasoner('gpt')
+    with self.assertRaisesRegex(ValueError, 'needs a checkpoint'):
+      R.make_reasoner('flax_lm')
+
+
+class FlaxLMTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.dir = pathlib.Path(tempfile.mkdtemp())
+    save_tiny_lm(cls.dir)
+    cls.lm = flax_lm.FlaxLMReasoner(str(cls.dir), batch_size=4,
+                                    max_new_tokens=8)
+
+  def test_random_model_falls_back_and_is_counted(self):
+    memory = R.SessionMemory()
+    requests = [R.IntentRequest('make it red', SHOWN, memory)] * 5
+    out = self.lm.intent(requests)
+    self.assertEqual(out, R.RulesReasoner().intent(requests))
+    stats = self.lm.validity()['intent']
+    self.assertGreaterEqual(stats['calls'], 5)
+    self.assertEqual(stats['fallback'] + stats['retry_valid'] + round(
+        stats['first_pass_valid'] * stats['calls']), stats['calls'])
+
+  def test_every_module_and_long_input(self):
+    memory = R.SessionMemory(keep=('colour: red',))
+    R.validate('reflect', self.lm.reflect(
+        [R.ReflectRequest('é' * 10_000, SHOWN, memory)])[0])
+    R.validate('question', self.lm.question(
+        [R.QuestionRequest((SHOWN,), memory)])[0])
+    R.validate('t2v_init', self.lm.t2v_init(
+        [R.T2VInitRequest(SHOWN, 'make it red')])[0])
+
+  def test_valid_output_is_used(self):
+    lm = flax_lm.FlaxLMReasoner(str(self.dir), batch_size=4, max_new_tokens=8)
+    lm.generate = lambda prompts: ['{"search": "s", "edit": "e"} trailing'
+                                   for _ in prompts]
+    out = lm.intent([R.IntentRequest('x', SHOWN, R.SessionMemory())])
+    self.assertEqual(out, [{'search': 's', 'edit': 'e'}])
+    self.assertEqual(lm.validity()['intent']['first_pass_valid'], 1.0)
+
+  def test_parse_json(self):
+    self.assertEqual(flax_lm.parse_json('x {"a": "}{"} y {"b": 1}'),
+                     {'a': '}{'})
+    self.assertEqual(flax_lm.parse_json('{bad} {"b": 1}'), {'b': 1})
+    self.assertIsNone(flax_lm.parse_json('no json'))
+
+  def test_missing_files_are_named(self):
+    empty = tempfile.mkdtemp()
+    with self.assertRaisesRegex(FileNotFoundError,
+                                'missing: config.json, flax_model.msgpack, '
+                                'tokenizer.json'):
+      flax_lm.FlaxLMReasoner(empty)
+
+
+class AskingTest(absltest.TestCase):
+
+  def test_normalized_entropy(self):
+    flat = asking.normalized_entropy(jnp.zeros(10), 1.0)
+    self.assertAlmostEqual(float(flat), 1.0, places=5)
+    peaked = asking.normalized_entropy(jnp.array([10.0, 0.0, 0.0]), 0.1)
+    self.assertLess(float(peaked), 0.01)
+    padded = jnp.array([1.0, 1.0, -jnp.inf, -jnp.inf])
+    self.assertAlmostEqual(float(asking.normalized_entropy(padded, 1.0)), 1.0,
+                           places=5)
+    self.assertEqual(float(asking.normalized_entropy(
+        jnp.array([1.0, -jnp.inf]), 1.0)), 0.0)
+    batched = jax.jit(jax.vmap(asking.normalized_entropy, in_axes=(0, None)))
+    np.testing.assert_allclose(batched(jnp.stack([jnp.zeros(3)] * 2), 1.0),
+                               [1.0, 1.0], rtol=1e-5)
+
+  def test_policy(self):
+    entropy = asking.AskPolicy(mode='entropy', threshold=0.5, budget=1)
+    self.assertTrue(asking.should_ask(entropy, 0.9, 0))
+    self.assertFalse(asking.should_ask(entropy, 0.1, 0))
+    self.assertFalse(asking.should_ask(entropy, 0.9, 1))  # budget spent
+    self.assertTrue(asking.should_ask(asking.AskPolicy(mode='always'), 0.0, 0))
+    self.assertFalse(asking.should_ask(asking.AskPolicy(), 1.0, 0))
+    with self.assertRaisesRegex(ValueError, "unknown ask mode 'x'.*entropy"):
+      asking.AskPolicy(mode='x')
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,184 @@
+"""Tests for the simulated user and the lexicon it speaks with."""
+
+import dataclasses
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+
+from recovr_jax import lexicon
+from recovr_jax import simulator
+from recovr_jax import world as world_lib
+
+COMBOS = world_lib.all_combos()
+
+
+def combo_with(base, changes):
+  out = np.array(base)
+  for a, v in changes.items():
+    out[a] = v
+  return out
+
+
+class LexiconTest(absltest.TestCase):
+
+  def test_parses_every_caption_and_edit(self):
+    rng = np.random.default_rng(0)
+    for combo in COMBOS[::61]:
+      self.assertEqual(lexicon.parse(world_lib.caption(rng, combo)),
+                       {a: int(v) for a, v in enumerate(combo)})
+    for a, n in enumerate(world_lib.NUM_VALUES):
+      for v in range(n):
+        for _ in range(4):
+          phrase = world_lib.edit_phrase(rng, world_lib.ATTRIBUTES[a], v)
+          self.assertEqual(lexicon.parse(phrase), {a: v}, phrase)
+
+  def test_spelling_fixer(self):
+    self.assertEqual(lexicon.parse('make it bleu and at nigth'), {1: 1, 5: 3})
+    self.assertEqual(lexicon.fix_spelling('trianlge'), 'triangle')
+    self.assertEqual(lexicon.parse('zzzz qqqq'), {})
+    self.assertEqual(lexicon.parse('résumé ünïcode'), {})
+
+  def test_describe_names_exactly_the_subset(self):
+    rng = np.random.default_rng(1)
+    for combo in COMBOS[::499]:
+      subset = rng.permutation(7)[:int(rng.integers(1, 7))]
+      text = lexicon.describe(rng, combo, subset)
+      self.assertEqual(lexicon.parse(text),
+                       {int(a): int(combo[a]) for a in subset}, text)
+
+  def test_questions_round_trip(self):
+    rng = np.random.default_rng(2)
+    for a in range(7):
+      self.assertEqual(lexicon.question_attribute(
+          lexicon.question_text(rng, a)), a)
+    self.assertIsNone(lexicon.question_attribute('anything else?'))
+
+
+class SimulatedUserTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.target = COMBOS[4321]
+    self.user = simulator.SimulatedUser(seed=0)
+
+  def respond(self, changes, question=None, user=None, session=0):
+    shown = combo_with(self.target, changes)
+    return (user or self.user).respond(session, 1, 1, 2, self.target, shown,
+                                       question=question)
+
+  def test_stops_only_on_the_target(self):
+    f = self.user.respond(0, 1, 7, 7, self.target, self.target)
+    self.assertEqual((f.action, f.text), ('stop', ''))
+
+  @parameterized.parameters(1, 2)
+  def test_modify_at_or_below_threshold(self, num_diff):
+    changes = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+               for a in range(num_diff)}
+    for session in range(10):
+      f = self.respond(changes, session=session)
+      self.assertEqual(f.action, 'modify')
+      self.assertTrue(f.mentioned)
+      for a, v in f.mentioned.items():
+        self.assertIn(a, changes)  # names only differing attributes
+        self.assertEqual(v, self.target[a])
+      self.assertEqual(lexicon.parse(f.text), f.mentioned)
+
+  def test_rewrite_above_threshold_names_a_strict_subset(self):
+    changes = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+               for a in range(3)}
+    for session in range(10):
+      f = self.respond(changes, session=session)
+      self.assertEqual(f.action, 'rewrite')
+      self.assertBetween(len(f.mentioned), 2, 5)
+      self.assertEqual(lexicon.parse(f.text), f.mentioned)
+      for a, v in f.mentioned.items():
+        self.assertEqual(v, self.target[a])
+
+  def test_answer_only_with_a_question_and_a_major_discrepancy(self):
+    major = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+             for a in range(4)}
+    question = lexicon.QUESTIONS['colour'][0]
+    f = self.respond(major, question=question)
+    self.assertEqual(f.action, 'answer')
+    self.assertEqual(f.mentioned, {1: int(self.target[1])})
+    self.assertEqual(self.respond(major).action, 'rewrite')
+    minor = {0: (self.target[0] + 1) % 4}
+    self.assertEqual(self.respond(minor, question=question).action, 'modify')
+
+  def test_modify_threshold_is_a_dial(self):
+    user = simulator.SimulatedUser(simulator.UserConfig(modify_threshold=0))
+    self.assertEqual(self.respond({0: (self.target[0] + 1) % 4},
+                                  user=user).action, 'rewrite')
+
+  def test_deterministic_per_session_and_seed(self):
+    changes = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+               for a in range(4)}
+    texts = [self.respond(changes, session=s).text for s in range(8)]
+    self.assertEqual(texts, [self.respond(changes, session=s).text
+                             for s in range(8)])
+    self.assertGreater(len(set(texts)), 4)  # varied language
+    other = simulator.SimulatedUser(seed=1)
+    self.assertNotEqual(texts, [self.respond(changes, user=other,
+                                             session=s).text for s in range(8)])
+
+  def test_policies(self):
+    one = {0: (self.target[0] + 1) % 4}
+    many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}
+    rewrite = simulator.SimulatedUser(
+        simulator.UserConfig(policy='rewrite_only'))
+    modify = simulator.SimulatedUser(simulator.UserConfig(policy='modify_only'))
+    self.assertEqual(self.respond(one, user=rewrite).action, 'rewrite')
+    f = self.respond(many, user=modify)
+    self.assertEqual(f.action, 'modify')
+    self.assertEqual(lexicon.parse(f.text), f.mentioned)
+
+  def test_constraint_dropping(self):
+    many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}
+    clean = [self.respond(many, session=s) for s in range(30)]
+    dropping = simulator.SimulatedUser(simulator.UserConfig(drop_rate=0.5))
+    dropped = [self.respond(many, user=dropping, session=s) for s in range(30)]
+    n_clean = sum(len(f.mentioned) for f in clean)
+    n_dropped = sum(len(f.mentioned) for f in dropped)
+    self.assertBetween(n_dropped / n_clean, 0.3, 0.7)
+    for f in dropped:
+      self.assertEqual(lexicon.parse(f.text), f.mentioned)
+    everything = simulator.SimulatedUser(simulator.UserConfig(drop_rate=1.0))
+    f = self.respond(many, user=everything)
+    self.assertEqual(f.mentioned, {})
+    self.assertIn(f.text, simulator._GENERIC)  # pylint: disable=protected-access
+
+  def test_surface_noise(self):
+    rng = np.random.default_rng(0)
+    text = 'make it blue and change the background to a beach please'
+    self.assertEqual(simulator.add_surface_noise(rng, text, 0.0), text)
+    noisy = [simulator.add_surface_noise(rng, text, 0.5) for _ in range(20)]
+    changed = np.mean([a != b for t in noisy
+                       for a, b in zip(t.split(), text.split())])
+    self.assertGreater(changed, 0.2)
+    self.assertTrue(all(t != text for t in noisy[:5]))
+
+  def test_bad_config(self):
+    with self.assertRaisesRegex(ValueError, "unknown user policy 'x'.*mixed"):
+      simulator.UserConfig(policy='x')
+    with self.assertRaisesRegex(ValueError, 'noise_rate must be in'):
+      simulator.UserConfig(noise_rate=2.0)
+    with self.assertRaisesRegex(ValueError, 'max_described'):
+      simulator.UserConfig(max_described=7)
+
+
+class CaptionUserTest(absltest.TestCase):
+
+  def test_caption_user(self):
+    user = simulator.CaptionUser(seed=0)
+    self.assertEqual(user.respond(0, 1, 'a', 'a', 'x', 'y').action, 'stop')
+    f = user.respond(0, 1, 'a', 'b', 'a dog on a beach', 'a cat indoors')
+    self.assertEqual(f.action, 'rewrite')
+    self.assertIn('a dog on a beach', f.text)
+    phrased = simulator.CaptionUser(phrase=lambda t, s: f'want {t} not {s}')
+    self.assertEqual(phrased.respond(0, 1, 'a', 'b', 'dog', 'cat').text,
+                     'want dog not cat')
+
+
+if __name__ == '__main__':
+  absltest.main()
