@@ -32,7 +32,7 @@ PROMPTS = {
                  'JSON:'),
 }
 RETRY_SUFFIX = ' {'  # the retry starts the object for the model
-MAX_FIELD_CHARS = 400
+MAX_FIELD_CHARS = 800
 _REQUIRED_FILES = ('config.json', 'flax_model.msgpack')
 
 
@@ -111,7 +111,19 @@ class FlaxLMReasoner:
   name = 'flax_lm'
 
   def __init__(self, model_dir: str, fallback=None, batch_size: int = 32,
-               max_new_tokens: int = 64, max_prompt_tokens: int = 192):
+               max_new_tokens: int = 96, max_prompt_tokens: int = 192,
+               preprocess=None):
+    """Loads ``model_dir``.
+
+    Args:
+      model_dir: a transformers Flax causal-LM directory with its tokenizer.
+      fallback: the backend used when an output stays invalid (rules).
+      batch_size: prompts per generation call (padded to it).
+      max_new_tokens: generation budget per output.
+      max_prompt_tokens: prompts are cut from the left to this length.
+      preprocess: optional ``request -> request`` applied before prompting
+        (the trained world reasoner uses the lexicon's spelling fixer).
+    """
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxAutoModelForCausalLM  # pylint: disable=g-import-not-at-top
     check_model_dir(model_dir)
@@ -123,6 +135,7 @@ class FlaxLMReasoner:
     if self.tokenizer.pad_token is None:
       self.tokenizer.pad_token = self.tokenizer.eos_token
     self.fallback = fallback or reasoning.RulesReasoner()
+    self.preprocess = preprocess
     self.batch_size = batch_size
     self.max_new_tokens = max_new_tokens
     self.max_prompt_tokens = max_prompt_tokens
@@ -161,7 +174,8 @@ class FlaxLMReasoner:
 
   def _run(self, module: str, requests) -> list[dict]:
     requests = list(requests)
-    prompts = [prompt(module, r) for r in requests]
+    prompts = [prompt(module, self.preprocess(r) if self.preprocess else r)
+               for r in requests]
     results = [None] * len(requests)
     pending = list(range(len(requests)))
     for attempt, suffix in ((0, ''), (1, RETRY_SUFFIX)):

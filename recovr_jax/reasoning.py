@@ -197,16 +197,29 @@ class RulesReasoner:
 
 
 BACKENDS = ('rules', 'flax_lm')
+DEFAULT_REASONER_DIR = str(__import__('pathlib').Path(__file__).parent /
+                           'checkpoints' / 'reasoner')
 
 
 def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
-  """The reasoner of a backend name; ``flax_lm`` needs a model directory."""
+  """The reasoner of a backend name.
+
+  ``flax_lm`` loads ``checkpoint`` (default: the shipped world reasoner); a
+  checkpoint trained by ``experiments.train_reasoner`` gets the lexicon's
+  spelling fixer in front of the model, as in its training.
+  """
   if backend == 'rules':
     return RulesReasoner()
   if backend == 'flax_lm':
+    import json  # pylint: disable=g-import-not-at-top
+    import pathlib  # pylint: disable=g-import-not-at-top
     from recovr_jax import flax_lm  # pylint: disable=g-import-not-at-top
-    if not checkpoint:
-      raise ValueError('the flax_lm reasoner needs a checkpoint directory')
-    return flax_lm.FlaxLMReasoner(checkpoint, **kwargs)
+    from recovr_jax import reasoner_training  # pylint: disable=g-import-not-at-top
+    directory = pathlib.Path(checkpoint or DEFAULT_REASONER_DIR)
+    marker = directory / reasoner_training.MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get(
+        'spelling_fixer'):
+      kwargs.setdefault('preprocess', reasoner_training.preprocess)
+    return flax_lm.FlaxLMReasoner(str(directory), **kwargs)
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
                    f'{", ".join(BACKENDS)}')

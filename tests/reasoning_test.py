@@ -124,8 +124,8 @@ class RulesReasonerTest(absltest.TestCase):
     self.assertIsInstance(R.make_reasoner('rules'), R.RulesReasoner)
     with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
       R.make_reasoner('gpt')
-    with self.assertRaisesRegex(ValueError, 'needs a checkpoint'):
-      R.make_reasoner('flax_lm')
+    with self.assertRaisesRegex(FileNotFoundError, 'is missing: config.json'):
+      R.make_reasoner('flax_lm', tempfile.mkdtemp())
 
 
 class FlaxLMTest(absltest.TestCase):
@@ -177,6 +177,34 @@ class FlaxLMTest(absltest.TestCase):
                                 'missing: config.json, flax_model.msgpack, '
                                 'tokenizer.json'):
       flax_lm.FlaxLMReasoner(empty)
+
+
+class TrainedReasonerTest(absltest.TestCase):
+  """The shipped world reasoner loads and writes valid JSON."""
+
+  def test_valid_json_on_fixed_prompts(self):
+    lm = R.make_reasoner('flax_lm', batch_size=8)
+    memory = R.SessionMemory(search='two red circles moving left on grass',
+                             keep=('colour: red',))
+    shown = 'three big blue squares rising on a street at night'
+    outputs = {
+        'intent': lm.intent([R.IntentRequest('make it red and on grass',
+                                             shown, memory),
+                             R.IntentRequest('No. I want two circles',
+                                             shown, memory)]),
+        'reflect': lm.reflect([R.ReflectRequest('Almost. make them small',
+                                                shown, memory)]),
+        'question': lm.question([R.QuestionRequest((shown, SHOWN), memory)]),
+        't2v_init': lm.t2v_init([R.T2VInitRequest(SHOWN, 'make it red')]),
+    }
+    for module, objs in outputs.items():
+      for obj in objs:
+        R.validate(module, obj)
+    stats = lm.validity()
+    self.assertEqual(sum(m['fallback'] for m in stats.values()), 0, stats)
+    self.assertEqual(outputs['t2v_init'][0],
+                     R.RulesReasoner().t2v_init(
+                         [R.T2VInitRequest(SHOWN, 'make it red')])[0])
 
 
 class AskingTest(absltest.TestCase):

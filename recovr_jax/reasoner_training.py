@@ -1,0 +1,259 @@
+"""A small reasoning LM for the world, trained on world-generated requests.
+
+Prompts are the ``flax_lm`` backend's own (``flax_lm.prompt``); targets are
+the JSON objects the rules backend writes for them, so the trained model is a
+drop-in ``flax_lm`` checkpoint. Requests come from simulated sessions on the
+training split (noisy and constraint-dropping users included); held-out
+prompts come from the test split.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from recovr_jax import flax_lm
+from recovr_jax import lexicon
+from recovr_jax import reasoning
+from recovr_jax import simulator
+from recovr_jax import world as world_lib
+
+EOS = '<|endoftext|>'
+MARKER = 'recovr_reasoner.json'  # marks a checkpoint trained here
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasonerConfig:
+  seed: int = 0
+  num_train: int = 24_000
+  num_eval: int = 500
+  vocab_size: int = 768
+  n_embd: int = 128
+  n_layer: int = 4
+  n_head: int = 4
+  max_length: int = 256
+  steps: int = 1400
+  batch: int = 32
+  lr: float = 2e-3
+
+
+def _random_memory(rng, combos, target):
+  keep = [lexicon.constraint(int(a), int(target[a]))
+          for a in rng.permutation(7)[:rng.integers(0, 4)]]
+  avoid = []
+  for a in rng.permutation(7)[:rng.integers(0, 3)]:
+    v = (target[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
+        world_lib.NUM_VALUES[a])
+    avoid.append(lexicon.constraint(int(a), int(v)))
+  guess = combos[rng.integers(len(combos))]
+  search = '' if rng.random() < 0.2 else lexicon.canonical_description(
+      {int(a): int(guess[a]) for a in rng.permutation(7)[:rng.integers(2, 8)]})
+  return reasoning.SessionMemory(search=search, keep=tuple(keep),
+                                 avoid=tuple(avoid))
+
+
+def sample_requests(world, pool, n: int, seed: int):
+  """``n`` (module, request) pairs from simulated turns over ``pool``."""
+  rng = np.random.default_rng(seed)
+  combos = world.combos
+  out = []
+  modules = ('intent', 'reflect', 'question', 't2v_init')
+  weights = np.array([0.35, 0.35, 0.15, 0.15])
+  for i in range(n):
+    module = modules[rng.choice(4, p=weights)]
+    target = combos[rng.choice(pool)]
+    if module in ('intent', 'reflect'):
+      shown = target.copy()
+      for a in rng.permutation(7)[:rng.integers(1, 6)]:
+        shown[a] = (shown[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
+            world_lib.NUM_VALUES[a])
+      user = simulator.SimulatedUser(simulator.UserConfig(
+          noise_rate=float(rng.choice([0.0, 0.0, 0.05, 0.1])),
+          drop_rate=float(rng.choice([0.0, 0.0, 0.2]))), seed=seed)
+      question = (lexicon.question_text(rng, int(rng.integers(7)))
+                  if rng.random() < 0.3 else None)
+      feedback = user.respond(i, 1, 0, 1, target, shown, question)
+      request_type = (reasoning.IntentRequest if module == 'intent'
+                      else reasoning.ReflectRequest)
+      out.append((module, request_type(
+          feedback.text, world_lib.caption(rng, shown),
+          _random_memory(rng, combos, target))))
+    elif module == 'question':
+      captions = []
+      for _ in range(int(rng.integers(2, 6))):
+        other = target.copy()
+        for a in rng.permutation(7)[:rng.integers(0, 3)]:
+          other[a] = rng.integers(world_lib.NUM_VALUES[a])
+        captions.append(world_lib.caption(rng, other))
+      out.append((module, reasoning.QuestionRequest(
+          tuple(captions), _random_memory(rng, combos, target))))
+    else:
+      reference = target.copy()
+      named = np.zeros(7, bool)
+      named[rng.permutation(7)[:rng.integers(1, 3)]] = True
+      for a in np.flatnonzero(named):
+        reference[a] = (reference[a] + rng.integers(
+            1, world_lib.NUM_VALUES[a])) % world_lib.NUM_VALUES[a]
+      out.append((module, reasoning.T2VInitRequest(
+          world_lib.caption(rng, reference),
+          world_lib.edit_text(rng, target, named))))
+  return out
+
+
+def preprocess(request):
+  """The closed-vocabulary spelling fixer in front of the model."""
+  def fix(text):
+    return ' '.join(lexicon.fix_spelling(w) if w.isalpha() and w.islower()
+                    else w for w in text.split(' '))
+  if isinstance(request, (reasoning.IntentRequest, reasoning.ReflectRequest)):
+    return dataclasses.replace(request, feedback=fix(request.feedback))
+  return request
+
+
+def targets_of(pairs) -> list[str]:
+  """The rules backend's JSON for each (module, request)."""
+  rules = reasoning.RulesReasoner()
+  return [json.dumps(getattr(rules, m)([r])[0]) for m, r in pairs]
+
+
+def train_tokenizer(texts, vocab_size: int):
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from transformers import PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top
+  tok = Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(
+      vocab_size=vocab_size, special_tokens=[EOS],
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator(texts, trainer)
+  return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS,
+                                 pad_token=EOS)
+
+
+def encode_pairs(tokenizer, prompts, targets, max_length: int):
+  """Token ids ``[n, L]``, loss mask on target tokens, attention mask."""
+  n = len(prompts)
+  ids = np.full((n, max_length), tokenizer.eos_token_id, np.int32)
+  loss_mask = np.zeros((n, max_length), np.float32)
+  attention = np.zeros((n, max_length), np.int32)
+  p_ids = tokenizer(list(prompts))['input_ids']
+  t_ids = tokenizer([' ' + t for t in targets])['input_ids']
+  dropped = 0
+  for i, (p, t) in enumerate(zip(p_ids, t_ids)):
+    seq = p + t + [tokenizer.eos_token_id]
+    if len(seq) > max_length:
+      dropped += 1
+      p = p[len(seq) - max_length:]  # keep the end of the prompt
+      seq = p + t + [tokenizer.eos_token_id]
+    ids[i, :len(seq)] = seq
+    attention[i, :len(seq)] = 1
+    loss_mask[i, len(p):len(seq)] = 1.0
+  return ids, loss_mask, attention, dropped
+
+
+def train(config: ReasonerConfig, world, output_dir, progress=None) -> dict:
+  """Trains, evaluates and saves the reasoner; returns its report."""
+  from transformers import FlaxGPT2LMHeadModel, GPT2Config  # pylint: disable=g-import-not-at-top,g-multiple-import
+  train_pairs = sample_requests(world, world.train_combos, config.num_train,
+                                config.seed)
+  prompts = [flax_lm.prompt(m, preprocess(r)) for m, r in train_pairs]
+  targets = targets_of(train_pairs)
+  tokenizer = train_tokenizer(prompts + targets, config.vocab_size)
+  ids, loss_mask, attention, truncated = encode_pairs(
+      tokenizer, prompts, targets, config.max_length)
+
+  model_config = GPT2Config(
+      vocab_size=len(tokenizer), n_positions=config.max_length,
+      n_embd=config.n_embd, n_layer=config.n_layer, n_head=config.n_head,
+      bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+      pad_token_id=tokenizer.eos_token_id)
+  model = FlaxGPT2LMHeadModel(model_config, seed=config.seed)
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, config.lr, max(1, config.steps // 20), config.steps,
+      config.lr * 0.05)
+  opt = optax.adamw(schedule, weight_decay=0.01)
+  params = model.params
+  opt_state = opt.init(params)
+
+  @jax.jit
+  def step(params, opt_state, ids, loss_mask, attention):
+    def loss_fn(params):
+      logits = model(ids, attention_mask=attention, params=params).logits
+      losses = optax.softmax_cross_entropy_with_integer_labels(
+          logits[:, :-1], ids[:, 1:])
+      mask = loss_mask[:, 1:]
+      return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  rng = np.random.default_rng(config.seed)
+  for i in range(config.steps):
+    pick = rng.choice(len(ids), config.batch, replace=False)
+    # Trim the batch to its longest row (rounded to 32): fewer wasted tokens.
+    length = int(attention[pick].sum(axis=1).max())
+    length = min(config.max_length, -(-length // 32) * 32)
+    params, opt_state, loss = step(params, opt_state, ids[pick, :length],
+                                   loss_mask[pick, :length],
+                                   attention[pick, :length])
+    if progress is not None:
+      progress('reasoner', i + 1, config.steps,
+               {'loss': float(loss)} if (i + 1) % 50 == 0 else {})
+
+  output_dir = pathlib.Path(output_dir).absolute()
+  output_dir.mkdir(parents=True, exist_ok=True)
+  model.params = params
+  model.save_pretrained(output_dir)
+  tokenizer.save_pretrained(output_dir)
+  report = {'config': dataclasses.asdict(config),
+            'parameters': int(sum(np.size(x) for x in jax.tree.leaves(params))),
+            'train_prompts_truncated': truncated}
+  (output_dir / MARKER).write_text(json.dumps({'spelling_fixer': True,
+                                               **report}, indent=2))
+  return report
+
+
+def evaluate(model_dir, world, num: int, seed: int, batch_size: int = 32):
+  """First-pass validity and field accuracy on held-out (test-split) prompts.
+
+  Accuracy compares each field with the rules backend's output for the same
+  request (exact string or list equality).
+  """
+  pairs = sample_requests(world, np.flatnonzero(world.is_test), num,
+                          seed + 10_000)
+  lm = flax_lm.FlaxLMReasoner(str(model_dir), batch_size=batch_size,
+                              max_new_tokens=96, preprocess=preprocess)
+  reference = [json.loads(t) for t in targets_of(pairs)]
+  by_module = {}
+  for module in reasoning.MODULES:
+    idx = [i for i, (m, _) in enumerate(pairs) if m == module]
+    if not idx:
+      continue
+    prompts = [flax_lm.prompt(module, preprocess(pairs[i][1])) for i in idx]
+    texts = lm.generate(prompts)
+    valid, exact, fields = 0, 0, {}
+    for i, text in zip(idx, texts):
+      obj = flax_lm.parse_json(text)
+      try:
+        reasoning.validate(module, obj)
+      except reasoning.SchemaError:
+        continue
+      valid += 1
+      exact += obj == reference[i]
+      for key in reference[i]:
+        fields[key] = fields.get(key, 0) + (obj[key] == reference[i][key])
+    by_module[module] = {
+        'prompts': len(idx), 'first_pass_valid': valid / len(idx),
+        'exact_match': exact / len(idx),
+        'field_accuracy': {k: v / len(idx) for k, v in fields.items()}}
+  total = sum(m['prompts'] for m in by_module.values())
+  return {'prompts': total,
+          'first_pass_valid': sum(m['first_pass_valid'] * m['prompts']
+                                  for m in by_module.values()) / total,
+          'exact_match': sum(m['exact_match'] * m['prompts']
+                             for m in by_module.values()) / total,
+          'by_module': by_module}

@@ -1,0 +1,139 @@
+"""One interactive turn's ranking core, pure and jit-able (DESIGN section 1).
+
+``turn_step`` retrieves every channel's list, pushes them into the Result
+Memory ring, applies rank-cap over the ring, fuses, and applies rank-cap to
+the fused list. Write it per session and batch it by name:
+
+    batched = jax.vmap(turn_step, in_axes=(None, None, 0, 0))
+    # config and gallery shared; state and inputs per session
+
+Sessions that have stopped keep their state: the last list carries forward.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from recovr_jax import demotion
+from recovr_jax import fusion
+from recovr_jax import memory
+from recovr_jax import retrieval
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """Static hyperparameters of the ranking core (hashable for jit)."""
+  num_turns: int = 5            # T feedback turns
+  window: int = 5               # W
+  num_channels: int = 2         # C: 0 = T2V, 1 = CoVR
+  list_length: int = 100        # K
+  fusion_method: str | None = 'tw_rrf'  # None: show channel 1's list as is
+  rrf_k: float = 60.0
+  recency: str = 'linear'
+  gamma: float = 0.5
+  kappa: tuple[int, int, int] = demotion.DEFAULT_KAPPA
+  rank_cap: bool = True
+  num_ids: int | None = None    # gallery size, for the one-pass id sort
+
+  def __post_init__(self):
+    for name in ('num_turns', 'window', 'num_channels', 'list_length'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+    if self.fusion_method is not None and (
+        self.fusion_method not in fusion.METHODS):
+      raise ValueError(f'unknown fusion method {self.fusion_method!r}; valid '
+                       f'choices: {", ".join(fusion.METHODS)}')
+    if self.recency not in fusion.RECENCIES:
+      raise ValueError(f'unknown recency {self.recency!r}; valid choices: '
+                       f'{", ".join(fusion.RECENCIES)}')
+    if min(self.kappa) < 1:
+      raise ValueError(f'kappa must be >= 1, got {self.kappa}')
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SessionState:
+  """One session's ranking state."""
+  ring: memory.ResultMemory  # [W, C, K] lists of the last W turns
+  top1: jax.Array            # [T+1] int32 displayed top-1 per turn, -1 unseen
+  shown_ids: jax.Array       # [K] int32 the displayed list of the last turn
+  shown_scores: jax.Array    # [K] float32
+  turn: jax.Array            # [] int32 the last executed turn
+  stopped: jax.Array         # [] bool
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TurnInputs:
+  """One session's inputs to a turn."""
+  queries: jax.Array   # [C, D] float32 channel queries
+  valid: jax.Array     # [C] bool, channels that have a query this turn
+  exclude: jax.Array   # [] int32 gallery id removed from every list (v_ref)
+  sigma: jax.Array     # [] int32 State Reflector's signal (0 neg, 1 neu, 2 pos)
+  stop: jax.Array      # [] bool, the user stopped before this turn
+
+
+def init_state(config: LoopConfig) -> SessionState:
+  k = config.list_length
+  return SessionState(
+      ring=memory.init_result_memory(config.window, config.num_channels, k),
+      top1=jnp.full((config.num_turns + 1,), -1, jnp.int32),
+      shown_ids=jnp.full((k,), -1, jnp.int32),
+      shown_scores=jnp.full((k,), -jnp.inf, jnp.float32),
+      turn=jnp.array(-1, jnp.int32), stopped=jnp.array(False))
+
+
+def _retrieve_channels(config, gallery, inputs):
+  c, _ = inputs.queries.shape
+  ids, scores = retrieval.retrieve(
+      inputs.queries, gallery, config.list_length,
+      exclude=jnp.broadcast_to(inputs.exclude, (c,)))
+  ids = jnp.where(inputs.valid[:, None], ids, -1)
+  scores = jnp.where(inputs.valid[:, None], scores, -jnp.inf)
+  return ids, scores
+
+
+def start_step(config: LoopConfig, gallery, state: SessionState,
+               inputs: TurnInputs, shown_channel: int = 1):
+  """Turn 0: every channel's list enters the ring; the list of
+  ``shown_channel`` (the CoVR channel) is displayed unchanged."""
+  ids, scores = _retrieve_channels(config, gallery, inputs)
+  ring = memory.push(state.ring, ids, scores, inputs.valid)
+  shown_ids, shown_scores = ids[shown_channel], scores[shown_channel]
+  return dataclasses.replace(
+      state, ring=ring, top1=state.top1.at[0].set(shown_ids[0]),
+      shown_ids=shown_ids, shown_scores=shown_scores,
+      turn=jnp.array(0, jnp.int32), stopped=jnp.array(False))
+
+
+def turn_step(config: LoopConfig, gallery, state: SessionState,
+              inputs: TurnInputs) -> SessionState:
+  """A feedback turn ``t = state.turn + 1`` for one session."""
+  turn = state.turn + 1
+  ids, scores = _retrieve_channels(config, gallery, inputs)
+  ring = memory.push(state.ring, ids, scores, inputs.valid)
+  if config.rank_cap:
+    demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
+                                         kappa=config.kappa)
+  else:
+    demote = jnp.full(state.top1.shape, -1, jnp.int32)
+    caps = jnp.zeros(state.top1.shape, jnp.int32)
+  if config.fusion_method is None:
+    # Single-list methods (the baselines): the CoVR list, rank-capped.
+    shown_ids, shown_scores = demotion.rank_cap(ids[-1], scores[-1], demote,
+                                                caps)
+  else:
+    shown_ids, shown_scores = fusion.fuse_with_rank_cap(
+        ring.ids, ring.scores, ring.valid, demote, caps,
+        method=config.fusion_method, k=config.rrf_k, recency=config.recency,
+        gamma=config.gamma, num_ids=config.num_ids)
+  new = SessionState(ring=ring, top1=state.top1.at[turn].set(shown_ids[0]),
+                     shown_ids=shown_ids, shown_scores=shown_scores,
+                     turn=turn, stopped=jnp.array(False))
+  # A session that stopped carries its last list forward.
+  stopped = state.stopped | inputs.stop
+  carried = dataclasses.replace(
+      state, top1=state.top1.at[turn].set(state.shown_ids[0]), turn=turn,
+      stopped=stopped)
+  return jax.tree.map(lambda a, b: jnp.where(stopped, a, b), carried, new)
