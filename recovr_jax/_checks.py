@@ -42,8 +42,8 @@ def array(name: str, x, ndim: int, kind: str):
     name: argument name used in error messages.
     x: array-like.
     ndim: the expected number of dimensions.
-    kind: ``'float'``, ``'int'`` or ``'bool'``. Integer arrays are accepted for
-      ``'float'`` and are converted to float32.
+    kind: ``'float'``, ``'int'`` or ``'bool'``. Integer and boolean arrays
+      are accepted for ``'float'``.
 
   Returns:
     ``x`` as a NumPy or JAX array (concrete inputs stay where they are).
@@ -56,7 +56,7 @@ def array(name: str, x, ndim: int, kind: str):
   dtype = np.dtype(x.dtype)
   if kind == 'float':
     if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)
-            or dtype == jnp.bfloat16):
+            or dtype in (jnp.bfloat16, np.bool_)):
       raise TypeError(f'{name} must hold floating-point values, got {dtype}')
   elif kind == 'int':
     if not np.issubdtype(dtype, np.integer):

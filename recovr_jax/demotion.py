@@ -1,10 +1,25 @@
 """Rank-cap: demoting rejected and stagnant candidates (DESIGN section 3).
 
-``rank_cap`` gives a demoted id found at 1-based position ``p < cap`` the sort
-key ``cap + 0.5``, keeps key ``p`` for every other entry and moves padding to
-the end; the new order is the stable sort by key. Instead of sorting, the new
-position of each entry is counted directly: only the (at most ``M``) demoted
-entries move, so counting costs ``O(K * M)`` and avoids XLA's slow CPU sort.
+DESIGN's rule gives a demoted id found at 1-based position ``p < cap`` the
+sort key ``cap + 0.5``, keeps key ``p`` for every other entry and sorts
+stably. Read to the letter, that rule breaks DESIGN's own promise that "a
+rejected top-1 is never shown again as top-1 while any other candidate
+exists": with ``kappa_pos = 2``, a just-rejected top-1 that sits at position
+2 (because another demoted id was ahead of it) keeps key 2 and rises back to
+position 1 once the id ahead moves behind it. The rule implemented here is the
+one that keeps the promise and agrees with DESIGN's wherever demotions do not
+interact (in particular, a single demoted id lands exactly at its cap):
+
+  Entries that are not demoted keep their order. A demoted id (an id of the
+  demotion set found in the list, wherever it is) is placed after
+  ``max(q, cap - 1)`` of them, where ``q`` is the number of non-demoted
+  entries ahead of it originally, clipped to how many there are; demoted ids
+  placed after the same number keep their original order. Padding stays at
+  the end.
+
+So a demoted id never gains ground on a non-demoted one, and it ends at
+position ``>= cap`` whenever the list has ``cap - 1`` non-demoted entries.
+Positions are counted, not sorted: ``O(K * M)`` work, no sort, no scatter.
 """
 
 import functools
@@ -21,7 +36,10 @@ DEFAULT_KAPPA = (11, 4, 2)  # (kappa_neg, kappa_neu, kappa_pos), paper values
 
 
 def rank_cap(ids, scores, demote_ids, caps):
-  """Demotes each listed id to at most its cap (1-based) in one ranked list.
+  """Demotes each listed id to its cap (1-based) or below in one list.
+
+  See the module docstring for the exact rule and how it differs from
+  DESIGN's sort keys when demotions interact.
 
   Args:
     ids: ``[K]`` integer gallery ids, best first, each at most once, ``-1``
@@ -58,10 +76,9 @@ def _rank_cap(ids, scores, demote_ids, caps):
 def rank_cap_sources(ids, demote_ids, caps):
   """For each position of the rank-capped list, where its entry was before.
 
-  Only the (at most ``M``) demoted entries move, so everything is counted
-  over the demotion entries: ``O(K * M)``, with no sort, no scatter and no
-  cumulative sum (XLA's CPU sort and scatter are slow, and it lowers
-  cumulative sums to windowed reductions).
+  Everything is counted over the ``M`` demotion entries: ``O(K * M)``, with
+  no sort, no scatter and no cumulative sum (XLA's CPU sort and scatter are
+  slow, and it lowers cumulative sums to windowed reductions).
 
   Args:
     ids: ``[K]`` integer ids, ``-1`` padding at the end; each id at most once.
@@ -86,36 +103,35 @@ def rank_cap_sources(ids, demote_ids, caps):
   representative = (demote_ids >= 0) & ~jnp.any(beaten, axis=1)
 
   match = ids[:, None] == demote_ids[None, :]  # [K, M]
-  slot = jnp.arange(k, dtype=jnp.int32)  # 0-based
-  m_pos = jnp.sum(jnp.where(match, slot[:, None], 0), axis=0)  # [M] 0-based
-  # A demoted entry at 1-based position p < cap moves (key cap + 0.5).
-  active = representative & jnp.any(match, axis=0) & (m_pos + 1 < caps)
+  slot = jnp.arange(k, dtype=jnp.int32)  # 0-based positions
+  m_pos = jnp.sum(jnp.where(match, slot[:, None], 0), axis=0)  # [M]
+  active = representative & jnp.any(match, axis=0)  # demoted ids in the list
+  n_demoted = jnp.sum(active, dtype=jnp.int32)
+  n_kept = n_valid - n_demoted  # non-demoted valid entries
 
-  # New 0-based position of each moving entry: after the stays at 1-based
-  # positions <= cap, and after moving entries with smaller keys (equal keys
-  # keep their old order).
-  c = jnp.minimum(caps, n_valid)
-  stays_upto = c - jnp.sum(active[None, :] & (m_pos[None, :] < c[:, None]),
-                           axis=1, dtype=jnp.int32)
-  ahead = active[None, :] & ((caps[None, :] < caps[:, None]) | (
-      (caps[None, :] == caps[:, None]) & (m_pos[None, :] < m_pos[:, None])))
-  m_new = stays_upto + jnp.sum(ahead, axis=1, dtype=jnp.int32)  # [M]
+  def count(pred):  # [X, M] -> [X]: active demotions satisfying pred
+    return jnp.sum(active[None, :] & pred, axis=1, dtype=jnp.int32)
 
-  # Slot j holds a moving entry if one lands there; otherwise the s-th
-  # staying entry, s = j - (moving entries landing before j), whose old
-  # position p solves p = s + (moving entries at old positions <= p).
+  # Each demoted id follows `need` non-demoted entries.
+  ahead = m_pos - count(m_pos[None, :] < m_pos[:, None])  # q, per entry
+  need = jnp.minimum(jnp.maximum(ahead, caps - 1), n_kept)  # [M]
+  before = (need[None, :] < need[:, None]) | (
+      (need[None, :] == need[:, None]) & (m_pos[None, :] < m_pos[:, None]))
+  m_new = need + count(before)  # [M] final 0-based positions
+
+  # Slot j holds the demoted id that lands there, if any; otherwise the s-th
+  # non-demoted entry, s = j - (demoted ids landing before j), whose old
+  # position p solves p = s + (demoted ids at old positions <= p).
   lands = active[None, :] & (m_new[None, :] == slot[:, None])  # [K, M]
-  from_moved = jnp.sum(jnp.where(lands, m_pos[None, :], 0), axis=1)
-  s = slot - jnp.sum(active[None, :] & (m_new[None, :] < slot[:, None]),
-                     axis=1, dtype=jnp.int32)
+  from_demoted = jnp.sum(jnp.where(lands, m_pos[None, :], 0), axis=1)
+  s = slot - count(m_new[None, :] < slot[:, None])
 
   def step(_, p):
-    return s + jnp.sum(active[None, :] & (m_pos[None, :] <= p[:, None]),
-                       axis=1, dtype=jnp.int32)
+    return s + count(m_pos[None, :] <= p[:, None])
 
-  from_stays = jax.lax.fori_loop(0, m, step, s)
-  return jnp.where(jnp.any(lands, axis=1), from_moved,
-                   jnp.where(slot < n_valid, from_stays, slot)).astype(
+  from_kept = jax.lax.fori_loop(0, m, step, s)
+  return jnp.where(jnp.any(lands, axis=1), from_demoted,
+                   jnp.where(slot < n_valid, from_kept, slot)).astype(
                        jnp.int32)
 
 

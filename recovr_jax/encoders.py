@@ -83,24 +83,38 @@ class TextEncoder:
     return len(self._cache)
 
   def __call__(self, texts, progress=None) -> np.ndarray:
-    """``[n]`` texts -> ``[n, 384]`` float32 unit vectors."""
+    """``[n]`` texts -> ``[n, 384]`` float32 unit vectors.
+
+    Each text is encoded at a padded width set by its own length (a multiple
+    of 8 tokens) in a batch of fixed row count, so its embedding does not
+    depend on which other texts it was encoded with: a resumed run and an
+    uninterrupted one get bit-identical embeddings.
+    """
     texts = list(texts)
-    missing = sorted({t for t in texts if t not in self._cache}, key=len)
-    for start in range(0, len(missing), self._batch_size):
-      batch = missing[start:start + self._batch_size]
-      tokens = self._tokenizer(batch, padding='longest', truncation=True,
-                               max_length=self._max_length, return_tensors='np')
-      ids, mask = tokens['input_ids'], tokens['attention_mask']
-      n, length = ids.shape
-      # Pad rows and length to fixed buckets so shapes repeat.
-      rows = self._batch_size
-      width = min(self._max_length, -(-length // 8) * 8)
-      ids = np.pad(ids, ((0, rows - n), (0, width - length)))
-      mask = np.pad(mask, ((0, rows - n), (0, width - length)))
-      out = np.asarray(self._encode(self._model.params, ids, mask))[:n]
-      self._cache.update(zip(batch, out))
-      if progress is not None:
-        progress(min(start + self._batch_size, len(missing)), len(missing))
+    missing = sorted({t for t in texts if t not in self._cache})
+    if missing:
+      lengths = [len(ids) for ids in self._tokenizer(
+          missing, truncation=True, max_length=self._max_length)['input_ids']]
+      groups = {}
+      for text, length in zip(missing, lengths):
+        width = min(self._max_length, -(-length // 8) * 8)
+        groups.setdefault(width, []).append(text)
+      done = 0
+      for width in sorted(groups):
+        group = groups[width]
+        for start in range(0, len(group), self._batch_size):
+          batch = group[start:start + self._batch_size]
+          tokens = self._tokenizer(batch, padding='max_length',
+                                   truncation=True, max_length=width,
+                                   return_tensors='np')
+          rows = self._batch_size - len(batch)
+          ids = np.pad(tokens['input_ids'], ((0, rows), (0, 0)))
+          mask = np.pad(tokens['attention_mask'], ((0, rows), (0, 0)))
+          out = np.asarray(self._encode(self._model.params, ids, mask))
+          self._cache.update(zip(batch, out[:len(batch)]))
+          done += len(batch)
+          if progress is not None:
+            progress(done, len(missing))
     if not texts:
       return np.zeros((0, self.dim), np.float32)
     return np.stack([self._cache[t] for t in texts]).astype(np.float32)

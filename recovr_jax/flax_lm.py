@@ -177,6 +177,7 @@ class FlaxLMReasoner:
     prompts = [prompt(module, self.preprocess(r) if self.preprocess else r)
                for r in requests]
     results = [None] * len(requests)
+    first_pass = [False] * len(requests)
     pending = list(range(len(requests)))
     for attempt, suffix in ((0, ''), (1, RETRY_SUFFIX)):
       if not pending:
@@ -187,6 +188,7 @@ class FlaxLMReasoner:
         obj = parse_json(('{' + text) if suffix else text)
         try:
           results[i] = reasoning.validate(module, obj)
+          first_pass[i] = attempt == 0
           self.stats[module]['first_pass_valid' if attempt == 0
                              else 'retry_valid'] += 1
         except reasoning.SchemaError:
@@ -198,6 +200,7 @@ class FlaxLMReasoner:
         results[i] = obj
       self.stats[module]['fallback'] += len(pending)
     self.stats[module]['calls'] += len(requests)
+    self.last_first_pass = first_pass  # per request, for trajectories
     return results
 
   def intent(self, requests):

@@ -112,9 +112,17 @@ def _constraints(items) -> dict[int, int]:
 
 
 class RulesReasoner:
-  """Deterministic reasoning over the world's lexicon."""
+  """Deterministic reasoning over the world's lexicon.
+
+  With ``free_text=True`` (real data, where the lexicon knows few words),
+  feedback that names no known attribute is used verbatim as both the search
+  and the edit.
+  """
 
   name = 'rules'
+
+  def __init__(self, free_text: bool = False):
+    self.free_text = free_text
 
   def intent(self, requests) -> list[dict]:
     out = []
@@ -129,6 +137,9 @@ class RulesReasoner:
       search = lexicon.canonical_description(wanted) if wanted else (
           r.memory.search)
       changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
+      if self.free_text and not mentions and r.feedback.strip():
+        out.append({'search': r.feedback.strip(), 'edit': r.feedback.strip()})
+        continue
       out.append({'search': search, 'edit': lexicon.canonical_edit(changes)})
     return out
 
@@ -192,7 +203,8 @@ class RulesReasoner:
       wanted = lexicon.parse(r.reference_caption)
       wanted.update(lexicon.parse(r.modification))
       out.append({'search': lexicon.canonical_description(wanted)
-                  if wanted else r.modification})
+                  if wanted else (r.reference_caption + ' ' +
+                                  r.modification).strip()})
     return out
 
 

@@ -85,22 +85,26 @@ def init_state(config: LoopConfig) -> SessionState:
 
 
 def _retrieve_channels(config, gallery, inputs):
+  """Every channel's list; also returned unmasked for turn 0's display."""
   c, _ = inputs.queries.shape
-  ids, scores = retrieval.retrieve(
+  raw_ids, raw_scores = retrieval.retrieve(
       inputs.queries, gallery, config.list_length,
       exclude=jnp.broadcast_to(inputs.exclude, (c,)))
-  ids = jnp.where(inputs.valid[:, None], ids, -1)
-  scores = jnp.where(inputs.valid[:, None], scores, -jnp.inf)
-  return ids, scores
+  ids = jnp.where(inputs.valid[:, None], raw_ids, -1)
+  scores = jnp.where(inputs.valid[:, None], raw_scores, -jnp.inf)
+  return ids, scores, raw_ids, raw_scores
 
 
 def start_step(config: LoopConfig, gallery, state: SessionState,
                inputs: TurnInputs, shown_channel: int = 1):
-  """Turn 0: every channel's list enters the ring; the list of
-  ``shown_channel`` (the CoVR channel) is displayed unchanged."""
-  ids, scores = _retrieve_channels(config, gallery, inputs)
+  """Turn 0: the valid channels' lists enter the ring; the list of
+  ``shown_channel`` (the CoVR channel, shared by every method) is displayed
+  unchanged, whether or not the method keeps that channel."""
+  ids, scores, raw_ids, raw_scores = _retrieve_channels(config, gallery,
+                                                        inputs)
   ring = memory.push(state.ring, ids, scores, inputs.valid)
-  shown_ids, shown_scores = ids[shown_channel], scores[shown_channel]
+  shown_ids = raw_ids[shown_channel]
+  shown_scores = raw_scores[shown_channel]
   return dataclasses.replace(
       state, ring=ring, top1=state.top1.at[0].set(shown_ids[0]),
       shown_ids=shown_ids, shown_scores=shown_scores,
@@ -111,7 +115,7 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
               inputs: TurnInputs) -> SessionState:
   """A feedback turn ``t = state.turn + 1`` for one session."""
   turn = state.turn + 1
-  ids, scores = _retrieve_channels(config, gallery, inputs)
+  ids, scores, _, _ = _retrieve_channels(config, gallery, inputs)
   ring = memory.push(state.ring, ids, scores, inputs.valid)
   if config.rank_cap:
     demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,

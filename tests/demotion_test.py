@@ -12,7 +12,30 @@ from recovr_jax import rank_cap
 
 
 def reference_rank_cap(ids, scores, demote_ids, caps):
-  """DESIGN section 3 read literally: keys, then a stable sort."""
+  """The implemented rule (demotion module docstring), written plainly."""
+  cap_of = {}
+  for d, c in zip(demote_ids, caps):
+    if d != -1:
+      cap_of[int(d)] = max(cap_of.get(int(d), 0), int(c))
+  valid = [j for j in range(len(ids)) if ids[j] != -1]
+  kept = [j for j in valid if int(ids[j]) not in cap_of]
+  demoted = []
+  for j in valid:
+    if int(ids[j]) in cap_of:
+      ahead = sum(1 for i in kept if i < j)
+      need = min(max(ahead, cap_of[int(ids[j])] - 1), len(kept))
+      demoted.append((need, j))
+  order = []
+  for s_idx in range(len(kept) + 1):
+    order += [j for need, j in sorted(demoted) if need == s_idx]
+    if s_idx < len(kept):
+      order.append(kept[s_idx])
+  order += [j for j in range(len(ids)) if ids[j] == -1]
+  return np.asarray(ids)[order], np.asarray(scores)[order]
+
+
+def design_letter_rank_cap(ids, demote_ids, caps):
+  """DESIGN section 3's sort keys, read literally."""
   cap_of = {}
   for d, c in zip(demote_ids, caps):
     if d != -1:
@@ -25,8 +48,7 @@ def reference_rank_cap(ids, scores, demote_ids, caps):
       keys.append(cap_of[int(i)] + 0.5)
     else:
       keys.append(float(p))
-  order = sorted(range(len(ids)), key=lambda j: keys[j])  # stable
-  return np.asarray(ids)[order], np.asarray(scores)[order]
+  return [ids[j] for j in sorted(range(len(ids)), key=lambda j: keys[j])]
 
 
 def random_list(rng, k, pool):
@@ -70,6 +92,32 @@ class RankCapTest(parameterized.TestCase):
     ids = np.arange(8)
     got, _ = rank_cap(ids, np.zeros(8, np.float32), [0, 0, 0], [2, 6, 3])
     self.assertEqual(int(got[5]), 0)
+
+  def test_agrees_with_design_letter_for_one_demoted_id(self):
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+      ids, scores = random_list(rng, 10, 15)
+      d = [int(rng.choice(ids))] if rng.random() < 0.8 else [99]
+      c = [int(rng.integers(1, 14))]
+      got, _ = rank_cap(ids, scores, d, c)
+      np.testing.assert_array_equal(got, design_letter_rank_cap(ids, d, c))
+
+  def test_rejected_top1_never_returns_to_the_top(self):
+    # DESIGN's letter: 20 (cap 4) moves behind 30, and 30 (the top-1 just
+    # rejected with sigma pos, cap 2) rises back to position 1.
+    ids = np.array([20, 30, 40, 50, 60])
+    self.assertEqual(design_letter_rank_cap(ids, [20, 30], [4, 2])[0], 30)
+    got, _ = rank_cap(ids, np.zeros(5, np.float32), [20, 30], [4, 2])
+    np.testing.assert_array_equal(got, [40, 30, 50, 60, 20])  # 20 after 3 kept
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+      ids, scores = random_list(rng, 12, 20)
+      demote = rng.choice(np.concatenate([ids, [-1, 77]]), 5)
+      caps = rng.integers(2, 14, 5)
+      got, _ = rank_cap(ids, scores, demote, caps)
+      listed = set(int(x) for x in demote) - {-1}
+      if any(int(i) >= 0 and int(i) not in listed for i in ids):
+        self.assertNotIn(int(got[0]), listed)
 
   def test_entry_at_or_below_cap_does_not_move(self):
     ids = np.arange(8)

@@ -1,0 +1,133 @@
+"""Per-turn metrics, failure modes, the bootstrap and the written report."""
+
+import csv
+import io
+import json
+
+import jax
+import numpy as np
+
+from recovr_jax import metrics
+
+RECALL_KS = (1, 5, 10, 50)
+
+
+def method_metrics(displayed, targets) -> dict:
+  """Per-turn R@K, BRI and stop rate of one method's displayed lists."""
+  ranks = metrics.target_ranks(displayed, targets)
+  out = {f'R@{k}': np.asarray(metrics.recall_at_k(ranks, k)).tolist()
+         for k in RECALL_KS}
+  out['BRI'] = np.asarray(metrics.bri(ranks)).tolist()
+  # Share of sessions whose target has been shown as top-1 by turn t.
+  out['stop_rate'] = np.mean(np.minimum.accumulate(np.asarray(ranks), axis=1)
+                             == 1, axis=0).tolist()
+  return out
+
+
+def failure_table(displayed, targets) -> dict:
+  ranks = metrics.target_ranks(displayed, targets)
+  modes = metrics.failure_modes(ranks, np.asarray(displayed)[:, :, 0])
+  return {name: {'rate': float(r.rate), 'count': int(r.count),
+                 'total': int(r.total)}
+          for name, r in modes._asdict().items()}
+
+
+def strongest_baseline(per_method: dict, baselines) -> str | None:
+  """The baseline with the highest mean R@1 over feedback turns."""
+  present = [b for b in baselines if b in per_method]
+  if not present:
+    return None
+  return max(present, key=lambda b: np.mean(per_method[b]['R@1'][1:]))
+
+
+def bootstrap(displayed_a, displayed_b, targets, num_resamples: int,
+              seed: int) -> dict:
+  """Paired bootstrap of the per-turn R@1 difference ``a - b``."""
+  hits = lambda d: np.asarray(metrics.target_ranks(d, targets)) <= 1
+  interval = metrics.paired_bootstrap(hits(displayed_a), hits(displayed_b),
+                                      num_resamples, jax.random.key(seed))
+  return {k: np.asarray(v).tolist() for k, v in interval._asdict().items()}
+
+
+def metrics_csv(per_method: dict) -> str:
+  buffer = io.StringIO()
+  writer = csv.writer(buffer)
+  keys = [f'R@{k}' for k in RECALL_KS] + ['BRI', 'stop_rate']
+  writer.writerow(['method', 'turn'] + keys)
+  for method, m in per_method.items():
+    for t in range(len(m['R@1'])):
+      writer.writerow([method, t] + [f'{m[k][t]:.6f}' for k in keys])
+  return buffer.getvalue()
+
+
+def _pct(x):
+  return f'{100 * x:.1f}'
+
+
+def markdown(per_method: dict, failures: dict, boot: dict | None,
+             header: str) -> str:
+  """The Markdown report: per-turn R@1 and BRI, failure modes, bootstrap."""
+  lines = [header, '']
+  turns = len(next(iter(per_method.values()))['R@1'])
+  cols = ' | '.join(f'T{t}' for t in range(turns))
+  sep = '|'.join(['---'] + ['---:'] * turns)
+  for key, fmt, title in (('R@1', _pct, 'R@1 (%) per turn'),
+                          ('R@5', _pct, 'R@5 (%) per turn'),
+                          ('BRI', lambda x: f'{x:.3f}',
+                           'BRI per turn (lower is better; ranks censored at '
+                           'K + 1)')):
+    lines += [f'### {title}', '', f'| method | {cols} |', f'|{sep}|']
+    for method, m in per_method.items():
+      lines.append(f'| {method} | ' + ' | '.join(fmt(v) for v in m[key])
+                   + ' |')
+    lines.append('')
+  lines += ['### Failure modes over active transitions', '',
+            '| method | drift | stagnation | repeated top-1 | improvement | '
+            'recovery | transitions |', '|---|---:|---:|---:|---:|---:|---:|']
+  for method, f in failures.items():
+    cell = lambda n: (f"{_pct(f[n]['rate'])} ({f[n]['count']}/"
+                      f"{f[n]['total']})") if f[n]['total'] else 'n/a'
+    lines.append(f'| {method} | ' + ' | '.join(
+        cell(n) for n in ('drift', 'stagnation', 'repeated_top1',
+                          'improvement', 'recovery'))
+                 + f" | {f['drift']['total']} |")
+  lines.append('')
+  if boot:
+    lines += [f"### Paired bootstrap: {boot['a']} - {boot['b']}, R@1 "
+              f"({boot['num_resamples']:,} resamples, 95% percentile "
+              'interval, points)', '', f'| | {cols} |', f'|{sep}|',
+              '| difference | ' + ' | '.join(_pct(v) for v in boot['mean'])
+              + ' |',
+              '| interval | ' + ' | '.join(
+                  f'[{_pct(lo)}, {_pct(hi)}]'
+                  for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '']
+  return '\n'.join(lines)
+
+
+def plot(per_method: dict, path_prefix: str) -> list[str]:
+  """PNG plots of R@1 and BRI against turns; [] without matplotlib."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return []
+  written = []
+  for key in ('R@1', 'BRI'):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, m in per_method.items():
+      ax.plot(range(len(m[key])), m[key], marker='o', label=method)
+    ax.set_xlabel('turn')
+    ax.set_ylabel(key)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = f"{path_prefix}{key.replace('@', '')}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+  return written
+
+
+def dumps(obj) -> str:
+  return json.dumps(obj, indent=2, sort_keys=True)
