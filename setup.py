@@ -28,6 +28,8 @@ setuptools.setup(
         'test': ['pytest>=8.0', 'pillow>=10.0'],
         # Reading frame images of real videos (experiments/embed_videos.py).
         'real': ['pillow>=10.0'],
+        # PNG plots of the runner's per-turn metrics.
+        'plots': ['matplotlib>=3.8'],
         # Optional comparators for experiments/bench_*.py only.
         'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20'],
     },

@@ -87,6 +87,15 @@ _RESAMPLES = flags.DEFINE_integer('bootstrap_resamples', 10_000,
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the bootstrap.')
 _RESUME = flags.DEFINE_bool('resume', True,
                             'Reuse finished batches in --output_dir.')
+SWEEPABLE = ('rrf_k', 'list_length', 'window', 'kappa_neg', 'kappa_neu',
+             'kappa_pos', 'recency', 'gamma', 'merlin_alpha', 'noise_rate',
+             'drop_rate', 'user_policy', 'modify_threshold', 'ask_mode',
+             'ask_threshold', 'ask_budget', 'num_turns')
+_SWEEP = flags.DEFINE_multi_string(
+    'sweep', [],
+    'One-factor-at-a-time sweep, repeatable: NAME=V1|V2|... runs every '
+    f'value of NAME with the other flags fixed, each in --output_dir/'
+    f'NAME=V, and writes sweep.md. Sweepable: {", ".join(SWEEPABLE)}.')
 
 
 def _fail(msg):
@@ -238,10 +247,68 @@ def _load_batch(out, method, b, shape):
           meta['errors'], meta['reasoning_stats'])
 
 
+def parse_sweep(specs):
+  """``['NAME=V1|V2']`` -> ``[(NAME, [V1, V2])]``, checked."""
+  out = []
+  for spec in specs:
+    name, sep, values = spec.partition('=')
+    if not sep or not values:
+      _fail(f'--sweep {spec!r}: expected NAME=V1|V2|...')
+    if name not in SWEEPABLE:
+      _fail(f'--sweep {name!r} is not sweepable; valid: {", ".join(SWEEPABLE)}')
+    vals = values.split('|')
+    for v in vals:
+      try:
+        flags.FLAGS[name].parser.parse(v)
+      except ValueError as e:
+        _fail(f'--sweep {name}={v}: {e}')
+    out.append((name, vals))
+  return out
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
+  sweep = parse_sweep(_SWEEP.value)
+  if not sweep:
+    run_once()
+    return
+  base_dir = _OUTPUT.value
+  rows = []
+  try:
+    for name, values in sweep:
+      original = flags.FLAGS[name].value
+      for value in values:
+        flags.FLAGS[name].value = flags.FLAGS[name].parser.parse(value)
+        flags.FLAGS['output_dir'].value = os.path.join(base_dir,
+                                                       f'{name}={value}')
+        print(f'== sweep {name}={value}', flush=True)
+        rows.append((name, value, run_once()))
+      flags.FLAGS[name].value = original
+  finally:
+    flags.FLAGS['output_dir'].value = base_dir
+  lines = ['# Sweep (one factor at a time)', '',
+           '| setting | method | ' + ' | '.join(
+               f'R@1 T{t}' for t in range(len(next(iter(
+                   rows[0][2].values()))['R@1']))) + ' | BRI last |',
+           '|---|---|' + '---:|' * (len(next(iter(
+               rows[0][2].values()))['R@1']) + 1)]
+  for name, value, per_method in rows:
+    for method, m in per_method.items():
+      lines.append(f'| {name}={value} | {method} | ' + ' | '.join(
+          f'{100 * v:.1f}' for v in m['R@1']) + f" | {m['BRI'][-1]:.3f} |")
+  summary = '\n'.join(lines) + '\n'
+  pathlib.Path(base_dir).mkdir(parents=True, exist_ok=True)
+  (pathlib.Path(base_dir) / 'sweep.md').write_text(summary)
+  print(summary)
+
+
+_ENVIRONMENTS = {}
+
+
+def run_once():
+  """One run with the current flags; returns the per-method metrics."""
   out, user_config, ask, world_config = validate_flags()
   start = time.time()
   base = session.LoopConfig(
@@ -265,7 +332,12 @@ def main(argv):
           'or --noresume')
   resolved_path.write_text(reporting.dumps(resolved))
 
-  env = build_environment(world_config)
+  key = (_DATA.value, json.dumps(dataclasses.asdict(world_config)),
+         _CHECKPOINT.value, _ANNOTATIONS.value, _GALLERY.value,
+         _CLIP_DIR.value)
+  if key not in _ENVIRONMENTS:  # sweeps reuse the gallery and text caches
+    _ENVIRONMENTS[key] = build_environment(world_config)
+  env = _ENVIRONMENTS[key]
   base = dataclasses.replace(base, num_ids=len(env.gallery))
   if _DATA.value == 'world':
     user = simulator.SimulatedUser(user_config, seed=_USER_SEED.value)
@@ -353,6 +425,7 @@ def main(argv):
   if not plots:
     print('(matplotlib not installed: no plots; pip install ".[plots]")')
   print(f'wrote {out} in {time.time() - start:.0f}s')
+  return per_method
 
 
 def _per_session(env, method, batch, user, reasoner, base, protocol, shape,

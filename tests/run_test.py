@@ -1,0 +1,183 @@
+"""Smoke and invariant tests of the runner on a tiny world."""
+
+import json
+import pathlib
+import shutil
+import tempfile
+
+from absl import flags
+from absl.testing import absltest
+from absl.testing import flagsaver
+import numpy as np
+
+from experiments import run
+from recovr_jax import demotion
+from recovr_jax import encoders
+from recovr_jax import loop
+from recovr_jax import reasoning
+from recovr_jax import session
+from recovr_jax import simulator
+from recovr_jax import training
+from recovr_jax import world as world_lib
+
+TINY = dict(num_test_triplets=12, num_train_triplets=20, gallery_size=300,
+            num_sessions=12, batch_size=5, num_turns=3,
+            bootstrap_resamples=200)
+
+
+def run_main(output_dir, **overrides):
+  values = dict(TINY, output_dir=str(output_dir),
+                cache_dir=str(pathlib.Path(output_dir).parent / 'cache'))
+  values.update(overrides)
+  with flagsaver.flagsaver(**values):
+    return run.main(['run'])
+
+
+class RunnerTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    flags.FLAGS.mark_as_parsed()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+    cls.out = cls.root / 'smoke'
+    run_main(cls.out, methods=['recovr', 'ivr'])
+
+  def test_outputs(self):
+    for name in ('flags.txt', 'resolved_config.json', 'trajectories.jsonl',
+                 'metrics.json', 'metrics.csv', 'failure_modes.json',
+                 'bootstrap.json', 'report.md'):
+      self.assertTrue((self.out / name).is_file(), name)
+    metrics = json.loads((self.out / 'metrics.json').read_text())
+    self.assertEqual(set(metrics), {'recovr', 'ivr'})
+    for m in metrics.values():
+      self.assertLen(m['R@1'], 4)
+      self.assertEqual(set(m), {'R@1', 'R@5', 'R@10', 'R@50', 'BRI',
+                                'stop_rate'})
+    # Turn 0 is shared by every method.
+    self.assertEqual(metrics['recovr']['R@1'][0], metrics['ivr']['R@1'][0])
+    boot = json.loads((self.out / 'bootstrap.json').read_text())
+    self.assertEqual((boot['a'], boot['b']), ('recovr', 'ivr'))
+    self.assertIn('### R@1 (%) per turn', (self.out / 'report.md').read_text())
+
+  def test_trajectories_and_no_repeated_rejected_top1(self):
+    rows = [json.loads(line) for line in
+            (self.out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(rows, 24)
+    for row in rows:
+      self.assertLen(row['turns'], 4)
+      self.assertLen(row['turns'][0]['top10'], 10)
+      if row['method'] != 'recovr':
+        continue
+      rejected = set()
+      for turn in row['turns']:
+        top1 = turn['top10'][0]
+        if turn['action'] not in (None, 'stopped'):
+          self.assertNotIn(top1, rejected)
+          self.assertIn(turn['sigma'], ('neg', 'neu', 'pos'))
+        rejected.add(top1)
+
+  def test_resume_after_first_batch_is_identical(self):
+    copy = self.root / 'resumed'
+    shutil.copytree(self.out, copy)
+    for method_dir in (copy / 'batches').iterdir():
+      for path in method_dir.iterdir():
+        if not path.name.startswith('00000'):
+          if path.is_dir():
+            shutil.rmtree(path)
+          else:
+            path.unlink()
+    for name in ('metrics.json', 'trajectories.jsonl', 'report.md'):
+      (copy / name).unlink()
+    run_main(copy, methods=['recovr', 'ivr'])
+    for name in ('metrics.json', 'metrics.csv', 'failure_modes.json',
+                 'bootstrap.json', 'trajectories.jsonl'):
+      self.assertEqual((copy / name).read_bytes(),
+                       (self.out / name).read_bytes(), name)
+
+  def test_no_reflection_keeps_sigma_neutral_and_sweeps(self):
+    out = self.root / 'sweep'
+    run_main(out, methods=['no_reflection'], sweep=['rrf_k=30|60'])
+    self.assertTrue((out / 'sweep.md').is_file())
+    for sub in ('rrf_k=30', 'rrf_k=60'):
+      for line in (out / sub / 'trajectories.jsonl').read_text().splitlines():
+        for turn in json.loads(line)['turns'][1:]:
+          if turn['action'] != 'stopped':
+            self.assertEqual(turn['sigma'], 'neu')
+
+  def test_a_raising_reasoner_is_recorded_not_fatal(self):
+    class Raising(reasoning.RulesReasoner):
+      def intent(self, requests):
+        raise RuntimeError('model crashed')
+
+    original = reasoning.make_reasoner
+    reasoning.make_reasoner = lambda *a, **k: Raising()
+    try:
+      out = self.root / 'raising'
+      run_main(out, methods=['recovr'], num_sessions=5)
+    finally:
+      reasoning.make_reasoner = original
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(rows, 5)
+    failed = [r for r in rows if r['error']]
+    self.assertNotEmpty(failed)
+    for row in failed:
+      self.assertIn('model crashed', row['error'])
+      self.assertEqual(row['turns'], [])
+    for row in rows:
+      if not row['error']:  # found at turn 0: no reasoning was needed
+        self.assertEqual(row['turns'][1]['action'], 'stopped')
+    self.assertTrue((out / 'metrics.json').is_file())
+
+  def test_bad_input_before_any_work(self):
+    with self.assertRaisesRegex(Exception, "unknown --methods nope; valid: "
+                                "recovr, covr_only"):
+      run_main(self.root / 'bad', methods=['recovr', 'nope'])
+    blocker = self.root / 'file'
+    blocker.write_text('x')
+    with self.assertRaisesRegex(Exception, 'cannot be written'):
+      run_main(blocker / 'sub', methods=['recovr'])
+    with self.assertRaisesRegex(Exception, 'needs --annotations'):
+      run_main(self.root / 'bad', data='webvid_covr')
+    with self.assertRaisesRegex(Exception, "'gallery' is not sweepable"):
+      run_main(self.root / 'bad', sweep=['gallery=1|2'])
+    with self.assertRaisesRegex(Exception, 'user_policy=lazy: value should be one of'):
+      run_main(self.root / 'bad', sweep=['user_policy=lazy'])
+
+
+class TransplantTest(absltest.TestCase):
+  """A rank-cap transplant changes only the baseline's post-processing."""
+
+  def test_ivr_rankcap_is_rank_capped_ivr(self):
+    world = world_lib.make_world(world_lib.WorldConfig(
+        num_test_triplets=12, num_train_triplets=20, gallery_size=300))
+    video, composer = training.load_world_models(
+        encoders.DEFAULT_CHECKPOINT_DIR, world)
+    env = loop.world_environment(world, encoders.TextEncoder(), video,
+                                 composer)
+    base = session.LoopConfig(num_turns=1, num_ids=len(env.gallery))
+    user = simulator.SimulatedUser(seed=0)
+    sessions = np.arange(12)
+    plain = loop.run_batch(env, loop.METHODS['ivr'], sessions, user,
+                           reasoning.RulesReasoner(), base)
+    capped = loop.run_batch(env, loop.METHODS['ivr_rankcap'], sessions, user,
+                            reasoning.RulesReasoner(), base)
+    np.testing.assert_array_equal(plain.displayed[:, 0],
+                                  capped.displayed[:, 0])
+    sigma = {'rewrite': 0, 'modify': 1, 'answer': 1}
+    for i in range(12):
+      action = plain.records[i][1]['action']
+      if action == 'stopped':
+        np.testing.assert_array_equal(capped.displayed[i, 1],
+                                      plain.displayed[i, 1])
+        continue
+      cap = demotion.DEFAULT_KAPPA[sigma[action]]
+      want, _ = demotion.rank_cap(plain.displayed[i, 1],
+                                  np.zeros(100, np.float32),
+                                  [plain.displayed[i, 0, 0]], [cap])
+      np.testing.assert_array_equal(capped.displayed[i, 1], want)
+
+
+if __name__ == '__main__':
+  absltest.main()
