@@ -158,12 +158,25 @@ def python_session(ids, demote, caps, weights, k):
       cap_of[d] = cap
 
   def capped(lst):
-    keyed = []
-    for p, d in enumerate(lst, start=1):
-      cap = cap_of.get(d, 0)
-      keyed.append((cap + 0.5 if p < cap else p, d))
-    keyed.sort(key=lambda x: x[0])
-    return [d for _, d in keyed]
+    # recovr_jax's rank-cap rule (see recovr_jax/demotion.py): non-demoted
+    # ids keep their order; a demoted id follows max(q, cap - 1) of them.
+    kept = [d for d in lst if d not in cap_of]
+    demoted = []
+    ahead = 0
+    for p, d in enumerate(lst):
+      if d in cap_of:
+        demoted.append((min(max(ahead, cap_of[d] - 1), len(kept)), p, d))
+      else:
+        ahead += 1
+    demoted.sort()
+    out, j = [], 0
+    for s_idx in range(len(kept) + 1):
+      while j < len(demoted) and demoted[j][0] == s_idx:
+        out.append(demoted[j][2])
+        j += 1
+      if s_idx < len(kept):
+        out.append(kept[s_idx])
+    return out
 
   fused = collections.defaultdict(float)
   for a, turn in enumerate(ids):
