@@ -18,9 +18,9 @@ import numpy as np
 
 from recovr_jax import clip_encoder
 from recovr_jax import data
+from experiments import data_flags
 
-_CLIP_DIR = flags.DEFINE_string('clip_dir', None,
-                                'A local FlaxCLIPModel directory.')
+_CLIP_DIR = data_flags.CLIP_DIR
 _VIDEOS_DIR = flags.DEFINE_string('videos_dir', None,
                                   'One sub-folder of frame images per video.')
 _OUTPUT = flags.DEFINE_string('output', 'gallery.npz',

@@ -29,6 +29,7 @@ from recovr_jax import reasoning
 from recovr_jax import reporting
 from recovr_jax import session
 from recovr_jax import simulator
+from experiments import data_flags
 from experiments import world_flags
 
 _DATA = flags.DEFINE_enum('data', 'world', ['world', 'webvid_covr'],
@@ -39,8 +40,7 @@ _GALLERY = flags.DEFINE_string(
     'gallery_embeddings', None,
     'webvid_covr: .npz/.safetensors with ids, video and captions '
     '(experiments/embed_videos.py writes it).')
-_CLIP_DIR = flags.DEFINE_string(
-    'clip_dir', None, 'webvid_covr: local FlaxCLIPModel directory (text side).')
+_CLIP_DIR = data_flags.CLIP_DIR  # webvid_covr: the CLIP of the gallery
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint_dir', None, 'world: encoder checkpoints (default: shipped).')
 _CACHE = flags.DEFINE_string('cache_dir', 'cache',
