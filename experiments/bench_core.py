@@ -17,7 +17,6 @@ given the already rank-capped lists, so it does less work than the others).
 
 import collections
 import functools
-import json
 import os
 import platform
 import statistics
@@ -32,6 +31,7 @@ import numpy as np
 
 from recovr_jax import fusion
 from recovr_jax import retrieve
+from experiments import outputs
 
 _N = flags.DEFINE_integer('n', 100_000, 'Gallery size N.')
 _D = flags.DEFINE_integer('d', 256, 'Embedding size D.')
@@ -321,10 +321,7 @@ def main(argv):
     if note:
       print(f'note: {note}')
   if _OUTPUT.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-    with open(_OUTPUT.value, 'w') as f:
-      json.dump(result, f, indent=2)
-    print(f'wrote {_OUTPUT.value}')
+    outputs.write_json(_OUTPUT.value, result)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,6 @@ Prints and writes CoVR R@1/5/10/50 for the trained composer and for the
 training-free ``sum`` composer, and T2V R@1/5/10 from the target's caption.
 """
 
-import json
 import os
 
 from absl import app
@@ -16,6 +15,7 @@ from absl import logging
 from recovr_jax import encoders
 from recovr_jax import training
 from recovr_jax import world as world_lib
+from experiments import outputs
 from experiments import world_flags
 
 _CHECKPOINT = flags.DEFINE_string('checkpoint_dir',
@@ -51,10 +51,7 @@ def main(argv):
         f"{result['test_triplets']} test triplets, chance R@1 "
         f"{100 * result['chance_R@1']:.2f}%")
   if _OUTPUT.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
-    with open(_OUTPUT.value, 'w') as f:
-      json.dump(result, f, indent=2)
-    print(f'wrote {_OUTPUT.value}')
+    outputs.write_json(_OUTPUT.value, result)
 
 
 if __name__ == '__main__':

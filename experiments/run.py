@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import sys
 import time
 
 from absl import app
@@ -22,7 +21,6 @@ from absl import logging
 import numpy as np
 
 from recovr_jax import asking
-from recovr_jax import demotion
 from recovr_jax import fusion
 from recovr_jax import loop
 from recovr_jax import reasoning

@@ -10,8 +10,6 @@ reports first-pass JSON validity and field accuracy on held-out prompts from
 the test split, and writes them to ``--output_json``.
 """
 
-import json
-import os
 import pathlib
 import time
 
@@ -22,6 +20,7 @@ from absl import logging
 from recovr_jax import reasoner_training
 from recovr_jax import training
 from recovr_jax import world as world_lib
+from experiments import outputs
 from experiments import world_flags
 
 DEFAULT_DIR = str(pathlib.Path(reasoner_training.__file__).parent /
@@ -77,11 +76,7 @@ def main(argv):
     print(f"| {module} | {m['prompts']} | {100 * m['first_pass_valid']:.1f}% "
           f"| {100 * m['exact_match']:.1f}% | {fields} |")
   if _OUTPUT_JSON.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT_JSON.value)),
-                exist_ok=True)
-    with open(_OUTPUT_JSON.value, 'w') as f:
-      json.dump(report, f, indent=2)
-    print(f'wrote {_OUTPUT_JSON.value}')
+    outputs.write_json(_OUTPUT_JSON.value, report)
 
 
 if __name__ == '__main__':

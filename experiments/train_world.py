@@ -16,7 +16,6 @@ from absl import app
 from absl import flags
 from absl import logging
 import jax
-import numpy as np
 
 from recovr_jax import encoders
 from recovr_jax import training

@@ -6,7 +6,6 @@ A target absent from a list of length ``K`` has rank ``K + 1`` (censored), so
 mean ranks and BRI are censored at ``log(K + 1)``.
 """
 
-import functools
 from typing import NamedTuple
 
 import jax

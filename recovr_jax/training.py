@@ -86,37 +86,41 @@ def train_video_encoder(world, caption_combos, caption_embeddings,
   clips = jnp.zeros((1, wc.num_frames, wc.image_size, wc.image_size, 3))
   state = {'params': model.init(init_key, clips),
            'log_scale': jnp.log(1.0 / config.init_temperature)}
-  opt = optax.adamw(_schedule(config.video_lr, config.video_steps),
-                    weight_decay=1e-4)
-  opt_state = opt.init(state)
   all_attrs = jnp.asarray(world.combos)
   caption_combos = jnp.asarray(caption_combos)
   caption_embeddings = jnp.asarray(caption_embeddings)
   batch = config.video_batch
 
-  @jax.jit
-  def step(state, opt_state, key):
+  def loss_fn(state, key):
     k_pick, k_render = jax.random.split(key)
     pick = jax.random.randint(k_pick, (batch,), 0, caption_combos.shape[0])
     clips = world_lib.render_batch(
         all_attrs[caption_combos[pick]], jax.random.split(k_render, batch),
         num_frames=wc.num_frames, image_size=wc.image_size,
         pixel_noise=wc.pixel_noise)
-    text = caption_embeddings[pick]
+    video = model.apply(state['params'], clips)
+    return _info_nce(video, caption_embeddings[pick], state['log_scale'])
 
-    def loss_fn(state):
-      video = model.apply(state['params'], clips)
-      return _info_nce(video, text, state['log_scale'])
+  return _fit(state, loss_fn, config.video_lr, config.video_steps, key,
+              'video encoder', progress, every=25)
 
-    loss, grads = jax.value_and_grad(loss_fn)(state)
+
+def _fit(state, loss_fn, lr, steps, key, stage, progress, every):
+  """AdamW (warm-up, cosine decay) on ``loss_fn(state, key)``."""
+  opt = optax.adamw(_schedule(lr, steps), weight_decay=1e-4)
+  opt_state = opt.init(state)
+
+  @jax.jit
+  def step(state, opt_state, key):
+    loss, grads = jax.value_and_grad(loss_fn)(state, key)
     updates, opt_state = opt.update(grads, opt_state, state)
     return optax.apply_updates(state, updates), opt_state, loss
 
-  for i in range(config.video_steps):
+  for i in range(steps):
     state, opt_state, loss = step(state, opt_state, jax.random.fold_in(key, i))
     if progress is not None:
-      progress('video encoder', i + 1, config.video_steps,
-               {'loss': float(loss)} if (i + 1) % 25 == 0 else {})
+      progress(stage, i + 1, steps,
+               {'loss': float(loss)} if (i + 1) % every == 0 else {})
   return state
 
 
@@ -156,30 +160,16 @@ def train_composer(reference, edit, target, config: TrainConfig,
   d = reference.shape[1]
   state = {'params': model.init(init_key, jnp.zeros((1, d)), jnp.zeros((1, d))),
            'log_scale': jnp.log(1.0 / config.init_temperature)}
-  opt = optax.adamw(_schedule(config.composer_lr, config.composer_steps),
-                    weight_decay=1e-4)
-  opt_state = opt.init(state)
   reference, edit, target = (jnp.asarray(x) for x in (reference, edit, target))
   batch = min(config.composer_batch, reference.shape[0])
 
-  @jax.jit
-  def step(state, opt_state, key):
+  def loss_fn(state, key):
     pick = jax.random.choice(key, reference.shape[0], (batch,), replace=False)
+    composed = model.apply(state['params'], reference[pick], edit[pick])
+    return _info_nce(composed, target[pick], state['log_scale'])
 
-    def loss_fn(state):
-      composed = model.apply(state['params'], reference[pick], edit[pick])
-      return _info_nce(composed, target[pick], state['log_scale'])
-
-    loss, grads = jax.value_and_grad(loss_fn)(state)
-    updates, opt_state = opt.update(grads, opt_state, state)
-    return optax.apply_updates(state, updates), opt_state, loss
-
-  for i in range(config.composer_steps):
-    state, opt_state, loss = step(state, opt_state, jax.random.fold_in(key, i))
-    if progress is not None:
-      progress('composer', i + 1, config.composer_steps,
-               {'loss': float(loss)} if (i + 1) % 100 == 0 else {})
-  return state
+  return _fit(state, loss_fn, config.composer_lr, config.composer_steps, key,
+              'composer', progress, every=100)
 
 
 def ranks_of(queries, gallery, targets, exclude=None, k: int = 100):

@@ -1,6 +1,5 @@
 """Tests for the encoders, their checkpoints and a few training steps."""
 
-import dataclasses
 import json
 import pathlib
 import tempfile

@@ -6,12 +6,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import fuse
 from recovr_jax import fusion
-from recovr_jax import rank_cap
 from tests.demotion_test import reference_rank_cap
 
 RRF_METHODS = ('tw_rrf', 'static_rrf', 'uniform_rrf', 'penalty_rrf')

@@ -187,7 +187,6 @@ class WebvidCovrTest(absltest.TestCase):
   """The runner on real-data files: a tiny random CLIP, frame folders, CSV."""
 
   def test_runs_end_to_end(self):
-    from PIL import Image  # pylint: disable=g-import-not-at-top
     from recovr_jax import clip_encoder  # pylint: disable=g-import-not-at-top
     from recovr_jax import data  # pylint: disable=g-import-not-at-top
     from tests import clip_test  # pylint: disable=g-import-not-at-top

@@ -1,7 +1,5 @@
 """Tests for the simulated user and the lexicon it speaks with."""
 
-import dataclasses
-
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
