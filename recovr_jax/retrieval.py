@@ -64,6 +64,26 @@ def retrieve(queries, gallery, k: int, *, exclude=None,
 
 @functools.partial(jax.jit, static_argnames=('k', 'block_size'))
 def _retrieve(queries, gallery, exclude, *, k: int, block_size: int):
+  return top_k_blocks(queries, gallery, exclude, k=k, block_size=block_size)
+
+
+def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
+                 id_offset=0, num_valid: int | None = None):
+  """The blocked exact top-k; un-jitted so sharded callers can reuse it.
+
+  Args:
+    queries: ``[B, D]``.
+    gallery: ``[N, D]`` (float32 or bfloat16; blocks are scored in float32).
+    exclude: ``[B]`` int32 global ids to drop, ``-1`` none.
+    k: list length.
+    block_size: rows per block, ``<= N``.
+    id_offset: global id of ``gallery[0]`` (a shard's offset; may be traced).
+    num_valid: global ids ``>= num_valid`` are padding rows and never
+      returned; ``None`` for no padding.
+
+  Returns:
+    ``(ids [B, k] int32, scores [B, k] float32)``.
+  """
   b, _ = queries.shape
   n, _ = gallery.shape
   queries = queries.astype(jnp.float32)
@@ -71,13 +91,15 @@ def _retrieve(queries, gallery, exclude, *, k: int, block_size: int):
   kept = min(k, n)  # the running list never needs more than N entries
 
   def merge(running, block, start):
-    """Merges one gallery block ``[blk, D]`` whose first id is ``start``."""
+    """Merges one gallery block ``[blk, D]`` whose first row is ``start``."""
     blk, _ = block.shape
     scores = jnp.dot(queries, block.astype(jnp.float32).T,
                      precision=lax.Precision.HIGHEST)  # [B, blk]
-    block_ids = start + jnp.arange(blk, dtype=jnp.int32)
-    scores = jnp.where(block_ids[None, :] == exclude[:, None], -jnp.inf,
-                       scores)
+    block_ids = id_offset + start + jnp.arange(blk, dtype=jnp.int32)
+    drop = block_ids[None, :] == exclude[:, None]
+    if num_valid is not None:
+      drop = drop | (block_ids >= num_valid)[None, :]
+    scores = jnp.where(drop, -jnp.inf, scores)
     if running is None:
       top_scores, pos = lax.top_k(scores, min(kept, blk))
       return top_scores, block_ids[pos]

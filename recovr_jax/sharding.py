@@ -1,0 +1,126 @@
+"""A gallery sharded over devices (``jax.sharding``).
+
+The mesh has a ``gallery`` axis and a ``session`` axis. Each device scores
+its gallery shard for its share of the queries and keeps a local top-k; the
+shards' lists are gathered in shard order (lower ids first) and merged with
+one more ``lax.top_k``, whose lower-index-first tie rule then gives exactly
+the unsharded result, ties included. A gallery whose size does not divide by
+the number of shards is padded with rows that are never returned.
+
+Multi-host: call ``jax.distributed.initialize()`` on every host first; then
+``jax.devices()`` lists all hosts' devices and ``make_mesh`` spans them. Each
+host must hold the same gallery rows for ``shard_gallery`` to place (or
+build the global array with ``jax.make_array_from_process_local_data``).
+"""
+
+import functools
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from recovr_jax import _checks
+from recovr_jax import retrieval
+
+GALLERY_AXIS = 'gallery'
+SESSION_AXIS = 'session'
+
+
+def make_mesh(gallery_shards: int | None = None, session_shards: int = 1,
+              devices=None) -> Mesh:
+  """A ``(session, gallery)`` mesh over ``devices`` (default: all)."""
+  devices = list(jax.devices() if devices is None else devices)
+  session_shards = _checks.positive_int('session_shards', session_shards)
+  if gallery_shards is None:
+    gallery_shards = len(devices) // session_shards
+  gallery_shards = _checks.positive_int('gallery_shards', gallery_shards)
+  need = gallery_shards * session_shards
+  if need > len(devices):
+    raise ValueError(f'a {session_shards} x {gallery_shards} mesh needs '
+                     f'{need} devices; {len(devices)} are available')
+  grid = np.array(devices[:need]).reshape(session_shards, gallery_shards)
+  return Mesh(grid, (SESSION_AXIS, GALLERY_AXIS))
+
+
+def shard_gallery(gallery, mesh: Mesh):
+  """Pads ``[N, D]`` rows to a multiple of the gallery shards and places them.
+
+  Returns:
+    ``(sharded [N', D] array, N)``; rows ``>= N`` are padding.
+  """
+  gallery = _checks.array('gallery', gallery, 2, 'float')
+  _checks.finite('gallery', gallery)
+  n, _ = gallery.shape
+  shards = mesh.shape[GALLERY_AXIS]
+  padded = -(-n // shards) * shards
+  if padded != n:
+    gallery = jnp.pad(jnp.asarray(gallery), ((0, padded - n), (0, 0)))
+  return jax.device_put(gallery, NamedSharding(mesh, P(GALLERY_AXIS, None))), n
+
+
+def sharded_retrieve(queries, gallery, k: int, *, mesh: Mesh, num_valid: int,
+                     exclude=None, block_size: int = retrieval.DEFAULT_BLOCK_SIZE):
+  """``retrieve`` over a gallery placed by ``shard_gallery``.
+
+  Args:
+    queries: ``[B, D]``; ``B`` is padded to a multiple of the session shards.
+    gallery: the sharded ``[N', D]`` gallery.
+    k: list length.
+    mesh: from ``make_mesh``.
+    num_valid: the gallery's real size ``N`` (from ``shard_gallery``).
+    exclude: ``None`` or ``[B]`` ids to drop per query.
+    block_size: rows per block within a shard.
+
+  Returns:
+    ``(ids [B, k] int32, scores [B, k] float32)``, equal to ``retrieve`` on
+    the unpadded gallery.
+  """
+  k = _checks.positive_int('k', k)
+  block_size = _checks.positive_int('block_size', block_size)
+  queries = _checks.array('queries', queries, 2, 'float')
+  b, d = queries.shape
+  _checks.same('queries', d, 'gallery', gallery.shape[1], 'embedding size D')
+  _checks.finite('queries', queries)
+  exclude = (np.full((b,), -1, np.int32) if exclude is None else
+             _checks.array('exclude', exclude, 1, 'int'))
+  _checks.shape('exclude', exclude, (b,))
+  sessions = mesh.shape[SESSION_AXIS]
+  padded_b = -(-b // sessions) * sessions
+  queries = jnp.pad(jnp.asarray(queries, jnp.float32),
+                    ((0, padded_b - b), (0, 0)))
+  exclude = jnp.pad(jnp.asarray(exclude, jnp.int32), (0, padded_b - b),
+                    constant_values=-1)
+  shard_rows = gallery.shape[0] // mesh.shape[GALLERY_AXIS]
+  ids, scores = _sharded(queries, gallery, exclude, mesh=mesh, k=k,
+                         block_size=min(block_size, shard_rows),
+                         num_valid=num_valid)
+  return ids[:b], scores[:b]
+
+
+@functools.partial(jax.jit, static_argnames=('mesh', 'k', 'block_size',
+                                             'num_valid'))
+def _sharded(queries, gallery, exclude, *, mesh, k, block_size, num_valid):
+  def local(q, g, ex):
+    n_local, _ = g.shape
+    offset = lax.axis_index(GALLERY_AXIS) * n_local
+    ids, scores = retrieval.top_k_blocks(
+        q, g, ex, k=k, block_size=block_size, id_offset=offset,
+        num_valid=num_valid)
+    # Shard order is id order, so the merge's ties go to lower ids.
+    all_ids = lax.all_gather(ids, GALLERY_AXIS, axis=1, tiled=True)
+    all_scores = lax.all_gather(scores, GALLERY_AXIS, axis=1, tiled=True)
+    top, pos = lax.top_k(all_scores, k)
+    top_ids = jnp.take_along_axis(all_ids, pos, axis=1)
+    return jnp.where(top == -jnp.inf, -1, top_ids), top
+
+  # The merged lists are equal on every gallery shard (they come from an
+  # all_gather), which the replication checker cannot infer here.
+  return jax.shard_map(
+      local, mesh=mesh, check_vma=False,
+      in_specs=(P(SESSION_AXIS, None), P(GALLERY_AXIS, None), P(SESSION_AXIS)),
+      out_specs=(P(SESSION_AXIS, None), P(SESSION_AXIS, None)))(
+          queries, gallery, exclude)

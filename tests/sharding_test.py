@@ -1,0 +1,64 @@
+"""The sharded gallery equals the unsharded path, ties included.
+
+The checks run in a subprocess with 8 fake CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=8``), because the test
+process's JAX has already started with one.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+import numpy as np
+
+from recovr_jax import sharding
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_checks():
+  """Compares sharded and unsharded retrieval on several meshes."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from recovr_jax import retrieve  # pylint: disable=g-import-not-at-top
+  assert len(jax.devices()) == 8, jax.devices()
+  rng = np.random.default_rng(0)
+  for gallery_shards, session_shards in ((8, 1), (4, 2), (2, 4), (1, 8)):
+    mesh = sharding.make_mesh(gallery_shards, session_shards)
+    for n, b, k in ((101, 5, 10), (64, 8, 10), (7, 3, 10), (40, 2, 1)):
+      # Small integers: exact scores, so ties are real ties.
+      gallery = rng.integers(-2, 3, (n, 3)).astype(np.float32)
+      queries = rng.integers(-2, 3, (b, 3)).astype(np.float32)
+      exclude = rng.integers(-1, n, b).astype(np.int32)
+      sharded, num_valid = sharding.shard_gallery(gallery, mesh)
+      assert num_valid == n
+      got = sharding.sharded_retrieve(queries, sharded, k, mesh=mesh,
+                                      num_valid=num_valid, exclude=exclude,
+                                      block_size=4)
+      want = retrieve(queries, gallery, k, exclude=exclude, block_size=4)
+      for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w),
+                                      err_msg=f'{mesh.shape} n={n}')
+  print('sharding checks passed')
+
+
+class ShardingTest(absltest.TestCase):
+
+  def test_sharded_equals_unsharded_on_8_cpu_devices(self):
+    env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+               JAX_PLATFORMS='cpu')
+    proc = subprocess.run(
+        [sys.executable, '-c',
+         'from tests.sharding_test import run_checks; run_checks()'],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn('sharding checks passed', proc.stdout)
+
+  def test_mesh_needs_enough_devices(self):
+    with self.assertRaisesRegex(ValueError, 'needs 64 devices'):
+      sharding.make_mesh(64)
+
+
+if __name__ == '__main__':
+  absltest.main()
