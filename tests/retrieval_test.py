@@ -161,3 +161,17 @@ class RetrieveBadInputTest(parameterized.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class BFloat16GalleryTest(absltest.TestCase):
+
+  def test_bfloat16_gallery_scores_in_float32(self):
+    rng = np.random.default_rng(0)
+    gallery = rng.standard_normal((50, 8)).astype(np.float32)
+    queries = rng.standard_normal((3, 8)).astype(np.float32)
+    half = jnp.asarray(gallery, jnp.bfloat16)
+    got = retrieve(queries, half, 5, block_size=16)
+    want = retrieve(queries, np.asarray(half.astype(jnp.float32)), 5,
+                    block_size=16)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
