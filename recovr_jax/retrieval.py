@@ -18,10 +18,12 @@ import numpy as np
 from recovr_jax import _checks
 
 DEFAULT_BLOCK_SIZE = 16384
+DEFAULT_GROUP_SIZE = 16
 
 
 def retrieve(queries, gallery, k: int, *, exclude=None,
-             block_size: int = DEFAULT_BLOCK_SIZE):
+             block_size: int = DEFAULT_BLOCK_SIZE,
+             group_size: int = DEFAULT_GROUP_SIZE):
   """Exact top-``k`` gallery items by dot product for each query.
 
   Args:
@@ -31,6 +33,9 @@ def retrieve(queries, gallery, k: int, *, exclude=None,
     exclude: ``None`` or ``[B]`` integer gallery ids to drop from each query's
       list (the reference video of a composed query); ``-1`` drops nothing.
     block_size: gallery rows scored at a time (static); bounds peak memory.
+    group_size: exact candidate pruning before each block's top-k (static;
+      0 disables it): only the ``k`` column groups of this size with the
+      largest maxima can hold the block's top-k.
 
   Returns:
     ``(ids, scores)``: ``[B, k]`` int32 gallery ids and ``[B, k]`` float32
@@ -58,17 +63,23 @@ def retrieve(queries, gallery, k: int, *, exclude=None,
     _checks.shape('exclude', exclude, (b,))
   _checks.finite('queries', queries)
   _checks.finite('gallery', gallery)
+  if isinstance(group_size, bool) or not isinstance(group_size, int) or (
+      group_size < 0):
+    raise ValueError(f'group_size must be an integer >= 0, got {group_size!r}')
   return _retrieve(queries, gallery, exclude, k=k,
-                   block_size=min(block_size, n))
+                   block_size=min(block_size, n), group_size=group_size)
 
 
-@functools.partial(jax.jit, static_argnames=('k', 'block_size'))
-def _retrieve(queries, gallery, exclude, *, k: int, block_size: int):
-  return top_k_blocks(queries, gallery, exclude, k=k, block_size=block_size)
+@functools.partial(jax.jit, static_argnames=('k', 'block_size', 'group_size'))
+def _retrieve(queries, gallery, exclude, *, k: int, block_size: int,
+              group_size: int):
+  return top_k_blocks(queries, gallery, exclude, k=k, block_size=block_size,
+                      group_size=group_size)
 
 
 def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
-                 id_offset=0, num_valid: int | None = None):
+                 id_offset=0, num_valid: int | None = None,
+                 group_size: int = DEFAULT_GROUP_SIZE):
   """The blocked exact top-k; un-jitted so sharded callers can reuse it.
 
   Args:
@@ -80,6 +91,8 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     id_offset: global id of ``gallery[0]`` (a shard's offset; may be traced).
     num_valid: global ids ``>= num_valid`` are padding rows and never
       returned; ``None`` for no padding.
+    group_size: candidate pruning (``_candidate_groups``) on blocks of at
+      least ``4 * k * group_size`` rows; 0 disables it.
 
   Returns:
     ``(ids [B, k] int32, scores [B, k] float32)``.
@@ -100,14 +113,18 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     if num_valid is not None:
       drop = drop | (block_ids >= num_valid)[None, :]
     scores = jnp.where(drop, -jnp.inf, scores)
+    if group_size and blk % group_size == 0 and blk >= 4 * kept * group_size:
+      scores, block_ids = _candidate_groups(scores, block_ids, kept,
+                                            group_size)
+      blk = scores.shape[1]
+    block_ids = jnp.broadcast_to(block_ids, (b, blk))
     if running is None:
       top_scores, pos = lax.top_k(scores, min(kept, blk))
-      return top_scores, block_ids[pos]
+      return top_scores, jnp.take_along_axis(block_ids, pos, axis=1)
     run_scores, run_ids = running
     # Running entries first: they hold lower ids, so ties resolve to them.
     all_scores = jnp.concatenate([run_scores, scores], axis=1)
-    all_ids = jnp.concatenate(
-        [run_ids, jnp.broadcast_to(block_ids, (b, blk))], axis=1)
+    all_ids = jnp.concatenate([run_ids, block_ids], axis=1)
     top_scores, pos = lax.top_k(all_scores, kept)
     return top_scores, jnp.take_along_axis(all_ids, pos, axis=1)
 
@@ -127,6 +144,29 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
   scores, ids = running
   ids = jnp.where(scores == -jnp.inf, -1, ids)
   return _pad(ids, scores, k) if ids.shape[1] < k else (ids, scores)
+
+
+def _candidate_groups(scores, block_ids, k: int, group: int):
+  """The block's entries that can still be in its top-k, in id order.
+
+  Columns form groups of ``group``; an entry of the top ``k`` has at most
+  ``k - 1`` larger entries, so at most ``k - 1`` groups have a larger maximum
+  and its group is among the ``k`` groups with the largest maxima (equal
+  maxima go to lower groups, which hold the lower ids that win ties anyway).
+  Keeping those groups, re-sorted into id order, leaves the exact top-k and
+  its tie order unchanged while ``lax.top_k`` sees ``k * group`` entries
+  instead of the whole block.
+
+  Returns:
+    ``(scores [B, k * group], ids [B, k * group])``.
+  """
+  b, blk = scores.shape
+  grouped = scores.reshape(b, blk // group, group)
+  _, best = lax.top_k(jnp.max(grouped, axis=2), k)  # [B, k] group indices
+  best = jnp.sort(best, axis=1)  # id order, so ties still favour lower ids
+  kept_scores = jnp.take_along_axis(grouped, best[:, :, None], axis=1)
+  kept_ids = block_ids.reshape(blk // group, group)[best]  # [B, k, group]
+  return kept_scores.reshape(b, k * group), kept_ids.reshape(b, k * group)
 
 
 def _pad(a, b, k):

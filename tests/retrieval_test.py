@@ -58,6 +58,30 @@ class RetrieveTest(parameterized.TestCase):
       np.testing.assert_array_equal(ids, ref_ids, err_msg=f'seed {seed}')
       np.testing.assert_array_equal(scores, ref_scores)
 
+  def test_candidate_group_pruning_is_exact(self):
+    # Blocks of 64 rows, k = 3, groups of 4: 64 >= 4 * 3 * 4 turns pruning on.
+    for seed in range(12):
+      rng = np.random.default_rng(seed)
+      n = (200, 256, 130)[seed % 3]
+      gallery = integer_embeddings(rng, (n, 3), -1, 2)  # many ties
+      queries = integer_embeddings(rng, (6, 3))
+      exclude = rng.integers(-1, n, (6,)).astype(np.int32)
+      ref = reference_retrieve(queries, gallery, 3, exclude)
+      for group in (4, 0):
+        ids, scores = retrieve(queries, gallery, 3, exclude=exclude,
+                               block_size=64, group_size=group)
+        np.testing.assert_array_equal(ids, ref[0], err_msg=f'{seed} {group}')
+        np.testing.assert_array_equal(scores, ref[1])
+
+  def test_pruned_candidates_keep_id_order_for_ties(self):
+    # Group 5 (ids 20-23) has the larger maximum, but the tie at 5 between
+    # ids 4 and 21 must still go to id 4.
+    values = np.zeros((32, 1), np.float32)
+    values[4], values[20], values[21] = 5, 9, 5
+    ids, _ = retrieve(np.ones((1, 1), np.float32), values, 2, block_size=32,
+                      group_size=4)
+    np.testing.assert_array_equal(ids, [[20, 4]])
+
   def test_real_embeddings(self):
     for seed in range(4):
       rng = np.random.default_rng(seed)
