@@ -16,7 +16,6 @@ the float32 ids of the same queries and gallery.
 """
 
 import json
-import statistics
 import subprocess
 import sys
 
