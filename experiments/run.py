@@ -182,8 +182,7 @@ def build_environment(world_config):
       reference=np.array([index[r] for r in ann.reference]),
       target=np.array([index[t] for t in ann.target]),
       modification=ann.edit, encode_text=encode_text,
-      compose=lambda r, e: np.asarray(
-          __import__('recovr_jax.encoders').encoders.sum_composer(r, e)))
+      compose=lambda r, e: np.asarray(encoders.sum_composer(r, e)))
 
 
 class Progress:

@@ -20,6 +20,7 @@ lexicon; it is the offline default and the fallback of every other backend.
 import collections
 import dataclasses
 import math
+import pathlib
 
 from recovr_jax import lexicon
 
@@ -209,8 +210,8 @@ class RulesReasoner:
 
 
 BACKENDS = ('rules', 'flax_lm')
-DEFAULT_REASONER_DIR = str(__import__('pathlib').Path(__file__).parent /
-                           'checkpoints' / 'reasoner')
+DEFAULT_REASONER_DIR = str(pathlib.Path(__file__).parent / 'checkpoints' /
+                           'reasoner')
 
 
 def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
@@ -224,7 +225,6 @@ def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
     return RulesReasoner()
   if backend == 'flax_lm':
     import json  # pylint: disable=g-import-not-at-top
-    import pathlib  # pylint: disable=g-import-not-at-top
     from recovr_jax import flax_lm  # pylint: disable=g-import-not-at-top
     from recovr_jax import reasoner_training  # pylint: disable=g-import-not-at-top
     directory = pathlib.Path(checkpoint or DEFAULT_REASONER_DIR)
