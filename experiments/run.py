@@ -25,6 +25,8 @@ from recovr_jax import fusion
 from recovr_jax import loop
 from recovr_jax import reasoning
 from recovr_jax import reporting
+from recovr_jax import resources
+from recovr_jax import retrieval
 from recovr_jax import session
 from recovr_jax import simulator
 from experiments import data_flags
@@ -85,6 +87,20 @@ _RESAMPLES = flags.DEFINE_integer('bootstrap_resamples', 10_000,
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the bootstrap.')
 _RESUME = flags.DEFINE_bool('resume', True,
                             'Reuse finished batches in --output_dir.')
+_SIMULATION = flags.DEFINE_enum(
+    'simulation', 'host', ['host', 'jit'],
+    'host: the user and the reasoner run in Python between jitted ranking '
+    'steps (every method, backend and user). jit: whole sessions as one '
+    'lax.scan inside vmap (the world, the rules reasoner, ReCoVR-family '
+    'methods, noise-free users, no questions); implies --user_draws=jax.')
+_USER_DRAWS = flags.DEFINE_enum(
+    'user_draws', 'numpy', list(simulator.DRAWS),
+    "Source of the user's random decisions. jax: the draws of the jitted "
+    'mode, so a host run equals a --simulation=jit run list for list.')
+_PLATFORM = flags.DEFINE_enum(
+    'platform', 'auto', list(resources.PLATFORMS),
+    'Device to run on; a requested gpu or tpu that JAX cannot find is an '
+    'error, not a CPU run.')
 SWEEPABLE = ('rrf_k', 'list_length', 'window', 'kappa_neg', 'kappa_neu',
              'kappa_pos', 'recency', 'gamma', 'merlin_alpha', 'noise_rate',
              'drop_rate', 'user_policy', 'modify_threshold', 'ask_mode',
@@ -128,14 +144,21 @@ def validate_flags():
   if _REASONER_CKPT.value and not os.path.isdir(_REASONER_CKPT.value):
     _fail(f'--reasoner_checkpoint {_REASONER_CKPT.value} is not a directory')
   try:
+    resources.select_device(_PLATFORM.value)
+  except ValueError as e:
+    _fail(str(e))
+  draws = 'jax' if _SIMULATION.value == 'jit' else _USER_DRAWS.value
+  try:
     user = simulator.UserConfig(
         modify_threshold=_MODIFY.value, policy=_POLICY.value,
-        noise_rate=_NOISE.value, drop_rate=_DROP.value)
+        noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws)
     ask = asking.AskPolicy(mode=_ASK_MODE.value, threshold=_ASK_THRESHOLD.value,
                            tau=_ASK_TAU.value, budget=_ASK_BUDGET.value)
     world = world_flags.world_config()
   except ValueError as e:
     _fail(str(e))
+  if _SIMULATION.value == 'jit':
+    _check_jit(user)
   out = pathlib.Path(_OUTPUT.value).absolute()
   try:
     out.mkdir(parents=True, exist_ok=True)
@@ -145,6 +168,23 @@ def validate_flags():
   except OSError as e:
     _fail(f'--output_dir {out} cannot be written: {e}')
   return out, user, ask, world
+
+
+def _check_jit(user):
+  """What --simulation=jit cannot run, named by flag."""
+  from recovr_jax import simulation  # pylint: disable=g-import-not-at-top
+  if _DATA.value != 'world':
+    _fail('--simulation=jit needs --data=world')
+  if _REASONER.value != 'rules':
+    _fail('--simulation=jit needs --reasoner=rules')
+  for name in _METHODS.value:
+    try:
+      simulation.check_supported(loop.METHODS[name], user, _ASK_MODE.value)
+    except ValueError as e:
+      flag = ('--noise_rate' if 'noise_rate' in str(e) else
+              '--ask_mode' if 'ask_mode' in str(e) else '--methods')
+      _fail(f'--simulation=jit: {e}; change {flag} or use '
+            '--simulation=host')
 
 
 def build_environment(world_config):
@@ -321,7 +361,7 @@ def run_once():
               'user': dataclasses.asdict(user_config),
               'world': dataclasses.asdict(world_config),
               'methods': _METHODS.value, 'data': _DATA.value,
-              'reasoner': _REASONER.value}
+              'reasoner': _REASONER.value, 'simulation': _SIMULATION.value}
   resolved_path = out / 'resolved_config.json'
   if resolved_path.exists() and _RESUME.value and json.loads(
       resolved_path.read_text()) != json.loads(json.dumps(resolved)):
@@ -336,6 +376,21 @@ def run_once():
     _ENVIRONMENTS[key] = build_environment(world_config)
   env = _ENVIRONMENTS[key]
   base = dataclasses.replace(base, num_ids=len(env.gallery))
+  n, d = env.gallery.shape
+  try:
+    resources.check_fits(
+        resources.session_batch_bytes(
+            min(_BATCH.value, len(env.target)), base.num_channels, n, d,
+            base.list_length, base.window, retrieval.DEFAULT_BLOCK_SIZE),
+        f'a batch of {_BATCH.value} sessions', '--batch_size')
+  except ValueError as e:
+    _fail(str(e))
+  sim_env = None
+  if _SIMULATION.value == 'jit':
+    from recovr_jax import simulation  # pylint: disable=g-import-not-at-top
+    if (key, 'jit') not in _ENVIRONMENTS:
+      _ENVIRONMENTS[key, 'jit'] = simulation.prepare(env)
+    sim_env = _ENVIRONMENTS[key, 'jit']
   if _DATA.value == 'world':
     user = simulator.SimulatedUser(user_config, seed=_USER_SEED.value)
     reasoner = reasoning.make_reasoner(_REASONER.value, _REASONER_CKPT.value)
@@ -362,16 +417,19 @@ def run_once():
       loaded = _load_batch(out, name, b, shape) if _RESUME.value else None
       if loaded is None:
         errors = {}
-        try:
-          result = loop.run_batch(env, method, batch, user, reasoner, base,
-                                  protocol)
-        except Exception as e:  # pylint: disable=broad-except
-          # A batch whose reasoning raises is run session by session, and
-          # the sessions that raise are recorded with their error.
-          logging.warning('batch %d of %s raised %r; retrying per session',
-                          b, name, e)
-          result = _per_session(env, method, batch, user, reasoner, base,
-                                protocol, shape, errors)
+        if sim_env is not None:
+          result = _run_jit(sim_env, method, batch, user_config, base)
+        else:
+          try:
+            result = loop.run_batch(env, method, batch, user, reasoner, base,
+                                    protocol)
+          except Exception as e:  # pylint: disable=broad-except
+            # A batch whose reasoning raises is run session by session,
+            # and the sessions that raise are recorded with their error.
+            logging.warning('batch %d of %s raised %r; retrying per session',
+                            b, name, e)
+            result = _per_session(env, method, batch, user, reasoner, base,
+                                  protocol, shape, errors)
         stats = getattr(reasoner, 'validity', lambda: {})()
         _save_batch(out, name, b, result, batch, errors, stats)
       else:
@@ -423,6 +481,16 @@ def run_once():
     print('(matplotlib not installed: no plots; pip install ".[plots]")')
   print(f'wrote {out} in {time.time() - start:.0f}s')
   return per_method
+
+
+def _run_jit(sim_env, method, batch, user_config, base):
+  from recovr_jax import simulation  # pylint: disable=g-import-not-at-top
+  config = simulation.sim_config(method, base, user_config,
+                                 sim_env.composer)
+  trace = simulation.run(sim_env, config, batch, _USER_SEED.value,
+                         log=lambda msg: print(f'[{method.name}] {msg}',
+                                               flush=True))
+  return simulation.batch_result(sim_env, trace)
 
 
 def _per_session(env, method, batch, user, reasoner, base, protocol, shape,

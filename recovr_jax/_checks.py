@@ -82,8 +82,10 @@ def finite(name: str, x) -> None:
     ok = np.isfinite(x).reshape(x.shape[0], -1).all(axis=1) if x.ndim else (
         np.isfinite(x)[None])
   else:
-    ok = np.asarray(_finite_rows(x)) if x.ndim else np.asarray(
-        jnp.isfinite(x))[None]
+    ok = _finite_rows(x) if x.ndim else jnp.isfinite(x)[None]
+    if not is_concrete(ok):
+      return  # a constant closed over by an outer jit: values not readable
+    ok = np.asarray(ok)
   if not ok.all():
     row = int(np.argmin(ok))
     raise ValueError(

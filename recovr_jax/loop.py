@@ -87,6 +87,10 @@ class Environment:
   modification: tuple[str, ...]        # [Q]
   encode_text: Callable[[Sequence[str]], np.ndarray]
   compose: Callable[[np.ndarray, np.ndarray], np.ndarray]
+  # The same composer as a pure JAX function, for the jitted mode
+  # (``simulation.compose``): 'mlp' with its params, 'sum', or None.
+  composer: str | None = None
+  composer_params: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,4 +332,5 @@ def world_environment(world, text_encoder, video_params, composer_params,
       attributes=world.gallery_attributes,
       reference=np.asarray(world.test.reference),
       target=np.asarray(world.test.target), modification=world.test.edit,
-      encode_text=text_encoder, compose=compose)
+      encode_text=text_encoder, compose=compose, composer='mlp',
+      composer_params=composer_params)

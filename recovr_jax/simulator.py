@@ -13,13 +13,20 @@ system question, never a method's internals. Its policy:
 
 Each session's draws come from its own generator, seeded by
 ``(seed, session, turn)``, so they do not depend on the method under test.
+Two sources of draws: ``numpy`` (the default) and ``jax``, where the
+decision (action, named attributes, prefix) comes from ``decide``, the same
+pure function the fully jitted simulation (``recovr_jax.simulation``) runs
+inside ``lax.scan``; host and jitted runs with ``jax`` draws are identical.
 Degradations: surface noise (character and word perturbations at a rate),
 constraint dropping (each mentioned attribute dropped with a probability),
 and modify-only / rewrite-only policies.
 """
 
 import dataclasses
+import functools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import lexicon
@@ -27,6 +34,8 @@ from recovr_jax import world as world_lib
 
 ACTIONS = ('stop', 'modify', 'rewrite', 'answer')
 POLICIES = ('mixed', 'modify_only', 'rewrite_only')
+DRAWS = ('numpy', 'jax')
+STOP, MODIFY, REWRITE, ANSWER = range(4)  # indices into ACTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +47,12 @@ class UserConfig:
   drop_rate: float = 0.0       # probability of dropping each mention
   min_described: int = 2       # a Rewrite names between these many
   max_described: int = 5       # attributes (never all of them)
+  draws: str = 'numpy'         # one of DRAWS
 
   def __post_init__(self):
+    if self.draws not in DRAWS:
+      raise ValueError(f'unknown user draws {self.draws!r}; valid choices: '
+                       f'{", ".join(DRAWS)}')
     if self.policy not in POLICIES:
       raise ValueError(f'unknown user policy {self.policy!r}; valid choices: '
                        f'{", ".join(POLICIES)}')
@@ -70,6 +83,74 @@ _REWRITE_PREFIX = ('', 'No. I want ', 'Wrong video. Show me ',
                    "That's not it. I'm looking for ", 'Try ')
 _ANSWER_TEMPLATES = ('{}', 'I want {}', 'It should be {}', '{}, please')
 _GENERIC = ('not this one', 'no, try again', 'that is not what I want')
+# Which Rewrite prefixes carry a negative marker for the State Reflector
+# (tests check this against reasoning's markers).
+NEGATIVE_REWRITE_PREFIX = (False, True, True, True, False)
+
+
+def decide(key: jax.Array, target_attrs: jax.Array, shown_attrs: jax.Array,
+           config: UserConfig, asked: jax.Array | int = -1):
+  """The user's decision on a shown video that is not the target, in JAX.
+
+  The same policy as ``SimulatedUser.respond`` with ``jax.random`` draws:
+  Modify names a uniformly random non-empty subset of the differing
+  attributes, Rewrite a random subset of ``min..max_described`` attributes,
+  Answer the asked attribute; each named attribute is then dropped with
+  probability ``drop_rate``.
+
+  Args:
+    key: the draw's key (``fold_in`` of seed, session and turn).
+    target_attrs, shown_attrs: ``[A]`` int attribute values.
+    config: the user's policy (static).
+    asked: ``[]`` int attribute the system asked about, -1 for none.
+
+  Returns:
+    ``(action [] int32, named [A] bool, prefix [] int32)``: the action
+    (index into ``ACTIONS``), the attributes the text names, and the Rewrite
+    prefix (index into the prefix table).
+  """
+  num = world_lib.NUM_ATTRIBUTES
+  k_order, k_size, k_drop, k_prefix = jax.random.split(key, 4)
+  diff = jnp.asarray(target_attrs) != jnp.asarray(shown_attrs)
+  num_diff = jnp.sum(diff)
+  major = num_diff > config.modify_threshold
+  asked = jnp.asarray(asked)
+  if config.policy == 'mixed':
+    action = jnp.where((asked >= 0) & major, ANSWER,
+                       jnp.where(major | (num_diff == 0), REWRITE, MODIFY))
+  elif config.policy == 'modify_only':
+    action = jnp.where(num_diff > 0, MODIFY, REWRITE)
+  else:
+    action = jnp.asarray(REWRITE)
+  # A uniformly random order of the attributes; a subset is a prefix of it.
+  u = jax.random.uniform(k_order, (num,))
+  rank = jnp.sum(u[None, :] < u[:, None], axis=1)
+  u_diff = jnp.where(diff, u, 2.0)  # non-differing attributes sort last
+  rank_diff = jnp.sum(u_diff[None, :] < u_diff[:, None], axis=1)
+  modify_size = jax.random.randint(k_size, (), 1,
+                                   jnp.maximum(num_diff, 1) + 1)
+  rewrite_size = jax.random.randint(k_size, (), config.min_described,
+                                    config.max_described + 1)
+  named = jnp.select(
+      [action == MODIFY, action == ANSWER],
+      [diff & (rank_diff < modify_size), jnp.arange(num) == asked],
+      rank < rewrite_size)
+  named &= jax.random.uniform(k_drop, (num,)) >= config.drop_rate
+  prefix = jax.random.randint(k_prefix, (), 0, len(_REWRITE_PREFIX))
+  return action.astype(jnp.int32), named, prefix
+
+
+def decision_key(seed_key: jax.Array, session, turn) -> jax.Array:
+  """The key of one (session, turn) decision under ``draws='jax'``;
+  ``seed_key`` is ``jax.random.key(seed)``."""
+  return jax.random.fold_in(jax.random.fold_in(seed_key, session), turn)
+
+
+@functools.partial(jax.jit, static_argnames=('config',))
+def _decide_host(seed_key, session, turn, target_attrs, shown_attrs, config,
+                 asked):
+  return decide(decision_key(seed_key, session, turn), target_attrs,
+                shown_attrs, config, asked)
 
 
 class SimulatedUser:
@@ -98,26 +179,17 @@ class SimulatedUser:
     rng = self.rng(session, turn)
     cfg = self.config
     target = np.asarray(target_attrs)
-    diff = np.flatnonzero(target != np.asarray(shown_attrs))
     asked = None if question is None else lexicon.question_attribute(question)
-    major = len(diff) > cfg.modify_threshold
-    if cfg.policy == 'mixed' and asked is not None and major:
-      action = 'answer'
-    elif cfg.policy == 'modify_only' and len(diff):
-      action = 'modify'
-    elif cfg.policy == 'rewrite_only' or major or not len(diff):
-      action = 'rewrite'
+    if cfg.draws == 'jax':
+      action, mask, prefix = _decide_host(
+          jax.random.key(self.seed), session, turn, jnp.asarray(target),
+          jnp.asarray(shown_attrs), cfg, -1 if asked is None else asked)
+      action = ACTIONS[int(action)]
+      named = [int(a) for a in np.flatnonzero(np.asarray(mask))]
+      rewrite_prefix = _REWRITE_PREFIX[int(prefix)]
     else:
-      action = 'modify'
-
-    if action == 'answer':
-      named = [asked]
-    elif action == 'modify':
-      named = list(rng.permutation(diff)[:rng.integers(1, len(diff) + 1)])
-    else:
-      size = int(rng.integers(cfg.min_described, cfg.max_described + 1))
-      named = list(rng.permutation(world_lib.NUM_ATTRIBUTES)[:size])
-    named = [a for a in named if rng.random() >= cfg.drop_rate]
+      action, named = self._draw_numpy(rng, target, shown_attrs, asked)
+      rewrite_prefix = None
     mentioned = {int(a): int(target[a]) for a in named}
 
     if not named:
@@ -128,14 +200,36 @@ class SimulatedUser:
       text = (str(rng.choice(_MODIFY_PREFIX))
               + world_lib.edit_text(rng, target, mask))
     elif action == 'rewrite':
-      text = (str(rng.choice(_REWRITE_PREFIX))
-              + lexicon.describe(rng, target, named))
+      if rewrite_prefix is None:
+        rewrite_prefix = str(rng.choice(_REWRITE_PREFIX))
+      text = rewrite_prefix + lexicon.describe(rng, target, named)
     else:
       text = str(rng.choice(_ANSWER_TEMPLATES)).format(
           lexicon.describe(rng, target, named))
     if cfg.noise_rate:
       text = add_surface_noise(rng, text, cfg.noise_rate)
     return Feedback(action, text, mentioned)
+
+  def _draw_numpy(self, rng, target, shown_attrs, asked):
+    cfg = self.config
+    diff = np.flatnonzero(target != np.asarray(shown_attrs))
+    major = len(diff) > cfg.modify_threshold
+    if cfg.policy == 'mixed' and asked is not None and major:
+      action = 'answer'
+    elif cfg.policy == 'modify_only' and len(diff):
+      action = 'modify'
+    elif cfg.policy == 'rewrite_only' or major or not len(diff):
+      action = 'rewrite'
+    else:
+      action = 'modify'
+    if action == 'answer':
+      named = [asked]
+    elif action == 'modify':
+      named = list(rng.permutation(diff)[:rng.integers(1, len(diff) + 1)])
+    else:
+      size = int(rng.integers(cfg.min_described, cfg.max_described + 1))
+      named = list(rng.permutation(world_lib.NUM_ATTRIBUTES)[:size])
+    return action, [a for a in named if rng.random() >= cfg.drop_rate]
 
 
 def add_surface_noise(rng: np.random.Generator, text: str, rate: float) -> str:

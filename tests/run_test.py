@@ -15,6 +15,7 @@ from recovr_jax import demotion
 from recovr_jax import encoders
 from recovr_jax import loop
 from recovr_jax import reasoning
+from recovr_jax import resources
 from recovr_jax import session
 from recovr_jax import simulator
 from recovr_jax import training
@@ -129,6 +130,40 @@ class RunnerTest(absltest.TestCase):
       if not row['error']:  # found at turn 0: no reasoning was needed
         self.assertEqual(row['turns'][1]['action'], 'stopped')
     self.assertTrue((out / 'metrics.json').is_file())
+
+  def test_jit_simulation_equals_host_with_jax_draws(self):
+    host, jit = self.root / 'host_jax', self.root / 'jit'
+    run_main(host, methods=['recovr', 'no_reflection'], user_draws='jax')
+    run_main(jit, methods=['recovr', 'no_reflection'], simulation='jit')
+    self.assertEqual(json.loads((jit / 'metrics.json').read_text()),
+                     json.loads((host / 'metrics.json').read_text()))
+    for h, j in zip((host / 'trajectories.jsonl').read_text().splitlines(),
+                    (jit / 'trajectories.jsonl').read_text().splitlines()):
+      h, j = json.loads(h), json.loads(j)
+      self.assertEqual([t['top10'] for t in h['turns']],
+                       [t['top10'] for t in j['turns']])
+      self.assertEqual([t['action'] for t in h['turns']],
+                       [t['action'] for t in j['turns']])
+
+  def test_jit_and_device_errors_name_the_flag(self):
+    with self.assertRaisesRegex(Exception, r"--simulation=jit: method 'ivr' "
+                                r'.*change --methods'):
+      run_main(self.root / 'bad', methods=['recovr', 'ivr'],
+               simulation='jit')
+    with self.assertRaisesRegex(Exception, 'change --noise_rate'):
+      run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+               noise_rate=0.1)
+    with self.assertRaisesRegex(Exception, '--platform=tpu was requested but '
+                                'JAX finds no tpu device'):
+      run_main(self.root / 'bad', methods=['recovr'], platform='tpu')
+    original = resources.available_bytes
+    resources.available_bytes = lambda device=None: 1 << 16
+    try:
+      with self.assertRaisesRegex(Exception, 'a batch of 5 sessions needs '
+                                  r'about .* GiB .* lower --batch_size'):
+        run_main(self.root / 'bad', methods=['recovr'])
+    finally:
+      resources.available_bytes = original
 
   def test_bad_input_before_any_work(self):
     with self.assertRaisesRegex(Exception, "unknown --methods nope; valid: "

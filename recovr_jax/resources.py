@@ -1,0 +1,85 @@
+"""Devices and memory: a requested accelerator that is absent is an error,
+and work that would not fit in memory is refused before it starts."""
+
+import os
+
+import jax
+
+PLATFORMS = ('auto', 'cpu', 'gpu', 'tpu')
+
+
+def select_device(platform: str, flag: str = '--platform') -> jax.Device:
+  """The first device of ``platform`` ('auto': JAX's default backend),
+  made the default device.
+
+  Raises:
+    ValueError: unknown platform, or no device of that platform (never a
+      silent fallback to the CPU).
+  """
+  if platform not in PLATFORMS:
+    raise ValueError(f'{flag}={platform!r}: valid choices are '
+                     f'{", ".join(PLATFORMS)}')
+  if platform == 'auto':
+    device = jax.devices()[0]
+  else:
+    try:
+      devices = jax.devices(platform)
+    except RuntimeError as e:
+      devices = []
+      reason = str(e).splitlines()[0]
+    else:
+      reason = ''
+    if not devices:
+      raise ValueError(
+          f'{flag}={platform} was requested but JAX finds no {platform} '
+          f'device ({reason or "none listed"}); available: '
+          f'{", ".join(sorted({d.platform for d in jax.devices()}))}. Install '
+          f'the jax build for {platform} or pass {flag}=cpu.')
+    device = devices[0]
+  jax.config.update('jax_default_device', device)
+  return device
+
+
+def available_bytes(device: jax.Device | None = None) -> int | None:
+  """Free memory of ``device`` (host RAM for a CPU), or None if unknown."""
+  device = device or jax.devices()[0]
+  if device.platform != 'cpu':
+    stats = device.memory_stats() or {}
+    if 'bytes_limit' in stats:
+      return int(stats['bytes_limit']) - int(stats.get('bytes_in_use', 0))
+    return None
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  try:
+    return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError):
+    return None
+
+
+def check_fits(needed: int, what: str, flag: str,
+               device: jax.Device | None = None, share: float = 0.8):
+  """Raises ``ValueError`` naming ``flag`` when ``needed`` bytes exceed
+  ``share`` of the free memory of ``device``."""
+  free = available_bytes(device)
+  if free is not None and needed > share * free:
+    raise ValueError(
+        f'{what} needs about {needed / 2**30:.2f} GiB but only '
+        f'{free / 2**30:.2f} GiB are free on '
+        f'{(device or jax.devices()[0]).platform}; lower {flag}')
+
+
+def session_batch_bytes(num_sessions: int, num_channels: int,
+                        gallery_size: int, dim: int, list_length: int,
+                        window: int, block_size: int) -> int:
+  """Peak bytes of one batch of the ranking core: the blocked score matrix
+  of every channel query (with the top-k merge's temporaries, about 3x) and
+  the per-session ring and fusion buffers, beside the gallery itself."""
+  block = min(block_size, gallery_size)
+  scores = 3 * 4 * num_sessions * num_channels * block
+  ring = 4 * 8 * num_sessions * window * num_channels * list_length
+  return scores + ring + 4 * gallery_size * dim

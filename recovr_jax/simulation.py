@@ -1,0 +1,408 @@
+"""Fully jitted sessions: the embedded world, the ``rules`` reasoner and the
+template user as tensor operations.
+
+A whole session (user decision, Intent Decomposer, State Reflector, text
+encoding, composition, retrieval, rank-cap and fusion) is one ``lax.scan``
+over turns, and a batch is that scan under ``vmap`` over sessions, compiled
+once per shape:
+
+* the user is ``simulator.decide`` (``jax.random`` draws keyed by seed,
+  session and turn), so it names attributes instead of writing words;
+* the rules reasoner works on attribute vectors (``-1`` = not mentioned):
+  what the host reasoner parses out of the user's text is exactly the named
+  attributes' target values (tests check this on the lexicon), and its
+  outputs are canonical texts of partial assignments;
+* text encoding is a lookup: a canonical text is a function of its partial
+  assignment, so each one has a code (mixed radix over ``value + 1``) and the
+  ``PhraseTable`` holds the text encoder's embedding of every code seen.
+
+The table fills itself: a run that needs a code the table lacks reports it,
+the host encodes the missing texts and the batch runs again (at most
+``T + 1`` passes; a pass fixes at least one more turn of every session).
+With ``UserConfig(draws='jax')`` the host loop (``loop.run_batch``) shows the
+same lists, turn by turn (tested); the README compares both with the default
+NumPy-drawn user.
+
+Supported: the ReCoVR family (``loop.METHODS`` with family ``recovr``),
+noise-free users, no questions. Everything else runs in the host loop.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import demotion
+from recovr_jax import encoders
+from recovr_jax import lexicon
+from recovr_jax import loop
+from recovr_jax import reasoning
+from recovr_jax import session as session_lib
+from recovr_jax import simulator
+from recovr_jax import world as world_lib
+
+_RADIX = tuple(n + 1 for n in world_lib.NUM_VALUES)
+NUM_CODES = int(np.prod(_RADIX))        # partial assignments, incl. empty
+_STRIDES = tuple(int(np.prod(_RADIX[a + 1:])) for a in range(len(_RADIX)))
+COMPOSERS = ('mlp', 'sum')
+
+
+def code(attrs) -> jax.Array:
+  """``[..., A]`` partial assignments (-1 = absent) -> ``[...]`` int32 codes;
+  0 is the empty assignment."""
+  attrs = jnp.asarray(attrs, jnp.int32)
+  return jnp.sum((attrs + 1) * jnp.asarray(_STRIDES, jnp.int32), axis=-1)
+
+
+def decode(c: int) -> dict[int, int]:
+  """A code -> ``{attribute: value}``."""
+  out = {}
+  for a, (radix, stride) in enumerate(zip(_RADIX, _STRIDES)):
+    v = (int(c) // stride) % radix - 1
+    if v >= 0:
+      out[a] = v
+  return out
+
+
+def phrase_text(c: int) -> str:
+  """The rules reasoner's text of a table code: codes below ``NUM_CODES``
+  are searches (``canonical_description``), the rest edits
+  (``canonical_edit`` of ``c - NUM_CODES``); the empty code is ''."""
+  if c in (0, NUM_CODES):
+    return ''
+  if c < NUM_CODES:
+    return lexicon.canonical_description(decode(c))
+  return lexicon.canonical_edit(decode(c - NUM_CODES))
+
+
+class PhraseTable:
+  """Embeddings of the reasoner's canonical texts, by code, filled lazily
+  with ``encode_text``. Row 0 is the empty text (its channel is invalid)."""
+
+  def __init__(self, encode_text, dim: int):
+    self._encode = encode_text
+    self._dim = dim
+    self._row = {0: 0, NUM_CODES: 0}
+    self._rows = [np.zeros((1, dim), np.float32)]
+    self._cache = None
+
+  def __len__(self):
+    return sum(len(r) for r in self._rows)
+
+  def missing(self, codes) -> list[int]:
+    return sorted({int(c) for c in codes} - set(self._row))
+
+  def add(self, codes) -> int:
+    """Encodes the codes not in the table; returns how many were added."""
+    new = self.missing(codes)
+    if new:
+      emb = np.asarray(self._encode([phrase_text(c) for c in new]),
+                       np.float32)
+      start = len(self)
+      self._row.update({c: start + i for i, c in enumerate(new)})
+      self._rows.append(emb)
+      self._cache = None
+    return len(new)
+
+  def arrays(self):
+    """``(index [2 * NUM_CODES] int32, rows [R, D] float32)``; ``index`` is
+    -1 for codes not in the table. ``R`` is rounded up to a power of two so
+    that a growing table recompiles rarely."""
+    if self._cache is None:
+      index = np.full(2 * NUM_CODES, -1, np.int32)
+      index[list(self._row)] = list(self._row.values())
+      rows = np.concatenate(self._rows)
+      capacity = max(1024, 1 << (len(rows) - 1).bit_length())
+      rows = np.pad(rows, ((0, capacity - len(rows)), (0, 0)))
+      self._cache = (jnp.asarray(index), jnp.asarray(rows))
+    return self._cache
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SimArrays:
+  """The world as tensors (Progress Memory, long-term part)."""
+  gallery: jax.Array        # [N, D] float32 video embeddings
+  attributes: jax.Array     # [N, A] int32 true attributes (the user's view)
+  caption_attrs: jax.Array  # [N, A] int32 parsed captions (the reasoner's)
+  reference: jax.Array      # [Q] int32 gallery ids
+  target: jax.Array         # [Q] int32 gallery ids
+  init_search: jax.Array    # [Q, A] int32 T2V initializer's assignment
+  modification: jax.Array   # [Q, D] float32 encoded modification texts
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+  """Static settings of a jitted run (hashable)."""
+  loop: session_lib.LoopConfig
+  user: simulator.UserConfig
+  t2v: bool = True
+  covr: bool = True
+  reflection: bool = True
+  dynamic_anchor: bool = True
+  composer: str = 'mlp'     # one of COMPOSERS
+
+
+@dataclasses.dataclass(frozen=True)
+class SimEnvironment:
+  """What a jitted run reads: arrays, the composer and the phrase table."""
+  arrays: SimArrays
+  composer: str
+  composer_params: object
+  table: PhraseTable
+  captions: tuple[str, ...]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SimTrace:
+  """One session's run; per-turn fields are for turns 1..T."""
+  displayed: jax.Array   # [T+1, K] int32 shown lists
+  top_scores: jax.Array  # [T+1] float32
+  active: jax.Array      # [T] bool, the user had not stopped
+  action: jax.Array      # [T] int32 index into simulator.ACTIONS
+  mentioned: jax.Array   # [T, A] int32 named values, -1 not named
+  sigma: jax.Array       # [T] int32
+  search: jax.Array      # [T] int32 search code (0: none)
+  edit: jax.Array        # [T] int32 edit code (0: none)
+  needed: jax.Array      # [T+1, 2] int32 table codes used (0: none)
+
+
+def check_supported(method: loop.Method, user: simulator.UserConfig,
+                    ask_mode: str = 'never'):
+  """Raises ``ValueError`` naming what the jitted mode cannot run."""
+  if method.family != 'recovr' or method.asks:
+    raise ValueError(
+        f'method {method.name!r} runs only in the host loop (the jitted mode '
+        'covers the ReCoVR family)')
+  if user.noise_rate:
+    raise ValueError('noise_rate must be 0 in the jitted mode (noisy text '
+                     f'needs the host parser), got {user.noise_rate}')
+  if ask_mode != 'never':
+    raise ValueError(f'ask_mode must be never in the jitted mode, got '
+                     f'{ask_mode!r}')
+
+
+def prepare(env: loop.Environment) -> SimEnvironment:
+  """The tensors of a world environment (checked, before any run)."""
+  if env.attributes is None:
+    raise ValueError('the jitted mode needs attribute labels (the embedded '
+                     'world); this environment has none')
+  if env.composer not in COMPOSERS:
+    raise ValueError(f'the jitted mode needs a pure composer ({COMPOSERS}); '
+                     f'the environment has {env.composer!r}')
+  num_attrs = world_lib.NUM_ATTRIBUTES
+
+  def assignment(parsed):
+    row = np.full(num_attrs, -1, np.int32)
+    for a, v in parsed.items():
+      row[a] = v
+    return row
+
+  caption_attrs = np.stack([assignment(lexicon.parse(c))
+                            for c in env.captions])
+  init = reasoning.RulesReasoner().t2v_init([
+      reasoning.T2VInitRequest(env.captions[r], m)
+      for r, m in zip(env.reference, env.modification)])
+  init_search = []
+  for q, out in enumerate(init):
+    parsed = lexicon.parse(out['search'])
+    if out['search'] != lexicon.canonical_description(parsed):
+      raise ValueError(f'query {q}: the T2V initializer wrote '
+                       f'{out["search"]!r}, which is not a canonical '
+                       'description; the jitted mode cannot represent it')
+    init_search.append(assignment(parsed))
+  modification = np.asarray(env.encode_text(list(env.modification)),
+                            np.float32)
+  arrays = SimArrays(
+      gallery=jnp.asarray(env.gallery, jnp.float32),
+      attributes=jnp.asarray(env.attributes, jnp.int32),
+      caption_attrs=jnp.asarray(caption_attrs),
+      reference=jnp.asarray(env.reference, jnp.int32),
+      target=jnp.asarray(env.target, jnp.int32),
+      init_search=jnp.asarray(np.stack(init_search)),
+      modification=jnp.asarray(modification))
+  return SimEnvironment(arrays=arrays, composer=env.composer,
+                        composer_params=env.composer_params,
+                        table=PhraseTable(env.encode_text,
+                                          env.gallery.shape[1]),
+                        captions=tuple(env.captions))
+
+
+def compose(kind: str, params, reference, edit):
+  """The composer ``kind`` as a pure function (``[..., D]`` inputs)."""
+  if kind == 'sum':
+    return encoders.sum_composer(reference, edit)
+  hidden = params['params']['Dense_0']['kernel'].shape[1]
+  return encoders.Composer(hidden=hidden).apply(params, reference, edit)
+
+
+def _lookup(index, rows, c):
+  # A code not yet in the table reads row 0; ``run`` then adds it and runs
+  # the batch again, so no such lookup survives into a returned trace.
+  return rows[jnp.maximum(index[c], 0)]
+
+
+def simulate_session(config: SimConfig, arrays: SimArrays, index, rows,
+                     composer_params, query, seed_key) -> SimTrace:
+  """One session of query ``query`` (also its user's session number)."""
+  lc = config.loop
+  num_attrs = world_lib.NUM_ATTRIBUTES
+  gallery = arrays.gallery
+  ref, tgt = arrays.reference[query], arrays.target[query]
+  target_attrs = arrays.attributes[tgt]
+  none = jnp.full((num_attrs,), -1, jnp.int32)
+  search0 = arrays.init_search[query] if config.t2v else none
+  search0_code = jnp.where(config.t2v, code(search0), 0)
+  t2v0 = _lookup(index, rows, search0_code)
+  covr0 = compose(config.composer, composer_params, gallery[ref],
+                  arrays.modification[query])
+  state = session_lib.start_step(lc, gallery, session_lib.init_state(lc),
+                                 session_lib.TurnInputs(
+                                     queries=jnp.stack([t2v0, covr0]),
+                                     valid=jnp.stack([
+                                         jnp.asarray(config.t2v) &
+                                         jnp.any(search0 >= 0),
+                                         jnp.asarray(config.covr)]),
+                                     exclude=ref,
+                                     sigma=jnp.asarray(demotion.SIGMA_NEU),
+                                     stop=jnp.asarray(False)))
+  negative_prefix = jnp.asarray(simulator.NEGATIVE_REWRITE_PREFIX)
+
+  def turn_fn(carry, turn):
+    state, search, keep = carry
+    top1 = jnp.maximum(state.shown_ids[0], 0)
+    stop = state.stopped | (state.shown_ids[0] == tgt)
+    action, named, prefix = simulator.decide(
+        simulator.decision_key(seed_key, query, turn), target_attrs,
+        arrays.attributes[top1], config.user)
+    mentions = jnp.where(named, target_attrs, -1)
+    shown = arrays.caption_attrs[top1]
+    # Intent Decomposer: running query < kept constraints < this feedback.
+    wanted = jnp.where(mentions >= 0, mentions,
+                       jnp.where(keep >= 0, keep, search))
+    changes = jnp.where((mentions >= 0) & (mentions != shown), mentions, -1)
+    search_code = code(wanted)
+    edit_code = code(changes)
+    use_search = search_code * config.t2v  # 0: the channel is unused
+    use_edit = edit_code * config.covr
+    # State Reflector.
+    num_mentions = jnp.sum(mentions >= 0)
+    num_changes = jnp.sum(changes >= 0)
+    negative = (num_mentions == 0) | (
+        (action == simulator.REWRITE) & negative_prefix[prefix])
+    sigma = jnp.where(negative | (num_changes >= 3), demotion.SIGMA_NEG,
+                      jnp.where(num_changes <= 1, demotion.SIGMA_POS,
+                                demotion.SIGMA_NEU))
+    if not config.reflection:
+      sigma = jnp.asarray(demotion.SIGMA_NEU)
+    t2v_query = _lookup(index, rows, use_search)
+    edit_emb = _lookup(index, rows, use_edit + NUM_CODES)
+    anchor = top1 if config.dynamic_anchor else ref
+    covr_query = compose(config.composer, composer_params, gallery[anchor],
+                         edit_emb)
+    inputs = session_lib.TurnInputs(
+        queries=jnp.stack([t2v_query, covr_query]),
+        valid=jnp.stack([use_search > 0, use_edit > 0]),
+        exclude=ref, sigma=sigma.astype(jnp.int32), stop=stop)
+    state = session_lib.turn_step(lc, gallery, state, inputs)
+    # Progress Memory, short-term part, as update_memory writes it.
+    new_search = jnp.where(jnp.any(wanted >= 0), wanted, search)
+    new_keep = jnp.where(mentions >= 0, mentions, keep) if (
+        config.reflection) else none
+    search = jnp.where(stop, search, new_search)
+    keep = jnp.where(stop, keep, new_keep)
+    active = ~stop
+    out = dict(shown=state.shown_ids, top=state.shown_scores[0],
+               active=active, action=action, mentioned=mentions,
+               sigma=sigma.astype(jnp.int32),
+               search=jnp.where(active, search_code, 0),
+               edit=jnp.where(active, edit_code, 0),
+               use_search=jnp.where(active, use_search, 0),
+               use_edit=jnp.where(active, use_edit, 0))
+    return (state, search, keep), out
+
+  _, outs = jax.lax.scan(turn_fn, (state, search0, none),
+                         jnp.arange(1, lc.num_turns + 1))
+  needed = jnp.stack([outs['use_search'], outs['use_edit'] + jnp.where(
+      outs['use_edit'] > 0, NUM_CODES, 0)], axis=1)
+  needed = jnp.concatenate([jnp.stack([search0_code, 0])[None], needed])
+  return SimTrace(
+      displayed=jnp.concatenate([state.shown_ids[None], outs['shown']]),
+      top_scores=jnp.concatenate([state.shown_scores[:1], outs['top']]),
+      active=outs['active'], action=outs['action'],
+      mentioned=outs['mentioned'], sigma=outs['sigma'],
+      search=outs['search'], edit=outs['edit'], needed=needed)
+
+
+@functools.partial(jax.jit, static_argnames=('config',))
+def simulate(config: SimConfig, arrays: SimArrays, index, rows,
+             composer_params, queries, seed_key) -> SimTrace:
+  """A batch of sessions: ``simulate_session`` vmapped over ``queries``."""
+  # world, table and composer shared; one query per session.
+  batched = jax.vmap(simulate_session,
+                     in_axes=(None, None, None, None, None, 0, None))
+  return batched(config, arrays, index, rows, composer_params, queries,
+                 seed_key)
+
+
+def sim_config(method: loop.Method, base: session_lib.LoopConfig,
+               user: simulator.UserConfig, composer: str) -> SimConfig:
+  return SimConfig(loop=loop.loop_config(method, base),
+                   user=dataclasses.replace(user, draws='jax'),
+                   t2v=method.t2v, covr=method.covr,
+                   reflection=method.reflection,
+                   dynamic_anchor=method.dynamic_anchor, composer=composer)
+
+
+def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
+        log=None) -> SimTrace:
+  """Runs ``sessions`` (query indices), filling the phrase table as needed.
+
+  Returns the trace as NumPy arrays.
+  """
+  queries = jnp.asarray(sessions, jnp.int32)
+  seed_key = jax.random.key(seed)
+  for attempt in range(config.loop.num_turns + 2):
+    index, rows = env.table.arrays()
+    trace = simulate(config, env.arrays, index, rows, env.composer_params,
+                     queries, seed_key)
+    needed = np.asarray(trace.needed)
+    added = env.table.add(needed[needed > 0])
+    if not added:
+      return jax.tree.map(np.asarray, trace)
+    if log is not None:
+      log(f'pass {attempt + 1}: encoded {added} new phrases '
+          f'(table {len(env.table)})')
+  raise RuntimeError('the phrase table did not settle')  # cannot happen
+
+
+def batch_result(env: SimEnvironment, trace: SimTrace) -> loop.BatchResult:
+  """The host loop's ``BatchResult`` (records hold what the user named
+  instead of the text it would have written)."""
+  names = world_lib.ATTRIBUTES
+  records = []
+  for i in range(trace.displayed.shape[0]):
+    rows = [{'turn': 0, 'action': None, 'feedback': None, 'sigma': None,
+             'question': None, 'asked': None}]
+    for t in range(trace.active.shape[1]):
+      if not trace.active[i, t]:
+        rows.append({'turn': t + 1, 'action': 'stopped', 'feedback': '',
+                     'sigma': None, 'question': None, 'asked': None})
+        continue
+      rows.append({
+          'turn': t + 1,
+          'action': simulator.ACTIONS[int(trace.action[i, t])],
+          'feedback': None,
+          'mentioned': {names[a]: world_lib.VALUES[names[a]][int(v)]
+                        for a, v in enumerate(trace.mentioned[i, t])
+                        if v >= 0},
+          'sigma': demotion.SIGMAS[int(trace.sigma[i, t])],
+          'question': None, 'asked': None,
+          'search': phrase_text(int(trace.search[i, t])),
+          'edit': phrase_text(int(trace.edit[i, t]) + NUM_CODES)})
+    records.append(rows)
+  return loop.BatchResult(displayed=trace.displayed,
+                          top_scores=trace.top_scores, records=records)

@@ -1,0 +1,208 @@
+"""Tests of the fully jitted session mode against the host loop."""
+
+import zlib
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import encoders
+from recovr_jax import lexicon
+from recovr_jax import loop
+from recovr_jax import reasoning
+from recovr_jax import session
+from recovr_jax import simulation
+from recovr_jax import simulator
+from recovr_jax import world as world_lib
+
+DIM = 32
+COMBOS = world_lib.all_combos()
+
+
+def fake_encode(texts):
+  """A deterministic stand-in text encoder: a random unit vector per text."""
+  out = np.zeros((len(texts), DIM), np.float32)
+  for i, text in enumerate(texts):
+    v = np.random.default_rng(zlib.crc32(text.encode())).normal(size=DIM)
+    out[i] = v / np.linalg.norm(v)
+  return out
+
+
+def tiny_environment(composer):
+  world = world_lib.make_world(world_lib.WorldConfig(
+      num_test_triplets=24, num_train_triplets=20, gallery_size=300))
+  attrs = world.gallery_attributes
+  # Videos sit near the text of their full description, so sessions find
+  # their targets after a few turns and stopping is exercised.
+  gallery = fake_encode([lexicon.canonical_description(
+      {a: int(v) for a, v in enumerate(row)}) for row in attrs])
+  gallery += 0.3 * np.random.default_rng(0).normal(size=gallery.shape)
+  gallery = (gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
+             ).astype(np.float32)
+  if composer == 'sum':
+    params = None
+    compose = lambda r, e: np.asarray(encoders.sum_composer(r, e))
+  else:
+    model = encoders.Composer(hidden=64)
+    params = model.init(jax.random.key(0), jnp.zeros((1, DIM)),
+                        jnp.zeros((1, DIM)))
+    apply = jax.jit(model.apply)
+    compose = lambda r, e: np.asarray(apply(params, jnp.asarray(r),
+                                            jnp.asarray(e)))
+  return world, loop.Environment(
+      gallery=gallery, captions=world.gallery_captions, attributes=attrs,
+      reference=world.test.reference, target=world.test.target,
+      modification=world.test.edit, encode_text=fake_encode,
+      compose=compose, composer=composer, composer_params=params)
+
+
+_ENVS = {}
+
+
+def env_for(composer):
+  if composer not in _ENVS:
+    world, env = tiny_environment(composer)
+    _ENVS[composer] = (world, env, simulation.prepare(env))
+  return _ENVS[composer]
+
+
+class DecideTest(absltest.TestCase):
+
+  def test_policy(self):
+    rng = np.random.default_rng(0)
+    keys = jax.random.split(jax.random.key(1), 400)
+    config = simulator.UserConfig()
+    decide = jax.jit(jax.vmap(simulator.decide, in_axes=(0, 0, 0, None)),
+                     static_argnums=3)
+    target = COMBOS[rng.integers(len(COMBOS), size=400)]
+    shown = COMBOS[rng.integers(len(COMBOS), size=400)]
+    action, named, _ = map(np.asarray, decide(keys, target, shown, config))
+    diff = target != shown
+    for i in range(400):
+      if diff[i].sum() <= 2:
+        self.assertEqual(action[i], simulator.MODIFY)
+        self.assertTrue(named[i].any())
+        self.assertFalse((named[i] & ~diff[i]).any())  # only what differs
+      else:
+        self.assertEqual(action[i], simulator.REWRITE)
+        self.assertBetween(named[i].sum(), config.min_described,
+                           config.max_described)
+    # Every subset size of a 2-attribute difference occurs.
+    sizes = {int(named[i].sum()) for i in range(400) if diff[i].sum() == 2}
+    self.assertEqual(sizes, {1, 2})
+
+  def test_answer_and_drop(self):
+    target, shown = COMBOS[0], COMBOS[-1]
+    key = jax.random.key(0)
+    action, named, _ = simulator.decide(key, target, shown,
+                                        simulator.UserConfig(), asked=3)
+    self.assertEqual(int(action), simulator.ANSWER)
+    np.testing.assert_array_equal(named, np.arange(7) == 3)
+    _, named, _ = simulator.decide(key, target, shown,
+                                   simulator.UserConfig(drop_rate=1.0))
+    self.assertFalse(np.asarray(named).any())
+
+  def test_host_text_says_what_was_decided(self):
+    user = simulator.SimulatedUser(simulator.UserConfig(draws='jax'), seed=2)
+    rng = np.random.default_rng(1)
+    for s in range(60):
+      target = COMBOS[rng.integers(len(COMBOS))]
+      shown = COMBOS[rng.integers(len(COMBOS))]
+      fb = user.respond(s, 1, 0, 1, target, shown)
+      action, named, prefix = simulator.decide(
+          simulator.decision_key(jax.random.key(2), s, 1), target, shown,
+          user.config)
+      self.assertEqual(fb.action, simulator.ACTIONS[int(action)])
+      self.assertEqual(sorted(fb.mentioned),
+                       list(np.flatnonzero(np.asarray(named))))
+      self.assertEqual(lexicon.parse(fb.text), fb.mentioned, fb.text)
+      negative = any(m in ' ' + fb.text.lower() + ' '
+                     for m in reasoning._NEGATIVE_MARKERS)  # pylint: disable=protected-access
+      want = not fb.mentioned or (
+          fb.action == 'rewrite' and
+          simulator.NEGATIVE_REWRITE_PREFIX[int(prefix)])
+      self.assertEqual(negative, want, fb.text)
+
+
+class CodeTest(absltest.TestCase):
+
+  def test_codes_round_trip_and_parse(self):
+    rng = np.random.default_rng(0)
+    partial = np.where(rng.random((300, 7)) < 0.3, -1,
+                       COMBOS[rng.integers(len(COMBOS), size=300)])
+    codes = np.asarray(simulation.code(partial))
+    self.assertEqual(int(simulation.code(np.full(7, -1))), 0)
+    self.assertLess(codes.max(), simulation.NUM_CODES)
+    for row, c in zip(partial, codes):
+      want = {a: int(v) for a, v in enumerate(row) if v >= 0}
+      self.assertEqual(simulation.decode(c), want)
+      text = simulation.phrase_text(int(c))
+      self.assertEqual(text, lexicon.canonical_description(want))
+      if want:  # the reasoner re-reads its own running query
+        self.assertEqual(lexicon.parse(text), want)
+      self.assertEqual(simulation.phrase_text(int(c) + simulation.NUM_CODES),
+                       lexicon.canonical_edit(want))
+
+
+class JitEqualsHostTest(parameterized.TestCase):
+  """With the same (jax) draws the jitted mode shows the host loop's lists."""
+
+  @parameterized.parameters(
+      ('recovr', 'sum'), ('covr_only', 'sum'), ('t2v_only', 'sum'),
+      ('intent_only', 'sum'), ('fixed_anchor', 'sum'), ('sim_sum', 'sum'),
+      ('recovr', 'mlp'))
+  def test_same_lists(self, name, composer):
+    world, env, sim_env = env_for(composer)
+    base = session.LoopConfig(num_turns=4, list_length=20,
+                              num_ids=len(env.gallery))
+    user_config = simulator.UserConfig(draws='jax', drop_rate=0.2)
+    method = loop.METHODS[name]
+    sessions = np.arange(24)
+    host = loop.run_batch(env, method, sessions,
+                          simulator.SimulatedUser(user_config, seed=5),
+                          reasoning.RulesReasoner(), base)
+    config = simulation.sim_config(method, base, user_config, composer)
+    trace = simulation.run(sim_env, config, sessions, seed=5)
+    np.testing.assert_array_equal(trace.displayed, host.displayed)
+    np.testing.assert_allclose(trace.top_scores, host.top_scores, atol=1e-5)
+    jit = simulation.batch_result(sim_env, trace)
+    for h, j in zip(host.records, jit.records):
+      for hr, jr in zip(h[1:], j[1:]):
+        self.assertEqual(hr['action'], jr['action'])
+        self.assertEqual(hr['sigma'], jr['sigma'])
+        if hr['action'] != 'stopped':
+          self.assertEqual(hr['search'], jr['search'])
+          self.assertEqual(hr['edit'], jr['edit'])
+    # Some sessions stop early, some never: both paths are exercised.
+    found = (trace.displayed[:, :, 0] == world.test.target[:, None]).any(1)
+    if name == 'recovr' and composer == 'sum':
+      self.assertTrue(found.any() and not found.all())
+
+  def test_table_fills_itself(self):
+    _, env, _ = env_for('sum')
+    sim_env = simulation.prepare(env)  # an empty table
+    base = session.LoopConfig(num_turns=3, list_length=20,
+                              num_ids=len(env.gallery))
+    config = simulation.sim_config(loop.METHODS['recovr'], base,
+                                   simulator.UserConfig(), 'sum')
+    log = []
+    trace = simulation.run(sim_env, config, np.arange(8), seed=0,
+                           log=log.append)
+    self.assertNotEmpty(log)
+    needed = trace.needed[trace.needed > 0]
+    self.assertEqual(sim_env.table.missing(needed), [])
+
+  def test_unsupported(self):
+    with self.assertRaisesRegex(ValueError, 'host loop'):
+      simulation.check_supported(loop.METHODS['ivr'], simulator.UserConfig())
+    with self.assertRaisesRegex(ValueError, 'noise_rate'):
+      simulation.check_supported(loop.METHODS['recovr'],
+                                 simulator.UserConfig(noise_rate=0.1))
+    with self.assertRaisesRegex(ValueError, 'user draws'):
+      simulator.UserConfig(draws='torch')
+
+
+if __name__ == '__main__':
+  absltest.main()
