@@ -15,7 +15,6 @@ ranx ``fuse(method='wsum')`` over per-list RRF runs when installed (ranx is
 given the already rank-capped lists, so it does less work than the others).
 """
 
-import collections
 import functools
 import os
 import platform
@@ -32,6 +31,7 @@ import numpy as np
 from recovr_jax import fusion
 from recovr_jax import retrieve
 from experiments import outputs
+from experiments import plain_loop
 
 _N = flags.DEFINE_integer('n', 100_000, 'Gallery size N.')
 _D = flags.DEFINE_integer('d', 256, 'Embedding size D.')
@@ -49,7 +49,7 @@ _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_core.json',
                               'Where to write the JSON results.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.')
 
-RRF_K = 60
+RRF_K = plain_loop.RRF_K
 
 
 def timeit(fn, repeats):
@@ -63,8 +63,7 @@ def timeit(fn, repeats):
   return statistics.median(times)
 
 
-def log(msg):
-  print(msg, file=sys.stderr, flush=True)
+log = plain_loop.log
 
 
 def numpy_topk(queries, gallery, k):
@@ -150,43 +149,6 @@ def make_rings(rng, sessions, w, c, k, n):
   return ids, scores, valid, demote, caps
 
 
-def python_session(ids, demote, caps, weights, k):
-  """One session's rank-cap + TW-RRF + rank-cap with dicts and sorted()."""
-  cap_of = {}
-  for d, cap in zip(demote, caps):
-    if d >= 0 and cap > cap_of.get(d, 0):
-      cap_of[d] = cap
-
-  def capped(lst):
-    # recovr_jax's rank-cap rule (see recovr_jax/demotion.py): non-demoted
-    # ids keep their order; a demoted id follows max(q, cap - 1) of them.
-    kept = [d for d in lst if d not in cap_of]
-    demoted = []
-    ahead = 0
-    for p, d in enumerate(lst):
-      if d in cap_of:
-        demoted.append((min(max(ahead, cap_of[d] - 1), len(kept)), p, d))
-      else:
-        ahead += 1
-    demoted.sort()
-    out, j = [], 0
-    for s_idx in range(len(kept) + 1):
-      while j < len(demoted) and demoted[j][0] == s_idx:
-        out.append(demoted[j][2])
-        j += 1
-      if s_idx < len(kept):
-        out.append(kept[s_idx])
-    return out
-
-  fused = collections.defaultdict(float)
-  for a, turn in enumerate(ids):
-    for lst in turn:
-      for p, d in enumerate(capped(lst), start=1):
-        fused[d] += weights[a] / (RRF_K + p)
-  best = sorted(fused.items(), key=lambda x: (-x[1], x[0]))[:k]
-  return capped([d for d, _ in best])
-
-
 def bench_fusion(rng, repeats):
   s, w, c, k, n = (_SESSIONS.value, _W.value, _C.value, _K.value, _N.value)
   ids, scores, valid, demote, caps = make_rings(rng, s, w, c, k, n)
@@ -209,7 +171,7 @@ def bench_fusion(rng, repeats):
   log('fusion: per-session Python loop')
   ids_list = ids.tolist()
   demote_list, caps_list = demote.tolist(), caps.tolist()
-  loop = lambda: [python_session(ids_list[i], demote_list[i], caps_list[i],
+  loop = lambda: [plain_loop.python_session(ids_list[i], demote_list[i], caps_list[i],
                                  weights, k) for i in range(s)]
   rows['python_loop'] = timeit(loop, repeats)
   got = np.asarray(one_pass(*args)[0])

@@ -140,7 +140,14 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
                      turn=turn, stopped=jnp.array(False))
   # A session that stopped carries its last list forward.
   stopped = state.stopped | inputs.stop
-  carried = dataclasses.replace(
+  return jax.tree.map(lambda a, b: jnp.where(stopped, a, b),
+                      carry_forward(state), new)
+
+
+def carry_forward(state: SessionState) -> SessionState:
+  """A feedback turn of a session that has stopped: its last list is shown
+  again (what ``turn_step`` does for a stopped session, without the work)."""
+  turn = state.turn + 1
+  return dataclasses.replace(
       state, top1=state.top1.at[turn].set(state.shown_ids[0]), turn=turn,
-      stopped=stopped)
-  return jax.tree.map(lambda a, b: jnp.where(stopped, a, b), carried, new)
+      stopped=jnp.array(True))

@@ -47,6 +47,7 @@ _RADIX = tuple(n + 1 for n in world_lib.NUM_VALUES)
 NUM_CODES = int(np.prod(_RADIX))        # partial assignments, incl. empty
 _STRIDES = tuple(int(np.prod(_RADIX[a + 1:])) for a in range(len(_RADIX)))
 COMPOSERS = ('mlp', 'sum')
+DEFAULT_CHUNK_SIZE = 64  # sessions per vmapped chunk of a compacted turn
 
 
 def code(attrs) -> jax.Array:
@@ -245,107 +246,204 @@ def _lookup(index, rows, c):
   return rows[jnp.maximum(index[c], 0)]
 
 
-def simulate_session(config: SimConfig, arrays: SimArrays, index, rows,
-                     composer_params, query, seed_key) -> SimTrace:
-  """One session of query ``query`` (also its user's session number)."""
-  lc = config.loop
-  num_attrs = world_lib.NUM_ATTRIBUTES
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SessionCarry:
+  """One session's state between turns."""
+  state: session_lib.SessionState
+  search: jax.Array  # [A] int32 running query (Progress Memory, short-term)
+  keep: jax.Array    # [A] int32 accumulated keep constraints
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+  """What every session of a batch reads (unbatched under vmap)."""
+  arrays: SimArrays
+  index: jax.Array
+  rows: jax.Array
+  composer_params: object
+  seed_key: jax.Array
+
+
+def _session_start(config: SimConfig, shared: _Shared, query):
+  """Turn 0 of one session: ``(carry, search code used)``."""
+  lc, arrays = config.loop, shared.arrays
+  ref = arrays.reference[query]
+  none = jnp.full((world_lib.NUM_ATTRIBUTES,), -1, jnp.int32)
+  search = arrays.init_search[query] if config.t2v else none
+  search_code = code(search) * config.t2v
+  covr = compose(config.composer, shared.composer_params,
+                 arrays.gallery[ref], arrays.modification[query])
+  inputs = session_lib.TurnInputs(
+      queries=jnp.stack([_lookup(shared.index, shared.rows, search_code),
+                         covr]),
+      valid=jnp.stack([search_code > 0, jnp.asarray(config.covr)]),
+      exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
+      stop=jnp.asarray(False))
+  state = session_lib.start_step(lc, arrays.gallery,
+                                 session_lib.init_state(lc), inputs)
+  return SessionCarry(state=state, search=search, keep=none), search_code
+
+
+def _turn_outputs(carry, active, action, mentions, sigma, search, edit,
+                  use_search, use_edit):
+  state = carry.state
+  return dict(shown=state.shown_ids, top=state.shown_scores[0],
+              active=active, action=action, mentioned=mentions, sigma=sigma,
+              search=search, edit=edit, use_search=use_search,
+              use_edit=use_edit)
+
+
+def _session_turn(config: SimConfig, shared: _Shared, query,
+                  carry: SessionCarry, turn):
+  """Feedback turn ``turn`` of one session: ``(carry, outputs)``."""
+  lc, arrays = config.loop, shared.arrays
   gallery = arrays.gallery
   ref, tgt = arrays.reference[query], arrays.target[query]
   target_attrs = arrays.attributes[tgt]
-  none = jnp.full((num_attrs,), -1, jnp.int32)
-  search0 = arrays.init_search[query] if config.t2v else none
-  search0_code = jnp.where(config.t2v, code(search0), 0)
-  t2v0 = _lookup(index, rows, search0_code)
-  covr0 = compose(config.composer, composer_params, gallery[ref],
-                  arrays.modification[query])
-  state = session_lib.start_step(lc, gallery, session_lib.init_state(lc),
-                                 session_lib.TurnInputs(
-                                     queries=jnp.stack([t2v0, covr0]),
-                                     valid=jnp.stack([
-                                         jnp.asarray(config.t2v) &
-                                         jnp.any(search0 >= 0),
-                                         jnp.asarray(config.covr)]),
-                                     exclude=ref,
-                                     sigma=jnp.asarray(demotion.SIGMA_NEU),
-                                     stop=jnp.asarray(False)))
-  negative_prefix = jnp.asarray(simulator.NEGATIVE_REWRITE_PREFIX)
+  state, search, keep = carry.state, carry.search, carry.keep
+  top1 = jnp.maximum(state.shown_ids[0], 0)
+  stop = state.stopped | (state.shown_ids[0] == tgt)
+  action, named, prefix = simulator.decide(
+      simulator.decision_key(shared.seed_key, query, turn), target_attrs,
+      arrays.attributes[top1], config.user)
+  mentions = jnp.where(named, target_attrs, -1)
+  shown = arrays.caption_attrs[top1]
+  # Intent Decomposer: running query < kept constraints < this feedback.
+  wanted = jnp.where(mentions >= 0, mentions,
+                     jnp.where(keep >= 0, keep, search))
+  changes = jnp.where((mentions >= 0) & (mentions != shown), mentions, -1)
+  search_code = code(wanted)
+  edit_code = code(changes)
+  use_search = search_code * config.t2v  # 0: the channel is unused
+  use_edit = edit_code * config.covr
+  # State Reflector.
+  num_changes = jnp.sum(changes >= 0)
+  negative = (jnp.sum(mentions >= 0) == 0) | (
+      (action == simulator.REWRITE) &
+      jnp.asarray(simulator.NEGATIVE_REWRITE_PREFIX)[prefix])
+  sigma = jnp.where(negative | (num_changes >= 3), demotion.SIGMA_NEG,
+                    jnp.where(num_changes <= 1, demotion.SIGMA_POS,
+                              demotion.SIGMA_NEU)).astype(jnp.int32)
+  if not config.reflection:
+    sigma = jnp.asarray(demotion.SIGMA_NEU, jnp.int32)
+  anchor = top1 if config.dynamic_anchor else ref
+  covr_query = compose(config.composer, shared.composer_params,
+                       gallery[anchor],
+                       _lookup(shared.index, shared.rows,
+                               use_edit + NUM_CODES))
+  inputs = session_lib.TurnInputs(
+      queries=jnp.stack([_lookup(shared.index, shared.rows, use_search),
+                         covr_query]),
+      valid=jnp.stack([use_search > 0, use_edit > 0]),
+      exclude=ref, sigma=sigma, stop=stop)
+  state = session_lib.turn_step(lc, gallery, state, inputs)
+  # Progress Memory, short-term part, as reasoning.update_memory writes it.
+  new_search = jnp.where(jnp.any(wanted >= 0), wanted, search)
+  new_keep = jnp.where(mentions >= 0, mentions, keep) if (
+      config.reflection) else jnp.full_like(keep, -1)
+  carry = SessionCarry(state=state, search=jnp.where(stop, search, new_search),
+                       keep=jnp.where(stop, keep, new_keep))
+  active = ~stop
+  zero = jnp.zeros((), jnp.int32)
+  return carry, _turn_outputs(
+      carry, active, jnp.where(active, action, simulator.STOP),
+      jnp.where(active, mentions, -1),
+      jnp.where(active, sigma, demotion.SIGMA_NEU),
+      *(jnp.where(active, c, zero) for c in (search_code, edit_code,
+                                             use_search, use_edit)))
+
+
+def _stopped_turn(carry: SessionCarry):
+  """``_session_turn`` of a session that has stopped, without the work."""
+  carry = dataclasses.replace(carry,
+                              state=session_lib.carry_forward(carry.state))
+  zero = jnp.zeros((), jnp.int32)
+  return carry, _turn_outputs(
+      carry, jnp.asarray(False), zero + simulator.STOP,
+      jnp.full_like(carry.keep, -1), zero + demotion.SIGMA_NEU,
+      zero, zero, zero, zero)
+
+
+def _plain_turns(config, shared, queries, carry):
+  """Every session runs every turn: ``lax.scan`` inside ``vmap``."""
+  def one(query, carry):
+    step = lambda c, t: _session_turn(config, shared, query, c, t)
+    return jax.lax.scan(step, carry, jnp.arange(1, config.loop.num_turns + 1))
+  return jax.vmap(one)(queries, carry)
+
+
+def _compact_turns(config, shared, queries, carry, chunk_size):
+  """``lax.scan`` over turns; each turn sorts the sessions still searching
+  to the front and runs ``vmap``-ed chunks of ``chunk_size`` of them, skipping
+  (``lax.cond``) chunks with none. Stopped sessions only carry forward, so
+  the work follows the sessions that are still searching."""
+  s = queries.shape[0]
+  num_chunks = -(-s // chunk_size)
+  pad = num_chunks * chunk_size - s
+  targets = shared.arrays.target[queries]
+  batched_turn = jax.vmap(functools.partial(_session_turn, config, shared),
+                          in_axes=(0, 0, None))
+  batched_stop = jax.vmap(_stopped_turn)
 
   def turn_fn(carry, turn):
-    state, search, keep = carry
-    top1 = jnp.maximum(state.shown_ids[0], 0)
-    stop = state.stopped | (state.shown_ids[0] == tgt)
-    action, named, prefix = simulator.decide(
-        simulator.decision_key(seed_key, query, turn), target_attrs,
-        arrays.attributes[top1], config.user)
-    mentions = jnp.where(named, target_attrs, -1)
-    shown = arrays.caption_attrs[top1]
-    # Intent Decomposer: running query < kept constraints < this feedback.
-    wanted = jnp.where(mentions >= 0, mentions,
-                       jnp.where(keep >= 0, keep, search))
-    changes = jnp.where((mentions >= 0) & (mentions != shown), mentions, -1)
-    search_code = code(wanted)
-    edit_code = code(changes)
-    use_search = search_code * config.t2v  # 0: the channel is unused
-    use_edit = edit_code * config.covr
-    # State Reflector.
-    num_mentions = jnp.sum(mentions >= 0)
-    num_changes = jnp.sum(changes >= 0)
-    negative = (num_mentions == 0) | (
-        (action == simulator.REWRITE) & negative_prefix[prefix])
-    sigma = jnp.where(negative | (num_changes >= 3), demotion.SIGMA_NEG,
-                      jnp.where(num_changes <= 1, demotion.SIGMA_POS,
-                                demotion.SIGMA_NEU))
-    if not config.reflection:
-      sigma = jnp.asarray(demotion.SIGMA_NEU)
-    t2v_query = _lookup(index, rows, use_search)
-    edit_emb = _lookup(index, rows, use_edit + NUM_CODES)
-    anchor = top1 if config.dynamic_anchor else ref
-    covr_query = compose(config.composer, composer_params, gallery[anchor],
-                         edit_emb)
-    inputs = session_lib.TurnInputs(
-        queries=jnp.stack([t2v_query, covr_query]),
-        valid=jnp.stack([use_search > 0, use_edit > 0]),
-        exclude=ref, sigma=sigma.astype(jnp.int32), stop=stop)
-    state = session_lib.turn_step(lc, gallery, state, inputs)
-    # Progress Memory, short-term part, as update_memory writes it.
-    new_search = jnp.where(jnp.any(wanted >= 0), wanted, search)
-    new_keep = jnp.where(mentions >= 0, mentions, keep) if (
-        config.reflection) else none
-    search = jnp.where(stop, search, new_search)
-    keep = jnp.where(stop, keep, new_keep)
-    active = ~stop
-    out = dict(shown=state.shown_ids, top=state.shown_scores[0],
-               active=active, action=action, mentioned=mentions,
-               sigma=sigma.astype(jnp.int32),
-               search=jnp.where(active, search_code, 0),
-               edit=jnp.where(active, edit_code, 0),
-               use_search=jnp.where(active, use_search, 0),
-               use_edit=jnp.where(active, use_edit, 0))
-    return (state, search, keep), out
+    active = ~(carry.state.stopped | (carry.state.shown_ids[:, 0] == targets))
+    order = jnp.argsort(~active, stable=True)  # searching sessions first
+    order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
+    chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
+                                         x.shape[1:])
+    xs = (jnp.arange(num_chunks) * chunk_size < jnp.sum(active),
+          chunked(queries), jax.tree.map(chunked, carry))
 
-  _, outs = jax.lax.scan(turn_fn, (state, search0, none),
-                         jnp.arange(1, lc.num_turns + 1))
-  needed = jnp.stack([outs['use_search'], outs['use_edit'] + jnp.where(
-      outs['use_edit'] > 0, NUM_CODES, 0)], axis=1)
-  needed = jnp.concatenate([jnp.stack([search0_code, 0])[None], needed])
+    def chunk_fn(_, x):
+      busy, q, c = x
+      return None, jax.lax.cond(busy, lambda: batched_turn(q, c, turn),
+                                lambda: batched_stop(c))
+
+    _, out = jax.lax.scan(chunk_fn, None, xs)
+    unchunk = lambda x, y: x.at[order[:s]].set(
+        y.reshape((-1,) + y.shape[2:])[:s])
+    new_carry, outputs = out
+    return (jax.tree.map(unchunk, carry, new_carry),
+            jax.tree.map(lambda y: jnp.zeros((s,) + y.shape[2:], y.dtype).at[
+                order[:s]].set(y.reshape((-1,) + y.shape[2:])[:s]), outputs))
+
+  carry, outs = jax.lax.scan(turn_fn, carry,
+                             jnp.arange(1, config.loop.num_turns + 1))
+  # [T, S, ...] -> [S, T, ...] as the plain path returns them.
+  return carry, jax.tree.map(lambda y: jnp.swapaxes(y, 0, 1), outs)
+
+
+@functools.partial(jax.jit, static_argnames=('config', 'chunk_size'))
+def simulate(config: SimConfig, arrays: SimArrays, index, rows,
+             composer_params, queries, seed_key,
+             chunk_size: int | None = None) -> SimTrace:
+  """A batch of sessions, one per entry of ``queries`` ``[S]``.
+
+  ``chunk_size=None``: ``lax.scan`` over turns inside ``vmap`` over sessions
+  (every session computes every turn). An int: the compacted schedule of
+  ``_compact_turns`` (same results; work only for sessions still searching).
+  """
+  shared = _Shared(arrays, index, rows, composer_params, seed_key)
+  # World, table and composer shared; one query per session.
+  carry, search0 = jax.vmap(functools.partial(_session_start, config,
+                                              shared))(queries)
+  shown0, top0 = carry.state.shown_ids, carry.state.shown_scores[:, 0]
+  if chunk_size is None:
+    carry, outs = _plain_turns(config, shared, queries, carry)
+  else:
+    carry, outs = _compact_turns(config, shared, queries, carry, chunk_size)
+  edit_needed = outs['use_edit'] + jnp.where(outs['use_edit'] > 0,
+                                             NUM_CODES, 0)
+  needed = jnp.concatenate([
+      jnp.stack([search0, jnp.zeros_like(search0)], axis=1)[:, None],
+      jnp.stack([outs['use_search'], edit_needed], axis=2)], axis=1)
   return SimTrace(
-      displayed=jnp.concatenate([state.shown_ids[None], outs['shown']]),
-      top_scores=jnp.concatenate([state.shown_scores[:1], outs['top']]),
+      displayed=jnp.concatenate([shown0[:, None], outs['shown']], axis=1),
+      top_scores=jnp.concatenate([top0[:, None], outs['top']], axis=1),
       active=outs['active'], action=outs['action'],
       mentioned=outs['mentioned'], sigma=outs['sigma'],
       search=outs['search'], edit=outs['edit'], needed=needed)
-
-
-@functools.partial(jax.jit, static_argnames=('config',))
-def simulate(config: SimConfig, arrays: SimArrays, index, rows,
-             composer_params, queries, seed_key) -> SimTrace:
-  """A batch of sessions: ``simulate_session`` vmapped over ``queries``."""
-  # world, table and composer shared; one query per session.
-  batched = jax.vmap(simulate_session,
-                     in_axes=(None, None, None, None, None, 0, None))
-  return batched(config, arrays, index, rows, composer_params, queries,
-                 seed_key)
 
 
 def sim_config(method: loop.Method, base: session_lib.LoopConfig,
@@ -358,17 +456,19 @@ def sim_config(method: loop.Method, base: session_lib.LoopConfig,
 
 
 def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
-        log=None) -> SimTrace:
+        log=None, chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> SimTrace:
   """Runs ``sessions`` (query indices), filling the phrase table as needed.
 
-  Returns the trace as NumPy arrays.
+  ``chunk_size``: see ``simulate``. Returns the trace as NumPy arrays.
   """
+  if chunk_size is not None and chunk_size < 1:
+    raise ValueError(f'chunk_size must be >= 1 or None, got {chunk_size}')
   queries = jnp.asarray(sessions, jnp.int32)
   seed_key = jax.random.key(seed)
   for attempt in range(config.loop.num_turns + 2):
     index, rows = env.table.arrays()
     trace = simulate(config, env.arrays, index, rows, env.composer_params,
-                     queries, seed_key)
+                     queries, seed_key, chunk_size=chunk_size)
     needed = np.asarray(trace.needed)
     added = env.table.add(needed[needed > 0])
     if not added:

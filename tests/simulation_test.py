@@ -150,10 +150,10 @@ class JitEqualsHostTest(parameterized.TestCase):
   """With the same (jax) draws the jitted mode shows the host loop's lists."""
 
   @parameterized.parameters(
-      ('recovr', 'sum'), ('covr_only', 'sum'), ('t2v_only', 'sum'),
-      ('intent_only', 'sum'), ('fixed_anchor', 'sum'), ('sim_sum', 'sum'),
-      ('recovr', 'mlp'))
-  def test_same_lists(self, name, composer):
+      ('recovr', 'sum', None), ('recovr', 'sum', 7), ('covr_only', 'sum', 7),
+      ('t2v_only', 'sum', 7), ('intent_only', 'sum', 7),
+      ('fixed_anchor', 'sum', 7), ('sim_sum', 'sum', 7), ('recovr', 'mlp', 7))
+  def test_same_lists(self, name, composer, chunk_size):
     world, env, sim_env = env_for(composer)
     base = session.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
@@ -164,7 +164,8 @@ class JitEqualsHostTest(parameterized.TestCase):
                           simulator.SimulatedUser(user_config, seed=5),
                           reasoning.RulesReasoner(), base)
     config = simulation.sim_config(method, base, user_config, composer)
-    trace = simulation.run(sim_env, config, sessions, seed=5)
+    trace = simulation.run(sim_env, config, sessions, seed=5,
+                           chunk_size=chunk_size)
     np.testing.assert_array_equal(trace.displayed, host.displayed)
     np.testing.assert_allclose(trace.top_scores, host.top_scores, atol=1e-5)
     jit = simulation.batch_result(sim_env, trace)
@@ -179,6 +180,20 @@ class JitEqualsHostTest(parameterized.TestCase):
     found = (trace.displayed[:, :, 0] == world.test.target[:, None]).any(1)
     if name == 'recovr' and composer == 'sum':
       self.assertTrue(found.any() and not found.all())
+
+  def test_compacted_schedule_equals_plain(self):
+    _, env, sim_env = env_for('sum')
+    base = session.LoopConfig(num_turns=4, list_length=20,
+                              num_ids=len(env.gallery))
+    config = simulation.sim_config(loop.METHODS['recovr'], base,
+                                   simulator.UserConfig(), 'sum')
+    sessions = np.arange(24)[::-1]
+    plain = simulation.run(sim_env, config, sessions, seed=1, chunk_size=None)
+    for chunk_size in (1, 5, 64):
+      compact = simulation.run(sim_env, config, sessions, seed=1,
+                               chunk_size=chunk_size)
+      jax.tree.map(np.testing.assert_array_equal, compact, plain)
+    self.assertFalse(plain.active[:, -1].all())  # some sessions stopped
 
   def test_table_fills_itself(self):
     _, env, _ = env_for('sum')

@@ -1,0 +1,282 @@
+r"""End-to-end sessions per second: host loop vs fully jitted vs a
+straightforward per-session NumPy/Python implementation of the same loop.
+
+    python -m experiments.bench_sessions --output_json=results/bench_sessions.json
+
+ReCoVR (rules reasoner, template user, the shipped encoders) on an embedded
+world whose gallery has --gallery_size videos (default 10,000: the test share
+is raised so that the gallery holds that many combinations), --num_sessions
+composed queries (default 1,000) and --num_turns feedback turns.
+
+* host: ``loop.run_batch`` on all sessions at once (Python user and reasoner
+  between jitted, vmapped ranking steps), NumPy-drawn user (the default);
+* jit: ``simulation.run``, whole sessions as ``lax.scan`` inside ``vmap``;
+* per_session: ``numpy_session`` below, one session at a time: NumPy matmul
+  and argpartition top-K, the composer MLP in NumPy, rank-cap and TW-RRF with
+  Python dicts (``plain_loop.python_session``), the same user and reasoner.
+
+Text embeddings are cached in all three (MiniLM runs in an untimed warm-up;
+the jitted mode's phrase table is filled there too), so the timings measure
+the loop. Times are medians of --repeats runs after one warm-up; compile time
+and table filling are reported separately.
+
+Also measured, because the jitted user draws with ``jax.random`` and the host
+user with NumPy: list equality of host and jit with the same (jax) draws, and
+the paired bootstrap of R@1 per turn between jit (jax draws) and host (NumPy
+draws) over the same queries.
+"""
+
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import numpy as np
+
+from experiments import plain_loop
+from recovr_jax import demotion
+from recovr_jax import encoders
+from recovr_jax import loop
+from recovr_jax import metrics
+from recovr_jax import reasoning
+from recovr_jax import resources
+from recovr_jax import session
+from recovr_jax import simulation
+from recovr_jax import simulator
+from recovr_jax import training
+from recovr_jax import world as world_lib
+
+_SESSIONS = flags.DEFINE_integer('num_sessions', 1000, 'Sessions S.')
+_TURNS = flags.DEFINE_integer('num_turns', 5, 'Feedback turns T.')
+_GALLERY = flags.DEFINE_integer('gallery_size', 10_000, 'Gallery size N.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repeats (median).')
+_CHECK = flags.DEFINE_integer(
+    'check_sessions', 100,
+    'Sessions on which per_session (jax draws) is compared list for list '
+    'with jit.')
+_CACHE = flags.DEFINE_string('cache_dir', 'cache',
+                             'Progress Memory cache of gallery embeddings.')
+_PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
+                              'Device; a requested absent one is an error.')
+_OUTPUT = flags.DEFINE_string('output_json', 'results/bench_sessions.json',
+                              'Where to write the results.')
+
+log = plain_loop.log
+
+
+def numpy_compose(params):
+  """The composer MLP in NumPy, for one ``[D]`` pair."""
+  p = jax.tree.map(np.asarray, params)['params']
+
+  def dense(name, x):
+    return x @ p[name]['kernel'] + p[name]['bias']
+
+  def compose(reference, edit):
+    x = np.concatenate([reference, edit, reference * edit])
+    x = np.maximum(dense('Dense_0', x), 0)
+    x = np.maximum(dense('Dense_1', x), 0)
+    out = reference + edit + dense('Dense_2', x)
+    return out / max(np.linalg.norm(out), 1e-12)
+
+  return compose
+
+
+def numpy_top_k(queries, gallery, k, exclude):
+  """``[C, D]`` queries -> ``[C, k]`` ids, ties to the lower id."""
+  scores = queries @ gallery.T
+  scores[:, exclude] = -np.inf
+  part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+  out = []
+  for row, ids in zip(scores, part):
+    out.append(ids[np.lexsort((ids, -row[ids]))])
+  return out
+
+
+def numpy_session(ctx, q, user):
+  """One ReCoVR session, written plainly (the per-session baseline)."""
+  env, base, reasoner, compose = (ctx['env'], ctx['base'], ctx['reasoner'],
+                                  ctx['compose'])
+  gallery, k, w = ctx['gallery'], base.list_length, base.window
+  ref, tgt = int(env.reference[q]), int(env.target[q])
+  mod = env.modification[q]
+  search = reasoner.t2v_init([reasoning.T2VInitRequest(env.captions[ref],
+                                                       mod)])[0]['search']
+  memory = reasoning.SessionMemory(search=search)
+  t2v, covr = env.encode_text([search, mod])
+  lists = numpy_top_k(np.stack([t2v, compose(gallery[ref], covr)]), gallery,
+                      k, ref)
+  ring = [[lst for lst, ok in zip(lists, (bool(search), True)) if ok]]
+  shown = list(lists[1])
+  displayed, top1s = [shown], [shown[0]]
+  weights = [(w - a) / w for a in range(w)]
+  sigma_of = {'neg': demotion.SIGMA_NEG, 'neu': demotion.SIGMA_NEU,
+              'pos': demotion.SIGMA_POS}
+  for turn in range(1, base.num_turns + 1):
+    if shown[0] == tgt:
+      displayed.append(shown)
+      top1s.append(shown[0])
+      continue
+    top1 = int(shown[0])
+    fb = user.respond(int(q), turn, tgt, top1, env.attributes[tgt],
+                      env.attributes[top1])
+    caption = env.captions[top1]
+    intent = reasoner.intent([reasoning.IntentRequest(fb.text, caption,
+                                                      memory)])[0]
+    reflection = reasoner.reflect([reasoning.ReflectRequest(fb.text, caption,
+                                                            memory)])[0]
+    search_emb, edit_emb = env.encode_text([intent['search'], intent['edit']])
+    lists = numpy_top_k(np.stack([search_emb, compose(gallery[top1],
+                                                      edit_emb)]),
+                        gallery, k, ref)
+    ok = (bool(intent['search']), bool(intent['edit']))
+    ring = ([[lst for lst, o in zip(lists, ok) if o]] + ring)[:w]
+    demote = [top1] + top1s[:-1]
+    caps = [base.kappa[sigma_of[reflection['sigma']]]] + (
+        [base.kappa[demotion.SIGMA_NEU]] * (len(top1s) - 1))
+    shown = plain_loop.python_session(ring, demote, caps, weights, k)
+    displayed.append(shown)
+    top1s.append(shown[0])
+    memory = reasoning.update_memory(memory, intent, reflection)
+  return np.array(displayed, np.int32)
+
+
+def timed(fn, repeats):
+  fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times), times
+
+
+def recall_at_1(displayed, targets):
+  ranks = np.asarray(metrics.target_ranks(displayed, targets))
+  return (100 * (ranks <= 1).mean(0)).round(1).tolist()
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  for flag in (_SESSIONS, _TURNS, _REPEATS):
+    if flag.value < 1:
+      raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
+  if not 0 <= _CHECK.value <= _SESSIONS.value:
+    raise app.UsageError('--check_sessions must be in 0..--num_sessions')
+  num_combos = len(world_lib.all_combos())
+  if not 1000 <= _GALLERY.value <= 0.9 * num_combos:
+    raise app.UsageError(f'--gallery_size must be in 1000..'
+                         f'{int(0.9 * num_combos)}, got {_GALLERY.value}')
+  try:
+    device = resources.select_device(_PLATFORM.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  s, n = _SESSIONS.value, _GALLERY.value
+  test_share = max(0.2, min(0.9, (n + 60) / num_combos))
+  config = world_lib.WorldConfig(test_share=test_share, gallery_size=n,
+                                 num_test_triplets=s, num_train_triplets=1)
+  log(f'world: gallery {n}, {s} sessions, {_TURNS.value} turns on '
+      f'{device.platform}')
+  start = time.perf_counter()
+  world = world_lib.make_world(config)
+  video, composer = training.load_world_models(
+      encoders.DEFAULT_CHECKPOINT_DIR, world)
+  text = encoders.TextEncoder()
+  env = loop.world_environment(world, text, video, composer,
+                               cache_dir=_CACHE.value or None)
+  setup_s = time.perf_counter() - start
+  base = session.LoopConfig(num_turns=_TURNS.value, num_ids=n)
+  resources.check_fits(
+      resources.session_batch_bytes(s, 2, n, env.gallery.shape[1],
+                                    base.list_length, base.window, 16384),
+      f'{s} sessions in one batch', '--num_sessions', device)
+  method = loop.METHODS['recovr']
+  sessions = np.arange(s)
+  targets = np.asarray(env.target)[sessions]
+  reasoner = reasoning.RulesReasoner()
+  numpy_user = simulator.SimulatedUser(simulator.UserConfig(), seed=0)
+  jax_config = simulator.UserConfig(draws='jax')
+  jax_user = simulator.SimulatedUser(jax_config, seed=0)
+  results = {'config': dict(num_sessions=s, num_turns=_TURNS.value,
+                            gallery_size=n, dim=int(env.gallery.shape[1]),
+                            list_length=base.list_length,
+                            repeats=_REPEATS.value, device=str(device)),
+             'setup_s': setup_s}
+
+  log('jit: compile and fill the phrase table')
+  sim_env = simulation.prepare(env)
+  cfg = simulation.sim_config(method, base, jax_config, 'mlp')
+  start = time.perf_counter()
+  jit_trace = simulation.run(sim_env, cfg, sessions, seed=0, log=log)
+  results['jit_first_call_s'] = time.perf_counter() - start
+  results['phrase_table_size'] = len(sim_env.table)
+  log('jit: timed')
+  t_jit, all_jit = timed(lambda: simulation.run(sim_env, cfg, sessions, 0),
+                         _REPEATS.value)
+
+  log('host: warm-up (fills the text cache), then timed')
+  run_host = lambda user: loop.run_batch(env, method, sessions, user,
+                                         reasoner, base)
+  t_host, all_host = timed(lambda: run_host(numpy_user), _REPEATS.value)
+  host = run_host(numpy_user)
+  host_jax = run_host(jax_user)
+
+  ctx = dict(env=env, base=base, reasoner=reasoner, gallery=env.gallery,
+             compose=numpy_compose(composer))
+  log('per_session: warm-up, then timed (the slow one)')
+  run_per_session = lambda user, qs: np.stack([numpy_session(ctx, q, user)
+                                               for q in qs])
+  t_per, all_per = timed(lambda: run_per_session(numpy_user, sessions),
+                         _REPEATS.value)
+  per_session = run_per_session(numpy_user, sessions)
+  check = sessions[:_CHECK.value]
+  per_jax = run_per_session(jax_user, check)
+
+  hits = lambda d: np.asarray(metrics.target_ranks(d, targets)) <= 1
+  boot = metrics.paired_bootstrap(hits(jit_trace.displayed),
+                                  hits(host.displayed), 10_000,
+                                  jax.random.key(0))
+  lo, hi = np.asarray(boot.lower), np.asarray(boot.upper)
+  results.update(
+      seconds={'jit': t_jit, 'host': t_host, 'per_session': t_per},
+      all_seconds={'jit': all_jit, 'host': all_host, 'per_session': all_per},
+      sessions_per_s={'jit': s / t_jit, 'host': s / t_host,
+                      'per_session': s / t_per},
+      speedup_jit_over_per_session=t_per / t_jit,
+      speedup_jit_over_host=t_host / t_jit,
+      speedup_host_over_per_session=t_per / t_host,
+      r_at_1={'jit (jax draws)': recall_at_1(jit_trace.displayed, targets),
+              'host (jax draws)': recall_at_1(host_jax.displayed, targets),
+              'host (numpy draws)': recall_at_1(host.displayed, targets),
+              'per_session (numpy draws)': recall_at_1(per_session,
+                                                       targets)},
+      host_equals_jit_same_draws=dict(
+          sessions=s, identical_lists=int(np.all(
+              host_jax.displayed == jit_trace.displayed, axis=(1, 2)).sum()),
+          identical_r_at_1=recall_at_1(host_jax.displayed, targets) ==
+          recall_at_1(jit_trace.displayed, targets)),
+      per_session_equals_jit_same_draws=dict(
+          sessions=len(check), identical_lists=int(np.all(
+              per_jax == jit_trace.displayed[:len(check)],
+              axis=(1, 2)).sum())),
+      bootstrap_jit_minus_host_numpy_draws=dict(
+          mean=np.asarray(boot.mean).tolist(), lower=lo.tolist(),
+          upper=hi.tolist(),
+          zero_inside_every_turn=bool(np.all((lo <= 0) & (0 <= hi)))))
+  out = json.dumps(results, indent=2)
+  print(out)
+  path = pathlib.Path(_OUTPUT.value)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(out + '\n')
+  log(f'jit {s / t_jit:.0f} sessions/s, host {s / t_host:.0f}, per_session '
+      f'{s / t_per:.0f}: jit = {t_per / t_jit:.1f}x per_session, '
+      f'{t_host / t_jit:.1f}x host')
+
+
+if __name__ == '__main__':
+  sys.setrecursionlimit(10_000)
+  app.run(main)
