@@ -34,6 +34,7 @@ import time
 
 from absl import app
 from absl import flags
+from absl import logging
 import jax
 import numpy as np
 
@@ -162,6 +163,7 @@ def recall_at_1(displayed, targets):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.WARNING)
   for flag in (_SESSIONS, _TURNS, _REPEATS):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')

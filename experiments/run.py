@@ -93,6 +93,11 @@ _SIMULATION = flags.DEFINE_enum(
     'steps (every method, backend and user). jit: whole sessions as one '
     'lax.scan inside vmap (the world, the rules reasoner, ReCoVR-family '
     'methods, noise-free users, no questions); implies --user_draws=jax.')
+_JIT_CHUNK = flags.DEFINE_integer(
+    'jit_chunk_size', 64,
+    '--simulation=jit: each turn runs the sessions still searching in '
+    'vmapped chunks of this many and skips the rest; 0: every session runs '
+    'every turn (lax.scan inside vmap). Same results either way.')
 _USER_DRAWS = flags.DEFINE_enum(
     'user_draws', 'numpy', list(simulator.DRAWS),
     "Source of the user's random decisions. jax: the draws of the jitted "
@@ -128,6 +133,8 @@ def validate_flags():
                _KAPPA_NEU, _KAPPA_POS):
     if flag.value < 1:
       _fail(f'--{flag.name} must be >= 1, got {flag.value}')
+  if _JIT_CHUNK.value < 0:
+    _fail(f'--jit_chunk_size must be >= 0, got {_JIT_CHUNK.value}')
   if _NUM_SESSIONS.value is not None and _NUM_SESSIONS.value < 1:
     _fail('--num_sessions must be >= 1')
   if _RRF_K.value < 0:
@@ -489,7 +496,8 @@ def _run_jit(sim_env, method, batch, user_config, base):
                                  sim_env.composer)
   trace = simulation.run(sim_env, config, batch, _USER_SEED.value,
                          log=lambda msg: print(f'[{method.name}] {msg}',
-                                               flush=True))
+                                               flush=True),
+                         chunk_size=_JIT_CHUNK.value or None)
   return simulation.batch_result(sim_env, trace)
 
 
