@@ -26,10 +26,13 @@ from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from recovr_jax import fusion
 from recovr_jax import retrieve
+from recovr_jax import sharding
 from experiments import outputs
 from experiments import plain_loop
 
@@ -48,6 +51,10 @@ _REPEATS = flags.DEFINE_integer('repeats', 5,
 _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_core.json',
                               'Where to write the JSON results.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.')
+_SESSION_DEVICES = flags.DEFINE_integer(
+    'session_devices', os.cpu_count() or 1,
+    'CPU devices for the session-sharded fusion row (one per core); 1 '
+    'skips it. Ignored on GPU/TPU, where the real devices are used.')
 
 RRF_K = plain_loop.RRF_K
 
@@ -168,6 +175,21 @@ def bench_fusion(rng, repeats):
   two_pass = batched(None)
   rows['recovr_jax_two_pass'] = timeit(lambda: two_pass(*args), repeats)
 
+  devices = len(jax.devices('cpu')) if jax.default_backend() == 'cpu' else (
+      len(jax.devices()))
+  sharded_agreement = None
+  if devices > 1 and s % devices == 0:
+    log(f'fusion: recovr_jax batched, sessions split over {devices} devices')
+    mesh = sharding.make_mesh(gallery_shards=1, session_shards=devices)
+    placed = tuple(jax.device_put(x, NamedSharding(mesh, P('session')))
+                   for x in args)
+    over = sharding.over_sessions(jax.vmap(functools.partial(
+        fusion.fuse_with_rank_cap, k=RRF_K, num_ids=n)), mesh)
+    rows['recovr_jax_sessions_sharded'] = timeit(lambda: over(*placed),
+                                                 repeats)
+    sharded_agreement = bool(np.array_equal(
+        np.asarray(over(*placed)[0]), np.asarray(one_pass(*args)[0])))
+
   log('fusion: per-session Python loop')
   ids_list = ids.tolist()
   demote_list, caps_list = demote.tolist(), caps.tolist()
@@ -221,6 +243,8 @@ def bench_fusion(rng, repeats):
       'turn_retrieval_seconds': t_turn,
       'share_of_turn_retrieval': rows['recovr_jax'] / t_turn,
       'fused_id_agreement_with_python': agreement,
+      'sharded_equals_unsharded': sharded_agreement,
+      'session_devices': devices,
       'ranx_note': ranx_note,
   }
 
@@ -246,7 +270,8 @@ def table(retrieval, fused):
   cfg = f['config']
   name = (f"fusion+rank-cap S={cfg['sessions']:,} W={cfg['window']} "
           f"C={cfg['channels']} K={cfg['k']}")
-  for m in ('recovr_jax', 'recovr_jax_two_pass', 'python_loop', 'ranx'):
+  for m in ('recovr_jax', 'recovr_jax_sessions_sharded',
+            'recovr_jax_two_pass', 'python_loop', 'ranx'):
     if m in f['seconds']:
       versus = ('anchor' if m == 'recovr_jax' else
                 f"recovr_jax {f['speedup_of_recovr_jax'][m]:.1f}x faster")
@@ -260,6 +285,14 @@ def table(retrieval, fused):
 
 def main(argv):
   del argv
+  if _SESSION_DEVICES.value > 1 and 'device_count' not in os.environ.get(
+      'XLA_FLAGS', ''):
+    # Before JAX starts its backend: one CPU device per core, so the
+    # session-sharded fusion row can use every core (see
+    # sharding.over_sessions). Single-device rows run on device 0 as before.
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_'
+                               'force_host_platform_device_count='
+                               f'{_SESSION_DEVICES.value}').strip()
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
   rng = np.random.default_rng(_SEED.value)
