@@ -18,6 +18,7 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 import numpy as np
 
 from recovr_jax import asking
@@ -98,6 +99,11 @@ _JIT_CHUNK = flags.DEFINE_integer(
     '--simulation=jit: each turn runs the sessions still searching in '
     'vmapped chunks of this many and skips the rest; 0: every session runs '
     'every turn (lax.scan inside vmap). Same results either way.')
+_SESSION_SHARDS = flags.DEFINE_integer(
+    'session_shards', 1,
+    '--simulation=jit: split each batch\'s sessions over this many devices '
+    '(world replicated). On a CPU, first export XLA_FLAGS=--xla_force_host_'
+    'platform_device_count=<cores>.')
 _USER_DRAWS = flags.DEFINE_enum(
     'user_draws', 'numpy', list(simulator.DRAWS),
     "Source of the user's random decisions. jax: the draws of the jitted "
@@ -133,6 +139,14 @@ def validate_flags():
                _KAPPA_NEU, _KAPPA_POS):
     if flag.value < 1:
       _fail(f'--{flag.name} must be >= 1, got {flag.value}')
+  if _SESSION_SHARDS.value < 1:
+    _fail(f'--session_shards must be >= 1, got {_SESSION_SHARDS.value}')
+  if _SESSION_SHARDS.value > 1 and _SIMULATION.value != 'jit':
+    _fail('--session_shards needs --simulation=jit')
+  if _SESSION_SHARDS.value > len(jax.devices()):
+    _fail(f'--session_shards={_SESSION_SHARDS.value} but JAX sees '
+          f'{len(jax.devices())} device(s); on a CPU export XLA_FLAGS='
+          '--xla_force_host_platform_device_count=N first')
   if _JIT_CHUNK.value < 0:
     _fail(f'--jit_chunk_size must be >= 0, got {_JIT_CHUNK.value}')
   if _NUM_SESSIONS.value is not None and _NUM_SESSIONS.value < 1:
@@ -491,13 +505,18 @@ def run_once():
 
 
 def _run_jit(sim_env, method, batch, user_config, base):
+  from recovr_jax import sharding  # pylint: disable=g-import-not-at-top
   from recovr_jax import simulation  # pylint: disable=g-import-not-at-top
+  mesh = None
+  if _SESSION_SHARDS.value > 1:
+    mesh = sharding.make_mesh(gallery_shards=1,
+                              session_shards=_SESSION_SHARDS.value)
   config = simulation.sim_config(method, base, user_config,
                                  sim_env.composer)
   trace = simulation.run(sim_env, config, batch, _USER_SEED.value,
                          log=lambda msg: print(f'[{method.name}] {msg}',
                                                flush=True),
-                         chunk_size=_JIT_CHUNK.value or None)
+                         chunk_size=_JIT_CHUNK.value or None, mesh=mesh)
   return simulation.batch_result(sim_env, trace)
 
 

@@ -414,10 +414,9 @@ def _compact_turns(config, shared, queries, carry, chunk_size):
   return carry, jax.tree.map(lambda y: jnp.swapaxes(y, 0, 1), outs)
 
 
-@functools.partial(jax.jit, static_argnames=('config', 'chunk_size'))
-def simulate(config: SimConfig, arrays: SimArrays, index, rows,
-             composer_params, queries, seed_key,
-             chunk_size: int | None = None) -> SimTrace:
+def simulate_batch(config: SimConfig, arrays: SimArrays, index, rows,
+                   composer_params, queries, seed_key,
+                   chunk_size: int | None = None) -> SimTrace:
   """A batch of sessions, one per entry of ``queries`` ``[S]``.
 
   ``chunk_size=None``: ``lax.scan`` over turns inside ``vmap`` over sessions
@@ -446,6 +445,21 @@ def simulate(config: SimConfig, arrays: SimArrays, index, rows,
       search=outs['search'], edit=outs['edit'], needed=needed)
 
 
+simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))
+
+
+@functools.lru_cache(maxsize=16)
+def _over_sessions(config, chunk_size, mesh):
+  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from recovr_jax import sharding  # pylint: disable=g-import-not-at-top
+  body = functools.partial(simulate_batch, config, chunk_size=chunk_size)
+  shared, split = P(), P(sharding.SESSION_AXIS)
+  return jax.jit(jax.shard_map(
+      lambda a, i, r, p, q, k: body(a, i, r, p, q, k), mesh=mesh,
+      in_specs=(shared, shared, shared, shared, split, shared),
+      out_specs=split, check_vma=False))
+
+
 def sim_config(method: loop.Method, base: session_lib.LoopConfig,
                user: simulator.UserConfig, composer: str) -> SimConfig:
   return SimConfig(loop=loop.loop_config(method, base),
@@ -456,19 +470,37 @@ def sim_config(method: loop.Method, base: session_lib.LoopConfig,
 
 
 def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
-        log=None, chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> SimTrace:
+        log=None, chunk_size: int | None = DEFAULT_CHUNK_SIZE,
+        mesh=None) -> SimTrace:
   """Runs ``sessions`` (query indices), filling the phrase table as needed.
 
-  ``chunk_size``: see ``simulate``. Returns the trace as NumPy arrays.
+  ``chunk_size``: see ``simulate``. ``mesh``: a ``sharding.make_mesh`` mesh
+  whose ``session`` axis splits the sessions over devices (world, table and
+  composer replicated); None runs on the default device. Returns the trace
+  as NumPy arrays.
   """
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f'chunk_size must be >= 1 or None, got {chunk_size}')
   queries = jnp.asarray(sessions, jnp.int32)
   seed_key = jax.random.key(seed)
+  if mesh is not None:  # pad to a multiple of the session shards
+    shards = mesh.shape['session']
+    padded = jnp.concatenate([queries, jnp.broadcast_to(
+        queries[-1:], (-len(queries) % shards,))])
   for attempt in range(config.loop.num_turns + 2):
     index, rows = env.table.arrays()
-    trace = simulate(config, env.arrays, index, rows, env.composer_params,
-                     queries, seed_key, chunk_size=chunk_size)
+    if mesh is None:
+      trace = simulate(config, env.arrays, index, rows, env.composer_params,
+                       queries, seed_key, chunk_size=chunk_size)
+    else:
+      from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,g-multiple-import
+      # Replicated on every device of the mesh (a copy per device).
+      shared = jax.device_put((env.arrays, index, rows, env.composer_params,
+                               seed_key), NamedSharding(mesh, P()))
+      trace = _over_sessions(config, chunk_size, mesh)(
+          *shared[:4], jax.device_put(padded, NamedSharding(
+              mesh, P('session'))), shared[4])
+      trace = jax.tree.map(lambda x: x[:len(queries)], trace)
     needed = np.asarray(trace.needed)
     added = env.table.add(needed[needed > 0])
     if not added:

@@ -153,6 +153,10 @@ class RunnerTest(absltest.TestCase):
     with self.assertRaisesRegex(Exception, 'change --noise_rate'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
                noise_rate=0.1)
+    with self.assertRaisesRegex(Exception, '--session_shards=4 but JAX sees '
+                                '1 device'):
+      run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+               session_shards=4)
     with self.assertRaisesRegex(Exception, '--platform=tpu was requested but '
                                 'JAX finds no tpu device'):
       run_main(self.root / 'bad', methods=['recovr'], platform='tpu')

@@ -40,6 +40,28 @@ def run_checks():
       for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w),
                                       err_msg=f'{mesh.shape} n={n}')
+  # Sessions split over devices: fusion, and whole jitted sessions (23
+  # sessions on 4 shards: padded).
+  import functools  # pylint: disable=g-import-not-at-top
+  from recovr_jax import fusion, loop, session, simulation, simulator  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tests import simulation_test  # pylint: disable=g-import-not-at-top
+  mesh = sharding.make_mesh(gallery_shards=2, session_shards=4)
+  ids = np.stack([rng.permutation(50)[:30].reshape(2, 3, 5)
+                  for _ in range(8)]).astype(np.int32)
+  scores = -np.sort(-rng.random(ids.shape), -1).astype(np.float32)
+  args = (ids, scores, np.ones((8, 2, 3), bool),
+          ids[:, 0, 0, :2].copy(), np.full((8, 2), 3, np.int32))
+  step = jax.vmap(functools.partial(fusion.fuse_with_rank_cap, num_ids=50))
+  for g, w in zip(sharding.over_sessions(step, mesh)(*args), step(*args)):
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+  _, env, sim_env = simulation_test.env_for('sum')
+  config = simulation.sim_config(
+      loop.METHODS['recovr'], session.LoopConfig(
+          num_turns=3, list_length=20, num_ids=len(env.gallery)),
+      simulator.UserConfig(), 'sum')
+  plain = simulation.run(sim_env, config, np.arange(23), seed=0)
+  split = simulation.run(sim_env, config, np.arange(23), seed=0, mesh=mesh)
+  jax.tree.map(np.testing.assert_array_equal, split, plain)
   print('sharding checks passed')
 
 
