@@ -27,6 +27,7 @@ draws) over the same queries.
 """
 
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -46,6 +47,7 @@ from recovr_jax import metrics
 from recovr_jax import reasoning
 from recovr_jax import resources
 from recovr_jax import session
+from recovr_jax import sharding
 from recovr_jax import simulation
 from recovr_jax import simulator
 from recovr_jax import training
@@ -63,6 +65,10 @@ _CACHE = flags.DEFINE_string('cache_dir', 'cache',
                              'Progress Memory cache of gallery embeddings.')
 _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
                               'Device; a requested absent one is an error.')
+_SESSION_DEVICES = flags.DEFINE_integer(
+    'session_devices', os.cpu_count() or 1,
+    'CPU devices (one per core) for the extra row where the jitted sessions '
+    'are split over devices (sharding.make_mesh session axis); 1 skips it.')
 _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_sessions.json',
                               'Where to write the results.')
 
@@ -164,6 +170,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
+  if _SESSION_DEVICES.value > 1 and _PLATFORM.value in ('auto', 'cpu') and (
+      'device_count' not in os.environ.get('XLA_FLAGS', '')):
+    # Before JAX starts its backend; every other row runs on device 0.
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_'
+                               'force_host_platform_device_count='
+                               f'{_SESSION_DEVICES.value}').strip()
   for flag in (_SESSIONS, _TURNS, _REPEATS):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
@@ -220,6 +232,18 @@ def main(argv):
   t_jit, all_jit = timed(lambda: simulation.run(sim_env, cfg, sessions, 0),
                          _REPEATS.value)
 
+  seconds, all_seconds = {'jit': t_jit}, {'jit': all_jit}
+  devices = jax.devices()
+  if len(devices) > 1:
+    log(f'jit: sessions split over {len(devices)} devices')
+    mesh = sharding.make_mesh(gallery_shards=1, session_shards=len(devices))
+    split = simulation.run(sim_env, cfg, sessions, 0, mesh=mesh)
+    results['jit_split_equals_jit'] = bool(np.array_equal(
+        split.displayed, jit_trace.displayed))
+    seconds['jit_split'], all_seconds['jit_split'] = timed(
+        lambda: simulation.run(sim_env, cfg, sessions, 0, mesh=mesh),
+        _REPEATS.value)
+
   log('host: warm-up (fills the text cache), then timed')
   run_host = lambda user: loop.run_batch(env, method, sessions, user,
                                          reasoner, base)
@@ -244,10 +268,12 @@ def main(argv):
                                   jax.random.key(0))
   lo, hi = np.asarray(boot.lower), np.asarray(boot.upper)
   results.update(
-      seconds={'jit': t_jit, 'host': t_host, 'per_session': t_per},
-      all_seconds={'jit': all_jit, 'host': all_host, 'per_session': all_per},
-      sessions_per_s={'jit': s / t_jit, 'host': s / t_host,
-                      'per_session': s / t_per},
+      seconds=dict(seconds, host=t_host, per_session=t_per),
+      all_seconds=dict(all_seconds, host=all_host, per_session=all_per),
+      sessions_per_s={name: s / t for name, t in dict(
+          seconds, host=t_host, per_session=t_per).items()},
+      speedup_over_per_session={name: t_per / t for name, t in
+                                seconds.items()},
       speedup_jit_over_per_session=t_per / t_jit,
       speedup_jit_over_host=t_host / t_jit,
       speedup_host_over_per_session=t_per / t_host,
@@ -274,9 +300,8 @@ def main(argv):
   path = pathlib.Path(_OUTPUT.value)
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(out + '\n')
-  log(f'jit {s / t_jit:.0f} sessions/s, host {s / t_host:.0f}, per_session '
-      f'{s / t_per:.0f}: jit = {t_per / t_jit:.1f}x per_session, '
-      f'{t_host / t_jit:.1f}x host')
+  for name, t in results['seconds'].items():
+    log(f'{name}: {s / t:,.0f} sessions/s, {t_per / t:.1f}x per_session')
 
 
 if __name__ == '__main__':
