@@ -31,6 +31,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from recovr_jax import fusion
+from recovr_jax import resources
 from recovr_jax import retrieve
 from recovr_jax import sharding
 from experiments import outputs
@@ -51,6 +52,8 @@ _REPEATS = flags.DEFINE_integer('repeats', 5,
 _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_core.json',
                               'Where to write the JSON results.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.')
+_PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
+                              'Device; a requested absent one is an error.')
 _SESSION_DEVICES = flags.DEFINE_integer(
     'session_devices', os.cpu_count() or 1,
     'CPU devices for the session-sharded fusion row (one per core); 1 '
@@ -295,6 +298,10 @@ def main(argv):
                                f'{_SESSION_DEVICES.value}').strip()
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
+  try:
+    resources.select_device(_PLATFORM.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   rng = np.random.default_rng(_SEED.value)
   retrieval = bench_retrieval(rng, _REPEATS.value)
   fused = bench_fusion(rng, _REPEATS.value)

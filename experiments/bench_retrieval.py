@@ -16,6 +16,7 @@ the float32 ids of the same queries and gallery.
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ from absl import app
 from absl import flags
 
 from experiments import outputs
+from recovr_jax import resources
 
 _SIZES = flags.DEFINE_list('sizes', ['10000', '100000', '1000000'],
                            'Gallery sizes N.')
@@ -33,6 +35,8 @@ _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repeats (>= 5).')
 _METHODS = flags.DEFINE_list(
     'methods', ['matmul_xla', 'matmul_numpy', 'retrieve', 'retrieve_bf16',
                 'numpy', 'faiss'], 'What to time.')
+_PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
+                              'Device; a requested absent one is an error.')
 _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_retrieval.json',
                               'Where to write the JSON results.')
 
@@ -141,7 +145,17 @@ def main(argv):
   del argv
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
-  sizes = [int(s) for s in _SIZES.value]
+  try:
+    sizes = [int(s) for s in _SIZES.value]
+  except ValueError as e:
+    raise app.UsageError(f'--sizes must be integers: {e}') from e
+  if _PLATFORM.value != 'auto':
+    try:  # checked here; each method then runs on it in its own process
+      resources.select_device(_PLATFORM.value)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from e
+    if _PLATFORM.value == 'cpu':  # an accelerator is JAX's default anyway
+      os.environ['JAX_PLATFORMS'] = 'cpu'
   b, d = _B.value, _D.value
   results = {}
   lines = ['| N | method | median s | queries/s | vs NumPy | share of matmul '

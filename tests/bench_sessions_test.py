@@ -1,0 +1,51 @@
+"""Smoke test of the end-to-end benchmark on a tiny configuration.
+
+Runs in a subprocess: the benchmark's flags share names with the runner's.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class BenchSessionsTest(absltest.TestCase):
+
+  def test_tiny_run(self):
+    out = pathlib.Path(tempfile.mkdtemp())
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bench_sessions',
+         '--num_sessions=12', '--num_turns=2', '--gallery_size=1000',
+         '--repeats=1', '--check_sessions=4', '--session_devices=2',
+         f'--cache_dir={out / "cache"}',
+         f'--output_json={out / "bench.json"}'],
+        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+        capture_output=True, text=True, timeout=900)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    result = json.loads((out / 'bench.json').read_text())
+    self.assertEqual(set(result['seconds']),
+                     {'jit', 'jit_split', 'host', 'per_session'})
+    self.assertTrue(result['jit_split_equals_jit'])
+    same = result['host_equals_jit_same_draws']
+    self.assertEqual(same['identical_lists'], 12)
+    self.assertEqual(result['per_session_equals_jit_same_draws']['sessions'],
+                     4)
+    self.assertLen(result['r_at_1']['jit (jax draws)'], 3)
+
+  def test_bad_flags(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bench_sessions',
+         '--gallery_size=10'], cwd=ROOT, capture_output=True, text=True,
+        timeout=300)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('--gallery_size must be in 1000..', proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
