@@ -332,6 +332,18 @@ def main(argv):
   if not sweep:
     run_once()
     return
+  # Every setting of the sweep is checked before the first run starts.
+  for name, values in sweep:
+    original = flags.FLAGS[name].value
+    try:
+      for value in values:
+        flags.FLAGS[name].value = flags.FLAGS[name].parser.parse(value)
+        try:
+          validate_flags()
+        except app.UsageError as e:
+          _fail(f'--sweep {name}={value}: {e}')
+    finally:
+      flags.FLAGS[name].value = original
   base_dir = _OUTPUT.value
   rows = []
   try:

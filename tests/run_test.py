@@ -150,6 +150,11 @@ class RunnerTest(absltest.TestCase):
                                 r'.*change --methods'):
       run_main(self.root / 'bad', methods=['recovr', 'ivr'],
                simulation='jit')
+    with self.assertRaisesRegex(Exception, '--sweep noise_rate=0.1: '
+                                '.*change --noise_rate'):
+      run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+               sweep=['noise_rate=0|0.1'])
+    self.assertFalse((self.root / 'bad' / 'noise_rate=0').exists())
     with self.assertRaisesRegex(Exception, 'change --noise_rate'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
                noise_rate=0.1)
