@@ -32,6 +32,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from recovr_jax import demotion
@@ -40,6 +42,7 @@ from recovr_jax import lexicon
 from recovr_jax import loop
 from recovr_jax import reasoning
 from recovr_jax import session as session_lib
+from recovr_jax import sharding
 from recovr_jax import simulator
 from recovr_jax import world as world_lib
 
@@ -159,16 +162,17 @@ class SimEnvironment:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SimTrace:
-  """One session's run; per-turn fields are for turns 1..T."""
-  displayed: jax.Array   # [T+1, K] int32 shown lists
-  top_scores: jax.Array  # [T+1] float32
-  active: jax.Array      # [T] bool, the user had not stopped
-  action: jax.Array      # [T] int32 index into simulator.ACTIONS
-  mentioned: jax.Array   # [T, A] int32 named values, -1 not named
-  sigma: jax.Array       # [T] int32
-  search: jax.Array      # [T] int32 search code (0: none)
-  edit: jax.Array        # [T] int32 edit code (0: none)
-  needed: jax.Array      # [T+1, 2] int32 table codes used (0: none)
+  """A batch's run; per-turn fields are for turns 1..T, and stopped
+  sessions' turns hold action stop, no mentions, sigma neu and code 0."""
+  displayed: jax.Array   # [S, T+1, K] int32 shown lists
+  top_scores: jax.Array  # [S, T+1] float32
+  active: jax.Array      # [S, T] bool, the user had not stopped
+  action: jax.Array      # [S, T] int32 index into simulator.ACTIONS
+  mentioned: jax.Array   # [S, T, A] int32 named values, -1 not named
+  sigma: jax.Array       # [S, T] int32
+  search: jax.Array      # [S, T] int32 the Intent Decomposer's search code
+  edit: jax.Array        # [S, T] int32 its edit code (0: empty)
+  needed: jax.Array      # [S, T+1, 2] int32 table codes used (0: none)
 
 
 def check_supported(method: loop.Method, user: simulator.UserConfig,
@@ -450,13 +454,13 @@ simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))
 
 @functools.lru_cache(maxsize=16)
 def _over_sessions(config, chunk_size, mesh):
-  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from recovr_jax import sharding  # pylint: disable=g-import-not-at-top
+  """``simulate_batch`` with the sessions split over the mesh's session
+  axis and everything else replicated."""
   body = functools.partial(simulate_batch, config, chunk_size=chunk_size)
   shared, split = P(), P(sharding.SESSION_AXIS)
   return jax.jit(jax.shard_map(
-      lambda a, i, r, p, q, k: body(a, i, r, p, q, k), mesh=mesh,
-      in_specs=(shared, shared, shared, shared, split, shared),
+      body, mesh=mesh, in_specs=(shared, shared, shared, shared, split,
+                                 shared),
       out_specs=split, check_vma=False))
 
 
@@ -484,7 +488,7 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
   queries = jnp.asarray(sessions, jnp.int32)
   seed_key = jax.random.key(seed)
   if mesh is not None:  # pad to a multiple of the session shards
-    shards = mesh.shape['session']
+    shards = mesh.shape[sharding.SESSION_AXIS]
     padded = jnp.concatenate([queries, jnp.broadcast_to(
         queries[-1:], (-len(queries) % shards,))])
   for attempt in range(config.loop.num_turns + 2):
@@ -493,13 +497,12 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
       trace = simulate(config, env.arrays, index, rows, env.composer_params,
                        queries, seed_key, chunk_size=chunk_size)
     else:
-      from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,g-multiple-import
       # Replicated on every device of the mesh (a copy per device).
       shared = jax.device_put((env.arrays, index, rows, env.composer_params,
                                seed_key), NamedSharding(mesh, P()))
       trace = _over_sessions(config, chunk_size, mesh)(
           *shared[:4], jax.device_put(padded, NamedSharding(
-              mesh, P('session'))), shared[4])
+              mesh, P(sharding.SESSION_AXIS))), shared[4])
       trace = jax.tree.map(lambda x: x[:len(queries)], trace)
     needed = np.asarray(trace.needed)
     added = env.table.add(needed[needed > 0])
