@@ -18,9 +18,7 @@ given the already rank-capped lists, so it does less work than the others).
 import functools
 import os
 import platform
-import statistics
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -34,6 +32,7 @@ from recovr_jax import fusion
 from recovr_jax import resources
 from recovr_jax import retrieve
 from recovr_jax import sharding
+from experiments import bench_common
 from experiments import outputs
 from experiments import plain_loop
 
@@ -64,16 +63,10 @@ RRF_K = plain_loop.RRF_K
 
 def timeit(fn, repeats):
   """Median wall time of ``fn()`` over ``repeats`` runs after one warm-up."""
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return bench_common.timings(fn, repeats)[0]
 
 
-log = plain_loop.log
+log = bench_common.log
 
 
 def numpy_topk(queries, gallery, k):
@@ -276,8 +269,12 @@ def table(retrieval, fused):
   for m in ('recovr_jax', 'recovr_jax_sessions_sharded',
             'recovr_jax_two_pass', 'python_loop', 'ranx'):
     if m in f['seconds']:
-      versus = ('anchor' if m == 'recovr_jax' else
-                f"recovr_jax {f['speedup_of_recovr_jax'][m]:.1f}x faster")
+      if m == 'recovr_jax':
+        versus = 'anchor'
+      elif m == 'recovr_jax_sessions_sharded':
+        versus = f"{1 / f['speedup_of_recovr_jax'][m]:.1f}x the anchor's rate"
+      else:
+        versus = f"recovr_jax {f['speedup_of_recovr_jax'][m]:.1f}x faster"
       lines.append(f"| {name} | {m} | {f['seconds'][m]:.4f} | "
                    f"{f['sessions_per_s'][m]:,.0f} sess/s | {versus} |")
   lines.append(f"| {name} | one turn of retrieval (anchor) | "
@@ -288,14 +285,7 @@ def table(retrieval, fused):
 
 def main(argv):
   del argv
-  if _SESSION_DEVICES.value > 1 and 'device_count' not in os.environ.get(
-      'XLA_FLAGS', ''):
-    # Before JAX starts its backend: one CPU device per core, so the
-    # session-sharded fusion row can use every core (see
-    # sharding.over_sessions). Single-device rows run on device 0 as before.
-    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_'
-                               'force_host_platform_device_count='
-                               f'{_SESSION_DEVICES.value}').strip()
+  bench_common.split_cpu_devices(_SESSION_DEVICES.value)
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
   try:

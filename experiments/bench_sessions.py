@@ -29,7 +29,6 @@ draws) over the same queries.
 import json
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -39,6 +38,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from experiments import bench_common
 from experiments import plain_loop
 from recovr_jax import demotion
 from recovr_jax import encoders
@@ -72,7 +72,7 @@ _SESSION_DEVICES = flags.DEFINE_integer(
 _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_sessions.json',
                               'Where to write the results.')
 
-log = plain_loop.log
+log = bench_common.log
 
 
 def numpy_compose(params):
@@ -151,16 +151,6 @@ def numpy_session(ctx, q, user):
   return np.array(displayed, np.int32)
 
 
-def timed(fn, repeats):
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times), times
-
-
 def recall_at_1(displayed, targets):
   ranks = np.asarray(metrics.target_ranks(displayed, targets))
   return (100 * (ranks <= 1).mean(0)).round(1).tolist()
@@ -170,12 +160,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
-  if _SESSION_DEVICES.value > 1 and _PLATFORM.value in ('auto', 'cpu') and (
-      'device_count' not in os.environ.get('XLA_FLAGS', '')):
-    # Before JAX starts its backend; every other row runs on device 0.
-    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' --xla_'
-                               'force_host_platform_device_count='
-                               f'{_SESSION_DEVICES.value}').strip()
+  if _PLATFORM.value in ('auto', 'cpu'):
+    bench_common.split_cpu_devices(_SESSION_DEVICES.value)
   for flag in (_SESSIONS, _TURNS, _REPEATS):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
@@ -229,7 +215,7 @@ def main(argv):
   results['jit_first_call_s'] = time.perf_counter() - start
   results['phrase_table_size'] = len(sim_env.table)
   log('jit: timed')
-  t_jit, all_jit = timed(lambda: simulation.run(sim_env, cfg, sessions, 0),
+  t_jit, all_jit = bench_common.timings(lambda: simulation.run(sim_env, cfg, sessions, 0),
                          _REPEATS.value)
 
   seconds, all_seconds = {'jit': t_jit}, {'jit': all_jit}
@@ -240,14 +226,14 @@ def main(argv):
     split = simulation.run(sim_env, cfg, sessions, 0, mesh=mesh)
     results['jit_split_equals_jit'] = bool(np.array_equal(
         split.displayed, jit_trace.displayed))
-    seconds['jit_split'], all_seconds['jit_split'] = timed(
+    seconds['jit_split'], all_seconds['jit_split'] = bench_common.timings(
         lambda: simulation.run(sim_env, cfg, sessions, 0, mesh=mesh),
         _REPEATS.value)
 
   log('host: warm-up (fills the text cache), then timed')
   run_host = lambda user: loop.run_batch(env, method, sessions, user,
                                          reasoner, base)
-  t_host, all_host = timed(lambda: run_host(numpy_user), _REPEATS.value)
+  t_host, all_host = bench_common.timings(lambda: run_host(numpy_user), _REPEATS.value)
   host = run_host(numpy_user)
   host_jax = run_host(jax_user)
 
@@ -256,7 +242,7 @@ def main(argv):
   log('per_session: warm-up, then timed (the slow one)')
   run_per_session = lambda user, qs: np.stack([numpy_session(ctx, q, user)
                                                for q in qs])
-  t_per, all_per = timed(lambda: run_per_session(numpy_user, sessions),
+  t_per, all_per = bench_common.timings(lambda: run_per_session(numpy_user, sessions),
                          _REPEATS.value)
   per_session = run_per_session(numpy_user, sessions)
   check = sessions[:_CHECK.value]

@@ -2,13 +2,8 @@
 benchmarks as the straightforward implementations they are compared with."""
 
 import collections
-import sys
 
 RRF_K = 60
-
-
-def log(msg):
-  print(msg, file=sys.stderr, flush=True)
 
 
 def python_session(ids, demote, caps, weights, k):

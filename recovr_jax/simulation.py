@@ -405,12 +405,11 @@ def _compact_turns(config, shared, queries, carry, chunk_size):
                                 lambda: batched_stop(c))
 
     _, out = jax.lax.scan(chunk_fn, None, xs)
-    unchunk = lambda x, y: x.at[order[:s]].set(
-        y.reshape((-1,) + y.shape[2:])[:s])
-    new_carry, outputs = out
-    return (jax.tree.map(unchunk, carry, new_carry),
-            jax.tree.map(lambda y: jnp.zeros((s,) + y.shape[2:], y.dtype).at[
-                order[:s]].set(y.reshape((-1,) + y.shape[2:])[:s]), outputs))
+    # Row r of the chunked result is session order[r]; back to session order.
+    inverse = jnp.zeros((s,), order.dtype).at[order[:s]].set(
+        jnp.arange(s, dtype=order.dtype))
+    return jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:])[inverse],
+                        out)
 
   carry, outs = jax.lax.scan(turn_fn, carry,
                              jnp.arange(1, config.loop.num_turns + 1))
