@@ -28,10 +28,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from recovr_jax import fusion
-from recovr_jax import resources
+from recovr_jax.core import fusion
+from recovr_jax.experiment import resources
 from recovr_jax import retrieve
-from recovr_jax import sharding
+from recovr_jax.core import sharding
 from experiments import bench_common
 from experiments import outputs
 from experiments import plain_loop

@@ -24,7 +24,7 @@ from absl import app
 from absl import flags
 
 from experiments import outputs
-from recovr_jax import resources
+from recovr_jax.experiment import resources
 
 _SIZES = flags.DEFINE_list('sizes', ['10000', '100000', '1000000'],
                            'Gallery sizes N.')

@@ -8,9 +8,11 @@ world whose gallery has --gallery_size videos (default 10,000: the test share
 is raised so that the gallery holds that many combinations), --num_sessions
 composed queries (default 1,000) and --num_turns feedback turns.
 
-* host: ``loop.run_batch`` on all sessions at once (Python user and reasoner
-  between jitted, vmapped ranking steps), NumPy-drawn user (the default);
-* jit: ``simulation.run``, whole sessions as ``lax.scan`` inside ``vmap``;
+* host: ``protocol.host.run_batch`` on all sessions at once (Python user and
+  reasoner between jitted, vmapped ranking steps), NumPy-drawn user (the
+  default);
+* jit: ``protocol.jitted.run``, whole sessions as ``lax.scan`` inside
+  ``vmap``;
 * per_session: ``numpy_session`` below, one session at a time: NumPy matmul
   and argpartition top-K, the composer MLP in NumPy, rank-cap and TW-RRF with
   Python dicts (``plain_loop.python_session``), the same user and reasoner.
@@ -40,18 +42,23 @@ import numpy as np
 
 from experiments import bench_common
 from experiments import plain_loop
-from recovr_jax import demotion
-from recovr_jax import encoders
-from recovr_jax import loop
-from recovr_jax import metrics
-from recovr_jax import reasoning
-from recovr_jax import resources
-from recovr_jax import session
-from recovr_jax import sharding
-from recovr_jax import simulation
-from recovr_jax import simulator
-from recovr_jax import training
-from recovr_jax import world as world_lib
+from recovr_jax import methods
+from recovr_jax.core import demotion
+from recovr_jax.core import metrics
+from recovr_jax.core import sharding
+from recovr_jax.experiment import resources
+from recovr_jax.protocol import host as host_driver
+from recovr_jax.protocol import jitted as simulation
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas as reasoning
+from recovr_jax.world import encoders
+from recovr_jax.world import environment
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import simulated_user
+from recovr_jax.world import training
 
 _SESSIONS = flags.DEFINE_integer('num_sessions', 1000, 'Sessions S.')
 _TURNS = flags.DEFINE_integer('num_turns', 5, 'Feedback turns T.')
@@ -186,21 +193,21 @@ def main(argv):
   video, composer = training.load_world_models(
       encoders.DEFAULT_CHECKPOINT_DIR, world)
   text = encoders.TextEncoder()
-  env = loop.world_environment(world, text, video, composer,
-                               cache_dir=_CACHE.value or None)
+  env = environment.world_environment(world, text, video, composer,
+                                      cache_dir=_CACHE.value or None)
   setup_s = time.perf_counter() - start
-  base = session.LoopConfig(num_turns=_TURNS.value, num_ids=n)
+  base = ranking.LoopConfig(num_turns=_TURNS.value, num_ids=n)
   resources.check_fits(
       resources.session_batch_bytes(s, 2, n, env.gallery.shape[1],
                                     base.list_length, base.window, 16384),
       f'{s} sessions in one batch', '--num_sessions', device)
-  method = loop.METHODS['recovr']
+  method = methods.make('recovr')
   sessions = np.arange(s)
   targets = np.asarray(env.target)[sessions]
-  reasoner = reasoning.RulesReasoner()
-  numpy_user = simulator.SimulatedUser(simulator.UserConfig(), seed=0)
-  jax_config = simulator.UserConfig(draws='jax')
-  jax_user = simulator.SimulatedUser(jax_config, seed=0)
+  reasoner = rules.RulesReasoner(lexicon)
+  numpy_user = simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=0)
+  jax_config = simulated_user.UserConfig(draws='jax')
+  jax_user = simulated_user.SimulatedUser(jax_config, seed=0)
   results = {'config': dict(num_sessions=s, num_turns=_TURNS.value,
                             gallery_size=n, dim=int(env.gallery.shape[1]),
                             list_length=base.list_length,
@@ -209,7 +216,7 @@ def main(argv):
 
   log('jit: compile and fill the phrase table')
   sim_env = simulation.prepare(env)
-  cfg = simulation.sim_config(method, base, jax_config, 'mlp')
+  cfg = simulation.sim_config(method, base, jax_config, sim_env.composer)
   start = time.perf_counter()
   jit_trace = simulation.run(sim_env, cfg, sessions, seed=0, log=log)
   results['jit_first_call_s'] = time.perf_counter() - start
@@ -231,17 +238,21 @@ def main(argv):
         _REPEATS.value)
 
   log('host: warm-up (fills the text cache), then timed')
-  run_host = lambda user: loop.run_batch(env, method, sessions, user,
-                                         reasoner, base)
+  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                         encode_text=env.encode_text, compose=env.compose,
+                         reasoner=reasoner)
+  run_host = lambda user: host_driver.run_batch(
+      env, method, sessions,
+      environment.attribute_user(user, env.attributes), ctx, base)
   t_host, all_host = bench_common.timings(lambda: run_host(numpy_user), _REPEATS.value)
   host = run_host(numpy_user)
   host_jax = run_host(jax_user)
 
-  ctx = dict(env=env, base=base, reasoner=reasoner, gallery=env.gallery,
-             compose=numpy_compose(composer))
+  plain_ctx = dict(env=env, base=base, reasoner=reasoner,
+                   gallery=env.gallery, compose=numpy_compose(composer))
   log('per_session: warm-up, then timed (the slow one)')
-  run_per_session = lambda user, qs: np.stack([numpy_session(ctx, q, user)
-                                               for q in qs])
+  run_per_session = lambda user, qs: np.stack(
+      [numpy_session(plain_ctx, q, user) for q in qs])
   t_per, all_per = bench_common.timings(lambda: run_per_session(numpy_user, sessions),
                          _REPEATS.value)
   per_session = run_per_session(numpy_user, sessions)

@@ -16,8 +16,8 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from recovr_jax import clip_encoder
-from recovr_jax import data
+from recovr_jax.real import clip_encoder
+from recovr_jax.real import data
 from experiments import data_flags
 
 _CLIP_DIR = data_flags.CLIP_DIR

@@ -14,7 +14,7 @@ def python_session(ids, demote, caps, weights, k):
       cap_of[d] = cap
 
   def capped(lst):
-    # recovr_jax's rank-cap rule (see recovr_jax/demotion.py): non-demoted
+    # recovr_jax's rank-cap rule (see recovr_jax/core/demotion.py): non-demoted
     # ids keep their order; a demoted id follows max(q, cap - 1) of them.
     kept = [d for d in lst if d not in cap_of]
     demoted = []

@@ -17,9 +17,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from recovr_jax import reasoner_training
-from recovr_jax import training
-from recovr_jax import world as world_lib
+from recovr_jax.world import reasoner_training
+from recovr_jax.world import training
+from recovr_jax.world import generator as world_lib
 from experiments import outputs
 from experiments import world_flags
 

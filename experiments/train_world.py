@@ -17,9 +17,9 @@ from absl import flags
 from absl import logging
 import jax
 
-from recovr_jax import encoders
-from recovr_jax import training
-from recovr_jax import world as world_lib
+from recovr_jax.world import encoders
+from recovr_jax.world import training
+from recovr_jax.world import generator as world_lib
 from experiments import world_flags
 
 _OUTPUT_DIR = flags.DEFINE_string(

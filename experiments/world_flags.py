@@ -2,7 +2,7 @@
 
 from absl import flags
 
-from recovr_jax import world as world_lib
+from recovr_jax.world import generator as world_lib
 
 _DEFAULT = world_lib.WorldConfig()
 

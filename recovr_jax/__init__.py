@@ -8,10 +8,10 @@ Dimension legend used in every docstring: ``B`` queries (sessions in a batch),
 embedding size.
 """
 
-from recovr_jax.demotion import rank_cap
-from recovr_jax.fusion import fuse
-from recovr_jax.query_update import slerp
-from recovr_jax.retrieval import retrieve
+from recovr_jax.core.demotion import rank_cap
+from recovr_jax.core.fusion import fuse
+from recovr_jax.core.slerp import slerp
+from recovr_jax.core.retrieval import retrieve
 
 __all__ = ['fuse', 'rank_cap', 'retrieve', 'slerp']
 __version__ = '0.1.0'

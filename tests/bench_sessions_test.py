@@ -34,8 +34,9 @@ class BenchSessionsTest(absltest.TestCase):
     self.assertTrue(result['jit_split_equals_jit'])
     same = result['host_equals_jit_same_draws']
     self.assertEqual(same['identical_lists'], 12)
-    self.assertEqual(result['per_session_equals_jit_same_draws']['sessions'],
-                     4)
+    # The independent per-session NumPy reference shows the jitted lists.
+    plain = result['per_session_equals_jit_same_draws']
+    self.assertEqual((plain['sessions'], plain['identical_lists']), (4, 4))
     self.assertLen(result['r_at_1']['jit (jax draws)'], 3)
 
   def test_bad_flags(self):

@@ -11,10 +11,10 @@ import numpy as np
 from PIL import Image
 
 from experiments import embed_videos
-from recovr_jax import clip_encoder
-from recovr_jax import data
-from recovr_jax import encoders
-from recovr_jax import metrics
+from recovr_jax.real import clip_encoder
+from recovr_jax.real import data
+from recovr_jax.world import encoders
+from recovr_jax.core import metrics
 from recovr_jax import retrieve
 
 

@@ -7,7 +7,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from recovr_jax import data
+from recovr_jax.real import data
 
 HEADER = 'pth1,pth2,edit,txt1,txt2,extra\n'
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import demotion
+from recovr_jax.core import demotion
 from recovr_jax import rank_cap
 
 

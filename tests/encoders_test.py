@@ -9,10 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import encoders
-from recovr_jax import progress_memory
-from recovr_jax import training
-from recovr_jax import world as world_lib
+from recovr_jax.world import encoders
+from recovr_jax.world import progress_memory
+from recovr_jax.world import training
+from recovr_jax.world import generator as world_lib
 
 DATA = pathlib.Path(__file__).parent / 'data'
 _TEXT = None

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from recovr_jax import fuse
-from recovr_jax import fusion
+from recovr_jax.core import fusion
 from tests.demotion_test import reference_rank_cap
 
 RRF_METHODS = ('tw_rrf', 'static_rrf', 'uniform_rrf', 'penalty_rrf')

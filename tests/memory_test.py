@@ -6,13 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import memory
+from recovr_jax.core import ring as ring_lib
 
 
 class ResultMemoryTest(absltest.TestCase):
 
   def test_init_is_empty(self):
-    ring = memory.init_result_memory(3, 2, 4)
+    ring = ring_lib.init_result_memory(3, 2, 4)
     chex.assert_shape((ring.ids, ring.scores), (3, 2, 4))
     chex.assert_shape(ring.valid, (3, 2))
     self.assertTrue(np.all(ring.ids == -1))
@@ -20,9 +20,9 @@ class ResultMemoryTest(absltest.TestCase):
     self.assertFalse(np.any(ring.valid))
 
   def test_push_is_age_indexed(self):
-    ring = memory.init_result_memory(3, 1, 2)
+    ring = ring_lib.init_result_memory(3, 1, 2)
     for turn in range(4):
-      ring = memory.push(ring, np.full((1, 2), turn), np.full((1, 2), turn,
+      ring = ring_lib.push(ring, np.full((1, 2), turn), np.full((1, 2), turn,
                                                                np.float32),
                          np.array([turn != 2]))
     # Age 0 is turn 3, age 1 turn 2 (marked invalid), age 2 turn 1.
@@ -31,9 +31,9 @@ class ResultMemoryTest(absltest.TestCase):
     self.assertEqual(ring.ids.dtype, jnp.int32)
 
   def test_push_jits_and_vmaps(self):
-    ring = memory.init_result_memory(2, 2, 3)
+    ring = ring_lib.init_result_memory(2, 2, 3)
     batch = jax.tree.map(lambda x: jnp.stack([x, x]), ring)
-    push = jax.jit(jax.vmap(memory.push))
+    push = jax.jit(jax.vmap(ring_lib.push))
     new = push(batch, jnp.arange(12).reshape(2, 2, 3),
                jnp.ones((2, 2, 3)), jnp.ones((2, 2), bool))
     np.testing.assert_array_equal(new.ids[1, 0], [[6, 7, 8], [9, 10, 11]])
@@ -41,10 +41,10 @@ class ResultMemoryTest(absltest.TestCase):
 
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, 'window must be >= 1'):
-      memory.init_result_memory(0, 2, 4)
-    ring = memory.init_result_memory(2, 2, 4)
+      ring_lib.init_result_memory(0, 2, 4)
+    ring = ring_lib.init_result_memory(2, 2, 4)
     with self.assertRaisesRegex(ValueError, r'ids must have shape \(2, 4\)'):
-      memory.push(ring, np.zeros((2, 5)), np.zeros((2, 4)), np.ones(2, bool))
+      ring_lib.push(ring, np.zeros((2, 5)), np.zeros((2, 4)), np.ones(2, bool))
 
 
 if __name__ == '__main__':

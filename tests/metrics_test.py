@@ -6,7 +6,7 @@ import chex
 import jax
 import numpy as np
 
-from recovr_jax import metrics
+from recovr_jax.core import metrics
 
 
 def reference_target_ranks(displayed, targets):

@@ -19,10 +19,6 @@ class ReadmeTest(absltest.TestCase):
     self.assertIn(command, commands)
 
 
-if __name__ == '__main__':
-  absltest.main()
-
-
 class ReadmeExampleTest(absltest.TestCase):
 
   def test_python_example_runs(self):
@@ -37,3 +33,24 @@ class ReadmeExampleTest(absltest.TestCase):
     for row in shown.tolist():  # full lists of distinct gallery ids
       self.assertLen(set(row), 100)
       self.assertGreaterEqual(min(row), 0)
+
+
+class ReadmeAddingAMethodTest(absltest.TestCase):
+
+  def test_toy_baseline_example_registers(self):
+    from recovr_jax import methods  # pylint: disable=g-import-not-at-top
+    readme = (ROOT / 'README.md').read_text()
+    examples = [b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
+                if 'ToyBaseline' in b]
+    self.assertLen(examples, 1)
+    scope = {}
+    exec(examples[0], scope)  # pylint: disable=exec-used
+    try:
+      self.assertEqual(methods.make('toy').name, 'toy')
+      self.assertIn('toy', methods.BASELINES)
+    finally:
+      methods.unregister('toy')
+
+
+if __name__ == '__main__':
+  absltest.main()

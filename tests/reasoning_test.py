@@ -9,9 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import asking
-from recovr_jax import flax_lm
-from recovr_jax import reasoning as R
+from recovr_jax.real import environment as real_environment
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import environment as world_environment
+from recovr_jax.world import lexicon
 
 SHOWN = 'two large blue circles moving left on grass in daylight'
 
@@ -40,8 +44,8 @@ def save_tiny_lm(directory: pathlib.Path) -> None:
 class SchemaTest(absltest.TestCase):
 
   def test_validate(self):
-    R.validate('intent', {'search': 'a', 'edit': ''})
-    R.validate('reflect', {'sigma': 'pos', 'keep': ['colour: red'],
+    schemas.validate('intent', {'search': 'a', 'edit': ''})
+    schemas.validate('reflect', {'sigma': 'pos', 'keep': ['colour: red'],
                            'avoid': []})
     for module, obj in (('intent', {'search': 'a'}),
                         ('intent', {'search': 1, 'edit': ''}),
@@ -49,30 +53,30 @@ class SchemaTest(absltest.TestCase):
                         ('reflect', {'sigma': 'neg', 'keep': [1], 'avoid': []}),
                         ('question', {'question': '  '}),
                         ('t2v_init', ['search'])):
-      with self.assertRaises(R.SchemaError):
-        R.validate(module, obj)
+      with self.assertRaises(schemas.SchemaError):
+        schemas.validate(module, obj)
 
 
 class RulesReasonerTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.rules = R.RulesReasoner()
-    self.memory = R.SessionMemory(
+    self.rules = rules.RulesReasoner(lexicon)
+    self.memory = schemas.SessionMemory(
         search='two large blue circles moving left on grass in daylight',
         keep=('colour: blue',))
 
   def test_intent_routes_to_both_channels(self):
-    out = self.rules.intent([R.IntentRequest(
+    out = self.rules.intent([schemas.IntentRequest(
         'Close, but make them small and at night', SHOWN, self.memory)])[0]
-    R.validate('intent', out)
+    schemas.validate('intent', out)
     self.assertEqual(out['edit'],
                      'change the lighting to night and make them small')
     self.assertEqual(out['search'],
                      'two small blue circles moving left on grass at night')
 
   def test_intent_without_mentions_has_empty_edit(self):
-    out = self.rules.intent([R.IntentRequest('not this one', SHOWN,
+    out = self.rules.intent([schemas.IntentRequest('not this one', SHOWN,
                                              self.memory)])[0]
     self.assertEqual(out['edit'], '')
     self.assertEqual(out['search'],
@@ -80,7 +84,7 @@ class RulesReasonerTest(absltest.TestCase):
 
   def test_reflection_sigma_and_constraints(self):
     reflect = lambda fb: self.rules.reflect(
-        [R.ReflectRequest(fb, SHOWN, self.memory)])[0]
+        [schemas.ReflectRequest(fb, SHOWN, self.memory)])[0]
     small = reflect('Almost. make them small')
     self.assertEqual(small['sigma'], 'pos')
     self.assertEqual(small['keep'], ['colour: blue', 'size: small'])
@@ -98,34 +102,68 @@ class RulesReasonerTest(absltest.TestCase):
     captions = ('two large blue circles moving left on grass in daylight',
                 'two large red circles moving left on grass in daylight',
                 'two large yellow circles moving left on grass in daylight')
-    q = self.rules.question([R.QuestionRequest(captions,
-                                               R.SessionMemory())])[0]
+    q = self.rules.question([schemas.QuestionRequest(captions,
+                                               schemas.SessionMemory())])[0]
     self.assertEqual(q['question'], 'What colour should they be?')
     # Colour already kept: the next most uncertain attribute is asked.
     captions += ('one large red square moving left on grass in daylight',)
-    q = self.rules.question([R.QuestionRequest(
-        captions, R.SessionMemory(keep=('colour: red',)))])[0]
+    q = self.rules.question([schemas.QuestionRequest(
+        captions, schemas.SessionMemory(keep=('colour: red',)))])[0]
     self.assertIn(q['question'], ('What shape should the objects be?',
                                   'How many objects should there be?'))
 
   def test_t2v_initializer(self):
-    out = self.rules.t2v_init([R.T2VInitRequest(SHOWN, 'make it red')])[0]
+    out = self.rules.t2v_init([schemas.T2VInitRequest(SHOWN, 'make it red')])[0]
     self.assertEqual(out['search'],
                      'two large red circles moving left on grass in daylight')
 
   def test_robust_inputs(self):
     for text in ('', 'ünïcödé ✓', 'x' * 10_000):
-      out = self.rules.intent([R.IntentRequest(text, SHOWN, self.memory)])[0]
-      R.validate('intent', out)
-      R.validate('reflect', self.rules.reflect(
-          [R.ReflectRequest(text, SHOWN, self.memory)])[0])
+      out = self.rules.intent([schemas.IntentRequest(text, SHOWN, self.memory)])[0]
+      schemas.validate('intent', out)
+      schemas.validate('reflect', self.rules.reflect(
+          [schemas.ReflectRequest(text, SHOWN, self.memory)])[0])
 
   def test_make_reasoner(self):
-    self.assertIsInstance(R.make_reasoner('rules'), R.RulesReasoner)
+    self.assertIsInstance(world_environment.make_reasoner('rules'), rules.RulesReasoner)
     with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
-      R.make_reasoner('gpt')
+      world_environment.make_reasoner('gpt')
     with self.assertRaisesRegex(FileNotFoundError, 'is missing: config.json'):
-      R.make_reasoner('flax_lm', tempfile.mkdtemp())
+      world_environment.make_reasoner('flax_lm', tempfile.mkdtemp())
+
+
+class FreeTextTest(absltest.TestCase):
+  """On real data no text goes through the world's lexicon."""
+
+  CAPTIONS = ('a man slicing bread in a kitchen',
+              'two dogs running on a beach at sunset')
+
+  def test_real_words_survive(self):
+    reasoner = real_environment.make_reasoner('rules')
+    self.assertIsInstance(reasoner, rules.FreeTextReasoner)
+    memory = schemas.SessionMemory(search=self.CAPTIONS[0])
+    for caption in self.CAPTIONS:
+      intent = reasoner.intent([schemas.IntentRequest(caption, SHOWN,
+                                                      memory)])[0]
+      self.assertEqual(intent['edit'], caption)
+      self.assertIn(caption, intent['search'])
+      schemas.validate('intent', intent)
+      init = reasoner.t2v_init([schemas.T2VInitRequest(caption,
+                                                       'make it night')])[0]
+      self.assertEqual(init['search'], caption + ' make it night')
+      reflect = reasoner.reflect([schemas.ReflectRequest(caption, SHOWN,
+                                                         memory)])[0]
+      schemas.validate('reflect', reflect)
+    self.assertEqual(reasoner.rewrite([list(self.CAPTIONS)]),
+                     [' '.join(self.CAPTIONS)])
+    # The world's rules backend would rewrite them into world words.
+    world = rules.RulesReasoner(lexicon).intent([schemas.IntentRequest(
+        self.CAPTIONS[1], SHOWN, schemas.SessionMemory())])[0]
+    self.assertNotIn('dogs', world['search'])
+
+  def test_flax_lm_on_real_data_needs_a_checkpoint(self):
+    with self.assertRaisesRegex(ValueError, '--reasoner_checkpoint'):
+      real_environment.make_reasoner('flax_lm')
 
 
 class FlaxLMTest(absltest.TestCase):
@@ -135,35 +173,40 @@ class FlaxLMTest(absltest.TestCase):
     super().setUpClass()
     cls.dir = pathlib.Path(tempfile.mkdtemp())
     save_tiny_lm(cls.dir)
-    cls.lm = flax_lm.FlaxLMReasoner(str(cls.dir), batch_size=4,
-                                    max_new_tokens=8)
+    cls.lm = flax_lm.FlaxLMReasoner(str(cls.dir),
+                                    fallback=rules.RulesReasoner(lexicon),
+                                    batch_size=4, max_new_tokens=8)
 
   def test_random_model_falls_back_and_is_counted(self):
-    memory = R.SessionMemory()
-    requests = [R.IntentRequest('make it red', SHOWN, memory)] * 5
+    memory = schemas.SessionMemory()
+    requests = [schemas.IntentRequest('make it red', SHOWN, memory)] * 5
     out = self.lm.intent(requests)
-    self.assertEqual(out, R.RulesReasoner().intent(requests))
+    self.assertEqual(out, rules.RulesReasoner(lexicon).intent(requests))
     stats = self.lm.validity()['intent']
     self.assertGreaterEqual(stats['calls'], 5)
     self.assertEqual(stats['fallback'] + stats['retry_valid'] + round(
         stats['first_pass_valid'] * stats['calls']), stats['calls'])
 
   def test_every_module_and_long_input(self):
-    memory = R.SessionMemory(keep=('colour: red',))
-    R.validate('reflect', self.lm.reflect(
-        [R.ReflectRequest('é' * 10_000, SHOWN, memory)])[0])
-    R.validate('question', self.lm.question(
-        [R.QuestionRequest((SHOWN,), memory)])[0])
-    R.validate('t2v_init', self.lm.t2v_init(
-        [R.T2VInitRequest(SHOWN, 'make it red')])[0])
+    memory = schemas.SessionMemory(keep=('colour: red',))
+    schemas.validate('reflect', self.lm.reflect(
+        [schemas.ReflectRequest('é' * 10_000, SHOWN, memory)])[0])
+    schemas.validate('question', self.lm.question(
+        [schemas.QuestionRequest((SHOWN,), memory)])[0])
+    schemas.validate('t2v_init', self.lm.t2v_init(
+        [schemas.T2VInitRequest(SHOWN, 'make it red')])[0])
 
   def test_valid_output_is_used(self):
-    lm = flax_lm.FlaxLMReasoner(str(self.dir), batch_size=4, max_new_tokens=8)
+    lm = flax_lm.FlaxLMReasoner(str(self.dir), fallback=None, batch_size=4,
+                                max_new_tokens=8)
     lm.generate = lambda prompts: ['{"search": "s", "edit": "e"} trailing'
                                    for _ in prompts]
-    out = lm.intent([R.IntentRequest('x', SHOWN, R.SessionMemory())])
+    out = lm.intent([schemas.IntentRequest('x', SHOWN, schemas.SessionMemory())])
     self.assertEqual(out, [{'search': 's', 'edit': 'e'}])
     self.assertEqual(lm.validity()['intent']['first_pass_valid'], 1.0)
+    out = lm.call('intent', [schemas.IntentRequest('x', SHOWN,
+                                                   schemas.SessionMemory())])
+    self.assertEqual(out.first_pass, [True])
 
   def test_parse_json(self):
     self.assertEqual(flax_lm.parse_json('x {"a": "}{"} y {"b": 1}'),
@@ -176,35 +219,35 @@ class FlaxLMTest(absltest.TestCase):
     with self.assertRaisesRegex(FileNotFoundError,
                                 'missing: config.json, flax_model.msgpack, '
                                 'tokenizer.json'):
-      flax_lm.FlaxLMReasoner(empty)
+      flax_lm.FlaxLMReasoner(empty, fallback=None)
 
 
 class TrainedReasonerTest(absltest.TestCase):
   """The shipped world reasoner loads and writes valid JSON."""
 
   def test_valid_json_on_fixed_prompts(self):
-    lm = R.make_reasoner('flax_lm', batch_size=8)
-    memory = R.SessionMemory(search='two red circles moving left on grass',
+    lm = world_environment.make_reasoner('flax_lm', batch_size=8)
+    memory = schemas.SessionMemory(search='two red circles moving left on grass',
                              keep=('colour: red',))
     shown = 'three big blue squares rising on a street at night'
     outputs = {
-        'intent': lm.intent([R.IntentRequest('make it red and on grass',
+        'intent': lm.intent([schemas.IntentRequest('make it red and on grass',
                                              shown, memory),
-                             R.IntentRequest('No. I want two circles',
+                             schemas.IntentRequest('No. I want two circles',
                                              shown, memory)]),
-        'reflect': lm.reflect([R.ReflectRequest('Almost. make them small',
+        'reflect': lm.reflect([schemas.ReflectRequest('Almost. make them small',
                                                 shown, memory)]),
-        'question': lm.question([R.QuestionRequest((shown, SHOWN), memory)]),
-        't2v_init': lm.t2v_init([R.T2VInitRequest(SHOWN, 'make it red')]),
+        'question': lm.question([schemas.QuestionRequest((shown, SHOWN), memory)]),
+        't2v_init': lm.t2v_init([schemas.T2VInitRequest(SHOWN, 'make it red')]),
     }
     for module, objs in outputs.items():
       for obj in objs:
-        R.validate(module, obj)
+        schemas.validate(module, obj)
     stats = lm.validity()
     self.assertEqual(sum(m['fallback'] for m in stats.values()), 0, stats)
     self.assertEqual(outputs['t2v_init'][0],
-                     R.RulesReasoner().t2v_init(
-                         [R.T2VInitRequest(SHOWN, 'make it red')])[0])
+                     rules.RulesReasoner(lexicon).t2v_init(
+                         [schemas.T2VInitRequest(SHOWN, 'make it red')])[0])
 
 
 class AskingTest(absltest.TestCase):

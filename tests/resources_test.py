@@ -3,7 +3,7 @@
 from absl.testing import absltest
 import jax
 
-from recovr_jax import resources
+from recovr_jax.experiment import resources
 
 
 class ResourcesTest(absltest.TestCase):

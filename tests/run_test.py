@@ -11,15 +11,18 @@ from absl.testing import flagsaver
 import numpy as np
 
 from experiments import run
-from recovr_jax import demotion
-from recovr_jax import encoders
-from recovr_jax import loop
-from recovr_jax import reasoning
-from recovr_jax import resources
-from recovr_jax import session
-from recovr_jax import simulator
-from recovr_jax import training
-from recovr_jax import world as world_lib
+from recovr_jax import methods
+from recovr_jax.core import demotion
+from recovr_jax.experiment import resources
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoning import rules
+from recovr_jax.world import encoders
+from recovr_jax.world import environment
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import simulated_user
+from recovr_jax.world import training
+from tests import jitted_test
 
 TINY = dict(num_test_triplets=12, num_train_triplets=20, gallery_size=300,
             num_sessions=12, batch_size=5, num_turns=3,
@@ -107,17 +110,17 @@ class RunnerTest(absltest.TestCase):
             self.assertEqual(turn['sigma'], 'neu')
 
   def test_a_raising_reasoner_is_recorded_not_fatal(self):
-    class Raising(reasoning.RulesReasoner):
+    class Raising(rules.RulesReasoner):
       def intent(self, requests):
         raise RuntimeError('model crashed')
 
-    original = reasoning.make_reasoner
-    reasoning.make_reasoner = lambda *a, **k: Raising()
+    original = environment.make_reasoner
+    environment.make_reasoner = lambda *a, **k: Raising(lexicon)
     try:
       out = self.root / 'raising'
       run_main(out, methods=['recovr'], num_sessions=5)
     finally:
-      reasoning.make_reasoner = original
+      environment.make_reasoner = original
     rows = [json.loads(line) for line in
             (out / 'trajectories.jsonl').read_text().splitlines()]
     self.assertLen(rows, 5)
@@ -198,15 +201,15 @@ class TransplantTest(absltest.TestCase):
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
     video, composer = training.load_world_models(
         encoders.DEFAULT_CHECKPOINT_DIR, world)
-    env = loop.world_environment(world, encoders.TextEncoder(), video,
-                                 composer)
-    base = session.LoopConfig(num_turns=1, num_ids=len(env.gallery))
-    user = simulator.SimulatedUser(seed=0)
+    env = environment.world_environment(world, encoders.TextEncoder(), video,
+                                        composer)
+    base = ranking.LoopConfig(num_turns=1, num_ids=len(env.gallery))
+    user = simulated_user.SimulatedUser(seed=0)
     sessions = np.arange(12)
-    plain = loop.run_batch(env, loop.METHODS['ivr'], sessions, user,
-                           reasoning.RulesReasoner(), base)
-    capped = loop.run_batch(env, loop.METHODS['ivr_rankcap'], sessions, user,
-                            reasoning.RulesReasoner(), base)
+    plain = jitted_test.run_host(env, methods.make('ivr'), sessions, user,
+                                 base)
+    capped = jitted_test.run_host(env, methods.make('ivr_rankcap'), sessions,
+                                  user, base)
     np.testing.assert_array_equal(plain.displayed[:, 0],
                                   capped.displayed[:, 0])
     sigma = {'rewrite': 0, 'modify': 1, 'answer': 1}
@@ -231,8 +234,8 @@ class WebvidCovrTest(absltest.TestCase):
   """The runner on real-data files: a tiny random CLIP, frame folders, CSV."""
 
   def test_runs_end_to_end(self):
-    from recovr_jax import clip_encoder  # pylint: disable=g-import-not-at-top
-    from recovr_jax import data  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import data  # pylint: disable=g-import-not-at-top
     from tests import clip_test  # pylint: disable=g-import-not-at-top
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())

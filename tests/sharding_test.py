@@ -13,7 +13,7 @@ import sys
 from absl.testing import absltest
 import numpy as np
 
-from recovr_jax import sharding
+from recovr_jax.core import sharding
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -43,8 +43,12 @@ def run_checks():
   # Sessions split over devices: fusion, and whole jitted sessions (23
   # sessions on 4 shards: padded).
   import functools  # pylint: disable=g-import-not-at-top
-  from recovr_jax import fusion, loop, session, simulation, simulator  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from tests import simulation_test  # pylint: disable=g-import-not-at-top
+  from recovr_jax import methods  # pylint: disable=g-import-not-at-top
+  from recovr_jax.core import fusion  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import jitted as simulation  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import ranking as session  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import simulated_user as simulator  # pylint: disable=g-import-not-at-top
+  from tests import jitted_test as simulation_test  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(gallery_shards=2, session_shards=4)
   ids = np.stack([rng.permutation(50)[:30].reshape(2, 3, 5)
                   for _ in range(8)]).astype(np.int32)
@@ -56,7 +60,7 @@ def run_checks():
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
   _, env, sim_env = simulation_test.env_for('sum')
   config = simulation.sim_config(
-      loop.METHODS['recovr'], session.LoopConfig(
+      methods.make('recovr'), session.LoopConfig(
           num_turns=3, list_length=20, num_ids=len(env.gallery)),
       simulator.UserConfig(), 'sum')
   plain = simulation.run(sim_env, config, np.arange(23), seed=0)

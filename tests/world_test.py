@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import world as world_lib
+from recovr_jax.world import generator as world_lib
 
 SMALL = world_lib.WorldConfig(num_test_triplets=60, num_train_triplets=300)
 

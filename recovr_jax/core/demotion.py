@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import _checks
+from recovr_jax.core import checks
 
 SIGMA_NEG, SIGMA_NEU, SIGMA_POS = 0, 1, 2
 SIGMAS = ('neg', 'neu', 'pos')
@@ -52,15 +52,15 @@ def rank_cap(ids, scores, demote_ids, caps):
   Returns:
     ``(ids, scores)``, ``[K]`` int32 and ``[K]`` float32, reordered.
   """
-  ids = _checks.array('ids', ids, 1, 'int')
-  scores = _checks.array('scores', scores, 1, 'float')
-  demote_ids = _checks.array('demote_ids', demote_ids, 1, 'int')
-  caps = _checks.array('caps', caps, 1, 'int')
-  _checks.shape('scores', scores, ids.shape)
-  _checks.shape('caps', caps, demote_ids.shape)
-  _checks.unique_ids_per_list('ids', ids)
-  _checks.padding_at_end('ids', ids)
-  if _checks.is_concrete(caps) and caps.size and np.min(np.asarray(caps)) < 1:
+  ids = checks.array('ids', ids, 1, 'int')
+  scores = checks.array('scores', scores, 1, 'float')
+  demote_ids = checks.array('demote_ids', demote_ids, 1, 'int')
+  caps = checks.array('caps', caps, 1, 'int')
+  checks.shape('scores', scores, ids.shape)
+  checks.shape('caps', caps, demote_ids.shape)
+  checks.unique_ids_per_list('ids', ids)
+  checks.padding_at_end('ids', ids)
+  if checks.is_concrete(caps) and caps.size and np.min(np.asarray(caps)) < 1:
     raise ValueError(f'caps must be >= 1 (1-based positions), got '
                      f'{np.asarray(caps).tolist()}')
   return _rank_cap(ids, scores, demote_ids, caps)
@@ -156,14 +156,14 @@ def demotion_set(top1_history, turn, sigma, *, kappa=DEFAULT_KAPPA,
   Returns:
     ``(demote_ids, caps)``: ``[H]`` int32 each, ``-1`` / ``0`` where unused.
   """
-  top1_history = _checks.array('top1_history', top1_history, 1, 'int')
+  top1_history = checks.array('top1_history', top1_history, 1, 'int')
   if window is not None:
-    window = _checks.positive_int('window', window)
+    window = checks.positive_int('window', window)
   kappa = jnp.asarray(kappa)
-  _checks.shape('kappa', kappa, (3,))
-  if _checks.is_concrete(kappa) and np.min(np.asarray(kappa)) < 1:
+  checks.shape('kappa', kappa, (3,))
+  if checks.is_concrete(kappa) and np.min(np.asarray(kappa)) < 1:
     raise ValueError(f'kappa must be >= 1, got {np.asarray(kappa).tolist()}')
-  if _checks.is_concrete(sigma) and int(sigma) not in (0, 1, 2):
+  if checks.is_concrete(sigma) and int(sigma) not in (0, 1, 2):
     raise ValueError(f'unknown sigma {sigma!r}; valid choices: 0 (neg), '
                      '1 (neu), 2 (pos)')
   return _demotion_set(top1_history, jnp.asarray(turn), jnp.asarray(sigma),

@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import lexicon
-from recovr_jax import world as world_lib
+from recovr_jax.protocol import plan
+from recovr_jax.world import lexicon
+from recovr_jax.world import generator as world_lib
 
 ACTIONS = ('stop', 'modify', 'rewrite', 'answer')
 POLICIES = ('mixed', 'modify_only', 'rewrite_only')
@@ -70,13 +71,7 @@ class UserConfig:
           f'{self.min_described} and {self.max_described}')
 
 
-@dataclasses.dataclass(frozen=True)
-class Feedback:
-  """One turn of user feedback."""
-  action: str                 # one of ACTIONS
-  text: str                   # what the user says ('' when stopping)
-  mentioned: dict[int, int]   # attribute -> value the text names (pre-noise)
-
+Feedback = plan.Feedback  # what the user says at a turn
 
 _MODIFY_PREFIX = ('', 'Close, but ', 'Almost. ', 'Not quite: ', 'Good start; ')
 _REWRITE_PREFIX = ('', 'No. I want ', 'Wrong video. Show me ',
@@ -257,29 +252,3 @@ def add_surface_noise(rng: np.random.Generator, text: str, rate: float) -> str:
       out.append(word)  # the word is repeated
     out.append(word)
   return ' '.join(out)
-
-
-class CaptionUser:
-  """A user for real data: compares the target's caption with the caption
-  of the shown video. Without a phrasing model it rewrites: it asks for the
-  target's caption with words dropped at ``drop_rate``; a ``phrase`` callable
-  (for example a reasoning LM) may word the feedback instead."""
-
-  def __init__(self, drop_rate: float = 0.0, seed: int = 0, phrase=None):
-    if not 0.0 <= drop_rate < 1.0:
-      raise ValueError(f'drop_rate must be in [0, 1), got {drop_rate}')
-    self.drop_rate = drop_rate
-    self.seed = seed
-    self.phrase = phrase
-
-  def respond(self, session: int, turn: int, target_id, shown_id,
-              target_caption: str, shown_caption: str) -> Feedback:
-    if target_id == shown_id:
-      return Feedback('stop', '', {})
-    if self.phrase is not None:
-      return Feedback('rewrite', str(self.phrase(target_caption,
-                                                 shown_caption)), {})
-    rng = np.random.default_rng([self.seed, session, turn])
-    words = [w for w in target_caption.split()
-             if rng.random() >= self.drop_rate]
-    return Feedback('rewrite', 'Not this one. I want ' + ' '.join(words), {})

@@ -15,10 +15,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from recovr_jax import demotion
-from recovr_jax import fusion
-from recovr_jax import memory
-from recovr_jax import retrieval
+from recovr_jax.core import demotion
+from recovr_jax.core import fusion
+from recovr_jax.core import ring as ring_lib
+from recovr_jax.core import retrieval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ class LoopConfig:
 @dataclasses.dataclass(frozen=True)
 class SessionState:
   """One session's ranking state."""
-  ring: memory.ResultMemory  # [W, C, K] lists of the last W turns
+  ring: ring_lib.ResultMemory  # [W, C, K] lists of the last W turns
   top1: jax.Array            # [T+1] int32 displayed top-1 per turn, -1 unseen
   shown_ids: jax.Array       # [K] int32 the displayed list of the last turn
   shown_scores: jax.Array    # [K] float32
@@ -77,7 +77,7 @@ class TurnInputs:
 def init_state(config: LoopConfig) -> SessionState:
   k = config.list_length
   return SessionState(
-      ring=memory.init_result_memory(config.window, config.num_channels, k),
+      ring=ring_lib.init_result_memory(config.window, config.num_channels, k),
       top1=jnp.full((config.num_turns + 1,), -1, jnp.int32),
       shown_ids=jnp.full((k,), -1, jnp.int32),
       shown_scores=jnp.full((k,), -jnp.inf, jnp.float32),
@@ -105,7 +105,7 @@ def start_step(config: LoopConfig, gallery, state: SessionState,
   unchanged, whether or not the method keeps that channel."""
   ids, scores, raw_ids, raw_scores = _retrieve_channels(config, gallery,
                                                         inputs)
-  ring = memory.push(state.ring, ids, scores, inputs.valid)
+  ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
   shown_ids = raw_ids[shown_channel]
   shown_scores = raw_scores[shown_channel]
   return dataclasses.replace(
@@ -119,7 +119,7 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
   """A feedback turn ``t = state.turn + 1`` for one session."""
   turn = state.turn + 1
   ids, scores, _, _ = _retrieve_channels(config, gallery, inputs)
-  ring = memory.push(state.ring, ids, scores, inputs.valid)
+  ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
   if config.rank_cap:
     demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
                                          kappa=config.kappa)

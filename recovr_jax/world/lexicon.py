@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from recovr_jax import world as world_lib
+from recovr_jax.world import generator as world_lib
 
 A = world_lib.ATTRIBUTES
 

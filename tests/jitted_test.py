@@ -1,4 +1,4 @@
-"""Tests of the fully jitted session mode against the host loop."""
+"""Tests of the jitted driver against the host driver."""
 
 import zlib
 
@@ -8,14 +8,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import encoders
-from recovr_jax import lexicon
-from recovr_jax import loop
-from recovr_jax import reasoning
-from recovr_jax import session
-from recovr_jax import simulation
-from recovr_jax import simulator
-from recovr_jax import world as world_lib
+from recovr_jax import methods
+from recovr_jax.protocol import host
+from recovr_jax.protocol import jitted as simulation
+from recovr_jax.protocol import plan
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import encoders
+from recovr_jax.world import environment
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import phrase_table
+from recovr_jax.world import simulated_user
 
 DIM = 32
 COMBOS = world_lib.all_combos()
@@ -42,7 +47,7 @@ def tiny_environment(composer):
   gallery = (gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
              ).astype(np.float32)
   if composer == 'sum':
-    params = None
+    model, params = 'sum', None
     compose = lambda r, e: np.asarray(encoders.sum_composer(r, e))
   else:
     model = encoders.Composer(hidden=64)
@@ -51,14 +56,24 @@ def tiny_environment(composer):
     apply = jax.jit(model.apply)
     compose = lambda r, e: np.asarray(apply(params, jnp.asarray(r),
                                             jnp.asarray(e)))
-  return world, loop.Environment(
+  return world, host.Environment(
       gallery=gallery, captions=world.gallery_captions, attributes=attrs,
       reference=world.test.reference, target=world.test.target,
       modification=world.test.edit, encode_text=fake_encode,
-      compose=compose, composer=composer, composer_params=params)
+      compose=compose, composer=model, composer_params=params)
 
 
 _ENVS = {}
+
+
+def run_host(env, method, sessions, user, base, reasoner=None):
+  """The host driver with the world's user view and the rules reasoner."""
+  ctx = plan.Context(gallery=env.gallery, captions=env.captions,
+                     encode_text=env.encode_text, compose=env.compose,
+                     reasoner=reasoner or rules.RulesReasoner(lexicon))
+  return host.run_batch(env, method, sessions,
+                        environment.attribute_user(user, env.attributes), ctx,
+                        base)
 
 
 def env_for(composer):
@@ -73,8 +88,8 @@ class DecideTest(absltest.TestCase):
   def test_policy(self):
     rng = np.random.default_rng(0)
     keys = jax.random.split(jax.random.key(1), 400)
-    config = simulator.UserConfig()
-    decide = jax.jit(jax.vmap(simulator.decide, in_axes=(0, 0, 0, None)),
+    config = simulated_user.UserConfig()
+    decide = jax.jit(jax.vmap(simulated_user.decide, in_axes=(0, 0, 0, None)),
                      static_argnums=3)
     target = COMBOS[rng.integers(len(COMBOS), size=400)]
     shown = COMBOS[rng.integers(len(COMBOS), size=400)]
@@ -82,11 +97,11 @@ class DecideTest(absltest.TestCase):
     diff = target != shown
     for i in range(400):
       if diff[i].sum() <= 2:
-        self.assertEqual(action[i], simulator.MODIFY)
+        self.assertEqual(action[i], simulated_user.MODIFY)
         self.assertTrue(named[i].any())
         self.assertFalse((named[i] & ~diff[i]).any())  # only what differs
       else:
-        self.assertEqual(action[i], simulator.REWRITE)
+        self.assertEqual(action[i], simulated_user.REWRITE)
         self.assertBetween(named[i].sum(), config.min_described,
                            config.max_described)
     # Every subset size of a 2-attribute difference occurs.
@@ -96,33 +111,33 @@ class DecideTest(absltest.TestCase):
   def test_answer_and_drop(self):
     target, shown = COMBOS[0], COMBOS[-1]
     key = jax.random.key(0)
-    action, named, _ = simulator.decide(key, target, shown,
-                                        simulator.UserConfig(), asked=3)
-    self.assertEqual(int(action), simulator.ANSWER)
+    action, named, _ = simulated_user.decide(key, target, shown,
+                                        simulated_user.UserConfig(), asked=3)
+    self.assertEqual(int(action), simulated_user.ANSWER)
     np.testing.assert_array_equal(named, np.arange(7) == 3)
-    _, named, _ = simulator.decide(key, target, shown,
-                                   simulator.UserConfig(drop_rate=1.0))
+    _, named, _ = simulated_user.decide(key, target, shown,
+                                   simulated_user.UserConfig(drop_rate=1.0))
     self.assertFalse(np.asarray(named).any())
 
   def test_host_text_says_what_was_decided(self):
-    user = simulator.SimulatedUser(simulator.UserConfig(draws='jax'), seed=2)
+    user = simulated_user.SimulatedUser(simulated_user.UserConfig(draws='jax'), seed=2)
     rng = np.random.default_rng(1)
     for s in range(60):
       target = COMBOS[rng.integers(len(COMBOS))]
       shown = COMBOS[rng.integers(len(COMBOS))]
       fb = user.respond(s, 1, 0, 1, target, shown)
-      action, named, prefix = simulator.decide(
-          simulator.decision_key(jax.random.key(2), s, 1), target, shown,
+      action, named, prefix = simulated_user.decide(
+          simulated_user.decision_key(jax.random.key(2), s, 1), target, shown,
           user.config)
-      self.assertEqual(fb.action, simulator.ACTIONS[int(action)])
+      self.assertEqual(fb.action, simulated_user.ACTIONS[int(action)])
       self.assertEqual(sorted(fb.mentioned),
                        list(np.flatnonzero(np.asarray(named))))
       self.assertEqual(lexicon.parse(fb.text), fb.mentioned, fb.text)
       negative = any(m in ' ' + fb.text.lower() + ' '
-                     for m in reasoning._NEGATIVE_MARKERS)  # pylint: disable=protected-access
+                     for m in schemas.NEGATIVE_MARKERS)
       want = not fb.mentioned or (
           fb.action == 'rewrite' and
-          simulator.NEGATIVE_REWRITE_PREFIX[int(prefix)])
+          simulated_user.NEGATIVE_REWRITE_PREFIX[int(prefix)])
       self.assertEqual(negative, want, fb.text)
 
 
@@ -132,17 +147,17 @@ class CodeTest(absltest.TestCase):
     rng = np.random.default_rng(0)
     partial = np.where(rng.random((300, 7)) < 0.3, -1,
                        COMBOS[rng.integers(len(COMBOS), size=300)])
-    codes = np.asarray(simulation.code(partial))
-    self.assertEqual(int(simulation.code(np.full(7, -1))), 0)
+    codes = np.asarray(phrase_table.code(partial))
+    self.assertEqual(int(phrase_table.code(np.full(7, -1))), 0)
     self.assertLess(codes.max(), simulation.NUM_CODES)
     for row, c in zip(partial, codes):
       want = {a: int(v) for a, v in enumerate(row) if v >= 0}
-      self.assertEqual(simulation.decode(c), want)
-      text = simulation.phrase_text(int(c))
+      self.assertEqual(phrase_table.decode(c), want)
+      text = phrase_table.phrase_text(int(c))
       self.assertEqual(text, lexicon.canonical_description(want))
       if want:  # the reasoner re-reads its own running query
         self.assertEqual(lexicon.parse(text), want)
-      self.assertEqual(simulation.phrase_text(int(c) + simulation.NUM_CODES),
+      self.assertEqual(phrase_table.phrase_text(int(c) + simulation.NUM_CODES),
                        lexicon.canonical_edit(want))
 
 
@@ -150,26 +165,29 @@ class JitEqualsHostTest(parameterized.TestCase):
   """With the same (jax) draws the jitted mode shows the host loop's lists."""
 
   @parameterized.parameters(
-      ('recovr', 'sum', None), ('recovr', 'sum', 7), ('covr_only', 'sum', 7),
-      ('t2v_only', 'sum', 7), ('intent_only', 'sum', 7),
-      ('fixed_anchor', 'sum', 7), ('sim_sum', 'sum', 7), ('recovr', 'mlp', 7))
+      [('recovr', 'sum', None), ('recovr', 'mlp', 7)] +
+      # Every registered method with a jitted form, in both drivers.
+      [(name, 'sum', 7) for name in methods.names()
+       if methods.make(name).jax_form is not None])
   def test_same_lists(self, name, composer, chunk_size):
     world, env, sim_env = env_for(composer)
-    base = session.LoopConfig(num_turns=4, list_length=20,
+    base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    user_config = simulator.UserConfig(draws='jax', drop_rate=0.2)
-    method = loop.METHODS[name]
+    user_config = simulated_user.UserConfig(draws='jax', drop_rate=0.2)
+    method = methods.make(name)
     sessions = np.arange(24)
-    host = loop.run_batch(env, method, sessions,
-                          simulator.SimulatedUser(user_config, seed=5),
-                          reasoning.RulesReasoner(), base)
-    config = simulation.sim_config(method, base, user_config, composer)
+    host_result = run_host(env, method, sessions,
+                           simulated_user.SimulatedUser(user_config, seed=5),
+                           base)
+    config = simulation.sim_config(method, base, user_config,
+                                   sim_env.composer)
     trace = simulation.run(sim_env, config, sessions, seed=5,
                            chunk_size=chunk_size)
-    np.testing.assert_array_equal(trace.displayed, host.displayed)
-    np.testing.assert_allclose(trace.top_scores, host.top_scores, atol=1e-5)
+    np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+    np.testing.assert_allclose(trace.top_scores, host_result.top_scores,
+                               atol=1e-5)
     jit = simulation.batch_result(sim_env, trace)
-    for h, j in zip(host.records, jit.records):
+    for h, j in zip(host_result.records, jit.records):
       for hr, jr in zip(h[1:], j[1:]):
         self.assertEqual(hr['action'], jr['action'])
         self.assertEqual(hr['sigma'], jr['sigma'])
@@ -183,10 +201,10 @@ class JitEqualsHostTest(parameterized.TestCase):
 
   def test_compacted_schedule_equals_plain(self):
     _, env, sim_env = env_for('sum')
-    base = session.LoopConfig(num_turns=4, list_length=20,
+    base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(loop.METHODS['recovr'], base,
-                                   simulator.UserConfig(), 'sum')
+    config = simulation.sim_config(methods.make('recovr'), base,
+                                   simulated_user.UserConfig(), 'sum')
     sessions = np.arange(24)[::-1]
     plain = simulation.run(sim_env, config, sessions, seed=1, chunk_size=None)
     for chunk_size in (1, 5, 64):
@@ -198,10 +216,10 @@ class JitEqualsHostTest(parameterized.TestCase):
   def test_table_fills_itself(self):
     _, env, _ = env_for('sum')
     sim_env = simulation.prepare(env)  # an empty table
-    base = session.LoopConfig(num_turns=3, list_length=20,
+    base = ranking.LoopConfig(num_turns=3, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(loop.METHODS['recovr'], base,
-                                   simulator.UserConfig(), 'sum')
+    config = simulation.sim_config(methods.make('recovr'), base,
+                                   simulated_user.UserConfig(), 'sum')
     log = []
     trace = simulation.run(sim_env, config, np.arange(8), seed=0,
                            log=log.append)
@@ -211,12 +229,12 @@ class JitEqualsHostTest(parameterized.TestCase):
 
   def test_unsupported(self):
     with self.assertRaisesRegex(ValueError, 'host loop'):
-      simulation.check_supported(loop.METHODS['ivr'], simulator.UserConfig())
+      simulation.check_supported(methods.make('ivr'), simulated_user.UserConfig())
     with self.assertRaisesRegex(ValueError, 'noise_rate'):
-      simulation.check_supported(loop.METHODS['recovr'],
-                                 simulator.UserConfig(noise_rate=0.1))
+      simulation.check_supported(methods.make('recovr'),
+                                 simulated_user.UserConfig(noise_rate=0.1))
     with self.assertRaisesRegex(ValueError, 'user draws'):
-      simulator.UserConfig(draws='torch')
+      simulated_user.UserConfig(draws='torch')
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@
 import jax
 import jax.numpy as jnp
 
-from recovr_jax import _checks
+from recovr_jax.core import checks
 
 MERLIN_ALPHA = 0.8
 _PARALLEL_EPS = 1e-6  # sin(theta) below this: the inputs are (anti)parallel
@@ -25,12 +25,12 @@ def slerp(prev, new, alpha=MERLIN_ALPHA):
     ``[D]`` float32. When the angle is about 0 (or about pi, where the
     interpolation is undefined) it returns the normalised ``prev``.
   """
-  prev = _checks.array('prev', prev, 1, 'float')
-  new = _checks.array('new', new, 1, 'float')
-  _checks.same('prev', prev.shape[0], 'new', new.shape[0], 'embedding size D')
-  _checks.finite('prev', prev)
-  _checks.finite('new', new)
-  if _checks.is_concrete(alpha) and not 0.0 <= float(alpha) <= 1.0:
+  prev = checks.array('prev', prev, 1, 'float')
+  new = checks.array('new', new, 1, 'float')
+  checks.same('prev', prev.shape[0], 'new', new.shape[0], 'embedding size D')
+  checks.finite('prev', prev)
+  checks.finite('new', new)
+  if checks.is_concrete(alpha) and not 0.0 <= float(alpha) <= 1.0:
     raise ValueError(f'alpha must be in [0, 1], got {alpha!r}')
   return _slerp(prev, new, alpha)
 

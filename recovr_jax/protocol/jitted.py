@@ -1,30 +1,22 @@
-"""Fully jitted sessions: the embedded world, the ``rules`` reasoner and the
-template user as tensor operations.
+"""The jitted driver: whole sessions as one ``lax.scan`` over turns inside
+``vmap`` over sessions, compiled once per shape.
 
-A whole session (user decision, Intent Decomposer, State Reflector, text
-encoding, composition, retrieval, rank-cap and fusion) is one ``lax.scan``
-over turns, and a batch is that scan under ``vmap`` over sessions, compiled
-once per shape:
+It runs the protocol's skeleton (``session.feedback_turn``) on one session
+in JAX, for methods that give a pure-JAX form of their step (``jax_form``:
+the ReCoVR family) on the embedded world:
 
-* the user is ``simulator.decide`` (``jax.random`` draws keyed by seed,
+* the user is ``simulated_user.decide`` (``jax.random`` draws keyed by seed,
   session and turn), so it names attributes instead of writing words;
-* the rules reasoner works on attribute vectors (``-1`` = not mentioned):
-  what the host reasoner parses out of the user's text is exactly the named
-  attributes' target values (tests check this on the lexicon), and its
-  outputs are canonical texts of partial assignments;
-* text encoding is a lookup: a canonical text is a function of its partial
-  assignment, so each one has a code (mixed radix over ``value + 1``) and the
-  ``PhraseTable`` holds the text encoder's embedding of every code seen.
+* what the method observes is what the host rules reasoner reads out of
+  those words: the named attributes' target values, the rejection marker of
+  the Rewrite prefix, and the shown video's caption parsed;
+* text encoding is a lookup in the ``phrase_table.PhraseTable`` of the
+  reasoner's canonical texts. The table fills itself: a run that needs a
+  code the table lacks reports it, the host encodes the missing texts and the
+  batch runs again (at most ``T + 1`` passes).
 
-The table fills itself: a run that needs a code the table lacks reports it,
-the host encodes the missing texts and the batch runs again (at most
-``T + 1`` passes; a pass fixes at least one more turn of every session).
-With ``UserConfig(draws='jax')`` the host loop (``loop.run_batch``) shows the
-same lists, turn by turn (tested); the README compares both with the default
-NumPy-drawn user.
-
-Supported: the ReCoVR family (``loop.METHODS`` with family ``recovr``),
-noise-free users, no questions. Everything else runs in the host loop.
+With ``UserConfig(draws='jax')`` the host driver shows the same lists, turn
+by turn (tested).
 """
 
 import dataclasses
@@ -36,92 +28,22 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from recovr_jax import demotion
-from recovr_jax import encoders
-from recovr_jax import lexicon
-from recovr_jax import loop
-from recovr_jax import reasoning
-from recovr_jax import session as session_lib
-from recovr_jax import sharding
-from recovr_jax import simulator
-from recovr_jax import world as world_lib
+from recovr_jax.core import demotion
+from recovr_jax.core import sharding
+from recovr_jax.methods import base as methods_base
+from recovr_jax.protocol import host
+from recovr_jax.protocol import ranking
+from recovr_jax.protocol import session as session_lib
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import encoders
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import phrase_table
+from recovr_jax.world import simulated_user
 
-_RADIX = tuple(n + 1 for n in world_lib.NUM_VALUES)
-NUM_CODES = int(np.prod(_RADIX))        # partial assignments, incl. empty
-_STRIDES = tuple(int(np.prod(_RADIX[a + 1:])) for a in range(len(_RADIX)))
-COMPOSERS = ('mlp', 'sum')
+NUM_CODES = phrase_table.NUM_CODES
 DEFAULT_CHUNK_SIZE = 64  # sessions per vmapped chunk of a compacted turn
-
-
-def code(attrs) -> jax.Array:
-  """``[..., A]`` partial assignments (-1 = absent) -> ``[...]`` int32 codes;
-  0 is the empty assignment."""
-  attrs = jnp.asarray(attrs, jnp.int32)
-  return jnp.sum((attrs + 1) * jnp.asarray(_STRIDES, jnp.int32), axis=-1)
-
-
-def decode(c: int) -> dict[int, int]:
-  """A code -> ``{attribute: value}``."""
-  out = {}
-  for a, (radix, stride) in enumerate(zip(_RADIX, _STRIDES)):
-    v = (int(c) // stride) % radix - 1
-    if v >= 0:
-      out[a] = v
-  return out
-
-
-def phrase_text(c: int) -> str:
-  """The rules reasoner's text of a table code: codes below ``NUM_CODES``
-  are searches (``canonical_description``), the rest edits
-  (``canonical_edit`` of ``c - NUM_CODES``); the empty code is ''."""
-  if c in (0, NUM_CODES):
-    return ''
-  if c < NUM_CODES:
-    return lexicon.canonical_description(decode(c))
-  return lexicon.canonical_edit(decode(c - NUM_CODES))
-
-
-class PhraseTable:
-  """Embeddings of the reasoner's canonical texts, by code, filled lazily
-  with ``encode_text``. Row 0 is the empty text (its channel is invalid)."""
-
-  def __init__(self, encode_text, dim: int):
-    self._encode = encode_text
-    self._dim = dim
-    self._row = {0: 0, NUM_CODES: 0}
-    self._rows = [np.zeros((1, dim), np.float32)]
-    self._cache = None
-
-  def __len__(self):
-    return sum(len(r) for r in self._rows)
-
-  def missing(self, codes) -> list[int]:
-    return sorted({int(c) for c in codes} - set(self._row))
-
-  def add(self, codes) -> int:
-    """Encodes the codes not in the table; returns how many were added."""
-    new = self.missing(codes)
-    if new:
-      emb = np.asarray(self._encode([phrase_text(c) for c in new]),
-                       np.float32)
-      start = len(self)
-      self._row.update({c: start + i for i, c in enumerate(new)})
-      self._rows.append(emb)
-      self._cache = None
-    return len(new)
-
-  def arrays(self):
-    """``(index [2 * NUM_CODES] int32, rows [R, D] float32)``; ``index`` is
-    -1 for codes not in the table. ``R`` is rounded up to a power of two so
-    that a growing table recompiles rarely."""
-    if self._cache is None:
-      index = np.full(2 * NUM_CODES, -1, np.int32)
-      index[list(self._row)] = list(self._row.values())
-      rows = np.concatenate(self._rows)
-      capacity = max(1024, 1 << (len(rows) - 1).bit_length())
-      rows = np.pad(rows, ((0, capacity - len(rows)), (0, 0)))
-      self._cache = (jnp.asarray(index), jnp.asarray(rows))
-    return self._cache
 
 
 @jax.tree_util.register_dataclass
@@ -140,22 +62,19 @@ class SimArrays:
 @dataclasses.dataclass(frozen=True)
 class SimConfig:
   """Static settings of a jitted run (hashable)."""
-  loop: session_lib.LoopConfig
-  user: simulator.UserConfig
-  t2v: bool = True
-  covr: bool = True
-  reflection: bool = True
-  dynamic_anchor: bool = True
-  composer: str = 'mlp'     # one of COMPOSERS
+  loop: ranking.LoopConfig
+  user: simulated_user.UserConfig
+  form: object              # the method's ``jax_form`` (hashable)
+  composer: object = 'sum'  # a flax Module applied to composer_params, or 'sum'
 
 
 @dataclasses.dataclass(frozen=True)
 class SimEnvironment:
   """What a jitted run reads: arrays, the composer and the phrase table."""
   arrays: SimArrays
-  composer: str
+  composer: object
   composer_params: object
-  table: PhraseTable
+  table: phrase_table.PhraseTable
   captions: tuple[str, ...]
 
 
@@ -167,7 +86,7 @@ class SimTrace:
   displayed: jax.Array   # [S, T+1, K] int32 shown lists
   top_scores: jax.Array  # [S, T+1] float32
   active: jax.Array      # [S, T] bool, the user had not stopped
-  action: jax.Array      # [S, T] int32 index into simulator.ACTIONS
+  action: jax.Array      # [S, T] int32 index into simulated_user.ACTIONS
   mentioned: jax.Array   # [S, T, A] int32 named values, -1 not named
   sigma: jax.Array       # [S, T] int32
   search: jax.Array      # [S, T] int32 the Intent Decomposer's search code
@@ -175,13 +94,13 @@ class SimTrace:
   needed: jax.Array      # [S, T+1, 2] int32 table codes used (0: none)
 
 
-def check_supported(method: loop.Method, user: simulator.UserConfig,
-                    ask_mode: str = 'never'):
+def check_supported(method: methods_base.Method,
+                    user: simulated_user.UserConfig, ask_mode: str = 'never'):
   """Raises ``ValueError`` naming what the jitted mode cannot run."""
-  if method.family != 'recovr' or method.asks:
+  if method.jax_form is None or method.asks_every_turn:
     raise ValueError(
-        f'method {method.name!r} runs only in the host loop (the jitted mode '
-        'covers the ReCoVR family)')
+        f'method {method.name!r} runs only in the host loop (it has no '
+        'jax_form; the jitted mode covers the ReCoVR family)')
   if user.noise_rate:
     raise ValueError('noise_rate must be 0 in the jitted mode (noisy text '
                      f'needs the host parser), got {user.noise_rate}')
@@ -190,14 +109,14 @@ def check_supported(method: loop.Method, user: simulator.UserConfig,
                      f'{ask_mode!r}')
 
 
-def prepare(env: loop.Environment) -> SimEnvironment:
+def prepare(env: host.Environment) -> SimEnvironment:
   """The tensors of a world environment (checked, before any run)."""
   if env.attributes is None:
     raise ValueError('the jitted mode needs attribute labels (the embedded '
                      'world); this environment has none')
-  if env.composer not in COMPOSERS:
-    raise ValueError(f'the jitted mode needs a pure composer ({COMPOSERS}); '
-                     f'the environment has {env.composer!r}')
+  if env.composer is None:
+    raise ValueError('the jitted mode needs a pure JAX composer (a flax '
+                     "Module or 'sum'); the environment has none")
   num_attrs = world_lib.NUM_ATTRIBUTES
 
   def assignment(parsed):
@@ -208,8 +127,8 @@ def prepare(env: loop.Environment) -> SimEnvironment:
 
   caption_attrs = np.stack([assignment(lexicon.parse(c))
                             for c in env.captions])
-  init = reasoning.RulesReasoner().t2v_init([
-      reasoning.T2VInitRequest(env.captions[r], m)
+  init = rules.RulesReasoner(lexicon).t2v_init([
+      schemas.T2VInitRequest(env.captions[r], m)
       for r, m in zip(env.reference, env.modification)])
   init_search = []
   for q, out in enumerate(init):
@@ -231,32 +150,28 @@ def prepare(env: loop.Environment) -> SimEnvironment:
       modification=jnp.asarray(modification))
   return SimEnvironment(arrays=arrays, composer=env.composer,
                         composer_params=env.composer_params,
-                        table=PhraseTable(env.encode_text,
+                        table=phrase_table.PhraseTable(env.encode_text,
                                           env.gallery.shape[1]),
                         captions=tuple(env.captions))
 
 
-def compose(kind: str, params, reference, edit):
-  """The composer ``kind`` as a pure function (``[..., D]`` inputs)."""
-  if kind == 'sum':
+def compose(composer, params, reference, edit):
+  """``composer`` (a flax Module, or 'sum') as a pure function of
+  ``[..., D]`` inputs."""
+  if isinstance(composer, str) and composer == 'sum':
     return encoders.sum_composer(reference, edit)
-  hidden = params['params']['Dense_0']['kernel'].shape[1]
-  return encoders.Composer(hidden=hidden).apply(params, reference, edit)
+  return composer.apply(params, reference, edit)
 
 
-def _lookup(index, rows, c):
-  # A code not yet in the table reads row 0; ``run`` then adds it and runs
-  # the batch again, so no such lookup survives into a returned trace.
-  return rows[jnp.maximum(index[c], 0)]
+_lookup = phrase_table.lookup
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SessionCarry:
   """One session's state between turns."""
-  state: session_lib.SessionState
-  search: jax.Array  # [A] int32 running query (Progress Memory, short-term)
-  keep: jax.Array    # [A] int32 accumulated keep constraints
+  state: ranking.SessionState
+  method: dict       # the method's jax_form state (e.g. search, keep [A])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,24 +184,44 @@ class _Shared:
   seed_key: jax.Array
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JaxObservation:
+  """What a jitted method observes at a feedback turn (one session)."""
+  mentions: jax.Array     # [A] int32 values the feedback names, -1 none
+  negative: jax.Array     # [] bool, a rejection marker in the words
+  shown_attrs: jax.Array  # [A] int32 the shown video's caption, parsed
+  shown: jax.Array        # [] int32 gallery id of the shown top-1
+  reference: jax.Array    # [] int32 v_ref
+  action: jax.Array       # [] int32 the user's action (for the record)
+
+
+def _channel_codes(plan):
+  """The plan's table codes: ``(search, edit, used search, used edit)``;
+  code 0 (the empty text) marks an unused channel."""
+  search_code = phrase_table.code(plan.search)
+  edit_code = phrase_table.code(plan.edit)
+  return (search_code, edit_code, search_code * plan.use_search,
+          edit_code * plan.use_edit)
+
+
 def _session_start(config: SimConfig, shared: _Shared, query):
   """Turn 0 of one session: ``(carry, search code used)``."""
   lc, arrays = config.loop, shared.arrays
   ref = arrays.reference[query]
-  none = jnp.full((world_lib.NUM_ATTRIBUTES,), -1, jnp.int32)
-  search = arrays.init_search[query] if config.t2v else none
-  search_code = code(search) * config.t2v
+  method_state, search = config.form.init(arrays.init_search[query])
+  search_code = phrase_table.code(search) * config.form.t2v
   covr = compose(config.composer, shared.composer_params,
                  arrays.gallery[ref], arrays.modification[query])
-  inputs = session_lib.TurnInputs(
+  inputs = ranking.TurnInputs(
       queries=jnp.stack([_lookup(shared.index, shared.rows, search_code),
                          covr]),
-      valid=jnp.stack([search_code > 0, jnp.asarray(config.covr)]),
+      valid=jnp.stack([search_code > 0, jnp.asarray(config.form.covr)]),
       exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
       stop=jnp.asarray(False))
-  state = session_lib.start_step(lc, arrays.gallery,
-                                 session_lib.init_state(lc), inputs)
-  return SessionCarry(state=state, search=search, keep=none), search_code
+  state = ranking.start_step(lc, arrays.gallery, ranking.init_state(lc),
+                             inputs)
+  return SessionCarry(state=state, method=method_state), search_code
 
 
 def _turn_outputs(carry, active, action, mentions, sigma, search, edit,
@@ -298,75 +233,85 @@ def _turn_outputs(carry, active, action, mentions, sigma, search, edit,
               use_edit=use_edit)
 
 
+class _JitDriver:
+  """``session.Driver`` for one session in JAX (traced under vmap)."""
+
+  def __init__(self, config: SimConfig, shared: _Shared, query):
+    self.config, self.shared, self.query = config, shared, query
+    arrays = shared.arrays
+    self.reference = arrays.reference[query]
+    self.target = arrays.target[query]
+
+  def still_searching(self, carry):
+    return session_lib.searching(carry.state, self.target)
+
+  def respond(self, carry, turn, active):
+    del active
+    arrays = self.shared.arrays
+    target_attrs = arrays.attributes[self.target]
+    top1 = jnp.maximum(carry.state.shown_ids[0], 0)
+    action, named, prefix = simulated_user.decide(
+        simulated_user.decision_key(self.shared.seed_key, self.query, turn),
+        target_attrs, arrays.attributes[top1], self.config.user)
+    negative = (action == simulated_user.REWRITE) & jnp.asarray(
+        simulated_user.NEGATIVE_REWRITE_PREFIX)[prefix]
+    return JaxObservation(
+        mentions=jnp.where(named, target_attrs, -1), negative=negative,
+        shown_attrs=arrays.caption_attrs[top1], shown=top1,
+        reference=self.reference, action=action)
+
+  def plan(self, carry, obs, active):
+    method_state, plan = self.config.form.step(carry.method, obs)
+    # A session that stopped keeps its method state.
+    method_state = jax.tree.map(lambda old, new: jnp.where(active, new, old),
+                                carry.method, method_state)
+    return dataclasses.replace(carry, method=method_state), plan
+
+  def rank(self, carry, plan, active):
+    shared = self.shared
+    _, _, use_search, use_edit = _channel_codes(plan)
+    covr_query = compose(self.config.composer, shared.composer_params,
+                         shared.arrays.gallery[plan.anchor],
+                         _lookup(shared.index, shared.rows,
+                                 use_edit + NUM_CODES))
+    inputs = ranking.TurnInputs(
+        queries=jnp.stack([_lookup(shared.index, shared.rows, use_search),
+                           covr_query]),
+        valid=jnp.stack([use_search > 0, use_edit > 0]),
+        exclude=self.reference, sigma=plan.sigma, stop=~active)
+    state = ranking.turn_step(self.config.loop, shared.arrays.gallery,
+                              carry.state, inputs)
+    return dataclasses.replace(carry, state=state)
+
+  def ask(self, carry, active):
+    del active  # the jitted driver runs question-free methods
+    return carry
+
+  def record(self, carry, obs, plan, active):
+    zero = jnp.zeros((), jnp.int32)
+    return _turn_outputs(
+        carry, active, jnp.where(active, obs.action, simulated_user.STOP),
+        jnp.where(active, obs.mentions, -1),
+        jnp.where(active, plan.sigma, demotion.SIGMA_NEU),
+        *(jnp.where(active, c, zero) for c in _channel_codes(plan)))
+
+
 def _session_turn(config: SimConfig, shared: _Shared, query,
                   carry: SessionCarry, turn):
   """Feedback turn ``turn`` of one session: ``(carry, outputs)``."""
-  lc, arrays = config.loop, shared.arrays
-  gallery = arrays.gallery
-  ref, tgt = arrays.reference[query], arrays.target[query]
-  target_attrs = arrays.attributes[tgt]
-  state, search, keep = carry.state, carry.search, carry.keep
-  top1 = jnp.maximum(state.shown_ids[0], 0)
-  stop = state.stopped | (state.shown_ids[0] == tgt)
-  action, named, prefix = simulator.decide(
-      simulator.decision_key(shared.seed_key, query, turn), target_attrs,
-      arrays.attributes[top1], config.user)
-  mentions = jnp.where(named, target_attrs, -1)
-  shown = arrays.caption_attrs[top1]
-  # Intent Decomposer: running query < kept constraints < this feedback.
-  wanted = jnp.where(mentions >= 0, mentions,
-                     jnp.where(keep >= 0, keep, search))
-  changes = jnp.where((mentions >= 0) & (mentions != shown), mentions, -1)
-  search_code = code(wanted)
-  edit_code = code(changes)
-  use_search = search_code * config.t2v  # 0: the channel is unused
-  use_edit = edit_code * config.covr
-  # State Reflector.
-  num_changes = jnp.sum(changes >= 0)
-  negative = (jnp.sum(mentions >= 0) == 0) | (
-      (action == simulator.REWRITE) &
-      jnp.asarray(simulator.NEGATIVE_REWRITE_PREFIX)[prefix])
-  sigma = jnp.where(negative | (num_changes >= 3), demotion.SIGMA_NEG,
-                    jnp.where(num_changes <= 1, demotion.SIGMA_POS,
-                              demotion.SIGMA_NEU)).astype(jnp.int32)
-  if not config.reflection:
-    sigma = jnp.asarray(demotion.SIGMA_NEU, jnp.int32)
-  anchor = top1 if config.dynamic_anchor else ref
-  covr_query = compose(config.composer, shared.composer_params,
-                       gallery[anchor],
-                       _lookup(shared.index, shared.rows,
-                               use_edit + NUM_CODES))
-  inputs = session_lib.TurnInputs(
-      queries=jnp.stack([_lookup(shared.index, shared.rows, use_search),
-                         covr_query]),
-      valid=jnp.stack([use_search > 0, use_edit > 0]),
-      exclude=ref, sigma=sigma, stop=stop)
-  state = session_lib.turn_step(lc, gallery, state, inputs)
-  # Progress Memory, short-term part, as reasoning.update_memory writes it.
-  new_search = jnp.where(jnp.any(wanted >= 0), wanted, search)
-  new_keep = jnp.where(mentions >= 0, mentions, keep) if (
-      config.reflection) else jnp.full_like(keep, -1)
-  carry = SessionCarry(state=state, search=jnp.where(stop, search, new_search),
-                       keep=jnp.where(stop, keep, new_keep))
-  active = ~stop
-  zero = jnp.zeros((), jnp.int32)
-  return carry, _turn_outputs(
-      carry, active, jnp.where(active, action, simulator.STOP),
-      jnp.where(active, mentions, -1),
-      jnp.where(active, sigma, demotion.SIGMA_NEU),
-      *(jnp.where(active, c, zero) for c in (search_code, edit_code,
-                                             use_search, use_edit)))
+  return session_lib.feedback_turn(_JitDriver(config, shared, query), carry,
+                                   turn)
 
 
 def _stopped_turn(carry: SessionCarry):
   """``_session_turn`` of a session that has stopped, without the work."""
   carry = dataclasses.replace(carry,
-                              state=session_lib.carry_forward(carry.state))
+                              state=ranking.carry_forward(carry.state))
   zero = jnp.zeros((), jnp.int32)
   return carry, _turn_outputs(
-      carry, jnp.asarray(False), zero + simulator.STOP,
-      jnp.full_like(carry.keep, -1), zero + demotion.SIGMA_NEU,
-      zero, zero, zero, zero)
+      carry, jnp.asarray(False), zero + simulated_user.STOP,
+      jnp.full((world_lib.NUM_ATTRIBUTES,), -1, jnp.int32),
+      zero + demotion.SIGMA_NEU, zero, zero, zero, zero)
 
 
 def _plain_turns(config, shared, queries, carry):
@@ -391,7 +336,7 @@ def _compact_turns(config, shared, queries, carry, chunk_size):
   batched_stop = jax.vmap(_stopped_turn)
 
   def turn_fn(carry, turn):
-    active = ~(carry.state.stopped | (carry.state.shown_ids[:, 0] == targets))
+    active = session_lib.searching(carry.state, targets)  # the stop rule
     order = jnp.argsort(~active, stable=True)  # searching sessions first
     order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
     chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
@@ -463,13 +408,11 @@ def _over_sessions(config, chunk_size, mesh):
       out_specs=split, check_vma=False))
 
 
-def sim_config(method: loop.Method, base: session_lib.LoopConfig,
-               user: simulator.UserConfig, composer: str) -> SimConfig:
-  return SimConfig(loop=loop.loop_config(method, base),
+def sim_config(method: methods_base.Method, base: ranking.LoopConfig,
+               user: simulated_user.UserConfig, composer) -> SimConfig:
+  return SimConfig(loop=method.ranking(base),
                    user=dataclasses.replace(user, draws='jax'),
-                   t2v=method.t2v, covr=method.covr,
-                   reflection=method.reflection,
-                   dynamic_anchor=method.dynamic_anchor, composer=composer)
+                   form=method.jax_form, composer=composer)
 
 
 def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
@@ -513,7 +456,7 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
   raise RuntimeError('the phrase table did not settle')  # cannot happen
 
 
-def batch_result(env: SimEnvironment, trace: SimTrace) -> loop.BatchResult:
+def batch_result(env: SimEnvironment, trace: SimTrace) -> host.BatchResult:
   """The host loop's ``BatchResult`` (records hold what the user named
   instead of the text it would have written)."""
   names = world_lib.ATTRIBUTES
@@ -528,15 +471,15 @@ def batch_result(env: SimEnvironment, trace: SimTrace) -> loop.BatchResult:
         continue
       rows.append({
           'turn': t + 1,
-          'action': simulator.ACTIONS[int(trace.action[i, t])],
+          'action': simulated_user.ACTIONS[int(trace.action[i, t])],
           'feedback': None,
           'mentioned': {names[a]: world_lib.VALUES[names[a]][int(v)]
                         for a, v in enumerate(trace.mentioned[i, t])
                         if v >= 0},
           'sigma': demotion.SIGMAS[int(trace.sigma[i, t])],
           'question': None, 'asked': None,
-          'search': phrase_text(int(trace.search[i, t])),
-          'edit': phrase_text(int(trace.edit[i, t]) + NUM_CODES)})
+          'search': phrase_table.phrase_text(int(trace.search[i, t])),
+          'edit': phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)})
     records.append(rows)
-  return loop.BatchResult(displayed=trace.displayed,
+  return host.BatchResult(displayed=trace.displayed,
                           top_scores=trace.top_scores, records=records)

@@ -16,14 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recovr_jax import flax_lm
-from recovr_jax import lexicon
-from recovr_jax import reasoning
-from recovr_jax import simulator
-from recovr_jax import world as world_lib
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import simulated_user
 
 EOS = '<|endoftext|>'
 MARKER = 'recovr_reasoner.json'  # marks a checkpoint trained here
+DEFAULT_REASONER_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
+                           'reasoner')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +55,7 @@ def _random_memory(rng, combos, target):
   guess = combos[rng.integers(len(combos))]
   search = '' if rng.random() < 0.2 else lexicon.canonical_description(
       {int(a): int(guess[a]) for a in rng.permutation(7)[:rng.integers(2, 8)]})
-  return reasoning.SessionMemory(search=search, keep=tuple(keep),
+  return schemas.SessionMemory(search=search, keep=tuple(keep),
                                  avoid=tuple(avoid))
 
 
@@ -71,14 +74,14 @@ def sample_requests(world, pool, n: int, seed: int):
       for a in rng.permutation(7)[:rng.integers(1, 6)]:
         shown[a] = (shown[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
             world_lib.NUM_VALUES[a])
-      user = simulator.SimulatedUser(simulator.UserConfig(
+      user = simulated_user.SimulatedUser(simulated_user.UserConfig(
           noise_rate=float(rng.choice([0.0, 0.0, 0.05, 0.1])),
           drop_rate=float(rng.choice([0.0, 0.0, 0.2]))), seed=seed)
       question = (lexicon.question_text(rng, int(rng.integers(7)))
                   if rng.random() < 0.3 else None)
       feedback = user.respond(i, 1, 0, 1, target, shown, question)
-      request_type = (reasoning.IntentRequest if module == 'intent'
-                      else reasoning.ReflectRequest)
+      request_type = (schemas.IntentRequest if module == 'intent'
+                      else schemas.ReflectRequest)
       out.append((module, request_type(
           feedback.text, world_lib.caption(rng, shown),
           _random_memory(rng, combos, target))))
@@ -89,7 +92,7 @@ def sample_requests(world, pool, n: int, seed: int):
         for a in rng.permutation(7)[:rng.integers(0, 3)]:
           other[a] = rng.integers(world_lib.NUM_VALUES[a])
         captions.append(world_lib.caption(rng, other))
-      out.append((module, reasoning.QuestionRequest(
+      out.append((module, schemas.QuestionRequest(
           tuple(captions), _random_memory(rng, combos, target))))
     else:
       reference = target.copy()
@@ -98,7 +101,7 @@ def sample_requests(world, pool, n: int, seed: int):
       for a in np.flatnonzero(named):
         reference[a] = (reference[a] + rng.integers(
             1, world_lib.NUM_VALUES[a])) % world_lib.NUM_VALUES[a]
-      out.append((module, reasoning.T2VInitRequest(
+      out.append((module, schemas.T2VInitRequest(
           world_lib.caption(rng, reference),
           world_lib.edit_text(rng, target, named))))
   return out
@@ -109,15 +112,15 @@ def preprocess(request):
   def fix(text):
     return ' '.join(lexicon.fix_spelling(w) if w.isalpha() and w.islower()
                     else w for w in text.split(' '))
-  if isinstance(request, (reasoning.IntentRequest, reasoning.ReflectRequest)):
+  if isinstance(request, (schemas.IntentRequest, schemas.ReflectRequest)):
     return dataclasses.replace(request, feedback=fix(request.feedback))
   return request
 
 
 def targets_of(pairs) -> list[str]:
   """The rules backend's JSON for each (module, request)."""
-  rules = reasoning.RulesReasoner()
-  return [json.dumps(getattr(rules, m)([r])[0]) for m, r in pairs]
+  reasoner = rules.RulesReasoner(lexicon)
+  return [json.dumps(getattr(reasoner, m)([r])[0]) for m, r in pairs]
 
 
 def train_tokenizer(texts, vocab_size: int):
@@ -225,11 +228,13 @@ def evaluate(model_dir, world, num: int, seed: int, batch_size: int = 32):
   """
   pairs = sample_requests(world, np.flatnonzero(world.is_test), num,
                           seed + 10_000)
-  lm = flax_lm.FlaxLMReasoner(str(model_dir), batch_size=batch_size,
-                              max_new_tokens=96, preprocess=preprocess)
+  lm = flax_lm.FlaxLMReasoner(str(model_dir),
+                              fallback=rules.RulesReasoner(lexicon),
+                              batch_size=batch_size, max_new_tokens=96,
+                              preprocess=preprocess)
   reference = [json.loads(t) for t in targets_of(pairs)]
   by_module = {}
-  for module in reasoning.MODULES:
+  for module in schemas.MODULES:
     idx = [i for i, (m, _) in enumerate(pairs) if m == module]
     if not idx:
       continue
@@ -239,8 +244,8 @@ def evaluate(model_dir, world, num: int, seed: int, batch_size: int = 32):
     for i, text in zip(idx, texts):
       obj = flax_lm.parse_json(text)
       try:
-        reasoning.validate(module, obj)
-      except reasoning.SchemaError:
+        schemas.validate(module, obj)
+      except schemas.SchemaError:
         continue
       valid += 1
       exact += obj == reference[i]

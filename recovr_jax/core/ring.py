@@ -10,7 +10,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from recovr_jax import _checks
+from recovr_jax.core import checks
 
 
 @jax.tree_util.register_dataclass
@@ -31,9 +31,9 @@ def init_result_memory(window: int, num_channels: int,
     num_channels: ``C >= 1``, lists per turn.
     list_length: ``K >= 1``, entries per list.
   """
-  w = _checks.positive_int('window', window)
-  c = _checks.positive_int('num_channels', num_channels)
-  k = _checks.positive_int('list_length', list_length)
+  w = checks.positive_int('window', window)
+  c = checks.positive_int('num_channels', num_channels)
+  k = checks.positive_int('list_length', list_length)
   return ResultMemory(ids=jnp.full((w, c, k), -1, jnp.int32),
                       scores=jnp.full((w, c, k), -jnp.inf, jnp.float32),
                       valid=jnp.zeros((w, c), bool))
@@ -52,9 +52,9 @@ def push(memory: ResultMemory, ids, scores, valid) -> ResultMemory:
     The new ``ResultMemory``.
   """
   _, c, k = memory.ids.shape
-  _checks.shape('ids', ids, (c, k))
-  _checks.shape('scores', scores, (c, k))
-  _checks.shape('valid', valid, (c,))
+  checks.shape('ids', ids, (c, k))
+  checks.shape('scores', scores, (c, k))
+  checks.shape('valid', valid, (c,))
 
   def shift(old, new):
     return jnp.concatenate([new[None].astype(old.dtype), old[:-1]], axis=0)

@@ -15,7 +15,7 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import _checks
+from recovr_jax.core import checks
 
 DEFAULT_BLOCK_SIZE = 16384
 DEFAULT_GROUP_SIZE = 16
@@ -46,23 +46,23 @@ def retrieve(queries, gallery, k: int, *, exclude=None,
     ValueError, TypeError: on bad ranks, mismatched ``D``, non-finite
       embeddings, ``k < 1`` or ``block_size < 1``, naming the argument.
   """
-  k = _checks.positive_int('k', k)
-  block_size = _checks.positive_int('block_size', block_size)
-  queries = _checks.array('queries', queries, 2, 'float')
-  gallery = _checks.array('gallery', gallery, 2, 'float')
+  k = checks.positive_int('k', k)
+  block_size = checks.positive_int('block_size', block_size)
+  queries = checks.array('queries', queries, 2, 'float')
+  gallery = checks.array('gallery', gallery, 2, 'float')
   b, d = queries.shape
   n, d_gallery = gallery.shape
-  _checks.same('queries', d, 'gallery', d_gallery, 'embedding size D')
+  checks.same('queries', d, 'gallery', d_gallery, 'embedding size D')
   if n < 1:
     raise ValueError('gallery must hold at least one row, got shape '
                      f'{tuple(gallery.shape)}')
   if exclude is None:
     exclude = np.full((b,), -1, np.int32)
   else:
-    exclude = _checks.array('exclude', exclude, 1, 'int')
-    _checks.shape('exclude', exclude, (b,))
-  _checks.finite('queries', queries)
-  _checks.finite('gallery', gallery)
+    exclude = checks.array('exclude', exclude, 1, 'int')
+    checks.shape('exclude', exclude, (b,))
+  checks.finite('queries', queries)
+  checks.finite('gallery', gallery)
   if isinstance(group_size, bool) or not isinstance(group_size, int) or (
       group_size < 0):
     raise ValueError(f'group_size must be an integer >= 0, got {group_size!r}')

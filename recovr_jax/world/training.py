@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recovr_jax import encoders
-from recovr_jax import metrics
-from recovr_jax import retrieval
-from recovr_jax import world as world_lib
+from recovr_jax.world import encoders
+from recovr_jax.core import metrics
+from recovr_jax.core import retrieval
+from recovr_jax.world import generator as world_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +226,7 @@ def load_world_models(checkpoint_dir, world):
 
 def gallery_memory(world, video_params, text, cache_dir=None):
   """The gallery's embeddings and captions, cached (Progress Memory)."""
-  from recovr_jax import progress_memory  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import progress_memory  # pylint: disable=g-import-not-at-top
   key = progress_memory.cache_key(
       world=dataclasses.asdict(world.config),
       video=progress_memory.params_fingerprint(video_params),

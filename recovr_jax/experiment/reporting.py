@@ -7,7 +7,7 @@ import json
 import jax
 import numpy as np
 
-from recovr_jax import metrics
+from recovr_jax.core import metrics
 
 RECALL_KS = (1, 5, 10, 50)
 

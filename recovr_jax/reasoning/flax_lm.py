@@ -16,7 +16,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from recovr_jax import reasoning
+from recovr_jax.reasoning import schemas
 
 PROMPTS = {
     'intent': ('Task: intent. Reply with JSON {{"search": str, "edit": str}}.'
@@ -110,14 +110,15 @@ class FlaxLMReasoner:
 
   name = 'flax_lm'
 
-  def __init__(self, model_dir: str, fallback=None, batch_size: int = 32,
+  def __init__(self, model_dir: str, fallback, batch_size: int = 32,
                max_new_tokens: int = 96, max_prompt_tokens: int = 192,
                preprocess=None):
     """Loads ``model_dir``.
 
     Args:
       model_dir: a transformers Flax causal-LM directory with its tokenizer.
-      fallback: the backend used when an output stays invalid (rules).
+      fallback: the backend used when an output stays invalid (a
+        ``reasoning.rules`` backend).
       batch_size: prompts per generation call (padded to it).
       max_new_tokens: generation budget per output.
       max_prompt_tokens: prompts are cut from the left to this length.
@@ -134,12 +135,12 @@ class FlaxLMReasoner:
     self.tokenizer.truncation_side = 'left'  # keep the end of the prompt
     if self.tokenizer.pad_token is None:
       self.tokenizer.pad_token = self.tokenizer.eos_token
-    self.fallback = fallback or reasoning.RulesReasoner()
+    self.fallback = fallback
     self.preprocess = preprocess
     self.batch_size = batch_size
     self.max_new_tokens = max_new_tokens
     self.max_prompt_tokens = max_prompt_tokens
-    self.stats = {m: collections.Counter() for m in reasoning.MODULES}
+    self.stats = {m: collections.Counter() for m in schemas.MODULES}
     model, tok = self.model, self.tokenizer
 
     def generate(params, ids, mask):
@@ -172,7 +173,8 @@ class FlaxLMReasoner:
                                              skip_special_tokens=True))
     return out
 
-  def _run(self, module: str, requests) -> list[dict]:
+  def call(self, module: str, requests) -> schemas.Outputs:
+    """The outputs of ``module`` and their first-pass validity."""
     requests = list(requests)
     prompts = [prompt(module, self.preprocess(r) if self.preprocess else r)
                for r in requests]
@@ -187,11 +189,11 @@ class FlaxLMReasoner:
       for i, text in zip(pending, texts):
         obj = parse_json(('{' + text) if suffix else text)
         try:
-          results[i] = reasoning.validate(module, obj)
+          results[i] = schemas.validate(module, obj)
           first_pass[i] = attempt == 0
           self.stats[module]['first_pass_valid' if attempt == 0
                              else 'retry_valid'] += 1
-        except reasoning.SchemaError:
+        except schemas.SchemaError:
           still.append(i)
       pending = still
     if pending:
@@ -200,20 +202,23 @@ class FlaxLMReasoner:
         results[i] = obj
       self.stats[module]['fallback'] += len(pending)
     self.stats[module]['calls'] += len(requests)
-    self.last_first_pass = first_pass  # per request, for trajectories
-    return results
+    return schemas.Outputs(results, first_pass)
 
   def intent(self, requests):
-    return self._run('intent', requests)
+    return self.call('intent', requests).objects
 
   def reflect(self, requests):
-    return self._run('reflect', requests)
+    return self.call('reflect', requests).objects
 
   def question(self, requests):
-    return self._run('question', requests)
+    return self.call('question', requests).objects
 
   def t2v_init(self, requests):
-    return self._run('t2v_init', requests)
+    return self.call('t2v_init', requests).objects
+
+  def rewrite(self, dialogue):
+    """Full-history rewriting has no prompt: the fallback's."""
+    return self.fallback.rewrite(dialogue)
 
   def validity(self) -> dict:
     """Per module: calls, first-pass validity rate, retries, fallbacks."""

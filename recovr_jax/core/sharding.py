@@ -23,8 +23,8 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from recovr_jax import _checks
-from recovr_jax import retrieval
+from recovr_jax.core import checks
+from recovr_jax.core import retrieval
 
 GALLERY_AXIS = 'gallery'
 SESSION_AXIS = 'session'
@@ -34,10 +34,10 @@ def make_mesh(gallery_shards: int | None = None, session_shards: int = 1,
               devices=None) -> Mesh:
   """A ``(session, gallery)`` mesh over ``devices`` (default: all)."""
   devices = list(jax.devices() if devices is None else devices)
-  session_shards = _checks.positive_int('session_shards', session_shards)
+  session_shards = checks.positive_int('session_shards', session_shards)
   if gallery_shards is None:
     gallery_shards = len(devices) // session_shards
-  gallery_shards = _checks.positive_int('gallery_shards', gallery_shards)
+  gallery_shards = checks.positive_int('gallery_shards', gallery_shards)
   need = gallery_shards * session_shards
   if need > len(devices):
     raise ValueError(f'a {session_shards} x {gallery_shards} mesh needs '
@@ -52,8 +52,8 @@ def shard_gallery(gallery, mesh: Mesh):
   Returns:
     ``(sharded [N', D] array, N)``; rows ``>= N`` are padding.
   """
-  gallery = _checks.array('gallery', gallery, 2, 'float')
-  _checks.finite('gallery', gallery)
+  gallery = checks.array('gallery', gallery, 2, 'float')
+  checks.finite('gallery', gallery)
   n, _ = gallery.shape
   shards = mesh.shape[GALLERY_AXIS]
   padded = -(-n // shards) * shards
@@ -79,15 +79,15 @@ def sharded_retrieve(queries, gallery, k: int, *, mesh: Mesh, num_valid: int,
     ``(ids [B, k] int32, scores [B, k] float32)``, equal to ``retrieve`` on
     the unpadded gallery.
   """
-  k = _checks.positive_int('k', k)
-  block_size = _checks.positive_int('block_size', block_size)
-  queries = _checks.array('queries', queries, 2, 'float')
+  k = checks.positive_int('k', k)
+  block_size = checks.positive_int('block_size', block_size)
+  queries = checks.array('queries', queries, 2, 'float')
   b, d = queries.shape
-  _checks.same('queries', d, 'gallery', gallery.shape[1], 'embedding size D')
-  _checks.finite('queries', queries)
+  checks.same('queries', d, 'gallery', gallery.shape[1], 'embedding size D')
+  checks.finite('queries', queries)
   exclude = (np.full((b,), -1, np.int32) if exclude is None else
-             _checks.array('exclude', exclude, 1, 'int'))
-  _checks.shape('exclude', exclude, (b,))
+             checks.array('exclude', exclude, 1, 'int'))
+  checks.shape('exclude', exclude, (b,))
   sessions = mesh.shape[SESSION_AXIS]
   padded_b = -(-b // sessions) * sessions
   queries = jnp.pad(jnp.asarray(queries, jnp.float32),

@@ -4,9 +4,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from recovr_jax import lexicon
-from recovr_jax import simulator
-from recovr_jax import world as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.real import caption_user
+from recovr_jax.world import simulated_user
+from recovr_jax.world import generator as world_lib
 
 COMBOS = world_lib.all_combos()
 
@@ -58,7 +59,7 @@ class SimulatedUserTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     self.target = COMBOS[4321]
-    self.user = simulator.SimulatedUser(seed=0)
+    self.user = simulated_user.SimulatedUser(seed=0)
 
   def respond(self, changes, question=None, user=None, session=0):
     shown = combo_with(self.target, changes)
@@ -105,7 +106,7 @@ class SimulatedUserTest(parameterized.TestCase):
     self.assertEqual(self.respond(minor, question=question).action, 'modify')
 
   def test_modify_threshold_is_a_dial(self):
-    user = simulator.SimulatedUser(simulator.UserConfig(modify_threshold=0))
+    user = simulated_user.SimulatedUser(simulated_user.UserConfig(modify_threshold=0))
     self.assertEqual(self.respond({0: (self.target[0] + 1) % 4},
                                   user=user).action, 'rewrite')
 
@@ -116,16 +117,16 @@ class SimulatedUserTest(parameterized.TestCase):
     self.assertEqual(texts, [self.respond(changes, session=s).text
                              for s in range(8)])
     self.assertGreater(len(set(texts)), 4)  # varied language
-    other = simulator.SimulatedUser(seed=1)
+    other = simulated_user.SimulatedUser(seed=1)
     self.assertNotEqual(texts, [self.respond(changes, user=other,
                                              session=s).text for s in range(8)])
 
   def test_policies(self):
     one = {0: (self.target[0] + 1) % 4}
     many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}
-    rewrite = simulator.SimulatedUser(
-        simulator.UserConfig(policy='rewrite_only'))
-    modify = simulator.SimulatedUser(simulator.UserConfig(policy='modify_only'))
+    rewrite = simulated_user.SimulatedUser(
+        simulated_user.UserConfig(policy='rewrite_only'))
+    modify = simulated_user.SimulatedUser(simulated_user.UserConfig(policy='modify_only'))
     self.assertEqual(self.respond(one, user=rewrite).action, 'rewrite')
     f = self.respond(many, user=modify)
     self.assertEqual(f.action, 'modify')
@@ -134,23 +135,23 @@ class SimulatedUserTest(parameterized.TestCase):
   def test_constraint_dropping(self):
     many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}
     clean = [self.respond(many, session=s) for s in range(30)]
-    dropping = simulator.SimulatedUser(simulator.UserConfig(drop_rate=0.5))
+    dropping = simulated_user.SimulatedUser(simulated_user.UserConfig(drop_rate=0.5))
     dropped = [self.respond(many, user=dropping, session=s) for s in range(30)]
     n_clean = sum(len(f.mentioned) for f in clean)
     n_dropped = sum(len(f.mentioned) for f in dropped)
     self.assertBetween(n_dropped / n_clean, 0.3, 0.7)
     for f in dropped:
       self.assertEqual(lexicon.parse(f.text), f.mentioned)
-    everything = simulator.SimulatedUser(simulator.UserConfig(drop_rate=1.0))
+    everything = simulated_user.SimulatedUser(simulated_user.UserConfig(drop_rate=1.0))
     f = self.respond(many, user=everything)
     self.assertEqual(f.mentioned, {})
-    self.assertIn(f.text, simulator._GENERIC)  # pylint: disable=protected-access
+    self.assertIn(f.text, simulated_user._GENERIC)  # pylint: disable=protected-access
 
   def test_surface_noise(self):
     rng = np.random.default_rng(0)
     text = 'make it blue and change the background to a beach please'
-    self.assertEqual(simulator.add_surface_noise(rng, text, 0.0), text)
-    noisy = [simulator.add_surface_noise(rng, text, 0.5) for _ in range(20)]
+    self.assertEqual(simulated_user.add_surface_noise(rng, text, 0.0), text)
+    noisy = [simulated_user.add_surface_noise(rng, text, 0.5) for _ in range(20)]
     changed = np.mean([a != b for t in noisy
                        for a, b in zip(t.split(), text.split())])
     self.assertGreater(changed, 0.2)
@@ -158,22 +159,22 @@ class SimulatedUserTest(parameterized.TestCase):
 
   def test_bad_config(self):
     with self.assertRaisesRegex(ValueError, "unknown user policy 'x'.*mixed"):
-      simulator.UserConfig(policy='x')
+      simulated_user.UserConfig(policy='x')
     with self.assertRaisesRegex(ValueError, 'noise_rate must be in'):
-      simulator.UserConfig(noise_rate=2.0)
+      simulated_user.UserConfig(noise_rate=2.0)
     with self.assertRaisesRegex(ValueError, 'max_described'):
-      simulator.UserConfig(max_described=7)
+      simulated_user.UserConfig(max_described=7)
 
 
 class CaptionUserTest(absltest.TestCase):
 
   def test_caption_user(self):
-    user = simulator.CaptionUser(seed=0)
+    user = caption_user.CaptionUser(seed=0)
     self.assertEqual(user.respond(0, 1, 'a', 'a', 'x', 'y').action, 'stop')
     f = user.respond(0, 1, 'a', 'b', 'a dog on a beach', 'a cat indoors')
     self.assertEqual(f.action, 'rewrite')
     self.assertIn('a dog on a beach', f.text)
-    phrased = simulator.CaptionUser(phrase=lambda t, s: f'want {t} not {s}')
+    phrased = caption_user.CaptionUser(phrase=lambda t, s: f'want {t} not {s}')
     self.assertEqual(phrased.respond(0, 1, 'a', 'b', 'dog', 'cat').text,
                      'want dog not cat')
 

@@ -1,0 +1,199 @@
+"""Metrics over displayed lists (DESIGN section 6).
+
+Dimension legend: ``S`` sessions, ``T + 1`` turns (turn 0 and ``T`` feedback
+turns), ``K`` displayed list length, ``R`` bootstrap resamples.
+A target absent from a list of length ``K`` has rank ``K + 1`` (censored), so
+mean ranks and BRI are censored at ``log(K + 1)``.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.core import checks
+
+DEFAULT_RESAMPLES = 10_000
+
+
+class Rate(NamedTuple):
+  """A rate with its numerator and denominator (``rate`` is NaN if 0/0)."""
+  rate: jax.Array   # [] float32
+  count: jax.Array  # [] int32
+  total: jax.Array  # [] int32
+
+
+class FailureModes(NamedTuple):
+  """Failure-mode rates over active transitions ``t-1 -> t``."""
+  drift: Rate              # r_t > r_{t-1}
+  stagnation: Rate         # r_t >= r_{t-1}
+  repeated_top1: Rate      # top1_t == top1_{t-1}
+  improvement: Rate        # r_t < r_{t-1}
+  recovery: Rate           # r_{t+1} < r_t given r_t >= r_{t-1}, active at t+1
+
+
+class BootstrapInterval(NamedTuple):
+  """Per-turn paired difference ``a - b`` of means with its 95% interval."""
+  mean: jax.Array   # [T+1] observed difference of means
+  lower: jax.Array  # [T+1] 2.5th percentile
+  upper: jax.Array  # [T+1] 97.5th percentile
+
+
+def target_ranks(displayed, targets):
+  """1-based rank of each session's target in each turn's displayed list.
+
+  Args:
+    displayed: ``[S, T+1, K]`` integer displayed ids, ``-1`` padding.
+    targets: ``[S]`` non-negative integer target ids.
+
+  Returns:
+    ``[S, T+1]`` int32 ranks, ``K + 1`` where the target is absent.
+  """
+  displayed = checks.array('displayed', displayed, 3, 'int')
+  targets = checks.array('targets', targets, 1, 'int')
+  s, _, _ = displayed.shape
+  checks.shape('targets', targets, (s,))
+  checks.non_negative('targets', targets)
+  return _target_ranks(displayed, targets)
+
+
+@jax.jit
+def _target_ranks(displayed, targets):
+  _, _, k = displayed.shape
+  hit = (displayed == targets[:, None, None]) & (displayed >= 0)
+  first = jnp.argmax(hit, axis=-1)
+  return jnp.where(jnp.any(hit, axis=-1), first + 1, k + 1).astype(jnp.int32)
+
+
+def recall_at_k(ranks, k: int):
+  """``[T+1]`` float32 share of sessions whose target rank is ``<= k``."""
+  ranks = checks.array('ranks', ranks, 2, 'int')
+  k = checks.positive_int('k', k)
+  return jnp.mean(jnp.asarray(ranks) <= k, axis=0, dtype=jnp.float32)
+
+
+def bri(ranks):
+  """Best log Rank Integral per turn (lower is better).
+
+  With ``b_t = min_{s <= t} rank_s``: ``bri[0] = mean(log b_0)`` and, for
+  ``i >= 1``, ``bri[i] = (1/i) * sum_{t<i} mean((log b_t + log b_{t+1}) / 2)``.
+
+  Args:
+    ranks: ``[S, T+1]`` integer ranks (censored at ``K + 1``).
+
+  Returns:
+    ``[T+1]`` float32.
+  """
+  ranks = checks.array('ranks', ranks, 2, 'int')
+  if checks.is_concrete(ranks) and np.size(ranks) and np.min(ranks) < 1:
+    raise ValueError(f'ranks must be >= 1, got min {np.min(ranks)}')
+  return _bri(ranks)
+
+
+@jax.jit
+def _bri(ranks):
+  log_best = jnp.log(jax.lax.cummin(ranks, axis=1).astype(jnp.float32))
+  mean_log = jnp.mean(log_best, axis=0)  # [T+1]
+  trapezoids = (mean_log[:-1] + mean_log[1:]) / 2  # [T]
+  steps = jnp.arange(1, mean_log.shape[0], dtype=jnp.float32)
+  return jnp.concatenate([mean_log[:1], jnp.cumsum(trapezoids) / steps])
+
+
+def failure_modes(ranks, top1, active=None) -> FailureModes:
+  """Failure-mode rates over active transitions (DESIGN section 6).
+
+  Args:
+    ranks: ``[S, T+1]`` integer target ranks.
+    top1: ``[S, T+1]`` integer displayed top-1 ids.
+    active: optional ``[S, T+1]`` bool, the session was still running at
+      turn ``t`` (turn ``t`` was executed). Default: the target was not shown
+      as top-1 at any earlier turn, i.e. ``min_{s<t} rank_s > 1``.
+
+  Returns:
+    ``FailureModes`` of ``Rate(rate, count, total)``, pooled over turns.
+  """
+  ranks = checks.array('ranks', ranks, 2, 'int')
+  top1 = checks.array('top1', top1, 2, 'int')
+  checks.shape('top1', top1, ranks.shape)
+  if active is None:
+    active = default_active(ranks)
+  else:
+    active = checks.array('active', active, 2, 'bool')
+    checks.shape('active', active, ranks.shape)
+  return _failure_modes(ranks, top1, active)
+
+
+def default_active(ranks):
+  """``[S, T+1]`` bool: turn ``t`` ran (no earlier displayed top-1 hit)."""
+  ranks = jnp.asarray(ranks)
+  found_before = jax.lax.cummin(ranks, axis=1) <= 1
+  return jnp.concatenate(
+      [jnp.ones_like(found_before[:, :1]), ~found_before[:, :-1]], axis=1)
+
+
+def _rate(event, mask) -> Rate:
+  count = jnp.sum(event & mask, dtype=jnp.int32)
+  total = jnp.sum(mask, dtype=jnp.int32)
+  return Rate(rate=(count / total).astype(jnp.float32), count=count,
+              total=total)
+
+
+@jax.jit
+def _failure_modes(ranks, top1, active):
+  prev, cur = ranks[:, :-1], ranks[:, 1:]  # transition t-1 -> t, t = 1..T
+  moving = active[:, 1:]
+  stagnated = cur >= prev
+  return FailureModes(
+      drift=_rate(cur > prev, moving),
+      stagnation=_rate(stagnated, moving),
+      repeated_top1=_rate(top1[:, 1:] == top1[:, :-1], moving),
+      improvement=_rate(cur < prev, moving),
+      recovery=_rate(cur[:, 1:] < cur[:, :-1],
+                     moving[:, :-1] & stagnated[:, :-1] & moving[:, 1:]),
+  )
+
+
+def bootstrap_indices(key, num_resamples: int, num_sessions: int):
+  """``[R, S]`` int32 session indices drawn with replacement."""
+  return jax.random.randint(key, (num_resamples, num_sessions), 0,
+                            num_sessions, dtype=jnp.int32)
+
+
+def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
+                     key=None) -> BootstrapInterval:
+  """Paired session bootstrap of the per-turn difference of means ``a - b``.
+
+  Whole sessions are resampled with the same indices for both methods; the
+  interval is the percentile 95% interval over resamples.
+
+  Args:
+    hits_a: ``[S, T+1]`` per-session values of method a (e.g. ``rank <= 1``).
+    hits_b: ``[S, T+1]`` the same sessions under method b.
+    num_resamples: ``R >= 1``.
+    key: a ``jax.random`` key; default ``jax.random.key(0)``.
+
+  Returns:
+    ``BootstrapInterval`` of ``[T+1]`` float32 arrays.
+  """
+  hits_a = checks.array('hits_a', hits_a, 2, 'float')
+  hits_b = checks.array('hits_b', hits_b, 2, 'float')
+  checks.shape('hits_b', hits_b, hits_a.shape)
+  num_resamples = checks.positive_int('num_resamples', num_resamples)
+  s, _ = hits_a.shape
+  if s < 1:
+    raise ValueError('hits_a must hold at least one session')
+  key = jax.random.key(0) if key is None else key
+  diffs = jnp.asarray(hits_a, jnp.float32) - jnp.asarray(hits_b, jnp.float32)
+  return _bootstrap(diffs, bootstrap_indices(key, num_resamples, s))
+
+
+@jax.jit
+def _bootstrap(diffs, indices):
+  """``diffs [S, T+1]``, ``indices [R, S]`` -> ``BootstrapInterval``."""
+  # Resample means in chunks so memory stays O(chunk * S * (T+1)).
+  means = jax.lax.map(lambda idx: jnp.mean(diffs[idx], axis=0), indices,
+                      batch_size=256)  # [R, T+1]
+  lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
+  return BootstrapInterval(mean=jnp.mean(diffs, axis=0), lower=lower,
+                           upper=upper)

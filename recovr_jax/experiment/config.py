@@ -1,0 +1,82 @@
+"""The frozen, typed configuration of one run (flax wmt's config style).
+
+``experiments/run.py`` reads its flags once into a ``RunConfig``; the library
+(``experiment.runner``) takes nothing else. Sweeps build new configurations
+with ``with_setting`` instead of mutating flags.
+"""
+
+import dataclasses
+
+from recovr_jax.methods import base as methods_base
+from recovr_jax.protocol import ranking
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import simulated_user
+
+DATA = ('world', 'webvid_covr')
+SIMULATIONS = ('host', 'jit')
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Everything one run reads."""
+  methods: tuple[str, ...]
+  output_dir: str
+  data: str = 'world'
+  world: world_lib.WorldConfig = world_lib.WorldConfig()
+  checkpoint_dir: str | None = None       # world encoders (None: shipped)
+  annotations: str | None = None          # webvid_covr CSV
+  gallery_embeddings: str | None = None   # webvid_covr .npz/.safetensors
+  clip_dir: str | None = None             # webvid_covr CLIP directory
+  cache_dir: str | None = 'cache'         # Progress Memory cache
+  reasoner: str = 'rules'
+  reasoner_checkpoint: str | None = None
+  num_sessions: int | None = None         # None: every test triplet
+  batch_size: int = 100
+  loop: ranking.LoopConfig = ranking.LoopConfig()
+  settings: methods_base.Settings = methods_base.Settings()
+  user: simulated_user.UserConfig = simulated_user.UserConfig()
+  user_seed: int = 0
+  bootstrap_resamples: int = 10_000
+  seed: int = 0                            # the bootstrap's
+  resume: bool = True
+  simulation: str = 'host'
+  jit_chunk_size: int = 64                 # 0: every session every turn
+  session_shards: int = 1
+  platform: str = 'auto'
+  flags_text: str = ''                     # written to flags.txt
+
+
+# Sweepable settings: name -> (section of RunConfig or None, field).
+SWEEPABLE = {
+    'rrf_k': ('loop', 'rrf_k'), 'list_length': ('loop', 'list_length'),
+    'window': ('loop', 'window'), 'kappa_neg': ('loop', 'kappa'),
+    'kappa_neu': ('loop', 'kappa'), 'kappa_pos': ('loop', 'kappa'),
+    'recency': ('loop', 'recency'), 'gamma': ('loop', 'gamma'),
+    'num_turns': ('loop', 'num_turns'),
+    'merlin_alpha': ('settings', 'merlin_alpha'),
+    'noise_rate': ('user', 'noise_rate'), 'drop_rate': ('user', 'drop_rate'),
+    'user_policy': ('user', 'policy'),
+    'modify_threshold': ('user', 'modify_threshold'),
+    'ask_mode': ('ask', 'mode'), 'ask_threshold': ('ask', 'threshold'),
+    'ask_budget': ('ask', 'budget'),
+}
+_KAPPA_INDEX = {'kappa_neg': 0, 'kappa_neu': 1, 'kappa_pos': 2}
+
+
+def with_setting(config: RunConfig, name: str, value) -> RunConfig:
+  """A copy of ``config`` with sweepable setting ``name`` set to ``value``
+  (already parsed to its type); the sub-configs validate it."""
+  if name not in SWEEPABLE:
+    raise ValueError(f'{name!r} is not sweepable; valid: '
+                     f'{", ".join(SWEEPABLE)}')
+  section, field = SWEEPABLE[name]
+  if name in _KAPPA_INDEX:
+    kappa = list(config.loop.kappa)
+    kappa[_KAPPA_INDEX[name]] = value
+    value = tuple(kappa)
+  if section == 'ask':
+    ask = dataclasses.replace(config.settings.ask, **{field: value})
+    return dataclasses.replace(config, settings=dataclasses.replace(
+        config.settings, ask=ask))
+  sub = dataclasses.replace(getattr(config, section), **{field: value})
+  return dataclasses.replace(config, **{section: sub})

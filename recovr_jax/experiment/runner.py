@@ -1,0 +1,432 @@
+"""The experiment: environment, batches, resume, sweeps and outputs.
+
+``run(config)`` runs every method of a ``RunConfig`` over its sessions in
+batches (each finished batch checkpointed, so a repeated run resumes) and
+writes the outputs; ``sweep(config, settings)`` runs one factor at a time.
+``experiments/run.py`` is the absl front end.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from recovr_jax import methods as methods_lib
+from recovr_jax.core import retrieval
+from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import reporting
+from recovr_jax.experiment import resources
+from recovr_jax.protocol import host
+from recovr_jax.protocol import plan as plan_lib
+
+
+class ConfigError(ValueError):
+  """A setting that cannot run, found before any work; the message names
+  the flag to change."""
+
+
+def _fail(msg):
+  raise ConfigError(msg)
+
+
+def validate(config: config_lib.RunConfig) -> pathlib.Path:
+  """Everything that can be checked before any work; returns the output
+  directory (created and writable)."""
+  unknown = [m for m in config.methods if m not in methods_lib.REGISTRY]
+  if unknown or not config.methods:
+    _fail(f'unknown --methods {", ".join(unknown) or "(none)"}; valid: '
+          f'{", ".join(methods_lib.names())}')
+  if len(set(config.methods)) != len(config.methods):
+    _fail('--methods lists a method twice')
+  for name, value in (('batch_size', config.batch_size),
+                      ('bootstrap_resamples', config.bootstrap_resamples),
+                      ('session_shards', config.session_shards)):
+    if value < 1:
+      _fail(f'--{name} must be >= 1, got {value}')
+  if config.data not in config_lib.DATA:
+    _fail(f'unknown --data {config.data!r}; valid: '
+          f'{", ".join(config_lib.DATA)}')
+  if config.simulation not in config_lib.SIMULATIONS:
+    _fail(f'unknown --simulation {config.simulation!r}; valid: '
+          f'{", ".join(config_lib.SIMULATIONS)}')
+  if config.session_shards > 1 and config.simulation != 'jit':
+    _fail('--session_shards needs --simulation=jit')
+  if config.session_shards > len(jax.devices()):
+    _fail(f'--session_shards={config.session_shards} but JAX sees '
+          f'{len(jax.devices())} device(s); on a CPU export XLA_FLAGS='
+          '--xla_force_host_platform_device_count=N first')
+  if config.jit_chunk_size < 0:
+    _fail(f'--jit_chunk_size must be >= 0, got {config.jit_chunk_size}')
+  if config.num_sessions is not None and config.num_sessions < 1:
+    _fail('--num_sessions must be >= 1')
+  if config.loop.rrf_k < 0:
+    _fail('--rrf_k must be >= 0')
+  if config.data == 'webvid_covr':
+    for name in ('annotations', 'gallery_embeddings', 'clip_dir'):
+      if not getattr(config, name):
+        _fail(f'--data=webvid_covr needs --{name}')
+    for name in ('annotations', 'gallery_embeddings'):
+      if not os.path.isfile(getattr(config, name)):
+        _fail(f'--{name} {getattr(config, name)} does not exist')
+    if not os.path.isdir(config.clip_dir):
+      _fail(f'--clip_dir {config.clip_dir} is not a directory')
+  if config.reasoner_checkpoint and not os.path.isdir(
+      config.reasoner_checkpoint):
+    _fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
+          'directory')
+  try:
+    resources.select_device(config.platform)
+  except ValueError as e:
+    _fail(str(e))
+  if config.simulation == 'jit':
+    _check_jit(config)
+  out = pathlib.Path(config.output_dir).absolute()
+  try:
+    out.mkdir(parents=True, exist_ok=True)
+    probe = out / '.write_test'
+    probe.write_text('ok')
+    probe.unlink()
+  except OSError as e:
+    _fail(f'--output_dir {out} cannot be written: {e}')
+  return out
+
+
+def _check_jit(config):
+  """What --simulation=jit cannot run, named by flag."""
+  from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+  if config.data != 'world':
+    _fail('--simulation=jit needs --data=world')
+  if config.reasoner != 'rules':
+    _fail('--simulation=jit needs --reasoner=rules')
+  for name in config.methods:
+    try:
+      jitted.check_supported(methods_lib.make(name, config.settings),
+                             config.user, config.settings.ask.mode)
+    except ValueError as e:
+      flag = ('--noise_rate' if 'noise_rate' in str(e) else
+              '--ask_mode' if 'ask_mode' in str(e) else '--methods')
+      _fail(f'--simulation=jit: {e}; change {flag} or use '
+            '--simulation=host')
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """An environment with what runs on it (shared by a sweep's runs)."""
+  env: host.Environment
+  sim_env: object = None    # protocol.jitted.SimEnvironment, jit runs only
+
+
+def build(config: config_lib.RunConfig) -> Built:
+  """Loads the data and encoders of ``config`` (the expensive part)."""
+  if config.data == 'world':
+    from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import generator  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import training  # pylint: disable=g-import-not-at-top
+    world = generator.make_world(config.world)
+    checkpoint = config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
+    video, composer = training.load_world_models(checkpoint, world)
+    env = environment.world_environment(world, encoders.TextEncoder(), video,
+                                        composer,
+                                        cache_dir=config.cache_dir or None)
+  else:
+    from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    try:
+      env = environment.real_environment(
+          config.annotations, config.gallery_embeddings, config.clip_dir)
+    except ValueError as e:
+      _fail(str(e))
+  sim_env = None
+  if config.simulation == 'jit':
+    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+    sim_env = jitted.prepare(env)
+  return Built(env=env, sim_env=sim_env)
+
+
+def _user_and_reasoner(config, env):
+  if config.data == 'world':
+    from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import simulated_user  # pylint: disable=g-import-not-at-top
+    user = environment.attribute_user(
+        simulated_user.SimulatedUser(config.user, seed=config.user_seed),
+        env.attributes)
+  else:
+    from recovr_jax.real import caption_user  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    user = environment.caption_user(
+        caption_user.CaptionUser(drop_rate=config.user.drop_rate,
+                                 seed=config.user_seed), env.captions)
+  return user, environment.make_reasoner(config.reasoner,
+                                         config.reasoner_checkpoint)
+
+
+class Progress:
+  """Sessions done, rate and time left, at least every 10 seconds."""
+
+  def __init__(self, total: int):
+    self.total = total
+    self.done = 0
+    self.start = time.time()
+    self.last = 0.0
+
+  def update(self, n: int, label: str):
+    self.done += n
+    now = time.time()
+    if now - self.last >= 10 or self.done == self.total:
+      self.last = now
+      rate = self.done / max(now - self.start, 1e-9)
+      left = (self.total - self.done) / rate if rate else 0
+      print(f'[{label}] {self.done}/{self.total} session-runs, {rate:.1f}/s, '
+            f'{left:.0f}s left', flush=True)
+
+
+def _batch_paths(out: pathlib.Path, method: str, b: int):
+  base = out / 'batches' / method
+  return base / f'{b:05d}.npz', base / f'{b:05d}.json'
+
+
+def _save_batch(out, method, b, result, sessions, errors, stats):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  arrays, records = _batch_paths(out, method, b)
+  arrays.parent.mkdir(parents=True, exist_ok=True)
+  # The displayed lists go through orbax (absolute path, restore target);
+  # the records are JSON. Both are written before the marker file appears.
+  ckpt_dir = arrays.with_suffix('')
+  with ocp.StandardCheckpointer() as ckpt:
+    ckpt.save(ckpt_dir, {'displayed': result.displayed,
+                         'top_scores': result.top_scores}, force=True)
+  tmp = records.with_suffix('.tmp')
+  tmp.write_text(json.dumps({'sessions': sessions.tolist(),
+                             'records': result.records, 'errors': errors,
+                             'reasoning_stats': stats}))
+  tmp.replace(records)
+
+
+def _load_batch(out, method, b, shape):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  arrays, records = _batch_paths(out, method, b)
+  if not records.exists():
+    return None
+  target = {'displayed': jax.ShapeDtypeStruct(shape, np.int32),
+            'top_scores': jax.ShapeDtypeStruct(shape[:2], np.float32)}
+  with ocp.StandardCheckpointer() as ckpt:
+    restored = ckpt.restore(arrays.with_suffix(''), target)
+  meta = json.loads(records.read_text())
+  return (host.BatchResult(displayed=np.asarray(restored['displayed']),
+                           top_scores=np.asarray(restored['top_scores']),
+                           records=meta['records']),
+          meta['errors'], meta['reasoning_stats'])
+
+
+def _resolved(config: config_lib.RunConfig) -> dict:
+  settings = config.settings
+  return {'base': dataclasses.asdict(config.loop),
+          'protocol': {'merlin_alpha': settings.merlin_alpha,
+                       'ask': dataclasses.asdict(settings.ask)},
+          'user': dataclasses.asdict(config.user),
+          'world': dataclasses.asdict(config.world),
+          'methods': list(config.methods), 'data': config.data,
+          'reasoner': config.reasoner, 'simulation': config.simulation}
+
+
+def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
+  """One run; returns the per-method metrics. ``built``: a ``build`` of an
+  earlier config with the same data (sweeps pass it to reuse the gallery)."""
+  out = validate(config)
+  start = time.time()
+  (out / 'flags.txt').write_text(config.flags_text)
+  resolved = _resolved(config)
+  resolved_path = out / 'resolved_config.json'
+  if resolved_path.exists() and config.resume and json.loads(
+      resolved_path.read_text()) != json.loads(json.dumps(resolved)):
+    _fail(f'{out} holds a run with other settings; use another --output_dir '
+          'or --noresume')
+  resolved_path.write_text(reporting.dumps(resolved))
+  if built is None:
+    built = build(config)
+  env = built.env
+  base = dataclasses.replace(config.loop, num_ids=len(env.gallery))
+  n, d = env.gallery.shape
+  try:
+    resources.check_fits(
+        resources.session_batch_bytes(
+            min(config.batch_size, len(env.target)), base.num_channels, n, d,
+            base.list_length, base.window, retrieval.DEFAULT_BLOCK_SIZE),
+        f'a batch of {config.batch_size} sessions', '--batch_size')
+  except ValueError as e:
+    _fail(str(e))
+  user, reasoner = _user_and_reasoner(config, env)
+  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                         encode_text=env.encode_text, compose=env.compose,
+                         reasoner=reasoner)
+  total = len(env.target)
+  num = min(config.num_sessions or total, total)
+  sessions = np.arange(num)
+  batches = [sessions[i:i + config.batch_size]
+             for i in range(0, num, config.batch_size)]
+  print(f'{num} sessions x {len(config.methods)} methods, gallery '
+        f'{len(env.gallery)} videos, {base.num_turns} turns', flush=True)
+
+  progress = Progress(num * len(config.methods))
+  displayed, trajectories, reasoning_stats = {}, [], {}
+  for name in config.methods:
+    method = methods_lib.make(name, config.settings)
+    parts = []
+    for b, batch in enumerate(batches):
+      shape = (len(batch), base.num_turns + 1, base.list_length)
+      loaded = _load_batch(out, name, b, shape) if config.resume else None
+      if loaded is None:
+        errors = {}
+        if built.sim_env is not None:
+          result = _run_jit(config, built.sim_env, method, batch, base)
+        else:
+          try:
+            result = host.run_batch(env, method, batch, user, ctx, base)
+          except Exception as e:  # pylint: disable=broad-except
+            # A batch whose reasoning raises is run session by session,
+            # and the sessions that raise are recorded with their error.
+            logging.warning('batch %d of %s raised %r; retrying per session',
+                            b, name, e)
+            result = _per_session(env, method, batch, user, ctx, base, shape,
+                                  errors)
+        stats = reasoner.validity()
+        _save_batch(out, name, b, result, batch, errors, stats)
+      else:
+        result, errors, stats = loaded
+      parts.append(result)
+      reasoning_stats[name] = stats
+      for i, sess in enumerate(batch):
+        trajectories.append({
+            'method': name, 'session': int(sess),
+            'reference': int(env.reference[sess]),
+            'target': int(env.target[sess]),
+            'error': errors.get(str(i)) or errors.get(i),
+            'turns': [dict(rec, top10=result.displayed[i, t, :10].tolist())
+                      for t, rec in enumerate(result.records[i])]})
+      progress.update(len(batch), name)
+    displayed[name] = np.concatenate([p.displayed for p in parts])
+  return _write_outputs(config, out, env, sessions, displayed, trajectories,
+                        reasoning_stats, start)
+
+
+def _write_outputs(config, out, env, sessions, displayed, trajectories,
+                   reasoning_stats, start):
+  targets = np.asarray(env.target)[sessions]
+  per_method = {m: reporting.method_metrics(d, targets)
+                for m, d in displayed.items()}
+  failures = {m: reporting.failure_table(d, targets)
+              for m, d in displayed.items()}
+  boot = None
+  strongest = reporting.strongest_baseline(per_method, methods_lib.BASELINES)
+  if 'recovr' in displayed and strongest:
+    boot = reporting.bootstrap(displayed['recovr'], displayed[strongest],
+                               targets, config.bootstrap_resamples,
+                               config.seed)
+    boot.update(a='recovr', b=strongest,
+                num_resamples=config.bootstrap_resamples)
+
+  (out / 'metrics.json').write_text(reporting.dumps(per_method))
+  (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
+  (out / 'failure_modes.json').write_text(reporting.dumps(failures))
+  (out / 'bootstrap.json').write_text(reporting.dumps(boot))
+  with (out / 'trajectories.jsonl').open('w') as f:
+    for row in trajectories:
+      f.write(json.dumps(row, sort_keys=True) + '\n')
+  loop = config.loop
+  kappa = loop.kappa
+  header = (f'# recovr_jax run\n\n{len(sessions)} sessions, gallery '
+            f'{len(env.gallery)} videos, T = {loop.num_turns}, W = '
+            f'{loop.window}, K = {loop.list_length}, k = {loop.rrf_k:g}, '
+            f'kappa = {kappa}, reasoner {config.reasoner}, user '
+            f'{config.user}.')
+  report = reporting.markdown(per_method, failures, boot, header)
+  if any(reasoning_stats.values()):
+    report += '\n### Reasoning validity\n\n```\n' + reporting.dumps(
+        reasoning_stats) + '\n```\n'
+  (out / 'report.md').write_text(report)
+  plots = reporting.plot(per_method, str(out / 'plot_'))
+  print(report)
+  if not plots:
+    print('(matplotlib not installed: no plots; pip install ".[plots]")')
+  print(f'wrote {out} in {time.time() - start:.0f}s')
+  return per_method
+
+
+def _run_jit(config, sim_env, method, batch, base):
+  from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+  mesh = None
+  if config.session_shards > 1:
+    mesh = sharding.make_mesh(gallery_shards=1,
+                              session_shards=config.session_shards)
+  sim_config = jitted.sim_config(method, base, config.user, sim_env.composer)
+  trace = jitted.run(sim_env, sim_config, batch, config.user_seed,
+                     log=lambda msg: print(f'[{method.name}] {msg}',
+                                           flush=True),
+                     chunk_size=config.jit_chunk_size or None, mesh=mesh)
+  return jitted.batch_result(sim_env, trace)
+
+
+def _per_session(env, method, batch, user, ctx, base, shape, errors):
+  displayed = np.full(shape, -1, np.int32)
+  top_scores = np.full(shape[:2], -np.inf, np.float32)
+  records = []
+  for i, sess in enumerate(batch):
+    try:
+      r = host.run_batch(env, method, np.array([sess]), user, ctx, base)
+      displayed[i], top_scores[i] = r.displayed[0], r.top_scores[0]
+      records.append(r.records[0])
+    except Exception as e:  # pylint: disable=broad-except
+      errors[str(i)] = f'{type(e).__name__}: {e}'
+      records.append([])
+  return host.BatchResult(displayed=displayed, top_scores=top_scores,
+                          records=records)
+
+
+def sweep(config: config_lib.RunConfig, settings) -> str:
+  """Runs every ``(name, [values])`` of ``settings`` one factor at a time,
+  each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
+  ``(text, parsed)`` pairs. Every setting is checked before the first run."""
+  configs = []
+  for name, values in settings:
+    for text, value in values:
+      try:
+        c = config_lib.with_setting(config, name, value)
+        c = dataclasses.replace(
+            c, output_dir=os.path.join(config.output_dir, f'{name}={text}'),
+            flags_text=config.flags_text + f'# sweep setting: --{name}={text}\n')
+        _check_setting(c)
+      except ValueError as e:
+        _fail(f'--sweep {name}={text}: {e}')
+      configs.append((name, text, c))
+  built, rows = None, []
+  for name, text, c in configs:
+    print(f'== sweep {name}={text}', flush=True)
+    if built is None:
+      built = build(c)
+    rows.append((name, text, run(c, built)))
+  num_turns = len(next(iter(rows[0][2].values()))['R@1'])
+  lines = ['# Sweep (one factor at a time)', '',
+           '| setting | method | ' + ' | '.join(
+               f'R@1 T{t}' for t in range(num_turns)) + ' | BRI last |',
+           '|---|---|' + '---:|' * (num_turns + 1)]
+  for name, text, per_method in rows:
+    for method, m in per_method.items():
+      lines.append(f'| {name}={text} | {method} | ' + ' | '.join(
+          f'{100 * v:.1f}' for v in m['R@1']) + f" | {m['BRI'][-1]:.3f} |")
+  summary = '\n'.join(lines) + '\n'
+  pathlib.Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+  (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)
+  print(summary)
+  return summary
+
+
+def _check_setting(config):
+  """``validate`` without creating the output directory."""
+  if config.simulation == 'jit':
+    _check_jit(config)

@@ -1,0 +1,108 @@
+"""The interface every method implements (optax's ``init`` / ``update`` pair
+is the model) and the settings they share.
+
+A method is an object with
+
+* ``ranking(base) -> LoopConfig``: the ranking core it runs on (fusion or a
+  single list, rank-cap on or off, window);
+* ``init(ctx, start) -> (state, plan)``: turn 0 for a batch of sessions;
+* ``step(ctx, state, observation) -> (state, plan)``: a feedback turn for the
+  sessions still searching;
+* ``question(ctx, state, shown) -> [question or None]``: what to ask with the
+  list just ranked (the question is part of the turn's plan, but it reads the
+  list it is shown with, so the protocol asks for it after ranking);
+* optionally ``jax_form``: a pure-JAX form of ``init`` / ``step`` that the
+  jitted driver (``protocol.jitted``) runs inside ``lax.scan``.
+
+``state`` is the method's own, for the whole batch (a list, an array): the
+protocol never reads it. Methods never see the target.
+"""
+
+import abc
+import dataclasses
+
+import jax
+import numpy as np
+
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import schemas
+
+MERLIN_ALPHA = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Settings shared by the methods beyond the ranking core's."""
+  merlin_alpha: float = MERLIN_ALPHA
+  ask: asking.AskPolicy = asking.AskPolicy()
+  question_candidates: int = 10   # top results the Question Asker reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+  """The lists just ranked for the sessions that gave feedback."""
+  sessions: np.ndarray     # [B] int rows of the batch
+  ids: np.ndarray          # [B, K] int32 displayed lists
+  scores: np.ndarray       # [B, K] float32 their fused scores
+  asked: np.ndarray        # [B] int questions asked so far per session
+
+
+_entropy = jax.jit(jax.vmap(asking.normalized_entropy, in_axes=(0, None)))
+
+
+class Method(abc.ABC):
+  """Defaults shared by every method: a single CoVR list shown as
+  retrieved, and questions only when the ask policy says so."""
+
+  name: str = 'method'
+  fusion: str | None = None       # None: the CoVR list is shown
+  rank_cap: bool = False
+  asks_every_turn: bool = False   # UMIVR-style: a question every turn
+  jax_form = None                 # a pure-JAX form, or None (host only)
+
+  def __init__(self, settings: Settings = Settings()):
+    self.settings = settings
+
+  def ranking(self, base: ranking.LoopConfig) -> ranking.LoopConfig:
+    return dataclasses.replace(
+        base, fusion_method=self.fusion, rank_cap=self.rank_cap,
+        window=base.window if self.fusion else 1)
+
+  @abc.abstractmethod
+  def init(self, ctx: plan_lib.Context, start: plan_lib.Start):
+    """``(state, plan)`` of turn 0 for the ``S`` sessions of ``start``."""
+
+  @abc.abstractmethod
+  def step(self, ctx: plan_lib.Context, state, obs: plan_lib.Observation):
+    """``(state, plan)`` of a feedback turn for ``obs.sessions``."""
+
+  def memory(self, state, row: int) -> schemas.SessionMemory:
+    """The short-term Progress Memory the Question Asker reads."""
+    del state, row
+    return schemas.SessionMemory()
+
+  def question(self, ctx: plan_lib.Context, state, shown: Shown):
+    """``[B]`` questions (``None``: none asked) for the lists in ``shown``."""
+    policy = self.settings.ask
+    if not len(shown.sessions) or not (self.asks_every_turn or
+                                       policy.mode != 'never'):
+      return [None] * len(shown.sessions)
+    if self.asks_every_turn:
+      ask = np.ones(len(shown.sessions), bool)
+    else:
+      entropy = np.asarray(_entropy(shown.scores, policy.tau))
+      ask = np.array([asking.should_ask(policy, float(h), int(n))
+                      for h, n in zip(entropy, shown.asked)], bool)
+    out = [None] * len(shown.sessions)
+    rows = np.flatnonzero(ask)
+    if len(rows):
+      top = shown.ids[rows, :self.settings.question_candidates]
+      asked = ctx.reasoner.question([schemas.QuestionRequest(
+          tuple(ctx.captions[g] for g in ids if g >= 0),
+          self.memory(state, int(shown.sessions[j])))
+          for ids, j in zip(top, rows)])
+      for j, o in zip(rows, asked):
+        out[j] = o['question']
+    return out

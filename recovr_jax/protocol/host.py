@@ -1,0 +1,213 @@
+"""The host driver: every method, any reasoner, any user.
+
+The user, the method (its reasoning and text encoding) and the record run in
+Python, batched over a batch's sessions; the ranking core
+(``ranking.turn_step``) is one jitted function vmapped over the batch. Every
+method meets the same user, targets, turn-0 ranking and stop rule
+(``session.feedback_turn``).
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.core import demotion
+from recovr_jax.methods import base as methods_base
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import ranking
+from recovr_jax.protocol import session as session_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+  """What a run reads: the gallery (Progress Memory, long-term part), the
+  composed queries to answer, the encoders and the user's view."""
+  gallery: np.ndarray                  # [N, D] float32 video embeddings
+  captions: tuple[str, ...]            # [N] Progress Memory captions
+  attributes: np.ndarray | None        # [N, A] the world's labels (the
+                                       # simulated user's and the jitted
+                                       # driver's view); None on real data
+  reference: np.ndarray                # [Q] gallery ids
+  target: np.ndarray                   # [Q] gallery ids
+  modification: tuple[str, ...]        # [Q]
+  encode_text: Callable[[Sequence[str]], np.ndarray]
+  compose: Callable[[np.ndarray, np.ndarray], np.ndarray]
+  # The same composer as a pure JAX function, for the jitted driver:
+  # 'mlp' with its params, 'sum', or None.
+  composer: str | None = None
+  composer_params: object = None
+
+
+@dataclasses.dataclass
+class BatchResult:
+  """Per-session records of one batch."""
+  displayed: np.ndarray        # [S, T+1, K] int32 shown lists per turn
+  top_scores: np.ndarray       # [S, T+1] float32 score of each shown top-1
+  records: list[list[dict]]    # [S][turn] feedback, action, sigma, question
+
+
+@functools.partial(jax.jit, static_argnames=('config',))
+def _start(config, gallery, states, inputs):
+  step = functools.partial(ranking.start_step, config)
+  # config and gallery shared; state and inputs per session.
+  return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)
+
+
+@functools.partial(jax.jit, static_argnames=('config',))
+def _turn(config, gallery, states, inputs):
+  step = functools.partial(ranking.turn_step, config)
+  return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)
+
+
+def _inputs(plan: plan_lib.TurnPlan, reference, stop):
+  return ranking.TurnInputs(
+      queries=jnp.asarray(plan.queries, jnp.float32),
+      valid=jnp.asarray(plan.valid), exclude=jnp.asarray(reference, jnp.int32),
+      sigma=jnp.asarray(plan.sigma, jnp.int32), stop=jnp.asarray(stop))
+
+
+@dataclasses.dataclass
+class _Carry:
+  """A batch between turns (host values; ``ranking`` is batched JAX)."""
+  ranking: ranking.SessionState       # [S, ...]
+  method_state: object
+  questions: list                     # [S] question shown with the list
+  asked: np.ndarray                   # [S] int questions asked so far
+  new_questions: list                 # [S] asked with this turn's list
+
+
+@dataclasses.dataclass(frozen=True)
+class _Feedback:
+  rows: np.ndarray                    # [B] sessions still searching
+  responses: dict                     # row -> user feedback
+
+
+class HostDriver:
+  """``session.Driver`` over a batch of sessions in NumPy."""
+
+  def __init__(self, env, method, sessions, user, ctx, config):
+    self.env, self.method, self.user, self.ctx = env, method, user, ctx
+    self.config = config
+    self.sessions = np.asarray(sessions)
+    self.reference = np.asarray(env.reference)[self.sessions]
+    self.target = np.asarray(env.target)[self.sessions]
+    self.gallery = jnp.asarray(env.gallery)
+
+  def still_searching(self, carry):
+    return np.asarray(session_lib.searching(carry.ranking, self.target))
+
+  def respond(self, carry, turn, active):
+    rows = np.flatnonzero(active)
+    shown = np.asarray(carry.ranking.shown_ids[:, 0])
+    return _Feedback(rows, {i: self.user(
+        int(self.sessions[i]), turn, int(self.target[i]), int(shown[i]),
+        carry.questions[i]) for i in rows})
+
+  def plan(self, carry, fb, active):
+    s = len(self.sessions)
+    full = plan_lib.empty_plan(s, self.env.gallery.shape[1])
+    if not len(fb.rows):
+      return carry, full
+    shown = np.asarray(carry.ranking.shown_ids[fb.rows, 0])
+    obs = plan_lib.Observation(
+        sessions=fb.rows,
+        feedback=tuple(fb.responses[i].text for i in fb.rows),
+        action=tuple(fb.responses[i].action for i in fb.rows),
+        shown=shown,
+        shown_caption=tuple(self.ctx.captions[g] for g in shown))
+    state, plan = self.method.step(self.ctx, carry.method_state, obs)
+    full.queries[fb.rows] = plan.queries
+    full.valid[fb.rows] = plan.valid
+    full.sigma[fb.rows] = plan.sigma
+    records = [{}] * s
+    for j, i in enumerate(fb.rows):
+      records[i] = plan.records[j] if plan.records else {}
+    full = dataclasses.replace(full, records=tuple(records))
+    return dataclasses.replace(carry, method_state=state), full
+
+  def rank(self, carry, plan, active):
+    states = _turn(self.config, self.gallery, carry.ranking,
+                   _inputs(plan, self.reference, ~active))
+    return dataclasses.replace(carry, ranking=states)
+
+  def ask(self, carry, active):
+    rows = np.flatnonzero(active)
+    shown = methods_base.Shown(
+        sessions=rows, ids=np.asarray(carry.ranking.shown_ids)[rows],
+        scores=np.asarray(carry.ranking.shown_scores)[rows],
+        asked=carry.asked[rows])
+    questions = self.method.question(self.ctx, carry.method_state, shown)
+    new_questions = [None] * len(self.sessions)
+    asked = carry.asked.copy()
+    for i, q in zip(rows, questions):
+      if q is not None:
+        new_questions[i] = q
+        asked[i] += 1
+    return dataclasses.replace(carry, asked=asked,
+                               new_questions=new_questions)
+
+  def record(self, carry, fb, plan, active):
+    out = []
+    turns = np.asarray(carry.ranking.turn)
+    for i in range(len(self.sessions)):
+      if i in fb.responses:
+        rec = {'turn': int(turns[i]),
+               'action': fb.responses[i].action,
+               'feedback': fb.responses[i].text,
+               'sigma': demotion.SIGMAS[plan.sigma[i]],
+               'question': carry.questions[i], **plan.records[i]}
+      else:
+        rec = {'turn': int(turns[i]), 'action': 'stopped',
+               'feedback': '', 'sigma': None, 'question': None}
+      rec['asked'] = carry.new_questions[i]
+      out.append(rec)
+    return out
+
+
+def run_batch(env: Environment, method: methods_base.Method,
+              sessions: np.ndarray, user, ctx: plan_lib.Context,
+              base: ranking.LoopConfig) -> BatchResult:
+  """Runs ``method`` on the composed queries ``sessions`` (indices).
+
+  Args:
+    env: the environment.
+    method: a ``methods`` method.
+    sessions: ``[S]`` indices into ``env``'s queries; they also seed the
+      user's draws, so a session meets the same user under every method.
+    user: ``(session, turn, target_id, shown_id, question) -> Feedback``.
+    ctx: what the method may read (Progress Memory, encoders, reasoner).
+    base: the ranking core's hyperparameters (T, W, K, k, kappa, ...).
+  """
+  config = method.ranking(base)
+  driver = HostDriver(env, method, sessions, user, ctx, config)
+  s = len(sessions)
+  mods = tuple(env.modification[i] for i in sessions)
+  covr0 = np.asarray(env.compose(env.gallery[driver.reference],
+                                 env.encode_text(mods)))
+  method_state, plan = method.init(ctx, plan_lib.Start(
+      reference=driver.reference, modification=mods, covr_query=covr0))
+  states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
+                        ranking.init_state(config))
+  states = _start(config, driver.gallery, states,
+                  _inputs(plan, driver.reference, np.zeros(s, bool)))
+  carry = _Carry(ranking=states, method_state=method_state,
+                 questions=[None] * s, asked=np.zeros(s, int),
+                 new_questions=[None] * s)
+  shown = [np.asarray(states.shown_ids)]
+  top_scores = [np.asarray(states.shown_scores[:, 0])]
+  records = [[{'turn': 0, 'action': None, 'feedback': mods[i],
+               'sigma': None, 'question': None}] for i in range(s)]
+  for turn in range(1, config.num_turns + 1):
+    carry, rows = session_lib.feedback_turn(driver, carry, turn)
+    carry = dataclasses.replace(carry, questions=carry.new_questions)
+    shown.append(np.asarray(carry.ranking.shown_ids))
+    top_scores.append(np.asarray(carry.ranking.shown_scores[:, 0]))
+    for i, rec in enumerate(rows):
+      records[i].append(rec)
+  return BatchResult(displayed=np.stack(shown, axis=1),
+                     top_scores=np.stack(top_scores, axis=1),
+                     records=records)

@@ -1,0 +1,89 @@
+"""What crosses the boundary between the protocol and a method.
+
+A method sees an ``Observation`` (what the paper's system may see at a turn:
+the feedback, the shown video and its caption, the user's action; never the
+target) and returns a ``TurnPlan`` (the channel queries, which channels are
+valid, sigma, and per-session record fields). Both are batched over the
+sessions of a batch that are still searching; ``sessions`` says which rows of
+the batch they are.
+
+Channels: ``T2V`` (index 0) and ``COVR`` (index 1), DESIGN section 1.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from recovr_jax.core import demotion
+
+T2V, COVR = 0, 1
+NUM_CHANNELS = 2
+SIGMA = {'neg': demotion.SIGMA_NEG, 'neu': demotion.SIGMA_NEU,
+         'pos': demotion.SIGMA_POS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a host method may read besides its observation: Progress Memory
+  (long-term part: the gallery's embeddings and captions), the encoders and
+  the reasoning backend. Never the targets."""
+  gallery: np.ndarray                                   # [N, D] float32
+  captions: tuple[str, ...]                             # [N]
+  encode_text: Callable[[Sequence[str]], np.ndarray]    # -> [B, D]
+  compose: Callable[[np.ndarray, np.ndarray], np.ndarray]  # [B, D]^2 -> [B, D]
+  reasoner: object                                      # a reasoning backend
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+  """Turn 0 of a batch of ``S`` sessions: the composed queries."""
+  reference: np.ndarray             # [S] int gallery ids of v_ref
+  modification: tuple[str, ...]     # [S] modification texts
+  covr_query: np.ndarray            # [S, D] compose(v_ref, modification),
+                                    # the query every method shows at turn 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+  """A feedback turn of the ``B`` sessions of a batch still searching."""
+  sessions: np.ndarray              # [B] int rows of the batch
+  feedback: tuple[str, ...]         # [B] what the user said
+  action: tuple[str, ...]           # [B] the user's action (paper A.2:
+                                    # the rank-cap transplants' sigma)
+  shown: np.ndarray                 # [B] int gallery id of the shown top-1
+  shown_caption: tuple[str, ...]    # [B] its caption in Progress Memory
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnPlan:
+  """A method's answer to an observation (or to the start)."""
+  queries: np.ndarray               # [B, C, D] float32 channel queries
+  valid: np.ndarray                 # [B, C] bool channels used this turn
+  sigma: np.ndarray                 # [B] int32 (demotion.SIGMA_*)
+  records: tuple[dict, ...] = ()    # [B] extra trajectory fields, or ()
+
+
+def empty_plan(num: int, dim: int) -> TurnPlan:
+  """No valid channel, sigma neutral."""
+  return TurnPlan(
+      queries=np.zeros((num, NUM_CHANNELS, dim), np.float32),
+      valid=np.zeros((num, NUM_CHANNELS), bool),
+      sigma=np.full(num, demotion.SIGMA_NEU, np.int32))
+
+
+def covr_plan(queries: np.ndarray, sigma: np.ndarray) -> TurnPlan:
+  """A single-list plan: only the CoVR channel, always valid."""
+  num, dim = queries.shape
+  plan = empty_plan(num, dim)
+  plan.queries[:, COVR] = queries
+  plan.valid[:, COVR] = True
+  return dataclasses.replace(plan, sigma=np.asarray(sigma, np.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Feedback:
+  """One turn of user feedback."""
+  action: str                 # stop, modify, rewrite or answer
+  text: str                   # what the user says ('' when stopping)
+  mentioned: dict[int, int]   # attribute -> value the text names (pre-noise)

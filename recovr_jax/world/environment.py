@@ -1,0 +1,73 @@
+"""The embedded world as a run's environment, its user and its reasoners."""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.protocol import host
+from recovr_jax.reasoning import rules
+from recovr_jax.world import encoders
+from recovr_jax.world import lexicon
+from recovr_jax.world import reasoner_training
+from recovr_jax.world import training
+
+
+def world_environment(world, text_encoder, video_params, composer_params,
+                      cache_dir=None) -> host.Environment:
+  """The environment of the embedded world with the shipped encoders."""
+  memory = training.gallery_memory(world, video_params, text_encoder,
+                                   cache_dir)
+  composer = encoders.Composer()
+  compose_fn = jax.jit(lambda r, e: composer.apply(composer_params, r, e))
+
+  def compose(reference, edit):
+    return np.asarray(compose_fn(jnp.asarray(reference, jnp.float32),
+                                 jnp.asarray(edit, jnp.float32)))
+
+  return host.Environment(
+      gallery=memory.video, captions=memory.captions,
+      attributes=world.gallery_attributes,
+      reference=np.asarray(world.test.reference),
+      target=np.asarray(world.test.target), modification=world.test.edit,
+      encode_text=text_encoder, compose=compose, composer=composer,
+      composer_params=composer_params)
+
+
+def attribute_user(user, attributes):
+  """The host driver's user function for a ``simulated_user.SimulatedUser``
+  that sees the world's attribute labels ``[N, A]``."""
+  def respond(session, turn, target, shown, question):
+    return user.respond(session, turn, target, shown, attributes[target],
+                        attributes[shown], question=question)
+  return respond
+
+
+def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
+  """The world's reasoner of a backend name (``rules`` or ``flax_lm``).
+
+  ``rules`` reads and writes the world's lexicon. ``flax_lm`` loads
+  ``checkpoint`` (default: the shipped world reasoner) with the rules
+  backend as its fallback; a checkpoint trained by
+  ``experiments.train_reasoner`` gets the lexicon's spelling fixer in front of
+  the model, as in its training.
+  """
+  fallback = rules.RulesReasoner(lexicon)
+  if backend == 'rules':
+    return fallback
+  if backend == 'flax_lm':
+    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
+    directory = pathlib.Path(checkpoint or
+                             reasoner_training.DEFAULT_REASONER_DIR)
+    marker = directory / reasoner_training.MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get(
+        'spelling_fixer'):
+      kwargs.setdefault('preprocess', reasoner_training.preprocess)
+    return flax_lm.FlaxLMReasoner(str(directory), fallback=fallback, **kwargs)
+  raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
+                   f'{", ".join(BACKENDS)}')
+
+
+BACKENDS = ('rules', 'flax_lm')
