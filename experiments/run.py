@@ -188,8 +188,9 @@ def main(argv):
   try:
     if sweep:
       runner.validate(config)
-      return runner.sweep(config, sweep)
-    return runner.run(config)
+      runner.sweep(config, sweep)
+    else:
+      runner.run(config)
   except runner.ConfigError as e:
     raise app.UsageError(str(e)) from e
 

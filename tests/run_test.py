@@ -45,7 +45,12 @@ class RunnerTest(absltest.TestCase):
     flags.FLAGS.mark_as_parsed()
     cls.root = pathlib.Path(tempfile.mkdtemp())
     cls.out = cls.root / 'smoke'
-    run_main(cls.out, methods=['recovr', 'ivr'])
+    cls.returned = run_main(cls.out, methods=['recovr', 'ivr'])
+
+  def test_main_returns_none_so_the_process_exits_0(self):
+    # absl's app.run exits with main's return value: anything but None is a
+    # failing exit status.
+    self.assertIsNone(self.returned)
 
   def test_outputs(self):
     for name in ('flags.txt', 'resolved_config.json', 'trajectories.jsonl',
