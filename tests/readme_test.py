@@ -19,15 +19,21 @@ class ReadmeTest(absltest.TestCase):
     self.assertIn(command, commands)
 
 
+def run_example(test, marker: str) -> dict:
+  """Runs the README's one Python example that mentions ``marker``."""
+  readme = (ROOT / 'README.md').read_text()
+  examples = [b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
+              if marker in b]
+  test.assertLen(examples, 1)
+  scope = {}
+  exec(examples[0], scope)  # pylint: disable=exec-used
+  return scope
+
+
 class ReadmeExampleTest(absltest.TestCase):
 
   def test_python_example_runs(self):
-    readme = (ROOT / 'README.md').read_text()
-    examples = [b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
-                if 'shown_ids' in b]
-    self.assertLen(examples, 1)
-    scope = {}
-    exec(examples[0], scope)  # pylint: disable=exec-used
+    scope = run_example(self, 'shown_ids')
     shown = scope['shown_ids']
     self.assertEqual(shown.shape, (4, 100))
     for row in shown.tolist():  # full lists of distinct gallery ids
@@ -39,12 +45,7 @@ class ReadmeAddingAMethodTest(absltest.TestCase):
 
   def test_toy_baseline_example_registers(self):
     from recovr_jax import methods  # pylint: disable=g-import-not-at-top
-    readme = (ROOT / 'README.md').read_text()
-    examples = [b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
-                if 'ToyBaseline' in b]
-    self.assertLen(examples, 1)
-    scope = {}
-    exec(examples[0], scope)  # pylint: disable=exec-used
+    run_example(self, 'ToyBaseline')
     try:
       self.assertEqual(methods.make('toy').name, 'toy')
       self.assertIn('toy', methods.BASELINES)

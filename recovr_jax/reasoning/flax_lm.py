@@ -197,8 +197,8 @@ class FlaxLMReasoner:
           still.append(i)
       pending = still
     if pending:
-      fallback = getattr(self.fallback, module)([requests[i] for i in pending])
-      for i, obj in zip(pending, fallback):
+      fallback = self.fallback.call(module, [requests[i] for i in pending])
+      for i, obj in zip(pending, fallback.objects):
         results[i] = obj
       self.stats[module]['fallback'] += len(pending)
     self.stats[module]['calls'] += len(requests)

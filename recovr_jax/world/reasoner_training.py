@@ -120,7 +120,7 @@ def preprocess(request):
 def targets_of(pairs) -> list[str]:
   """The rules backend's JSON for each (module, request)."""
   reasoner = rules.RulesReasoner(lexicon)
-  return [json.dumps(getattr(reasoner, m)([r])[0]) for m, r in pairs]
+  return [json.dumps(reasoner.call(m, [r]).objects[0]) for m, r in pairs]
 
 
 def train_tokenizer(texts, vocab_size: int):
