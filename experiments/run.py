@@ -29,6 +29,13 @@ from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.world import simulated_user
 
+_BENCHMARK = flags.DEFINE_enum(
+    'benchmark', 'v1', list(config_lib.BENCHMARKS),
+    'The embedded benchmark. v1: one video per attribute combination, '
+    'ground-truth captions, the template user speaking the lexicon. v2 '
+    '(issue #11): --renditions=4 with their encoders, --captions=model, '
+    '--user_style=paper, --user_language=own. A flag given explicitly '
+    'overrides the preset.')
 _DATA = flags.DEFINE_enum('data', 'world', ['world', 'webvid_covr'],
                           'The embedded world, or WebVid-CoVR-style files.')
 _ANNOTATIONS = flags.DEFINE_string(
@@ -42,6 +49,15 @@ _CHECKPOINT = flags.DEFINE_string(
     'checkpoint_dir', None, 'world: encoder checkpoints (default: shipped).')
 _CACHE = flags.DEFINE_string('cache_dir', 'cache',
                              'Progress Memory cache of gallery embeddings.')
+_CAPTIONS = flags.DEFINE_enum(
+    'captions', 'oracle', list(config_lib.CAPTIONS),
+    'world: what Progress Memory holds as gallery and reference captions. '
+    "model: the captioning VLM's (world/captioner.py). oracle: the world's "
+    'ground-truth captions, an ablation in which the system sees the truth.')
+_CAPTIONER = flags.DEFINE_string(
+    'captioner_checkpoint', None,
+    '--captions=model: a captioner directory (default: the shipped one; '
+    'experiments/train_captioner.py writes one).')
 _REASONER = flags.DEFINE_enum(
     'reasoner', 'rules', ['rules', 'flax_lm'],
     'Reasoning backend. rules: the world lexicon on --data=world, the '
@@ -79,6 +95,15 @@ _MODIFY = flags.DEFINE_integer('modify_threshold', 2,
                                'm: Modify when at most m attributes differ.')
 _POLICY = flags.DEFINE_enum('user_policy', 'mixed', list(simulated_user.POLICIES),
                             "The user's policy.")
+_STYLE = flags.DEFINE_enum(
+    'user_style', 'template', list(simulated_user.STYLES),
+    "The user's feedback. template: Modify names any differences, Rewrite "
+    '2-5 of 7 attributes. paper: Modify names at most --modify_threshold '
+    'differences, Rewrite describes the target completely (appendix D.2).')
+_LANGUAGE = flags.DEFINE_enum(
+    'user_language', 'lexicon', list(simulated_user.LANGUAGES),
+    "The user's words. lexicon: the world's caption words, all known to the "
+    'rules reasoner. own: its own phrase bank, partly unknown to it.')
 _NOISE = flags.DEFINE_float('noise_rate', 0.0, 'Surface noise per word.')
 _DROP = flags.DEFINE_float('drop_rate', 0.0, 'Constraint dropping rate.')
 _RESAMPLES = flags.DEFINE_integer('bootstrap_resamples', 10_000,
@@ -118,18 +143,29 @@ _SWEEP = flags.DEFINE_multi_string(
     f'{", ".join(config_lib.SWEEPABLE)}.')
 
 
+def _preset(flag):
+  """``flag``'s value, or the --benchmark preset's when not given."""
+  preset = config_lib.BENCHMARKS[_BENCHMARK.value]
+  if flag.name in preset and not flags.FLAGS[flag.name].present:
+    return preset[flag.name]
+  return flag.value
+
+
 def run_config() -> config_lib.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once)."""
+  preset = config_lib.BENCHMARKS[_BENCHMARK.value]
   if _SIMULATION.value == 'jit':
     draws = 'jax'   # the jitted driver's draws
   else:
     draws = _USER_DRAWS.value
   return config_lib.RunConfig(
       methods=tuple(_METHODS.value), output_dir=_OUTPUT.value,
-      data=_DATA.value, world=world_flags.world_config(),
-      checkpoint_dir=_CHECKPOINT.value, annotations=_ANNOTATIONS.value,
+      data=_DATA.value, world=world_flags.world_config(
+          **{k: v for k, v in preset.items() if k in _WORLD_PRESETS}),
+      checkpoint_dir=_preset(_CHECKPOINT), annotations=_ANNOTATIONS.value,
       gallery_embeddings=_GALLERY.value, clip_dir=_CLIP_DIR.value,
-      cache_dir=_CACHE.value, reasoner=_REASONER.value,
+      cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
+      captioner_checkpoint=_CAPTIONER.value, reasoner=_REASONER.value,
       reasoner_checkpoint=_REASONER_CKPT.value,
       num_sessions=_NUM_SESSIONS.value, batch_size=_BATCH.value,
       loop=ranking.LoopConfig(
@@ -144,12 +180,16 @@ def run_config() -> config_lib.RunConfig:
                                tau=_ASK_TAU.value, budget=_ASK_BUDGET.value)),
       user=simulated_user.UserConfig(
           modify_threshold=_MODIFY.value, policy=_POLICY.value,
-          noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws),
+          noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws,
+          style=_preset(_STYLE), language=_preset(_LANGUAGE)),
       user_seed=_USER_SEED.value,
       bootstrap_resamples=_RESAMPLES.value, seed=_SEED.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())
+
+
+_WORLD_PRESETS = ('renditions',)
 
 
 def parse_sweep(specs):

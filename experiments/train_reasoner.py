@@ -23,9 +23,8 @@ from recovr_jax.world import generator as world_lib
 from experiments import outputs
 from experiments import world_flags
 
-DEFAULT_DIR = str(pathlib.Path(reasoner_training.__file__).parent /
-                  'checkpoints' / 'reasoner')
-_OUTPUT_DIR = flags.DEFINE_string('output_dir', DEFAULT_DIR,
+_OUTPUT_DIR = flags.DEFINE_string('output_dir',
+                                  reasoner_training.DEFAULT_REASONER_DIR,
                                   'Where to save the model and tokenizer.')
 _OUTPUT_JSON = flags.DEFINE_string('output_json', 'results/reasoner.json',
                                    'Where to write the measured report.')

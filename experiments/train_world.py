@@ -35,6 +35,10 @@ _COMPOSER_STEPS = flags.DEFINE_integer('composer_steps', 1000,
                                        'Training steps of the composer.')
 _COMPOSER_BATCH = flags.DEFINE_integer('composer_batch', 512,
                                        'Triplets per composer step.')
+_SCENE_WEIGHT = flags.DEFINE_float(
+    'scene_weight', 0.0,
+    'Weight of the video encoder\'s scene term (clips of two combinations '
+    'sharing a scene as positives), for worlds with --renditions > 1; 0: off.')
 _TRAIN_SEED = flags.DEFINE_integer('train_seed', 0,
                                    'Seed of initialisation and batches.')
 
@@ -48,7 +52,7 @@ def main(argv):
       seed=_TRAIN_SEED.value, video_steps=_VIDEO_STEPS.value,
       video_batch=_VIDEO_BATCH.value, captions_per_combo=_CAPTIONS.value,
       composer_steps=_COMPOSER_STEPS.value,
-      composer_batch=_COMPOSER_BATCH.value)
+      composer_batch=_COMPOSER_BATCH.value, scene_weight=_SCENE_WEIGHT.value)
   for name in ('video_steps', 'video_batch', 'captions_per_combo',
                'composer_steps', 'composer_batch'):
     if getattr(train_config, name) < 1:
@@ -75,12 +79,8 @@ def main(argv):
                                        train_config, progress=report)
   t_video = time.time() - start - t_text
 
-  train_ids = world.train_combos
-  keys = world.video_keys(train_ids)
-  train_emb = training.embed_videos(world, video['params'], train_ids, keys)
-  row = {int(c): i for i, c in enumerate(train_ids)}
-  ref = train_emb[[row[int(c)] for c in world.train.reference]]
-  tgt = train_emb[[row[int(c)] for c in world.train.target]]
+  ref, tgt = training.triplet_embeddings(world, video['params'],
+                                        train_config.seed)
   composer = training.train_composer(ref, edit_emb, tgt, train_config,
                                      progress=report)
   elapsed = time.time() - start

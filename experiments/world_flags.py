@@ -1,5 +1,7 @@
 """absl flags of the embedded world, shared by the experiment entry points."""
 
+import dataclasses
+
 from absl import flags
 
 from recovr_jax.world import generator as world_lib
@@ -30,15 +32,25 @@ _MAX_UNMENTIONED = flags.DEFINE_integer(
     'Unnamed differences in such triplets: 1..max_unmentioned (0..2).')
 _GALLERY = flags.DEFINE_integer(
     'gallery_size', None,
-    'Test gallery size; default every test combination.')
+    'Test combinations in the gallery; default every test combination.')
+_RENDITIONS = flags.DEFINE_integer(
+    'renditions', _DEFAULT.renditions,
+    'Gallery videos per combination (1..16): scenes that share everything '
+    'words name and differ in layout and texture; a triplet\'s reference '
+    'and target share a scene.')
 
 
-def world_config() -> world_lib.WorldConfig:
-  """The ``WorldConfig`` of the flags (validated by ``WorldConfig``)."""
-  return world_lib.WorldConfig(
+def world_config(**overrides) -> world_lib.WorldConfig:
+  """The ``WorldConfig`` of the flags (validated by ``WorldConfig``), with
+  ``overrides`` of flags not given explicitly (a benchmark preset)."""
+  overrides = {k: v for k, v in overrides.items()
+               if not flags.FLAGS[k].present}
+  config = world_lib.WorldConfig(
       seed=_SEED.value, test_share=_TEST_SHARE.value,
       num_frames=_FRAMES.value, pixel_noise=_NOISE.value,
       num_test_triplets=_TEST_TRIPLETS.value,
       num_train_triplets=_TRAIN_TRIPLETS.value,
       unmentioned_share=_UNMENTIONED.value,
-      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value)
+      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value,
+      renditions=_RENDITIONS.value)
+  return dataclasses.replace(config, **overrides)

@@ -166,5 +166,43 @@ class RenderTest(absltest.TestCase):
           self.assertGreater(diff, 0.005, (world_lib.ATTRIBUTES[a], i, j))
 
 
+class RenditionsTest(absltest.TestCase):
+  """Several videos per describable combination (scenes words do not name)."""
+
+  def test_gallery_scenes_and_triplets(self):
+    one = _world(dataclasses.replace(SMALL, num_test_triplets=20,
+                                     gallery_size=400))
+    four = _world(dataclasses.replace(SMALL, num_test_triplets=20,
+                                      gallery_size=400, renditions=4))
+    self.assertLen(four.gallery_combos, 1600)
+    self.assertLen(set(four.gallery_ids), 1600)
+    # The same combinations as the one-rendition world, each four times.
+    np.testing.assert_array_equal(np.unique(four.gallery_combos),
+                                  np.unique(one.gallery_combos))
+    np.testing.assert_array_equal(np.bincount(four.gallery_scenes), [400] * 4)
+    # A reference and its target share a scene; their combinations are the
+    # one-rendition world's.
+    t = four.test
+    np.testing.assert_array_equal(four.gallery_scenes[t.reference],
+                                  four.gallery_scenes[t.target])
+    np.testing.assert_array_equal(four.gallery_combos[t.target],
+                                  one.gallery_combos[one.test.target])
+    self.assertGreater(len(set(four.gallery_scenes[t.target])), 1)
+
+  def test_one_scene_shares_a_layout(self):
+    base = world_lib.all_combos()[1234]
+    keys = jax.random.split(jax.random.key(0), 3)
+    scenes = world_lib.scene_keys(0, [0, 0, 1])
+    clips = np.asarray(jax.jit(world_lib.render_batch)(
+        jnp.asarray(np.stack([base] * 3)), keys, scene_keys=scenes))
+    same = np.abs(clips[0] - clips[1]).mean()   # pixel noise and jitter
+    other = np.abs(clips[0] - clips[2]).mean()  # another layout
+    self.assertLess(same, 0.5 * other)
+
+  def test_bad_renditions(self):
+    with self.assertRaisesRegex(ValueError, 'renditions must be in 1..16'):
+      dataclasses.replace(SMALL, renditions=0)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -198,6 +198,47 @@ class RunnerTest(absltest.TestCase):
       run_main(self.root / 'bad', sweep=['user_policy=lazy'])
 
 
+class BenchmarkPresetTest(absltest.TestCase):
+  """--benchmark=v2 sets the new benchmark's flags; explicit flags win."""
+
+  def test_presets_and_overrides(self):
+    flags.FLAGS.mark_as_parsed()
+    with flagsaver.flagsaver(benchmark='v1', methods=['recovr']):
+      v1 = run.run_config()
+    self.assertEqual((v1.captions, v1.user.style, v1.user.language,
+                      v1.world.renditions, v1.checkpoint_dir),
+                     ('oracle', 'template', 'lexicon', 1, None))
+    with flagsaver.flagsaver(benchmark='v2', methods=['recovr']):
+      v2 = run.run_config()
+    self.assertEqual((v2.captions, v2.user.style, v2.user.language,
+                      v2.world.renditions, v2.checkpoint_dir),
+                     ('model', 'paper', 'own', 4,
+                      encoders.RENDITIONS_CHECKPOINT_DIR))
+    with flagsaver.flagsaver(benchmark='v2', methods=['recovr'],
+                             captions='oracle', renditions=2):
+      flags.FLAGS['captions'].present = 1
+      flags.FLAGS['renditions'].present = 1
+      try:
+        mixed = run.run_config()
+      finally:
+        flags.FLAGS['captions'].present = 0
+        flags.FLAGS['renditions'].present = 0
+    self.assertEqual((mixed.captions, mixed.world.renditions,
+                      mixed.user.style), ('oracle', 2, 'paper'))
+
+  def test_model_captions_need_a_captioner_and_the_world(self):
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    with self.assertRaisesRegex(Exception, '--captioner_checkpoint: .*'
+                                'missing: config.json'):
+      run_main(root / 'a', methods=['recovr'], captions='model',
+               captioner_checkpoint=str(root))
+    with self.assertRaisesRegex(Exception, '--captions=model needs '
+                                '--data=world'):
+      run_main(root / 'b', methods=['recovr'], captions='model',
+               data='webvid_covr')
+
+
 class TransplantTest(absltest.TestCase):
   """A rank-cap transplant changes only the baseline's post-processing."""
 

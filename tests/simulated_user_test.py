@@ -1,13 +1,16 @@
 """Tests for the simulated user and the lexicon it speaks with."""
 
+import dataclasses
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from recovr_jax.world import lexicon
 from recovr_jax.real import caption_user
-from recovr_jax.world import simulated_user
 from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import simulated_user
+from recovr_jax.world import user_language
 
 COMBOS = world_lib.all_combos()
 
@@ -177,6 +180,56 @@ class CaptionUserTest(absltest.TestCase):
     phrased = caption_user.CaptionUser(phrase=lambda t, s: f'want {t} not {s}')
     self.assertEqual(phrased.respond(0, 1, 'a', 'b', 'dog', 'cat').text,
                      'want dog not cat')
+
+
+class PaperUserOwnWordsTest(absltest.TestCase):
+  """The user as the paper describes it, in its own words."""
+
+  CONFIG = simulated_user.UserConfig(style='paper', language='own')
+
+  def _turns(self, config, num=300):
+    user = simulated_user.SimulatedUser(config, seed=1)
+    combos = world_lib.all_combos()
+    rng = np.random.default_rng(0)
+    for i in range(num):
+      target, shown = combos[rng.choice(len(combos), 2, replace=False)]
+      yield target, shown, user.respond(i, 1, 0, 1, target, shown)
+
+  def test_vocabulary_is_not_the_lexicon(self):
+    held_out = user_language.held_out_vocabulary()
+    self.assertNotEmpty(held_out)
+    self.assertFalse(held_out & lexicon.vocabulary())
+    used = set()
+    for _, _, fb in self._turns(self.CONFIG):
+      used |= set(fb.text.lower().replace(',', ' ').replace(';', ' ')
+                  .replace(':', ' ').replace('-', ' ').split())
+    self.assertTrue(used & held_out)           # unseen words reach the reader
+    self.assertFalse(used <= lexicon.vocabulary())
+
+  def test_rules_reader_reads_own_words_well_below_always(self):
+    own = simulated_user.parse_agreement(self.CONFIG, lexicon.parse, 500)
+    self.assertLess(own['all'], 0.5)
+    self.assertLess(own['mentions_read'], 0.9)
+    known = simulated_user.parse_agreement(
+        simulated_user.UserConfig(style='paper'), lexicon.parse, 500)
+    self.assertEqual(known['all'], 1.0)
+
+  def test_rewrite_complete_modify_at_most_m_real_differences(self):
+    for config in (self.CONFIG, dataclasses.replace(
+        self.CONFIG, policy='modify_only'), dataclasses.replace(
+            self.CONFIG, draws='jax')):
+      seen = set()
+      for target, shown, fb in self._turns(config):
+        seen.add(fb.action)
+        if fb.action == 'rewrite':
+          self.assertEqual(fb.mentioned, {a: int(v)
+                                          for a, v in enumerate(target)})
+        elif fb.action == 'modify':
+          self.assertBetween(len(fb.mentioned), 1, config.modify_threshold)
+          for a, v in fb.mentioned.items():
+            self.assertNotEqual(target[a], shown[a])   # a real difference
+            self.assertEqual(v, target[a])
+      self.assertIn('modify', seen)
 
 
 if __name__ == '__main__':

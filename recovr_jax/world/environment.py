@@ -16,10 +16,15 @@ from recovr_jax.world import training
 
 
 def world_environment(world, text_encoder, video_params, composer_params,
-                      cache_dir=None) -> host.Environment:
-  """The environment of the embedded world with the shipped encoders."""
+                      cache_dir=None, captioner=None) -> host.Environment:
+  """The environment of the embedded world with the shipped encoders.
+
+  ``captioner``: the captioning model whose captions Progress Memory holds
+  (``world.captioner.Captioner``); ``None`` gives the system the world's
+  ground-truth captions: the oracle ablation.
+  """
   memory = training.gallery_memory(world, video_params, text_encoder,
-                                   cache_dir)
+                                   cache_dir, captioner=captioner)
   composer = encoders.Composer()
   compose_fn = jax.jit(lambda r, e: composer.apply(composer_params, r, e))
 

@@ -118,7 +118,11 @@ class WorldConfig:
   num_train_triplets: int = 20_000
   unmentioned_share: float = 0.5   # triplets whose target also differs unnamed
   max_unmentioned: int = 1         # unnamed differences in such triplets: 1..max
-  gallery_size: int | None = None  # None: every test combination
+  gallery_size: int | None = None  # test combinations in the gallery
+                                   # (None: all), each in `renditions`
+  renditions: int = 1              # gallery videos per combination: scenes
+                                   # (layout, texture) words do not name
+
 
   def __post_init__(self):
     if not 0.0 < self.test_share < 1.0:
@@ -138,6 +142,8 @@ class WorldConfig:
         raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
     if self.gallery_size is not None and self.gallery_size < 1:
       raise ValueError(f'gallery_size must be >= 1, got {self.gallery_size}')
+    if not 1 <= self.renditions <= 16:
+      raise ValueError(f'renditions must be in 1..16, got {self.renditions}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +163,7 @@ class World:
   combos: np.ndarray          # [12288, A] int32, every attribute combination
   is_test: np.ndarray         # [12288] bool, the test split
   gallery_combos: np.ndarray  # [G] int64 combination index of gallery video g
+  gallery_scenes: np.ndarray  # [G] int64 its scene (rendition) index
   gallery_captions: tuple[str, ...]  # [G] one caption per gallery video
   test: Triplets              # reference / target are gallery ids
   train: Triplets             # reference / target are combination indices
@@ -168,9 +175,13 @@ class World:
 
   @property
   def gallery_ids(self) -> tuple[str, ...]:
-    """``[G]`` unique video ids, ``'w<seed>-<combination index>'``."""
-    return tuple(f'w{self.config.seed}-{int(c):05d}'
-                 for c in self.gallery_combos)
+    """``[G]`` unique video ids, ``'w<seed>-<combination index>'`` (and
+    ``'-r<scene>'`` when combinations have several renditions)."""
+    if self.config.renditions == 1:
+      return tuple(f'w{self.config.seed}-{int(c):05d}'
+                   for c in self.gallery_combos)
+    return tuple(f'w{self.config.seed}-{int(c):05d}-r{int(r)}'
+                 for c, r in zip(self.gallery_combos, self.gallery_scenes))
 
   @property
   def train_combos(self) -> np.ndarray:
@@ -181,6 +192,28 @@ class World:
     base = jax.random.key(self.config.seed)
     return jax.vmap(lambda i: jax.random.fold_in(base, i))(
         jnp.asarray(combo_ids, jnp.int32))
+
+  def gallery_keys(self):
+    """``(keys [G], scene_keys [G] or None)`` rendering the gallery: with
+    one rendition per combination, a key per combination (the first
+    benchmark's videos); with several, scene ``r`` fixes the layout and
+    texture phase (``scene_keys``) and the key the rest."""
+    if self.config.renditions == 1:
+      return self.video_keys(self.gallery_combos), None
+    base = jax.random.key(self.config.seed)
+    keys = jax.vmap(lambda c, r: jax.random.fold_in(
+        jax.random.fold_in(base, c), r))(
+            jnp.asarray(self.gallery_combos, jnp.int32),
+            jnp.asarray(self.gallery_scenes, jnp.int32))
+    return keys, scene_keys(self.config.seed, self.gallery_scenes)
+
+
+def scene_keys(seed: int, scenes) -> jax.Array:
+  """The gallery's scene keys of ``[n]`` scene indices (training draws
+  fresh random scene keys instead, so it never sees a gallery scene)."""
+  base = jax.random.fold_in(jax.random.key(seed), 1_000_003)
+  return jax.vmap(lambda r: jax.random.fold_in(base, r))(
+      jnp.asarray(scenes, jnp.int32))
 
 
 def all_combos() -> np.ndarray:
@@ -390,13 +423,25 @@ def make_world(config: WorldConfig = WorldConfig()) -> World:
     rest = rng.permutation(sorted(test_set - keep))
     gallery = np.sort(np.array(sorted(keep) + rest[:config.gallery_size -
                                                    len(keep)].tolist()))
-  position = {int(c): g for g, c in enumerate(gallery)}
+  r = config.renditions
+  # Each combination in `r` renditions (scenes 0..r-1); a triplet's
+  # reference and target share a scene: the edit changes what words name and
+  # keeps the rest, as a CoVR target keeps its reference's scene.
+  gallery_scenes = np.tile(np.arange(r), len(gallery))
+  gallery = np.repeat(gallery, r)
+  position = {(int(c), int(s)): g
+              for g, (c, s) in enumerate(zip(gallery, gallery_scenes))}
+  scene = (np.zeros(len(test.target), np.int64) if r == 1 else
+           rng.integers(r, size=len(test.target)))
   test = dataclasses.replace(
-      test, reference=np.array([position[int(r)] for r in test.reference]),
-      target=np.array([position[int(t)] for t in test.target]))
+      test, reference=np.array([position[int(c), int(s)]
+                                for c, s in zip(test.reference, scene)]),
+      target=np.array([position[int(c), int(s)]
+                       for c, s in zip(test.target, scene)]))
   captions = tuple(caption(rng, combos[c]) for c in gallery)
   return World(config=config, combos=combos, is_test=is_test,
                gallery_combos=gallery.astype(np.int64),
+               gallery_scenes=gallery_scenes.astype(np.int64),
                gallery_captions=captions, test=test, train=train)
 
 
@@ -411,12 +456,15 @@ def hard_negative_counts(world: World) -> np.ndarray:
 
 
 def render(attrs, key, *, num_frames: int = 4, image_size: int = 32,
-           pixel_noise: float = 0.03) -> jax.Array:
+           pixel_noise: float = 0.03, scene_key=None) -> jax.Array:
   """Renders one clip; pure and jit-able, vmap it over a batch.
 
   Args:
     attrs: ``[A]`` int attribute values.
     key: a ``jax.random`` key: object positions, texture phase, pixel noise.
+    scene_key: optional key of the scene: when given, the object positions
+      and texture phase come from it (videos of one scene share a layout
+      that words do not name) and ``key`` draws only jitter and noise.
     num_frames: frames ``F`` (static).
     image_size: height and width ``H`` (static).
     pixel_noise: standard deviation of the Gaussian pixel noise.
@@ -427,6 +475,8 @@ def render(attrs, key, *, num_frames: int = 4, image_size: int = 32,
   shape, colour, count, motion, background, lighting, size = (
       attrs[i] for i in range(NUM_ATTRIBUTES))
   k_pos, k_tex, k_noise, k_jit = jax.random.split(key, 4)
+  if scene_key is not None:
+    k_pos, k_tex = jax.random.split(scene_key)
   h = image_size
   yy, xx = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32),
                         jnp.arange(h, dtype=jnp.float32), indexing='ij')
@@ -491,8 +541,13 @@ def render(attrs, key, *, num_frames: int = 4, image_size: int = 32,
 
 
 def render_batch(attrs, keys, *, num_frames: int = 4, image_size: int = 32,
-                 pixel_noise: float = 0.03) -> jax.Array:
-  """``[B, A]`` attributes and ``[B]`` keys -> ``[B, F, H, H, 3]`` clips."""
-  return jax.vmap(lambda a, k: render(a, k, num_frames=num_frames,
-                                      image_size=image_size,
-                                      pixel_noise=pixel_noise))(attrs, keys)
+                 pixel_noise: float = 0.03, scene_keys=None) -> jax.Array:
+  """``[B, A]`` attributes and ``[B]`` keys (and optional ``[B]`` scene
+  keys) -> ``[B, F, H, H, 3]`` clips."""
+  if scene_keys is None:
+    return jax.vmap(lambda a, k: render(a, k, num_frames=num_frames,
+                                        image_size=image_size,
+                                        pixel_noise=pixel_noise))(attrs, keys)
+  return jax.vmap(lambda a, k, s: render(
+      a, k, num_frames=num_frames, image_size=image_size,
+      pixel_noise=pixel_noise, scene_key=s))(attrs, keys, scene_keys)

@@ -7,21 +7,28 @@ system question, never a method's internals. Its policy:
 * Answer when a question is available and the discrepancy is major (more than
   ``modify_threshold`` attributes differ);
 * Modify when at most ``modify_threshold`` attributes differ: a relative edit
-  naming a random non-empty subset of the differing attributes;
+  naming a random non-empty subset of the differing attributes (style
+  ``paper``: at most ``modify_threshold`` of them, also under modify-only);
 * Rewrite otherwise: a fresh description of the target naming a random
-  subset of its attributes, never all of them.
+  subset of its attributes, never all of them (style ``paper``: all of them,
+  a complete description).
+
+Its words: the world's caption phrases (``language='lexicon'``, all known to
+the rules reasoner) or its own bank (``'own'``, ``world.user_language``),
+which the reasoner's lexicon knows only in part.
 
 Each session's draws come from its own generator, seeded by
 ``(seed, session, turn)``, so they do not depend on the method under test.
 Two sources of draws: ``numpy`` (the default) and ``jax``, where the
 decision (action, named attributes, prefix) comes from ``decide``, the same
-pure function the fully jitted simulation (``recovr_jax.simulation``) runs
+pure function the jitted driver (``recovr_jax.protocol.jitted``) runs
 inside ``lax.scan``; host and jitted runs with ``jax`` draws are identical.
 Degradations: surface noise (character and word perturbations at a rate),
 constraint dropping (each mentioned attribute dropped with a probability),
 and modify-only / rewrite-only policies.
 """
 
+import collections
 import dataclasses
 import functools
 
@@ -31,10 +38,20 @@ import numpy as np
 
 from recovr_jax.protocol import plan
 from recovr_jax.world import lexicon
+from recovr_jax.world import user_language
 from recovr_jax.world import generator as world_lib
 
 ACTIONS = ('stop', 'modify', 'rewrite', 'answer')
 POLICIES = ('mixed', 'modify_only', 'rewrite_only')
+# template: Modify names a random non-empty subset of the differences,
+#   Rewrite 2-5 of the 7 attributes (the first benchmark's user).
+# paper: Modify is a partial relative edit naming at most m of the
+#   differences; Rewrite is a complete description of the target (paper
+#   appendix D.2: "a fresh description of the target video").
+STYLES = ('template', 'paper')
+# lexicon: the world's caption words (all known to the rules reasoner);
+# own: the user's own bank (world.user_language), partly unknown to it.
+LANGUAGES = ('lexicon', 'own')
 DRAWS = ('numpy', 'jax')
 STOP, MODIFY, REWRITE, ANSWER = range(4)  # indices into ACTIONS
 
@@ -49,11 +66,15 @@ class UserConfig:
   min_described: int = 2       # a Rewrite names between these many
   max_described: int = 5       # attributes (never all of them)
   draws: str = 'numpy'         # one of DRAWS
+  style: str = 'template'      # one of STYLES
+  language: str = 'lexicon'    # one of LANGUAGES
 
   def __post_init__(self):
-    if self.draws not in DRAWS:
-      raise ValueError(f'unknown user draws {self.draws!r}; valid choices: '
-                       f'{", ".join(DRAWS)}')
+    for name, valid in (('draws', DRAWS), ('style', STYLES),
+                        ('language', LANGUAGES)):
+      if getattr(self, name) not in valid:
+        raise ValueError(f'unknown user {name} {getattr(self, name)!r}; '
+                         f'valid choices: {", ".join(valid)}')
     if self.policy not in POLICIES:
       raise ValueError(f'unknown user policy {self.policy!r}; valid choices: '
                        f'{", ".join(POLICIES)}')
@@ -89,9 +110,10 @@ def decide(key: jax.Array, target_attrs: jax.Array, shown_attrs: jax.Array,
 
   The same policy as ``SimulatedUser.respond`` with ``jax.random`` draws:
   Modify names a uniformly random non-empty subset of the differing
-  attributes, Rewrite a random subset of ``min..max_described`` attributes,
-  Answer the asked attribute; each named attribute is then dropped with
-  probability ``drop_rate``.
+  attributes (style ``paper``: of at most ``modify_threshold`` of them),
+  Rewrite a random subset of ``min..max_described`` attributes (``paper``:
+  every attribute), Answer the asked attribute; each named attribute is then
+  dropped with probability ``drop_rate``.
 
   Args:
     key: the draw's key (``fold_in`` of seed, session and turn).
@@ -122,10 +144,15 @@ def decide(key: jax.Array, target_attrs: jax.Array, shown_attrs: jax.Array,
   rank = jnp.sum(u[None, :] < u[:, None], axis=1)
   u_diff = jnp.where(diff, u, 2.0)  # non-differing attributes sort last
   rank_diff = jnp.sum(u_diff[None, :] < u_diff[:, None], axis=1)
-  modify_size = jax.random.randint(k_size, (), 1,
-                                   jnp.maximum(num_diff, 1) + 1)
-  rewrite_size = jax.random.randint(k_size, (), config.min_described,
-                                    config.max_described + 1)
+  most = num_diff
+  if config.style == 'paper':
+    most = jnp.minimum(num_diff, config.modify_threshold)
+  modify_size = jax.random.randint(k_size, (), 1, jnp.maximum(most, 1) + 1)
+  if config.style == 'paper':
+    rewrite_size = num
+  else:
+    rewrite_size = jax.random.randint(k_size, (), config.min_described,
+                                      config.max_described + 1)
   named = jnp.select(
       [action == MODIFY, action == ANSWER],
       [diff & (rank_diff < modify_size), jnp.arange(num) == asked],
@@ -187,17 +214,21 @@ class SimulatedUser:
       rewrite_prefix = None
     mentioned = {int(a): int(target[a]) for a in named}
 
+    own = cfg.language == 'own'
     if not named:
       text = str(rng.choice(_GENERIC))
     elif action == 'modify':
       mask = np.zeros(world_lib.NUM_ATTRIBUTES, bool)
       mask[named] = True
-      text = (str(rng.choice(_MODIFY_PREFIX))
-              + world_lib.edit_text(rng, target, mask))
+      edit = user_language.edit_text if own else world_lib.edit_text
+      text = str(rng.choice(_MODIFY_PREFIX)) + edit(rng, target, mask)
     elif action == 'rewrite':
       if rewrite_prefix is None:
         rewrite_prefix = str(rng.choice(_REWRITE_PREFIX))
-      text = rewrite_prefix + lexicon.describe(rng, target, named)
+      describe = user_language.describe if own else lexicon.describe
+      text = rewrite_prefix + describe(rng, target, named)
+    elif own:
+      text = user_language.answer(rng, target, named)
     else:
       text = str(rng.choice(_ANSWER_TEMPLATES)).format(
           lexicon.describe(rng, target, named))
@@ -220,7 +251,12 @@ class SimulatedUser:
     if action == 'answer':
       named = [asked]
     elif action == 'modify':
-      named = list(rng.permutation(diff)[:rng.integers(1, len(diff) + 1)])
+      most = len(diff)
+      if cfg.style == 'paper':
+        most = max(min(len(diff), cfg.modify_threshold), 1)
+      named = list(rng.permutation(diff)[:rng.integers(1, most + 1)])
+    elif cfg.style == 'paper':
+      named = list(rng.permutation(world_lib.NUM_ATTRIBUTES))
     else:
       size = int(rng.integers(cfg.min_described, cfg.max_described + 1))
       named = list(rng.permutation(world_lib.NUM_ATTRIBUTES)[:size])
@@ -252,3 +288,38 @@ def add_surface_noise(rng: np.random.Generator, text: str, rate: float) -> str:
       out.append(word)  # the word is repeated
     out.append(word)
   return ' '.join(out)
+
+
+def parse_agreement(config: UserConfig, parse, num: int, seed: int = 0):
+  """How often ``parse`` (text -> ``{attribute: value}``) reads the user's
+  clean feedback exactly: ``num`` turns on random (target, shown) pairs of
+  the world's combinations, no surface noise, no dropping.
+
+  Returns:
+    ``{'all': share, <action>: share, ...}`` of utterances read exactly,
+    ``mentions_read`` (share of named values read right),
+    ``wrong_reads_per_turn`` (values read that the user did not say) and the
+    counts under ``'n'``.
+  """
+  config = dataclasses.replace(config, noise_rate=0.0, drop_rate=0.0)
+  user = SimulatedUser(config, seed=seed)
+  combos = world_lib.all_combos()
+  rng = np.random.default_rng(seed)
+  exact, counts = collections.Counter(), collections.Counter()
+  named = read_right = read_wrong = 0
+  for i in range(num):
+    target, shown = combos[rng.choice(len(combos), 2, replace=False)]
+    fb = user.respond(i, 1, 0, 1, target, shown)
+    read = parse(fb.text)
+    counts[fb.action] += 1
+    exact[fb.action] += read == fb.mentioned
+    named += len(fb.mentioned)
+    read_right += sum(read.get(a) == v for a, v in fb.mentioned.items())
+    read_wrong += sum(fb.mentioned.get(a) != v for a, v in read.items())
+  out = {a: exact[a] / counts[a] for a in counts}
+  out['all'] = sum(exact.values()) / num
+  # Mention level: named values read right; values read that were not said.
+  out['mentions_read'] = read_right / max(named, 1)
+  out['wrong_reads_per_turn'] = read_wrong / num
+  out['n'] = dict(counts)
+  return out

@@ -8,6 +8,7 @@ the target videos' embeddings over train-split triplets.
 """
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
@@ -34,6 +35,10 @@ class TrainConfig:
   composer_batch: int = 512
   composer_lr: float = 1e-3
   init_temperature: float = 0.07
+  # Weight of the scene term: InfoNCE between clips of two combinations that
+  # share a scene (layout, texture phase), so the embedding keeps what words
+  # do not name and a composed query can find the right rendition. 0: off.
+  scene_weight: float = 0.0
 
 
 Progress = Callable[[str, int, int, dict], None]
@@ -91,15 +96,29 @@ def train_video_encoder(world, caption_combos, caption_embeddings,
   caption_embeddings = jnp.asarray(caption_embeddings)
   batch = config.video_batch
 
+  render = functools.partial(world_lib.render_batch,
+                             num_frames=wc.num_frames,
+                             image_size=wc.image_size,
+                             pixel_noise=wc.pixel_noise)
+
   def loss_fn(state, key):
-    k_pick, k_render = jax.random.split(key)
+    k_pick, k_render, k_scene, k_other, k_render2 = jax.random.split(key, 5)
     pick = jax.random.randint(k_pick, (batch,), 0, caption_combos.shape[0])
-    clips = world_lib.render_batch(
-        all_attrs[caption_combos[pick]], jax.random.split(k_render, batch),
-        num_frames=wc.num_frames, image_size=wc.image_size,
-        pixel_noise=wc.pixel_noise)
-    video = model.apply(state['params'], clips)
-    return _info_nce(video, caption_embeddings[pick], state['log_scale'])
+    keys = jax.random.split(k_render, batch)
+    if not config.scene_weight:
+      clips = render(all_attrs[caption_combos[pick]], keys)
+      video = model.apply(state['params'], clips)
+      return _info_nce(video, caption_embeddings[pick], state['log_scale'])
+    scenes = jax.random.split(k_scene, batch)
+    video = model.apply(state['params'], render(
+        all_attrs[caption_combos[pick]], keys, scene_keys=scenes))
+    other = jax.random.randint(k_other, (batch,), 0, caption_combos.shape[0])
+    same_scene = model.apply(state['params'], render(
+        all_attrs[caption_combos[other]], jax.random.split(k_render2, batch),
+        scene_keys=scenes))
+    return (_info_nce(video, caption_embeddings[pick], state['log_scale']) +
+            config.scene_weight * _info_nce(video, same_scene,
+                                            state['log_scale']))
 
   return _fit(state, loss_fn, config.video_lr, config.video_steps, key,
               'video encoder', progress, every=25)
@@ -124,31 +143,64 @@ def _fit(state, loss_fn, lr, steps, key, stage, progress, every):
   return state
 
 
-def embed_videos(world, params, combo_ids, keys, batch: int = 256):
-  """``[n]`` combination indices and keys -> ``[n, 384]`` video embeddings."""
+def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn):
+  """``fn(clips)`` over fixed-size batches of the clips of ``[n]``
+  combinations, keys and optional scene keys (one compiled shape)."""
   wc = world.config
-  model = encoders.VideoEncoder()
 
   @jax.jit
-  def embed(attrs, keys):
-    clips = world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
-                                   image_size=wc.image_size,
-                                   pixel_noise=wc.pixel_noise)
-    return model.apply(params, clips)
+  def run(attrs, keys, scenes):
+    return fn(world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
+                                     image_size=wc.image_size,
+                                     pixel_noise=wc.pixel_noise,
+                                     scene_keys=scenes))
 
   attrs = np.asarray(world.combos)[np.asarray(combo_ids)]
-  out = []
-  n = len(attrs)
-  for start in range(0, n, batch):
+  pad_to = lambda x, pad: jnp.concatenate([x, jnp.repeat(x[-1:], pad, 0)])
+  for start in range(0, len(attrs), batch):
     a = attrs[start:start + batch]
     k = keys[start:start + batch]
+    s = None if scene_keys is None else scene_keys[start:start + batch]
     pad = batch - len(a)
-    if pad:  # one compiled shape
+    if pad:
       a = np.concatenate([a, np.repeat(a[-1:], pad, 0)])
-      k = jnp.concatenate([k, jnp.repeat(k[-1:], pad, 0)])
-    out.append(np.asarray(embed(jnp.asarray(a), k))[:batch - pad])
+      k = pad_to(k, pad)
+      s = None if s is None else pad_to(s, pad)
+    yield run(jnp.asarray(a), k, s), batch - pad
+
+
+def embed_videos(world, params, combo_ids, keys, batch: int = 256,
+                 scene_keys=None):
+  """``[n]`` combination indices and keys (and optional scene keys) ->
+  ``[n, 384]`` video embeddings."""
+  model = encoders.VideoEncoder()
+  out = [np.asarray(e)[:n] for e, n in _rendered_batches(
+      world, combo_ids, keys, scene_keys, batch,
+      lambda clips: model.apply(params, clips))]
   return np.concatenate(out) if out else np.zeros((0, encoders.TEXT_DIM),
                                                   np.float32)
+
+
+def triplet_embeddings(world, video_params, seed: int):
+  """``(reference [Q, D], target [Q, D])`` video embeddings of the training
+  triplets. With several renditions per combination, a triplet's reference
+  and target share a fresh scene, as the test triplets do; otherwise each
+  combination has its one fixed rendition."""
+  train = world.train
+  if world.config.renditions == 1:
+    ids = world.train_combos
+    emb = embed_videos(world, video_params, ids, world.video_keys(ids))
+    row = {int(c): i for i, c in enumerate(ids)}
+    return (emb[[row[int(c)] for c in train.reference]],
+            emb[[row[int(c)] for c in train.target]])
+  key = jax.random.fold_in(jax.random.key(seed), 3_000_017)
+  k_scene, k_ref, k_tgt = jax.random.split(key, 3)
+  q = len(train.reference)
+  scenes = jax.random.split(k_scene, q)
+  return (embed_videos(world, video_params, train.reference,
+                       jax.random.split(k_ref, q), scene_keys=scenes),
+          embed_videos(world, video_params, train.target,
+                       jax.random.split(k_tgt, q), scene_keys=scenes))
 
 
 def train_composer(reference, edit, target, config: TrainConfig,
@@ -224,18 +276,41 @@ def load_world_models(checkpoint_dir, world):
   return video, composer
 
 
-def gallery_memory(world, video_params, text, cache_dir=None):
-  """The gallery's embeddings and captions, cached (Progress Memory)."""
+def caption_videos(world, captioner, combo_ids, keys, batch: int = 256,
+                   scene_keys=None):
+  """Captions of the clips ``embed_videos`` renders for the same inputs,
+  written by ``captioner`` (a ``world.captioner.Captioner``)."""
+  out = []
+  for clips, n in _rendered_batches(world, combo_ids, keys, scene_keys,
+                                    batch, lambda clips: clips):
+    out.extend(captioner(clips)[:n])
+  return tuple(out)
+
+
+def gallery_memory(world, video_params, text, cache_dir=None,
+                   captioner=None):
+  """The gallery's embeddings and captions, cached (Progress Memory).
+
+  ``captioner``: a ``world.captioner.Captioner`` whose captions of the
+  gallery's clips are what the system knows of them; ``None`` keeps the
+  world's ground-truth captions (the oracle ablation).
+  """
   from recovr_jax.world import progress_memory  # pylint: disable=g-import-not-at-top
-  key = progress_memory.cache_key(
-      world=dataclasses.asdict(world.config),
-      video=progress_memory.params_fingerprint(video_params),
-      text=text.model_dir.rsplit('site-packages', 1)[-1])
+  parts = dict(world=dataclasses.asdict(world.config),
+               video=progress_memory.params_fingerprint(video_params),
+               text=text.model_dir.rsplit('site-packages', 1)[-1])
+  if captioner is not None:
+    parts['captioner'] = captioner.fingerprint
+  key = progress_memory.cache_key(**parts)
 
   def compute():
-    keys = world.video_keys(world.gallery_combos)
-    video = embed_videos(world, video_params, world.gallery_combos, keys)
-    return video, world.gallery_captions, text(world.gallery_captions)
+    keys, scenes = world.gallery_keys()
+    video = embed_videos(world, video_params, world.gallery_combos, keys,
+                         scene_keys=scenes)
+    captions = world.gallery_captions if captioner is None else (
+        caption_videos(world, captioner, world.gallery_combos, keys,
+                       scene_keys=scenes))
+    return video, captions, text(captions)
 
   return progress_memory.load_or_compute(cache_dir, key, compute)
 
