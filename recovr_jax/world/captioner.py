@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 
@@ -141,7 +142,8 @@ class Captioner:
     from transformers import FlaxVisionEncoderDecoderModel, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
     check_dir(directory)
     self.directory = str(directory)
-    self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
+    with encoders.quiet_transformers():
+      self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
     self.tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
     self.info = json.loads((pathlib.Path(directory) / MARKER).read_text())
     self.fingerprint = self.info['id']

@@ -42,7 +42,7 @@ def minilm_path() -> str:
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
   """Silences the two notices loading MiniLM always prints, both known to
   be harmless here: the Flax deprecation notice (we pin transformers < 5)
   and "Some weights ... were not used: position_ids" (a PyTorch buffer that
@@ -78,7 +78,7 @@ class TextEncoder:
       raise FileNotFoundError(
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
-    with _quiet_transformers():
+    with quiet_transformers():
       self._model = FlaxBertModel.from_pretrained(model_dir)
     self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
     self._batch_size = batch_size

@@ -304,6 +304,9 @@ def gallery_memory(world, video_params, text, cache_dir=None,
   key = progress_memory.cache_key(**parts)
 
   def compute():
+    what = 'embedding' + (' and captioning' if captioner else '')
+    print(f'Progress Memory: {what} the {len(world.gallery_combos)} gallery '
+          'videos (once; cached afterwards)', flush=True)
     keys, scenes = world.gallery_keys()
     video = embed_videos(world, video_params, world.gallery_combos, keys,
                          scene_keys=scenes)
