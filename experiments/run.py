@@ -109,6 +109,11 @@ _DROP = flags.DEFINE_float('drop_rate', 0.0, 'Constraint dropping rate.')
 _RESAMPLES = flags.DEFINE_integer('bootstrap_resamples', 10_000,
                                   'Paired bootstrap resamples.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the bootstrap.')
+_BOOT_BASELINE = flags.DEFINE_string(
+    'bootstrap_baseline', 'umivr',
+    'The method the report\'s paired bootstrap compares recovr with '
+    '(DESIGN section 5: umivr); strongest: the baseline with the best mean '
+    'R@1 over feedback turns. Absent from --methods: the strongest one.')
 _RESUME = flags.DEFINE_bool('resume', True,
                             'Reuse finished batches in --output_dir.')
 _SIMULATION = flags.DEFINE_enum(
@@ -183,7 +188,8 @@ def run_config() -> config_lib.RunConfig:
           noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws,
           style=_preset(_STYLE), language=_preset(_LANGUAGE)),
       user_seed=_USER_SEED.value,
-      bootstrap_resamples=_RESAMPLES.value, seed=_SEED.value,
+      bootstrap_resamples=_RESAMPLES.value,
+      bootstrap_baseline=_BOOT_BASELINE.value, seed=_SEED.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())

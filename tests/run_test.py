@@ -192,6 +192,9 @@ class RunnerTest(absltest.TestCase):
       run_main(blocker / 'sub', methods=['recovr'])
     with self.assertRaisesRegex(Exception, 'needs --annotations'):
       run_main(self.root / 'bad', data='webvid_covr')
+    with self.assertRaisesRegex(Exception, "unknown --bootstrap_baseline "
+                                "'nope'; valid: strongest, recovr"):
+      run_main(self.root / 'bad', bootstrap_baseline='nope')
     with self.assertRaisesRegex(Exception, "'gallery' is not sweepable"):
       run_main(self.root / 'bad', sweep=['gallery=1|2'])
     with self.assertRaisesRegex(Exception, 'user_policy=lazy: value should be one of'):

@@ -48,6 +48,10 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
                       ('session_shards', config.session_shards)):
     if value < 1:
       _fail(f'--{name} must be >= 1, got {value}')
+  if config.bootstrap_baseline != 'strongest' and (
+      config.bootstrap_baseline not in methods_lib.REGISTRY):
+    _fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '
+          f'valid: strongest, {", ".join(methods_lib.names())}')
   if config.data not in config_lib.DATA:
     _fail(f'unknown --data {config.data!r}; valid: '
           f'{", ".join(config_lib.DATA)}')
@@ -341,12 +345,14 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   failures = {m: reporting.failure_table(d, targets)
               for m, d in displayed.items()}
   boot = None
-  strongest = reporting.strongest_baseline(per_method, methods_lib.BASELINES)
-  if 'recovr' in displayed and strongest:
-    boot = reporting.bootstrap(displayed['recovr'], displayed[strongest],
+  against = config.bootstrap_baseline
+  if against not in displayed:
+    against = reporting.strongest_baseline(per_method, methods_lib.BASELINES)
+  if 'recovr' in displayed and against:
+    boot = reporting.bootstrap(displayed['recovr'], displayed[against],
                                targets, config.bootstrap_resamples,
                                config.seed)
-    boot.update(a='recovr', b=strongest,
+    boot.update(a='recovr', b=against,
                 num_resamples=config.bootstrap_resamples)
 
   (out / 'metrics.json').write_text(reporting.dumps(per_method))
