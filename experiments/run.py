@@ -158,7 +158,6 @@ def _preset(flag):
 
 def run_config() -> config_lib.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once)."""
-  preset = config_lib.BENCHMARKS[_BENCHMARK.value]
   if _SIMULATION.value == 'jit':
     draws = 'jax'   # the jitted driver's draws
   else:
@@ -166,7 +165,7 @@ def run_config() -> config_lib.RunConfig:
   return config_lib.RunConfig(
       methods=tuple(_METHODS.value), output_dir=_OUTPUT.value,
       data=_DATA.value, world=world_flags.world_config(
-          **{k: v for k, v in preset.items() if k in _WORLD_PRESETS}),
+          renditions=_preset(flags.FLAGS['renditions'])),
       checkpoint_dir=_preset(_CHECKPOINT), annotations=_ANNOTATIONS.value,
       gallery_embeddings=_GALLERY.value, clip_dir=_CLIP_DIR.value,
       cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
@@ -193,9 +192,6 @@ def run_config() -> config_lib.RunConfig:
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())
-
-
-_WORLD_PRESETS = ('renditions',)
 
 
 def parse_sweep(specs):

@@ -42,9 +42,7 @@ _RENDITIONS = flags.DEFINE_integer(
 
 def world_config(**overrides) -> world_lib.WorldConfig:
   """The ``WorldConfig`` of the flags (validated by ``WorldConfig``), with
-  ``overrides`` of flags not given explicitly (a benchmark preset)."""
-  overrides = {k: v for k, v in overrides.items()
-               if not flags.FLAGS[k].present}
+  ``overrides`` of some fields (the runner's benchmark preset)."""
   config = world_lib.WorldConfig(
       seed=_SEED.value, test_share=_TEST_SHARE.value,
       num_frames=_FRAMES.value, pixel_noise=_NOISE.value,

@@ -83,6 +83,7 @@ class _Carry:
 @dataclasses.dataclass(frozen=True)
 class _Feedback:
   rows: np.ndarray                    # [B] sessions still searching
+  shown: np.ndarray                   # [B] their displayed top-1
   responses: dict                     # row -> user feedback
 
 
@@ -102,17 +103,17 @@ class HostDriver:
 
   def respond(self, carry, turn, active):
     rows = np.flatnonzero(active)
-    shown = np.asarray(carry.ranking.shown_ids[:, 0])
-    return _Feedback(rows, {i: self.user(
-        int(self.sessions[i]), turn, int(self.target[i]), int(shown[i]),
-        carry.questions[i]) for i in rows})
+    shown = np.asarray(carry.ranking.shown_ids[:, 0])[rows]
+    return _Feedback(rows, shown, {i: self.user(
+        int(self.sessions[i]), turn, int(self.target[i]), int(g),
+        carry.questions[i]) for i, g in zip(rows, shown)})
 
   def plan(self, carry, fb, active):
     s = len(self.sessions)
     full = plan_lib.empty_plan(s, self.env.gallery.shape[1])
     if not len(fb.rows):
       return carry, full
-    shown = np.asarray(carry.ranking.shown_ids[fb.rows, 0])
+    shown = fb.shown
     obs = plan_lib.Observation(
         sessions=fb.rows,
         feedback=tuple(fb.responses[i].text for i in fb.rows),
