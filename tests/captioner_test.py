@@ -43,8 +43,8 @@ class RoundTripTest(absltest.TestCase):
     self.assertLen(captions, 6)
     again = captioner.Captioner(str(out), batch_size=8)
     self.assertEqual(again(clips), captions)  # same weights, any batching
-    jax.tree.map(np.testing.assert_array_equal, again.model.params,
-                 first.model.params)
+    jax.tree.map(np.testing.assert_array_equal, again.params,
+                 first.params)
     self.assertEqual(again.fingerprint, report['id'])
 
   def test_missing_files_are_named(self):

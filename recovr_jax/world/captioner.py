@@ -144,6 +144,7 @@ class Captioner:
     self.directory = str(directory)
     with encoders.quiet_transformers():
       self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
+    self.params = self.model.params
     self.tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
     self.info = json.loads((pathlib.Path(directory) / MARKER).read_text())
     self.fingerprint = self.info['id']
@@ -171,7 +172,7 @@ class Captioner:
       n = len(chunk)
       padded = np.concatenate([chunk, np.zeros(
           (self.batch_size - n,) + chunk.shape[1:], np.float32)])
-      seq = np.asarray(self._generate(self.model.params, pixels(padded)))
+      seq = np.asarray(self._generate(self.params, pixels(padded)))
       out.extend(self.tokenizer.batch_decode(seq[:n],
                                              skip_special_tokens=True))
     return [' '.join(c.split()) for c in out]

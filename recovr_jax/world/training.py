@@ -298,7 +298,7 @@ def gallery_memory(world, video_params, text, cache_dir=None,
   from recovr_jax.world import progress_memory  # pylint: disable=g-import-not-at-top
   parts = dict(world=dataclasses.asdict(world.config),
                video=progress_memory.params_fingerprint(video_params),
-               text=text.model_dir.rsplit('site-packages', 1)[-1])
+               text=text.fingerprint)
   if captioner is not None:
     parts['captioner'] = captioner.fingerprint
   key = progress_memory.cache_key(**parts)
