@@ -30,12 +30,14 @@ from recovr_jax.reasoning import asking
 from recovr_jax.world import simulated_user
 
 _BENCHMARK = flags.DEFINE_enum(
-    'benchmark', 'v1', list(config_lib.BENCHMARKS),
-    'The embedded benchmark. v1: one video per attribute combination, '
-    'ground-truth captions, the template user speaking the lexicon. v2 '
-    '(issue #11): --renditions=4 with their encoders, --captions=model, '
-    '--user_style=paper, --user_language=own. A flag given explicitly '
-    'overrides the preset.')
+    'benchmark', config_lib.DEFAULT_BENCHMARK, list(config_lib.BENCHMARKS),
+    'The embedded benchmark; sets --renditions, --checkpoint_dir, '
+    '--captions, --user_style and --user_language unless given explicitly. '
+    'v2 (issue #11): 4 renditions per combination with their encoders, '
+    "captions written by the captioning VLM, the paper's user in its own "
+    'words. v1 (the first benchmark, for comparison): one video per '
+    'combination, ground-truth captions, the template user speaking the '
+    "rules reasoner's lexicon.")
 _DATA = flags.DEFINE_enum('data', 'world', ['world', 'webvid_covr'],
                           'The embedded world, or WebVid-CoVR-style files.')
 _ANNOTATIONS = flags.DEFINE_string(
@@ -46,12 +48,15 @@ _GALLERY = flags.DEFINE_string(
     '(experiments/embed_videos.py writes it).')
 _CLIP_DIR = data_flags.CLIP_DIR  # webvid_covr: the CLIP of the gallery
 _CHECKPOINT = flags.DEFINE_string(
-    'checkpoint_dir', None, 'world: encoder checkpoints (default: shipped).')
+    'checkpoint_dir', None,
+    'world: encoder checkpoints (default: the --benchmark preset\'s shipped '
+    'ones: checkpoints/world_renditions for v2, checkpoints/world for v1).')
 _CACHE = flags.DEFINE_string('cache_dir', 'cache',
                              'Progress Memory cache of gallery embeddings.')
 _CAPTIONS = flags.DEFINE_enum(
-    'captions', 'oracle', list(config_lib.CAPTIONS),
-    'world: what Progress Memory holds as gallery and reference captions. '
+    'captions', None, list(config_lib.CAPTIONS),
+    'world: what Progress Memory holds as gallery and reference captions '
+    '(default: the --benchmark preset\'s; v2: model, v1: oracle). '
     "model: the captioning VLM's (world/captioner.py). oracle: the world's "
     'ground-truth captions, an ablation in which the system sees the truth.')
 _CAPTIONER = flags.DEFINE_string(
@@ -96,13 +101,15 @@ _MODIFY = flags.DEFINE_integer('modify_threshold', 2,
 _POLICY = flags.DEFINE_enum('user_policy', 'mixed', list(simulated_user.POLICIES),
                             "The user's policy.")
 _STYLE = flags.DEFINE_enum(
-    'user_style', 'template', list(simulated_user.STYLES),
-    "The user's feedback. template: Modify names any differences, Rewrite "
+    'user_style', None, list(simulated_user.STYLES),
+    "The user's feedback (default: the --benchmark preset's; v2: paper, "
+    'v1: template). template: Modify names any differences, Rewrite '
     '2-5 of 7 attributes. paper: Modify names at most --modify_threshold '
     'differences, Rewrite describes the target completely (appendix D.2).')
 _LANGUAGE = flags.DEFINE_enum(
-    'user_language', 'lexicon', list(simulated_user.LANGUAGES),
-    "The user's words. lexicon: the world's caption words, all known to the "
+    'user_language', None, list(simulated_user.LANGUAGES),
+    "The user's words (default: the --benchmark preset's; v2: own, v1: "
+    "lexicon). lexicon: the world's caption words, all known to the "
     'rules reasoner. own: its own phrase bank, partly unknown to it.')
 _NOISE = flags.DEFINE_float('noise_rate', 0.0, 'Surface noise per word.')
 _DROP = flags.DEFINE_float('drop_rate', 0.0, 'Constraint dropping rate.')
@@ -149,10 +156,13 @@ _SWEEP = flags.DEFINE_multi_string(
 
 
 def _preset(flag):
-  """``flag``'s value, or the --benchmark preset's when not given."""
-  preset = config_lib.BENCHMARKS[_BENCHMARK.value]
-  if flag.name in preset and not flags.FLAGS[flag.name].present:
-    return preset[flag.name]
+  """``flag``'s value, or the --benchmark preset's when not given (the
+  presets are of the embedded world; on real data they do not apply and a
+  flag not given keeps the first benchmark's value, which real data
+  ignores)."""
+  name = 'v1' if _DATA.value != 'world' else _BENCHMARK.value
+  if flags.FLAGS[flag.name].using_default_value:
+    return config_lib.BENCHMARKS[name][flag.name]
   return flag.value
 
 

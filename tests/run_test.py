@@ -14,6 +14,7 @@ from experiments import run
 from recovr_jax import methods
 from recovr_jax.core import demotion
 from recovr_jax.experiment import resources
+from recovr_jax.experiment import runner
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders
@@ -24,7 +25,9 @@ from recovr_jax.world import simulated_user
 from recovr_jax.world import training
 from tests import jitted_test
 
-TINY = dict(num_test_triplets=12, num_train_triplets=20, gallery_size=300,
+# The runner's mechanics are tested on the first benchmark (no captioner to
+# load per run); BenchmarkPresetTest runs the default, v2, end to end.
+TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20, gallery_size=300,
             num_sessions=12, batch_size=5, num_turns=3,
             bootstrap_resamples=200)
 
@@ -211,23 +214,43 @@ class BenchmarkPresetTest(absltest.TestCase):
     self.assertEqual((v1.captions, v1.user.style, v1.user.language,
                       v1.world.renditions, v1.checkpoint_dir),
                      ('oracle', 'template', 'lexicon', 1, None))
-    with flagsaver.flagsaver(benchmark='v2', methods=['recovr']):
+    with flagsaver.flagsaver(methods=['recovr']):  # the default: v2
       v2 = run.run_config()
     self.assertEqual((v2.captions, v2.user.style, v2.user.language,
                       v2.world.renditions, v2.checkpoint_dir),
                      ('model', 'paper', 'own', 4,
                       encoders.RENDITIONS_CHECKPOINT_DIR))
-    with flagsaver.flagsaver(benchmark='v2', methods=['recovr'],
-                             captions='oracle', renditions=2):
-      flags.FLAGS['captions'].present = 1
-      flags.FLAGS['renditions'].present = 1
-      try:
-        mixed = run.run_config()
-      finally:
-        flags.FLAGS['captions'].present = 0
-        flags.FLAGS['renditions'].present = 0
+    with flagsaver.flagsaver(methods=['recovr'], captions='oracle',
+                             renditions=2):
+      mixed = run.run_config()
     self.assertEqual((mixed.captions, mixed.world.renditions,
                       mixed.user.style), ('oracle', 2, 'paper'))
+    with flagsaver.flagsaver(methods=['recovr'], data='webvid_covr'):
+      real = run.run_config()  # the world's presets do not apply
+    self.assertEqual(real.captions, 'oracle')
+
+  def test_default_run_reads_only_model_captions(self):
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    values = dict(TINY, output_dir=str(root / 'v2'),
+                  cache_dir=str(root / 'cache'), methods=['recovr', 'umivr'])
+    del values['benchmark']
+    with flagsaver.flagsaver(**values):
+      config = run.run_config()
+      built = runner.build(config)
+      runner.run(config, built)
+    resolved = json.loads((root / 'v2' / 'resolved_config.json').read_text())
+    self.assertEqual((resolved['captions'], resolved['user']['language'],
+                      resolved['world']['renditions']), ('model', 'own', 4))
+    world = world_lib.make_world(config.world)
+    truth = world.gallery_captions
+    self.assertLen(built.env.captions, len(truth))
+    # What the system reads of the gallery is the captioner's, which is
+    # wrong somewhere on a measurable share of it.
+    differ = np.mean([a != b for a, b in zip(built.env.captions, truth)])
+    self.assertGreater(differ, 0.05)
+    metrics = json.loads((root / 'v2' / 'metrics.json').read_text())
+    self.assertEqual(metrics['recovr']['R@1'][0], metrics['umivr']['R@1'][0])
 
   def test_model_captions_need_a_captioner_and_the_world(self):
     flags.FLAGS.mark_as_parsed()

@@ -438,12 +438,15 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
   num_turns = len(next(iter(rows[0][2].values()))['R@1'])
   lines = ['# Sweep (one factor at a time)', '',
            '| setting | method | ' + ' | '.join(
-               f'R@1 T{t}' for t in range(num_turns)) + ' | BRI last |',
-           '|---|---|' + '---:|' * (num_turns + 1)]
+               f'R@1 T{t}' for t in range(num_turns)) +
+           f' | gain T0->T{num_turns - 1} | BRI last |',
+           '|---|---|' + '---:|' * (num_turns + 2)]
   for name, text, per_method in rows:
     for method, m in per_method.items():
+      r1 = m['R@1']
       lines.append(f'| {name}={text} | {method} | ' + ' | '.join(
-          f'{100 * v:.1f}' for v in m['R@1']) + f" | {m['BRI'][-1]:.3f} |")
+          f'{100 * v:.1f}' for v in r1) +
+                   f" | {100 * (r1[-1] - r1[0]):+.1f} | {m['BRI'][-1]:.3f} |")
   summary = '\n'.join(lines) + '\n'
   pathlib.Path(config.output_dir).mkdir(parents=True, exist_ok=True)
   (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)

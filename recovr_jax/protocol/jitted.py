@@ -116,7 +116,9 @@ def check_supported(method: methods_base.Method,
   if user.language != 'lexicon':
     raise Unsupported('--user_language', (
         'user_language must be lexicon in the jitted mode (its phrase table '
-        f"holds the lexicon's readings), got {user.language!r}"))
+        f"holds the lexicon's readings), got {user.language!r}: pass "
+        '--user_language=lexicon or --benchmark=v1, or run the host driver '
+        '(--simulation=host)'))
   if ask_mode != 'never':
     raise Unsupported('--ask_mode', (
         f'ask_mode must be never in the jitted mode, got {ask_mode!r}'))
