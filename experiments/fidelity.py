@@ -4,8 +4,8 @@
 
 ``--main_dir``: a run of ``flagfiles/main`` (its ``metrics.json`` and
 ``failure_modes.json``); ``--degraded_dir``: a run of ``flagfiles/degraded``
-(one subdirectory per setting). Prints, and with ``--output`` writes, one row
-per claim: what the paper reports, what the run gives, and whether the
+(one subdirectory per setting). Prints, and with ``--output_md`` writes, one
+row per claim: what the paper reports, what the run gives, and whether the
 claim's direction holds (the numbers themselves are not expected to match:
 the world is not WebVid-CoVR). A claim whose rows are missing from the run is
 an error naming them, not a skipped row.
@@ -21,7 +21,7 @@ _MAIN = flags.DEFINE_string('main_dir', 'out/main',
                             'A run of experiments/flagfiles/main.')
 _DEGRADED = flags.DEFINE_string('degraded_dir', 'out/degraded',
                                 'A run of experiments/flagfiles/degraded.')
-_OUTPUT = flags.DEFINE_string('output', None,
+_OUTPUT = flags.DEFINE_string('output_md', None,
                               'Also write the table (markdown) here.')
 
 PLAIN_BASELINES = ('ivr', 'merlin', 'umivr', 'history_rewrite')
