@@ -121,6 +121,12 @@ _BOOT_BASELINE = flags.DEFINE_string(
     'The method the report\'s paired bootstrap compares recovr with '
     '(DESIGN section 5: umivr); strongest: the baseline with the best mean '
     'R@1 over feedback turns. Absent from --methods: the strongest one.')
+_MAX_ERRORS = flags.DEFINE_float(
+    'max_error_share', 0.0,
+    "Share of a method's sessions that may raise (each is recorded with its "
+    'error and counted as a miss) before the run fails: it still writes its '
+    'outputs, then exits non-zero. Default 0: any session that raised fails '
+    'the run.')
 _RESUME = flags.DEFINE_bool('resume', True,
                             'Reuse finished batches in --output_dir.')
 _SIMULATION = flags.DEFINE_enum(
@@ -199,6 +205,7 @@ def run_config() -> config_lib.RunConfig:
       user_seed=_USER_SEED.value,
       bootstrap_resamples=_RESAMPLES.value,
       bootstrap_baseline=_BOOT_BASELINE.value, seed=_SEED.value,
+      max_error_share=_MAX_ERRORS.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())
@@ -239,12 +246,13 @@ def main(argv):
     raise app.UsageError(str(e)) from e
   try:
     if sweep:
-      runner.validate(config)
       runner.sweep(config, sweep)
     else:
       runner.run(config)
   except runner.ConfigError as e:
     raise app.UsageError(str(e)) from e
+  except runner.RunFailed as e:
+    return f'FAILED: {e}'  # absl exits 1 and prints it
 
 
 if __name__ == '__main__':

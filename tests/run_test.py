@@ -65,7 +65,8 @@ class RunnerTest(absltest.TestCase):
     for m in metrics.values():
       self.assertLen(m['R@1'], 4)
       self.assertEqual(set(m), {'R@1', 'R@5', 'R@10', 'R@50', 'BRI',
-                                'stop_rate'})
+                                'stop_rate', 'sessions_raised'})
+      self.assertEqual(m['sessions_raised'], 0)
     # Turn 0 is shared by every method.
     self.assertEqual(metrics['recovr']['R@1'][0], metrics['ivr']['R@1'][0])
     boot = json.loads((self.out / 'bootstrap.json').read_text())
@@ -126,9 +127,18 @@ class RunnerTest(absltest.TestCase):
     environment.make_reasoner = lambda *a, **k: Raising(lexicon)
     try:
       out = self.root / 'raising'
-      run_main(out, methods=['recovr'], num_sessions=5)
+      returned = run_main(out, methods=['recovr'], num_sessions=5)
+      # Any session that raised fails the run (a non-zero exit) after the
+      # outputs are written, unless --max_error_share allows it.
+      self.assertRegex(returned, r'FAILED: sessions raised: recovr \d of 5')
+      tolerant = run_main(self.root / 'raising_ok', methods=['recovr'],
+                          num_sessions=5, max_error_share=1.0)
+      self.assertIsNone(tolerant)
     finally:
       environment.make_reasoner = original
+    metrics = json.loads((out / 'metrics.json').read_text())
+    self.assertGreater(metrics['recovr']['sessions_raised'], 0)
+    self.assertIn('### Sessions that raised', (out / 'report.md').read_text())
     rows = [json.loads(line) for line in
             (out / 'trajectories.jsonl').read_text().splitlines()]
     self.assertLen(rows, 5)

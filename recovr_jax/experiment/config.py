@@ -65,6 +65,9 @@ class RunConfig:
   # the one used).
   bootstrap_baseline: str = 'umivr'
   seed: int = 0                            # the bootstrap's
+  # Share of a method's sessions that may raise (each counted as a miss)
+  # before the run fails (non-zero exit, after writing its outputs).
+  max_error_share: float = 0.0
   resume: bool = True
   simulation: str = 'host'
   jit_chunk_size: int = 64                 # 0: every session every turn

@@ -129,5 +129,61 @@ def plot(per_method: dict, path_prefix: str) -> list[str]:
   return written
 
 
+_COUNTS = ('calls', 'first_pass_valid', 'retry_valid', 'fallback')
+
+
+def validity_counts(before: dict, after: dict) -> dict:
+  """The reasoning counts of the calls between two ``validity()``
+  snapshots of one backend: per module, calls, first-pass valid outputs,
+  valid retries and fallbacks (integers; ``validity()`` gives a rate)."""
+  def counts(v):
+    return {'calls': v['calls'],
+            'first_pass_valid': round(v['first_pass_valid'] * v['calls']),
+            'retry_valid': v['retry_valid'], 'fallback': v['fallback']}
+  out = {}
+  for module, v in after.items():
+    now = counts(v)
+    was = counts(before[module]) if module in before else dict.fromkeys(
+        _COUNTS, 0)
+    delta = {k: now[k] - was[k] for k in _COUNTS}
+    if delta['calls']:
+      out[module] = delta
+  return out
+
+
+def add_counts(a: dict, b: dict) -> dict:
+  """Sum of two ``validity_counts`` results."""
+  out = {m: dict(v) for m, v in a.items()}
+  for module, v in b.items():
+    row = out.setdefault(module, dict.fromkeys(_COUNTS, 0))
+    for k in _COUNTS:
+      row[k] += v[k]
+  return out
+
+
+def validity_markdown(counts_by_method: dict) -> str:
+  """Per method and module: calls, first-pass validity, retries and
+  fallbacks over every batch of the run (resumed ones included); methods
+  that made no reasoning call are left out."""
+  lines = ['### Reasoning validity (every batch, resumed ones included)', '',
+           '| method | module | calls | first-pass valid | valid retries | '
+           'fallbacks |', '|---|---|---:|---:|---:|---:|']
+  for method, modules in counts_by_method.items():
+    for module, c in sorted(modules.items()):
+      lines.append(f"| {method} | {module} | {c['calls']} | "
+                   f"{_pct(c['first_pass_valid'] / c['calls'])} | "
+                   f"{c['retry_valid']} | {c['fallback']} |")
+  return '\n'.join(lines) + '\n'
+
+
+def errors_markdown(raised: dict, num_sessions: int) -> str:
+  """Sessions that raised per method (each counted as a miss)."""
+  lines = ['### Sessions that raised (counted as misses)', '',
+           '| method | sessions that raised | of |', '|---|---:|---:|']
+  for method, n in raised.items():
+    lines.append(f'| {method} | {n} | {num_sessions} |')
+  return '\n'.join(lines) + '\n'
+
+
 def dumps(obj) -> str:
   return json.dumps(obj, indent=2, sort_keys=True)

@@ -7,9 +7,11 @@ writes the outputs; ``sweep(config, settings)`` runs one factor at a time.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
+import shutil
 import time
 
 from absl import logging
@@ -23,6 +25,11 @@ from recovr_jax.experiment import reporting
 from recovr_jax.experiment import resources
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
+
+
+class RunFailed(RuntimeError):
+  """A run that finished and wrote its outputs but must not pass: too
+  many sessions raised."""
 
 
 class ConfigError(ValueError):
@@ -77,6 +84,9 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     _fail(f'--session_shards={config.session_shards} but JAX sees '
           f'{len(jax.devices())} device(s); on a CPU export XLA_FLAGS='
           '--xla_force_host_platform_device_count=N first')
+  if not 0.0 <= config.max_error_share <= 1.0:
+    _fail('--max_error_share must be in [0, 1], got '
+          f'{config.max_error_share}')
   if config.jit_chunk_size < 0:
     _fail(f'--jit_chunk_size must be >= 0, got {config.jit_chunk_size}')
   if config.num_sessions is not None and config.num_sessions < 1:
@@ -211,50 +221,149 @@ def _batch_paths(out: pathlib.Path, method: str, b: int):
   return base / f'{b:05d}.npz', base / f'{b:05d}.json'
 
 
-def _save_batch(out, method, b, result, sessions, errors, stats):
+def _array_digest(displayed, top_scores) -> str:
+  h = hashlib.sha256()
+  for a in (displayed, top_scores):
+    a = np.ascontiguousarray(a)
+    h.update(f'{a.dtype}{a.shape}'.encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+def _save_batch(out, method, b, result, sessions, errors, counts, identity):
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   arrays, records = _batch_paths(out, method, b)
   arrays.parent.mkdir(parents=True, exist_ok=True)
   # The displayed lists go through orbax (absolute path, restore target);
-  # the records are JSON. Both are written before the marker file appears.
+  # the records are JSON, with the run identity that made the batch and a
+  # checksum of the lists. Both are written before the marker file appears.
   ckpt_dir = arrays.with_suffix('')
   with ocp.StandardCheckpointer() as ckpt:
     ckpt.save(ckpt_dir, {'displayed': result.displayed,
                          'top_scores': result.top_scores}, force=True)
   tmp = records.with_suffix('.tmp')
-  tmp.write_text(json.dumps({'sessions': sessions.tolist(),
-                             'records': result.records, 'errors': errors,
-                             'reasoning_stats': stats}))
+  tmp.write_text(json.dumps({
+      'identity': identity, 'sessions': sessions.tolist(),
+      'checksum': _array_digest(result.displayed, result.top_scores),
+      'records': result.records, 'errors': errors,
+      'reasoning_counts': counts}))
   tmp.replace(records)
 
 
-def _load_batch(out, method, b, shape):
+class CorruptBatch(ConfigError):
+  """A batch checkpoint that fails its checks; the message names it."""
+
+
+def _load_batch(out, method, b, shape, sessions, identity, num_ids):
+  """A finished batch, or ``None`` when there is none for these sessions
+  (e.g. after ``--num_sessions`` changed: the batch is rerun). A batch of
+  another run identity, with a wrong checksum or ids outside the gallery is
+  an error naming the file."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   arrays, records = _batch_paths(out, method, b)
   if not records.exists():
     return None
+  fix = 'rerun with --noresume (or delete it) to recompute it'
+  try:
+    meta = json.loads(records.read_text())
+    stored = (meta['identity'], meta['sessions'], meta['checksum'],
+              meta['records'], meta['errors'], meta['reasoning_counts'])
+  except (ValueError, KeyError, TypeError) as e:
+    raise CorruptBatch(f'batch checkpoint {records} is unreadable or '
+                       f'incomplete ({type(e).__name__}: {e}); {fix}') from e
+  if stored[0] != identity:
+    raise CorruptBatch(f'batch checkpoint {records} was made by a run with '
+                       f'other settings; {fix}')
+  if stored[1] != sessions.tolist():
+    return None
   target = {'displayed': jax.ShapeDtypeStruct(shape, np.int32),
             'top_scores': jax.ShapeDtypeStruct(shape[:2], np.float32)}
-  with ocp.StandardCheckpointer() as ckpt:
-    restored = ckpt.restore(arrays.with_suffix(''), target)
-  meta = json.loads(records.read_text())
-  return (host.BatchResult(displayed=np.asarray(restored['displayed']),
-                           top_scores=np.asarray(restored['top_scores']),
-                           records=meta['records']),
-          meta['errors'], meta['reasoning_stats'])
+  try:
+    with ocp.StandardCheckpointer() as ckpt:
+      restored = ckpt.restore(arrays.with_suffix(''), target)
+  except Exception as e:  # pylint: disable=broad-except
+    raise CorruptBatch(f'batch checkpoint {arrays.with_suffix("")} cannot '
+                       f'be restored ({type(e).__name__}: {e}); {fix}') from e
+  displayed = np.asarray(restored['displayed'])
+  top_scores = np.asarray(restored['top_scores'])
+  if _array_digest(displayed, top_scores) != stored[2]:
+    raise CorruptBatch(f'batch checkpoint {arrays.with_suffix("")} does not '
+                       f'match its checksum in {records}; {fix}')
+  if displayed.min() < -1 or displayed.max() >= num_ids:
+    raise CorruptBatch(f'batch checkpoint {arrays.with_suffix("")} holds ids '
+                       f'outside the gallery [0, {num_ids}); {fix}')
+  return (host.BatchResult(displayed=displayed, top_scores=top_scores,
+                           records=stored[3]), stored[4], stored[5])
+
+
+# RunConfig fields that do not shape a batch's lists: how many sessions
+# (each batch records its own), which methods (each has its own batches),
+# the report's bootstrap, where caches and outputs go, and bookkeeping.
+_NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
+                    'bootstrap_baseline', 'seed', 'cache_dir', 'output_dir',
+                    'resume', 'flags_text', 'max_error_share')
 
 
 def _resolved(config: config_lib.RunConfig) -> dict:
-  settings = config.settings
-  return {'base': dataclasses.asdict(config.loop),
-          'protocol': {'merlin_alpha': settings.merlin_alpha,
-                       'ask': dataclasses.asdict(settings.ask)},
-          'user': dataclasses.asdict(config.user),
-          'world': dataclasses.asdict(config.world),
-          'methods': list(config.methods), 'data': config.data,
-          'captions': config.captions,
-          'checkpoint_dir': config.checkpoint_dir,
-          'reasoner': config.reasoner, 'simulation': config.simulation}
+  """Everything that shapes the run's numbers, with content hashes of the
+  files and directories it reads, and ``identity``: the hash of the part
+  that shapes a batch's lists (each batch checkpoint records it)."""
+  from recovr_jax.experiment import integrity  # pylint: disable=g-import-not-at-top
+  resolved = json.loads(json.dumps(dataclasses.asdict(config)))
+  for name in ('output_dir', 'flags_text', 'resume'):
+    resolved.pop(name)
+  resolved['files'] = integrity.input_hashes(config)
+  resolved['backend'] = jax.default_backend()
+  shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
+  resolved['identity'] = hashlib.sha256(
+      json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:20]
+  return resolved
+
+
+def _differences(old: dict, new: dict, prefix='') -> list[str]:
+  out = []
+  for key in sorted(set(old) | set(new)):
+    if key in _NOT_IN_IDENTITY or key == 'identity':
+      continue
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      out += _differences(a, b, f'{prefix}{key}.')
+    elif a != b:
+      out.append(f'{prefix}{key}: {a!r} -> {b!r}')
+  return out
+
+
+def _claim(out: pathlib.Path, config, resolved: dict):
+  """Takes the directory's lock and checks that a resume would only reuse
+  batches of this run identity, before anything is written to it. Returns
+  the held lock (close it to release)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  lock = open(out / '.lock', 'w')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    lock.close()
+    _fail(f'another run is writing to --output_dir {out} (it holds '
+          f'{out / ".lock"}); wait for it or use another --output_dir')
+  try:
+    previous = out / 'resolved_config.json'
+    if config.resume and previous.exists():
+      try:
+        old = json.loads(previous.read_text())
+      except ValueError as e:
+        _fail(f'{previous} is unreadable ({e}); use --noresume to start '
+              'this directory afresh')
+      if old.get('identity') != resolved['identity']:
+        changed = _differences(old, resolved) or ['(a run of an older version)']
+        _fail(f'--output_dir {out} holds a run with other settings ('
+              f'{"; ".join(changed[:6])}); use another --output_dir, or '
+              '--noresume to discard its batches')
+    if not config.resume and (out / 'batches').exists():
+      shutil.rmtree(out / 'batches')
+  except BaseException:
+    lock.close()
+    raise
+  return lock
 
 
 def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
@@ -262,14 +371,20 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   earlier config with the same data (sweeps pass it to reuse the gallery)."""
   out = validate(config)
   start = time.time()
-  (out / 'flags.txt').write_text(config.flags_text)
   resolved = _resolved(config)
-  resolved_path = out / 'resolved_config.json'
-  if resolved_path.exists() and config.resume and json.loads(
-      resolved_path.read_text()) != json.loads(json.dumps(resolved)):
-    _fail(f'{out} holds a run with other settings; use another --output_dir '
-          'or --noresume')
-  resolved_path.write_text(reporting.dumps(resolved))
+  lock = _claim(out, config, resolved)
+  try:
+    return _run_claimed(config, built, out, start, resolved)
+  finally:
+    lock.close()
+
+
+def _run_claimed(config, built, out, start, resolved):
+  """``run`` once the directory is held and its batches are known to be
+  this run's."""
+  (out / 'flags.txt').write_text(config.flags_text)
+  (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+  identity = resolved['identity']
   if built is None:
     built = build(config)
   env = built.env
@@ -296,15 +411,17 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
         f'{len(env.gallery)} videos, {base.num_turns} turns', flush=True)
 
   progress = Progress(num * len(config.methods))
-  displayed, trajectories, reasoning_stats = {}, [], {}
+  displayed, trajectories, reasoning_counts, raised = {}, [], {}, {}
   for name in config.methods:
     method = methods_lib.make(name, config.settings)
     parts = []
     for b, batch in enumerate(batches):
       shape = (len(batch), base.num_turns + 1, base.list_length)
-      loaded = _load_batch(out, name, b, shape) if config.resume else None
+      loaded = _load_batch(out, name, b, shape, batch, identity,
+                           len(env.gallery))
       if loaded is None:
         errors = {}
+        before = reasoner.validity()
         if built.sim_env is not None:
           result = _run_jit(config, built.sim_env, method, batch, base)
         else:
@@ -317,12 +434,14 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
                             b, name, e)
             result = _per_session(env, method, batch, user, ctx, base, shape,
                                   errors)
-        stats = reasoner.validity()
-        _save_batch(out, name, b, result, batch, errors, stats)
+        counts = reporting.validity_counts(before, reasoner.validity())
+        _save_batch(out, name, b, result, batch, errors, counts, identity)
       else:
-        result, errors, stats = loaded
+        result, errors, counts = loaded
       parts.append(result)
-      reasoning_stats[name] = stats
+      raised[name] = raised.get(name, 0) + len(errors)
+      reasoning_counts[name] = reporting.add_counts(
+          reasoning_counts.get(name, {}), counts)
       for i, sess in enumerate(batch):
         trajectories.append({
             'method': name, 'session': int(sess),
@@ -334,11 +453,11 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
       progress.update(len(batch), name)
     displayed[name] = np.concatenate([p.displayed for p in parts])
   return _write_outputs(config, out, env, sessions, displayed, trajectories,
-                        reasoning_stats, start)
+                        reasoning_counts, raised, start)
 
 
 def _write_outputs(config, out, env, sessions, displayed, trajectories,
-                   reasoning_stats, start):
+                   reasoning_counts, raised, start):
   targets = np.asarray(env.target)[sessions]
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
@@ -355,6 +474,8 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
     boot.update(a='recovr', b=against,
                 num_resamples=config.bootstrap_resamples)
 
+  for m, n in raised.items():
+    per_method[m]['sessions_raised'] = n
   (out / 'metrics.json').write_text(reporting.dumps(per_method))
   (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
   (out / 'failure_modes.json').write_text(reporting.dumps(failures))
@@ -370,15 +491,25 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
             f'kappa = {kappa}, reasoner {config.reasoner}, user '
             f'{config.user}.')
   report = reporting.markdown(per_method, failures, boot, header)
-  if any(reasoning_stats.values()):
-    report += '\n### Reasoning validity\n\n```\n' + reporting.dumps(
-        reasoning_stats) + '\n```\n'
+  report += '\n' + reporting.errors_markdown(raised, len(sessions))
+  used = {m: c for m, c in reasoning_counts.items() if c}
+  if used:
+    report += '\n' + reporting.validity_markdown(used)
   (out / 'report.md').write_text(report)
   plots = reporting.plot(per_method, str(out / 'plot_'))
   print(report)
   if not plots:
     print('(matplotlib not installed: no plots; pip install ".[plots]")')
   print(f'wrote {out} in {time.time() - start:.0f}s')
+  over = {m: n for m, n in raised.items()
+          if n > config.max_error_share * len(sessions)}
+  if over:
+    raise RunFailed(
+        'sessions raised: ' + ', '.join(f'{m} {n} of {len(sessions)}'
+                                        for m, n in over.items()) +
+        f' (above --max_error_share={config.max_error_share:g}); the '
+        f'outputs in {out} count them as misses; the errors are in '
+        'trajectories.jsonl')
   return per_method
 
 
@@ -429,12 +560,18 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
       except ValueError as e:
         _fail(f'--sweep {name}={text}: {e}')
       configs.append((name, text, c))
-  built, rows = None, []
+  validate(config)  # the sweep's own directory, once its settings are good
+  built, rows, failed = None, [], []
   for name, text, c in configs:
     print(f'== sweep {name}={text}', flush=True)
     if built is None:
       built = build(c)
-    rows.append((name, text, run(c, built)))
+    try:
+      rows.append((name, text, run(c, built)))
+    except RunFailed as e:  # its outputs are written; the sweep goes on
+      failed.append(f'{name}={text}: {e}')
+      rows.append((name, text, json.loads(
+          (pathlib.Path(c.output_dir) / 'metrics.json').read_text())))
   num_turns = len(next(iter(rows[0][2].values()))['R@1'])
   lines = ['# Sweep (one factor at a time)', '',
            '| setting | method | ' + ' | '.join(
@@ -451,6 +588,8 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
   pathlib.Path(config.output_dir).mkdir(parents=True, exist_ok=True)
   (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)
   print(summary)
+  if failed:
+    raise RunFailed('; '.join(failed))
   return summary
 
 

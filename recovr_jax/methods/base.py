@@ -39,6 +39,14 @@ class Settings:
   ask: asking.AskPolicy = asking.AskPolicy()
   question_candidates: int = 10   # top results the Question Asker reads
 
+  def __post_init__(self):
+    if not 0.0 <= self.merlin_alpha <= 1.0:  # NaN fails too
+      raise ValueError('merlin_alpha must be in [0, 1], got '
+                       f'{self.merlin_alpha}')
+    if self.question_candidates < 1:
+      raise ValueError('question_candidates must be >= 1, got '
+                       f'{self.question_candidates}')
+
 
 @dataclasses.dataclass(frozen=True)
 class Shown:

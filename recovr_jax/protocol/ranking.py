@@ -11,6 +11,7 @@ Sessions that have stopped keep their state: the last list carries forward.
 """
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,11 @@ class LoopConfig:
                        f'{", ".join(fusion.RECENCIES)}')
     if min(self.kappa) < 1:
       raise ValueError(f'kappa must be >= 1, got {self.kappa}')
+    if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
+      raise ValueError(f'rrf_k must be a finite number >= 0, got {self.rrf_k}')
+    if not (math.isfinite(self.gamma) and 0 < self.gamma <= 1):
+      raise ValueError('gamma (the exp recency decay) must be in (0, 1], got '
+                       f'{self.gamma}')
 
 
 @jax.tree_util.register_dataclass

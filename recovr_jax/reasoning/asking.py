@@ -6,6 +6,7 @@ session's ask budget lasts. Modes: ``always``, ``never``, ``entropy``.
 """
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -27,8 +28,8 @@ class AskPolicy:
     if not 0.0 <= self.threshold <= 1.0:
       raise ValueError(f'ask threshold must be in [0, 1], got '
                        f'{self.threshold}')
-    if self.tau <= 0:
-      raise ValueError(f'ask tau must be > 0, got {self.tau}')
+    if not (math.isfinite(self.tau) and self.tau > 0):
+      raise ValueError(f'ask tau must be a finite number > 0, got {self.tau}')
     if self.budget < 0:
       raise ValueError(f'ask budget must be >= 0, got {self.budget}')
 

@@ -1,0 +1,161 @@
+"""Runs that never lie (issue #12): resume keyed on the run's identity,
+corrupt batches caught, bad values refused, one run per directory."""
+
+import fcntl
+import json
+import pathlib
+import shutil
+import tempfile
+
+from absl import flags
+from absl import app
+from absl.testing import absltest
+import numpy as np
+
+from recovr_jax.experiment import runner
+from tests import run_test
+
+SMALL = dict(methods=['recovr'], num_sessions=6, batch_size=5)
+
+
+def _run(out, **overrides):
+  return run_test.run_main(out, **dict(SMALL, **overrides))
+
+
+class ResumeIdentityTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    flags.FLAGS.mark_as_parsed()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+    cls.base = cls.root / 'base'
+    _run(cls.base)
+
+  def _copy(self, name):
+    copy = self.root / name
+    shutil.copytree(self.base, copy)
+    return copy
+
+  def test_other_user_seed_is_refused_and_leaves_the_directory_as_it_was(self):
+    copy = self._copy('seed')
+    before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    with self.assertRaisesRegex(app.UsageError,
+                                r'other settings \(user_seed: 0 -> 7'):
+      _run(copy, user_seed=7)
+    after = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    self.assertEqual(after, before)  # flags.txt included
+
+  def test_other_batch_size_is_refused_up_front(self):
+    with self.assertRaisesRegex(app.UsageError, 'batch_size: 5 -> 3'):
+      _run(self._copy('batch'), batch_size=3)
+
+  def test_growing_num_sessions_resumes_like_a_fresh_run(self):
+    copy = self._copy('grow')
+    _run(copy, num_sessions=10)  # batch 1 held session 5 only: rerun
+    fresh = self.root / 'fresh10'
+    _run(fresh, num_sessions=10)
+    for name in ('metrics.json', 'trajectories.jsonl'):
+      self.assertEqual((copy / name).read_bytes(), (fresh / name).read_bytes(),
+                       name)
+
+  def test_noresume_clears_old_batches_so_a_later_resume_does_not_mix(self):
+    copy = self._copy('noresume')
+    _run(copy, num_sessions=10, rrf_k=1.0, recency='uniform', resume=False)
+    _run(copy, num_sessions=5, resume=False)   # only batch 0 of the default
+    _run(copy, num_sessions=10)                # batch 1 must be recomputed
+    fresh = self.root / 'fresh10b'
+    _run(fresh, num_sessions=10)
+    self.assertEqual((copy / 'metrics.json').read_bytes(),
+                     (fresh / 'metrics.json').read_bytes())
+
+  def test_a_changed_checkpoint_file_is_another_run(self):
+    resolved = json.loads((self.base / 'resolved_config.json').read_text())
+    files = resolved['files']
+    self.assertEqual(set(files), {'checkpoint_dir', 'text_encoder'})
+    for entry in files.values():
+      self.assertLen(entry['sha256'], 64)
+    for key in ('user_seed', 'batch_size', 'num_sessions', 'checkpoint_dir'):
+      self.assertIn(key, resolved)
+
+  def test_a_second_run_into_a_held_directory_is_refused(self):
+    copy = self._copy('locked')
+    with open(copy / '.lock', 'w') as held:
+      fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      with self.assertRaisesRegex(app.UsageError, 'another run is writing'):
+        _run(copy)
+    _run(copy)  # released: resumes
+
+
+class CorruptBatchTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    flags.FLAGS.mark_as_parsed()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+    cls.base = cls.root / 'base'
+    _run(cls.base)
+
+  def _copy(self, name):
+    copy = self.root / name
+    shutil.copytree(self.base, copy)
+    return copy
+
+  def test_ids_outside_the_gallery_are_caught(self):
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    copy = self._copy('ids')
+    ckpt_dir = (copy / 'batches' / 'recovr' / '00000').absolute()
+    with ocp.StandardCheckpointer() as ckpt:
+      restored = ckpt.restore(ckpt_dir)
+      displayed = np.asarray(restored['displayed']).copy()
+      displayed[0, 1, 0] = 553473
+      ckpt.save(ckpt_dir, {'displayed': displayed,
+                           'top_scores': np.asarray(restored['top_scores'])},
+                force=True)
+    with self.assertRaisesRegex(app.UsageError,
+                                r'00000 does not match its checksum'):
+      _run(copy)
+
+  def test_flipped_bytes_in_the_lists_are_caught(self):
+    copy = self._copy('bytes')
+    ckpt_dir = copy / 'batches' / 'recovr' / '00000'
+    biggest = max((p for p in ckpt_dir.rglob('*') if p.is_file()),
+                  key=lambda p: p.stat().st_size)
+    data = bytearray(biggest.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 100):
+      data[i] ^= 0xFF
+    biggest.write_bytes(bytes(data))
+    with self.assertRaisesRegex(app.UsageError, r'batch checkpoint .*00000'):
+      _run(copy)
+
+  def test_truncated_batch_json_names_the_file(self):
+    copy = self._copy('json')
+    path = copy / 'batches' / 'recovr' / '00000.json'
+    path.write_text(path.read_text()[:50])
+    with self.assertRaisesRegex(app.UsageError,
+                                r'00000.json is unreadable or incomplete'):
+      _run(copy)
+
+
+class ValuesTest(absltest.TestCase):
+
+  def test_non_finite_and_out_of_range_values_are_refused_before_work(self):
+    flags.FLAGS.mark_as_parsed()
+    out = pathlib.Path(tempfile.mkdtemp()) / 'never'
+    for overrides, message in (
+        (dict(rrf_k=float('nan')), 'rrf_k must be a finite number'),
+        (dict(rrf_k=float('inf')), 'rrf_k must be a finite number'),
+        (dict(recency='exp', gamma=-1.0), r'gamma .* must be in \(0, 1\]'),
+        (dict(methods=['merlin'], merlin_alpha=5.0), 'merlin_alpha must be'),
+        (dict(ask_tau=float('nan')), 'ask tau must be a finite number'),
+        (dict(max_error_share=2.0), '--max_error_share must be in'),
+        (dict(sweep=['rrf_k=60|nan']), r'--sweep rrf_k=nan: rrf_k must be')):
+      with self.subTest(overrides):
+        with self.assertRaisesRegex(app.UsageError, message):
+          _run(out, **overrides)
+    self.assertFalse(out.exists())
+
+
+if __name__ == '__main__':
+  absltest.main()
