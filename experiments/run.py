@@ -127,6 +127,12 @@ _MAX_ERRORS = flags.DEFINE_float(
     'error and counted as a miss) before the run fails: it still writes its '
     'outputs, then exits non-zero. Default 0: any session that raised fails '
     'the run.')
+_OTHER_WORLD = flags.DEFINE_bool(
+    'allow_other_world_encoders', False,
+    'world: run even when the encoders (--checkpoint_dir) were trained on '
+    'a world with another --world_seed or --test_share, whose training '
+    'split holds some of this world\'s test combinations (the overlap is '
+    'printed). Off: such a run is refused.')
 _RESUME = flags.DEFINE_bool('resume', True,
                             'Reuse finished batches in --output_dir.')
 _SIMULATION = flags.DEFINE_enum(
@@ -206,6 +212,7 @@ def run_config() -> config_lib.RunConfig:
       bootstrap_resamples=_RESAMPLES.value,
       bootstrap_baseline=_BOOT_BASELINE.value, seed=_SEED.value,
       max_error_share=_MAX_ERRORS.value,
+      allow_other_world_encoders=_OTHER_WORLD.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())

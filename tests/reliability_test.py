@@ -7,12 +7,16 @@ import pathlib
 import shutil
 import tempfile
 
-from absl import flags
 from absl import app
+from absl import flags
 from absl.testing import absltest
+import jax
 import numpy as np
 
-from recovr_jax.experiment import runner
+from recovr_jax.world import encoders
+from recovr_jax.world import generator
+from recovr_jax.world import progress_memory
+from recovr_jax.world import training
 from tests import run_test
 
 SMALL = dict(methods=['recovr'], num_sessions=6, batch_size=5)
@@ -136,6 +140,86 @@ class CorruptBatchTest(absltest.TestCase):
     with self.assertRaisesRegex(app.UsageError,
                                 r'00000.json is unreadable or incomplete'):
       _run(copy)
+
+
+class ArtefactTest(absltest.TestCase):
+  """Checkpoints and caches are checked when read."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    flags.FLAGS.mark_as_parsed()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+
+  def _checkpoint_copy(self, name):
+    copy = self.root / name
+    shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, copy)
+    return copy
+
+  def test_flipped_bytes_in_the_composer_are_caught_naming_the_file(self):
+    copy = self._checkpoint_copy('flipped')
+    biggest = max((p for p in (copy / 'composer').rglob('*') if p.is_file()),
+                  key=lambda p: p.stat().st_size)
+    data = bytearray(biggest.read_bytes())
+    for i in range(1000, 1400):
+      data[i] ^= 0xFF
+    biggest.write_bytes(bytes(data))
+    with self.assertRaisesRegex(ValueError, f'{biggest} does not match its '
+                                'checksum'):
+      training.load_world_models(copy, generator.make_world(
+          generator.WorldConfig(num_test_triplets=4, num_train_triplets=4,
+                                gallery_size=50)))
+
+  def test_a_nan_parameter_is_caught_naming_the_leaf(self):
+    world = generator.make_world(generator.WorldConfig(
+        num_test_triplets=4, num_train_triplets=4, gallery_size=50))
+    video, composer = training.load_world_models(
+        encoders.DEFAULT_CHECKPOINT_DIR, world)
+    composer = jax.tree.map(np.array, composer)
+    leaf = jax.tree.leaves(composer)[0]
+    leaf.flat[0] = np.nan
+    copy = self._checkpoint_copy('nan')
+    metadata = encoders.load_metadata(copy / 'composer')
+    encoders.save_params(copy / 'composer', composer, metadata)  # checksummed
+    with self.assertRaisesRegex(ValueError, 'holds 1 NaN or infinite'):
+      training.load_world_models(copy, world)
+
+  def test_a_corrupt_cache_is_recomputed_with_a_warning(self):
+    cache = self.root / 'cache'
+    calls = []
+
+    def compute():
+      calls.append(1)
+      return (np.ones((3, 4), np.float32), ('a', 'b', 'c'),
+              np.ones((3, 4), np.float32))
+
+    progress_memory.load_or_compute(cache, 'k', compute)
+    path = cache / 'gallery-k.npz'
+    with np.load(path) as data:
+      arrays = {k: data[k] for k in data.files}
+    arrays['video'][1] = np.nan  # the checksum no longer matches
+    np.savez(path, **arrays)
+    got = progress_memory.load_or_compute(cache, 'k', compute)
+    self.assertFalse(got.from_cache)
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    got = progress_memory.load_or_compute(cache, 'k', compute)
+    self.assertFalse(got.from_cache)
+    self.assertLen(calls, 3)
+    self.assertTrue(progress_memory.load_or_compute(cache, 'k',
+                                                    compute).from_cache)
+
+  def test_non_finite_embeddings_are_an_error(self):
+    with self.assertRaisesRegex(ValueError, '1 gallery rows of video'):
+      progress_memory.load_or_compute(
+          None, 'x', lambda: (np.array([[np.nan, 0.0], [1.0, 0.0]]),
+                              ('a', 'b'), np.ones((2, 2))))
+
+  def test_encoders_of_another_world_seed_are_refused(self):
+    out = self.root / 'seed1'
+    with self.assertRaisesRegex(app.UsageError, r'seed 0, test_share 0.2; '
+                                r'\d+\.\d% of this world'):
+      _run(out, world_seed=1)
+    self.assertFalse((out / 'flags.txt').exists())
 
 
 class ValuesTest(absltest.TestCase):

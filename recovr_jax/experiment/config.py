@@ -68,6 +68,8 @@ class RunConfig:
   # Share of a method's sessions that may raise (each counted as a miss)
   # before the run fails (non-zero exit, after writing its outputs).
   max_error_share: float = 0.0
+  # Run on encoders trained on another world's split (its test leaks).
+  allow_other_world_encoders: bool = False
   resume: bool = True
   simulation: str = 'host'
   jit_chunk_size: int = 64                 # 0: every session every turn

@@ -7,45 +7,9 @@ a retrained checkpoint or an edited CSV is a different run, not a silent
 mix of batches.
 """
 
-import hashlib
-import os
-import pathlib
+from recovr_jax import checksums
 
-# (path, size, mtime_ns) -> digest: sweeps hash the same inputs once.
-_CACHE: dict[tuple, str] = {}
-
-
-def file_digest(path) -> str:
-  """SHA-256 of one file's bytes (cached by path, size and mtime)."""
-  path = pathlib.Path(path)
-  st = path.stat()
-  key = (str(path.absolute()), st.st_size, st.st_mtime_ns)
-  if key not in _CACHE:
-    h = hashlib.sha256()
-    with path.open('rb') as f:
-      for chunk in iter(lambda: f.read(1 << 20), b''):
-        h.update(chunk)
-    _CACHE[key] = h.hexdigest()
-  return _CACHE[key]
-
-
-def path_digest(path) -> str:
-  """SHA-256 of a file, or of a directory's files (relative names and
-  contents, in sorted order). A missing path is a ``FileNotFoundError``
-  naming it."""
-  path = pathlib.Path(path)
-  if path.is_file():
-    return file_digest(path)
-  if not path.is_dir():
-    raise FileNotFoundError(f'{path} does not exist')
-  h = hashlib.sha256()
-  for root, dirs, files in os.walk(path):
-    dirs.sort()
-    for name in sorted(files):
-      f = pathlib.Path(root) / name
-      h.update(str(f.relative_to(path)).encode() + b'\0')
-      h.update(file_digest(f).encode())
-  return h.hexdigest()
+path_digest = checksums.path_digest
 
 
 def input_paths(config) -> dict[str, str]:

@@ -75,6 +75,8 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
                           captioner.DEFAULT_CAPTIONER_DIR)
     except FileNotFoundError as e:
       _fail(f'--captioner_checkpoint: {e}')
+  if config.data == 'world':
+    _check_world_seed(config)
   if config.simulation not in config_lib.SIMULATIONS:
     _fail(f'unknown --simulation {config.simulation!r}; valid: '
           f'{", ".join(config_lib.SIMULATIONS)}')
@@ -121,6 +123,39 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
   except OSError as e:
     _fail(f'--output_dir {out} cannot be written: {e}')
   return out
+
+
+def _check_world_seed(config):
+  """Encoders trained on another world's split have seen this world's test
+  combinations: refused unless --allow_other_world_encoders, with the
+  overlap stated."""
+  from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import generator  # pylint: disable=g-import-not-at-top
+  checkpoint = pathlib.Path(config.checkpoint_dir or
+                            encoders.DEFAULT_CHECKPOINT_DIR)
+  try:
+    trained = encoders.load_metadata(checkpoint / 'video_encoder')[
+        'world_config']
+  except (FileNotFoundError, KeyError, ValueError) as e:
+    _fail(f'--checkpoint_dir {checkpoint}: cannot read the world the '
+          f'encoders were trained on ({e})')
+  world = config.world
+  theirs = (trained['seed'], trained['test_share'])
+  if theirs == (world.seed, world.test_share):
+    return
+  ours = generator.test_split(world.seed, world.test_share)
+  seen = ~generator.test_split(*theirs)
+  overlap = float((ours & seen).sum() / ours.sum())
+  message = (f'the encoders in {checkpoint} were trained on the world with '
+             f'seed {theirs[0]}, test_share {theirs[1]}; '
+             f'{100 * overlap:.1f}% of this world\'s test combinations '
+             '(--world_seed / --test_share) are in their training split')
+  if not config.allow_other_world_encoders:
+    _fail(message + '; train encoders for this world (python -m '
+          'experiments.train_world --world_seed=...) or pass '
+          '--allow_other_world_encoders to accept the leak')
+  logging.warning('%s (accepted: --allow_other_world_encoders)', message)
+  print(f'warning: {message} (accepted)', flush=True)
 
 
 def _check_jit(config):
@@ -301,7 +336,8 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
 # the report's bootstrap, where caches and outputs go, and bookkeeping.
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
                     'bootstrap_baseline', 'seed', 'cache_dir', 'output_dir',
-                    'resume', 'flags_text', 'max_error_share')
+                    'resume', 'flags_text', 'max_error_share',
+                    'allow_other_world_encoders')
 
 
 def _resolved(config: config_lib.RunConfig) -> dict:

@@ -16,6 +16,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.reasoning import schemas
 
 PROMPTS = {
@@ -128,8 +129,11 @@ class FlaxLMReasoner:
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxAutoModelForCausalLM  # pylint: disable=g-import-not-at-top
     check_model_dir(model_dir)
+    checksums.verify_manifest(model_dir, 'reasoner checkpoint')
     self.model_dir = model_dir
     self.model = FlaxAutoModelForCausalLM.from_pretrained(model_dir)
+    checksums.check_finite(self.model.params,
+                           f'reasoner checkpoint {model_dir}')
     self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
     self.tokenizer.padding_side = 'left'
     self.tokenizer.truncation_side = 'left'  # keep the end of the prompt

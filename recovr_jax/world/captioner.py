@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recovr_jax import checksums
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
@@ -141,10 +142,12 @@ class Captioner:
   def __init__(self, directory: str, batch_size: int = 256):
     from transformers import FlaxVisionEncoderDecoderModel, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
     check_dir(directory)
+    checksums.verify_manifest(directory, 'captioner checkpoint')
     self.directory = str(directory)
     with encoders.quiet_transformers():
       self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
     self.params = self.model.params
+    checksums.check_finite(self.params, f'captioner checkpoint {directory}')
     self.tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
     self.info = json.loads((pathlib.Path(directory) / MARKER).read_text())
     self.fingerprint = self.info['id']
@@ -271,8 +274,10 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
             'train_seconds': train_s, 'losses': losses,
             'params': int(sum(np.size(x) for x in jax.tree.leaves(params)))}
   (out / MARKER).write_text(json.dumps(report, indent=2))
+  checksums.write_manifest(out)
   report['test'] = evaluate(str(out), world, eval_videos, seed=config.seed)
   (out / MARKER).write_text(json.dumps(report, indent=2))
+  checksums.write_manifest(out)
   return report
 
 

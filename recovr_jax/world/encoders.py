@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import checksums
+
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train_world).
 DEFAULT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
@@ -214,6 +216,7 @@ def save_params(directory, params, metadata: dict) -> None:
   with ocp.StandardCheckpointer() as ckpt:
     ckpt.save(path, params, force=True)
   (directory / 'metadata.json').write_text(json.dumps(metadata, indent=2))
+  checksums.write_manifest(directory)
 
 
 def restore_params(directory, target):
@@ -230,6 +233,7 @@ def restore_params(directory, target):
   if not path.exists():
     raise FileNotFoundError(f'no checkpoint at {path}; train one with '
                             'python -m experiments.train_world')
+  checksums.verify_manifest(directory, 'encoder checkpoint')
   abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
   try:
     with ocp.StandardCheckpointer() as ckpt:
@@ -244,6 +248,7 @@ def restore_params(directory, target):
       raise ValueError(
           f'checkpoint {path}: {jax.tree_util.keystr(key_path)} has shape '
           f'{np.shape(got)}, the model expects {np.shape(want)}')
+  checksums.check_finite(restored, f'checkpoint {path}')
   return restored
 
 

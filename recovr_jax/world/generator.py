@@ -36,6 +36,7 @@ VALUES = {
 }
 NUM_VALUES = tuple(len(VALUES[a]) for a in ATTRIBUTES)
 NUM_ATTRIBUTES = len(ATTRIBUTES)
+NUM_COMBOS = int(np.prod(NUM_VALUES))  # 12,288
 
 # (singular, plural) nouns per shape.
 SHAPE_WORDS = {
@@ -388,13 +389,24 @@ def _sample_triplets(rng, combos, pool: np.ndarray, count: int, config,
                   unmentioned=np.array(unmentioned_all))
 
 
+def _split(rng, test_share: float) -> np.ndarray:
+  num = NUM_COMBOS
+  is_test = np.zeros(num, bool)
+  is_test[rng.permutation(num)[:int(round(test_share * num))]] = True
+  return is_test
+
+
+def test_split(seed: int, test_share: float) -> np.ndarray:
+  """``[12288]`` bool: the test split of the world with this seed and
+  test share (what ``make_world`` draws first)."""
+  return _split(np.random.default_rng(seed), test_share)
+
+
 def make_world(config: WorldConfig = WorldConfig()) -> World:
   """Builds the world of ``config``: splits, gallery, captions, triplets."""
   rng = np.random.default_rng(config.seed)
   combos = all_combos()
-  num_test = int(round(config.test_share * len(combos)))
-  is_test = np.zeros(len(combos), bool)
-  is_test[rng.permutation(len(combos))[:num_test]] = True
+  is_test = _split(rng, config.test_share)
   test_pool = np.flatnonzero(is_test)
   train_pool = np.flatnonzero(~is_test)
 

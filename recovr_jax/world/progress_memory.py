@@ -11,6 +11,7 @@ import hashlib
 import json
 import pathlib
 
+from absl import logging
 import jax
 import numpy as np
 
@@ -56,20 +57,60 @@ def load_or_compute(cache_dir, key: str, compute) -> GalleryMemory:
   if cache_dir is not None:
     path = pathlib.Path(cache_dir).absolute() / f'gallery-{key}.npz'
     if path.exists():
-      with np.load(path, allow_pickle=False) as data:
-        return GalleryMemory(key=key, video=data['video'],
-                             captions=tuple(data['captions'].tolist()),
-                             caption_text=data['caption_text'],
-                             from_cache=True)
+      cached = _read(path)
+      if cached is not None:
+        video, captions, caption_text = cached
+        return GalleryMemory(key=key, video=video, captions=captions,
+                             caption_text=caption_text, from_cache=True)
   video, captions, caption_text = compute()
+  video = np.asarray(video, np.float32)
+  caption_text = np.asarray(caption_text, np.float32)
+  for name, array in (('video', video), ('caption_text', caption_text)):
+    if not np.isfinite(array).all():
+      bad = int((~np.isfinite(array)).any(axis=-1).sum())
+      raise ValueError(f'Progress Memory: {bad} gallery rows of {name} '
+                       'embeddings are NaN or infinite (check the encoder '
+                       'checkpoints)')
   if path is not None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix('.tmp.npz')
-    np.savez(tmp, video=np.asarray(video, np.float32),
-             captions=np.array(captions, dtype=str),
-             caption_text=np.asarray(caption_text, np.float32))
+    np.savez(tmp, video=video, captions=np.array(captions, dtype=str),
+             caption_text=caption_text,
+             checksum=np.array(_checksum(video, captions, caption_text)))
     tmp.replace(path)  # atomic: a killed run leaves no half-written entry
-  return GalleryMemory(key=key, video=np.asarray(video, np.float32),
-                       captions=tuple(captions),
-                       caption_text=np.asarray(caption_text, np.float32),
-                       from_cache=False)
+  return GalleryMemory(key=key, video=video, captions=tuple(captions),
+                       caption_text=caption_text, from_cache=False)
+
+
+def _checksum(video, captions, caption_text) -> str:
+  h = hashlib.sha256()
+  for array in (video, caption_text):
+    h.update(np.ascontiguousarray(array, np.float32).tobytes())
+  h.update('\0'.join(captions).encode())
+  return h.hexdigest()
+
+
+def _read(path: pathlib.Path):
+  """A cache entry's arrays, or ``None`` (with a warning) when it is
+  unreadable, incomplete, fails its checksum or holds non-finite values:
+  the cache is derived data, so it is recomputed."""
+  try:
+    with np.load(path, allow_pickle=False) as data:
+      video = np.asarray(data['video'], np.float32)
+      captions = tuple(data['captions'].tolist())
+      caption_text = np.asarray(data['caption_text'], np.float32)
+      checksum = str(data['checksum'])
+  except Exception as e:  # pylint: disable=broad-except
+    problem = f'unreadable ({type(e).__name__}: {e})'
+  else:
+    if checksum != _checksum(video, captions, caption_text):
+      problem = 'does not match its checksum'
+    elif not (np.isfinite(video).all() and np.isfinite(caption_text).all()):
+      problem = 'holds NaN or infinite values'
+    else:
+      return video, captions, caption_text
+  logging.warning('Progress Memory cache %s is %s; recomputing it', path,
+                  problem)
+  print(f'warning: Progress Memory cache {path} is {problem}; recomputing it',
+        flush=True)
+  return None

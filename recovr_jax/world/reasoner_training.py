@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recovr_jax import checksums
 from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
@@ -217,6 +218,7 @@ def train(config: ReasonerConfig, world, output_dir, progress=None) -> dict:
             'train_prompts_truncated': truncated}
   (output_dir / MARKER).write_text(json.dumps({'spelling_fixer': True,
                                                **report}, indent=2))
+  checksums.write_manifest(output_dir)
   return report
 
 

@@ -1,0 +1,111 @@
+"""SHA-256 digests of files and directories, and checkpoint manifests.
+
+A checkpoint directory written by this library carries ``checksums.json``
+(every file's SHA-256, written at save time); loaders call
+``verify_manifest`` first, so a flipped byte is an error that names the
+file, not a model that silently computes something else.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+
+from absl import logging
+import numpy as np
+
+MANIFEST = 'checksums.json'
+# (path, size, mtime_ns) -> digest: sweeps and reloads hash a file once.
+_CACHE: dict[tuple, str] = {}
+
+
+def file_digest(path) -> str:
+  """SHA-256 of one file's bytes (cached by path, size and mtime)."""
+  path = pathlib.Path(path)
+  st = path.stat()
+  key = (str(path.absolute()), st.st_size, st.st_mtime_ns)
+  if key not in _CACHE:
+    h = hashlib.sha256()
+    with path.open('rb') as f:
+      for chunk in iter(lambda: f.read(1 << 20), b''):
+        h.update(chunk)
+    _CACHE[key] = h.hexdigest()
+  return _CACHE[key]
+
+
+def _files(directory: pathlib.Path):
+  for root, dirs, files in os.walk(directory):
+    dirs.sort()
+    for name in sorted(files):
+      f = pathlib.Path(root) / name
+      if f.relative_to(directory).as_posix() != MANIFEST:
+        yield f
+
+
+def path_digest(path) -> str:
+  """SHA-256 of a file, or of a directory's files (relative names and
+  contents in sorted order, its manifest left out)."""
+  path = pathlib.Path(path)
+  if path.is_file():
+    return file_digest(path)
+  if not path.is_dir():
+    raise FileNotFoundError(f'{path} does not exist')
+  h = hashlib.sha256()
+  for f in _files(path):
+    h.update(f.relative_to(path).as_posix().encode() + b'\0')
+    h.update(file_digest(f).encode())
+  return h.hexdigest()
+
+
+def write_manifest(directory) -> pathlib.Path:
+  """Writes ``directory/checksums.json``: relative path -> SHA-256."""
+  directory = pathlib.Path(directory)
+  manifest = {f.relative_to(directory).as_posix(): file_digest(f)
+              for f in _files(directory)}
+  path = directory / MANIFEST
+  path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + '\n')
+  return path
+
+
+def verify_manifest(directory, what: str = 'checkpoint') -> bool:
+  """Checks every file of ``directory`` against its manifest.
+
+  Returns False (with a warning) when there is no manifest (a checkpoint
+  written before manifests existed). Raises ``ValueError`` naming the file
+  that is missing, changed or unlisted.
+  """
+  directory = pathlib.Path(directory)
+  path = directory / MANIFEST
+  if not path.is_file():
+    logging.warning('%s %s has no %s: its files are not verified', what,
+                    directory, MANIFEST)
+    return False
+  try:
+    manifest = json.loads(path.read_text())
+  except ValueError as e:
+    raise ValueError(f'{what} manifest {path} is unreadable: {e}') from e
+  present = {f.relative_to(directory).as_posix() for f in _files(directory)}
+  for name, digest in sorted(manifest.items()):
+    if name not in present:
+      raise ValueError(f'{what} {directory}: {name} is missing (listed in '
+                       f'{path})')
+    if file_digest(directory / name) != digest:
+      raise ValueError(f'{what} file {directory / name} does not match its '
+                       f'checksum in {path} (corrupted or changed)')
+  extra = sorted(present - set(manifest))
+  if extra:
+    raise ValueError(f'{what} {directory} holds files its manifest {path} '
+                     f'does not list: {", ".join(extra[:5])}')
+  return True
+
+
+def check_finite(params, where: str) -> None:
+  """Raises ``ValueError`` naming the first parameter leaf of ``params``
+  that holds NaN or infinite values."""
+  import jax  # pylint: disable=g-import-not-at-top
+  for key_path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    leaf = np.asarray(leaf)
+    if np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all():
+      bad = int((~np.isfinite(leaf)).sum())
+      raise ValueError(f'{where}: parameter {jax.tree_util.keystr(key_path)} '
+                       f'holds {bad} NaN or infinite values')
