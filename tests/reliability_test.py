@@ -10,9 +10,14 @@ import tempfile
 from absl import app
 from absl import flags
 from absl.testing import absltest
+from absl.testing import flagsaver
 import jax
 import numpy as np
 
+from experiments import run
+from recovr_jax.real import clip_encoder
+from recovr_jax.real import data
+from recovr_jax.real import environment as real_environment
 from recovr_jax.world import encoders
 from recovr_jax.world import generator
 from recovr_jax.world import progress_memory
@@ -220,6 +225,74 @@ class ArtefactTest(absltest.TestCase):
                                 r'\d+\.\d% of this world'):
       _run(out, world_seed=1)
     self.assertFalse((out / 'flags.txt').exists())
+
+
+class MessagesTest(absltest.TestCase):
+  """Every loader error names the file and what was expected."""
+
+  def setUp(self):
+    super().setUp()
+    self.dir = pathlib.Path(tempfile.mkdtemp())
+
+  def _csv(self, text, encoding='utf-8'):
+    path = self.dir / 'ann.csv'
+    path.write_bytes(text.encode(encoding))
+    return path
+
+  def test_csv_encodings(self):
+    header = 'pth1,pth2,edit,txt1,txt2\n'
+    latin = self._csv(header + 'a,b,make it caf\u00e9,x,y\n', 'latin-1')
+    with self.assertRaisesRegex(ValueError, f'{latin}: not UTF-8 text '
+                                r'\(line 2'):
+      data.load_covr_csv(latin)
+    bom = self._csv('\ufeff' + header + 'a,b,edit,x,y\n')
+    self.assertEqual(data.load_covr_csv(bom).reference, ('a',))
+
+  def test_reference_equal_to_target_is_an_error(self):
+    path = self._csv('pth1,pth2,edit,txt1,txt2\na,b,e,x,y\nc,c,e,x,y\n')
+    with self.assertRaisesRegex(ValueError, r'row 3: the reference \(pth1\) '
+                                'and the target'):
+      data.load_covr_csv(path)
+
+  def test_embeddings_that_are_not_archives(self):
+    for name in ('g.npz', 'g.safetensors'):
+      path = self.dir / name
+      path.write_bytes(b'not an archive at all' * 10)
+      with self.assertRaisesRegex(ValueError, f'{path}: not a readable'):
+        data.load_embeddings(path)
+
+  def test_gallery_without_captions_is_an_error_for_the_caption_user(self):
+    gallery = self.dir / 'g.npz'
+    data.save_embeddings(gallery, ['a', 'b'], np.eye(2, 4, dtype=np.float32))
+    ann = self._csv('pth1,pth2,edit,txt1,txt2\na,b,e,x,y\n')
+    clip_dir = self.dir / 'clip'
+    clip_dir.mkdir()
+    with self.assertRaisesRegex(ValueError, 'has no captions'):
+      real_environment.real_environment(str(ann), str(gallery), str(clip_dir))
+
+  def test_clip_directory_without_tokenizer_files(self):
+    clip_dir = self.dir / 'clip'
+    clip_dir.mkdir()
+    (clip_dir / 'config.json').write_text('{}')
+    (clip_dir / 'flax_model.msgpack').write_bytes(b'')
+    with self.assertRaisesRegex(FileNotFoundError, 'is missing tokenizer '
+                                'files'):
+      clip_encoder.check_clip_dir(str(clip_dir))
+
+  def test_output_and_cache_directories_are_checked_before_work(self):
+    flags.FLAGS.mark_as_parsed()
+    with self.assertRaisesRegex(app.UsageError, '--output_dir is empty'):
+      with flagsaver.flagsaver(**dict(run_test.TINY, output_dir='',
+                                      methods=['recovr'])):
+        run.main(['run'])
+    a_file = self.dir / 'cache_file'
+    a_file.write_text('x')
+    with self.assertRaisesRegex(app.UsageError, f'--cache_dir {a_file} '
+                                'cannot be used as a directory'):
+      with flagsaver.flagsaver(**dict(run_test.TINY, methods=['recovr'],
+                                      output_dir=str(self.dir / 'o'),
+                                      cache_dir=str(a_file))):
+        run.main(['run'])
 
 
 class ValuesTest(absltest.TestCase):

@@ -102,12 +102,34 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     for name in ('annotations', 'gallery_embeddings'):
       if not os.path.isfile(getattr(config, name)):
         _fail(f'--{name} {getattr(config, name)} does not exist')
-    if not os.path.isdir(config.clip_dir):
-      _fail(f'--clip_dir {config.clip_dir} is not a directory')
+    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
+    try:
+      clip_encoder.check_clip_dir(config.clip_dir)
+    except FileNotFoundError as e:
+      _fail(f'--clip_dir: {e}')
   if config.reasoner_checkpoint and not os.path.isdir(
       config.reasoner_checkpoint):
     _fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
           'directory')
+  if config.reasoner == 'flax_lm' and config.data == 'world':
+    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+    try:  # before any model loads
+      flax_lm.check_model_dir(config.reasoner_checkpoint or
+                              reasoner_training.DEFAULT_REASONER_DIR)
+    except (FileNotFoundError, ValueError) as e:
+      _fail(f'--reasoner_checkpoint: {e}')
+  if not config.output_dir or not str(config.output_dir).strip():
+    _fail('--output_dir is empty; name a directory for the outputs')
+  if config.cache_dir:
+    cache = pathlib.Path(config.cache_dir).absolute()
+    try:
+      cache.mkdir(parents=True, exist_ok=True)
+      probe = cache / '.write_test'
+      probe.write_text('ok')
+      probe.unlink()
+    except OSError as e:
+      _fail(f'--cache_dir {cache} cannot be used as a directory: {e}')
   try:
     resources.select_device(config.platform)
   except ValueError as e:

@@ -9,6 +9,7 @@ L2-normalised.
 
 import json
 import os
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -24,26 +25,47 @@ def _normalise(x):
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
+def check_clip_dir(model_dir) -> None:
+  """Raises ``FileNotFoundError`` naming what a CLIP directory lacks: its
+  config.json, weights (flax_model.msgpack or model.safetensors /
+  pytorch_model.bin) and tokenizer (tokenizer.json, or vocab.json and
+  merges.txt)."""
+  d = pathlib.Path(model_dir)
+  if not d.is_dir():
+    raise FileNotFoundError(f'CLIP directory {model_dir!r} does not exist')
+  has = lambda *names: all((d / n).is_file() for n in names)
+  missing = []
+  if not has('config.json'):
+    missing.append('config.json')
+  if not (has('flax_model.msgpack') or has('model.safetensors') or
+          has('pytorch_model.bin')):
+    missing.append('weights (flax_model.msgpack)')
+  if not (has('tokenizer.json') or has('vocab.json', 'merges.txt')):
+    missing.append('tokenizer files (tokenizer.json, or vocab.json and '
+                   'merges.txt)')
+  if missing:
+    raise FileNotFoundError(
+        f'CLIP directory {model_dir!r} is missing {", ".join(missing)} (save '
+        'the model and its tokenizer with save_pretrained)')
+
+
 class ClipEncoder:
   """Text and video embeddings from a local Flax CLIP checkpoint."""
 
   def __init__(self, model_dir: str, batch_size: int = 64):
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
-    if not os.path.isfile(os.path.join(model_dir, 'config.json')):
-      raise FileNotFoundError(
-          f'CLIP checkpoint directory {model_dir!r} has no config.json (save '
-          'one with FlaxCLIPModel.save_pretrained)')
+    check_clip_dir(model_dir)
     try:
       self._model = FlaxCLIPModel.from_pretrained(model_dir)
-    except (OSError, ValueError) as e:
-      raise ValueError(f'cannot load a FlaxCLIPModel from {model_dir!r}: {e}'
-                       ) from e
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'cannot load a FlaxCLIPModel from {model_dir!r} '
+                       f'({type(e).__name__}: {e})') from e
     try:
       self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    except (OSError, ValueError) as e:
-      raise ValueError(f'cannot load the tokenizer in {model_dir!r}: {e}'
-                       ) from e
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'cannot load the tokenizer in {model_dir!r} '
+                       f'({type(e).__name__}: {e})') from e
     self.model_dir = model_dir
     self._batch = batch_size
     config = self._model.config

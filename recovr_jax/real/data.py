@@ -8,6 +8,7 @@ is row 2.
 
 import csv
 import dataclasses
+import io
 import json
 import pathlib
 
@@ -54,7 +55,13 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
     raise FileNotFoundError(f'annotation file {path} does not exist')
   known = None if video_ids is None else set(video_ids)
   columns = {c: [] for c in REQUIRED_COLUMNS}
-  with path.open(newline='', encoding='utf-8') as f:
+  try:
+    text = path.read_bytes().decode('utf-8-sig')  # a BOM is not a column
+  except UnicodeDecodeError as e:
+    line = path.read_bytes()[:e.start].count(b'\n') + 1
+    raise ValueError(f'{path}: not UTF-8 text (line {line}, byte '
+                     f'{e.start}: {e.reason}); save it as UTF-8') from e
+  with io.StringIO(text, newline='') as f:
     reader = csv.DictReader(f)
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -75,6 +82,11 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
           raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
                            f'video id {value!r} (not in the gallery)')
         columns[c].append(value)
+      if columns['pth1'][-1] == columns['pth2'][-1]:
+        raise ValueError(f'{path}: row {row_number}: the reference (pth1) '
+                         f'and the target (pth2) are the same video '
+                         f'{columns["pth1"][-1]!r}; the reference is excluded '
+                         'from retrieval, so no method could ever find it')
   if not columns['pth1']:
     raise ValueError(f'{path}: no data rows')
   return CovrAnnotations(
@@ -119,8 +131,13 @@ def load_embeddings(path, dim: int | None = None) -> GalleryEmbeddings:
   if not path.is_file():
     raise FileNotFoundError(f'embeddings file {path} does not exist')
   if path.suffix == '.npz':
-    with np.load(path, allow_pickle=False) as data:
-      fields = dict(data.items())
+    try:
+      with np.load(path, allow_pickle=False) as data:
+        fields = dict(data.items())
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'{path}: not a readable .npz archive ({type(e).__name__}'
+                       f': {e}); expected arrays ids, video and optional '
+                       'captions') from e
     for key in ('ids', 'video'):
       if key not in fields:
         raise ValueError(f'{path}: missing array {key!r}; found '
@@ -131,12 +148,23 @@ def load_embeddings(path, dim: int | None = None) -> GalleryEmbeddings:
     captions = None if captions is None else [str(c) for c in captions]
   elif path.suffix == '.safetensors':
     from safetensors import safe_open  # pylint: disable=g-import-not-at-top
-    with safe_open(str(path), framework='numpy') as f:
-      metadata = f.metadata() or {}
-      if 'video' not in f.keys():
-        raise ValueError(f'{path}: missing tensor \'video\'; found '
-                         f'{", ".join(f.keys())}')
-      video = f.get_tensor('video')
+    try:
+      with safe_open(str(path), framework='numpy') as f:
+        metadata = f.metadata() or {}
+        keys = list(f.keys())
+        video = f.get_tensor('video') if 'video' in keys else None
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'{path}: not a readable .safetensors file '
+                       f'({type(e).__name__}: {e})') from e
+    if video is None:
+      raise ValueError(f'{path}: missing tensor \'video\'; found '
+                       f'{", ".join(keys)}')
+    try:
+      json.loads(metadata.get('ids', '[]'))
+      json.loads(metadata.get('captions', '[]'))
+    except ValueError as e:
+      raise ValueError(f"{path}: metadata 'ids' / 'captions' must be JSON "
+                       f'lists ({e})') from e
     if 'ids' not in metadata:
       raise ValueError(f"{path}: missing metadata 'ids' (a JSON list of "
                        'video ids)')

@@ -19,6 +19,20 @@ def real_environment(annotations: str, gallery_embeddings: str,
   and the local CLIP that embedded them (for the text side)."""
   gallery = data.load_embeddings(gallery_embeddings)
   ann = data.load_covr_csv(annotations, video_ids=gallery.ids)
+
+  index = gallery.index()
+  if gallery.captions is None:
+    raise ValueError(f'--gallery_embeddings {gallery_embeddings} has no '
+                     'captions; the caption-based simulated user describes '
+                     "the target from its caption (write them with "
+                     'experiments.embed_videos --captions=...)')
+  captions = tuple(gallery.captions)
+  empty = sorted({t for t in ann.target if not captions[index[t]].strip()})
+  if empty:
+    raise ValueError(f'--gallery_embeddings {gallery_embeddings}: the '
+                     f'caption of target video {empty[0]!r} is empty ('
+                     f'{len(empty)} targets); the caption-based simulated '
+                     'user needs it')
   clip = clip_encoder.ClipEncoder(clip_dir)
   if clip.dim != gallery.video.shape[1]:
     raise ValueError(f'--gallery_embeddings has dimension '
@@ -33,8 +47,6 @@ def real_environment(annotations: str, gallery_embeddings: str,
     return np.stack([cache[t] for t in texts]) if texts else np.zeros(
         (0, clip.dim), np.float32)
 
-  index = gallery.index()
-  captions = gallery.captions or tuple('' for _ in gallery.ids)
   return host.Environment(
       gallery=gallery.video, captions=captions, attributes=None,
       reference=np.array([index[r] for r in ann.reference]),

@@ -131,7 +131,12 @@ class FlaxLMReasoner:
     check_model_dir(model_dir)
     checksums.verify_manifest(model_dir, 'reasoner checkpoint')
     self.model_dir = model_dir
-    self.model = FlaxAutoModelForCausalLM.from_pretrained(model_dir)
+    try:
+      self.model = FlaxAutoModelForCausalLM.from_pretrained(model_dir)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'reasoner checkpoint {model_dir!r} cannot be loaded '
+                       f'({type(e).__name__}: {e}); is flax_model.msgpack '
+                       'complete?') from e
     checksums.check_finite(self.model.params,
                            f'reasoner checkpoint {model_dir}')
     self.tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -145,7 +145,12 @@ class Captioner:
     checksums.verify_manifest(directory, 'captioner checkpoint')
     self.directory = str(directory)
     with encoders.quiet_transformers():
-      self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
+      try:
+        self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
+      except Exception as e:  # pylint: disable=broad-except
+        raise ValueError(f'captioner checkpoint {str(directory)!r} cannot be '
+                         f'loaded ({type(e).__name__}: {e}); is '
+                         'flax_model.msgpack complete?') from e
     self.params = self.model.params
     checksums.check_finite(self.params, f'captioner checkpoint {directory}')
     self.tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
