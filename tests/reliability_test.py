@@ -18,8 +18,11 @@ from experiments import run
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
 from recovr_jax.real import environment as real_environment
+from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders
+from recovr_jax.world import environment as world_environment
 from recovr_jax.world import generator
+from recovr_jax.world import lexicon
 from recovr_jax.world import progress_memory
 from recovr_jax.world import training
 from tests import run_test
@@ -94,6 +97,55 @@ class ResumeIdentityTest(absltest.TestCase):
       with self.assertRaisesRegex(app.UsageError, 'another run is writing'):
         _run(copy)
     _run(copy)  # released: resumes
+
+
+class Counting(rules.RulesReasoner):
+  """The rules backend with flax_lm-style validity counts (every output
+  valid on the first pass)."""
+
+  def __init__(self, lexicon):
+    super().__init__(lexicon)
+    self.calls = {}
+
+  def call(self, module, requests):
+    self.calls[module] = self.calls.get(module, 0) + len(requests)
+    return super().call(module, requests)
+
+  def validity(self):
+    return {m: {'calls': n, 'first_pass_valid': 1.0, 'retry_valid': 0,
+                'fallback': 0} for m, n in self.calls.items()}
+
+
+class ValidityCountsTest(absltest.TestCase):
+
+  def test_counts_are_per_method_and_survive_a_resume(self):
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    original = world_environment.make_reasoner
+    world_environment.make_reasoner = lambda *a, **k: Counting(lexicon)
+    try:
+      fresh = root / 'fresh'
+      _run(fresh, methods=['recovr', 'ivr'], num_sessions=10)
+      resumed = root / 'resumed'
+      shutil.copytree(fresh, resumed)
+      for p in (resumed / 'batches' / 'recovr').iterdir():
+        if not p.name.startswith('00000'):
+          shutil.rmtree(p) if p.is_dir() else p.unlink()
+      _run(resumed, methods=['recovr', 'ivr'], num_sessions=10)
+    finally:
+      world_environment.make_reasoner = original
+    section = lambda d: (d / 'report.md').read_text().split(
+        '### Reasoning validity')[1]
+    self.assertEqual(section(resumed), section(fresh))
+    self.assertIn('| recovr | intent |', section(fresh))
+    self.assertNotIn('| ivr |', section(fresh))  # it makes no reasoning call
+    calls = int(section(fresh).split('| recovr | intent | ')[1].split(' ')[0])
+    rows = [json.loads(line) for line in
+            (fresh / 'trajectories.jsonl').read_text().splitlines()]
+    feedback_turns = sum(1 for r in rows if r['method'] == 'recovr'
+                         for t in r['turns'][1:]
+                         if t['action'] not in (None, 'stopped'))
+    self.assertEqual(calls, feedback_turns)
 
 
 class CorruptBatchTest(absltest.TestCase):

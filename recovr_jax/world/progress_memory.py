@@ -104,13 +104,13 @@ def _read(path: pathlib.Path):
     problem = f'unreadable ({type(e).__name__}: {e})'
   else:
     if checksum != _checksum(video, captions, caption_text):
-      problem = 'does not match its checksum'
+      problem = 'fails its checksum'
     elif not (np.isfinite(video).all() and np.isfinite(caption_text).all()):
       problem = 'holds NaN or infinite values'
     else:
       return video, captions, caption_text
-  logging.warning('Progress Memory cache %s is %s; recomputing it', path,
+  logging.warning('Progress Memory cache %s: %s; recomputing it', path,
                   problem)
-  print(f'warning: Progress Memory cache {path} is {problem}; recomputing it',
+  print(f'warning: Progress Memory cache {path}: {problem}; recomputing it',
         flush=True)
   return None

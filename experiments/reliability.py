@@ -1,0 +1,283 @@
+"""Bad inputs and faults tried against the runner (the README's Reliability
+table).
+
+  python -m experiments.reliability --output_md=results/reliability.md
+
+Each case runs ``python -m experiments.run`` in a subprocess on a tiny world
+(v1, 12 sessions, 3 turns) in a scratch directory, after breaking one thing,
+and checks what the run does: refuse before work with a message that names
+what to fix, recompute derived data with a warning, or give the same outputs
+as a clean run. The kill-and-resume case SIGKILLs a run after its first
+batch and compares the resumed outputs byte for byte. Exits non-zero if any
+case does not behave as expected.
+"""
+
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+_OUTPUT = flags.DEFINE_string('output_md', None,
+                              'Also write the table (markdown) here.')
+_KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
+
+TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
+        '--gallery_size=300', '--num_sessions=12', '--batch_size=5',
+        '--num_turns=3', '--bootstrap_resamples=200', '--methods=recovr']
+OUTPUTS = ('metrics.json', 'trajectories.jsonl', 'failure_modes.json',
+           'bootstrap.json')
+
+
+class Scratch:
+  """A scratch root with a shared cache and a clean reference run."""
+
+  def __init__(self, root: pathlib.Path):
+    self.root = root
+    self.cache = root / 'cache'
+
+  def run(self, out, *args, wait=True):
+    cmd = [sys.executable, '-m', 'experiments.run', *TINY,
+           f'--cache_dir={self.cache}', f'--output_dir={out}', *args]
+    if not wait:
+      return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    start = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout + done.stderr, time.time() - start
+
+  def copy(self, src, name):
+    dst = self.root / name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _same(a, b) -> bool:
+  return all((a / n).read_bytes() == (b / n).read_bytes() for n in OUTPUTS)
+
+
+def _message(text: str) -> str:
+  """The line of the output that carries the warning or the error (absl
+  prints a refused run's message last, after the usage text)."""
+  for pattern in (r'(warning: .*)', r'FAILED: (.*)'):
+    found = re.findall(pattern, text)
+    if found:
+      return found[-1].strip()
+  lines = [line for line in text.strip().splitlines() if line.strip()]
+  return lines[-1].strip() if lines else '(no output)'
+
+
+def _refused(rc, text, pattern) -> tuple[str, bool]:
+  msg = _message(text)
+  return f'refused (exit {rc}): {msg}', rc != 0 and bool(
+      re.search(pattern, text))
+
+
+def cases(s: Scratch, clean: pathlib.Path):
+  """Yields ``(case, outcome, as_expected)``."""
+  from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
+
+  # Resume and run identity.
+  d = s.copy(clean, 'seed')
+  flags_before = (d / 'flags.txt').read_bytes()
+  rc, text, _ = s.run(d, '--user_seed=7')
+  outcome, ok = _refused(rc, text, r'user_seed: 0 -> 7')
+  ok &= (d / 'flags.txt').read_bytes() == flags_before
+  yield ('--user_seed=7 into a directory of a seed-0 run', outcome +
+         '; its flags.txt untouched', ok)
+
+  d = s.root / 'noresume'
+  s.run(d, '--rrf_k=1', '--recency=uniform')
+  s.run(d, '--noresume', '--num_sessions=5')
+  rc, _, _ = s.run(d)
+  yield ('`--rrf_k=1 --recency=uniform` run, then `--noresume '
+         '--num_sessions=5`, then a default resume',
+         f'exit {rc}; outputs equal a clean run: {_same(d, clean)} (the '
+         'old batches were cleared)', rc == 0 and _same(d, clean))
+
+  d = s.root / 'grow'
+  s.run(d, '--num_sessions=6')
+  rc, _, _ = s.run(d)
+  yield ('growing --num_sessions from 6 to 12 in the same directory',
+         f'exit {rc}; the partial batch is rerun; outputs equal a clean run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean))
+
+  d = s.copy(clean, 'batch')
+  rc, text, _ = s.run(d, '--batch_size=4')
+  yield ('changing --batch_size in an existing directory',
+         *_refused(rc, text, r'batch_size: 5 -> 4'))
+
+  # Values.
+  for args, pattern in (
+      (['--rrf_k=nan'], 'rrf_k must be a finite number'),
+      (['--rrf_k=inf'], 'rrf_k must be a finite number'),
+      (['--recency=exp', '--gamma=-1'], r'gamma .* must be in \(0, 1\]'),
+      (['--sweep=rrf_k=nan'], r'--sweep rrf_k=nan: rrf_k must be'),
+      (['--methods=merlin', '--merlin_alpha=5'], 'merlin_alpha must be in'),
+      (['--ask_tau=nan'], 'ask tau must be a finite number'),
+      (['--noise_rate=1.5'], r'noise_rate must be in \[0, 1\]')):
+    d = s.root / ('value' + str(abs(hash(tuple(args)))))
+    rc, text, _ = s.run(d, *args)
+    outcome, ok = _refused(rc, text, pattern)
+    yield (' '.join(f'`{a}`' for a in args), outcome +
+           f'; output directory created: {d.exists()}', ok and not d.exists())
+
+  # Artefacts.
+  cache_file = next(s.cache.glob('gallery-*.npz'))
+  backup = cache_file.read_bytes()
+  with np.load(cache_file) as data:
+    arrays = {k: data[k] for k in data.files}
+  arrays['video'][:50] = np.nan
+  np.savez(cache_file, **arrays)
+  d = s.root / 'nan_cache'
+  rc, text, _ = s.run(d)
+  yield ('50 NaN rows in the gallery cache',
+         f'exit {rc}: {_message(text)}; outputs equal a clean run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean) and
+         'recomputing it' in text)
+  cache_file.write_bytes(backup[:len(backup) // 2])
+  d = s.root / 'cut_cache'
+  rc, text, _ = s.run(d)
+  yield ('a truncated gallery cache',
+         f'exit {rc}: {_message(text)}; outputs equal a clean run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean) and
+         'recomputing it' in text)
+
+  ckpt = s.root / 'ckpt_flip'
+  shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
+  big = max((p for p in (ckpt / 'composer').rglob('*') if p.is_file()),
+            key=lambda p: p.stat().st_size)
+  raw = bytearray(big.read_bytes())
+  for i in range(1000, 1400):
+    raw[i] ^= 0xFF
+  big.write_bytes(bytes(raw))
+  rc, text, _ = s.run(s.root / 'flip', f'--checkpoint_dir={ckpt}')
+  yield ('400 flipped bytes in the composer checkpoint',
+         *_refused(rc, text, 'does not match its checksum'))
+
+  ckpt = s.root / 'ckpt_nan'
+  shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
+  _nan_composer(ckpt)
+  rc, text, _ = s.run(s.root / 'nan_ckpt', f'--checkpoint_dir={ckpt}')
+  yield ('a composer checkpoint with one NaN leaf value (re-saved, so its '
+         'checksums match)', *_refused(rc, text, 'NaN or infinite values'))
+
+  d = s.copy(clean, 'zeroed')
+  ckpt_dir = d / 'batches' / 'recovr' / '00000'
+  big = max((p for p in ckpt_dir.rglob('*') if p.is_file()),
+            key=lambda p: p.stat().st_size)
+  raw = bytearray(big.read_bytes())
+  mid = len(raw) // 2
+  raw[mid:mid + 100] = bytes(100)
+  big.write_bytes(bytes(raw))
+  rc, text, _ = s.run(d)
+  yield ('100 zeroed bytes in a batch checkpoint',
+         *_refused(rc, text, r'batch checkpoint .*00000'))
+
+  d = s.copy(clean, 'json')
+  path = d / 'batches' / 'recovr' / '00001.json'
+  path.write_text(path.read_text()[:40])
+  rc, text, _ = s.run(d)
+  yield ('a truncated batch JSON', *_refused(
+      rc, text, r'00001.json is unreadable or incomplete'))
+
+  rc, text, _ = s.run(s.root / 'seed1', '--world_seed=1')
+  yield ('--world_seed=1 with the encoders trained on seed 0',
+         *_refused(rc, text, r'% of this world\'s test combinations'))
+
+  # Errors visible in the outputs.
+  d = s.root / 'lock'
+  first = s.run(d, '--methods=recovr,ivr,merlin,umivr,history_rewrite',
+                wait=False)  # long enough to be caught holding the lock
+  while not (d / 'flags.txt').exists() and first.poll() is None:
+    time.sleep(0.2)
+  rc, text, _ = s.run(d)
+  first.wait()
+  yield ('two runs into one directory at once', *_refused(
+      rc, text, 'another run is writing'))
+
+  rc, text, _ = s.run('')
+  yield ('`--output_dir=` (empty)', *_refused(rc, text, 'output_dir is empty'))
+  a_file = s.root / 'a_file'
+  a_file.write_text('x')
+  rc, text, secs = s.run(s.root / 'cachefile', f'--cache_dir={a_file}')
+  outcome, ok = _refused(rc, text, 'cannot be used as a directory')
+  yield ('`--cache_dir` naming a file', outcome + f' after {secs:.0f} s', ok)
+
+  reasoner = s.root / 'reasoner_missing'
+  reasoner.mkdir()
+  (reasoner / 'config.json').write_text('{}')
+  rc, text, secs = s.run(s.root / 'lm', '--reasoner=flax_lm',
+                         f'--reasoner_checkpoint={reasoner}')
+  outcome, ok = _refused(rc, text, 'is missing')
+  yield ('a reasoner directory missing files', outcome + f' after {secs:.0f} '
+         's (before any model loads)', ok)
+
+  # Kill and resume.
+  d = s.root / 'killed'
+  proc = s.run(d, wait=False)
+  first_batch = d / 'batches' / 'recovr' / '00000.json'
+  while not first_batch.exists() and proc.poll() is None:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  rc, _, _ = s.run(d)
+  yield ('SIGKILL after the first batch, then the same command',
+         f'exit {rc}; outputs byte-identical to an uninterrupted run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean))
+
+
+def _nan_composer(ckpt: pathlib.Path) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import generator  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import training  # pylint: disable=g-import-not-at-top
+  world = generator.make_world(generator.WorldConfig(
+      num_test_triplets=4, num_train_triplets=4, gallery_size=50))
+  _, composer = training.load_world_models(ckpt, world)
+  composer = jax.tree.map(np.array, composer)
+  jax.tree.leaves(composer)[0].flat[0] = np.nan
+  encoders.save_params(ckpt / 'composer', composer,
+                       encoders.load_metadata(ckpt / 'composer'))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  root = pathlib.Path(tempfile.mkdtemp(prefix='reliability-'))
+  s = Scratch(root)
+  clean = root / 'clean'
+  rc, text, secs = s.run(clean)
+  if rc:
+    raise RuntimeError(f'the clean reference run failed:\n{text[-2000:]}')
+  print(f'clean reference run: {secs:.0f} s', flush=True)
+  rows = []
+  for case, outcome, ok in cases(s, clean):
+    print(f'[{"ok" if ok else "UNEXPECTED"}] {case}: {outcome}', flush=True)
+    rows.append((case, outcome, ok))
+  lines = ['| case | what the run does now | as intended |',
+           '|---|---|---|']
+  for case, outcome, ok in rows:
+    outcome = outcome.replace('|', '\\|')
+    lines.append(f'| {case} | {outcome} | {"yes" if ok else "NO"} |')
+  table = '\n'.join(lines) + '\n'
+  print(table)
+  if _OUTPUT.value:
+    pathlib.Path(_OUTPUT.value).write_text(table)
+  if not _KEEP.value:
+    shutil.rmtree(root, ignore_errors=True)
+  bad = [r[0] for r in rows if not r[2]]
+  if bad:
+    return f'{len(bad)} case(s) not as intended: {"; ".join(bad)}'
+  return None
+
+
+if __name__ == '__main__':
+  app.run(main)
