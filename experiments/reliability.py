@@ -259,7 +259,9 @@ def main(argv):
     raise RuntimeError(f'the clean reference run failed:\n{text[-2000:]}')
   print(f'clean reference run: {secs:.0f} s', flush=True)
   rows = []
+  repo = str(pathlib.Path(__file__).resolve().parents[1])
   for case, outcome, ok in cases(s, clean):
+    outcome = outcome.replace(str(root), '<scratch>').replace(repo, '<repo>')
     print(f'[{"ok" if ok else "UNEXPECTED"}] {case}: {outcome}', flush=True)
     rows.append((case, outcome, ok))
   lines = ['| case | what the run does now | as intended |',

@@ -227,6 +227,17 @@ class ArtefactTest(absltest.TestCase):
           generator.WorldConfig(num_test_triplets=4, num_train_triplets=4,
                                 gallery_size=50)))
 
+  def test_truncated_weights_are_caught_naming_the_file(self):
+    copy = self._checkpoint_copy('truncated')
+    biggest = max((p for p in (copy / 'video_encoder').rglob('*')
+                   if p.is_file()), key=lambda p: p.stat().st_size)
+    biggest.write_bytes(biggest.read_bytes()[:100])
+    with self.assertRaisesRegex(ValueError, f'{biggest} does not match its '
+                                'checksum'):
+      training.load_world_models(copy, generator.make_world(
+          generator.WorldConfig(num_test_triplets=4, num_train_triplets=4,
+                                gallery_size=50)))
+
   def test_a_nan_parameter_is_caught_naming_the_leaf(self):
     world = generator.make_world(generator.WorldConfig(
         num_test_triplets=4, num_train_triplets=4, gallery_size=50))

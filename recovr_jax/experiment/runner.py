@@ -111,12 +111,17 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
       config.reasoner_checkpoint):
     _fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
           'directory')
-  if config.reasoner == 'flax_lm' and config.data == 'world':
+  if config.reasoner == 'flax_lm':
     from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
-    from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+    directory = config.reasoner_checkpoint
+    if directory is None and config.data == 'world':
+      from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+      directory = reasoner_training.DEFAULT_REASONER_DIR
+    if directory is None:
+      _fail('--reasoner=flax_lm on real data needs --reasoner_checkpoint '
+            '(the shipped reasoner knows only the world\'s words)')
     try:  # before any model loads
-      flax_lm.check_model_dir(config.reasoner_checkpoint or
-                              reasoner_training.DEFAULT_REASONER_DIR)
+      flax_lm.check_model_dir(directory)
     except (FileNotFoundError, ValueError) as e:
       _fail(f'--reasoner_checkpoint: {e}')
   if not config.output_dir or not str(config.output_dir).strip():
