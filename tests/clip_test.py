@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import shutil
 import tempfile
 
 from absl import flags
@@ -98,13 +99,19 @@ class RealDataPathTest(absltest.TestCase):
                                mean / np.linalg.norm(mean), atol=1e-5)
 
   def test_bad_input(self):
-    with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
+    with self.assertRaisesRegex(FileNotFoundError, 'is missing config.json'):
       clip_encoder.ClipEncoder(str(self.root))
     broken = self.root / 'broken'
     broken.mkdir(exist_ok=True)
     (broken / 'config.json').write_text('{"model_type": "clip", "oops": ')
-    with self.assertRaises(ValueError):
+    with self.assertRaisesRegex(FileNotFoundError, 'is missing weights'):
       clip_encoder.ClipEncoder(str(broken))
+    bad_config = self.root / 'bad_config'
+    shutil.copytree(self.clip_dir, bad_config, dirs_exist_ok=True)
+    (bad_config / 'config.json').write_text('{"model_type": "clip", "oops": ')
+    with self.assertRaisesRegex(ValueError, 'cannot load a FlaxCLIPModel '
+                                f'from {str(bad_config)!r}'):
+      clip_encoder.ClipEncoder(str(bad_config))
     with self.assertRaisesRegex(FileNotFoundError, 'is not a directory'):
       embed_videos.video_folders(self.root / 'nope')
     empty = self.root / 'empty_videos' / 'vidX'
