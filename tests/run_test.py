@@ -202,7 +202,12 @@ class RunnerTest(absltest.TestCase):
     blocker = self.root / 'file'
     blocker.write_text('x')
     with self.assertRaisesRegex(Exception, 'cannot be written'):
-      run_main(blocker / 'sub', methods=['recovr'])
+      run_main(blocker / 'sub', methods=['recovr'],
+               cache_dir=str(self.root / 'cache'))
+    with self.assertRaisesRegex(Exception, 'cache_dir .* cannot be used as a '
+                                'directory'):
+      run_main(self.root / 'ok', methods=['recovr'],
+               cache_dir=str(blocker / 'cache'))
     with self.assertRaisesRegex(Exception, 'needs --annotations'):
       run_main(self.root / 'bad', data='webvid_covr')
     with self.assertRaisesRegex(Exception, "unknown --bootstrap_baseline "
