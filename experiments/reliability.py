@@ -152,12 +152,7 @@ def cases(s: Scratch, clean: pathlib.Path):
 
   ckpt = s.root / 'ckpt_flip'
   shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
-  big = max((p for p in (ckpt / 'composer').rglob('*') if p.is_file()),
-            key=lambda p: p.stat().st_size)
-  raw = bytearray(big.read_bytes())
-  for i in range(1000, 1400):
-    raw[i] ^= 0xFF
-  big.write_bytes(bytes(raw))
+  flip_bytes(ckpt / 'composer', 1000, 400)
   rc, text, _ = s.run(s.root / 'flip', f'--checkpoint_dir={ckpt}')
   yield ('400 flipped bytes in the composer checkpoint',
          *_refused(rc, text, 'does not match its checksum'))
@@ -170,9 +165,7 @@ def cases(s: Scratch, clean: pathlib.Path):
          'checksums match)', *_refused(rc, text, 'NaN or infinite values'))
 
   d = s.copy(clean, 'zeroed')
-  ckpt_dir = d / 'batches' / 'recovr' / '00000'
-  big = max((p for p in ckpt_dir.rglob('*') if p.is_file()),
-            key=lambda p: p.stat().st_size)
+  big = _largest_file(d / 'batches' / 'recovr' / '00000')
   raw = bytearray(big.read_bytes())
   mid = len(raw) // 2
   raw[mid:mid + 100] = bytes(100)
@@ -232,6 +225,22 @@ def cases(s: Scratch, clean: pathlib.Path):
   yield ('SIGKILL after the first batch, then the same command',
          f'exit {rc}; outputs byte-identical to an uninterrupted run: '
          f'{_same(d, clean)}', rc == 0 and _same(d, clean))
+
+
+def _largest_file(directory: pathlib.Path) -> pathlib.Path:
+  return max((p for p in directory.rglob('*') if p.is_file()),
+             key=lambda p: p.stat().st_size)
+
+
+def flip_bytes(directory: pathlib.Path, start: int, count: int):
+  """Inverts ``count`` bytes from ``start`` of the largest file under
+  ``directory`` (a checkpoint's data); returns that file."""
+  path = _largest_file(directory)
+  raw = bytearray(path.read_bytes())
+  for i in range(start, min(start + count, len(raw))):
+    raw[i] ^= 0xFF
+  path.write_bytes(bytes(raw))
+  return path
 
 
 def _nan_composer(ckpt: pathlib.Path) -> None:

@@ -14,6 +14,7 @@ from absl.testing import flagsaver
 import jax
 import numpy as np
 
+from experiments import reliability
 from experiments import run
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
@@ -34,7 +35,8 @@ def _run(out, **overrides):
   return run_test.run_main(out, **dict(SMALL, **overrides))
 
 
-class ResumeIdentityTest(absltest.TestCase):
+class _OnABaseRun(absltest.TestCase):
+  """Tests that start from copies of one finished run."""
 
   @classmethod
   def setUpClass(cls):
@@ -48,6 +50,9 @@ class ResumeIdentityTest(absltest.TestCase):
     copy = self.root / name
     shutil.copytree(self.base, copy)
     return copy
+
+
+class ResumeIdentityTest(_OnABaseRun):
 
   def test_other_user_seed_is_refused_and_leaves_the_directory_as_it_was(self):
     copy = self._copy('seed')
@@ -148,20 +153,7 @@ class ValidityCountsTest(absltest.TestCase):
     self.assertEqual(calls, feedback_turns)
 
 
-class CorruptBatchTest(absltest.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    flags.FLAGS.mark_as_parsed()
-    cls.root = pathlib.Path(tempfile.mkdtemp())
-    cls.base = cls.root / 'base'
-    _run(cls.base)
-
-  def _copy(self, name):
-    copy = self.root / name
-    shutil.copytree(self.base, copy)
-    return copy
+class CorruptBatchTest(_OnABaseRun):
 
   def test_ids_outside_the_gallery_are_caught(self):
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
@@ -180,13 +172,7 @@ class CorruptBatchTest(absltest.TestCase):
 
   def test_flipped_bytes_in_the_lists_are_caught(self):
     copy = self._copy('bytes')
-    ckpt_dir = copy / 'batches' / 'recovr' / '00000'
-    biggest = max((p for p in ckpt_dir.rglob('*') if p.is_file()),
-                  key=lambda p: p.stat().st_size)
-    data = bytearray(biggest.read_bytes())
-    for i in range(len(data) // 3, len(data) // 3 + 100):
-      data[i] ^= 0xFF
-    biggest.write_bytes(bytes(data))
+    reliability.flip_bytes(copy / 'batches' / 'recovr' / '00000', 100, 100)
     with self.assertRaisesRegex(app.UsageError, r'batch checkpoint .*00000'):
       _run(copy)
 
@@ -215,12 +201,7 @@ class ArtefactTest(absltest.TestCase):
 
   def test_flipped_bytes_in_the_composer_are_caught_naming_the_file(self):
     copy = self._checkpoint_copy('flipped')
-    biggest = max((p for p in (copy / 'composer').rglob('*') if p.is_file()),
-                  key=lambda p: p.stat().st_size)
-    data = bytearray(biggest.read_bytes())
-    for i in range(1000, 1400):
-      data[i] ^= 0xFF
-    biggest.write_bytes(bytes(data))
+    biggest = reliability.flip_bytes(copy / 'composer', 1000, 400)
     with self.assertRaisesRegex(ValueError, f'{biggest} does not match its '
                                 'checksum'):
       training.load_world_models(copy, generator.make_world(

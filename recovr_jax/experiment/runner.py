@@ -127,29 +127,30 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
   if not config.output_dir or not str(config.output_dir).strip():
     _fail('--output_dir is empty; name a directory for the outputs')
   if config.cache_dir:
-    cache = pathlib.Path(config.cache_dir).absolute()
-    try:
-      cache.mkdir(parents=True, exist_ok=True)
-      probe = cache / '.write_test'
-      probe.write_text('ok')
-      probe.unlink()
-    except OSError as e:
-      _fail(f'--cache_dir {cache} cannot be used as a directory: {e}')
+    _writable_dir(config.cache_dir, '--cache_dir {} cannot be used as a '
+                  'directory: {}')
   try:
     resources.select_device(config.platform)
   except ValueError as e:
     _fail(str(e))
   if config.simulation == 'jit':
     _check_jit(config)
-  out = pathlib.Path(config.output_dir).absolute()
+  return _writable_dir(config.output_dir,
+                       '--output_dir {} cannot be written: {}')
+
+
+def _writable_dir(path, message: str) -> pathlib.Path:
+  """``path`` as an absolute directory, created and probed for writing;
+  ``message.format(path, error)`` when it cannot be."""
+  path = pathlib.Path(path).absolute()
   try:
-    out.mkdir(parents=True, exist_ok=True)
-    probe = out / '.write_test'
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / '.write_test'
     probe.write_text('ok')
     probe.unlink()
   except OSError as e:
-    _fail(f'--output_dir {out} cannot be written: {e}')
-  return out
+    _fail(message.format(path, e))
+  return path
 
 
 def _check_world_seed(config):
