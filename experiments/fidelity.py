@@ -17,12 +17,12 @@ import pathlib
 from absl import app
 from absl import flags
 
+from experiments import outputs
+
 _MAIN = flags.DEFINE_string('main_dir', 'out/main',
                             'A run of experiments/flagfiles/main.')
 _DEGRADED = flags.DEFINE_string('degraded_dir', 'out/degraded',
                                 'A run of experiments/flagfiles/degraded.')
-_OUTPUT = flags.DEFINE_string('output_md', None,
-                              'Also write the table (markdown) here.')
 
 PLAIN_BASELINES = ('ivr', 'merlin', 'umivr', 'history_rewrite')
 # Paper Table 3's rows as this library names them (reflection = State
@@ -186,9 +186,7 @@ def main(argv):
   degraded = {p.name: _load(p / 'metrics.json')
               for p in sorted(degraded_dir.iterdir()) if p.is_dir()}
   table = markdown(claims(metrics, failures, degraded))
-  print(table)
-  if _OUTPUT.value:
-    pathlib.Path(_OUTPUT.value).write_text(table)
+  outputs.write_markdown(table)
 
 
 if __name__ == '__main__':

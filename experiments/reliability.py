@@ -25,8 +25,8 @@ from absl import app
 from absl import flags
 import numpy as np
 
-_OUTPUT = flags.DEFINE_string('output_md', None,
-                              'Also write the table (markdown) here.')
+from experiments import outputs
+
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
 
 TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
@@ -279,9 +279,7 @@ def main(argv):
     outcome = outcome.replace('|', '\\|')
     lines.append(f'| {case} | {outcome} | {"yes" if ok else "NO"} |')
   table = '\n'.join(lines) + '\n'
-  print(table)
-  if _OUTPUT.value:
-    pathlib.Path(_OUTPUT.value).write_text(table)
+  outputs.write_markdown(table)
   if not _KEEP.value:
     shutil.rmtree(root, ignore_errors=True)
   bad = [r[0] for r in rows if not r[2]]
