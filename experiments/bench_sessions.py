@@ -51,6 +51,7 @@ from recovr_jax.protocol import host as host_driver
 from recovr_jax.protocol import jitted as simulation
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
+from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas as reasoning
 from recovr_jax.world import encoders
@@ -99,9 +100,12 @@ def numpy_compose(params):
   return compose
 
 
-def numpy_top_k(queries, gallery, k, exclude):
-  """``[C, D]`` queries -> ``[C, k]`` ids, ties to the lower id."""
+def numpy_top_k(queries, gallery, k, exclude, penalty=None):
+  """``[C, D]`` queries -> ``[C, k]`` ids, ties to the lower id; ``penalty``
+  ``[N]`` is subtracted from every query's scores."""
   scores = queries @ gallery.T
+  if penalty is not None:
+    scores = scores - penalty
   scores[:, exclude] = -np.inf
   part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
   out = []
@@ -119,7 +123,7 @@ def numpy_session(ctx, q, user):
   mod = env.modification[q]
   search = reasoner.t2v_init([reasoning.T2VInitRequest(env.captions[ref],
                                                        mod)])[0]['search']
-  memory = reasoning.SessionMemory(search=search)
+  memory = reasoning.SessionMemory()
   t2v, covr = env.encode_text([search, mod])
   lists = numpy_top_k(np.stack([t2v, compose(gallery[ref], covr)]), gallery,
                       k, ref)
@@ -143,18 +147,24 @@ def numpy_session(ctx, q, user):
     reflection = reasoner.reflect([reasoning.ReflectRequest(fb.text, caption,
                                                             memory)])[0]
     search_emb, edit_emb = env.encode_text([intent['search'], intent['edit']])
+    # The avoided values (constraints up to the last turn) are penalised.
+    penalty = ctx['avoid_penalty'] * reasoner.constraint_hits(
+        memory.avoid, env.captions).astype(np.float32)
     lists = numpy_top_k(np.stack([search_emb, compose(gallery[top1],
                                                       edit_emb)]),
-                        gallery, k, ref)
+                        gallery, k, ref, penalty)
     ok = (bool(intent['search']), bool(intent['edit']))
     ring = ([[lst for lst, o in zip(lists, ok) if o]] + ring)[:w]
     demote = [top1] + top1s[:-1]
     caps = [base.kappa[sigma_of[reflection['sigma']]]] + (
         [base.kappa[demotion.SIGMA_NEU]] * (len(top1s) - 1))
-    shown = plain_loop.python_session(ring, demote, caps, weights, k)
+    if any(ring):
+      shown = plain_loop.python_session(ring, demote, caps, weights, k)
+    else:  # nothing to search for in the window: the last list, capped
+      shown = plain_loop.python_session([[shown]], demote, caps, [1.0], k)
     displayed.append(shown)
     top1s.append(shown[0])
-    memory = reasoning.update_memory(memory, intent, reflection)
+    memory = reasoning.update_memory(reflection)
   return np.array(displayed, np.int32)
 
 
@@ -201,7 +211,9 @@ def main(argv):
       resources.session_batch_bytes(s, 2, n, env.gallery.shape[1],
                                     base.list_length, base.window, 16384),
       f'{s} sessions in one batch', '--num_sessions', device)
-  method = methods.make('recovr')
+  # Question-free, as the jitted mode runs it (and the plain loop below).
+  method = methods.make('recovr', methods.base.Settings(
+      ask=asking.AskPolicy(mode='never')))
   sessions = np.arange(s)
   targets = np.asarray(env.target)[sessions]
   reasoner = rules.RulesReasoner(lexicon)
@@ -249,7 +261,8 @@ def main(argv):
   host_jax = run_host(jax_user)
 
   plain_ctx = dict(env=env, base=base, reasoner=reasoner,
-                   gallery=env.gallery, compose=numpy_compose(composer))
+                   gallery=env.gallery, compose=numpy_compose(composer),
+                   avoid_penalty=method.settings.avoid_penalty)
   log('per_session: warm-up, then timed (the slow one)')
   run_per_session = lambda user, qs: np.stack(
       [numpy_session(plain_ctx, q, user) for q in qs])

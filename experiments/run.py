@@ -86,15 +86,36 @@ _RECENCY = flags.DEFINE_enum('recency', 'linear', list(fusion.RECENCIES),
 _GAMMA = flags.DEFINE_float('gamma', 0.5, 'Decay of exp recency.')
 _KAPPA_NEG = flags.DEFINE_integer('kappa_neg', 11, 'Rank-cap after neg.')
 _KAPPA_NEU = flags.DEFINE_integer('kappa_neu', 4, 'Rank-cap after neu.')
-_KAPPA_POS = flags.DEFINE_integer('kappa_pos', 2, 'Rank-cap after pos.')
+_KAPPA_POS = flags.DEFINE_integer(
+    'kappa_pos', 2, "Rank-cap after pos. The project's assumption, not a "
+    'paper value (the paper gives kappa_neg and kappa_neu only).')
+_PLACEMENT = flags.DEFINE_enum(
+    'rank_cap_placement', 'all', list(ranking.PLACEMENTS),
+    'Where rank-cap applies: all = every ring list and the fused list (a '
+    'rejected top-1 never returns while another candidate exists); current '
+    "= the current turn's lists before fusion only (the paper's sentence).")
+_AVOID = flags.DEFINE_float(
+    'avoid_penalty', methods_base.AVOID_PENALTY,
+    "ReCoVR: score subtracted per avoided value a candidate's Progress "
+    "Memory caption states (the project's choice; swept in sensitivity).")
+_QUESTION_TAU = flags.DEFINE_float(
+    'question_tau', methods_base.QUESTION_TAU,
+    "UMIVR: softmax temperature of its question rule over the top "
+    'candidates\' similarities.')
 _ALPHA = flags.DEFINE_float('merlin_alpha', 0.8, "MERLIN's slerp alpha.")
-_ASK_MODE = flags.DEFINE_enum('ask_mode', 'never', list(asking.ASK_MODES),
-                              'When ReCoVR asks a question.')
+_ASK_MODE = flags.DEFINE_enum(
+    'ask_mode', 'always', list(asking.ASK_MODES),
+    "When ReCoVR's Question Asker asks (the user may answer or ignore): "
+    'always (the paper\'s protocol), never, or entropy (gated by the '
+    'normalised entropy of the fused list, after AskStream). Under '
+    '--simulation=jit the default is never.')
 _ASK_THRESHOLD = flags.DEFINE_float('ask_threshold', 0.8,
                                     'Entropy gate of --ask_mode=entropy.')
 _ASK_TAU = flags.DEFINE_float('ask_tau', 0.05,
                               'Softmax temperature of the entropy gate.')
-_ASK_BUDGET = flags.DEFINE_integer('ask_budget', 2, 'Questions per session.')
+_ASK_BUDGET = flags.DEFINE_integer(
+    'ask_budget', 5, 'Questions per session (5: one with every list after '
+    'turn 0 when T = 5).')
 _USER_SEED = flags.DEFINE_integer('user_seed', 0, "The user's seed.")
 _MODIFY = flags.DEFINE_integer('modify_threshold', 2,
                                'm: Modify when at most m attributes differ.')
@@ -178,6 +199,15 @@ def _preset(flag):
   return flag.value
 
 
+def _ask_mode():
+  """--ask_mode, or never under --simulation=jit when not given (the
+  jitted mode runs question-free methods)."""
+  if (_SIMULATION.value == 'jit' and
+      flags.FLAGS['ask_mode'].using_default_value):
+    return 'never'
+  return _ASK_MODE.value
+
+
 def run_config() -> config_lib.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once)."""
   if _SIMULATION.value == 'jit':
@@ -198,10 +228,12 @@ def run_config() -> config_lib.RunConfig:
           num_turns=_NUM_TURNS.value, window=_WINDOW.value,
           list_length=_LIST.value, rrf_k=_RRF_K.value,
           recency=_RECENCY.value, gamma=_GAMMA.value,
-          kappa=(_KAPPA_NEG.value, _KAPPA_NEU.value, _KAPPA_POS.value)),
+          kappa=(_KAPPA_NEG.value, _KAPPA_NEU.value, _KAPPA_POS.value),
+          rank_cap_placement=_PLACEMENT.value),
       settings=methods_base.Settings(
-          merlin_alpha=_ALPHA.value,
-          ask=asking.AskPolicy(mode=_ASK_MODE.value,
+          merlin_alpha=_ALPHA.value, avoid_penalty=_AVOID.value,
+          question_tau=_QUESTION_TAU.value,
+          ask=asking.AskPolicy(mode=_ask_mode(),
                                threshold=_ASK_THRESHOLD.value,
                                tau=_ASK_TAU.value, budget=_ASK_BUDGET.value)),
       user=simulated_user.UserConfig(

@@ -13,6 +13,7 @@ from recovr_jax.protocol import host
 from recovr_jax.protocol import jitted as simulation
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
+from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 from recovr_jax.world import encoders
@@ -24,6 +25,8 @@ from recovr_jax.world import simulated_user
 
 DIM = 32
 COMBOS = world_lib.all_combos()
+# The jitted mode runs question-free methods: the host runs them so too.
+NO_ASK = methods.base.Settings(ask=asking.AskPolicy(mode='never'))
 
 
 def fake_encode(texts):
@@ -174,7 +177,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
     user_config = simulated_user.UserConfig(draws='jax', drop_rate=0.2)
-    method = methods.make(name)
+    method = methods.make(name, NO_ASK)
     sessions = np.arange(24)
     host_result = run_host(env, method, sessions,
                            simulated_user.SimulatedUser(user_config, seed=5),
@@ -203,7 +206,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     _, env, sim_env = env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(methods.make('recovr'), base,
+    config = simulation.sim_config(methods.make('recovr', NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     sessions = np.arange(24)[::-1]
     plain = simulation.run(sim_env, config, sessions, seed=1, chunk_size=None)
@@ -218,7 +221,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     sim_env = simulation.prepare(env)  # an empty table
     base = ranking.LoopConfig(num_turns=3, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(methods.make('recovr'), base,
+    config = simulation.sim_config(methods.make('recovr', NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     log = []
     trace = simulation.run(sim_env, config, np.arange(8), seed=0,

@@ -62,9 +62,7 @@ class RulesReasonerTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     self.rules = rules.RulesReasoner(lexicon)
-    self.memory = schemas.SessionMemory(
-        search='two large blue circles moving left on grass in daylight',
-        keep=('colour: blue',))
+    self.memory = schemas.SessionMemory(keep=('colour: blue',))
 
   def test_intent_routes_to_both_channels(self):
     out = self.rules.intent([schemas.IntentRequest(
@@ -79,8 +77,31 @@ class RulesReasonerTest(absltest.TestCase):
     out = self.rules.intent([schemas.IntentRequest('not this one', SHOWN,
                                              self.memory)])[0]
     self.assertEqual(out['edit'], '')
-    self.assertEqual(out['search'],
-                     'two large blue circles moving left on grass in daylight')
+    # A rejection: nothing of the shown video, only the kept constraint.
+    self.assertEqual(out['search'], 'blue objects')
+    out = self.rules.intent([schemas.IntentRequest(
+        'not this one', SHOWN, schemas.SessionMemory())])[0]
+    self.assertEqual(out, {'search': '', 'edit': ''})
+
+  def test_intent_reads_only_the_latest_feedback_and_constraints(self):
+    # Relative feedback: the shown video's values, edited; a rejection: only
+    # what it names. No earlier feedback enters without a constraint.
+    relative = self.rules.intent([schemas.IntentRequest(
+        'make them red', SHOWN, schemas.SessionMemory())])[0]
+    self.assertEqual(relative['search'],
+                     'two large red circles moving left on grass in daylight')
+    rejection = self.rules.intent([schemas.IntentRequest(
+        'No. I want red squares', SHOWN, schemas.SessionMemory())])[0]
+    self.assertEqual(rejection['search'], lexicon.canonical_description(
+        lexicon.parse('red squares')))
+    # A kept value enters the search; an avoided shown value leaves it.
+    memory = schemas.SessionMemory(keep=('count: three',),
+                                   avoid=('background: grass',))
+    kept = self.rules.intent([schemas.IntentRequest(
+        'make them red', SHOWN, memory)])[0]
+    expected = {**lexicon.parse(SHOWN), **lexicon.parse('red three')}
+    del expected[lexicon.A.index('background')]
+    self.assertEqual(lexicon.parse(kept['search']), expected)
 
   def test_reflection_sigma_and_constraints(self):
     reflect = lambda fb: self.rules.reflect(
@@ -141,7 +162,7 @@ class FreeTextTest(absltest.TestCase):
   def test_real_words_survive(self):
     reasoner = real_environment.make_reasoner('rules')
     self.assertIsInstance(reasoner, rules.FreeTextReasoner)
-    memory = schemas.SessionMemory(search=self.CAPTIONS[0])
+    memory = schemas.SessionMemory(keep=(self.CAPTIONS[0],))
     for caption in self.CAPTIONS:
       intent = reasoner.intent([schemas.IntentRequest(caption, SHOWN,
                                                       memory)])[0]
@@ -227,8 +248,7 @@ class TrainedReasonerTest(absltest.TestCase):
 
   def test_valid_json_on_fixed_prompts(self):
     lm = world_environment.make_reasoner('flax_lm', batch_size=8)
-    memory = schemas.SessionMemory(search='two red circles moving left on grass',
-                             keep=('colour: red',))
+    memory = schemas.SessionMemory(keep=('colour: red',))
     shown = 'three big blue squares rising on a street at night'
     outputs = {
         'intent': lm.intent([schemas.IntentRequest('make it red and on grass',

@@ -58,20 +58,27 @@ class RunnerTest(absltest.TestCase):
   def test_outputs(self):
     for name in ('flags.txt', 'resolved_config.json', 'trajectories.jsonl',
                  'metrics.json', 'metrics.csv', 'failure_modes.json',
-                 'bootstrap.json', 'report.md'):
+                 'rank_cap_firing.json', 'bootstrap.json', 'report.md'):
       self.assertTrue((self.out / name).is_file(), name)
     metrics = json.loads((self.out / 'metrics.json').read_text())
     self.assertEqual(set(metrics), {'recovr', 'ivr'})
     for m in metrics.values():
       self.assertLen(m['R@1'], 4)
       self.assertEqual(set(m), {'R@1', 'R@5', 'R@10', 'R@50', 'BRI',
-                                'stop_rate', 'sessions_raised'})
+                                'stop_rate', 'Hits@1', 'Hits@5', 'Hits@10',
+                                'sessions_raised'})
+      np.testing.assert_allclose(m['Hits@1'], m['stop_rate'], rtol=1e-6)
       self.assertEqual(m['sessions_raised'], 0)
     # Turn 0 is shared by every method.
     self.assertEqual(metrics['recovr']['R@1'][0], metrics['ivr']['R@1'][0])
     boot = json.loads((self.out / 'bootstrap.json').read_text())
     self.assertEqual((boot['a'], boot['b']), ('recovr', 'ivr'))
-    self.assertIn('### R@1 (%) per turn', (self.out / 'report.md').read_text())
+    report = (self.out / 'report.md').read_text()
+    self.assertIn('### R@1 (%) per turn', report)
+    # Rank-cap firing: recovr rank-caps, ivr does not.
+    firing = json.loads((self.out / 'rank_cap_firing.json').read_text())
+    self.assertEqual(set(firing), {'recovr'})
+    self.assertIn('### Rank-cap firing', report)
 
   def test_trajectories_and_no_repeated_rejected_top1(self):
     rows = [json.loads(line) for line in

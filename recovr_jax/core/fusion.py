@@ -181,7 +181,8 @@ def _stable_order(keys, key_bits: int):
   return order
 
 
-def fuse_with_rank_cap(ids, scores, valid, demote_ids, caps, **fuse_kwargs):
+def fuse_with_rank_cap(ids, scores, valid, demote_ids, caps, *,
+                       return_fired: bool = False, **fuse_kwargs):
   """Rank-cap on every ring list, fusion, and rank-cap on the fused list.
 
   This is the ranking path of one ReCoVR turn (DESIGN section 1):
@@ -192,10 +193,12 @@ def fuse_with_rank_cap(ids, scores, valid, demote_ids, caps, **fuse_kwargs):
     valid: ``[W, C]`` bool.
     demote_ids: ``[M]`` integer ids to demote, ``-1`` ignored.
     caps: ``[M]`` integer caps.
+    return_fired: also return ``[]`` bool, whether rank-cap changed the
+      fused list (it fired: a demoted id sat above its cap; paper A.4).
     **fuse_kwargs: passed to ``fuse``.
 
   Returns:
-    ``(ids, scores)`` of the displayed list ``[out_k]``.
+    ``(ids, scores)`` of the displayed list ``[out_k]`` (and ``fired``).
   """
   ids = checks.array('ids', ids, 3, 'int')
   checks.padding_at_end('ids', ids)
@@ -208,4 +211,8 @@ def fuse_with_rank_cap(ids, scores, valid, demote_ids, caps, **fuse_kwargs):
   fused_ids, fused_scores = fuse(flat_ids.reshape(w, c, kk),
                                  flat_scores.reshape(w, c, kk), valid,
                                  **fuse_kwargs)
-  return demotion.rank_cap(fused_ids, fused_scores, demote_ids, caps)
+  out_ids, out_scores = demotion.rank_cap(fused_ids, fused_scores, demote_ids,
+                                         caps)
+  if return_fired:
+    return out_ids, out_scores, jnp.any(out_ids != fused_ids)
+  return out_ids, out_scores

@@ -154,6 +154,46 @@ def _failure_modes(ranks, top1, active):
   )
 
 
+class RankCapFiring(NamedTuple):
+  """Rank-cap firing over active transitions (paper appendix A.4)."""
+  fired: Rate      # transitions where rank-cap changed the list it capped
+  improved: Rate   # of those, the target rank improved at the same turn
+
+
+def cumulative_hits(ranks, k: int):
+  """``[T+1]``: share of sessions whose target was in the top ``k`` of any
+  displayed list up to turn ``t`` (ChatIR / PlugIR's Hits@K)."""
+  ranks = checks.array('ranks', ranks, 2, 'int')
+  k = checks.positive_int('k', k)
+  return jnp.mean(jax.lax.cummin(ranks, axis=1) <= k, axis=0)
+
+
+def rank_cap_firing(ranks, fired, active=None) -> RankCapFiring:
+  """The rank-cap firing rate and same-turn improvement (DESIGN section 6).
+
+  Args:
+    ranks: ``[S, T+1]`` integer target ranks.
+    fired: ``[S, T+1]`` bool, rank-cap fired at turn ``t`` (turn 0 unused).
+    active: optional ``[S, T+1]`` bool (see ``failure_modes``).
+
+  Returns:
+    ``RankCapFiring``: firing over active transitions ``t-1 -> t``, and
+    among firing transitions those with ``r_t < r_{t-1}``.
+  """
+  ranks = checks.array('ranks', ranks, 2, 'int')
+  fired = checks.array('fired', fired, 2, 'bool')
+  checks.shape('fired', fired, ranks.shape)
+  if active is None:
+    active = default_active(ranks)
+  else:
+    active = checks.array('active', active, 2, 'bool')
+    checks.shape('active', active, ranks.shape)
+  moving = active[:, 1:]
+  firing = fired[:, 1:] & moving
+  return RankCapFiring(fired=_rate(fired[:, 1:], moving),
+                       improved=_rate(ranks[:, 1:] < ranks[:, :-1], firing))
+
+
 def bootstrap_indices(key, num_resamples: int, num_sessions: int):
   """``[R, S]`` int32 session indices drawn with replacement."""
   return jax.random.randint(key, (num_resamples, num_sessions), 0,

@@ -21,7 +21,7 @@ DEFAULT_BLOCK_SIZE = 16384
 DEFAULT_GROUP_SIZE = 16
 
 
-def retrieve(queries, gallery, k: int, *, exclude=None,
+def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
              block_size: int = DEFAULT_BLOCK_SIZE,
              group_size: int = DEFAULT_GROUP_SIZE):
   """Exact top-``k`` gallery items by dot product for each query.
@@ -32,6 +32,9 @@ def retrieve(queries, gallery, k: int, *, exclude=None,
     k: list length (static). ``k > N`` is allowed: the tail is padded.
     exclude: ``None`` or ``[B]`` integer gallery ids to drop from each query's
       list (the reference video of a composed query); ``-1`` drops nothing.
+    penalty: ``None`` or ``[B, N]`` float, subtracted from each query's
+      scores before ranking (ReCoVR's avoid constraints); returned scores
+      are the penalised ones.
     block_size: gallery rows scored at a time (static); bounds peak memory.
     group_size: exact candidate pruning before each block's top-k (static;
       0 disables it): only the ``k`` column groups of this size with the
@@ -61,25 +64,29 @@ def retrieve(queries, gallery, k: int, *, exclude=None,
   else:
     exclude = checks.array('exclude', exclude, 1, 'int')
     checks.shape('exclude', exclude, (b,))
+  if penalty is not None:
+    penalty = checks.array('penalty', penalty, 2, 'float')
+    checks.shape('penalty', penalty, (b, n))
+    checks.finite('penalty', penalty)
   checks.finite('queries', queries)
   checks.finite('gallery', gallery)
   if isinstance(group_size, bool) or not isinstance(group_size, int) or (
       group_size < 0):
     raise ValueError(f'group_size must be an integer >= 0, got {group_size!r}')
-  return _retrieve(queries, gallery, exclude, k=k,
+  return _retrieve(queries, gallery, exclude, penalty, k=k,
                    block_size=min(block_size, n), group_size=group_size)
 
 
 @functools.partial(jax.jit, static_argnames=('k', 'block_size', 'group_size'))
-def _retrieve(queries, gallery, exclude, *, k: int, block_size: int,
+def _retrieve(queries, gallery, exclude, penalty, *, k: int, block_size: int,
               group_size: int):
   return top_k_blocks(queries, gallery, exclude, k=k, block_size=block_size,
-                      group_size=group_size)
+                      group_size=group_size, penalty=penalty)
 
 
 def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
                  id_offset=0, num_valid: int | None = None,
-                 group_size: int = DEFAULT_GROUP_SIZE):
+                 group_size: int = DEFAULT_GROUP_SIZE, penalty=None):
   """The blocked exact top-k; un-jitted so sharded callers can reuse it.
 
   Args:
@@ -93,6 +100,7 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
       returned; ``None`` for no padding.
     group_size: candidate pruning (``_candidate_groups``) on blocks of at
       least ``4 * k * group_size`` rows; 0 disables it.
+    penalty: ``None`` or ``[B, N]`` float subtracted from the scores.
 
   Returns:
     ``(ids [B, k] int32, scores [B, k] float32)``.
@@ -110,6 +118,9 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
       block = lax.bitcast_convert_type(block, jnp.bfloat16)
     scores = jnp.dot(queries, block.astype(jnp.float32).T,
                      precision=lax.Precision.HIGHEST)  # [B, blk]
+    if penalty is not None:
+      scores = scores - lax.dynamic_slice_in_dim(
+          penalty, start, blk, axis=1).astype(jnp.float32)
     block_ids = id_offset + start + jnp.arange(blk, dtype=jnp.int32)
     drop = block_ids[None, :] == exclude[:, None]
     if num_valid is not None:

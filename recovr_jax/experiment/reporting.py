@@ -10,6 +10,24 @@ import numpy as np
 from recovr_jax.core import metrics
 
 RECALL_KS = (1, 5, 10, 50)
+HITS_KS = (1, 5, 10)   # cumulative Hits@K
+
+
+def fired_matrix(records, num_turns: int) -> np.ndarray:
+  """``[S, T+1]`` bool rank-cap firing from per-session turn records."""
+  out = np.zeros((len(records), num_turns + 1), bool)
+  for i, turns in enumerate(records):
+    for t, rec in enumerate(turns[:num_turns + 1]):
+      out[i, t] = bool(rec.get('rank_cap_fired', False))
+  return out
+
+
+def firing_table(displayed, targets, fired) -> dict:
+  """Rank-cap firing rate and same-turn improvement when it fires."""
+  ranks = metrics.target_ranks(displayed, targets)
+  out = metrics.rank_cap_firing(ranks, fired)
+  return {name: {'rate': float(r.rate), 'count': int(r.count),
+                 'total': int(r.total)} for name, r in out._asdict().items()}
 
 
 def method_metrics(displayed, targets) -> dict:
@@ -18,6 +36,8 @@ def method_metrics(displayed, targets) -> dict:
   out = {f'R@{k}': np.asarray(metrics.recall_at_k(ranks, k)).tolist()
          for k in RECALL_KS}
   out['BRI'] = np.asarray(metrics.bri(ranks)).tolist()
+  for k in HITS_KS:
+    out[f'Hits@{k}'] = np.asarray(metrics.cumulative_hits(ranks, k)).tolist()
   # Share of sessions whose target has been shown as top-1 by turn t.
   out['stop_rate'] = np.mean(np.minimum.accumulate(np.asarray(ranks), axis=1)
                              == 1, axis=0).tolist()
@@ -52,7 +72,8 @@ def bootstrap(displayed_a, displayed_b, targets, num_resamples: int,
 def metrics_csv(per_method: dict) -> str:
   buffer = io.StringIO()
   writer = csv.writer(buffer)
-  keys = [f'R@{k}' for k in RECALL_KS] + ['BRI', 'stop_rate']
+  keys = ([f'R@{k}' for k in RECALL_KS] + ['BRI', 'stop_rate'] +
+          [f'Hits@{k}' for k in HITS_KS])
   writer.writerow(['method', 'turn'] + keys)
   for method, m in per_method.items():
     for t in range(len(m['R@1'])):
@@ -65,14 +86,17 @@ def _pct(x):
 
 
 def markdown(per_method: dict, failures: dict, boot: dict | None,
-             header: str) -> str:
-  """The Markdown report: per-turn R@1 and BRI, failure modes, bootstrap."""
+             header: str, firing: dict | None = None) -> str:
+  """The Markdown report: per-turn R@1, R@5, cumulative Hits@10 and BRI,
+  failure modes, rank-cap firing, bootstrap."""
   lines = [header, '']
   turns = len(next(iter(per_method.values()))['R@1'])
   cols = ' | '.join(f'T{t}' for t in range(turns))
   sep = '|'.join(['---'] + ['---:'] * turns)
   for key, fmt, title in (('R@1', _pct, 'R@1 (%) per turn'),
                           ('R@5', _pct, 'R@5 (%) per turn'),
+                          ('Hits@10', _pct, 'Cumulative Hits@10 (%) per '
+                           'turn: target in the top 10 of any list so far'),
                           ('BRI', lambda x: f'{x:.3f}',
                            'BRI per turn (lower is better; ranks censored at '
                            'K + 1)')):
@@ -92,6 +116,16 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
                           'improvement', 'recovery'))
                  + f" | {f['drift']['total']} |")
   lines.append('')
+  if firing:
+    lines += ['### Rank-cap firing over active transitions (paper A.4)', '',
+              '| method | fires | target rank improves when it fires |',
+              '|---|---:|---:|']
+    for method, f in firing.items():
+      cell = lambda r: (f"{_pct(r['rate'])} ({r['count']}/{r['total']})"
+                        if r['total'] else 'n/a')
+      lines.append(f"| {method} | {cell(f['fired'])} | "
+                   f"{cell(f['improved'])} |")
+    lines.append('')
   if boot:
     lines += [f"### Paired bootstrap: {boot['a']} - {boot['b']}, R@1 "
               f"({boot['num_resamples']:,} resamples, 95% percentile "

@@ -476,6 +476,7 @@ def _run_claimed(config, built, out, start, resolved):
 
   progress = Progress(num * len(config.methods))
   displayed, trajectories, reasoning_counts, raised = {}, [], {}, {}
+  fired = {}
   for name in config.methods:
     method = methods_lib.make(name, config.settings)
     parts = []
@@ -516,17 +517,24 @@ def _run_claimed(config, built, out, start, resolved):
                       for t, rec in enumerate(result.records[i])]})
       progress.update(len(batch), name)
     displayed[name] = np.concatenate([p.displayed for p in parts])
+    fired[name] = np.concatenate([
+        reporting.fired_matrix(p.records, base.num_turns) for p in parts])
   return _write_outputs(config, out, env, sessions, displayed, trajectories,
-                        reasoning_counts, raised, start)
+                        reasoning_counts, raised, start, fired)
 
 
 def _write_outputs(config, out, env, sessions, displayed, trajectories,
-                   reasoning_counts, raised, start):
+                   reasoning_counts, raised, start, fired):
   targets = np.asarray(env.target)[sessions]
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
   failures = {m: reporting.failure_table(d, targets)
               for m, d in displayed.items()}
+  # Rank-cap firing, for the methods that rank-cap.
+  firing = {m: reporting.firing_table(d, targets, fired[m])
+            for m, d in displayed.items()
+            if methods_lib.make(m, config.settings).ranking(
+                config.loop).rank_cap}
   boot = None
   against = config.bootstrap_baseline
   if against not in displayed:
@@ -543,6 +551,7 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   (out / 'metrics.json').write_text(reporting.dumps(per_method))
   (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
   (out / 'failure_modes.json').write_text(reporting.dumps(failures))
+  (out / 'rank_cap_firing.json').write_text(reporting.dumps(firing))
   (out / 'bootstrap.json').write_text(reporting.dumps(boot))
   with (out / 'trajectories.jsonl').open('w') as f:
     for row in trajectories:
@@ -552,9 +561,11 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   header = (f'# recovr_jax run\n\n{len(sessions)} sessions, gallery '
             f'{len(env.gallery)} videos, T = {loop.num_turns}, W = '
             f'{loop.window}, K = {loop.list_length}, k = {loop.rrf_k:g}, '
-            f'kappa = {kappa}, reasoner {config.reasoner}, user '
-            f'{config.user}.')
-  report = reporting.markdown(per_method, failures, boot, header)
+            f'kappa = {kappa} (kappa_pos is the project\'s assumption), '
+            f'rank-cap placement {loop.rank_cap_placement}, avoid penalty '
+            f'{config.settings.avoid_penalty:g}, ask {config.settings.ask}, '
+            f'reasoner {config.reasoner}, user {config.user}.')
+  report = reporting.markdown(per_method, failures, boot, header, firing)
   report += '\n' + reporting.errors_markdown(raised, len(sessions))
   used = {m: c for m, c in reasoning_counts.items() if c}
   if used:

@@ -28,10 +28,11 @@ REGISTRY = {
     'history_rewrite': history_rewrite.HistoryRewrite,
     'ivr_rankcap': _transplant(ivr.IVR, 'ivr_rankcap'),
     'umivr_rankcap': _transplant(umivr.UMIVR, 'umivr_rankcap'),
+    'merlin_rankcap': _transplant(merlin.MERLIN, 'merlin_rankcap'),
 }
 # The baselines the report's bootstrap may compare ReCoVR against.
 BASELINES = ['ivr', 'merlin', 'umivr', 'history_rewrite', 'ivr_rankcap',
-             'umivr_rankcap']
+             'umivr_rankcap', 'merlin_rankcap']
 
 
 def names() -> tuple[str, ...]:

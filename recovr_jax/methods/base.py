@@ -20,8 +20,8 @@ protocol never reads it. Methods never see the target.
 
 import abc
 import dataclasses
+import math
 
-import jax
 import numpy as np
 
 from recovr_jax.protocol import plan as plan_lib
@@ -30,6 +30,11 @@ from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
 
 MERLIN_ALPHA = 0.8
+# Score lowered per avoided value a candidate's caption states (cosine
+# units; the project's choice, set before any run; swept in sensitivity).
+AVOID_PENALTY = 0.1
+# Softmax temperature of UMIVR's question rule over top-K similarities.
+QUESTION_TAU = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +43,16 @@ class Settings:
   merlin_alpha: float = MERLIN_ALPHA
   ask: asking.AskPolicy = asking.AskPolicy()
   question_candidates: int = 10   # top results the Question Asker reads
+  avoid_penalty: float = AVOID_PENALTY
+  question_tau: float = QUESTION_TAU
 
   def __post_init__(self):
+    if not (math.isfinite(self.avoid_penalty) and self.avoid_penalty >= 0):
+      raise ValueError('avoid_penalty must be a finite number >= 0, got '
+                       f'{self.avoid_penalty}')
+    if not (math.isfinite(self.question_tau) and self.question_tau > 0):
+      raise ValueError('question_tau must be a finite number > 0, got '
+                       f'{self.question_tau}')
     if not 0.0 <= self.merlin_alpha <= 1.0:  # NaN fails too
       raise ValueError('merlin_alpha must be in [0, 1], got '
                        f'{self.merlin_alpha}')
@@ -57,17 +70,15 @@ class Shown:
   asked: np.ndarray        # [B] int questions asked so far per session
 
 
-_entropy = jax.jit(jax.vmap(asking.normalized_entropy, in_axes=(0, None)))
-
 
 class Method(abc.ABC):
   """Defaults shared by every method: a single CoVR list shown as
-  retrieved, and questions only when the ask policy says so."""
+  retrieved, and no questions."""
 
   name: str = 'method'
   fusion: str | None = None       # None: the CoVR list is shown
   rank_cap: bool = False
-  asks_every_turn: bool = False   # UMIVR-style: a question every turn
+  asks_every_turn: bool = False   # IVR-style: a question every turn
   jax_form = None                 # a pure-JAX form, or None (host only)
 
   def __init__(self, settings: Settings = Settings()):
@@ -92,25 +103,7 @@ class Method(abc.ABC):
     return schemas.SessionMemory()
 
   def question(self, ctx: plan_lib.Context, state, shown: Shown):
-    """``[B]`` questions (``None``: none asked) for the lists in ``shown``."""
-    policy = self.settings.ask
-    if not len(shown.sessions) or not (self.asks_every_turn or
-                                       policy.mode != 'never'):
-      return [None] * len(shown.sessions)
-    if self.asks_every_turn:
-      ask = np.ones(len(shown.sessions), bool)
-    else:
-      entropy = np.asarray(_entropy(shown.scores, policy.tau))
-      ask = np.array([asking.should_ask(policy, float(h), int(n))
-                      for h, n in zip(entropy, shown.asked)], bool)
-    out = [None] * len(shown.sessions)
-    rows = np.flatnonzero(ask)
-    if len(rows):
-      top = shown.ids[rows, :self.settings.question_candidates]
-      asked = ctx.reasoner.question([schemas.QuestionRequest(
-          tuple(ctx.captions[g] for g in ids if g >= 0),
-          self.memory(state, int(shown.sessions[j])))
-          for ids, j in zip(top, rows)])
-      for j, o in zip(rows, asked):
-        out[j] = o['question']
-    return out
+    """``[B]`` questions (``None``: none asked) for the lists in ``shown``;
+    by default none."""
+    del ctx, state
+    return [None] * len(shown.sessions)

@@ -2,13 +2,17 @@
 whole dialogue each turn by the reasoning backend (``rewrite``), composed with
 ``v_ref``; the modification text stands in when the rewrite is empty."""
 
+from recovr_jax.methods import base
 from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan as plan_lib
 
 
 class HistoryRewrite(ivr.IVR):
+  """IVR's dialogue, rewritten into one edit; it asks nothing."""
 
   name = 'history_rewrite'
+  asks_every_turn = False
+  question = base.Method.question
 
   def step(self, ctx, state, obs):
     texts = list(state['texts'])

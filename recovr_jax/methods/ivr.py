@@ -1,9 +1,14 @@
-"""IVR, adapted (DESIGN section 5): the modification text and every piece
-of feedback so far joined with ``" [SEP] "``, re-encoded and composed with
-``v_ref`` each turn; the CoVR list is shown as retrieved."""
+"""IVR, adapted (DESIGN section 5): asks a question about the shown top
+result every turn (IVR-QA's heuristic question generator); the modification
+text and every answer and piece of feedback so far are joined with
+``" [SEP] "``, re-encoded and composed with ``v_ref`` each turn; the CoVR
+list is shown as retrieved."""
+
+import numpy as np
 
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.reasoning import schemas
 
 SEPARATOR = ' [SEP] '
 # The sigma a single-list method reports, from the user's action (paper
@@ -18,10 +23,31 @@ def action_sigma(actions):
   return [ACTION_SIGMA[a] for a in actions]
 
 
+def caption_questions(ctx, videos, asked):
+  """IVR-QA's heuristic questions: about the ``asked % n``-th attribute
+  the caption of each video in ``videos [B]`` states, saying what it shows
+  (``asked [B]``: questions asked so far, so each turn moves to the next
+  attribute). A caption that states no attribute (or free text, where none
+  apply) gets the reasoner's open question."""
+  values = ctx.reasoner.caption_values(ctx.captions)
+  out = []
+  for g, n in zip(videos, asked):
+    stated = np.flatnonzero(values[g] >= 0) if g >= 0 else []
+    if not len(stated):
+      out.append(ctx.reasoner.question([schemas.QuestionRequest(
+          (ctx.captions[g],) if g >= 0 else (), schemas.SessionMemory())
+                                         ])[0]['question'])
+      continue
+    a = int(stated[int(n) % len(stated)])
+    out.append(ctx.reasoner.attribute_question(a, int(values[g, a])))
+  return out
+
+
 class IVR(base.Method):
   """The dialogue so far as one query text, composed with ``v_ref``."""
 
   name = 'ivr'
+  asks_every_turn = True
 
   def init(self, ctx, start):
     del ctx
@@ -40,3 +66,7 @@ class IVR(base.Method):
     queries = ctx.compose(references, ctx.encode_text(joined))
     return dict(state, texts=texts), plan_lib.covr_plan(
         queries, action_sigma(obs.action))
+
+  def question(self, ctx, state, shown):
+    """About the shown top result."""
+    return caption_questions(ctx, shown.ids[:, 0], shown.asked)

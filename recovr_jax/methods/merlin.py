@@ -1,7 +1,10 @@
-"""MERLIN, adapted (DESIGN section 5): the running query moves towards each
-answer's text embedding by spherical interpolation (its eq. 6), keeping
-``alpha`` (0.8) of the previous query; it starts at turn 0's composed
-query."""
+"""MERLIN, adapted (DESIGN section 5): asks every turn about the anchor's
+caption (the reference video's: the anchor is fixed), and moves its running
+query text embedding towards each answer's text embedding by spherical
+interpolation (its eq. 6), keeping ``alpha`` (0.8) of the previous one; the
+refined text embedding is composed with ``v_ref``, so the answer and the
+query it refines live in the same (text) space. It starts at the
+modification text's embedding, so turn 0 is the shared composed query."""
 
 import numpy as np
 
@@ -14,18 +17,27 @@ from recovr_jax.protocol import plan as plan_lib
 class MERLIN(base.Method):
 
   name = 'merlin'
+  asks_every_turn = True
 
   def init(self, ctx, start):
-    del ctx
     s, _ = start.covr_query.shape
-    return {'query': start.covr_query.copy()}, plan_lib.covr_plan(
-        start.covr_query, [plan_lib.SIGMA['neu']] * s)
+    text = np.asarray(ctx.encode_text(list(start.modification)), np.float32)
+    state = {'text': text, 'reference': start.reference}
+    return state, plan_lib.covr_plan(start.covr_query,
+                                     [plan_lib.SIGMA['neu']] * s)
 
   def step(self, ctx, state, obs):
-    query = state['query'].copy()
+    text = state['text'].copy()
     answers = ctx.encode_text(list(obs.feedback))
     for j, i in enumerate(obs.sessions):
-      query[i] = np.asarray(slerp.slerp(query[i], answers[j],
-                                        self.settings.merlin_alpha))
-    return {'query': query}, plan_lib.covr_plan(query[obs.sessions],
-                                                ivr.action_sigma(obs.action))
+      text[i] = np.asarray(slerp.slerp(text[i], answers[j],
+                                       self.settings.merlin_alpha))
+    references = ctx.gallery[state['reference'][obs.sessions]]
+    queries = ctx.compose(references, text[obs.sessions])
+    return dict(state, text=text), plan_lib.covr_plan(
+        queries, ivr.action_sigma(obs.action))
+
+  def question(self, ctx, state, shown):
+    """About the anchor (the reference video)."""
+    return ivr.caption_questions(ctx, state['reference'][shown.sessions],
+                                 shown.asked)

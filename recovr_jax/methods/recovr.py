@@ -15,21 +15,33 @@ reads out of the user's words is exactly the named attributes' target values
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
+from recovr_jax.world import generator as world_lib
 
 
 class ReCoVR(base.Method):
-  """ReCoVR with switches for its ablations."""
+  """ReCoVR with switches for its ablations.
+
+  ``keep`` / ``avoid``: whether the Reflector's constraints reach the next
+  turn (kept values enter the T2V query through the Intent Decomposer;
+  avoided values drop out of it and penalise every candidate whose caption
+  states one by ``Settings.avoid_penalty`` per value, in both channels).
+  With ``reflection=False`` there are no constraints and sigma is neutral.
+  """
 
   def __init__(self, settings: base.Settings = base.Settings(), *,
                name: str = 'recovr', t2v: bool = True, covr: bool = True,
                reflection: bool = True, rank_cap: bool = True,
-               dynamic_anchor: bool = True, fusion: str = 'tw_rrf'):
+               dynamic_anchor: bool = True, fusion: str = 'tw_rrf',
+               keep: bool = True, avoid: bool = True):
     super().__init__(settings)
     self.name = name
     self.t2v = t2v                        # uses the T2V channel
@@ -38,33 +50,59 @@ class ReCoVR(base.Method):
     self.rank_cap = rank_cap
     self.dynamic_anchor = dynamic_anchor  # CoVR anchor: shown top-1 or v_ref
     self.fusion = fusion
+    self.keep = reflection and keep       # kept values reach the intent
+    self.avoid = reflection and avoid     # avoided values are penalised
     self.jax_form = JaxForm(t2v=t2v, covr=covr, reflection=reflection,
-                            dynamic_anchor=dynamic_anchor)
+                            dynamic_anchor=dynamic_anchor, keep=self.keep,
+                            avoid=self.avoid,
+                            avoid_penalty=settings.avoid_penalty)
 
   def init(self, ctx, start):
     s, d = start.covr_query.shape
     plan = plan_lib.empty_plan(s, d)
-    memories = [schemas.SessionMemory() for _ in range(s)]
     if self.t2v:
       init = ctx.reasoner.call('t2v_init', [
           schemas.T2VInitRequest(ctx.captions[r], m)
           for r, m in zip(start.reference, start.modification)]).objects
       searches = [o['search'] for o in init]
-      memories = [schemas.SessionMemory(search=q) for q in searches]
       plan.queries[:, plan_lib.T2V] = ctx.encode_text(searches)
       plan.valid[:, plan_lib.T2V] = [bool(q) for q in searches]
     plan.queries[:, plan_lib.COVR] = start.covr_query
     plan.valid[:, plan_lib.COVR] = self.covr
+    memories = [schemas.SessionMemory() for _ in range(s)]
     return {'memories': memories, 'reference': start.reference}, plan
 
   def memory(self, state, row):
     return state['memories'][row]
 
+  def question(self, ctx, state, shown):
+    """The Question Asker, when the ask policy says so (AskStream's gate)."""
+    policy = self.settings.ask
+    out = [None] * len(shown.sessions)
+    if not len(shown.sessions) or policy.mode == 'never':
+      return out
+    entropy = np.asarray(_entropy(shown.scores, policy.tau))
+    rows = [j for j, (h, n) in enumerate(zip(entropy, shown.asked))
+            if asking.should_ask(policy, float(h), int(n))]
+    if rows:
+      k = self.settings.question_candidates
+      asked = ctx.reasoner.question([schemas.QuestionRequest(
+          tuple(ctx.captions[g] for g in shown.ids[j, :k] if g >= 0),
+          self.memory(state, int(shown.sessions[j]))) for j in rows])
+      for j, o in zip(rows, asked):
+        out[j] = o['question']
+    return out
+
+  def _read(self, memory):
+    """What the Intent Decomposer reads of short-term Progress Memory."""
+    return schemas.SessionMemory(keep=memory.keep if self.keep else (),
+                                 avoid=memory.avoid if self.avoid else ())
+
   def step(self, ctx, state, obs):
     memories = state['memories']
     rows = obs.sessions
     intent_out = ctx.reasoner.call('intent', [
-        schemas.IntentRequest(f, c, memories[i])
+        schemas.IntentRequest(f, c, self._read(memories[i]))
         for f, c, i in zip(obs.feedback, obs.shown_caption, rows)])
     if self.reflection:
       reflect_out = ctx.reasoner.call('reflect', [
@@ -84,45 +122,61 @@ class ReCoVR(base.Method):
     plan.queries[:, plan_lib.COVR] = ctx.compose(ctx.gallery[anchors],
                                                  ctx.encode_text(edits))
     plan.valid[:, plan_lib.COVR] = [self.covr and bool(e) for e in edits]
+    penalty = None
+    if self.avoid:
+      # Constraints written up to the last turn shape this turn's lists.
+      penalty = np.zeros((len(rows), len(ctx.captions)), np.float32)
+      for j, i in enumerate(rows):
+        if memories[i].avoid:
+          penalty[j] = self.settings.avoid_penalty * (
+              ctx.reasoner.constraint_hits(memories[i].avoid, ctx.captions))
     records = []
     memories = list(memories)
     for j, i in enumerate(rows):
       plan.sigma[j] = plan_lib.SIGMA[reflections[j]['sigma']]
-      memories[i] = schemas.update_memory(memories[i], intents[j],
-                                          reflections[j])
       record = {'search': searches[j], 'edit': edits[j]}
+      if self.reflection:
+        record.update(keep=list(memories[i].keep),
+                      avoid=list(memories[i].avoid))
+      memories[i] = schemas.update_memory(reflections[j])
       if intent_out.first_pass is not None:
         record['valid'] = {'intent': intent_out.first_pass[j]}
         if reflect_out.first_pass is not None:
           record['valid']['reflect'] = reflect_out.first_pass[j]
       records.append(record)
     state = dict(state, memories=memories)
-    return state, dataclasses.replace(plan, records=tuple(records))
+    return state, dataclasses.replace(plan, records=tuple(records),
+                                      penalty=penalty)
 
 
 @dataclasses.dataclass(frozen=True)
 class JaxForm:
   """ReCoVR's step with the rules reasoner over attribute vectors.
 
-  State (Progress Memory, short-term part): ``search [A]`` the running query
-  and ``keep [A]`` the kept constraints, as partial assignments (-1 = none).
+  State (Progress Memory, short-term part): ``keep [A]`` int32 the kept
+  values (-1 = none) and ``avoid [A, V]`` bool the avoided ones, as the
+  rules Reflector writes them.
   """
   t2v: bool = True
   covr: bool = True
   reflection: bool = True
   dynamic_anchor: bool = True
+  keep: bool = True
+  avoid: bool = True
+  avoid_penalty: float = base.AVOID_PENALTY
 
   def init(self, init_search):
     """``init_search [A]``: the T2V initializer's assignment."""
     none = jnp.full_like(init_search, -1)
     search = init_search if self.t2v else none
-    return {'search': search, 'keep': none}, search
+    avoid = jnp.zeros((init_search.shape[0], MAX_VALUES), bool)
+    return {'keep': none, 'avoid': avoid}, search
 
   def step(self, state, obs):
     """One feedback turn.
 
     Args:
-      state: ``{'search': [A], 'keep': [A]}`` int32.
+      state: ``{'keep': [A] int32, 'avoid': [A, V] bool}``.
       obs: ``JaxObservation``: ``mentions [A]`` (what the feedback names),
         ``negative []`` (a rejection marker in the words), ``shown_attrs
         [A]`` (the shown video's caption, parsed), ``shown``, ``reference``.
@@ -131,28 +185,59 @@ class JaxForm:
       ``(state, JaxPlan)``.
     """
     mentions, shown = obs.mentions, obs.shown_attrs
-    search, keep = state['search'], state['keep']
-    # Intent Decomposer: running query < kept constraints < this feedback.
-    wanted = jnp.where(mentions >= 0, mentions,
-                       jnp.where(keep >= 0, keep, search))
-    changes = jnp.where((mentions >= 0) & (mentions != shown), mentions, -1)
-    # State Reflector.
+    keep, avoid = state['keep'], state['avoid']
+    read_keep = keep if self.keep else jnp.full_like(keep, -1)
+    read_avoid = avoid if self.avoid else jnp.zeros_like(avoid)
+    named = mentions >= 0
+    changes = jnp.where(named & (mentions != shown), mentions, -1)
     num_changes = jnp.sum(changes >= 0)
-    negative = (jnp.sum(mentions >= 0) == 0) | obs.negative
-    sigma = jnp.where(negative | (num_changes >= 3), demotion.SIGMA_NEG,
+    relative = jnp.any(named) & ~obs.negative & (num_changes < 3)
+    # Intent Decomposer: shown values (relative feedback, not avoided) <
+    # kept values < this feedback.
+    shown_avoided = _holds(read_avoid, shown)
+    base_values = jnp.where(relative & (shown >= 0) & ~shown_avoided, shown,
+                            -1)
+    wanted = jnp.where(named, mentions,
+                       jnp.where(read_keep >= 0, read_keep, base_values))
+    # State Reflector.
+    sigma = jnp.where(~relative, demotion.SIGMA_NEG,
                       jnp.where(num_changes <= 1, demotion.SIGMA_POS,
                                 demotion.SIGMA_NEU)).astype(jnp.int32)
-    if not self.reflection:
+    if self.reflection:
+      new_keep = jnp.where(named, mentions, keep)
+      values = jnp.arange(MAX_VALUES)
+      kept = (values[None, :] == new_keep[:, None])
+      rejected = (values[None, :] == shown[:, None]) & (
+          (changes >= 0) & (shown >= 0))[:, None]
+      new_state = {'keep': new_keep, 'avoid': (avoid & ~kept) | rejected}
+    else:
       sigma = jnp.asarray(demotion.SIGMA_NEU, jnp.int32)
-    # Progress Memory, short-term part, as schemas.update_memory writes it.
-    new_state = {
-        'search': jnp.where(jnp.any(wanted >= 0), wanted, search),
-        'keep': (jnp.where(mentions >= 0, mentions, keep) if self.reflection
-                 else jnp.full_like(keep, -1))}
+      new_state = state
     plan = JaxPlan(search=wanted, edit=changes, use_search=self.t2v,
                    use_edit=self.covr, sigma=sigma,
-                   anchor=obs.shown if self.dynamic_anchor else obs.reference)
+                   anchor=obs.shown if self.dynamic_anchor else obs.reference,
+                   avoid=read_avoid)
     return new_state, plan
+
+  def penalty(self, avoid, caption_attrs):
+    """``[N]`` float32: ``avoid_penalty`` per avoided value each caption
+    states (``caption_attrs [N, A]``, -1 none), or None without ``avoid``."""
+    if not self.avoid:
+      return None
+    hits = jax.vmap(lambda row: jnp.sum(_holds(avoid, row)))(caption_attrs)
+    return self.avoid_penalty * hits.astype(jnp.float32)
+
+
+def _holds(avoid, values):
+  """``[A]`` bool: ``values[a]`` (``-1``: none) is avoided."""
+  a = jnp.arange(values.shape[0])
+  return (values >= 0) & avoid[a, jnp.maximum(values, 0)]
+
+
+_entropy = jax.jit(jax.vmap(asking.normalized_entropy, in_axes=(0, None)))
+
+# Values per attribute the jitted state holds (the embedded world's widest).
+MAX_VALUES = max(world_lib.NUM_VALUES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +249,7 @@ class JaxPlan:
   use_edit: bool        # the method uses the CoVR channel
   sigma: jnp.ndarray    # [] int32
   anchor: jnp.ndarray   # [] int32 gallery id the edit is composed with
+  avoid: jnp.ndarray    # [A, V] bool avoided values this turn's lists use
 
 
 VARIANTS = {
@@ -175,8 +261,23 @@ VARIANTS = {
     'no_rankcap': functools.partial(ReCoVR, name='no_rankcap', rank_cap=False),
     'no_reflection': functools.partial(ReCoVR, name='no_reflection',
                                        reflection=False),
+    'no_keep': functools.partial(ReCoVR, name='no_keep', keep=False),
+    'no_avoid': functools.partial(ReCoVR, name='no_avoid', avoid=False),
+    # Table 3 built up one component at a time: one channel, plain.
+    'covr_plain': functools.partial(ReCoVR, name='covr_plain', t2v=False,
+                                    reflection=False, rank_cap=False),
+    't2v_plain': functools.partial(ReCoVR, name='t2v_plain', covr=False,
+                                   reflection=False, rank_cap=False),
     'fixed_anchor': functools.partial(ReCoVR, name='fixed_anchor',
                                       dynamic_anchor=False),
+    # Table 11: simplified strategies that keep one mechanism each (with
+    # history_rewrite, which keeps history aggregation).
+    'rankcap_only': functools.partial(
+        ReCoVR, name='rankcap_only', t2v=False, reflection=False,
+        fusion='static_rrf'),
+    'single_turn_fusion': functools.partial(
+        ReCoVR, name='single_turn_fusion', reflection=False, rank_cap=False,
+        fusion='static_rrf'),
     'static_rrf': functools.partial(ReCoVR, name='static_rrf',
                                     fusion='static_rrf'),
     'uniform_rrf': functools.partial(ReCoVR, name='uniform_rrf',

@@ -67,7 +67,9 @@ def _inputs(plan: plan_lib.TurnPlan, reference, stop):
   return ranking.TurnInputs(
       queries=jnp.asarray(plan.queries, jnp.float32),
       valid=jnp.asarray(plan.valid), exclude=jnp.asarray(reference, jnp.int32),
-      sigma=jnp.asarray(plan.sigma, jnp.int32), stop=jnp.asarray(stop))
+      sigma=jnp.asarray(plan.sigma, jnp.int32), stop=jnp.asarray(stop),
+      penalty=None if plan.penalty is None else jnp.asarray(plan.penalty,
+                                                            jnp.float32))
 
 
 @dataclasses.dataclass
@@ -124,6 +126,10 @@ class HostDriver:
     full.queries[fb.rows] = plan.queries
     full.valid[fb.rows] = plan.valid
     full.sigma[fb.rows] = plan.sigma
+    if plan.penalty is not None:
+      penalty = np.zeros((s, len(self.ctx.captions)), np.float32)
+      penalty[fb.rows] = plan.penalty
+      full = dataclasses.replace(full, penalty=penalty)
     records = [{}] * s
     for j, i in enumerate(fb.rows):
       records[i] = plan.records[j] if plan.records else {}
@@ -154,12 +160,14 @@ class HostDriver:
   def record(self, carry, fb, plan, active):
     out = []
     turns = np.asarray(carry.ranking.turn)
+    fired = np.asarray(carry.ranking.fired)
     for i in range(len(self.sessions)):
       if i in fb.responses:
         rec = {'turn': int(turns[i]),
                'action': fb.responses[i].action,
                'feedback': fb.responses[i].text,
                'sigma': demotion.SIGMAS[plan.sigma[i]],
+               'rank_cap_fired': bool(fired[i, turns[i]]),
                'question': carry.questions[i], **plan.records[i]}
       else:
         rec = {'turn': int(turns[i]), 'action': 'stopped',

@@ -92,6 +92,7 @@ class SimTrace:
   search: jax.Array      # [S, T] int32 the Intent Decomposer's search code
   edit: jax.Array        # [S, T] int32 its edit code (0: empty)
   needed: jax.Array      # [S, T+1, 2] int32 table codes used (0: none)
+  fired: jax.Array       # [S, T] bool rank-cap changed the list it capped
 
 
 class Unsupported(ValueError):
@@ -121,7 +122,8 @@ def check_supported(method: methods_base.Method,
         '(--simulation=host)'))
   if ask_mode != 'never':
     raise Unsupported('--ask_mode', (
-        f'ask_mode must be never in the jitted mode, got {ask_mode!r}'))
+        f'ask_mode must be never in the jitted mode (its methods ask no '
+        f'questions), got {ask_mode!r}: pass --ask_mode=never'))
 
 
 def prepare(env: host.Environment) -> SimEnvironment:
@@ -245,7 +247,7 @@ def _turn_outputs(carry, active, action, mentions, sigma, search, edit,
   return dict(shown=state.shown_ids, top=state.shown_scores[0],
               active=active, action=action, mentioned=mentions, sigma=sigma,
               search=search, edit=edit, use_search=use_search,
-              use_edit=use_edit)
+              use_edit=use_edit, fired=state.fired[state.turn] & active)
 
 
 class _JitDriver:
@@ -293,7 +295,9 @@ class _JitDriver:
         queries=jnp.stack([_lookup(shared.index, shared.rows, use_search),
                            covr_query]),
         valid=jnp.stack([use_search > 0, use_edit > 0]),
-        exclude=self.reference, sigma=plan.sigma, stop=~active)
+        exclude=self.reference, sigma=plan.sigma, stop=~active,
+        penalty=self.config.form.penalty(plan.avoid,
+                                         shared.arrays.caption_attrs))
     state = ranking.turn_step(self.config.loop, shared.arrays.gallery,
                               carry.state, inputs)
     return dataclasses.replace(carry, state=state)
@@ -405,7 +409,8 @@ def simulate_batch(config: SimConfig, arrays: SimArrays, index, rows,
       top_scores=jnp.concatenate([top0[:, None], outs['top']], axis=1),
       active=outs['active'], action=outs['action'],
       mentioned=outs['mentioned'], sigma=outs['sigma'],
-      search=outs['search'], edit=outs['edit'], needed=needed)
+      search=outs['search'], edit=outs['edit'], needed=needed,
+      fired=outs['fired'])
 
 
 simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))
@@ -492,6 +497,7 @@ def batch_result(env: SimEnvironment, trace: SimTrace) -> host.BatchResult:
                         for a, v in enumerate(trace.mentioned[i, t])
                         if v >= 0},
           'sigma': demotion.SIGMAS[int(trace.sigma[i, t])],
+          'rank_cap_fired': bool(trace.fired[i, t]),
           'question': None, 'asked': None,
           'search': phrase_table.phrase_text(int(trace.search[i, t])),
           'edit': phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)})

@@ -62,6 +62,8 @@ class TurnPlan:
   valid: np.ndarray                 # [B, C] bool channels used this turn
   sigma: np.ndarray                 # [B] int32 (demotion.SIGMA_*)
   records: tuple[dict, ...] = ()    # [B] extra trajectory fields, or ()
+  penalty: np.ndarray | None = None  # [B, N] float32 subtracted from every
+                                    # channel's similarities, or None
 
 
 def empty_plan(num: int, dim: int) -> TurnPlan:

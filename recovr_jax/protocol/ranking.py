@@ -2,7 +2,12 @@
 
 ``turn_step`` retrieves every channel's list, pushes them into the Result
 Memory ring, applies rank-cap over the ring, fuses, and applies rank-cap to
-the fused list. Write it per session and batch it by name:
+the fused list (placement ``all``, the default; placement ``current`` caps
+only the current turn's lists before fusion, the paper's sentence). It also
+records whether rank-cap fired: whether it changed the list it is applied to
+last (the fused list; under ``current``, one of the current turn's lists; a
+single-list method's list). A turn whose window holds no valid list shows the
+last list again, rank-capped. Write it per session and batch it by name:
 
     batched = jax.vmap(turn_step, in_axes=(None, None, 0, 0))
     # config and gallery shared; state and inputs per session
@@ -22,6 +27,9 @@ from recovr_jax.core import ring as ring_lib
 from recovr_jax.core import retrieval
 
 
+PLACEMENTS = ('all', 'current')
+
+
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
   """Static hyperparameters of the ranking core (hashable for jit)."""
@@ -35,6 +43,9 @@ class LoopConfig:
   gamma: float = 0.5
   kappa: tuple[int, int, int] = demotion.DEFAULT_KAPPA
   rank_cap: bool = True
+  # 'all': every ring list and the fused list; 'current': the current
+  # turn's lists before fusion only (DESIGN section 3).
+  rank_cap_placement: str = 'all'
   num_ids: int | None = None    # gallery size, for the one-pass id sort
 
   def __post_init__(self):
@@ -48,6 +59,10 @@ class LoopConfig:
     if self.recency not in fusion.RECENCIES:
       raise ValueError(f'unknown recency {self.recency!r}; valid choices: '
                        f'{", ".join(fusion.RECENCIES)}')
+    if self.rank_cap_placement not in PLACEMENTS:
+      raise ValueError('unknown rank_cap_placement '
+                       f'{self.rank_cap_placement!r}; valid choices: '
+                       f'{", ".join(PLACEMENTS)}')
     if min(self.kappa) < 1:
       raise ValueError(f'kappa must be >= 1, got {self.kappa}')
     if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
@@ -67,6 +82,7 @@ class SessionState:
   shown_scores: jax.Array    # [K] float32
   turn: jax.Array            # [] int32 the last executed turn
   stopped: jax.Array         # [] bool
+  fired: jax.Array           # [T+1] bool rank-cap changed a list at turn t
 
 
 @jax.tree_util.register_dataclass
@@ -78,6 +94,9 @@ class TurnInputs:
   exclude: jax.Array   # [] int32 gallery id removed from every list (v_ref)
   sigma: jax.Array     # [] int32 State Reflector's signal (0 neg, 1 neu, 2 pos)
   stop: jax.Array      # [] bool, the user stopped before this turn
+  # [N] float32 subtracted from every channel's similarities (ReCoVR's
+  # avoid constraints), or None.
+  penalty: jax.Array | None = None
 
 
 def init_state(config: LoopConfig) -> SessionState:
@@ -87,15 +106,18 @@ def init_state(config: LoopConfig) -> SessionState:
       top1=jnp.full((config.num_turns + 1,), -1, jnp.int32),
       shown_ids=jnp.full((k,), -1, jnp.int32),
       shown_scores=jnp.full((k,), -jnp.inf, jnp.float32),
-      turn=jnp.array(-1, jnp.int32), stopped=jnp.array(False))
+      turn=jnp.array(-1, jnp.int32), stopped=jnp.array(False),
+      fired=jnp.zeros((config.num_turns + 1,), bool))
 
 
 def _retrieve_channels(config, gallery, inputs):
   """Every channel's list; also returned unmasked for turn 0's display."""
   c, _ = inputs.queries.shape
+  penalty = None if inputs.penalty is None else jnp.broadcast_to(
+      inputs.penalty, (c, gallery.shape[0]))
   raw_ids, raw_scores = retrieval.retrieve(
       inputs.queries, gallery, config.list_length,
-      exclude=jnp.broadcast_to(inputs.exclude, (c,)))
+      exclude=jnp.broadcast_to(inputs.exclude, (c,)), penalty=penalty)
   # Without the barrier XLA:CPU recomputes the top-k for the masked and the
   # raw outputs separately (start_step was 10x slower than turn_step).
   raw_ids, raw_scores = jax.lax.optimization_barrier((raw_ids, raw_scores))
@@ -136,14 +158,35 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
     # Single-list methods (the baselines): the CoVR list, rank-capped.
     shown_ids, shown_scores = demotion.rank_cap(ids[-1], scores[-1], demote,
                                                 caps)
+    fired = jnp.any(shown_ids != ids[-1])
+  elif config.rank_cap_placement == 'current':
+    capped = jax.vmap(demotion.rank_cap, in_axes=(0, 0, None, None))
+    cur_ids, cur_scores = capped(ids, scores, demote, caps)
+    fired = jnp.any(cur_ids != ids)
+    # The ring keeps this turn's lists as rank-cap left them.
+    ring = ring_lib.push(state.ring, cur_ids, cur_scores, inputs.valid)
+    shown_ids, shown_scores = fusion.fuse(
+        ring.ids, ring.scores, ring.valid, method=config.fusion_method,
+        k=config.rrf_k, recency=config.recency, gamma=config.gamma,
+        num_ids=config.num_ids)
   else:
-    shown_ids, shown_scores = fusion.fuse_with_rank_cap(
+    shown_ids, shown_scores, fired = fusion.fuse_with_rank_cap(
         ring.ids, ring.scores, ring.valid, demote, caps,
         method=config.fusion_method, k=config.rrf_k, recency=config.recency,
-        gamma=config.gamma, num_ids=config.num_ids)
+        gamma=config.gamma, num_ids=config.num_ids, return_fired=True)
+  # No valid list in the window (nothing to search for this turn, e.g.
+  # static_rrf after feedback that names nothing): the last list is shown
+  # again, rank-capped.
+  last_ids, last_scores = demotion.rank_cap(state.shown_ids,
+                                            state.shown_scores, demote, caps)
+  empty = shown_ids[0] < 0
+  fired = jnp.where(empty, jnp.any(last_ids != state.shown_ids), fired)
+  shown_ids = jnp.where(empty, last_ids, shown_ids)
+  shown_scores = jnp.where(empty, last_scores, shown_scores)
   new = SessionState(ring=ring, top1=state.top1.at[turn].set(shown_ids[0]),
                      shown_ids=shown_ids, shown_scores=shown_scores,
-                     turn=turn, stopped=jnp.array(False))
+                     turn=turn, stopped=jnp.array(False),
+                     fired=state.fired.at[turn].set(fired & config.rank_cap))
   # A session that stopped carries its last list forward.
   stopped = state.stopped | inputs.stop
   return jax.tree.map(lambda a, b: jnp.where(stopped, a, b),

@@ -16,10 +16,12 @@ ASK_MODES = ('always', 'never', 'entropy')
 
 @dataclasses.dataclass(frozen=True)
 class AskPolicy:
-  mode: str = 'never'
+  """ReCoVR's Question Asker. The default is the paper's protocol: a
+  question with every list after turn 0 (the user may answer or ignore)."""
+  mode: str = 'always'
   threshold: float = 0.8   # normalised entropy in [0, 1]
   tau: float = 0.05        # softmax temperature over fused scores
-  budget: int = 2          # questions per session
+  budget: int = 5          # questions per session
 
   def __post_init__(self):
     if self.mode not in ASK_MODES:
@@ -63,3 +65,44 @@ def should_ask(policy: AskPolicy, entropy, asked_so_far: int) -> bool:
   if policy.mode == 'always':
     return True
   return bool(entropy > policy.threshold)
+
+
+def expected_split_entropy(scores, values, tau):
+  """UMIVR's question rule (DESIGN section 5): for each candidate question
+  (an attribute), the expected normalised entropy of the softmax of the
+  top-K scores after the answer.
+
+  The answer keeps the candidates whose caption has the answered value; a
+  group of ``n`` candidates with softmax mass ``P`` has normalised entropy
+  ``H = -sum (p / P) log(p / P) / log(n)`` (0 for ``n <= 1``), and the
+  expectation weighs each group by ``P``. Candidates whose caption states
+  no value form one group. Ask the attribute with the lowest value.
+
+  Args:
+    scores: ``[K]`` float scores of the current top candidates, ``-inf``
+      padding (padding takes no part).
+    values: ``[A, K]`` int each candidate's caption value of each attribute
+      (``-1``: none stated).
+    tau: softmax temperature ``> 0``.
+
+  Returns:
+    ``[A]`` float32 in ``[0, 1]``. Pure and jit-able; vmap it over sessions.
+  """
+  scores = jnp.asarray(scores, jnp.float32)
+  valid = jnp.isfinite(scores)
+  logits = jnp.where(valid, scores / tau, -jnp.inf)
+  p = jnp.where(valid, jax.nn.softmax(jnp.where(jnp.any(valid), logits, 0.0)),
+                0.0)
+
+  def one(vals):  # [K] -> []
+    same = (vals[:, None] == vals[None, :]) & valid[:, None] & valid[None, :]
+    n = jnp.sum(same, axis=1)                      # group size per candidate
+    mass = jnp.sum(jnp.where(same, p[None, :], 0.0), axis=1)  # group mass
+    q = jnp.where(same, p[None, :] / jnp.maximum(mass[:, None], 1e-30), 0.0)
+    h = -jnp.sum(jnp.where(q > 0, q * jnp.log(jnp.maximum(q, 1e-30)), 0.0),
+                 axis=1)
+    h = jnp.where(n > 1, h / jnp.log(jnp.maximum(n, 2).astype(jnp.float32)),
+                  0.0)
+    return jnp.sum(p * h)   # sum over groups of P(g) H(g), per candidate
+
+  return jax.vmap(one)(jnp.asarray(values))

@@ -21,7 +21,7 @@ from recovr_jax.reasoning import schemas
 
 PROMPTS = {
     'intent': ('Task: intent. Reply with JSON {{"search": str, "edit": str}}.'
-               '\nQuery: {search}\nKeep: {keep}\nShown: {shown}\n'
+               '\nKeep: {keep}\nAvoid: {avoid}\nShown: {shown}\n'
                'Feedback: {feedback}\nJSON:'),
     'reflect': ('Task: reflect. Reply with JSON {{"sigma": "neg"|"neu"|"pos",'
                 ' "keep": [str], "avoid": [str]}}.\nKeep: {keep}\n'
@@ -50,7 +50,7 @@ def prompt(module: str, request) -> str:
   if module in ('intent', 'reflect'):
     m = request.memory
     return PROMPTS[module].format(
-        search=cut(m.search), keep='; '.join(m.keep), avoid='; '.join(m.avoid),
+        keep=cut('; '.join(m.keep)), avoid=cut('; '.join(m.avoid)),
         shown=cut(request.shown_caption), feedback=cut(request.feedback))
   if module == 'question':
     return PROMPTS[module].format(
@@ -228,6 +228,16 @@ class FlaxLMReasoner:
   def rewrite(self, dialogue):
     """Full-history rewriting has no prompt: the fallback's."""
     return self.fallback.rewrite(dialogue)
+
+  def constraint_hits(self, constraints, captions):
+    """Matching constraints to captions is the fallback's parsing."""
+    return self.fallback.constraint_hits(constraints, captions)
+
+  def caption_values(self, captions):
+    return self.fallback.caption_values(captions)
+
+  def attribute_question(self, attribute, value=None):
+    return self.fallback.attribute_question(attribute, value)
 
   def validity(self) -> dict:
     """Per module: calls, first-pass validity rate, retries, fallbacks."""

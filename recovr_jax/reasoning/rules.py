@@ -17,6 +17,8 @@ A lexicon is any object with ``A`` (attribute names), ``QUESTIONS``
 import collections
 import math
 
+import numpy as np
+
 from recovr_jax.reasoning import schemas
 
 
@@ -34,69 +36,121 @@ class _Backend:
     return {}
 
 
-def _constraints(lexicon, items) -> dict[int, int]:
-  out = {}
+def _constraint_pairs(lexicon, items) -> list[tuple[int, int]]:
+  """The readable ``(attribute, value)`` pairs of ``items``, in order."""
+  out = []
   for item in items:
     parsed = lexicon.parse_constraint(item)
-    if parsed is not None:
-      out[parsed[0]] = parsed[1]
+    if parsed is not None and parsed not in out:
+      out.append(parsed)
   return out
 
 
+def _constraints(lexicon, items) -> dict[int, int]:
+  """``{attribute: value}`` of ``items`` (a later item wins)."""
+  return dict(_constraint_pairs(lexicon, items))
+
+
 class RulesReasoner(_Backend):
-  """Deterministic reasoning over a lexicon's attribute mentions."""
+  """Deterministic reasoning over a lexicon's attribute mentions.
+
+  Both pathways read the same snapshot: the latest feedback, the shown
+  video's caption (Progress Memory) and the constraints in short-term
+  Progress Memory. Feedback is *relative* (an edit of the shown video) when
+  it names something, carries no rejection marker and changes at most two
+  of the shown video's values; otherwise it rejects the shown video (the
+  Reflector's sigma is ``neg`` exactly then).
+  """
 
   name = 'rules'
 
   def __init__(self, lexicon):
     self.lexicon = lexicon
+    self._parsed = {}
+
+  def _read(self, r):
+    """``(mentions, shown, changes, relative)`` of one request."""
+    mentions = self.lexicon.parse(r.feedback)
+    shown = self.lexicon.parse(r.shown_caption)
+    changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
+    text = ' ' + r.feedback.lower() + ' '
+    negative = any(m in text for m in schemas.NEGATIVE_MARKERS)
+    relative = bool(mentions) and not negative and len(changes) < 3
+    return mentions, shown, changes, relative
 
   def intent(self, requests) -> list[dict]:
+    """``search``: the shown video's caption values when the feedback is
+    relative (minus avoided values), then the kept constraints, then what
+    the feedback names (later sources win); ``edit``: the named values that
+    differ from the shown video. Earlier feedback reaches it only through
+    the Reflector's constraints."""
     out = []
     for r in requests:
-      mentions = self.lexicon.parse(r.feedback)
-      shown = self.lexicon.parse(r.shown_caption)
-      # The running query, then the accumulated constraints, then what the
-      # user just said: later sources win.
-      wanted = self.lexicon.parse(r.memory.search)
+      mentions, shown, changes, relative = self._read(r)
+      avoid = set(_constraint_pairs(self.lexicon, r.memory.avoid))
+      wanted = {a: v for a, v in shown.items()
+                if (a, v) not in avoid} if relative else {}
       wanted.update(_constraints(self.lexicon, r.memory.keep))
       wanted.update(mentions)
-      search = self.lexicon.canonical_description(wanted) if wanted else (
-          r.memory.search)
-      changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
-      out.append({'search': search,
+      out.append({'search': self.lexicon.canonical_description(wanted)
+                            if wanted else '',
                   'edit': self.lexicon.canonical_edit(changes)})
     return out
 
   def reflect(self, requests) -> list[dict]:
+    """sigma: ``neg`` unless the feedback is relative, ``pos`` when it
+    changes at most one value, else ``neu``. ``keep``: earlier kept values
+    updated by what the feedback names; ``avoid``: earlier avoided values
+    not kept since, plus the shown video's values the feedback changes."""
     out = []
     for r in requests:
-      mentions = self.lexicon.parse(r.feedback)
-      shown = self.lexicon.parse(r.shown_caption)
-      changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
-      text = ' ' + r.feedback.lower() + ' '
-      negative = any(m in text for m in schemas.NEGATIVE_MARKERS)
-      if not mentions or negative or len(changes) >= 3:
-        sigma = 'neg'
-      elif len(changes) <= 1:
-        sigma = 'pos'
-      else:
-        sigma = 'neu'
+      mentions, shown, changes, relative = self._read(r)
+      sigma = 'neg' if not relative else ('pos' if len(changes) <= 1
+                                          else 'neu')
       keep = _constraints(self.lexicon, r.memory.keep)
       keep.update(mentions)
-      avoid = _constraints(self.lexicon, r.memory.avoid)
-      avoid_items = [self.lexicon.constraint(a, v) for a, v in avoid.items()
-                     if keep.get(a) != v]
+      avoid = [(a, v) for a, v in _constraint_pairs(self.lexicon,
+                                                     r.memory.avoid)
+               if keep.get(a) != v]
       for a in changes:
-        if a in shown:
-          item = self.lexicon.constraint(a, shown[a])
-          if item not in avoid_items:
-            avoid_items.append(item)
+        if a in shown and (a, shown[a]) not in avoid:
+          avoid.append((a, shown[a]))
       out.append({'sigma': sigma,
                   'keep': [self.lexicon.constraint(a, v)
                            for a, v in sorted(keep.items())],
-                  'avoid': avoid_items})
+                  'avoid': [self.lexicon.constraint(a, v) for a, v in avoid]})
     return out
+
+  def caption_values(self, captions) -> np.ndarray:
+    """``[N, A]`` int32 attribute values each caption states (-1: none);
+    parsed once per captions tuple (long-term Progress Memory)."""
+    key = id(captions)
+    if key not in self._parsed or self._parsed[key][0] is not captions:
+      values = np.full((len(captions), len(self.lexicon.A)), -1, np.int32)
+      for i, caption in enumerate(captions):
+        for a, v in self.lexicon.parse(caption).items():
+          values[i, a] = v
+      self._parsed[key] = (captions, values)
+    return self._parsed[key][1]
+
+  def attribute_question(self, attribute: int, value: int | None = None
+                         ) -> str:
+    """The question about ``attribute``; with ``value``, it also says what
+    the video it is about shows (IVR-QA's heuristic questions)."""
+    question = self.lexicon.QUESTIONS[self.lexicon.A[attribute]][0]
+    if value is None:
+      return question
+    return (f'{question} Currently: '
+            f'{self.lexicon.canonical_description({attribute: value})}.')
+
+  def constraint_hits(self, constraints, captions) -> np.ndarray:
+    """``[N]`` int32: how many of ``constraints`` (``'attribute: value'``)
+    each caption states; unreadable constraints match nothing."""
+    values = self.caption_values(captions)
+    hits = np.zeros(len(captions), np.int32)
+    for a, v in _constraint_pairs(self.lexicon, constraints):
+      hits += values[:, a] == v
+    return hits
 
   def question(self, requests) -> list[dict]:
     """Asks about the attribute most uncertain among the top candidates
@@ -148,32 +202,50 @@ class RulesReasoner(_Backend):
 class FreeTextReasoner(_Backend):
   """Deterministic reasoning that keeps the user's words (real data).
 
-  Intent: ``search`` is the running query followed by the feedback, ``edit``
-  the feedback. Reflection: ``neg`` on a rejection marker, else ``neu``; no
-  constraints (it cannot tell attributes apart). Question: a fixed open
-  question. T2V initializer: the reference caption followed by the
-  modification text.
+  Intent: ``search`` is the kept feedback followed by the latest feedback,
+  ``edit`` the latest feedback. Reflection: ``neg`` on a rejection marker,
+  else ``neu``; it keeps each feedback without a rejection marker as a
+  free-text constraint (it cannot tell attributes apart, so nothing is
+  avoided). Question: a fixed open question. T2V initializer: the reference
+  caption followed by the modification text.
   """
 
   name = 'rules'
   QUESTION = 'What should be different in the video you are looking for?'
 
+  @staticmethod
+  def _negative(feedback):
+    text = ' ' + feedback.lower() + ' '
+    return any(m in text for m in schemas.NEGATIVE_MARKERS)
+
   def intent(self, requests) -> list[dict]:
     out = []
     for r in requests:
       feedback = r.feedback.strip()
-      search = ' '.join(t for t in (r.memory.search, feedback) if t)
+      search = ' '.join(t for t in (*r.memory.keep, feedback) if t)
       out.append({'search': search, 'edit': feedback})
     return out
 
   def reflect(self, requests) -> list[dict]:
     out = []
     for r in requests:
-      text = ' ' + r.feedback.lower() + ' '
-      negative = any(m in text for m in schemas.NEGATIVE_MARKERS)
-      out.append({'sigma': 'neg' if negative else 'neu', 'keep': [],
+      feedback = r.feedback.strip()
+      negative = self._negative(feedback)
+      keep = list(r.memory.keep)
+      if feedback and not negative and feedback not in keep:
+        keep.append(feedback)
+      out.append({'sigma': 'neg' if negative else 'neu', 'keep': keep,
                   'avoid': []})
     return out
+
+  def constraint_hits(self, constraints, captions) -> np.ndarray:
+    """Free-text constraints match no caption (no attributes to compare)."""
+    del constraints
+    return np.zeros(len(captions), np.int32)
+
+  def caption_values(self, captions) -> np.ndarray:
+    """No attributes on free text: ``[N, 0]``."""
+    return np.zeros((len(captions), 0), np.int32)
 
   def question(self, requests) -> list[dict]:
     return [{'question': self.QUESTION} for _ in requests]

@@ -28,9 +28,11 @@ NEGATIVE_MARKERS = ('no ', 'no.', 'wrong', 'not it', "not what", 'not this',
 
 @dataclasses.dataclass(frozen=True)
 class SessionMemory:
-  """Progress Memory, short-term part: one session's running query and
-  accumulated constraints (``'attribute: value'`` strings)."""
-  search: str = ''
+  """Progress Memory, short-term part: one session's constraints, written
+  only by the State Reflector (``'attribute: value'`` strings, or free text
+  where no attributes apply). ``keep``: values the target has (they enter
+  the next T2V query); ``avoid``: values it does not have (candidates whose
+  caption states one are penalised). Empty with reflection off."""
   keep: tuple[str, ...] = ()
   avoid: tuple[str, ...] = ()
 
@@ -91,11 +93,9 @@ def validate(module: str, obj) -> dict:
   return obj
 
 
-def update_memory(memory: SessionMemory, intent: dict,
-                  reflection: dict) -> SessionMemory:
-  """The next turn's short-term memory from this turn's module outputs."""
-  return SessionMemory(search=intent['search'] or memory.search,
-                       keep=tuple(reflection['keep']),
+def update_memory(reflection: dict) -> SessionMemory:
+  """The next turn's short-term memory: the Reflector's constraints."""
+  return SessionMemory(keep=tuple(reflection['keep']),
                        avoid=tuple(reflection['avoid']))
 
 

@@ -53,11 +53,7 @@ def _random_memory(rng, combos, target):
     v = (target[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
         world_lib.NUM_VALUES[a])
     avoid.append(lexicon.constraint(int(a), int(v)))
-  guess = combos[rng.integers(len(combos))]
-  search = '' if rng.random() < 0.2 else lexicon.canonical_description(
-      {int(a): int(guess[a]) for a in rng.permutation(7)[:rng.integers(2, 8)]})
-  return schemas.SessionMemory(search=search, keep=tuple(keep),
-                                 avoid=tuple(avoid))
+  return schemas.SessionMemory(keep=tuple(keep), avoid=tuple(avoid))
 
 
 def sample_requests(world, pool, n: int, seed: int):
