@@ -142,6 +142,11 @@ _BOOT_BASELINE = flags.DEFINE_string(
     'The method the report\'s paired bootstrap compares recovr with '
     '(DESIGN section 5: umivr); strongest: the baseline with the best mean '
     'R@1 over feedback turns. Absent from --methods: the strongest one.')
+_BOOT_ALSO = flags.DEFINE_list(
+    'bootstrap_also', [],
+    'Further methods of --methods the paired bootstrap compares recovr with '
+    '(e.g. no_reflection,no_keep,no_avoid); written to bootstrap_also.json '
+    'and report.md.')
 _MAX_ERRORS = flags.DEFINE_float(
     'max_error_share', 0.0,
     "Share of a method's sessions that may raise (each is recorded with its "
@@ -242,7 +247,8 @@ def run_config() -> config_lib.RunConfig:
           style=_preset(_STYLE), language=_preset(_LANGUAGE)),
       user_seed=_USER_SEED.value,
       bootstrap_resamples=_RESAMPLES.value,
-      bootstrap_baseline=_BOOT_BASELINE.value, seed=_SEED.value,
+      bootstrap_baseline=_BOOT_BASELINE.value,
+      bootstrap_also=tuple(_BOOT_ALSO.value), seed=_SEED.value,
       max_error_share=_MAX_ERRORS.value,
       allow_other_world_encoders=_OTHER_WORLD.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,

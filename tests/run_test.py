@@ -220,6 +220,11 @@ class RunnerTest(absltest.TestCase):
     with self.assertRaisesRegex(Exception, "unknown --bootstrap_baseline "
                                 "'nope'; valid: strongest, recovr"):
       run_main(self.root / 'bad', bootstrap_baseline='nope')
+    with self.assertRaisesRegex(Exception, '--bootstrap_also compares recovr '
+                                'with methods of --methods; not in --methods: '
+                                'no_keep'):
+      run_main(self.root / 'bad', methods=['recovr'],
+               bootstrap_also=['no_keep'])
     with self.assertRaisesRegex(Exception, "'gallery' is not sweepable"):
       run_main(self.root / 'bad', sweep=['gallery=1|2'])
     with self.assertRaisesRegex(Exception, 'user_policy=lazy: value should be one of'):

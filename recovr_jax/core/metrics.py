@@ -116,12 +116,16 @@ def failure_modes(ranks, top1, active=None) -> FailureModes:
   ranks = checks.array('ranks', ranks, 2, 'int')
   top1 = checks.array('top1', top1, 2, 'int')
   checks.shape('top1', top1, ranks.shape)
+  return _failure_modes(ranks, top1, _active(ranks, active))
+
+
+def _active(ranks, active):
+  """``active`` checked against ``ranks``, or ``default_active``."""
   if active is None:
-    active = default_active(ranks)
-  else:
-    active = checks.array('active', active, 2, 'bool')
-    checks.shape('active', active, ranks.shape)
-  return _failure_modes(ranks, top1, active)
+    return default_active(ranks)
+  active = checks.array('active', active, 2, 'bool')
+  checks.shape('active', active, ranks.shape)
+  return active
 
 
 def default_active(ranks):
@@ -183,12 +187,7 @@ def rank_cap_firing(ranks, fired, active=None) -> RankCapFiring:
   ranks = checks.array('ranks', ranks, 2, 'int')
   fired = checks.array('fired', fired, 2, 'bool')
   checks.shape('fired', fired, ranks.shape)
-  if active is None:
-    active = default_active(ranks)
-  else:
-    active = checks.array('active', active, 2, 'bool')
-    checks.shape('active', active, ranks.shape)
-  moving = active[:, 1:]
+  moving = _active(ranks, active)[:, 1:]
   firing = fired[:, 1:] & moving
   return RankCapFiring(fired=_rate(fired[:, 1:], moving),
                        improved=_rate(ranks[:, 1:] < ranks[:, :-1], firing))

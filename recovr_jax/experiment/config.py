@@ -64,6 +64,9 @@ class RunConfig:
   # `methods` falls back to the strongest one present (bootstrap.json names
   # the one used).
   bootstrap_baseline: str = 'umivr'
+  # Further methods compared with recovr by the same paired bootstrap (e.g.
+  # the ablations), each in bootstrap_also.json and report.md.
+  bootstrap_also: tuple[str, ...] = ()
   seed: int = 0                            # the bootstrap's
   # Share of a method's sessions that may raise (each counted as a miss)
   # before the run fails (non-zero exit, after writing its outputs).

@@ -127,15 +127,24 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
                    f"{cell(f['improved'])} |")
     lines.append('')
   if boot:
-    lines += [f"### Paired bootstrap: {boot['a']} - {boot['b']}, R@1 "
-              f"({boot['num_resamples']:,} resamples, 95% percentile "
-              'interval, points)', '', f'| | {cols} |', f'|{sep}|',
-              '| difference | ' + ' | '.join(_pct(v) for v in boot['mean'])
-              + ' |',
-              '| interval | ' + ' | '.join(
-                  f'[{_pct(lo)}, {_pct(hi)}]'
-                  for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '']
+    lines.append(bootstrap_markdown(boot))
   return '\n'.join(lines)
+
+
+def bootstrap_markdown(boot: dict) -> str:
+  """One paired-bootstrap table (``bootstrap`` plus ``a``, ``b`` and
+  ``num_resamples``)."""
+  turns = len(boot['mean'])
+  cols = ' | '.join(f'T{t}' for t in range(turns))
+  sep = '|'.join(['---'] + ['---:'] * turns)
+  return '\n'.join([
+      f"### Paired bootstrap: {boot['a']} - {boot['b']}, R@1 "
+      f"({boot['num_resamples']:,} resamples, 95% percentile interval, "
+      'points)', '', f'| | {cols} |', f'|{sep}|',
+      '| difference | ' + ' | '.join(_pct(v) for v in boot['mean']) + ' |',
+      '| interval | ' + ' | '.join(
+          f'[{_pct(lo)}, {_pct(hi)}]'
+          for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', ''])
 
 
 def plot(per_method: dict, path_prefix: str) -> list[str]:

@@ -59,6 +59,10 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
       config.bootstrap_baseline not in methods_lib.REGISTRY):
     _fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '
           f'valid: strongest, {", ".join(methods_lib.names())}')
+  also = [m for m in config.bootstrap_also if m not in config.methods]
+  if also or (config.bootstrap_also and 'recovr' not in config.methods):
+    _fail('--bootstrap_also compares recovr with methods of --methods; '
+          f'not in --methods: {", ".join(also or ["recovr"])}')
   if config.data not in config_lib.DATA:
     _fail(f'unknown --data {config.data!r}; valid: '
           f'{", ".join(config_lib.DATA)}')
@@ -363,7 +367,7 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
 # (each batch records its own), which methods (each has its own batches),
 # the report's bootstrap, where caches and outputs go, and bookkeeping.
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
-                    'bootstrap_baseline', 'seed', 'cache_dir', 'output_dir',
+                    'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
                     'resume', 'flags_text', 'max_error_share',
                     'allow_other_world_encoders')
 
@@ -546,6 +550,14 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
     boot.update(a='recovr', b=against,
                 num_resamples=config.bootstrap_resamples)
 
+  also = {}
+  for name in config.bootstrap_also:
+    also[name] = reporting.bootstrap(displayed['recovr'], displayed[name],
+                                     targets, config.bootstrap_resamples,
+                                     config.seed)
+    also[name].update(a='recovr', b=name,
+                      num_resamples=config.bootstrap_resamples)
+
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
   (out / 'metrics.json').write_text(reporting.dumps(per_method))
@@ -553,6 +565,8 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   (out / 'failure_modes.json').write_text(reporting.dumps(failures))
   (out / 'rank_cap_firing.json').write_text(reporting.dumps(firing))
   (out / 'bootstrap.json').write_text(reporting.dumps(boot))
+  if also:
+    (out / 'bootstrap_also.json').write_text(reporting.dumps(also))
   with (out / 'trajectories.jsonl').open('w') as f:
     for row in trajectories:
       f.write(json.dumps(row, sort_keys=True) + '\n')
@@ -566,6 +580,9 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
             f'{config.settings.avoid_penalty:g}, ask {config.settings.ask}, '
             f'reasoner {config.reasoner}, user {config.user}.')
   report = reporting.markdown(per_method, failures, boot, header, firing)
+  for interval in also.values():
+    report += reporting.bootstrap_markdown(interval) + '\n'
+
   report += '\n' + reporting.errors_markdown(raised, len(sessions))
   used = {m: c for m, c in reasoning_counts.items() if c}
   if used:
