@@ -28,7 +28,7 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir',
                                   'Where to save the model and tokenizer.')
 _OUTPUT_JSON = flags.DEFINE_string('output_json', 'results/reasoner.json',
                                    'Where to write the measured report.')
-_STEPS = flags.DEFINE_integer('steps', 1400, 'Training steps.')
+_STEPS = flags.DEFINE_integer('steps', 2800, 'Training steps.')
 _BATCH = flags.DEFINE_integer('batch', 32, 'Sequences per step.')
 _NUM_TRAIN = flags.DEFINE_integer('num_train', 30_000,
                                   'Generated training prompts.')

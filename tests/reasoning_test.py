@@ -292,7 +292,11 @@ class AskingTest(absltest.TestCase):
     self.assertFalse(asking.should_ask(entropy, 0.1, 0))
     self.assertFalse(asking.should_ask(entropy, 0.9, 1))  # budget spent
     self.assertTrue(asking.should_ask(asking.AskPolicy(mode='always'), 0.0, 0))
-    self.assertFalse(asking.should_ask(asking.AskPolicy(), 1.0, 0))
+    self.assertFalse(asking.should_ask(asking.AskPolicy(mode='never'), 1.0,
+                                       0))
+    # The default is the paper's protocol: a question with every list.
+    self.assertTrue(asking.should_ask(asking.AskPolicy(), 0.0, 4))
+    self.assertFalse(asking.should_ask(asking.AskPolicy(), 0.0, 5))
     with self.assertRaisesRegex(ValueError, "unknown ask mode 'x'.*entropy"):
       asking.AskPolicy(mode='x')
 

@@ -40,7 +40,7 @@ class ReasonerConfig:
   n_layer: int = 4
   n_head: int = 4
   max_length: int = 256
-  steps: int = 1400
+  steps: int = 2800
   batch: int = 32
   lr: float = 2e-3
 
