@@ -8,7 +8,11 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
+from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import gguf_llama
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import lexicon
 from third_party import transformers_flax_llama
 
 transformers_flax_llama.install()
@@ -135,6 +139,18 @@ class GGUFLlamaTest(absltest.TestCase):
     self.assertTrue((out / 'checksums.json').is_file())
     # The tokenizer splits digits one by one (llama.cpp's smollm rule).
     self.assertLen(tok('2024')['input_ids'], 4)
+    # The flax_lm backend loads it (its prompts are not yet SmolLM2's chat
+    # prompts: whatever it writes is validated, and counted).
+    lm = flax_lm.FlaxLMReasoner(str(out), fallback=rules.RulesReasoner(
+        lexicon), batch_size=2, max_new_tokens=8)
+    requests = [schemas.IntentRequest('make it red', 'two blue circles',
+                                      schemas.SessionMemory())] * 2
+    for obj in lm.intent(requests):
+      schemas.validate('intent', obj)
+    stats = lm.validity()['intent']
+    self.assertEqual(stats['calls'], 2)
+    self.assertEqual(stats['fallback'] + stats['retry_valid'] + round(
+        stats['first_pass_valid'] * stats['calls']), 2)
 
   def test_errors_name_the_file(self):
     with self.assertRaisesRegex(FileNotFoundError, 'nope.gguf does not '

@@ -128,6 +128,9 @@ class FlaxLMReasoner:
     """
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxAutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+    from third_party import transformers_flax_llama  # pylint: disable=g-import-not-at-top
+    # Llama checkpoints (SmolLM2) need the rotary base from their config.
+    transformers_flax_llama.install()
     check_model_dir(model_dir)
     checksums.verify_manifest(model_dir, 'reasoner checkpoint')
     self.model_dir = model_dir
