@@ -139,10 +139,17 @@ class GGUFLlamaTest(absltest.TestCase):
     self.assertTrue((out / 'checksums.json').is_file())
     # The tokenizer splits digits one by one (llama.cpp's smollm rule).
     self.assertLen(tok('2024')['input_ids'], 4)
-    # The flax_lm backend loads it (its prompts are not yet SmolLM2's chat
-    # prompts: whatever it writes is validated, and counted).
-    lm = flax_lm.FlaxLMReasoner(str(out), fallback=rules.RulesReasoner(
-        lexicon), batch_size=2, max_new_tokens=8)
+    # The flax_lm backend loads a Llama checkpoint with the rotary fix (two
+    # of SmolLM2's blocks and its tokenizer, to keep the compile short; its
+    # prompts are not yet chat prompts: outputs are validated and counted).
+    small = pathlib.Path(tempfile.mkdtemp()) / 'smollm2_2_blocks'
+    config, tensors, _ = _read()
+    model, params = _truncated(config, tensors, 2)
+    model.save_pretrained(str(small), params=params)
+    tok.save_pretrained(str(small))
+    lm = flax_lm.FlaxLMReasoner(str(small), fallback=rules.RulesReasoner(
+        lexicon), batch_size=2, max_new_tokens=4)
+    self.assertEqual(lm.model.config.rope_theta, 100_000.0)
     requests = [schemas.IntentRequest('make it red', 'two blue circles',
                                       schemas.SessionMemory())] * 2
     for obj in lm.intent(requests):
