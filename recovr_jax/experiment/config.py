@@ -51,6 +51,12 @@ class RunConfig:
   captioner_checkpoint: str | None = None  # world: None = shipped
   reasoner: str = 'rules'
   reasoner_checkpoint: str | None = None
+  # Chat-LM reasoners (smollm2, smollm2_world; reasoning/chat_lm.py):
+  prompt_wording: int = 1                  # one of prompts.WORDINGS
+  few_shot: int | None = None              # None: 3 (smollm2), 0 (_world)
+  reasoner_dtype: str = 'float32'          # or 'bfloat16'
+  constrained_decoding: bool = True
+  reasoner_batch: int = 16                 # sessions per generation call
   num_sessions: int | None = None         # None: every test triplet
   batch_size: int = 100
   loop: ranking.LoopConfig = ranking.LoopConfig()

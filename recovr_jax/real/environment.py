@@ -70,7 +70,8 @@ def caption_user(user, captions):
   return respond
 
 
-def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
+def make_reasoner(backend: str, checkpoint: str | None = None,
+                  chat_options: dict | None = None, **kwargs):
   """The real-data reasoner of a backend name: ``rules`` keeps the user's
   words (``FreeTextReasoner``); ``flax_lm`` loads ``checkpoint`` (required:
   the shipped reasoner was trained on the world's vocabulary) with the
@@ -85,5 +86,10 @@ def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
                        "only the world's vocabulary)")
     from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
     return flax_lm.FlaxLMReasoner(checkpoint, fallback=fallback, **kwargs)
+  if backend in ('smollm2', 'smollm2_world'):
+    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+    # No few-shot examples on real data (the world's would mislead).
+    return chat_lm.make(backend, fallback, checkpoint, examples=None,
+                        **(chat_options or {}))
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: rules, '
-                   'flax_lm')
+                   'flax_lm, smollm2, smollm2_world')

@@ -17,6 +17,7 @@ dependencies compile llama.cpp; none is needed here).
 
 import importlib.util
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -245,3 +246,30 @@ def convert(gguf_path, output_dir) -> pathlib.Path:
       'sha256': checksums.file_digest(pathlib.Path(gguf_path))}, indent=2))
   checksums.write_manifest(out)
   return out
+
+
+def default_cache_dir() -> pathlib.Path:
+  """Where the converted SmolLM2 lives: ``$RECOVR_JAX_CACHE/smollm2`` or
+  ``~/.cache/recovr_jax/smollm2``."""
+  root = os.environ.get('RECOVR_JAX_CACHE') or os.path.join(
+      os.path.expanduser('~'), '.cache', 'recovr_jax')
+  return pathlib.Path(root).absolute() / 'smollm2'
+
+
+def ensure_converted(directory=None, gguf_path=None) -> pathlib.Path:
+  """A converted SmolLM2 directory, converting the installed package's GGUF
+  once (about 15 s) when ``directory`` lacks it or holds another file's
+  conversion."""
+  directory = pathlib.Path(directory or default_cache_dir()).absolute()
+  gguf_path = pathlib.Path(gguf_path or find_smollm2())
+  source = directory / 'gguf_source.json'
+  if source.is_file():
+    try:
+      recorded = json.loads(source.read_text()).get('sha256')
+    except json.JSONDecodeError:
+      recorded = None
+    if recorded == checksums.file_digest(gguf_path):
+      return directory
+  print(f'converting {gguf_path.name} into {directory} (once) ...',
+        flush=True)
+  return convert(gguf_path, directory)

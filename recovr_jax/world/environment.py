@@ -50,8 +50,13 @@ def attribute_user(user, attributes):
   return respond
 
 
-def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
-  """The world's reasoner of a backend name (``rules`` or ``flax_lm``).
+def make_reasoner(backend: str, checkpoint: str | None = None,
+                  chat_options: dict | None = None, world_config=None,
+                  **kwargs):
+  """The world's reasoner of a backend name (``BACKENDS``).
+
+  ``smollm2`` / ``smollm2_world`` (``reasoning.chat_lm.make`` with
+  ``chat_options``) draw their few-shot examples from the training split.
 
   ``rules`` reads and writes the world's lexicon. ``flax_lm`` loads
   ``checkpoint`` (default: the shipped world reasoner) with the rules
@@ -71,8 +76,17 @@ def make_reasoner(backend: str, checkpoint: str | None = None, **kwargs):
         'spelling_fixer'):
       kwargs.setdefault('preprocess', reasoner_training.preprocess)
     return flax_lm.FlaxLMReasoner(str(directory), fallback=fallback, **kwargs)
+  if backend in ('smollm2', 'smollm2_world'):
+    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import generator as world_lib  # pylint: disable=g-import-not-at-top
+    examples = reasoner_training.few_shot_examples(
+        world_lib.make_world(world_config or world_lib.WorldConfig()),
+        per_module=8)
+    return chat_lm.make(backend, fallback, checkpoint, examples=examples,
+                        preprocess=reasoner_training.preprocess,
+                        **(chat_options or {}))
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
                    f'{", ".join(BACKENDS)}')
 
 
-BACKENDS = ('rules', 'flax_lm')
+BACKENDS = ('rules', 'flax_lm', 'smollm2', 'smollm2_world')

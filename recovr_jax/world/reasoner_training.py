@@ -260,3 +260,24 @@ def evaluate(model_dir, world, num: int, seed: int, batch_size: int = 32):
           'exact_match': sum(m['exact_match'] * m['prompts']
                              for m in by_module.values()) / total,
           'by_module': by_module}
+
+
+def few_shot_examples(world, per_module: int = 3, seed: int = 7):
+  """module -> ``prompts.Example``s from the training split, answered by
+  the rules backend (the Reflector's include a rejection and an approval)."""
+  from recovr_jax.reasoning import prompts  # pylint: disable=g-import-not-at-top
+  pairs = sample_requests(world, world.train_combos, 40 * per_module, seed)
+  replies = [json.loads(t) for t in targets_of(pairs)]
+  out = {}
+  for module in schemas.MODULES:
+    chosen, sigmas = [], set()
+    for (m, request), reply in zip(pairs, replies):
+      if m != module or len(chosen) == per_module:
+        continue
+      if module == 'reflect' and reply['sigma'] in sigmas and len(
+          sigmas) < len(schemas.SIGMAS) and len(chosen) < per_module - 1:
+        continue  # cover the sigmas first
+      sigmas.add(reply.get('sigma'))
+      chosen.append(prompts.Example(request, reply))
+    out[module] = tuple(chosen)
+  return out

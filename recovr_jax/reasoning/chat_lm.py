@@ -1,0 +1,324 @@
+"""The ``flax_lm`` backend for instruction-tuned Llama checkpoints (SmolLM2).
+
+Requests become chat prompts (``reasoning.prompts``: a system description of
+the module, optional few-shot examples, the request) rendered with the
+checkpoint's chat template. Replies are decoded greedily with the key/value
+cache of transformers' Flax Llama, batched across sessions, and constrained
+by each module's JSON schema (``reasoning.constrained``), so first-pass
+validity is 100% by construction. ``constrained=False`` decodes freely and
+keeps the parse / retry / rules-fallback path, which is counted.
+
+Weights load from ``flax_model.msgpack`` or from a ``model.safetensors`` in
+transformers' PyTorch naming; ``dtype='bfloat16'`` halves their memory. A
+LoRA adapter (``reasoning.lora``) is merged into the weights at load.
+"""
+
+import collections
+import copy
+import json
+import os
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import checksums
+from recovr_jax.reasoning import constrained
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import schemas
+
+DTYPES = ('float32', 'bfloat16')
+
+
+def is_chat_checkpoint(model_dir) -> bool:
+  """A Llama checkpoint whose tokenizer has a chat template."""
+  d = pathlib.Path(model_dir)
+  try:
+    config = json.loads((d / 'config.json').read_text())
+    tok = json.loads((d / 'tokenizer_config.json').read_text())
+  except (OSError, json.JSONDecodeError):
+    return False
+  has_template = bool(tok.get('chat_template')) or (
+      d / 'chat_template.jinja').is_file()
+  return config.get('model_type') == 'llama' and has_template
+
+
+def load_params(model_dir, config):
+  """Parameters of ``FlaxLlamaForCausalLM`` from msgpack or safetensors."""
+  d = pathlib.Path(model_dir)
+  if (d / 'flax_model.msgpack').is_file():
+    from flax import serialization  # pylint: disable=g-import-not-at-top
+    try:
+      params = serialization.msgpack_restore(
+          (d / 'flax_model.msgpack').read_bytes())
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'{d / "flax_model.msgpack"} cannot be read '
+                       f'({type(e).__name__}: {e})') from e
+    return params
+  if (d / 'model.safetensors').is_file():
+    from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+    try:
+      tensors = st.load_file(str(d / 'model.safetensors'))
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'{d / "model.safetensors"} cannot be read '
+                       f'({type(e).__name__}: {e})') from e
+    tensors = {k: np.asarray(v, np.float32) for k, v in tensors.items()}
+    return gguf_llama.flax_params(config.to_dict(), tensors)
+  raise FileNotFoundError(f'reasoner checkpoint {str(d)!r} has neither '
+                          'flax_model.msgpack nor model.safetensors')
+
+
+class ChatLMReasoner:
+  """Reasoning through a chat Llama checkpoint, with the rules fallback."""
+
+  name = 'flax_lm'
+
+  def __init__(self, model_dir: str, fallback, batch_size: int = 16,
+               wording: int = 1, examples=None, system: bool = True,
+               constrained_decoding: bool = True, dtype: str = 'float32',
+               adapter: str | None = None, preprocess=None,
+               limits: constrained.Limits = constrained.Limits()):
+    """Loads ``model_dir`` (and merges ``adapter`` if given).
+
+    Args:
+      model_dir: a transformers Llama directory with ``config.json``, weights
+        (``flax_model.msgpack`` or ``model.safetensors``) and a tokenizer
+        with a chat template.
+      fallback: the backend used when a free output stays invalid.
+      batch_size: sessions per generation call (padded to it).
+      wording: which of ``prompts.WORDINGS`` to use.
+      examples: module -> sequence of ``prompts.Example`` (few-shot).
+      system: include the system description of the module.
+      constrained_decoding: decode under each module's JSON grammar.
+      dtype: ``float32`` or ``bfloat16`` parameters and activations.
+      adapter: a LoRA adapter directory (``reasoning.lora``).
+      preprocess: optional ``request -> request`` before prompting.
+      limits: token budgets of the constrained grammar.
+    """
+    from transformers import AutoTokenizer, LlamaConfig  # pylint: disable=g-import-not-at-top,g-multiple-import
+    from transformers.models.llama import modeling_flax_llama  # pylint: disable=g-import-not-at-top
+    from third_party import transformers_flax_llama  # pylint: disable=g-import-not-at-top
+    transformers_flax_llama.install()  # the rotary base from the config
+    if dtype not in DTYPES:
+      raise ValueError(f'dtype must be one of {DTYPES}, got {dtype!r}')
+    if wording not in prompts.WORDINGS:
+      raise ValueError(f'wording must be one of {prompts.WORDINGS}, got '
+                       f'{wording!r}')
+    if not os.path.isfile(os.path.join(model_dir, 'config.json')):
+      raise FileNotFoundError(f'reasoner checkpoint {model_dir!r} has no '
+                              'config.json')
+    checksums.verify_manifest(model_dir, 'reasoner checkpoint')
+    self.model_dir = model_dir
+    self.config = LlamaConfig.from_pretrained(model_dir)
+    params = load_params(model_dir, self.config)
+    if adapter:
+      from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+      params = lora.merge(params, lora.load(adapter))
+    checksums.check_finite(params, f'reasoner checkpoint {model_dir}')
+    jdtype = jnp.bfloat16 if dtype == 'bfloat16' else jnp.float32
+    self.params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
+    self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if not self.tokenizer.chat_template:
+      raise ValueError(f'reasoner checkpoint {model_dir!r}: the tokenizer '
+                       'has no chat template')
+    self.fallback = fallback
+    self.preprocess = preprocess
+    self.batch_size = batch_size
+    self.wording = wording
+    self.examples = dict(examples or {})
+    self.system = system
+    self.constrained_decoding = constrained_decoding
+    self.dtype = dtype
+    self.limits = limits
+    self.stats = {m: collections.Counter() for m in schemas.MODULES}
+    self.timing = collections.Counter()
+
+    bodies = {}
+
+    def body_for(length):
+      # transformers builds a [max_position_embeddings]^2 causal mask in
+      # every layer at every call (8192^2 for SmolLM2, most of a decoding
+      # step's time); a body sized to the cache keeps it small.
+      if length not in bodies:
+        config = copy.deepcopy(self.config)
+        config.max_position_embeddings = length
+        bodies[length] = modeling_flax_llama.FlaxLlamaModule(config,
+                                                             dtype=jdtype)
+      return bodies[length]
+
+    def apply_fn(params, ids, mask, positions, cache):
+      body = body_for(mask.shape[1])
+      out, variables = body.apply(
+          {'params': params['model'], 'cache': cache}, ids, mask, positions,
+          deterministic=True, init_cache=False, mutable=['cache'])
+      return out[0], variables['cache']
+
+    def head_fn(params, hidden):
+      return (hidden @ params['lm_head']['kernel']).astype(jnp.float32)
+
+    def init_cache(batch, length):
+      shapes = jax.eval_shape(lambda: body_for(length).init(
+          jax.random.PRNGKey(0), jnp.ones((batch, length), jnp.int32),
+          jnp.ones((batch, length), jnp.int32),
+          jnp.zeros((batch, length), jnp.int32), init_cache=True))['cache']
+      return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    self.vocab = constrained.Vocabulary(self.tokenizer, self.config.vocab_size)
+    self.decoder = constrained.Decoder(apply_fn, head_fn, init_cache,
+                                       self.vocab)
+
+  def _prompt(self, module, request):
+    request = self.preprocess(request) if self.preprocess else request
+    return prompts.render(self.tokenizer, module, request, self.wording,
+                          self.examples.get(module, ()), self.system)
+
+  def complete(self, module: str, requests, constrained_decoding=None,
+               lead_override=None):
+    """Raw reply texts (lead included) of ``requests`` to ``module``."""
+    use_grammar = (self.constrained_decoding if constrained_decoding is None
+                   else constrained_decoding)
+    requests = list(requests)
+    if not requests:
+      return []
+    rendered = [self._prompt(module, r) for r in requests]
+    prefix = rendered[0][0]
+    enc = self.vocab.encode
+    prefix_ids = list(enc(prefix)) if prefix else []
+    leads, grammars = [], []
+    for _ in requests:
+      if use_grammar:
+        lead, gen = constrained.grammar(module, self.vocab, self.limits)
+        steps = constrained.max_steps(module, self.limits)
+      else:
+        lead = '' if lead_override is None else lead_override
+        steps = constrained.max_steps(module, self.limits)
+        gen = constrained.free(self.vocab, self.tokenizer.eos_token_id, steps)
+      leads.append(lead)
+      grammars.append(gen)
+    suffixes = [list(enc(s + lead)) for (_, s), lead in zip(rendered, leads)]
+    start = time.perf_counter()
+    texts, decoded = self.decoder.generate(
+        self.params, (module, self.wording, prefix), prefix_ids, suffixes,
+        grammars, self.batch_size, steps + 1)
+    self.timing['seconds'] += time.perf_counter() - start
+    self.timing['decoded_tokens'] += decoded
+    self.timing['prompt_tokens'] += sum(map(len, suffixes))
+    self.timing['requests'] += len(requests)
+    eos = self.tokenizer.eos_token
+    return [lead + t.split(eos)[0] if eos else lead + t
+            for lead, t in zip(leads, texts)]
+
+  def call(self, module: str, requests) -> schemas.Outputs:
+    """The outputs of ``module`` and their first-pass validity."""
+    requests = list(requests)
+    results = [None] * len(requests)
+    first_pass = [False] * len(requests)
+    pending = list(range(len(requests)))
+    attempts = ((0, None),) if self.constrained_decoding else (
+        (0, ''), (1, '{'))
+    for attempt, lead in attempts:
+      if not pending:
+        break
+      texts = self.complete(module, [requests[i] for i in pending],
+                            lead_override=lead)
+      still = []
+      for i, text in zip(pending, texts):
+        obj = flax_lm.parse_json(text)
+        try:
+          results[i] = schemas.validate(module, obj)
+          first_pass[i] = attempt == 0
+          self.stats[module]['first_pass_valid' if attempt == 0
+                             else 'retry_valid'] += 1
+        except schemas.SchemaError:
+          still.append(i)
+      pending = still
+    if pending:
+      if self.constrained_decoding:
+        raise RuntimeError(f'{module}: constrained decoding produced '
+                           f'{len(pending)} invalid replies')
+      fallback = self.fallback.call(module, [requests[i] for i in pending])
+      for i, obj in zip(pending, fallback.objects):
+        results[i] = obj
+      self.stats[module]['fallback'] += len(pending)
+    self.stats[module]['calls'] += len(requests)
+    return schemas.Outputs(results, first_pass)
+
+  def intent(self, requests):
+    return self.call('intent', requests).objects
+
+  def reflect(self, requests):
+    return self.call('reflect', requests).objects
+
+  def question(self, requests):
+    return self.call('question', requests).objects
+
+  def t2v_init(self, requests):
+    return self.call('t2v_init', requests).objects
+
+  def rewrite(self, dialogue):
+    """Full-history rewriting has no prompt: the fallback's."""
+    return self.fallback.rewrite(dialogue)
+
+  def constraint_hits(self, constraints, captions):
+    return self.fallback.constraint_hits(constraints, captions)
+
+  def caption_values(self, captions):
+    return self.fallback.caption_values(captions)
+
+  def attribute_question(self, attribute, value=None):
+    return self.fallback.attribute_question(attribute, value)
+
+  def validity(self) -> dict:
+    """Per module: calls, first-pass validity, retries, fallbacks."""
+    return flax_lm.FlaxLMReasoner.validity(self)
+
+  def speed(self) -> dict:
+    """Generation time and tokens so far (prompt suffix and decoded)."""
+    return {k: float(v) for k, v in self.timing.items()}
+
+
+CHAT_BACKENDS = ('smollm2', 'smollm2_world')
+DEFAULT_ADAPTER_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
+                          'smollm2_world')
+
+
+def make(backend: str, fallback, checkpoint=None, examples=None,
+         few_shot: int | None = None, wording: int = 1,
+         dtype: str = 'float32', constrained_decoding: bool = True,
+         batch_size: int = 16, preprocess=None) -> ChatLMReasoner:
+  """The ``smollm2`` (zero-shot, ``few_shot`` examples, default 3) or
+  ``smollm2_world`` (the shipped LoRA adapter, prompted as it was trained:
+  no system message, default 0 examples) reasoner.
+
+  ``examples``: module -> ``prompts.Example``s to draw the few-shot examples
+  from (``None``: none available).
+  """
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  if backend not in CHAT_BACKENDS:
+    raise ValueError(f'unknown chat reasoner {backend!r}; valid: '
+                     f'{", ".join(CHAT_BACKENDS)}')
+  world = backend == 'smollm2_world'
+  if few_shot is None:
+    few_shot = 0 if world or examples is None else 3
+  if few_shot < 0:
+    raise ValueError(f'few_shot must be >= 0, got {few_shot}')
+  if few_shot and examples is None:
+    raise ValueError('few-shot examples are only available on the world '
+                     '(use --few_shot=0)')
+  chosen = {m: tuple(v)[:few_shot] for m, v in (examples or {}).items()}
+  model_dir = checkpoint or str(gguf_llama.ensure_converted())
+  adapter = None
+  if world:
+    adapter = DEFAULT_ADAPTER_DIR
+    meta = json.loads((pathlib.Path(adapter) / 'adapter.json').read_text())
+    system = meta['prompt']['system']
+  else:
+    system = True
+  return ChatLMReasoner(model_dir, fallback, batch_size=batch_size,
+                        wording=wording, examples=chosen, system=system,
+                        constrained_decoding=constrained_decoding,
+                        dtype=dtype, adapter=adapter, preprocess=preprocess)

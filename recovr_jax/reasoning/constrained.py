@@ -1,0 +1,309 @@
+"""JSON-schema-constrained greedy decoding with a key/value cache.
+
+Each reasoning module's reply schema becomes a small grammar (``GRAMMARS``):
+fixed literal text (keys, punctuation) is forced, string contents are free
+but may not contain a quote, backslash, control character or a broken UTF-8
+byte, categorical fields (``sigma``) are chosen among their allowed values,
+lists close or continue. At every step a row's grammar says which tokens it
+allows; the jitted step masks the logits and takes the argmax, so every
+completed reply parses and follows its module's schema by construction.
+
+Allowed tokens are given per row as a *content class* (0: none, 1: any
+string-safe token, 2: a string-safe token with a non-space character, 3: any
+token at all, for unconstrained decoding) plus
+up to ``MAX_IDS`` explicit token ids (structural tokens: a prefix of the
+literal text that may come next). Content masks live on the device, built
+once from the vocabulary.
+
+Generation runs the shared prompt prefix once (batch 1), copies its cache to
+the batch, prefills the per-request suffixes (left-padded; positions stay
+contiguous) and then decodes one token per step for every row.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.reasoning import schemas
+
+MAX_IDS = 32
+CONTENT_NONE, CONTENT_ANY, CONTENT_NONSPACE, CONTENT_ALL = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """What one row allows next."""
+  content: int = CONTENT_NONE
+  ids: tuple[int, ...] = ()
+
+
+class Vocabulary:
+  """Token texts, the string-safe masks and a text -> ids index."""
+
+  def __init__(self, tokenizer, vocab_size: int):
+    self.tokenizer = tokenizer
+    special = set(tokenizer.all_special_ids)
+    texts = [tokenizer.decode([i], clean_up_tokenization_spaces=False)
+             if i not in special else None for i in range(len(tokenizer))]
+    texts += [None] * (vocab_size - len(texts))  # ids the tokenizer lacks
+    self.texts = texts
+    safe = np.zeros(vocab_size, bool)
+    nonspace = np.zeros(vocab_size, bool)
+    self.by_text = {}
+    for i, t in enumerate(texts):
+      if not t:
+        continue
+      self.by_text.setdefault(t, []).append(i)
+      if ('"' in t or '\\' in t or '\ufffd' in t or
+          any(ord(c) < 32 or ord(c) == 127 for c in t)):
+        continue
+      safe[i] = True
+      nonspace[i] = bool(t.strip())
+    anything = np.ones(vocab_size, bool)
+    anything[len(tokenizer):] = False
+    self.masks = np.stack([np.zeros(vocab_size, bool), safe, nonspace,
+                           anything])
+    self._encoded = {}
+
+  def encode(self, text: str) -> tuple[int, ...]:
+    if text not in self._encoded:
+      self._encoded[text] = tuple(self.tokenizer.encode(
+          text, add_special_tokens=False))
+    return self._encoded[text]
+
+  def prefix_ids(self, literals) -> tuple[int, ...]:
+    """Tokens whose text is a nonempty prefix of one of ``literals``."""
+    out = set()
+    for lit in literals:
+      for n in range(1, len(lit) + 1):
+        out.update(self.by_text.get(lit[:n], ()))
+    if len(out) > MAX_IDS:
+      raise ValueError(f'{len(out)} structural tokens > MAX_IDS={MAX_IDS}')
+    return tuple(sorted(out))
+
+
+def _choose(vocab: Vocabulary, alts, content=CONTENT_NONE, max_content=0,
+            first_content=None):
+  """Generator: free content tokens until one of ``alts`` (literal, tag) is
+  chosen; returns ``(content_text, tag)``."""
+  parts = []
+  while True:
+    n = len(parts)
+    c = (first_content if (n == 0 and first_content is not None) else
+         content) if n < max_content else CONTENT_NONE
+    ids = vocab.prefix_ids(lit for lit, _ in alts)
+    if c == CONTENT_NONSPACE and n == 0:
+      ids = ()  # a string that must not be empty cannot close yet
+    token = yield Step(c, ids)
+    text = vocab.texts[token] or ''
+    matching = [(lit[len(text):], tag) for lit, tag in alts
+                if text and lit.startswith(text)]
+    if not matching:
+      parts.append(text)
+      continue
+    while True:
+      done = [tag for rest, tag in matching if not rest]
+      if done:
+        return ''.join(parts), done[0]
+      if len(matching) == 1:
+        for forced in vocab.encode(matching[0][0]):
+          yield Step(CONTENT_NONE, (forced,))
+        return ''.join(parts), matching[0][1]
+      token = yield Step(CONTENT_NONE,
+                         vocab.prefix_ids(rest for rest, _ in matching))
+      text = vocab.texts[token] or ''
+      matching = [(rest[len(text):], tag) for rest, tag in matching
+                  if text and rest.startswith(text)]
+
+
+def _string(vocab, closers, max_tokens, nonempty=False):
+  return (yield from _choose(vocab, closers, CONTENT_ANY, max_tokens,
+                             CONTENT_NONSPACE if nonempty else None))
+
+
+def _list(vocab, after: str, max_items: int, max_tokens: int):
+  """Generator for the items of a JSON string list already opened by '['."""
+  _, tag = yield from _choose(vocab, [('"', 'item'), (']' + after, 'end')])
+  count = 0
+  while tag == 'item':
+    count += 1
+    closers = [('"]' + after, 'end')]
+    if count < max_items:
+      closers.insert(0, ('", "', 'item'))
+    _, tag = yield from _string(vocab, closers, max_tokens, nonempty=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  string_tokens: int = 40      # per free string field
+  item_tokens: int = 12        # per list item
+  list_items: int = 8          # per list
+
+
+def grammar(module: str, vocab: Vocabulary, limits: Limits = Limits()):
+  """``(lead, generator)``: the reply's forced opening text (appended to the
+  prompt) and a generator that yields ``Step``s and receives tokens."""
+  if module in ('intent', 't2v_init'):
+    def gen():
+      if module == 'intent':
+        yield from _string(vocab, [('", "edit": "', 'edit')],
+                           limits.string_tokens)
+      yield from _string(vocab, [('"}', 'end')], limits.string_tokens)
+    return '{"search": "', gen()
+  if module == 'question':
+    def gen():
+      yield from _string(vocab, [('"}', 'end')], limits.string_tokens,
+                         nonempty=True)
+    return '{"question": "', gen()
+  if module == 'reflect':
+    def gen():
+      yield from _choose(vocab, [(f'{s}", "keep": [', s)
+                                 for s in schemas.SIGMAS])
+      yield from _list(vocab, ', "avoid": [', limits.list_items,
+                       limits.item_tokens)
+      yield from _list(vocab, '}', limits.list_items, limits.item_tokens)
+    return '{"sigma": "', gen()
+  raise ValueError(f'unknown reasoning module {module!r}')
+
+
+def free(vocab: Vocabulary, eos_id: int, max_tokens: int):
+  """Unconstrained decoding: any token until ``eos_id`` or the budget."""
+  for _ in range(max_tokens):
+    token = yield Step(CONTENT_ALL, ())
+    if token == eos_id:
+      return
+
+
+def max_steps(module: str, limits: Limits = Limits()) -> int:
+  """An upper bound on the decoding steps of ``module``'s grammar."""
+  slack = 8  # forced literal tokens around each field
+  if module == 'intent':
+    return 2 * (limits.string_tokens + slack)
+  if module in ('t2v_init', 'question'):
+    return limits.string_tokens + slack
+  return 3 * slack + 2 * limits.list_items * (limits.item_tokens + slack)
+
+
+class Decoder:
+  """Batched constrained greedy decoding through a Flax Llama/GPT module.
+
+  ``apply_fn(params, ids, mask, positions, cache) -> (hidden, cache)`` runs
+  the transformer body with a cache; ``head_fn(params, hidden) -> logits``.
+  """
+
+  def __init__(self, apply_fn, head_fn, init_cache_fn, vocab: Vocabulary):
+    self.vocab = vocab
+    self.init_cache = init_cache_fn
+    masks = jnp.asarray(vocab.masks)
+
+    def last_logits(params, hidden):
+      return head_fn(params, hidden[:, -1])
+
+    @functools.partial(jax.jit, donate_argnums=4)
+    def prefill(params, ids, mask, positions, cache):
+      hidden, cache = apply_fn(params, ids, mask, positions, cache)
+      return last_logits(params, hidden), cache
+
+    @functools.partial(jax.jit, donate_argnums=6)
+    def step(params, logits, content, ids, positions, mask, cache):
+      allowed = masks[content]                        # [B, V]
+      hit = (ids[:, :, None] == jnp.arange(logits.shape[-1])).any(1)
+      allowed = allowed | hit
+      token = jnp.argmax(jnp.where(allowed, logits, -jnp.inf), axis=-1)
+      hidden, cache = apply_fn(params, token[:, None], mask, positions[:, None],
+                               cache)
+      return token, last_logits(params, hidden), cache
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def tile(cache, batch):
+      return jax.tree.map(
+          lambda x: jnp.broadcast_to(x, (batch,) + x.shape[1:])
+          if x.ndim > 1 else x, cache)
+
+    self._prefill, self._step, self._tile = prefill, step, tile
+    self._prefix = {}
+
+  def prefix_cache(self, params, key, prefix_ids, length):
+    """The cache after the shared prefix (batch 1), computed once per key."""
+    if key not in self._prefix:
+      cache = self.init_cache(1, length)
+      if prefix_ids:
+        ids = np.asarray([prefix_ids], np.int32)
+        mask = np.zeros((1, length), np.int32)
+        mask[0, :len(prefix_ids)] = 1
+        pos = np.arange(len(prefix_ids), dtype=np.int32)[None]
+        _, cache = self._prefill(params, ids, mask, pos, cache)
+      self._prefix[key] = cache
+    return self._prefix[key]
+
+  def generate(self, params, key, prefix_ids, suffixes, grammars,
+               batch_size: int, steps: int, bucket: int = 16):
+    """Replies (texts after each grammar's lead) for token-id ``suffixes``.
+
+    Every row runs ``grammars[i]`` (a started-fresh generator); rows are
+    padded to ``batch_size``. Returns the generated texts and the number of
+    tokens decoded (real rows only).
+    """
+    texts, decoded = [], 0
+    for start in range(0, len(suffixes), batch_size):
+      chunk = suffixes[start:start + batch_size]
+      gens = grammars[start:start + batch_size]
+      out, n = self._generate_batch(params, key, prefix_ids, chunk, gens,
+                                    batch_size, steps, bucket)
+      texts.extend(out)
+      decoded += n
+    return texts, decoded
+
+  def _generate_batch(self, params, key, prefix_ids, suffixes, gens,
+                      batch_size, steps, bucket):
+    n = len(suffixes)
+    p = len(prefix_ids)
+    width = -(-max(len(s) for s in suffixes) // bucket) * bucket
+    length = p + width + steps + 1
+    length = -(-length // 128) * 128  # one step compile per 128 positions
+    cache = self._tile(self.prefix_cache(params, (key, length), prefix_ids,
+                                         length), batch_size)
+    ids = np.zeros((batch_size, width), np.int32)
+    mask = np.zeros((batch_size, length), np.int32)
+    mask[:, :p] = 1
+    lengths = np.ones(batch_size, np.int32)
+    for i, s in enumerate(suffixes):
+      ids[i, width - len(s):] = s
+      mask[i, p + width - len(s):p + width] = 1
+      lengths[i] = len(s)
+    mask[n:, p + width - 1] = 1  # padding rows: one real token
+    pos = np.maximum(np.cumsum(mask[:, p:p + width], axis=1) - 1, 0) + p
+    logits, cache = self._prefill(params, ids, mask, pos.astype(np.int32),
+                                  cache)
+    mask[:, p + width:] = 1  # generated positions (the cache index limits)
+    current = [next(g) for g in gens]
+    out = [[] for _ in range(n)]
+    decoded = 0
+    for t in range(steps + 1):
+      live = [i for i in range(n) if current[i] is not None]
+      if not live:
+        break
+      if t == steps:
+        raise RuntimeError(f'constrained decoding did not finish in {steps} '
+                           'steps; the grammar bound is wrong')
+      content = np.zeros(batch_size, np.int32)
+      allowed = np.full((batch_size, MAX_IDS), -1, np.int32)
+      for i in live:
+        content[i] = current[i].content
+        allowed[i, :len(current[i].ids)] = current[i].ids
+      positions = (p + lengths + t).astype(np.int32)
+      token, logits, cache = self._step(params, logits, content, allowed,
+                                        positions, mask, cache)
+      token = np.asarray(token)
+      for i in live:
+        out[i].append(int(token[i]))
+        decoded += 1
+        try:
+          current[i] = gens[i].send(int(token[i]))
+        except StopIteration:
+          current[i] = None
+    texts = [''.join(self.vocab.texts[k] or '' for k in row) for row in out]
+    return texts, decoded

@@ -1,0 +1,227 @@
+"""The chat-LM reasoning backend (issue #14): cached batched decoding against
+a plain forward pass, JSON-constrained replies on adversarial inputs, the
+free path's counting, prompts, LoRA adapters, safetensors and bfloat16.
+
+Runs on two of SmolLM2's blocks (its real weights and tokenizer) to keep the
+compiles short; the outputs of such a model are nonsense, which is what the
+constrained decoder has to survive."""
+
+import json
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.reasoning import chat_lm
+from recovr_jax.reasoning import constrained
+from recovr_jax.reasoning import gguf_llama
+from recovr_jax.reasoning import lora
+from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import lexicon
+from third_party import transformers_flax_llama
+
+transformers_flax_llama.install()
+
+from transformers import FlaxLlamaForCausalLM, LlamaConfig, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
+
+_STATE = {}
+LIMITS = constrained.Limits(string_tokens=6, item_tokens=4, list_items=2)
+
+
+def setUpModule():  # pylint: disable=invalid-name
+  config, tensors, vocab = gguf_llama.read(gguf_llama.find_smollm2())
+  kwargs = dict(config, num_hidden_layers=2)
+  keep = {k: v for k, v in tensors.items()
+          if not k.startswith('model.layers.') or int(k.split('.')[2]) < 2}
+  d = pathlib.Path(tempfile.mkdtemp()) / 'smollm2_2_blocks'
+  model = FlaxLlamaForCausalLM(LlamaConfig(**kwargs), _do_init=False)
+  params = gguf_llama.flax_params(kwargs, keep)
+  model.save_pretrained(str(d), params=params)
+  tokens = vocab['tokens']
+  PreTrainedTokenizerFast(
+      tokenizer_object=gguf_llama.tokenizer(vocab), bos_token=tokens[1],
+      eos_token=tokens[2], pad_token=tokens[2], unk_token=tokens[0],
+      chat_template=vocab['chat_template']).save_pretrained(str(d))
+  _STATE.update(dir=d, tensors=keep, kwargs=kwargs, model=model,
+                params=params)
+  _STATE['lm'] = chat_lm.ChatLMReasoner(
+      str(d), rules.RulesReasoner(lexicon), batch_size=4, limits=LIMITS)
+
+
+def _requests(module):
+  memory = schemas.SessionMemory(keep=('colour: red',), avoid=('shape: x',))
+  texts = ['', 'x' * 3000, '把它变成红色的圆', 'اجعلها حمراء', 'say "}\\n',
+           'make it red']
+  if module in ('intent', 'reflect'):
+    kind = (schemas.IntentRequest if module == 'intent'
+            else schemas.ReflectRequest)
+    return [kind(t, 'two blue circles', memory) for t in texts]
+  if module == 'question':
+    return [schemas.QuestionRequest((t, 'a red square'), memory)
+            for t in texts]
+  return [schemas.T2VInitRequest('two blue circles', t) for t in texts]
+
+
+class ChatLMTest(absltest.TestCase):
+
+  def test_cached_batched_decoding_matches_a_plain_forward_pass(self):
+    lm = _STATE['lm']
+    model, params = _STATE['model'], _STATE['params']
+    prefix = list(lm.vocab.encode('<|im_start|>system\nBe brief.<|im_end|>\n'))
+    suffixes = [list(lm.vocab.encode('Hello there, who')),
+                list(lm.vocab.encode('One'))]
+    steps = 5
+    gens = [constrained.free(lm.vocab, -1, steps) for _ in suffixes]
+    texts, decoded = lm.decoder.generate(
+        lm.params, 'test', prefix, suffixes, gens, batch_size=4,
+        steps=steps + 1)
+    self.assertEqual(decoded, 2 * steps)
+    for suffix, text in zip(suffixes, texts):
+      ids = prefix + suffix
+      for _ in range(steps):  # greedy, no cache, no padding
+        logits = model(np.asarray([ids]), params=params).logits
+        ids.append(int(np.argmax(logits[0, -1])))
+      expected = ''.join(lm.vocab.texts[i] or ''
+                         for i in ids[len(prefix) + len(suffix):])
+      self.assertEqual(text, expected)
+
+  def test_constrained_replies_follow_the_schema_on_adversarial_inputs(self):
+    lm = _STATE['lm']
+    for module in schemas.MODULES:
+      with self.subTest(module=module):
+        requests = _requests(module)
+        out = lm.call(module, requests)
+        self.assertLen(out.objects, len(requests))
+        self.assertTrue(all(out.first_pass))
+        for obj in out.objects:
+          schemas.validate(module, obj)
+        if module == 'reflect':
+          for obj in out.objects:
+            self.assertLessEqual(len(obj['keep']), LIMITS.list_items)
+    stats = lm.validity()
+    self.assertEqual(stats['intent']['first_pass_valid'], 1.0)
+    self.assertEqual(stats['intent']['fallback'], 0)
+    self.assertGreater(lm.speed()['decoded_tokens'], 0)
+
+  def test_sigma_is_chosen_among_its_values(self):
+    vocab = _STATE['lm'].vocab
+    lead, gen = constrained.grammar('reflect', vocab, LIMITS)
+    self.assertEqual(lead, '{"sigma": "')
+    step = next(gen)
+    allowed = {vocab.texts[i] for i in step.ids}
+    self.assertEqual(step.content, constrained.CONTENT_NONE)
+    for text in allowed:  # every allowed first token starts a sigma value
+      self.assertTrue(any(s.startswith(text) for s in schemas.SIGMAS), text)
+    # Choosing 'pos' forces the rest of the literal up to the keep list.
+    text = ''
+    token = vocab.by_text['pos'][0]
+    while True:
+      text += vocab.texts[token]
+      step = gen.send(token)
+      if len(step.ids) != 1 or step.content:
+        break
+      token = step.ids[0]
+    self.assertEqual(text, 'pos", "keep": [')
+
+  def test_safe_tokens_cannot_break_a_json_string(self):
+    vocab = _STATE['lm'].vocab
+    safe = np.flatnonzero(vocab.masks[constrained.CONTENT_ANY])
+    self.assertGreater(len(safe), 40_000)
+    for i in safe:
+      t = vocab.texts[i]
+      self.assertEqual(json.loads(json.dumps(t)), t)
+      self.assertNotIn('"', t)
+      self.assertNotIn('\\', t)
+
+  def test_free_decoding_counts_retries_and_fallbacks(self):
+    lm = chat_lm.ChatLMReasoner(
+        str(_STATE['dir']), rules.RulesReasoner(lexicon), batch_size=4,
+        constrained_decoding=False, limits=LIMITS)
+    requests = _requests('intent')[:3]
+    out = lm.call('intent', requests)
+    for obj in out.objects:
+      schemas.validate('intent', obj)
+    s = lm.stats['intent']
+    self.assertEqual(s['calls'], 3)
+    self.assertEqual(s['first_pass_valid'] + s['retry_valid'] + s['fallback'],
+                     3)
+
+  def test_prompts(self):
+    tok = _STATE['lm'].tokenizer
+    request = _requests('intent')[-1]
+    example = prompts.Example(request, {'search': 'red', 'edit': ''})
+    texts = set()
+    for wording in prompts.WORDINGS:
+      prefix, suffix = prompts.render(tok, 'intent', request, wording,
+                                      [example])
+      full = tok.apply_chat_template(
+          [{'role': 'system', 'content': prompts.system_text('intent',
+                                                             wording)},
+           {'role': 'user', 'content': prompts.request_text(
+               'intent', request, wording)},
+           {'role': 'assistant', 'content': '{"search": "red", "edit": ""}'},
+           {'role': 'user', 'content': prompts.request_text(
+               'intent', request, wording)}],
+          tokenize=False, add_generation_prompt=True)
+      self.assertEqual(prefix + suffix, full)
+      self.assertIn('make it red', suffix)
+      texts.add(prefix)
+    self.assertLen(texts, 3)
+    with self.assertRaisesRegex(ValueError, 'wording must be one of'):
+      prompts.system_text('intent', 4)
+
+  def test_lora_merge_save_load(self):
+    params = _STATE['params']
+    adapter = lora.init(params, rank=2)
+    merged = lora.merge(params, adapter, scale=2.0)
+    chex.assert_trees_all_close(merged, params)  # b starts at zero
+    layer = adapter['layers']['0']['q_proj']
+    layer['b'] = jnp.ones_like(layer['b'])
+    merged = lora.merge(params, adapter, scale=2.0)
+    q = params['model']['layers']['0']['self_attn']['q_proj']['kernel']
+    np.testing.assert_allclose(
+        merged['model']['layers']['0']['self_attn']['q_proj']['kernel'],
+        q + 2.0 * layer['a'] @ layer['b'], rtol=1e-5, atol=1e-5)
+    d = lora.save({**adapter, 'scale': 2.0}, tempfile.mkdtemp() + '/a',
+                  {'note': 'test'})
+    loaded = lora.load(d)
+    self.assertEqual(loaded['scale'], 2.0)
+    chex.assert_trees_all_close(lora.merge(params, loaded), merged)
+    (d / 'adapter.safetensors').write_bytes(b'broken')
+    with self.assertRaisesRegex(ValueError, 'checksum|changed|manifest'):
+      lora.load(d)
+
+  def test_safetensors_and_bfloat16_load(self):
+    from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+    d = pathlib.Path(tempfile.mkdtemp()) / 'st'
+    d.mkdir()
+    for f in _STATE['dir'].iterdir():
+      if f.name not in ('flax_model.msgpack', 'checksums.json'):
+        (d / f.name).write_bytes(f.read_bytes())
+    st.save_file({k: np.ascontiguousarray(v, np.float32)
+                  for k, v in _STATE['tensors'].items()},
+                 str(d / 'model.safetensors'))
+    self.assertTrue(chat_lm.is_chat_checkpoint(d))
+    loaded = chat_lm.load_params(d, LlamaConfig(**_STATE['kwargs']))
+    chex.assert_trees_all_close(loaded, _STATE['params'])
+    lm = chat_lm.ChatLMReasoner(str(d), rules.RulesReasoner(lexicon),
+                                batch_size=4, dtype='bfloat16', limits=LIMITS)
+    self.assertEqual(jax.tree.leaves(lm.params)[0].dtype, jnp.bfloat16)
+    for obj in lm.question(_requests('question')[:2]):
+      schemas.validate('question', obj)
+    with self.assertRaisesRegex(ValueError, 'dtype must be one of'):
+      chat_lm.ChatLMReasoner(str(d), None, dtype='float16')
+    (d / 'model.safetensors').unlink()
+    with self.assertRaisesRegex(FileNotFoundError,
+                                'neither flax_model.msgpack nor'):
+      chat_lm.load_params(d, LlamaConfig(**_STATE['kwargs']))
+
+
+if __name__ == '__main__':
+  absltest.main()
