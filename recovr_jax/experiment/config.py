@@ -104,6 +104,8 @@ SWEEPABLE = {
     'user_style': ('user', 'style'), 'user_language': ('user', 'language'),
     'ask_mode': ('ask', 'mode'), 'ask_threshold': ('ask', 'threshold'),
     'ask_budget': ('ask', 'budget'),
+    'reasoner': ('run', 'reasoner'),
+    'prompt_wording': ('run', 'prompt_wording'),
 }
 _KAPPA_INDEX = {'kappa_neg': 0, 'kappa_neu': 1, 'kappa_pos': 2}
 
@@ -119,6 +121,10 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
     kappa = list(config.loop.kappa)
     kappa[_KAPPA_INDEX[name]] = value
     value = tuple(kappa)
+  if section == 'run':
+    if name == 'prompt_wording':
+      value = int(value)
+    return dataclasses.replace(config, **{field: value})
   if section == 'ask':
     ask = dataclasses.replace(config.settings.ask, **{field: value})
     return dataclasses.replace(config, settings=dataclasses.replace(

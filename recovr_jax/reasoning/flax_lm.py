@@ -1,8 +1,8 @@
 """The ``flax_lm`` reasoning backend: any local transformers Flax causal LM.
 
-Prompts for every module live in ``PROMPTS``. Generation is greedy and
-batched across sessions with fixed padded shapes (one compile per prompt
-length bucket). Each output is parsed as JSON and validated against its
+Prompts for every module live in ``reasoning.prompts`` (``PLAIN``).
+Generation is greedy and batched across sessions with fixed padded shapes
+(one compile per prompt length bucket). Each output is parsed as JSON and validated against its
 module's schema; an invalid output gets one retry with a stricter prompt and
 then the rules fallback. First-pass validity, retries and fallbacks are
 counted per module (``stats``).
@@ -17,21 +17,10 @@ import jax
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax.reasoning import prompts as prompt_suite
 from recovr_jax.reasoning import schemas
 
-PROMPTS = {
-    'intent': ('Task: intent. Reply with JSON {{"search": str, "edit": str}}.'
-               '\nKeep: {keep}\nAvoid: {avoid}\nShown: {shown}\n'
-               'Feedback: {feedback}\nJSON:'),
-    'reflect': ('Task: reflect. Reply with JSON {{"sigma": "neg"|"neu"|"pos",'
-                ' "keep": [str], "avoid": [str]}}.\nKeep: {keep}\n'
-                'Avoid: {avoid}\nShown: {shown}\nFeedback: {feedback}\nJSON:'),
-    'question': ('Task: question. Reply with JSON {{"question": str}}.\n'
-                 'Keep: {keep}\nCandidates: {candidates}\nJSON:'),
-    't2v_init': ('Task: t2v_init. Reply with JSON {{"search": str}}.\n'
-                 'Reference: {reference}\nModification: {modification}\n'
-                 'JSON:'),
-}
+PROMPTS = prompt_suite.PLAIN  # the plain prompts (reasoning/prompts.py)
 RETRY_SUFFIX = ' {'  # the retry starts the object for the model
 MAX_FIELD_CHARS = 800
 _REQUIRED_FILES = ('config.json', 'flax_model.msgpack')

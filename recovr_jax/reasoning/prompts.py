@@ -17,6 +17,21 @@ import json
 
 from recovr_jax.reasoning import schemas
 
+# Plain (non-chat) prompts of the tiny world GPT-2 (``reasoning.flax_lm``).
+PLAIN = {
+    'intent': ('Task: intent. Reply with JSON {{"search": str, "edit": str}}.'
+               '\nKeep: {keep}\nAvoid: {avoid}\nShown: {shown}\n'
+               'Feedback: {feedback}\nJSON:'),
+    'reflect': ('Task: reflect. Reply with JSON {{"sigma": "neg"|"neu"|"pos",'
+                ' "keep": [str], "avoid": [str]}}.\nKeep: {keep}\n'
+                'Avoid: {avoid}\nShown: {shown}\nFeedback: {feedback}\nJSON:'),
+    'question': ('Task: question. Reply with JSON {{"question": str}}.\n'
+                 'Keep: {keep}\nCandidates: {candidates}\nJSON:'),
+    't2v_init': ('Task: t2v_init. Reply with JSON {{"search": str}}.\n'
+                 'Reference: {reference}\nModification: {modification}\n'
+                 'JSON:'),
+}
+
 _SCHEMA_TEXT = {
     'intent': '{"search": "...", "edit": "..."}',
     'reflect': '{"sigma": "neg" or "neu" or "pos", "keep": ["..."], '

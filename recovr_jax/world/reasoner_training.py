@@ -56,16 +56,19 @@ def _random_memory(rng, combos, target):
   return schemas.SessionMemory(keep=tuple(keep), avoid=tuple(avoid))
 
 
-def sample_requests(world, pool, n: int, seed: int):
-  """``n`` (module, request) pairs from simulated turns over ``pool``."""
+def sample_requests(world, pool, n: int, seed: int, with_targets=False):
+  """``n`` (module, request) pairs from simulated turns over ``pool``;
+  ``with_targets``: also each session target's attributes ``[7]`` (the
+  ground truth an evaluation may score against; never in a prompt)."""
   rng = np.random.default_rng(seed)
   combos = world.combos
-  out = []
+  out, truths = [], []
   modules = ('intent', 'reflect', 'question', 't2v_init')
   weights = np.array([0.35, 0.35, 0.15, 0.15])
   for i in range(n):
     module = modules[rng.choice(4, p=weights)]
     target = combos[rng.choice(pool)]
+    truths.append(np.array(target))
     if module in ('intent', 'reflect'):
       shown = target.copy()
       for a in rng.permutation(7)[:rng.integers(1, 6)]:
@@ -101,7 +104,7 @@ def sample_requests(world, pool, n: int, seed: int):
       out.append((module, schemas.T2VInitRequest(
           world_lib.caption(rng, reference),
           world_lib.edit_text(rng, target, named))))
-  return out
+  return (out, truths) if with_targets else out
 
 
 def preprocess(request):
