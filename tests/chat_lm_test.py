@@ -197,6 +197,21 @@ class ChatLMTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'checksum|changed|manifest'):
       lora.load(d)
 
+  def test_shipped_adapter_fits_smollm2(self):
+    adapter = lora.load(chat_lm.DEFAULT_ADAPTER_DIR)
+    meta = adapter['meta']
+    self.assertLen(adapter['layers'], 30)
+    self.assertEqual(lora.num_parameters(adapter), meta['parameters'])
+    params = _STATE['params']['model']['layers']['0']
+    for name, ab in adapter['layers']['0'].items():
+      block = 'self_attn' if name.endswith(('q_proj', 'v_proj', 'o_proj')) \
+          else 'mlp'
+      d_in, d_out = params[block][name]['kernel'].shape
+      self.assertEqual(ab['a'].shape, (d_in, meta['rank']))
+      self.assertEqual(ab['b'].shape, (meta['rank'], d_out))
+      self.assertTrue(np.all(np.isfinite(ab['b'])))
+    self.assertLess(meta['loss_last10'], meta['loss_first10'])
+
   def test_safetensors_and_bfloat16_load(self):
     from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
     d = pathlib.Path(tempfile.mkdtemp()) / 'st'

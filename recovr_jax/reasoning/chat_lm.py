@@ -72,7 +72,7 @@ def load_params(model_dir, config):
                           'flax_model.msgpack nor model.safetensors')
 
 
-class ChatLMReasoner:
+class ChatLMReasoner(flax_lm.LMReasoner):
   """Reasoning through a chat Llama checkpoint, with the rules fallback."""
 
   name = 'flax_lm'
@@ -132,6 +132,7 @@ class ChatLMReasoner:
     self.examples = dict(examples or {})
     self.system = system
     self.constrained_decoding = constrained_decoding
+    self.strict = constrained_decoding  # an invalid reply would be a bug
     self.dtype = dtype
     self.limits = limits
     self.stats = {m: collections.Counter() for m in schemas.MODULES}
@@ -212,69 +213,12 @@ class ChatLMReasoner:
     return [lead + t.split(eos)[0] if eos else lead + t
             for lead, t in zip(leads, texts)]
 
-  def call(self, module: str, requests) -> schemas.Outputs:
-    """The outputs of ``module`` and their first-pass validity."""
-    requests = list(requests)
-    results = [None] * len(requests)
-    first_pass = [False] * len(requests)
-    pending = list(range(len(requests)))
-    attempts = ((0, None),) if self.constrained_decoding else (
-        (0, ''), (1, '{'))
-    for attempt, lead in attempts:
-      if not pending:
-        break
-      texts = self.complete(module, [requests[i] for i in pending],
-                            lead_override=lead)
-      still = []
-      for i, text in zip(pending, texts):
-        obj = flax_lm.parse_json(text)
-        try:
-          results[i] = schemas.validate(module, obj)
-          first_pass[i] = attempt == 0
-          self.stats[module]['first_pass_valid' if attempt == 0
-                             else 'retry_valid'] += 1
-        except schemas.SchemaError:
-          still.append(i)
-      pending = still
-    if pending:
-      if self.constrained_decoding:
-        raise RuntimeError(f'{module}: constrained decoding produced '
-                           f'{len(pending)} invalid replies')
-      fallback = self.fallback.call(module, [requests[i] for i in pending])
-      for i, obj in zip(pending, fallback.objects):
-        results[i] = obj
-      self.stats[module]['fallback'] += len(pending)
-    self.stats[module]['calls'] += len(requests)
-    return schemas.Outputs(results, first_pass)
+  def attempts(self):
+    """Constrained: one pass. Free: a pass, then a retry starting ``{``."""
+    return (None,) if self.constrained_decoding else ('', '{')
 
-  def intent(self, requests):
-    return self.call('intent', requests).objects
-
-  def reflect(self, requests):
-    return self.call('reflect', requests).objects
-
-  def question(self, requests):
-    return self.call('question', requests).objects
-
-  def t2v_init(self, requests):
-    return self.call('t2v_init', requests).objects
-
-  def rewrite(self, dialogue):
-    """Full-history rewriting has no prompt: the fallback's."""
-    return self.fallback.rewrite(dialogue)
-
-  def constraint_hits(self, constraints, captions):
-    return self.fallback.constraint_hits(constraints, captions)
-
-  def caption_values(self, captions):
-    return self.fallback.caption_values(captions)
-
-  def attribute_question(self, attribute, value=None):
-    return self.fallback.attribute_question(attribute, value)
-
-  def validity(self) -> dict:
-    """Per module: calls, first-pass validity, retries, fallbacks."""
-    return flax_lm.FlaxLMReasoner.validity(self)
+  def texts(self, module: str, requests, attempt) -> list[str]:
+    return self.complete(module, requests, lead_override=attempt)
 
   def speed(self) -> dict:
     """Generation time and tokens so far (prompt suffix and decoded)."""

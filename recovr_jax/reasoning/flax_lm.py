@@ -95,7 +95,90 @@ def check_model_dir(model_dir: str) -> None:
                             f'{", ".join(missing)}')
 
 
-class FlaxLMReasoner:
+class LMReasoner:
+  """What the LM backends share: parsing and validating replies, the retry,
+  the rules fallback and their counts; the modules that need no model
+  (rewriting, matching constraints to captions) are the fallback's.
+
+  A subclass sets ``fallback``, ``stats`` (module -> Counter) and ``strict``
+  (an invalid reply is a bug, e.g. under constrained decoding) and defines
+  ``attempts()`` (one argument per pass) and ``texts(module, requests,
+  attempt)`` (the full reply texts of one pass).
+  """
+
+  strict = False
+
+  def call(self, module: str, requests) -> schemas.Outputs:
+    """The outputs of ``module`` and their first-pass validity."""
+    requests = list(requests)
+    results = [None] * len(requests)
+    first_pass = [False] * len(requests)
+    pending = list(range(len(requests)))
+    for attempt, arg in enumerate(self.attempts()):
+      if not pending:
+        break
+      texts = self.texts(module, [requests[i] for i in pending], arg)
+      still = []
+      for i, text in zip(pending, texts):
+        obj = parse_json(text)
+        try:
+          results[i] = schemas.validate(module, obj)
+          first_pass[i] = attempt == 0
+          self.stats[module]['first_pass_valid' if attempt == 0
+                             else 'retry_valid'] += 1
+        except schemas.SchemaError:
+          still.append(i)
+      pending = still
+    if pending and self.strict:
+      raise RuntimeError(f'{module}: {len(pending)} invalid replies under '
+                         'constrained decoding')
+    if pending:
+      fallback = self.fallback.call(module, [requests[i] for i in pending])
+      for i, obj in zip(pending, fallback.objects):
+        results[i] = obj
+      self.stats[module]['fallback'] += len(pending)
+    self.stats[module]['calls'] += len(requests)
+    return schemas.Outputs(results, first_pass)
+
+  def intent(self, requests):
+    return self.call('intent', requests).objects
+
+  def reflect(self, requests):
+    return self.call('reflect', requests).objects
+
+  def question(self, requests):
+    return self.call('question', requests).objects
+
+  def t2v_init(self, requests):
+    return self.call('t2v_init', requests).objects
+
+  def rewrite(self, dialogue):
+    """Full-history rewriting has no prompt: the fallback's."""
+    return self.fallback.rewrite(dialogue)
+
+  def constraint_hits(self, constraints, captions):
+    """Matching constraints to captions is the fallback's parsing."""
+    return self.fallback.constraint_hits(constraints, captions)
+
+  def caption_values(self, captions):
+    return self.fallback.caption_values(captions)
+
+  def attribute_question(self, attribute, value=None):
+    return self.fallback.attribute_question(attribute, value)
+
+  def validity(self) -> dict:
+    """Per module: calls, first-pass validity rate, retries, fallbacks."""
+    out = {}
+    for module, c in self.stats.items():
+      if c['calls']:
+        out[module] = {'calls': c['calls'],
+                       'first_pass_valid': c['first_pass_valid'] / c['calls'],
+                       'retry_valid': c['retry_valid'],
+                       'fallback': c['fallback']}
+    return out
+
+
+class FlaxLMReasoner(LMReasoner):
   """Reasoning through a local Flax causal LM, with the rules fallback."""
 
   name = 'flax_lm'
@@ -174,70 +257,11 @@ class FlaxLMReasoner:
                                              skip_special_tokens=True))
     return out
 
-  def call(self, module: str, requests) -> schemas.Outputs:
-    """The outputs of ``module`` and their first-pass validity."""
-    requests = list(requests)
+  def attempts(self):
+    """The first pass, then one retry that starts the JSON object."""
+    return ('', RETRY_SUFFIX)
+
+  def texts(self, module: str, requests, attempt: str) -> list[str]:
     prompts = [prompt(module, self.preprocess(r) if self.preprocess else r)
-               for r in requests]
-    results = [None] * len(requests)
-    first_pass = [False] * len(requests)
-    pending = list(range(len(requests)))
-    for attempt, suffix in ((0, ''), (1, RETRY_SUFFIX)):
-      if not pending:
-        break
-      texts = self.generate([prompts[i] + suffix for i in pending])
-      still = []
-      for i, text in zip(pending, texts):
-        obj = parse_json(('{' + text) if suffix else text)
-        try:
-          results[i] = schemas.validate(module, obj)
-          first_pass[i] = attempt == 0
-          self.stats[module]['first_pass_valid' if attempt == 0
-                             else 'retry_valid'] += 1
-        except schemas.SchemaError:
-          still.append(i)
-      pending = still
-    if pending:
-      fallback = self.fallback.call(module, [requests[i] for i in pending])
-      for i, obj in zip(pending, fallback.objects):
-        results[i] = obj
-      self.stats[module]['fallback'] += len(pending)
-    self.stats[module]['calls'] += len(requests)
-    return schemas.Outputs(results, first_pass)
-
-  def intent(self, requests):
-    return self.call('intent', requests).objects
-
-  def reflect(self, requests):
-    return self.call('reflect', requests).objects
-
-  def question(self, requests):
-    return self.call('question', requests).objects
-
-  def t2v_init(self, requests):
-    return self.call('t2v_init', requests).objects
-
-  def rewrite(self, dialogue):
-    """Full-history rewriting has no prompt: the fallback's."""
-    return self.fallback.rewrite(dialogue)
-
-  def constraint_hits(self, constraints, captions):
-    """Matching constraints to captions is the fallback's parsing."""
-    return self.fallback.constraint_hits(constraints, captions)
-
-  def caption_values(self, captions):
-    return self.fallback.caption_values(captions)
-
-  def attribute_question(self, attribute, value=None):
-    return self.fallback.attribute_question(attribute, value)
-
-  def validity(self) -> dict:
-    """Per module: calls, first-pass validity rate, retries, fallbacks."""
-    out = {}
-    for module, c in self.stats.items():
-      if c['calls']:
-        out[module] = {'calls': c['calls'],
-                       'first_pass_valid': c['first_pass_valid'] / c['calls'],
-                       'retry_valid': c['retry_valid'],
-                       'fallback': c['fallback']}
-    return out
+               + attempt for r in requests]
+    return [('{' + t) if attempt else t for t in self.generate(prompts)]
