@@ -31,7 +31,7 @@ from experiments import world_flags
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],
     f'Backends to evaluate; valid: {", ".join(environment.BACKENDS)}.')
-_NUM = flags.DEFINE_integer('num_eval', 120, 'Held-out requests.')
+_NUM = flags.DEFINE_integer('eval_requests', 120, 'Held-out requests.')
 _SEED = flags.DEFINE_integer('eval_seed', 0, 'Seed of the requests.')
 _JSON = flags.DEFINE_string('eval_json', 'results/reasoners.json',
                             'Where to write the report.')
@@ -114,7 +114,7 @@ def main(argv):
                     m['truth_precision'].items()) or '-'
       print(f'| {backend} | {module} | {100 * m["first_pass_valid"]:.0f} | '
             f'{100 * m["exact_vs_rules"]:.0f} | {f} | {t} |')
-  outputs.write_json(_JSON.value, {'num_eval': _NUM.value,
+  outputs.write_json(_JSON.value, {'eval_requests': _NUM.value,
                                    'wording': _WORDING.value,
                                    'results': results})
 

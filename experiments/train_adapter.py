@@ -118,14 +118,13 @@ def main(argv):
     updates, opt_state = opt.update(grads, opt_state, adapter)
     return optax.apply_updates(adapter, updates), opt_state, loss
 
-  rng = np.random.default_rng(_SEED.value)
   timer = training.Timer(every=10)
   losses = []
   train_start = time.time()
-  for i in range(_STEPS.value):
-    pick = rng.choice(len(ids), _BATCH.value, replace=False)
-    length = int(attn[pick].sum(axis=1).max())
-    length = min(_MAX_LENGTH.value, -(-length // 32) * 32)
+  batches = reasoner_training.trimmed_batches(
+      np.random.default_rng(_SEED.value), attn, _BATCH.value, _STEPS.value,
+      _MAX_LENGTH.value)
+  for i, (pick, length) in enumerate(batches):
     adapter, opt_state, loss = step(adapter, opt_state, ids[pick, :length],
                                     attn[pick, :length],
                                     loss_mask[pick, :length])

@@ -158,6 +158,15 @@ def encode_pairs(tokenizer, prompts, targets, max_length: int):
   return ids, loss_mask, attention, dropped
 
 
+def trimmed_batches(rng, attention, batch: int, steps: int, max_length: int):
+  """Yields ``steps`` random batches ``(rows, length)``, each trimmed to its
+  longest row rounded up to 32 tokens (fewer wasted tokens, few shapes)."""
+  for _ in range(steps):
+    pick = rng.choice(len(attention), batch, replace=False)
+    length = int(attention[pick].sum(axis=1).max())
+    yield pick, min(max_length, -(-length // 32) * 32)
+
+
 def train(config: ReasonerConfig, world, output_dir, progress=None) -> dict:
   """Trains, evaluates and saves the reasoner; returns its report."""
   from transformers import FlaxGPT2LMHeadModel, GPT2Config  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -194,12 +203,9 @@ def train(config: ReasonerConfig, world, output_dir, progress=None) -> dict:
     updates, opt_state = opt.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
-  rng = np.random.default_rng(config.seed)
-  for i in range(config.steps):
-    pick = rng.choice(len(ids), config.batch, replace=False)
-    # Trim the batch to its longest row (rounded to 32): fewer wasted tokens.
-    length = int(attention[pick].sum(axis=1).max())
-    length = min(config.max_length, -(-length // 32) * 32)
+  batches = trimmed_batches(np.random.default_rng(config.seed), attention,
+                            config.batch, config.steps, config.max_length)
+  for i, (pick, length) in enumerate(batches):
     params, opt_state, loss = step(params, opt_state, ids[pick, :length],
                                    loss_mask[pick, :length],
                                    attention[pick, :length])
