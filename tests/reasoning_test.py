@@ -268,6 +268,12 @@ class TrainedReasonerTest(absltest.TestCase):
     self.assertEqual(outputs['t2v_init'][0],
                      rules.RulesReasoner(lexicon).t2v_init(
                          [schemas.T2VInitRequest(SHOWN, 'make it red')])[0])
+    # A prompt longer than the model's 256 positions minus the reply's
+    # budget is cut from the left; it used to raise in generate.
+    self.assertEqual(lm.max_prompt_tokens, 256 - lm.max_new_tokens)
+    many = schemas.QuestionRequest((shown,) * 12, schemas.SessionMemory(
+        keep=('colour: red', 'shape: circle', 'motion: up')))
+    schemas.validate('question', lm.question([many])[0])
 
 
 class AskingTest(absltest.TestCase):

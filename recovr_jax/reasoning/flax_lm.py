@@ -223,6 +223,15 @@ class FlaxLMReasoner(LMReasoner):
     self.preprocess = preprocess
     self.batch_size = batch_size
     self.max_new_tokens = max_new_tokens
+    # Prompt and reply must fit the model's positions (the world GPT-2 has
+    # 256): longer prompts lose their start, as the tokenizer cuts left.
+    positions = (getattr(self.model.config, 'n_positions', None) or
+                 getattr(self.model.config, 'max_position_embeddings', None))
+    if positions is not None:
+      if positions <= max_new_tokens:
+        raise ValueError(f'max_new_tokens={max_new_tokens} leaves no room '
+                         f'for a prompt in {positions} positions')
+      max_prompt_tokens = min(max_prompt_tokens, positions - max_new_tokens)
     self.max_prompt_tokens = max_prompt_tokens
     self.stats = {m: collections.Counter() for m in schemas.MODULES}
     model, tok = self.model, self.tokenizer
