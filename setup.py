@@ -36,6 +36,7 @@ setuptools.setup(
         # without torch, and chat templates.
         'llm': ['gguf>=0.17', 'jinja2>=3.1'],
         # Optional comparators for experiments/bench_*.py only.
-        'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20'],
+        # and threadpoolctl to record the BLAS NumPy's baselines run on.
+        'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20', 'threadpoolctl>=3.1'],
     },
 )

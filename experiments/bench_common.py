@@ -1,12 +1,70 @@
-"""Helpers shared by the benchmark scripts: progress lines, timing, and
-one CPU device per core."""
+"""Helpers shared by the benchmark scripts: full-speed NumPy baselines, the
+environment record, progress lines, timing, and one CPU device per core."""
 
+import json
 import os
+import platform
 import statistics
 import sys
 import time
 
 import jax
+import numpy as np
+
+# Set on some machines of this kind; they slow a current NumPy's OpenBLAS
+# (XLA does not use OpenBLAS), which would inflate every ratio against NumPy.
+BLAS_VARS = ('OPENBLAS_CORETYPE', 'OPENBLAS_L2_SIZE')
+_REMOVED = 'RECOVR_BENCH_REMOVED_BLAS_ENV'
+_RECORDED_ENV = BLAS_VARS + ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS',
+                             'MKL_NUM_THREADS', 'XLA_FLAGS', 'JAX_PLATFORMS')
+
+
+def full_speed_blas():
+  """Re-runs this benchmark process without ``BLAS_VARS`` when any is set
+  (OpenBLAS reads them when NumPy loads, so unsetting them later is too
+  late). Benchmarks only: tests and CI keep the environment they are given.
+  ``environment()`` records what was removed."""
+  bad = {v: os.environ[v] for v in BLAS_VARS if v in os.environ}
+  if not bad:
+    return
+  env = {k: v for k, v in os.environ.items() if k not in BLAS_VARS}
+  env[_REMOVED] = json.dumps(bad)
+  log(f'benchmark: re-running without {", ".join(sorted(bad))} (they slow '
+      "NumPy's OpenBLAS; the JSON records them)")
+  os.execve(sys.executable, sys.orig_argv, env)
+
+
+def environment() -> dict:
+  """The machine, the versions, the BLAS NumPy uses (threadpoolctl) and the
+  environment variables that change the baselines' speed."""
+  info = {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
+          'python': platform.python_version(), 'numpy': np.__version__,
+          'jax': jax.__version__, 'backend': jax.default_backend(),
+          'devices': [str(x) for x in jax.devices()],
+          'env': {k: os.environ.get(k) for k in _RECORDED_ENV},
+          'blas_env_removed': json.loads(os.environ.get(_REMOVED, '{}'))}
+  try:
+    from threadpoolctl import threadpool_info  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    info['blas'] = 'threadpoolctl not installed: pip install -e ".[bench]"'
+  else:
+    info['blas'] = [{k: lib.get(k) for k in (
+        'user_api', 'internal_api', 'version', 'num_threads', 'architecture',
+        'threading_layer', 'filepath')} for lib in threadpool_info()]
+  return info
+
+
+def blas_line(info: dict) -> str:
+  """One line naming the BLAS libraries and threads, for the printed table."""
+  if isinstance(info['blas'], str):
+    libs = info['blas']
+  else:
+    libs = 'BLAS: ' + ', '.join(
+        f"{b['internal_api']} {b['version']} {b.get('architecture') or ''} "
+        f"{b['num_threads']} threads" for b in info['blas'])
+  removed = info['blas_env_removed']
+  return libs + (f'; removed from the environment: {removed}'
+                 if removed else '')
 
 
 def log(msg):

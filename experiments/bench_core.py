@@ -17,7 +17,6 @@ given the already rank-capped lists, so it does less work than the others).
 
 import functools
 import os
-import platform
 import sys
 
 from absl import app
@@ -285,6 +284,7 @@ def table(retrieval, fused):
 
 def main(argv):
   del argv
+  bench_common.full_speed_blas()
   bench_common.split_cpu_devices(_SESSION_DEVICES.value)
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
@@ -297,14 +297,13 @@ def main(argv):
   fused = bench_fusion(rng, _REPEATS.value)
   result = {
       'command': 'python -m experiments.bench_core ' + ' '.join(sys.argv[1:]),
-      'machine': {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
-                  'jax': jax.__version__, 'backend': jax.default_backend(),
-                  'devices': [str(x) for x in jax.devices()]},
+      'machine': bench_common.environment(),
       'repeats': _REPEATS.value,
       'retrieval': retrieval,
       'fusion': fused,
   }
   print(table(retrieval, fused))
+  print(bench_common.blas_line(result['machine']))
   print(f"top-{_K.value} ids equal to NumPy's: "
         f"{100 * retrieval['top_k_id_agreement_with_numpy']:.3f}%; fused ids "
         'equal to the float64 Python loop: '

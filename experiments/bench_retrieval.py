@@ -23,6 +23,7 @@ import sys
 from absl import app
 from absl import flags
 
+from experiments import bench_common
 from experiments import outputs
 from recovr_jax.experiment import resources
 
@@ -143,6 +144,7 @@ def child(method, n):
 
 def main(argv):
   del argv
+  bench_common.full_speed_blas()  # the children inherit the environment
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
   try:
@@ -191,7 +193,10 @@ def main(argv):
       r['share_of_matmul_peak'] = flops / r['seconds'] / peak if peak else None
   table = '\n'.join(lines)
   print(table)
+  machine = bench_common.environment()
+  print(bench_common.blas_line(machine))
   outputs.write_json(_OUTPUT.value, {
+      'machine': machine,
       'command': 'python -m experiments.bench_retrieval ' +
                  ' '.join(sys.argv[1:]),
       'config': {'d': d, 'b': b, 'k': _K.value, 'repeats': _REPEATS.value},

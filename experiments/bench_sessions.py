@@ -177,6 +177,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
+  bench_common.full_speed_blas()
   if _PLATFORM.value in ('auto', 'cpu'):
     bench_common.split_cpu_devices(_SESSION_DEVICES.value)
   for flag in (_SESSIONS, _TURNS, _REPEATS):
@@ -305,8 +306,10 @@ def main(argv):
           mean=np.asarray(boot.mean).tolist(), lower=lo.tolist(),
           upper=hi.tolist(),
           zero_inside_every_turn=bool(np.all((lo <= 0) & (0 <= hi)))))
+  results['machine'] = bench_common.environment()
   out = json.dumps(results, indent=2)
   print(out)
+  log(bench_common.blas_line(results['machine']))
   path = pathlib.Path(_OUTPUT.value)
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(out + '\n')
