@@ -7,7 +7,9 @@ compiles short; the outputs of such a model are nonsense, which is what the
 constrained decoder has to survive."""
 
 import collections
+import contextlib
 import copy
+import io
 import json
 import pathlib
 import tempfile
@@ -110,6 +112,11 @@ class ChatLMTest(absltest.TestCase):
     self.assertEqual(stats['intent']['first_pass_valid'], 1.0)
     self.assertEqual(stats['intent']['fallback'], 0)
     self.assertGreater(lm.speed()['decoded_tokens'], 0)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+      lm._report_progress(every=0.0)  # pylint: disable=protected-access
+    self.assertRegex(err.getvalue(), r'\[reasoner\] [\d,]+ requests, [\d,]+ '
+                     r'tokens decoded')
 
   def test_sigma_is_chosen_among_its_values(self):
     vocab = _STATE['lm'].vocab

@@ -18,6 +18,7 @@ import copy
 import json
 import os
 import pathlib
+import sys
 import time
 
 import jax
@@ -137,6 +138,7 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     self.limits = limits
     self.stats = {m: collections.Counter() for m in schemas.MODULES}
     self.timing = collections.Counter()
+    self._reported = 0.0  # generation seconds at the last progress line
 
     bodies = {}
 
@@ -209,9 +211,21 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     self.timing['decoded_tokens'] += decoded
     self.timing['prompt_tokens'] += sum(map(len, suffixes))
     self.timing['requests'] += len(requests)
+    self._report_progress()
     eos = self.tokenizer.eos_token
     return [lead + t.split(eos)[0] if eos else lead + t
             for lead, t in zip(leads, texts)]
+
+  def _report_progress(self, every: float = 30.0):
+    """A line on stderr at most every ``every`` seconds of generation, so a
+    long batch of sessions shows that it is moving."""
+    t = self.timing
+    if t['seconds'] - self._reported >= every:
+      self._reported = t['seconds']
+      print(f'[reasoner] {int(t["requests"]):,} requests, '
+            f'{int(t["decoded_tokens"]):,} tokens decoded in '
+            f'{t["seconds"]:.0f}s ({t["decoded_tokens"] / t["seconds"]:.1f} '
+            'tokens/s)', file=sys.stderr, flush=True)
 
   def attempts(self):
     """Constrained: one pass. Free: a pass, then a retry starting ``{``."""
