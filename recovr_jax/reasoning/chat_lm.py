@@ -14,7 +14,6 @@ LoRA adapter (``reasoning.lora``) is merged into the weights at load.
 """
 
 import collections
-import copy
 import json
 import os
 import pathlib
@@ -140,21 +139,11 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     self.timing = collections.Counter()
     self._reported = 0.0  # generation seconds at the last progress line
 
-    bodies = {}
-
-    def body_for(length):
-      # transformers builds a [max_position_embeddings]^2 causal mask in
-      # every layer at every call (8192^2 for SmolLM2, most of a decoding
-      # step's time); a body sized to the cache keeps it small.
-      if length not in bodies:
-        config = copy.deepcopy(self.config)
-        config.max_position_embeddings = length
-        bodies[length] = modeling_flax_llama.FlaxLlamaModule(config,
-                                                             dtype=jdtype)
-      return bodies[length]
+    # The attention installed above never reads upstream's stored
+    # [max_position_embeddings]^2 causal mask, so XLA drops it.
+    body = modeling_flax_llama.FlaxLlamaModule(self.config, dtype=jdtype)
 
     def apply_fn(params, ids, mask, positions, cache):
-      body = body_for(mask.shape[1])
       out, variables = body.apply(
           {'params': params['model'], 'cache': cache}, ids, mask, positions,
           deterministic=True, init_cache=False, mutable=['cache'])
@@ -164,7 +153,7 @@ class ChatLMReasoner(flax_lm.LMReasoner):
       return (hidden @ params['lm_head']['kernel']).astype(jnp.float32)
 
     def init_cache(batch, length):
-      shapes = jax.eval_shape(lambda: body_for(length).init(
+      shapes = jax.eval_shape(lambda: body.init(
           jax.random.PRNGKey(0), jnp.ones((batch, length), jnp.int32),
           jnp.ones((batch, length), jnp.int32),
           jnp.zeros((batch, length), jnp.int32), init_cache=True))['cache']
