@@ -11,8 +11,10 @@ while the method runs (the high-water mark is reset once the gallery
 exists, so the libraries, the interpreter and the gallery's creation do not
 count; compiling does, on the warm-up). The FLOP/s
 anchor is the faster of XLA's and NumPy's plain ``[B, D] x [D, N]`` matmul,
-timed in its own child. ``retrieve_bf16`` also reports its recall@K against
-the float32 ids of the same queries and gallery.
+timed in its own child. ``retrieve_bf16`` and ``retrieve_approx``
+(``recall_target=--recall_target``, ``lax.approx_max_k``; exact on CPU and
+GPU, approximate on TPU) also report their recall@K against the exact
+float32 ids of the same queries and gallery.
 """
 
 import json
@@ -35,7 +37,9 @@ _K = flags.DEFINE_integer('k', 100, 'List length K.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repeats (>= 5).')
 _METHODS = flags.DEFINE_list(
     'methods', ['matmul_xla', 'matmul_numpy', 'retrieve', 'retrieve_bf16',
-                'numpy', 'faiss'], 'What to time.')
+                'retrieve_approx', 'numpy', 'faiss'], 'What to time.')
+_RECALL_TARGET = flags.DEFINE_float(
+    'recall_target', 0.95, "retrieve_approx's recall_target, in (0, 1].")
 _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
                               'Device; a requested absent one is an error.')
 _OUTPUT = flags.DEFINE_string('output_json', 'results/bench_retrieval.json',
@@ -52,6 +56,7 @@ def rss(field):
   return 0
 
 method, n, d, b, k, repeats = sys.argv[1], *map(int, sys.argv[2:7])
+recall_target = float(sys.argv[7])
 import jax, jax.numpy as jnp
 from recovr_jax import retrieve
 rng = np.random.default_rng(0)
@@ -69,7 +74,7 @@ def np_gallery():
   g = np.asarray(jax_gallery(jnp.float32)).copy()
   return g
 
-if method in ('retrieve', 'retrieve_bf16', 'matmul_xla'):
+if method in ('retrieve', 'retrieve_bf16', 'retrieve_approx', 'matmul_xla'):
   gallery = jax_gallery(jnp.bfloat16 if method == 'retrieve_bf16'
                         else jnp.float32)
   q = jnp.asarray(queries)
@@ -77,7 +82,8 @@ if method in ('retrieve', 'retrieve_bf16', 'matmul_xla'):
     f = jax.jit(lambda a, g: a @ g.T)
     run = lambda: f(q, gallery)
   else:
-    f = jax.jit(lambda a, g: retrieve(a, g, k))
+    target = recall_target if method == 'retrieve_approx' else None
+    f = jax.jit(lambda a, g: retrieve(a, g, k, recall_target=target))
     run = lambda: f(q, gallery)
 else:
   gallery = np_gallery()
@@ -119,7 +125,7 @@ out = {'seconds': statistics.median(times),
        'peak_bytes': gallery_bytes + max(extra, 0),
        'peak_measured_from_reset': reset,
        'gallery_bytes': gallery_bytes}
-if method == 'retrieve_bf16':
+if method in ('retrieve_bf16', 'retrieve_approx'):
   ids16 = np.asarray(f(q, gallery)[0])
   del gallery
   full = jax_gallery(jnp.float32)
@@ -133,7 +139,8 @@ print('RESULT ' + json.dumps(out))
 def child(method, n):
   proc = subprocess.run(
       [sys.executable, '-c', _CHILD, method, str(n), str(_D.value),
-       str(_B.value), str(_K.value), str(_REPEATS.value)],
+       str(_B.value), str(_K.value), str(_REPEATS.value),
+       str(_RECALL_TARGET.value)],
       capture_output=True, text=True)
   for line in proc.stdout.splitlines():
     if line.startswith('RESULT '):
@@ -147,6 +154,9 @@ def main(argv):
   bench_common.full_speed_blas()  # the children inherit the environment
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
+  if not 0 < _RECALL_TARGET.value <= 1:
+    raise app.UsageError('--recall_target must be in (0, 1], got '
+                         f'{_RECALL_TARGET.value}')
   try:
     sizes = [int(s) for s in _SIZES.value]
   except ValueError as e:
@@ -161,7 +171,7 @@ def main(argv):
   b, d = _B.value, _D.value
   results = {}
   lines = ['| N | method | median s | queries/s | vs NumPy | share of matmul '
-           'FLOP/s | peak memory / gallery | recall@K vs float32 |',
+           'FLOP/s | peak memory / gallery | recall@K vs exact float32 |',
            '|---:|---|---:|---:|---:|---:|---:|---:|']
   for n in sizes:
     row = {}
@@ -174,7 +184,8 @@ def main(argv):
                if 'seconds' in row.get(m, {})]
     peak = flops / min(anchors) if anchors else None
     numpy_s = row.get('numpy', {}).get('seconds')
-    for method in ('retrieve', 'retrieve_bf16', 'numpy', 'faiss'):
+    for method in ('retrieve', 'retrieve_bf16', 'retrieve_approx', 'numpy',
+                   'faiss'):
       r = row.get(method)
       if r is None:
         continue
@@ -199,7 +210,8 @@ def main(argv):
       'machine': machine,
       'command': 'python -m experiments.bench_retrieval ' +
                  ' '.join(sys.argv[1:]),
-      'config': {'d': d, 'b': b, 'k': _K.value, 'repeats': _REPEATS.value},
+      'config': {'d': d, 'b': b, 'k': _K.value, 'repeats': _REPEATS.value,
+                 'recall_target': _RECALL_TARGET.value},
       'results': {str(n): r for n, r in results.items()}, 'table': table})
 
 

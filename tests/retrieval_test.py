@@ -183,10 +183,6 @@ class RetrieveBadInputTest(parameterized.TestCase):
       retrieve(self.q, self.g, 2, block_size=0)
 
 
-if __name__ == '__main__':
-  absltest.main()
-
-
 class BFloat16GalleryTest(absltest.TestCase):
 
   def test_bfloat16_gallery_scores_in_float32(self):
@@ -199,3 +195,47 @@ class BFloat16GalleryTest(absltest.TestCase):
                     block_size=16)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+  def test_bfloat16_gallery_is_never_converted_whole(self):
+    # Peak memory: only a block at a time exists in float32 (16 blocks, so
+    # the loop runs); a whole float32 or 16-bit copy would be 1-2 MiB.
+    gallery = jnp.zeros((8192, 64), jnp.bfloat16)
+    queries = jnp.zeros((2, 64), jnp.float32)
+    compiled = jax.jit(lambda q, g: retrieve(q, g, 5, block_size=512)).lower(
+        queries, gallery).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    self.assertLess(temp, gallery.nbytes // 2)
+
+
+class ApproximateTest(absltest.TestCase):
+
+  def test_recall_target_meets_its_recall(self):
+    rng = np.random.default_rng(1)
+    gallery = rng.standard_normal((4000, 16)).astype(np.float32)
+    queries = rng.standard_normal((8, 16)).astype(np.float32)
+    exact, _ = retrieve(queries, gallery, 20, block_size=1024)
+    ids, scores = retrieve(queries, gallery, 20, block_size=1024,
+                           recall_target=0.9)
+    recall = np.mean([len(set(a) & set(b)) / 20
+                      for a, b in zip(np.asarray(ids), np.asarray(exact))])
+    self.assertGreaterEqual(recall, 0.9)
+    true = np.einsum('bd,bkd->bk', queries, gallery[np.asarray(ids)])
+    np.testing.assert_allclose(scores, true, rtol=1e-5, atol=1e-5)
+    self.assertTrue(np.all(np.diff(np.asarray(scores), axis=1) <= 0))
+
+  def test_recall_target_keeps_exclusion(self):
+    gallery = np.eye(40, dtype=np.float32)
+    ids, _ = retrieve(gallery[:2], gallery, 3, exclude=np.array([0, -1]),
+                      block_size=16, recall_target=0.95)
+    self.assertNotIn(0, np.asarray(ids)[0])
+    self.assertEqual(int(ids[1, 0]), 1)
+
+  def test_bad_recall_target(self):
+    for bad in (0, 1.5, -0.1, True, 'high'):
+      with self.assertRaisesRegex(ValueError, 'recall_target'):
+        retrieve(np.ones((1, 2), np.float32), np.ones((3, 2), np.float32), 2,
+                 recall_target=bad)
+
+
+if __name__ == '__main__':
+  absltest.main()

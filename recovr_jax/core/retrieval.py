@@ -23,8 +23,10 @@ DEFAULT_GROUP_SIZE = 16
 
 def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
              block_size: int = DEFAULT_BLOCK_SIZE,
-             group_size: int = DEFAULT_GROUP_SIZE):
-  """Exact top-``k`` gallery items by dot product for each query.
+             group_size: int = DEFAULT_GROUP_SIZE,
+             recall_target: float | None = None):
+  """Exact top-``k`` gallery items by dot product for each query
+  (approximate, opt-in, with ``recall_target``).
 
   Args:
     queries: ``[B, D]`` float query embeddings.
@@ -39,6 +41,12 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
     group_size: exact candidate pruning before each block's top-k (static;
       0 disables it): only the ``k`` column groups of this size with the
       largest maxima can hold the block's top-k.
+    recall_target: ``None`` (exact, the default) or a float in ``(0, 1]``:
+      each block's candidates come from ``lax.approx_max_k`` with this
+      recall target, which is fast on TPUs; the running list is still
+      merged exactly. The result may miss items and equal scores need not
+      come out in ascending id (on CPU and GPU XLA computes it exactly;
+      ``experiments/bench_retrieval.py`` reports the measured recall@K).
 
   Returns:
     ``(ids, scores)``: ``[B, k]`` int32 gallery ids and ``[B, k]`` float32
@@ -73,20 +81,30 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
   if isinstance(group_size, bool) or not isinstance(group_size, int) or (
       group_size < 0):
     raise ValueError(f'group_size must be an integer >= 0, got {group_size!r}')
+  if recall_target is not None:
+    if isinstance(recall_target, bool) or not isinstance(
+        recall_target, (int, float)) or not 0 < recall_target <= 1:
+      raise ValueError('recall_target must be None (exact) or a number in '
+                       f'(0, 1], got {recall_target!r}')
+    recall_target = float(recall_target)
   return _retrieve(queries, gallery, exclude, penalty, k=k,
-                   block_size=min(block_size, n), group_size=group_size)
+                   block_size=min(block_size, n), group_size=group_size,
+                   recall_target=recall_target)
 
 
-@functools.partial(jax.jit, static_argnames=('k', 'block_size', 'group_size'))
+@functools.partial(jax.jit, static_argnames=('k', 'block_size', 'group_size',
+                                             'recall_target'))
 def _retrieve(queries, gallery, exclude, penalty, *, k: int, block_size: int,
-              group_size: int):
+              group_size: int, recall_target: float | None):
   return top_k_blocks(queries, gallery, exclude, k=k, block_size=block_size,
-                      group_size=group_size, penalty=penalty)
+                      group_size=group_size, penalty=penalty,
+                      recall_target=recall_target)
 
 
 def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
                  id_offset=0, num_valid: int | None = None,
-                 group_size: int = DEFAULT_GROUP_SIZE, penalty=None):
+                 group_size: int = DEFAULT_GROUP_SIZE, penalty=None,
+                 recall_target: float | None = None):
   """The blocked exact top-k; un-jitted so sharded callers can reuse it.
 
   Args:
@@ -101,6 +119,8 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     group_size: candidate pruning (``_candidate_groups``) on blocks of at
       least ``4 * k * group_size`` rows; 0 disables it.
     penalty: ``None`` or ``[B, N]`` float subtracted from the scores.
+    recall_target: ``None`` (exact) or ``lax.approx_max_k``'s recall
+      target for each block's candidates.
 
   Returns:
     ``(ids [B, k] int32, scores [B, k] float32)``.
@@ -114,8 +134,6 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
   def merge(running, block, start):
     """Merges one gallery block ``[blk, D]`` whose first row is ``start``."""
     blk, _ = block.shape
-    if block.dtype == jnp.uint16:  # a bfloat16 gallery's bits, see below
-      block = lax.bitcast_convert_type(block, jnp.bfloat16)
     scores = jnp.dot(queries, block.astype(jnp.float32).T,
                      precision=lax.Precision.HIGHEST)  # [B, blk]
     if penalty is not None:
@@ -126,7 +144,10 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     if num_valid is not None:
       drop = drop | (block_ids >= num_valid)[None, :]
     scores = jnp.where(drop, -jnp.inf, scores)
-    if group_size and blk % group_size == 0 and blk >= 4 * kept * group_size:
+    if recall_target is not None and blk > kept:
+      scores, pos = lax.approx_max_k(scores, kept, recall_target=recall_target)
+      block_ids, blk = block_ids[pos], kept
+    elif group_size and blk % group_size == 0 and blk >= 4 * kept * group_size:
       scores, block_ids = _candidate_groups(scores, block_ids, kept,
                                             group_size)
       blk = scores.shape[1]
@@ -141,10 +162,6 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     top_scores, pos = lax.top_k(all_scores, kept)
     return top_scores, jnp.take_along_axis(all_ids, pos, axis=1)
 
-  if gallery.dtype == jnp.bfloat16:
-    # Sliced as raw 16-bit words: XLA:CPU otherwise converts the whole
-    # gallery to float32 before slicing it (peak 3.1x a bfloat16 gallery).
-    gallery = lax.bitcast_convert_type(gallery, jnp.uint16)
   num_full, rest = divmod(n, block_size)
   running = merge(None, gallery[:block_size], 0) if num_full else None
   if running is not None and running[0].shape[1] < kept:
@@ -152,7 +169,12 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
   if num_full > 1:
     def body(i, running):
       start = i * block_size
-      block = lax.dynamic_slice_in_dim(gallery, start, block_size, axis=0)
+      # The barrier makes the gallery loop-variant: XLA:CPU would otherwise
+      # hoist a narrow gallery's float32 conversion out of the loop (a
+      # whole float32 copy: peak 3.1x a bfloat16 gallery); this way the
+      # conversion fuses into each block's slice.
+      rows, running = lax.optimization_barrier((gallery, running))
+      block = lax.dynamic_slice_in_dim(rows, start, block_size, axis=0)
       return merge(running, block, start)
     running = lax.fori_loop(1, num_full, body, running)
   if rest:
