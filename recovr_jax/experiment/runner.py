@@ -21,6 +21,7 @@ import numpy as np
 from recovr_jax import methods as methods_lib
 from recovr_jax.core import retrieval
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import profiling
 from recovr_jax.experiment import reporting
 from recovr_jax.experiment import resources
 from recovr_jax.protocol import host
@@ -482,10 +483,28 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   start = time.time()
   resolved = _resolved(config)
   lock = _claim(out, config, resolved)
+  profile = profiling.Profile()
   try:
-    return _run_claimed(config, built, out, start, resolved)
+    with profile.active():
+      result = _run_claimed(config, built, out, start, resolved)
   finally:
     lock.close()
+  _write_profile(out, profile)
+  return result
+
+
+def _write_profile(out, profile):
+  """``profile.json`` / ``profile.md``: the run's wall time by part."""
+  report = profile.report()
+  (out / 'profile.json').write_text(json.dumps(report, indent=2))
+  (out / 'profile.md').write_text(
+      '# Where the wall time went\n\nExclusive seconds per part of this '
+      'run (recovr_jax.experiment.profiling); resumed batches are loaded, '
+      'not run.\n\n' + profiling.table(report) + '\n')
+  print('time by part: ' + ', '.join(
+      f'{name} {p["seconds"]:.0f}s' for name, p in report['parts'].items()
+      if p['seconds'] >= 0.5) + f' (of {report["wall_s"]:.0f}s; {out}/'
+      'profile.md)')
 
 
 def _run_claimed(config, built, out, start, resolved):
@@ -495,7 +514,8 @@ def _run_claimed(config, built, out, start, resolved):
   (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
   identity = resolved['identity']
   if built is None:
-    built = build(config)
+    with profiling.part('loading data and models'):
+      built = build(config)
   env = built.env
   base = dataclasses.replace(config.loop, num_ids=len(env.gallery))
   n, d = env.gallery.shape
@@ -507,7 +527,8 @@ def _run_claimed(config, built, out, start, resolved):
         f'a batch of {config.batch_size} sessions', '--batch_size')
   except ValueError as e:
     _fail(str(e))
-  user, reasoner = _user_and_reasoner(config, env)
+  with profiling.part('loading data and models'):
+    user, reasoner = _user_and_reasoner(config, env)
   ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=reasoner)
@@ -530,14 +551,16 @@ def _run_claimed(config, built, out, start, resolved):
     ran = 0
     for b, batch in enumerate(batches):
       shape = (len(batch), base.num_turns + 1, base.list_length)
-      loaded = _load_batch(out, name, b, shape, batch, identity,
-                           len(env.gallery))
+      with profiling.part('batch files (I/O)'):
+        loaded = _load_batch(out, name, b, shape, batch, identity,
+                             len(env.gallery))
       if loaded is None:
         errors = {}
         ran += len(batch)
         before = reasoner.validity()
         if built.sim_env is not None:
-          result = _run_jit(config, built.sim_env, method, batch, base)
+          with profiling.part('jitted sessions'):
+            result = _run_jit(config, built.sim_env, method, batch, base)
         else:
           try:
             result = host.run_batch(env, method, batch, user, ctx, base)
@@ -549,7 +572,8 @@ def _run_claimed(config, built, out, start, resolved):
             result = _per_session(env, method, batch, user, ctx, base, shape,
                                   errors)
         counts = reporting.validity_counts(before, reasoner.validity())
-        _save_batch(out, name, b, result, batch, errors, counts, identity)
+        with profiling.part('batch files (I/O)'):
+          _save_batch(out, name, b, result, batch, errors, counts, identity)
       else:
         result, errors, counts = loaded
       parts.append(result)
@@ -577,8 +601,9 @@ def _run_claimed(config, built, out, start, resolved):
         f'{m} {v["seconds_per_turn"]:.2f} s/turn, '
         f'{v["decoded_tokens_per_s"]:.1f} decoded tokens/s'
         for m, v in speed.items()), flush=True)
-  return _write_outputs(config, out, env, sessions, displayed, trajectories,
-                        reasoning_counts, raised, start, fired)
+  with profiling.part('metrics, bootstrap and report'):
+    return _write_outputs(config, out, env, sessions, displayed,
+                          trajectories, reasoning_counts, raised, start, fired)
 
 
 def _lm_speed(reasoner):

@@ -2,9 +2,46 @@
 whole dialogue each turn by the reasoning backend (``rewrite``), composed with
 ``v_ref``; the modification text stands in when the rewrite is empty."""
 
+import dataclasses
+
+import jax.numpy as jnp
+
+from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
+from recovr_jax.methods import recovr
 from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.world import simulated_user
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxForm:
+  """Full-history rewriting with the rules reasoner over attribute vectors.
+
+  State: ``mentions [A]`` int32, every value the dialogue has named so far
+  (later mentions win), starting from the modification text's: the rules
+  ``rewrite`` of the whole dialogue is its canonical edit. The edit is
+  composed with ``v_ref``; sigma comes from the action (``ivr.ACTION_SIGMA``).
+  """
+  t2v: bool = False
+  covr: bool = True
+
+  def init(self, init_search, modification):
+    return {'mentions': modification}, jnp.full_like(init_search, -1)
+
+  def step(self, state, obs):
+    mentions = jnp.where(obs.mentions >= 0, obs.mentions, state['mentions'])
+    sigma = jnp.where(obs.action == simulated_user.REWRITE,
+                      demotion.SIGMA_NEG, demotion.SIGMA_NEU).astype(jnp.int32)
+    plan = recovr.JaxPlan(
+        search=jnp.full_like(mentions, -1), edit=mentions, use_search=False,
+        use_edit=True, sigma=sigma, anchor=obs.reference,
+        avoid=jnp.zeros((mentions.shape[0], recovr.MAX_VALUES), bool))
+    return {'mentions': mentions}, plan
+
+  def penalty(self, avoid, caption_attrs):
+    del avoid, caption_attrs
+    return None
 
 
 class HistoryRewrite(ivr.IVR):
@@ -13,6 +50,7 @@ class HistoryRewrite(ivr.IVR):
   name = 'history_rewrite'
   asks_every_turn = False
   question = base.Method.question
+  jax_form = JaxForm()
 
   def step(self, ctx, state, obs):
     texts = list(state['texts'])
@@ -23,6 +61,7 @@ class HistoryRewrite(ivr.IVR):
         ctx.reasoner.rewrite(dialogue), dialogue)]
     references = ctx.gallery[state['reference'][obs.sessions]]
     queries = ctx.compose(references, ctx.encode_text(rewritten))
-    return dict(state, texts=texts), plan_lib.covr_plan(
-        queries, ivr.action_sigma(obs.action))
+    plan = plan_lib.covr_plan(queries, ivr.action_sigma(obs.action))
+    return dict(state, texts=texts), dataclasses.replace(
+        plan, records=tuple({'edit': e} for e in rewritten))
 

@@ -165,8 +165,10 @@ class JaxForm:
   avoid: bool = True
   avoid_penalty: float = base.AVOID_PENALTY
 
-  def init(self, init_search):
-    """``init_search [A]``: the T2V initializer's assignment."""
+  def init(self, init_search, modification):
+    """``init_search [A]``: the T2V initializer's assignment
+    (``modification [A]``, the modification text parsed, is not read)."""
+    del modification
     none = jnp.full_like(init_search, -1)
     search = init_search if self.t2v else none
     avoid = jnp.zeros((init_search.shape[0], MAX_VALUES), bool)

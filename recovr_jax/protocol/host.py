@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import demotion
+from recovr_jax.experiment import profiling
 from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
@@ -106,9 +107,10 @@ class HostDriver:
   def respond(self, carry, turn, active):
     rows = np.flatnonzero(active)
     shown = np.asarray(carry.ranking.shown_ids[:, 0])[rows]
-    return _Feedback(rows, shown, {i: self.user(
-        int(self.sessions[i]), turn, int(self.target[i]), int(g),
-        carry.questions[i]) for i, g in zip(rows, shown)})
+    with profiling.part('simulated user'):
+      return _Feedback(rows, shown, {i: self.user(
+          int(self.sessions[i]), turn, int(self.target[i]), int(g),
+          carry.questions[i]) for i, g in zip(rows, shown)})
 
   def plan(self, carry, fb, active):
     s = len(self.sessions)
@@ -122,7 +124,8 @@ class HostDriver:
         action=tuple(fb.responses[i].action for i in fb.rows),
         shown=shown,
         shown_caption=tuple(self.ctx.captions[g] for g in shown))
-    state, plan = self.method.step(self.ctx, carry.method_state, obs)
+    with profiling.part('method step (reasoning)'):
+      state, plan = self.method.step(self.ctx, carry.method_state, obs)
     full.queries[fb.rows] = plan.queries
     full.valid[fb.rows] = plan.valid
     full.sigma[fb.rows] = plan.sigma
@@ -137,8 +140,9 @@ class HostDriver:
     return dataclasses.replace(carry, method_state=state), full
 
   def rank(self, carry, plan, active):
-    states = _turn(self.config, self.gallery, carry.ranking,
-                   _inputs(plan, self.reference, ~active))
+    with profiling.part('ranking'):
+      states = profiling.sync(_turn(self.config, self.gallery, carry.ranking,
+                                    _inputs(plan, self.reference, ~active)))
     return dataclasses.replace(carry, ranking=states)
 
   def ask(self, carry, active):
@@ -147,7 +151,8 @@ class HostDriver:
         sessions=rows, ids=np.asarray(carry.ranking.shown_ids)[rows],
         scores=np.asarray(carry.ranking.shown_scores)[rows],
         asked=carry.asked[rows])
-    questions = self.method.question(self.ctx, carry.method_state, shown)
+    with profiling.part('questions'):
+      questions = self.method.question(self.ctx, carry.method_state, shown)
     new_questions = [None] * len(self.sessions)
     asked = carry.asked.copy()
     for i, q in zip(rows, questions):
@@ -197,12 +202,14 @@ def run_batch(env: Environment, method: methods_base.Method,
   mods = tuple(env.modification[i] for i in sessions)
   covr0 = np.asarray(env.compose(env.gallery[driver.reference],
                                  env.encode_text(mods)))
-  method_state, plan = method.init(ctx, plan_lib.Start(
-      reference=driver.reference, modification=mods, covr_query=covr0))
-  states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
-                        ranking.init_state(config))
-  states = _start(config, driver.gallery, states,
-                  _inputs(plan, driver.reference, np.zeros(s, bool)))
+  with profiling.part('method step (reasoning)'):
+    method_state, plan = method.init(ctx, plan_lib.Start(
+        reference=driver.reference, modification=mods, covr_query=covr0))
+  with profiling.part('ranking'):
+    states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
+                          ranking.init_state(config))
+    states = profiling.sync(_start(config, driver.gallery, states, _inputs(
+        plan, driver.reference, np.zeros(s, bool))))
   carry = _Carry(ranking=states, method_state=method_state,
                  questions=[None] * s, asked=np.zeros(s, int),
                  new_questions=[None] * s)

@@ -9,7 +9,8 @@ the ReCoVR family) on the embedded world:
   session and turn), so it names attributes instead of writing words;
 * what the method observes is what the host rules reasoner reads out of
   those words: the named attributes' target values, the rejection marker of
-  the Rewrite prefix, and the shown video's caption parsed;
+  the Rewrite prefix, and the shown video's caption parsed (and, from the
+  start, the modification text parsed);
 * text encoding is a lookup in the ``phrase_table.PhraseTable`` of the
   reasoner's canonical texts. The table fills itself: a run that needs a
   code the table lacks reports it, the host encodes the missing texts and the
@@ -56,6 +57,7 @@ class SimArrays:
   reference: jax.Array      # [Q] int32 gallery ids
   target: jax.Array         # [Q] int32 gallery ids
   init_search: jax.Array    # [Q, A] int32 T2V initializer's assignment
+  modification_attrs: jax.Array  # [Q, A] int32 modification texts, parsed
   modification: jax.Array   # [Q, D] float32 encoded modification texts
 
 
@@ -109,7 +111,8 @@ def check_supported(method: methods_base.Method,
   if method.jax_form is None or method.asks_every_turn:
     raise Unsupported('--methods', (
         f'method {method.name!r} runs only in the host loop (it has no '
-        'jax_form; the jitted mode covers the ReCoVR family)'))
+        'jax_form; the jitted mode covers the ReCoVR family and '
+        'history_rewrite)'))
   if user.noise_rate:
     raise Unsupported('--noise_rate', (
         'noise_rate must be 0 in the jitted mode (noisy text needs the host '
@@ -164,6 +167,8 @@ def prepare(env: host.Environment) -> SimEnvironment:
       reference=jnp.asarray(env.reference, jnp.int32),
       target=jnp.asarray(env.target, jnp.int32),
       init_search=jnp.asarray(np.stack(init_search)),
+      modification_attrs=jnp.asarray(np.stack([
+          assignment(lexicon.parse(m)) for m in env.modification])),
       modification=jnp.asarray(modification))
   return SimEnvironment(arrays=arrays, composer=env.composer,
                         composer_params=env.composer_params,
@@ -226,7 +231,8 @@ def _session_start(config: SimConfig, shared: _Shared, query):
   """Turn 0 of one session: ``(carry, search code used)``."""
   lc, arrays = config.loop, shared.arrays
   ref = arrays.reference[query]
-  method_state, search = config.form.init(arrays.init_search[query])
+  method_state, search = config.form.init(arrays.init_search[query],
+                                          arrays.modification_attrs[query])
   search_code = phrase_table.code(search) * config.form.t2v
   covr = compose(config.composer, shared.composer_params,
                  arrays.gallery[ref], arrays.modification[query])

@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from recovr_jax import checksums
+from recovr_jax.experiment import profiling
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
@@ -173,6 +174,10 @@ class Captioner:
   def __call__(self, frames) -> list[str]:
     """``[B, F, H, W, 3]`` clips -> ``B`` captions (greedy), batched with a
     fixed batch shape (one compile)."""
+    with profiling.part('captioning'):
+      return self._caption(frames)
+
+  def _caption(self, frames) -> list[str]:
     frames = np.asarray(frames, np.float32)
     out = []
     for start in range(0, len(frames), self.batch_size):

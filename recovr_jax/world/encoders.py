@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax.experiment import profiling
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train_world).
@@ -118,6 +119,12 @@ class TextEncoder:
     return len(self._cache)
 
   def __call__(self, texts, progress=None) -> np.ndarray:
+    """``[n]`` texts -> ``[n, 384]`` float32 unit vectors (profiled as
+    ``text encoding``; see ``_encode``)."""
+    with profiling.part('text encoding'):
+      return self._encode(texts, progress)
+
+  def _encode(self, texts, progress=None) -> np.ndarray:
     """``[n]`` texts -> ``[n, 384]`` float32 unit vectors.
 
     Each text is encoded at a padded width set by its own length (a multiple

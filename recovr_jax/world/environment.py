@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax.experiment import profiling
 from recovr_jax.protocol import host
 from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders
@@ -29,8 +30,9 @@ def world_environment(world, text_encoder, video_params, composer_params,
   compose_fn = jax.jit(lambda r, e: composer.apply(composer_params, r, e))
 
   def compose(reference, edit):
-    return np.asarray(compose_fn(jnp.asarray(reference, jnp.float32),
-                                 jnp.asarray(edit, jnp.float32)))
+    with profiling.part('composing'):
+      return np.asarray(compose_fn(jnp.asarray(reference, jnp.float32),
+                                   jnp.asarray(edit, jnp.float32)))
 
   return host.Environment(
       gallery=memory.video, captions=memory.captions,

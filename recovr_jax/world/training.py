@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recovr_jax.experiment import profiling
 from recovr_jax.world import encoders
 from recovr_jax.core import metrics
 from recovr_jax.core import retrieval
@@ -308,14 +309,16 @@ def gallery_memory(world, video_params, text, cache_dir=None,
     print(f'Progress Memory: {what} the {len(world.gallery_combos)} gallery '
           'videos (once; cached afterwards)', flush=True)
     keys, scenes = world.gallery_keys()
-    video = embed_videos(world, video_params, world.gallery_combos, keys,
-                         scene_keys=scenes)
+    with profiling.part('video encoding'):
+      video = embed_videos(world, video_params, world.gallery_combos, keys,
+                           scene_keys=scenes)
     captions = world.gallery_captions if captioner is None else (
         caption_videos(world, captioner, world.gallery_combos, keys,
                        scene_keys=scenes))
     return video, captions, text(captions)
 
-  return progress_memory.load_or_compute(cache_dir, key, compute)
+  with profiling.part('progress memory (cache or build)'):
+    return progress_memory.load_or_compute(cache_dir, key, compute)
 
 
 def evaluate_world(world, text, video_params, composer_params,

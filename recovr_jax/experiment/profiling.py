@@ -1,0 +1,105 @@
+"""Where a run's wall time goes: exclusive seconds per part of the host loop.
+
+A ``Profile`` is activated around a run (``with profile.active():``); code
+marks its parts with ``with profiling.part('text encoding'):``, which costs
+nothing when no profile is active. Parts nest and the time is exclusive: a
+part's seconds exclude the parts opened inside it, so the parts of a run add
+up to its wall time (the rest is reported as ``other``). JAX dispatches
+asynchronously, so a part that starts device work blocks on its outputs
+before it closes (``part(..., result)`` / ``sync``); the host loop converts
+every output to NumPy at once anyway, so this moves no work between parts.
+"""
+
+import collections
+import contextlib
+import time
+
+import jax
+
+_ACTIVE = []  # the active profile, if any (a stack of one)
+
+
+class Profile:
+  """Exclusive seconds and call counts per part name."""
+
+  def __init__(self):
+    self.seconds = collections.Counter()
+    self.calls = collections.Counter()
+    self._open = []  # [name, start, seconds of nested parts]
+    self._start = None
+    self.wall = 0.0
+
+  @contextlib.contextmanager
+  def active(self):
+    """Makes this the profile ``part`` records into, and times the whole."""
+    if _ACTIVE:
+      raise RuntimeError('a profile is already active')
+    _ACTIVE.append(self)
+    start = time.perf_counter()
+    try:
+      yield self
+    finally:
+      self.wall += time.perf_counter() - start
+      _ACTIVE.pop()
+
+  def _enter(self, name):
+    self._open.append([name, time.perf_counter(), 0.0])
+
+  def _exit(self):
+    name, start, nested = self._open.pop()
+    spent = time.perf_counter() - start
+    self.seconds[name] += spent - nested
+    self.calls[name] += 1
+    if self._open:
+      self._open[-1][2] += spent
+
+  def report(self) -> dict:
+    """``{'wall_s', 'parts': {name: {'seconds', 'share', 'calls'}}}``,
+    largest first, with ``other`` the wall time outside every part."""
+    parts = dict(self.seconds)
+    parts['other'] = max(self.wall - sum(parts.values()), 0.0)
+    total = self.wall or 1.0
+    return {'wall_s': round(self.wall, 3), 'parts': {
+        name: {'seconds': round(s, 3), 'share': round(s / total, 4),
+               'calls': self.calls.get(name, 0)}
+        for name, s in sorted(parts.items(), key=lambda kv: -kv[1])}}
+
+
+@contextlib.contextmanager
+def part(name: str):
+  """Marks a part of the run (a no-op without an active profile)."""
+  if not _ACTIVE:
+    yield
+    return
+  profile = _ACTIVE[0]
+  profile._enter(name)  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    profile._exit()  # pylint: disable=protected-access
+
+
+def sync(tree):
+  """``tree`` after its device work is done (only under a profile)."""
+  if _ACTIVE:
+    jax.block_until_ready(tree)
+  return tree
+
+
+def timed(name: str, fn):
+  """``fn`` with its calls (and their device work) counted as ``name``."""
+  def wrapped(*args, **kwargs):
+    with part(name):
+      return sync(fn(*args, **kwargs))
+  wrapped.__wrapped__ = fn
+  return wrapped
+
+
+def table(report: dict) -> str:
+  """A Markdown table of ``Profile.report()``."""
+  lines = ['| part | seconds | share | calls |', '|---|---:|---:|---:|']
+  for name, p in report['parts'].items():
+    lines.append(f'| {name} | {p["seconds"]:.1f} | {100 * p["share"]:.1f}% '
+                 f'| {p["calls"]:,} |')
+  lines.append(f'| **wall** | {report["wall_s"]:.1f} | 100% | |')
+  return '\n'.join(lines)

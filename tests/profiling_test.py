@@ -1,0 +1,68 @@
+"""Tests for recovr_jax.experiment.profiling."""
+
+import time
+
+from absl.testing import absltest
+import jax.numpy as jnp
+
+from recovr_jax.experiment import profiling
+
+
+class ProfileTest(absltest.TestCase):
+
+  def test_parts_are_exclusive_and_add_up(self):
+    profile = profiling.Profile()
+    with profile.active():
+      with profiling.part('outer'):
+        time.sleep(0.05)
+        with profiling.part('inner'):
+          time.sleep(0.1)
+        with profiling.part('inner'):
+          time.sleep(0.02)
+      time.sleep(0.03)
+    report = profile.report()
+    parts = report['parts']
+    self.assertEqual(list(parts)[0], 'inner')  # largest first
+    self.assertEqual(parts['inner']['calls'], 2)
+    self.assertEqual(parts['outer']['calls'], 1)
+    self.assertBetween(parts['inner']['seconds'], 0.11, 0.2)
+    self.assertBetween(parts['outer']['seconds'], 0.045, 0.09)  # not 0.17
+    self.assertBetween(parts['other']['seconds'], 0.025, 0.08)
+    self.assertAlmostEqual(sum(p['seconds'] for p in parts.values()),
+                           report['wall_s'], delta=0.005)
+    self.assertIn('| inner |', profiling.table(report))
+
+  def test_no_profile_no_record(self):
+    with profiling.part('nothing'):
+      pass
+    wrapped = profiling.timed('double', lambda x: 2 * x)
+    self.assertEqual(int(wrapped(jnp.asarray(3))), 6)
+    profile = profiling.Profile()
+    with profile.active():
+      self.assertEqual(int(wrapped(jnp.asarray(4))), 8)
+    self.assertNotIn('nothing', profile.report()['parts'])
+    self.assertEqual(profile.report()['parts']['double']['calls'], 1)
+
+  def test_one_active_profile(self):
+    profile = profiling.Profile()
+    with profile.active():
+      with self.assertRaisesRegex(RuntimeError, 'already active'):
+        with profiling.Profile().active():
+          pass
+    with profile.active():  # released after the error
+      pass
+
+  def test_part_closes_on_error(self):
+    profile = profiling.Profile()
+    with profile.active():
+      with self.assertRaises(KeyError):
+        with profiling.part('raises'):
+          raise KeyError('x')
+      with profiling.part('after'):
+        pass
+    self.assertEqual(profile.report()['parts']['raises']['calls'], 1)
+    self.assertEqual(profile.report()['parts']['after']['calls'], 1)
+
+
+if __name__ == '__main__':
+  absltest.main()
