@@ -13,9 +13,12 @@ This file is kept short: flags are read once into a frozen
 ``experiment.runner.run`` (or ``sweep``).
 """
 
+import pathlib
+
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 
 from experiments import data_flags
 from experiments import world_flags
@@ -51,6 +54,11 @@ _CHECKPOINT = flags.DEFINE_string(
     'checkpoint_dir', None,
     'world: encoder checkpoints (default: the --benchmark preset\'s shipped '
     'ones: checkpoints/world_renditions for v2, checkpoints/world for v1).')
+_COMPILATION_CACHE = flags.DEFINE_bool(
+    'compilation_cache', True,
+    'Keep compiled XLA programs in <cache_dir>/xla for later runs (JAX\'s '
+    'persistent compilation cache; same programs, same results). Needs '
+    '--cache_dir.')
 _CACHE = flags.DEFINE_string('cache_dir', 'cache',
                              'Progress Memory cache of gallery embeddings.')
 _CAPTIONS = flags.DEFINE_enum(
@@ -318,6 +326,13 @@ def main(argv):
     config = run_config()
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  if _COMPILATION_CACHE.value and config.cache_dir:
+    # Compiled XLA programs (MiniLM per padded width, the captioner, the
+    # ranking core) kept beside Progress Memory: a later run loads them
+    # instead of compiling; the programs and so the results are the same.
+    jax.config.update('jax_compilation_cache_dir', str(
+        pathlib.Path(config.cache_dir).absolute() / 'xla'))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.2)
   try:
     if sweep:
       runner.sweep(config, sweep)

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import pretrained
+
 # CLIP's image normalisation, used when the directory has no
 # preprocessor_config.json.
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -57,7 +59,8 @@ class ClipEncoder:
     from transformers import FlaxCLIPModel  # pylint: disable=g-import-not-at-top
     check_clip_dir(model_dir)
     try:
-      self._model = FlaxCLIPModel.from_pretrained(model_dir)
+      self._model = pretrained.from_pretrained(FlaxCLIPModel, model_dir,
+                                               'CLIP checkpoint')
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError(f'cannot load a FlaxCLIPModel from {model_dir!r} '
                        f'({type(e).__name__}: {e})') from e

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax import pretrained
 from recovr_jax.reasoning import prompts as prompt_suite
 from recovr_jax.reasoning import schemas
 
@@ -207,7 +208,8 @@ class FlaxLMReasoner(LMReasoner):
     checksums.verify_manifest(model_dir, 'reasoner checkpoint')
     self.model_dir = model_dir
     try:
-      self.model = FlaxAutoModelForCausalLM.from_pretrained(model_dir)
+      self.model = pretrained.from_pretrained(
+          FlaxAutoModelForCausalLM, model_dir, 'reasoner checkpoint')
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError(f'reasoner checkpoint {model_dir!r} cannot be loaded '
                        f'({type(e).__name__}: {e}); is flax_model.msgpack '

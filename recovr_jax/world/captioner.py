@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from recovr_jax import checksums
+from recovr_jax import pretrained
 from recovr_jax.experiment import profiling
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
@@ -147,7 +148,8 @@ class Captioner:
     self.directory = str(directory)
     with encoders.quiet_transformers():
       try:
-        self.model = FlaxVisionEncoderDecoderModel.from_pretrained(directory)
+        self.model = pretrained.from_pretrained(
+            FlaxVisionEncoderDecoderModel, directory, 'captioner checkpoint')
       except Exception as e:  # pylint: disable=broad-except
         raise ValueError(f'captioner checkpoint {str(directory)!r} cannot be '
                          f'loaded ({type(e).__name__}: {e}); is '

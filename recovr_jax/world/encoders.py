@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax import pretrained
 from recovr_jax.experiment import profiling
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
@@ -85,7 +86,8 @@ class TextEncoder:
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
     with quiet_transformers():
-      self._model = FlaxBertModel.from_pretrained(model_dir)
+      self._model = pretrained.from_pretrained(FlaxBertModel, model_dir,
+                                               'text encoder')
     self._params = self._model.params
     self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
     self._batch_size = batch_size
@@ -120,11 +122,11 @@ class TextEncoder:
 
   def __call__(self, texts, progress=None) -> np.ndarray:
     """``[n]`` texts -> ``[n, 384]`` float32 unit vectors (profiled as
-    ``text encoding``; see ``_encode``)."""
+    ``text encoding``; see ``_encode_texts``)."""
     with profiling.part('text encoding'):
-      return self._encode(texts, progress)
+      return self._encode_texts(texts, progress)
 
-  def _encode(self, texts, progress=None) -> np.ndarray:
+  def _encode_texts(self, texts, progress=None) -> np.ndarray:
     """``[n]`` texts -> ``[n, 384]`` float32 unit vectors.
 
     Each text is encoded at a padded width set by its own length (a multiple

@@ -30,9 +30,15 @@ def world_environment(world, text_encoder, video_params, composer_params,
   compose_fn = jax.jit(lambda r, e: composer.apply(composer_params, r, e))
 
   def compose(reference, edit):
+    # Rows padded to a multiple of 32: the sessions still searching change
+    # in number every turn, and each new row count would compile anew.
     with profiling.part('composing'):
-      return np.asarray(compose_fn(jnp.asarray(reference, jnp.float32),
-                                   jnp.asarray(edit, jnp.float32)))
+      reference = np.asarray(reference, np.float32)
+      edit = np.asarray(edit, np.float32)
+      rows = reference.shape[0]
+      pad = ((0, -rows % 32), (0, 0))
+      return np.asarray(compose_fn(np.pad(reference, pad),
+                                   np.pad(edit, pad)))[:rows]
 
   return host.Environment(
       gallery=memory.video, captions=memory.captions,

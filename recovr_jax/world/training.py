@@ -267,11 +267,16 @@ def load_world_models(checkpoint_dir, world):
   import pathlib  # pylint: disable=g-import-not-at-top
   wc = world.config
   directory = pathlib.Path(checkpoint_dir)
-  clips = jnp.zeros((1, wc.num_frames, wc.image_size, wc.image_size, 3))
-  video_target = encoders.VideoEncoder().init(jax.random.key(0), clips)
+  # Shapes only (``eval_shape``): initialising for real would run and
+  # compile every initializer op by op just to be overwritten.
+  clips = jax.ShapeDtypeStruct(
+      (1, wc.num_frames, wc.image_size, wc.image_size, 3), jnp.float32)
+  video_target = jax.eval_shape(encoders.VideoEncoder().init,
+                                jax.random.key(0), clips)
   d = encoders.TEXT_DIM
-  composer_target = encoders.Composer().init(
-      jax.random.key(0), jnp.zeros((1, d)), jnp.zeros((1, d)))
+  edit = jax.ShapeDtypeStruct((1, d), jnp.float32)
+  composer_target = jax.eval_shape(encoders.Composer().init,
+                                   jax.random.key(0), edit, edit)
   video = encoders.restore_params(directory / 'video_encoder', video_target)
   composer = encoders.restore_params(directory / 'composer', composer_target)
   return video, composer
