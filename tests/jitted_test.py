@@ -204,6 +204,54 @@ class JitEqualsHostTest(parameterized.TestCase):
     if name == 'recovr' and composer == 'sum':
       self.assertTrue(found.any() and not found.all())
 
+  @parameterized.parameters(
+      # (method, composer, chunk size, user language, noise rate)
+      ('recovr', 'sum', 7, 'own', 0.0),
+      ('recovr', 'mlp', None, 'own', 0.15),
+      ('no_reflection', 'sum', 7, 'lexicon', 0.15),
+      ('history_rewrite', 'sum', 7, 'own', 0.15),
+      ('fixed_anchor', 'sum', 5, 'own', 0.1),
+  )
+  def test_same_lists_with_tabulated_words(self, name, composer, chunk_size,
+                                           language, noise_rate):
+    # The user's own words and surface noise: the reasoner reads something
+    # other than what the user named, tabulated per decision.
+    world, env, sim_env = env_for(composer)
+    base = ranking.LoopConfig(num_turns=4, list_length=20,
+                              num_ids=len(env.gallery))
+    user_config = simulated_user.UserConfig(
+        draws='jax', drop_rate=0.1, language=language, noise_rate=noise_rate,
+        style='paper' if language == 'own' else 'template')
+    method = methods.make(name, NO_ASK)
+    sessions = np.arange(24)
+    host_user = simulated_user.SimulatedUser(user_config, seed=3)
+    host_result = run_host(env, method, sessions, host_user, base)
+    config = simulation.sim_config(method, base, user_config,
+                                   sim_env.composer)
+    self.assertTrue(config.words)
+    trace = simulation.run(sim_env, config, sessions, seed=3,
+                           chunk_size=chunk_size)
+    np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+    table = simulation.word_table(sim_env, config, 3)
+    jit = simulation.batch_result(sim_env, trace, table)
+    misread = 0
+    for i, (h, j) in enumerate(zip(host_result.records, jit.records)):
+      for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
+        self.assertEqual(hr['action'], jr['action'])
+        self.assertEqual(hr['sigma'], jr['sigma'])
+        if hr['action'] == 'stopped':
+          continue
+        self.assertEqual(hr['feedback'], jr['feedback'])  # the same words
+        for key in {'search', 'edit'} & set(hr):
+          self.assertEqual(hr[key], jr[key])
+        named = {a: int(world.gallery_attributes[world.test.target[i], a])
+                 for a in np.flatnonzero(trace.word[i, t] >= 0 and
+                                         simulation.words_lib.decode(
+                                             trace.word[i, t], 4)[3])}
+        misread += lexicon.parse(hr['feedback']) != named
+    # The words are read differently from what was named, sometimes.
+    self.assertGreater(misread, 0)
+
   def test_compacted_schedule_equals_plain(self):
     _, env, sim_env = env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
@@ -235,9 +283,14 @@ class JitEqualsHostTest(parameterized.TestCase):
   def test_unsupported(self):
     with self.assertRaisesRegex(ValueError, 'host loop'):
       simulation.check_supported(methods.make('ivr'), simulated_user.UserConfig())
-    with self.assertRaisesRegex(ValueError, 'noise_rate'):
+    with self.assertRaisesRegex(ValueError, 'ask_mode'):
       simulation.check_supported(methods.make('recovr'),
-                                 simulated_user.UserConfig(noise_rate=0.1))
+                                 simulated_user.UserConfig(), 'entropy')
+    # Noise and the user's own words are tabulated, not refused.
+    simulation.check_supported(methods.make('recovr'), simulated_user.UserConfig(
+        noise_rate=0.1, language='own'))
+    with self.assertRaisesRegex(ValueError, 'more than .* queries'):
+      simulation.words_lib.check_capacity(10 ** 6, 5)
     with self.assertRaisesRegex(ValueError, 'user draws'):
       simulated_user.UserConfig(draws='torch')
 

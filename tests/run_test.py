@@ -29,7 +29,10 @@ from tests import jitted_test
 # load per run); BenchmarkPresetTest runs the default, v2, end to end.
 TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20, gallery_size=300,
             num_sessions=12, batch_size=5, num_turns=3,
-            bootstrap_resamples=200)
+            bootstrap_resamples=200,
+            # JAX's persistent compilation cache is process-wide: left off,
+            # so the test process does not write into a temporary cache.
+            compilation_cache=False)
 
 
 def run_main(output_dir, **overrides):
@@ -178,14 +181,14 @@ class RunnerTest(absltest.TestCase):
                                 r'.*change --methods'):
       run_main(self.root / 'bad', methods=['recovr', 'ivr'],
                simulation='jit')
-    with self.assertRaisesRegex(Exception, '--sweep noise_rate=0.1: '
-                                '.*change --noise_rate'):
+    with self.assertRaisesRegex(Exception, '--sweep ask_mode=always: '
+                                '.*change --ask_mode'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
-               sweep=['noise_rate=0|0.1'])
-    self.assertFalse((self.root / 'bad' / 'noise_rate=0').exists())
-    with self.assertRaisesRegex(Exception, 'change --noise_rate'):
+               ask_mode='never', sweep=['ask_mode=never|always'])
+    self.assertFalse((self.root / 'bad' / 'ask_mode=never').exists())
+    with self.assertRaisesRegex(Exception, 'change --ask_mode'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
-               noise_rate=0.1)
+               ask_mode='always')
     with self.assertRaisesRegex(Exception, '--session_shards=4 but JAX sees '
                                 '1 device'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',

@@ -719,7 +719,9 @@ def _run_jit(config, sim_env, method, batch, base):
                      log=lambda msg: print(f'[{method.name}] {msg}',
                                            flush=True),
                      chunk_size=config.jit_chunk_size or None, mesh=mesh)
-  return jitted.batch_result(sim_env, trace)
+  return jitted.batch_result(sim_env, trace,
+                             jitted.word_table(sim_env, sim_config,
+                                               config.user_seed))
 
 
 def _per_session(env, method, batch, user, ctx, base, shape, errors):

@@ -26,8 +26,9 @@ class JaxForm:
   t2v: bool = False
   covr: bool = True
 
-  def init(self, init_search, modification):
-    return {'mentions': modification}, jnp.full_like(init_search, -1)
+  def init(self, start):
+    return ({'mentions': start.modification_attrs},
+            jnp.full_like(start.init_search, -1))
 
   def step(self, state, obs):
     mentions = jnp.where(obs.mentions >= 0, obs.mentions, state['mentions'])
@@ -50,7 +51,10 @@ class HistoryRewrite(ivr.IVR):
   name = 'history_rewrite'
   asks_every_turn = False
   question = base.Method.question
-  jax_form = JaxForm()
+
+  def __init__(self, settings: base.Settings = base.Settings()):
+    super().__init__(settings)
+    self.jax_form = JaxForm()
 
   def step(self, ctx, state, obs):
     texts = list(state['texts'])

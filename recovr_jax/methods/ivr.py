@@ -4,11 +4,17 @@ text and every answer and piece of feedback so far are joined with
 ``" [SEP] "``, re-encoded and composed with ``v_ref`` each turn; the CoVR
 list is shown as retrieved."""
 
+import dataclasses
+
+import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax.core import demotion
 from recovr_jax.methods import base
+from recovr_jax.methods import recovr
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import schemas
+from recovr_jax.world import simulated_user
 
 SEPARATOR = ' [SEP] '
 # The sigma a single-list method reports, from the user's action (paper
@@ -21,6 +27,53 @@ ACTION_SIGMA = {'rewrite': plan_lib.SIGMA['neg'],
 
 def action_sigma(actions):
   return [ACTION_SIGMA[a] for a in actions]
+
+
+def jax_action_sigma(action):
+  """``ACTION_SIGMA`` of a ``simulated_user`` action index (traced)."""
+  return jnp.where(action == simulated_user.REWRITE, demotion.SIGMA_NEG,
+                   demotion.SIGMA_NEU).astype(jnp.int32)
+
+
+def single_list_plan(obs, edit_embedding, anchor=None):
+  """A jitted single-list plan: ``edit_embedding [D]`` composed with
+  ``anchor`` (default ``v_ref``), sigma from the action."""
+  none = jnp.full(obs.mentions.shape, -1, jnp.int32)
+  return recovr.JaxPlan(
+      search=none, edit=none, use_search=False, use_edit=True,
+      sigma=jax_action_sigma(obs.action),
+      anchor=obs.reference if anchor is None else anchor,
+      avoid=jnp.zeros((none.shape[0], recovr.MAX_VALUES), bool),
+      edit_embedding=edit_embedding)
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxForm:
+  """IVR (and UMIVR) in the jitted mode: the dialogue so far (the
+  modification text and every utterance, joined with ``SEPARATOR``, as the
+  driver's dialogue table encodes it) composed with ``v_ref``.
+
+  ``question``: what the driver asks after each ranking: ``'shown'`` (IVR-QA's
+  question about the shown top result, ``caption_questions``) or ``'split'``
+  (UMIVR's most informative split of the top ``candidates``, temperature
+  ``tau``).
+  """
+  question: str = 'shown'
+  candidates: int = 10
+  tau: float = base.QUESTION_TAU
+  t2v: bool = False
+  covr: bool = True
+  needs: tuple[str, ...] = ('dialogues',)
+
+  def init(self, start):
+    return {}, jnp.full_like(start.init_search, -1)
+
+  def step(self, state, obs):
+    return state, single_list_plan(obs, obs.dialogue)
+
+  def penalty(self, avoid, caption_attrs):
+    del avoid, caption_attrs
+    return None
 
 
 def caption_questions(ctx, videos, asked):
@@ -48,6 +101,10 @@ class IVR(base.Method):
 
   name = 'ivr'
   asks_every_turn = True
+
+  def __init__(self, settings: base.Settings = base.Settings()):
+    super().__init__(settings)
+    self.jax_form = JaxForm(question='shown')
 
   def init(self, ctx, start):
     del ctx

@@ -6,6 +6,9 @@ refined text embedding is composed with ``v_ref``, so the answer and the
 query it refines live in the same (text) space. It starts at the
 modification text's embedding, so turn 0 is the shared composed query."""
 
+import dataclasses
+
+import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import slerp
@@ -14,10 +17,37 @@ from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan as plan_lib
 
 
+@dataclasses.dataclass(frozen=True)
+class JaxForm:
+  """MERLIN in the jitted mode: the running text embedding moves towards
+  each utterance's embedding (the driver's word table holds them); asks
+  about the reference video's caption."""
+  alpha: float = base.MERLIN_ALPHA
+  question: str = 'reference'
+  t2v: bool = False
+  covr: bool = True
+  needs: tuple[str, ...] = ('utterances',)
+
+  def init(self, start):
+    return {'text': start.modification}, jnp.full_like(start.init_search, -1)
+
+  def step(self, state, obs):
+    text = slerp.slerp(state['text'], obs.utterance, self.alpha)
+    return {'text': text}, ivr.single_list_plan(obs, text)
+
+  def penalty(self, avoid, caption_attrs):
+    del avoid, caption_attrs
+    return None
+
+
 class MERLIN(base.Method):
 
   name = 'merlin'
   asks_every_turn = True
+
+  def __init__(self, settings: base.Settings = base.Settings()):
+    super().__init__(settings)
+    self.jax_form = JaxForm(alpha=settings.merlin_alpha)
 
   def init(self, ctx, start):
     s, _ = start.covr_query.shape

@@ -165,10 +165,10 @@ class JaxForm:
   avoid: bool = True
   avoid_penalty: float = base.AVOID_PENALTY
 
-  def init(self, init_search, modification):
-    """``init_search [A]``: the T2V initializer's assignment
-    (``modification [A]``, the modification text parsed, is not read)."""
-    del modification
+  def init(self, start):
+    """``start``: a ``protocol.jitted.JaxStart``; ReCoVR reads the T2V
+    initializer's assignment ``init_search [A]``."""
+    init_search = start.init_search
     none = jnp.full_like(init_search, -1)
     search = init_search if self.t2v else none
     avoid = jnp.zeros((init_search.shape[0], MAX_VALUES), bool)
@@ -252,6 +252,9 @@ class JaxPlan:
   sigma: jnp.ndarray    # [] int32
   anchor: jnp.ndarray   # [] int32 gallery id the edit is composed with
   avoid: jnp.ndarray    # [A, V] bool avoided values this turn's lists use
+  # None: the edit is ``edit``'s phrase; else the edit text's embedding
+  # ``[D]`` itself (a method that encodes the user's words).
+  edit_embedding: jnp.ndarray | None = None
 
 
 VARIANTS = {

@@ -14,6 +14,7 @@ asked.
 import jax
 import numpy as np
 
+from recovr_jax.methods import base
 from recovr_jax.methods import ivr
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
@@ -42,6 +43,12 @@ def choose_attributes(ids, scores, values, tau):
 class UMIVR(ivr.IVR):
 
   name = 'umivr'
+
+  def __init__(self, settings: base.Settings = base.Settings()):
+    super().__init__(settings)
+    self.jax_form = ivr.JaxForm(question='split',
+                                candidates=settings.question_candidates,
+                                tau=settings.question_tau)
 
   def question(self, ctx, state, shown):
     values = ctx.reasoner.caption_values(ctx.captions)

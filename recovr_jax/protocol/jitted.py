@@ -35,6 +35,8 @@ from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import host
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session as session_lib
+from recovr_jax.protocol import words as words_lib
+from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 from recovr_jax.world import encoders
@@ -59,6 +61,12 @@ class SimArrays:
   init_search: jax.Array    # [Q, A] int32 T2V initializer's assignment
   modification_attrs: jax.Array  # [Q, A] int32 modification texts, parsed
   modification: jax.Array   # [Q, D] float32 encoded modification texts
+  # The attribute the user reads out of the rules reasoner's questions
+  # (``lexicon.question_attribute``; -1 none): about attribute a saying its
+  # value v (IVR-QA's), about a alone (UMIVR's), and its open question.
+  asked_with_value: jax.Array  # [A, V] int32
+  asked_plain: jax.Array       # [A] int32
+  asked_open: jax.Array        # [] int32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +76,12 @@ class SimConfig:
   user: simulated_user.UserConfig
   form: object              # the method's ``jax_form`` (hashable)
   composer: object = 'sum'  # a flax Module applied to composer_params, or 'sum'
+  # The user's words are tabulated (``protocol.words``): its own language or
+  # surface noise, which the reasoner reads differently from what it named,
+  # or a method that reads the words themselves.
+  words: bool = False
+  utterances: bool = False  # each utterance's embedding (MERLIN)
+  dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +92,11 @@ class SimEnvironment:
   composer_params: object
   table: phrase_table.PhraseTable
   captions: tuple[str, ...]
+  encode_text: object = None
+  modification_texts: tuple[str, ...] = ()
+  # ``words.WordTable`` / ``DialogueTable`` per (user config, seed, T,
+  # embeddings held), filled across batches.
+  word_tables: dict = dataclasses.field(default_factory=dict)
 
 
 @jax.tree_util.register_dataclass
@@ -95,6 +114,11 @@ class SimTrace:
   edit: jax.Array        # [S, T] int32 its edit code (0: empty)
   needed: jax.Array      # [S, T+1, 2] int32 table codes used (0: none)
   fired: jax.Array       # [S, T] bool rank-cap changed the list it capped
+  word: jax.Array        # [S, T] int32 the decision's word-table key (-1)
+  word_found: jax.Array  # [S, T] bool the word table held it
+  dialogue_parent: jax.Array  # [S, T] int32 dialogue node before the turn
+  dialogue_found: jax.Array   # [S, T] bool the dialogue table held its child
+  asked: jax.Array       # [S, T] int32 attribute of the question answered
 
 
 class Unsupported(ValueError):
@@ -108,21 +132,11 @@ class Unsupported(ValueError):
 def check_supported(method: methods_base.Method,
                     user: simulated_user.UserConfig, ask_mode: str = 'never'):
   """Raises ``Unsupported`` naming what the jitted mode cannot run."""
-  if method.jax_form is None or method.asks_every_turn:
+  if method.jax_form is None:
     raise Unsupported('--methods', (
         f'method {method.name!r} runs only in the host loop (it has no '
-        'jax_form; the jitted mode covers the ReCoVR family and '
-        'history_rewrite)'))
-  if user.noise_rate:
-    raise Unsupported('--noise_rate', (
-        'noise_rate must be 0 in the jitted mode (noisy text needs the host '
-        f'parser), got {user.noise_rate}'))
-  if user.language != 'lexicon':
-    raise Unsupported('--user_language', (
-        'user_language must be lexicon in the jitted mode (its phrase table '
-        f"holds the lexicon's readings), got {user.language!r}: pass "
-        '--user_language=lexicon or --benchmark=v1, or run the host driver '
-        '(--simulation=host)'))
+        'jax_form)'))
+  del user  # every user: its words are tabulated (``protocol.words``)
   if ask_mode != 'never':
     raise Unsupported('--ask_mode', (
         f'ask_mode must be never in the jitted mode (its methods ask no '
@@ -169,12 +183,37 @@ def prepare(env: host.Environment) -> SimEnvironment:
       init_search=jnp.asarray(np.stack(init_search)),
       modification_attrs=jnp.asarray(np.stack([
           assignment(lexicon.parse(m)) for m in env.modification])),
-      modification=jnp.asarray(modification))
+      modification=jnp.asarray(modification),
+      **_question_tables())
   return SimEnvironment(arrays=arrays, composer=env.composer,
                         composer_params=env.composer_params,
                         table=phrase_table.PhraseTable(env.encode_text,
                                           env.gallery.shape[1]),
-                        captions=tuple(env.captions))
+                        captions=tuple(env.captions),
+                        encode_text=env.encode_text,
+                        modification_texts=tuple(env.modification))
+
+
+def _question_tables():
+  """What the user reads out of each question the rules reasoner asks."""
+  reasoner = rules.RulesReasoner(lexicon)
+
+  def asked(question):
+    a = lexicon.question_attribute(question)
+    return -1 if a is None else a
+
+  num_attrs = world_lib.NUM_ATTRIBUTES
+  with_value = np.full((num_attrs, max(world_lib.NUM_VALUES)), -1, np.int32)
+  for a in range(num_attrs):
+    for v in range(world_lib.NUM_VALUES[a]):
+      with_value[a, v] = asked(reasoner.attribute_question(a, v))
+  plain = [asked(reasoner.attribute_question(a)) for a in range(num_attrs)]
+  # The open question about captions that state nothing.
+  open_question = reasoner.question([schemas.QuestionRequest(
+      ('',), schemas.SessionMemory())])[0]['question']
+  return dict(asked_with_value=jnp.asarray(with_value),
+              asked_plain=jnp.asarray(plain, jnp.int32),
+              asked_open=jnp.asarray(asked(open_question), jnp.int32))
 
 
 def compose(composer, params, reference, edit):
@@ -194,6 +233,10 @@ class SessionCarry:
   """One session's state between turns."""
   state: ranking.SessionState
   method: dict       # the method's jax_form state (e.g. search, keep [A])
+  question: jax.Array  # [] int32 attribute the user reads in the question
+                       # shown with the list (-1: none)
+  asked: jax.Array     # [] int32 questions asked so far
+  dialogue: jax.Array  # [] int32 the dialogue's node (``words``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +247,8 @@ class _Shared:
   rows: jax.Array
   composer_params: object
   seed_key: jax.Array
+  words: tuple = ()      # ``WordTable.arrays()``
+  dialogues: tuple = ()  # ``DialogueTable.arrays()``
 
 
 @jax.tree_util.register_dataclass
@@ -216,6 +261,14 @@ class JaxObservation:
   shown: jax.Array        # [] int32 gallery id of the shown top-1
   reference: jax.Array    # [] int32 v_ref
   action: jax.Array       # [] int32 the user's action (for the record)
+  word: jax.Array         # [] int32 word-table key (-1: not tabulated)
+  word_found: jax.Array   # [] bool
+  utterance: jax.Array    # [D'] the words' embedding (``utterances``)
+  dialogue: jax.Array     # [D'] the dialogue's embedding (``dialogues``)
+  dialogue_parent: jax.Array  # [] int32 the dialogue's node before
+  dialogue_node: jax.Array    # [] int32 and after the turn
+  dialogue_found: jax.Array   # [] bool
+  asked: jax.Array        # [] int32 the question's attribute (-1 none)
 
 
 def _channel_codes(plan):
@@ -227,12 +280,23 @@ def _channel_codes(plan):
           edit_code * plan.use_edit)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JaxStart:
+  """What a jitted method reads at turn 0 (one session)."""
+  init_search: jax.Array         # [A] the T2V initializer's assignment
+  modification_attrs: jax.Array  # [A] the modification text, parsed
+  modification: jax.Array        # [D] the modification text, encoded
+
+
 def _session_start(config: SimConfig, shared: _Shared, query):
   """Turn 0 of one session: ``(carry, search code used)``."""
   lc, arrays = config.loop, shared.arrays
   ref = arrays.reference[query]
-  method_state, search = config.form.init(arrays.init_search[query],
-                                          arrays.modification_attrs[query])
+  method_state, search = config.form.init(JaxStart(
+      init_search=arrays.init_search[query],
+      modification_attrs=arrays.modification_attrs[query],
+      modification=arrays.modification[query]))
   search_code = phrase_table.code(search) * config.form.t2v
   covr = compose(config.composer, shared.composer_params,
                  arrays.gallery[ref], arrays.modification[query])
@@ -244,16 +308,23 @@ def _session_start(config: SimConfig, shared: _Shared, query):
       stop=jnp.asarray(False))
   state = ranking.start_step(lc, arrays.gallery, ranking.init_state(lc),
                              inputs)
-  return SessionCarry(state=state, method=method_state), search_code
+  none = jnp.asarray(-1, jnp.int32)
+  return SessionCarry(state=state, method=method_state, question=none,
+                      asked=jnp.asarray(0, jnp.int32),
+                      dialogue=jnp.asarray(query, jnp.int32)), search_code
 
 
 def _turn_outputs(carry, active, action, mentions, sigma, search, edit,
-                  use_search, use_edit):
+                  use_search, use_edit, word, word_found, dialogue_parent,
+                  dialogue_found, asked):
   state = carry.state
   return dict(shown=state.shown_ids, top=state.shown_scores[0],
               active=active, action=action, mentioned=mentions, sigma=sigma,
               search=search, edit=edit, use_search=use_search,
-              use_edit=use_edit, fired=state.fired[state.turn] & active)
+              use_edit=use_edit, fired=state.fired[state.turn] & active,
+              word=word, word_found=word_found,
+              dialogue_parent=dialogue_parent, dialogue_found=dialogue_found,
+              asked=asked)
 
 
 class _JitDriver:
@@ -275,32 +346,58 @@ class _JitDriver:
     top1 = jnp.maximum(carry.state.shown_ids[0], 0)
     action, named, prefix = simulated_user.decide(
         simulated_user.decision_key(self.shared.seed_key, self.query, turn),
-        target_attrs, arrays.attributes[top1], self.config.user)
+        target_attrs, arrays.attributes[top1], self.config.user,
+        carry.question)
     negative = (action == simulated_user.REWRITE) & jnp.asarray(
         simulated_user.NEGATIVE_REWRITE_PREFIX)[prefix]
+    mentions = jnp.where(named, target_attrs, -1)
+    word, found = jnp.asarray(-1, jnp.int32), jnp.asarray(True)
+    utterance = jnp.zeros((1,), jnp.float32)
+    dialogue, node, dialogue_found = utterance, carry.dialogue, found
+    if self.config.words:
+      # What the reasoner reads out of the words (a placeholder, the named
+      # values, until the host has tabulated this decision).
+      word = words_lib.key(self.query, turn, action, named, prefix,
+                           self.config.loop.num_turns)
+      found, parsed, parsed_negative, utterance = words_lib.lookup(
+          *self.shared.words, word)
+      mentions = jnp.where(found, parsed, mentions)
+      negative = jnp.where(found, parsed_negative, negative)
+    if self.config.dialogues:
+      dialogue_found, node, dialogue = words_lib.lookup_dialogue(
+          self.shared.dialogues, arrays.target.shape[0], carry.dialogue,
+          word)
     return JaxObservation(
-        mentions=jnp.where(named, target_attrs, -1), negative=negative,
+        mentions=mentions, negative=negative,
         shown_attrs=arrays.caption_attrs[top1], shown=top1,
-        reference=self.reference, action=action)
+        reference=self.reference, action=action, word=word,
+        word_found=found, utterance=utterance, dialogue=dialogue,
+        dialogue_parent=carry.dialogue, dialogue_node=node,
+        dialogue_found=dialogue_found, asked=carry.question)
 
   def plan(self, carry, obs, active):
     method_state, plan = self.config.form.step(carry.method, obs)
     # A session that stopped keeps its method state.
     method_state = jax.tree.map(lambda old, new: jnp.where(active, new, old),
                                 carry.method, method_state)
-    return dataclasses.replace(carry, method=method_state), plan
+    return dataclasses.replace(
+        carry, method=method_state,
+        dialogue=jnp.where(active, obs.dialogue_node, carry.dialogue)), plan
 
   def rank(self, carry, plan, active):
     shared = self.shared
     _, _, use_search, use_edit = _channel_codes(plan)
+    if plan.edit_embedding is None:  # the edit is a phrase of the table
+      edit, edit_valid = (_lookup(shared.index, shared.rows,
+                                  use_edit + NUM_CODES), use_edit > 0)
+    else:  # the method's own text embedding (the dialogue, MERLIN's text)
+      edit, edit_valid = plan.edit_embedding, jnp.asarray(plan.use_edit)
     covr_query = compose(self.config.composer, shared.composer_params,
-                         shared.arrays.gallery[plan.anchor],
-                         _lookup(shared.index, shared.rows,
-                                 use_edit + NUM_CODES))
+                         shared.arrays.gallery[plan.anchor], edit)
     inputs = ranking.TurnInputs(
         queries=jnp.stack([_lookup(shared.index, shared.rows, use_search),
                            covr_query]),
-        valid=jnp.stack([use_search > 0, use_edit > 0]),
+        valid=jnp.stack([use_search > 0, edit_valid]),
         exclude=self.reference, sigma=plan.sigma, stop=~active,
         penalty=self.config.form.penalty(plan.avoid,
                                          shared.arrays.caption_attrs))
@@ -309,8 +406,34 @@ class _JitDriver:
     return dataclasses.replace(carry, state=state)
 
   def ask(self, carry, active):
-    del active  # the jitted driver runs question-free methods
-    return carry
+    """The method's question shown with the list just ranked, as the
+    attribute the user reads in it."""
+    kind = getattr(self.config.form, 'question', None)
+    if kind is None:
+      return carry
+    arrays, state = self.shared.arrays, carry.state
+    if kind == 'split':  # UMIVR: the most informative split of the top k
+      k = self.config.form.candidates
+      ids, scores = state.shown_ids[:k], state.shown_scores[:k]
+      values = jnp.where(ids[:, None] >= 0,
+                         arrays.caption_attrs[jnp.maximum(ids, 0)], -1)
+      h = asking.expected_split_entropy(
+          jnp.where(ids >= 0, scores, -jnp.inf).astype(jnp.float32),
+          values.T, self.config.form.tau)
+      asked = arrays.asked_plain[jnp.argmin(h)]
+    else:  # IVR-QA's question about a video's caption
+      video = state.shown_ids[0] if kind == 'shown' else self.reference
+      values = arrays.caption_attrs[video]
+      stated = values >= 0
+      count = jnp.sum(stated)
+      nth = carry.asked % jnp.maximum(count, 1)
+      a = jnp.argmax(stated & (jnp.cumsum(stated) == nth + 1))
+      asked = jnp.where(count > 0,
+                        arrays.asked_with_value[a, jnp.maximum(values[a], 0)],
+                        arrays.asked_open)
+    return dataclasses.replace(
+        carry, question=jnp.where(active, asked, -1).astype(jnp.int32),
+        asked=carry.asked + active.astype(jnp.int32))
 
   def record(self, carry, obs, plan, active):
     zero = jnp.zeros((), jnp.int32)
@@ -318,7 +441,10 @@ class _JitDriver:
         carry, active, jnp.where(active, obs.action, simulated_user.STOP),
         jnp.where(active, obs.mentions, -1),
         jnp.where(active, plan.sigma, demotion.SIGMA_NEU),
-        *(jnp.where(active, c, zero) for c in _channel_codes(plan)))
+        *(jnp.where(active, c, zero) for c in _channel_codes(plan)),
+        jnp.where(active, obs.word, -1), obs.word_found | ~active,
+        jnp.where(active, obs.dialogue_parent, -1),
+        obs.dialogue_found | ~active, jnp.where(active, obs.asked, -1))
 
 
 def _session_turn(config: SimConfig, shared: _Shared, query,
@@ -336,7 +462,8 @@ def _stopped_turn(carry: SessionCarry):
   return carry, _turn_outputs(
       carry, jnp.asarray(False), zero + simulated_user.STOP,
       jnp.full((world_lib.NUM_ATTRIBUTES,), -1, jnp.int32),
-      zero + demotion.SIGMA_NEU, zero, zero, zero, zero)
+      zero + demotion.SIGMA_NEU, zero, zero, zero, zero, zero - 1,
+      jnp.asarray(True), zero - 1, jnp.asarray(True), zero - 1)
 
 
 def _plain_turns(config, shared, queries, carry):
@@ -388,15 +515,18 @@ def _compact_turns(config, shared, queries, carry, chunk_size):
 
 
 def simulate_batch(config: SimConfig, arrays: SimArrays, index, rows,
-                   composer_params, queries, seed_key,
+                   composer_params, queries, seed_key, words=(), dialogues=(),
                    chunk_size: int | None = None) -> SimTrace:
   """A batch of sessions, one per entry of ``queries`` ``[S]``.
 
   ``chunk_size=None``: ``lax.scan`` over turns inside ``vmap`` over sessions
   (every session computes every turn). An int: the compacted schedule of
   ``_compact_turns`` (same results; work only for sessions still searching).
+  ``words``, ``dialogues``: ``WordTable.arrays()`` when ``config.words``,
+  ``DialogueTable.arrays()`` when ``config.dialogues``.
   """
-  shared = _Shared(arrays, index, rows, composer_params, seed_key)
+  shared = _Shared(arrays, index, rows, composer_params, seed_key,
+                   tuple(words), tuple(dialogues))
   # World, table and composer shared; one query per session.
   carry, search0 = jax.vmap(functools.partial(_session_start, config,
                                               shared))(queries)
@@ -416,7 +546,9 @@ def simulate_batch(config: SimConfig, arrays: SimArrays, index, rows,
       active=outs['active'], action=outs['action'],
       mentioned=outs['mentioned'], sigma=outs['sigma'],
       search=outs['search'], edit=outs['edit'], needed=needed,
-      fired=outs['fired'])
+      fired=outs['fired'], word=outs['word'], word_found=outs['word_found'],
+      dialogue_parent=outs['dialogue_parent'],
+      dialogue_found=outs['dialogue_found'], asked=outs['asked'])
 
 
 simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))
@@ -430,15 +562,50 @@ def _over_sessions(config, chunk_size, mesh):
   shared, split = P(), P(sharding.SESSION_AXIS)
   return jax.jit(jax.shard_map(
       body, mesh=mesh, in_specs=(shared, shared, shared, shared, split,
-                                 shared),
+                                 shared, shared, shared),
       out_specs=split, check_vma=False))
 
 
 def sim_config(method: methods_base.Method, base: ranking.LoopConfig,
                user: simulated_user.UserConfig, composer) -> SimConfig:
+  needs = getattr(method.jax_form, 'needs', ())
   return SimConfig(loop=method.ranking(base),
                    user=dataclasses.replace(user, draws='jax'),
-                   form=method.jax_form, composer=composer)
+                   form=method.jax_form, composer=composer,
+                   words=(user.language != 'lexicon' or user.noise_rate > 0
+                          or bool(needs)),
+                   utterances='utterances' in needs,
+                   dialogues='dialogues' in needs)
+
+
+def word_table(env: SimEnvironment, config: SimConfig, seed: int):
+  """The ``words.WordTable`` of ``config``'s user and ``seed`` (None when
+  its words need no tabulating)."""
+  if not config.words:
+    return None
+  key = (config.user, seed, config.loop.num_turns, config.utterances)
+  if key not in env.word_tables:
+    arrays = env.arrays
+    env.word_tables[key] = words_lib.WordTable(
+        simulated_user.SimulatedUser(config.user, seed),
+        np.asarray(arrays.attributes), np.asarray(arrays.target),
+        config.loop.num_turns,
+        encode_text=env.encode_text if config.utterances else None,
+        dim=int(arrays.gallery.shape[1]))
+  return env.word_tables[key]
+
+
+def dialogue_table(env: SimEnvironment, config: SimConfig, seed: int):
+  """The ``words.DialogueTable`` of ``config``'s user and ``seed`` (None
+  unless the method reads the joined dialogue)."""
+  if not config.dialogues:
+    return None
+  key = ('dialogues', config.user, seed, config.loop.num_turns)
+  if key not in env.word_tables:
+    env.word_tables[key] = words_lib.DialogueTable(
+        env.modification_texts, word_table(env, config, seed),
+        env.encode_text, int(env.arrays.gallery.shape[1]))
+  return env.word_tables[key]
 
 
 def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
@@ -449,42 +616,70 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
   ``chunk_size``: see ``simulate``. ``mesh``: a ``sharding.make_mesh`` mesh
   whose ``session`` axis splits the sessions over devices (world, table and
   composer replicated); None runs on the default device. Returns the trace
-  as NumPy arrays.
+  as NumPy arrays. With ``config.words`` the user's words are tabulated
+  too (``word_table``), so a run takes up to about twice as many passes.
   """
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f'chunk_size must be >= 1 or None, got {chunk_size}')
+  table = word_table(env, config, seed)
+  dialogues = dialogue_table(env, config, seed)
+  if table is not None:
+    words_lib.check_capacity(int(env.arrays.target.shape[0]),
+                             config.loop.num_turns)
   queries = jnp.asarray(sessions, jnp.int32)
   seed_key = jax.random.key(seed)
   if mesh is not None:  # pad to a multiple of the session shards
     shards = mesh.shape[sharding.SESSION_AXIS]
     padded = jnp.concatenate([queries, jnp.broadcast_to(
         queries[-1:], (-len(queries) % shards,))])
-  for attempt in range(config.loop.num_turns + 2):
+  # Each pass settles at least one more turn of every session: its words
+  # (when tabulated), its dialogue, then the phrases its plan needs.
+  for attempt in range(3 * config.loop.num_turns + 4):
     index, rows = env.table.arrays()
+    words = words_lib.empty_arrays() if table is None else table.arrays()
+    dialogue_arrays = (words_lib.empty_dialogues() if dialogues is None
+                       else dialogues.arrays())
     if mesh is None:
       trace = simulate(config, env.arrays, index, rows, env.composer_params,
-                       queries, seed_key, chunk_size=chunk_size)
+                       queries, seed_key, words, dialogue_arrays,
+                       chunk_size=chunk_size)
     else:
       # Replicated on every device of the mesh (a copy per device).
       shared = jax.device_put((env.arrays, index, rows, env.composer_params,
-                               seed_key), NamedSharding(mesh, P()))
+                               seed_key, words, dialogue_arrays),
+                              NamedSharding(mesh, P()))
       trace = _over_sessions(config, chunk_size, mesh)(
           *shared[:4], jax.device_put(padded, NamedSharding(
-              mesh, P(sharding.SESSION_AXIS))), shared[4])
+              mesh, P(sharding.SESSION_AXIS))), *shared[4:])
       trace = jax.tree.map(lambda x: x[:len(queries)], trace)
-    needed = np.asarray(trace.needed)
+    trace = jax.tree.map(np.asarray, trace)
+    written = 0
+    if table is not None:
+      keys, pairs = words_lib.first_missing(trace, dialogues is not None)
+      written = table.add(keys)
+      if dialogues is not None:
+        written += dialogues.add(pairs)
+    needed = trace.needed
     added = env.table.add(needed[needed > 0])
-    if not added:
-      return jax.tree.map(np.asarray, trace)
+    if not added and not written:
+      settled = trace.word_found & trace.dialogue_found
+      if not settled[trace.active].all():  # cannot happen
+        raise RuntimeError('the word or dialogue table did not settle')
+      return trace
     if log is not None:
       log(f'pass {attempt + 1}: encoded {added} new phrases '
-          f'(table {len(env.table)})')
+          f'(table {len(env.table)})' + (
+              f', wrote and parsed {written} user turns (table '
+              f'{len(table)})' if table is not None else ''))
   raise RuntimeError('the phrase table did not settle')  # cannot happen
 
 
-def batch_result(env: SimEnvironment, trace: SimTrace) -> host.BatchResult:
-  """The host loop's ``BatchResult`` (records hold what the user named
-  instead of the text it would have written)."""
+def batch_result(env: SimEnvironment, trace: SimTrace,
+                 table: words_lib.WordTable | None = None
+                 ) -> host.BatchResult:
+  """The host loop's ``BatchResult``; records hold what the reasoner read
+  (``mentioned``: what the user named, unless its words were tabulated) and,
+  with ``table``, the words (``feedback``)."""
   names = world_lib.ATTRIBUTES
   records = []
   for i in range(trace.displayed.shape[0]):
@@ -498,7 +693,8 @@ def batch_result(env: SimEnvironment, trace: SimTrace) -> host.BatchResult:
       rows.append({
           'turn': t + 1,
           'action': simulated_user.ACTIONS[int(trace.action[i, t])],
-          'feedback': None,
+          'feedback': (table.words(trace.word[i, t])
+                       if table is not None else None),
           'mentioned': {names[a]: world_lib.VALUES[names[a]][int(v)]
                         for a, v in enumerate(trace.mentioned[i, t])
                         if v >= 0},

@@ -36,6 +36,13 @@ class _Backend:
     return {}
 
 
+def has_negative_marker(feedback: str) -> bool:
+  """Whether ``feedback`` rejects the shown video (a marker of
+  ``schemas.NEGATIVE_MARKERS``, as a whole phrase)."""
+  text = ' ' + feedback.lower() + ' '
+  return any(m in text for m in schemas.NEGATIVE_MARKERS)
+
+
 def _constraint_pairs(lexicon, items) -> list[tuple[int, int]]:
   """The readable ``(attribute, value)`` pairs of ``items``, in order."""
   out = []
@@ -73,8 +80,7 @@ class RulesReasoner(_Backend):
     mentions = self.lexicon.parse(r.feedback)
     shown = self.lexicon.parse(r.shown_caption)
     changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
-    text = ' ' + r.feedback.lower() + ' '
-    negative = any(m in text for m in schemas.NEGATIVE_MARKERS)
+    negative = has_negative_marker(r.feedback)
     relative = bool(mentions) and not negative and len(changes) < 3
     return mentions, shown, changes, relative
 

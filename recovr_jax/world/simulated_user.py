@@ -213,7 +213,23 @@ class SimulatedUser:
       action, named = self._draw_numpy(rng, target, shown_attrs, asked)
       rewrite_prefix = None
     mentioned = {int(a): int(target[a]) for a in named}
+    return Feedback(action, self._text(rng, action, named, target,
+                                       rewrite_prefix), mentioned)
 
+  def words(self, session: int, turn: int, action: int, named, prefix: int,
+            target_attrs) -> str:
+    """What ``respond`` says under ``draws='jax'`` once ``decide`` has
+    returned ``(action, named, prefix)`` (its text draws are NumPy's,
+    seeded by ``(seed, session, turn)`` like ``respond``'s): the jitted
+    driver's tabulated words (``protocol.jitted.WordTable``)."""
+    return self._text(self.rng(session, turn), ACTIONS[int(action)],
+                      [int(a) for a in np.flatnonzero(np.asarray(named))],
+                      np.asarray(target_attrs), _REWRITE_PREFIX[int(prefix)])
+
+  def _text(self, rng, action, named, target, rewrite_prefix):
+    """The words of a decision, then surface noise; ``rng`` continues
+    from the decision's draws (none under ``draws='jax'``)."""
+    cfg = self.config
     own = cfg.language == 'own'
     if not named:
       text = str(rng.choice(_GENERIC))
@@ -234,7 +250,7 @@ class SimulatedUser:
           lexicon.describe(rng, target, named))
     if cfg.noise_rate:
       text = add_surface_noise(rng, text, cfg.noise_rate)
-    return Feedback(action, text, mentioned)
+    return text
 
   def _draw_numpy(self, rng, target, shown_attrs, asked):
     cfg = self.config
