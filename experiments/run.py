@@ -140,8 +140,7 @@ _ASK_MODE = flags.DEFINE_enum(
     'ask_mode', 'always', list(asking.ASK_MODES),
     "When ReCoVR's Question Asker asks (the user may answer or ignore): "
     'always (the paper\'s protocol), never, or entropy (gated by the '
-    'normalised entropy of the fused list, after AskStream). Under '
-    '--simulation=jit the default is never.')
+    'normalised entropy of the fused list, after AskStream).')
 _ASK_THRESHOLD = flags.DEFINE_float('ask_threshold', 0.8,
                                     'Entropy gate of --ask_mode=entropy.')
 _ASK_TAU = flags.DEFINE_float('ask_tau', 0.05,
@@ -198,8 +197,9 @@ _SIMULATION = flags.DEFINE_enum(
     'simulation', 'host', ['host', 'jit'],
     'host: the user and the reasoner run in Python between jitted ranking '
     'steps (every method, backend and user). jit: whole sessions as one '
-    'lax.scan inside vmap (the world, the rules reasoner, ReCoVR-family '
-    'methods, noise-free users, no questions); implies --user_draws=jax.')
+    'lax.scan inside vmap (the embedded world and the rules reasoner; every '
+    'method, user and ask policy: the user\'s words are tabulated on the '
+    'host); implies --user_draws=jax.')
 _JIT_CHUNK = flags.DEFINE_integer(
     'jit_chunk_size', 64,
     '--simulation=jit: each turn runs the sessions still searching in '
@@ -237,15 +237,6 @@ def _preset(flag):
   return flag.value
 
 
-def _ask_mode():
-  """--ask_mode, or never under --simulation=jit when not given (the
-  jitted mode runs question-free methods)."""
-  if (_SIMULATION.value == 'jit' and
-      flags.FLAGS['ask_mode'].using_default_value):
-    return 'never'
-  return _ASK_MODE.value
-
-
 def run_config() -> config_lib.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once)."""
   if _SIMULATION.value == 'jit':
@@ -275,7 +266,7 @@ def run_config() -> config_lib.RunConfig:
       settings=methods_base.Settings(
           merlin_alpha=_ALPHA.value, avoid_penalty=_AVOID.value,
           question_tau=_QUESTION_TAU.value,
-          ask=asking.AskPolicy(mode=_ask_mode(),
+          ask=asking.AskPolicy(mode=_ASK_MODE.value,
                                threshold=_ASK_THRESHOLD.value,
                                tau=_ASK_TAU.value, budget=_ASK_BUDGET.value)),
       user=simulated_user.UserConfig(

@@ -189,16 +189,23 @@ class JitEqualsHostTest(parameterized.TestCase):
     np.testing.assert_array_equal(trace.displayed, host_result.displayed)
     np.testing.assert_allclose(trace.top_scores, host_result.top_scores,
                                atol=1e-5)
-    jit = simulation.batch_result(sim_env, trace)
+    jit = simulation.batch_result(
+        sim_env, trace, simulation.word_table(sim_env, config, 5))
+    answers = 0
     for h, j in zip(host_result.records, jit.records):
       for hr, jr in zip(h[1:], j[1:]):
         self.assertEqual(hr['action'], jr['action'])
         self.assertEqual(hr['sigma'], jr['sigma'])
+        answers += hr['action'] == 'answer'
         if hr['action'] != 'stopped':
-          # The texts the host method wrote (history_rewrite: no search).
-          self.assertTrue({'search', 'edit'} & set(hr))
+          # The texts the host method wrote (IVR's family: none; with
+          # tabulated words, what the user said).
           for key in {'search', 'edit'} & set(hr):
             self.assertEqual(hr[key], jr[key])
+          if config.words:
+            self.assertEqual(hr['feedback'], jr['feedback'])
+    # The methods that ask every turn get answers.
+    self.assertEqual(answers > 0, method.asks_every_turn)
     # Some sessions stop early, some never: both paths are exercised.
     found = (trace.displayed[:, :, 0] == world.test.target[:, None]).any(1)
     if name == 'recovr' and composer == 'sum':
@@ -252,6 +259,47 @@ class JitEqualsHostTest(parameterized.TestCase):
     # The words are read differently from what was named, sometimes.
     self.assertGreater(misread, 0)
 
+  @parameterized.parameters(
+      ('always', 'recovr', 'lexicon', 0.0),
+      ('entropy', 'no_keep', 'own', 0.1),
+      ('always', 'fixed_anchor', 'own', 0.0),
+  )
+  def test_same_lists_with_questions(self, mode, name, language, noise_rate):
+    # ReCoVR's Question Asker (AskStream's gate, a budget of 2) in JAX.
+    world, env, sim_env = env_for('sum')
+    del world
+    base = ranking.LoopConfig(num_turns=4, list_length=20,
+                              num_ids=len(env.gallery))
+    user_config = simulated_user.UserConfig(
+        draws='jax', drop_rate=0.2, language=language, noise_rate=noise_rate)
+    settings = methods.base.Settings(ask=asking.AskPolicy(
+        mode=mode, threshold=0.5, budget=2))
+    method = methods.make(name, settings)
+    sessions = np.arange(24)
+    host_result = run_host(env, method, sessions,
+                           simulated_user.SimulatedUser(user_config, seed=5),
+                           base)
+    config = simulation.sim_config(method, base, user_config,
+                                   sim_env.composer)
+    trace = simulation.run(sim_env, config, sessions, seed=5, chunk_size=7)
+    np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+    jit = simulation.batch_result(
+        sim_env, trace, simulation.word_table(sim_env, config, 5))
+    questions = answers = 0
+    for i, (h, j) in enumerate(zip(host_result.records, jit.records)):
+      for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
+        self.assertEqual(hr['action'], jr['action'])
+        self.assertEqual(hr['feedback'], jr['feedback'])
+        if (t + 1 < base.num_turns and trace.active[i, t + 1] and
+            hr['asked'] is not None):
+          questions += 1  # the user reads it at the next turn
+          self.assertEqual(lexicon.question_attribute(hr['asked']),
+                           trace.asked[i, t + 1])
+        answers += hr['action'] == 'answer'
+    self.assertGreater(questions, 0)
+    self.assertGreater(answers, 0)
+    self.assertLessEqual(int((trace.asked >= 0).sum(axis=1).max()), 2)
+
   def test_compacted_schedule_equals_plain(self):
     _, env, sim_env = env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
@@ -281,14 +329,17 @@ class JitEqualsHostTest(parameterized.TestCase):
     self.assertEqual(sim_env.table.missing(needed), [])
 
   def test_unsupported(self):
+    class HostOnly(methods.base.Method):
+      name = 'host_only'
+      init = step = None
+
     with self.assertRaisesRegex(ValueError, 'host loop'):
-      simulation.check_supported(methods.make('ivr'), simulated_user.UserConfig())
-    with self.assertRaisesRegex(ValueError, 'ask_mode'):
-      simulation.check_supported(methods.make('recovr'),
-                                 simulated_user.UserConfig(), 'entropy')
-    # Noise and the user's own words are tabulated, not refused.
-    simulation.check_supported(methods.make('recovr'), simulated_user.UserConfig(
-        noise_rate=0.1, language='own'))
+      simulation.check_supported(HostOnly(), simulated_user.UserConfig())
+    # Every registered method, questions, noise and the user's own words.
+    for name in methods.names():
+      simulation.check_supported(
+          methods.make(name), simulated_user.UserConfig(
+              noise_rate=0.1, language='own'), 'entropy')
     with self.assertRaisesRegex(ValueError, 'more than .* queries'):
       simulation.words_lib.check_capacity(10 ** 6, 5)
     with self.assertRaisesRegex(ValueError, 'user draws'):

@@ -43,6 +43,13 @@ def run_main(output_dir, **overrides):
     return run.main(['run'])
 
 
+def _host_only(settings):
+  """A method without a jitted form (IVR's host steps only)."""
+  method = methods.ivr.IVR(settings)
+  method.name, method.jax_form = 'host_only', None
+  return method
+
+
 class RunnerTest(absltest.TestCase):
 
   @classmethod
@@ -177,18 +184,19 @@ class RunnerTest(absltest.TestCase):
                        [t['action'] for t in j['turns']])
 
   def test_jit_and_device_errors_name_the_flag(self):
-    with self.assertRaisesRegex(Exception, r"--simulation=jit: method 'ivr' "
-                                r'.*change --methods'):
-      run_main(self.root / 'bad', methods=['recovr', 'ivr'],
-               simulation='jit')
-    with self.assertRaisesRegex(Exception, '--sweep ask_mode=always: '
-                                '.*change --ask_mode'):
+    methods.register('host_only', _host_only)
+    try:
+      with self.assertRaisesRegex(Exception, r"--simulation=jit: method "
+                                  r"'host_only' .*change --methods"):
+        run_main(self.root / 'bad', methods=['recovr', 'host_only'],
+                 simulation='jit')
+    finally:
+      methods.unregister('host_only')
+    with self.assertRaisesRegex(Exception, '--simulation=jit needs '
+                                '--reasoner=rules'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
-               ask_mode='never', sweep=['ask_mode=never|always'])
-    self.assertFalse((self.root / 'bad' / 'ask_mode=never').exists())
-    with self.assertRaisesRegex(Exception, 'change --ask_mode'):
-      run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
-               ask_mode='always')
+               reasoner='flax_lm')
+    self.assertFalse((self.root / 'bad' / 'metrics.json').exists())
     with self.assertRaisesRegex(Exception, '--session_shards=4 but JAX sees '
                                 '1 device'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',

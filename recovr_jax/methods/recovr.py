@@ -55,7 +55,11 @@ class ReCoVR(base.Method):
     self.jax_form = JaxForm(t2v=t2v, covr=covr, reflection=reflection,
                             dynamic_anchor=dynamic_anchor, keep=self.keep,
                             avoid=self.avoid,
-                            avoid_penalty=settings.avoid_penalty)
+                            avoid_penalty=settings.avoid_penalty,
+                            question=(None if settings.ask.mode == 'never'
+                                      else 'asker'),
+                            ask=settings.ask,
+                            candidates=settings.question_candidates)
 
   def init(self, ctx, start):
     s, d = start.covr_query.shape
@@ -155,7 +159,9 @@ class JaxForm:
 
   State (Progress Memory, short-term part): ``keep [A]`` int32 the kept
   values (-1 = none) and ``avoid [A, V]`` bool the avoided ones, as the
-  rules Reflector writes them.
+  rules Reflector writes them. ``question='asker'``: the Question Asker
+  (``ask``'s gate, the rules question over the top ``candidates``), run by
+  the jitted driver after each ranking.
   """
   t2v: bool = True
   covr: bool = True
@@ -164,6 +170,9 @@ class JaxForm:
   keep: bool = True
   avoid: bool = True
   avoid_penalty: float = base.AVOID_PENALTY
+  question: str | None = None
+  ask: asking.AskPolicy = asking.AskPolicy(mode='never')
+  candidates: int = 10
 
   def init(self, start):
     """``start``: a ``protocol.jitted.JaxStart``; ReCoVR reads the T2V

@@ -3,18 +3,26 @@
 
 It runs the protocol's skeleton (``session.feedback_turn``) on one session
 in JAX, for methods that give a pure-JAX form of their step (``jax_form``:
-the ReCoVR family) on the embedded world:
+every registered method) on the embedded world:
 
 * the user is ``simulated_user.decide`` (``jax.random`` draws keyed by seed,
-  session and turn), so it names attributes instead of writing words;
+  session and turn), so it decides (action, named attributes, prefix)
+  instead of writing words;
 * what the method observes is what the host rules reasoner reads out of
-  those words: the named attributes' target values, the rejection marker of
-  the Rewrite prefix, and the shown video's caption parsed (and, from the
-  start, the modification text parsed);
+  those words: with the lexicon's words and no noise, the named attributes'
+  target values and the Rewrite prefix's rejection marker; otherwise (the
+  user's own words, surface noise, answers, or a method that reads the words
+  themselves) the parse held by the ``words.WordTable``, with the words'
+  embeddings and the joined dialogue's (``words.DialogueTable``) for the
+  baselines; the shown video's caption parsed, and from the start the
+  modification text parsed;
+* the methods' questions (ReCoVR's Question Asker behind AskStream's gate,
+  IVR-QA's caption questions, UMIVR's split entropy) run after each ranking
+  and reach the user as the attribute it reads in them;
 * text encoding is a lookup in the ``phrase_table.PhraseTable`` of the
-  reasoner's canonical texts. The table fills itself: a run that needs a
-  code the table lacks reports it, the host encodes the missing texts and the
-  batch runs again (at most ``T + 1`` passes).
+  reasoner's canonical texts. The tables fill themselves: a run that needs
+  an entry a table lacks reports it, the host writes, parses or encodes it
+  and the batch runs again (at most ``3T + 4`` passes).
 
 With ``UserConfig(draws='jax')`` the host driver shows the same lists, turn
 by turn (tested).
@@ -136,11 +144,7 @@ def check_supported(method: methods_base.Method,
     raise Unsupported('--methods', (
         f'method {method.name!r} runs only in the host loop (it has no '
         'jax_form)'))
-  del user  # every user: its words are tabulated (``protocol.words``)
-  if ask_mode != 'never':
-    raise Unsupported('--ask_mode', (
-        f'ask_mode must be never in the jitted mode (its methods ask no '
-        f'questions), got {ask_mode!r}: pass --ask_mode=never'))
+  del user, ask_mode  # every user and ask policy (questions run in JAX)
 
 
 def prepare(env: host.Environment) -> SimEnvironment:
@@ -412,6 +416,8 @@ class _JitDriver:
     if kind is None:
       return carry
     arrays, state = self.shared.arrays, carry.state
+    if kind == 'asker':  # ReCoVR's Question Asker
+      return self._ask_recovr(carry, active)
     if kind == 'split':  # UMIVR: the most informative split of the top k
       k = self.config.form.candidates
       ids, scores = state.shown_ids[:k], state.shown_scores[:k]
@@ -434,6 +440,34 @@ class _JitDriver:
     return dataclasses.replace(
         carry, question=jnp.where(active, asked, -1).astype(jnp.int32),
         asked=carry.asked + active.astype(jnp.int32))
+
+  def _ask_recovr(self, carry, active):
+    """AskStream's gate (``asking.should_ask``) and the rules reasoner's
+    question: the attribute, not kept yet, whose values are the most
+    uncertain (entropy of their counts) among the top candidates' captions."""
+    form, arrays, state = self.config.form, self.shared.arrays, carry.state
+    policy = form.ask
+    ask = active & (carry.asked < policy.budget)
+    if policy.mode == 'entropy':
+      ask &= asking.normalized_entropy(state.shown_scores,
+                                       policy.tau) > policy.threshold
+    ids = state.shown_ids[:form.candidates]
+    values = jnp.where(ids[:, None] >= 0,
+                       arrays.caption_attrs[jnp.maximum(ids, 0)], -1)  # [k, A]
+    num_values = arrays.asked_with_value.shape[1]
+    counts = jnp.sum(values.T[:, :, None] == jnp.arange(num_values),
+                     axis=1)                                      # [A, V]
+    counts = jnp.sort(counts, axis=1)  # the host sums them in sorted order
+    total = jnp.sum(counts, axis=1, keepdims=True)
+    share = counts / jnp.maximum(total, 1)
+    h = -jnp.sum(jnp.where(counts > 0, share * jnp.log(
+        jnp.where(counts > 0, share, 1.0)), 0.0), axis=1)
+    fixed = carry.method['keep'] >= 0
+    best = jnp.where(fixed.all(), 0,
+                     jnp.argmax(jnp.where(fixed, -jnp.inf, h)))
+    asked = jnp.where(ask, arrays.asked_plain[best], -1).astype(jnp.int32)
+    return dataclasses.replace(carry, question=asked,
+                               asked=carry.asked + ask.astype(jnp.int32))
 
   def record(self, carry, obs, plan, active):
     zero = jnp.zeros((), jnp.int32)
@@ -569,11 +603,13 @@ def _over_sessions(config, chunk_size, mesh):
 def sim_config(method: methods_base.Method, base: ranking.LoopConfig,
                user: simulated_user.UserConfig, composer) -> SimConfig:
   needs = getattr(method.jax_form, 'needs', ())
+  asks = getattr(method.jax_form, 'question', None) is not None
   return SimConfig(loop=method.ranking(base),
                    user=dataclasses.replace(user, draws='jax'),
                    form=method.jax_form, composer=composer,
+                   # Answers' words are always read from the table.
                    words=(user.language != 'lexicon' or user.noise_rate > 0
-                          or bool(needs)),
+                          or bool(needs) or asks),
                    utterances='utterances' in needs,
                    dialogues='dialogues' in needs)
 

@@ -173,8 +173,12 @@ class RulesReasoner(_Backend):
         if a in fixed:
           continue
         total = sum(counts[a].values())
+        # Counts summed in sorted order: equal value splits give exactly
+        # equal entropies (ties go to the first attribute), as in the
+        # jitted mode's Question Asker.
         h = 0.0 if not total else -sum(
-            c / total * math.log(c / total) for c in counts[a].values())
+            c / total * math.log(c / total)
+            for c in sorted(counts[a].values()))
         if h > best_h:
           best, best_h = a, h
       if best is None:
