@@ -45,6 +45,33 @@ class TextEncoderTest(absltest.TestCase):
     np.testing.assert_array_equal(first[0], first[2])
     self.assertEqual(enc([]).shape, (0, 384))
 
+  def test_embedding_cache_round_trip(self):
+    texts = ['a red cube spinning', 'make it blue', 'show two of them']
+    with tempfile.TemporaryDirectory() as d:
+      enc = text_encoder()
+      want = enc(texts)
+      path = enc.cache_path(d)
+      self.assertGreaterEqual(enc.save_cache(path), 3)
+      self.assertEqual(enc.save_cache(path), 0)  # nothing new
+      other = encoders.TextEncoder(batch_size=16, max_length=32)
+      self.assertEqual(other.load_cache(path), enc.cache_size)
+      np.testing.assert_array_equal(other(texts), want)  # bit-identical
+      fresh = encoders.TextEncoder(batch_size=16, max_length=32)
+      np.testing.assert_array_equal(fresh(texts), want)  # as recomputed
+      # Another encoder's file, a corrupted one: ignored with a warning.
+      wide = encoders.TextEncoder(batch_size=8, max_length=32)
+      self.assertNotEqual(wide.cache_path(d), path)
+      with self.assertLogs(level='WARNING') as logs:
+        self.assertEqual(wide.load_cache(path), 0)
+      self.assertIn('another text encoder', logs.output[0])
+      data = dict(np.load(path))
+      data['vectors'] = data['vectors'] + 1e-3
+      np.savez(path, **data)
+      with self.assertLogs(level='WARNING') as logs:
+        self.assertEqual(fresh.load_cache(path), 0)
+      self.assertIn('fails its checksum', logs.output[0])
+      self.assertEqual(fresh.load_cache(pathlib.Path(d) / 'none.npz'), 0)
+
   def test_missing_model_dir(self):
     with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
       encoders.TextEncoder(model_dir=tempfile.mkdtemp())

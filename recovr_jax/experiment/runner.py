@@ -244,6 +244,8 @@ class Built:
   """An environment with what runs on it (shared by a sweep's runs)."""
   env: host.Environment
   sim_env: object = None    # protocol.jitted.SimEnvironment, jit runs only
+  text: object = None       # the world's encoders.TextEncoder
+  text_cache: object = None  # where it keeps its embeddings across runs
 
 
 def build(config: config_lib.RunConfig) -> Built:
@@ -256,17 +258,22 @@ def build(config: config_lib.RunConfig) -> Built:
     world = generator.make_world(config.world)
     checkpoint = config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
     video, composer = training.load_world_models(checkpoint, world)
+    text = encoders.TextEncoder()
+    text_cache = None
+    if config.cache_dir:  # the embeddings of earlier runs' texts
+      text_cache = text.cache_path(config.cache_dir)
+      text.load_cache(text_cache)
     writer = None
     if config.captions == 'model':
       from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
       writer = captioner.Captioner(config.captioner_checkpoint or
                                    captioner.DEFAULT_CAPTIONER_DIR)
-    env = environment.world_environment(world, encoders.TextEncoder(), video,
-                                        composer,
+    env = environment.world_environment(world, text, video, composer,
                                         cache_dir=config.cache_dir or None,
                                         captioner=writer)
   else:
     from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    text = text_cache = None
     try:
       env = environment.real_environment(
           config.annotations, config.gallery_embeddings, config.clip_dir)
@@ -276,7 +283,7 @@ def build(config: config_lib.RunConfig) -> Built:
   if config.simulation == 'jit':
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
     sim_env = jitted.prepare(env)
-  return Built(env=env, sim_env=sim_env)
+  return Built(env=env, sim_env=sim_env, text=text, text_cache=text_cache)
 
 
 def _user_and_reasoner(config, env):
@@ -601,6 +608,9 @@ def _run_claimed(config, built, out, start, resolved):
         f'{m} {v["seconds_per_turn"]:.2f} s/turn, '
         f'{v["decoded_tokens_per_s"]:.1f} decoded tokens/s'
         for m, v in speed.items()), flush=True)
+  if built.text_cache is not None:
+    with profiling.part('text embedding cache (I/O)'):
+      built.text.save_cache(built.text_cache)
   with profiling.part('metrics, bootstrap and report'):
     return _write_outputs(config, out, env, sessions, displayed,
                           trajectories, reasoning_counts, raised, start, fired)

@@ -10,10 +10,12 @@ edit embedding and their product, plus the training-free ``sum`` composer.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import pathlib
 
+from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -93,6 +95,7 @@ class TextEncoder:
     self._batch_size = batch_size
     self._max_length = max_length
     self._cache: dict[str, np.ndarray] = {}
+    self._stored = -1  # cache size at the last save_cache / load_cache
     model = self._model
 
     def encode(params, ids, mask):
@@ -119,6 +122,72 @@ class TextEncoder:
   @property
   def cache_size(self) -> int:
     return len(self._cache)
+
+  def cache_path(self, cache_dir) -> pathlib.Path:
+    """Where ``save_cache`` keeps this encoder's embeddings in
+    ``cache_dir`` (one file per fingerprint)."""
+    digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:16]
+    return pathlib.Path(cache_dir).absolute() / f'text-{digest}.npz'
+
+  def _checksum(self, texts, vectors) -> str:
+    h = hashlib.sha256(self.fingerprint.encode())
+    h.update('\0'.join(texts).encode())
+    h.update(np.ascontiguousarray(vectors, np.float32).tobytes())
+    return h.hexdigest()
+
+  def save_cache(self, path) -> int:
+    """Writes every embedding computed so far to ``path`` (atomically, with
+    a checksum) unless nothing is new since the last save or load; returns
+    how many it wrote. Stored embeddings are bit-identical to recomputed
+    ones (see ``_encode_texts``), so a later run that loads them gives the
+    same results."""
+    path = pathlib.Path(path)
+    if len(self._cache) == self._stored and path.exists():
+      return 0
+    texts = sorted(self._cache)
+    vectors = (np.stack([self._cache[t] for t in texts]).astype(np.float32)
+               if texts else np.zeros((0, self.dim), np.float32))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix('.tmp.npz')
+    np.savez(tmp, texts=np.array(texts, dtype=str), vectors=vectors,
+             fingerprint=np.array(self.fingerprint),
+             checksum=np.array(self._checksum(texts, vectors)))
+    tmp.replace(path)
+    self._stored = len(texts)
+    return len(texts)
+
+  def load_cache(self, path) -> int:
+    """Adds the embeddings ``save_cache`` wrote to ``path``; returns how
+    many. A missing file adds nothing; one that is unreadable, fails its
+    checksum, holds non-finite values or comes from another encoder is
+    ignored with a warning (derived data: recomputed, then rewritten)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+      return 0
+    try:
+      with np.load(path, allow_pickle=False) as data:
+        texts = data['texts'].tolist()
+        vectors = np.asarray(data['vectors'], np.float32)
+        fingerprint = str(data['fingerprint'])
+        checksum = str(data['checksum'])
+    except Exception as e:  # pylint: disable=broad-except
+      problem = f'unreadable ({type(e).__name__}: {e})'
+    else:
+      if fingerprint != self.fingerprint:
+        problem = f'written by another text encoder ({fingerprint})'
+      elif (vectors.shape != (len(texts), self.dim) or
+            checksum != self._checksum(texts, vectors)):
+        problem = 'fails its checksum'
+      elif not np.isfinite(vectors).all():
+        problem = 'holds NaN or infinite values'
+      else:
+        self._cache.update(zip(texts, vectors))
+        self._stored = len(self._cache)
+        return len(texts)
+    logging.warning('text embedding cache %s %s; ignoring it (the texts '
+                    'are encoded again and the file rewritten)', path,
+                    problem)
+    return 0
 
   def __call__(self, texts, progress=None) -> np.ndarray:
     """``[n]`` texts -> ``[n, 384]`` float32 unit vectors (profiled as
