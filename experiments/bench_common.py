@@ -3,6 +3,7 @@ environment record, progress lines, timing, and one CPU device per core."""
 
 import json
 import os
+import pathlib
 import platform
 import statistics
 import sys
@@ -65,6 +66,18 @@ def blas_line(info: dict) -> str:
   removed = info['blas_env_removed']
   return libs + (f'; removed from the environment: {removed}'
                  if removed else '')
+
+
+def write_results(path, results: dict):
+  """Prints ``results`` (with ``environment()`` under ``machine``) as JSON,
+  logs the BLAS line and writes the JSON to ``path``."""
+  results['machine'] = environment()
+  out = json.dumps(results, indent=2)
+  print(out)
+  log(blas_line(results['machine']))
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(out + '\n')
 
 
 def log(msg):

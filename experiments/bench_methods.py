@@ -24,8 +24,6 @@ ratio is the whole sweep's: per-session seconds per session times
 --num_sessions, summed over methods, over the jitted seconds summed.
 """
 
-import json
-import pathlib
 import sys
 import time
 
@@ -155,14 +153,8 @@ def main(argv):
       methods=rows, jit_total_s=jit_total,
       per_session_total_s_scaled=per_total,
       speedup_all_methods=per_total / jit_total,
-      first_calls_total_s=sum(r['first_call_s'] for r in rows.values()),
-      machine=bench_common.environment())
-  out = json.dumps(results, indent=2)
-  print(out)
-  log(bench_common.blas_line(results['machine']))
-  path = pathlib.Path(_OUTPUT.value)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(out + '\n')
+      first_calls_total_s=sum(r['first_call_s'] for r in rows.values()))
+  bench_common.write_results(_OUTPUT.value, results)
   # Same draws, same protocol: lists that differ mean the two modes do not
   # run the same thing, and the ratio would measure nothing.
   differ = {m: r['per_session_identical_lists'] for m, r in rows.items()

@@ -28,9 +28,7 @@ the paired bootstrap of R@1 per turn between jit (jax draws) and host (NumPy
 draws) over the same queries.
 """
 
-import json
 import os
-import pathlib
 import sys
 import time
 
@@ -306,13 +304,7 @@ def main(argv):
           mean=np.asarray(boot.mean).tolist(), lower=lo.tolist(),
           upper=hi.tolist(),
           zero_inside_every_turn=bool(np.all((lo <= 0) & (0 <= hi)))))
-  results['machine'] = bench_common.environment()
-  out = json.dumps(results, indent=2)
-  print(out)
-  log(bench_common.blas_line(results['machine']))
-  path = pathlib.Path(_OUTPUT.value)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(out + '\n')
+  bench_common.write_results(_OUTPUT.value, results)
   # The modes must show the same R@1 per turn with the same (jax) draws
   # (lists may differ below the top-1 by float32 rounding in the composer):
   # a benchmark whose modes disagree measures nothing and must not exit 0.

@@ -48,5 +48,26 @@ class BenchSessionsTest(absltest.TestCase):
     self.assertIn('--gallery_size must be in 1000..', proc.stderr)
 
 
+
+class BenchMethodsTest(absltest.TestCase):
+
+  def test_tiny_run(self):
+    out = pathlib.Path(tempfile.mkdtemp())
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bench_methods',
+         '--methods=umivr', '--num_sessions=8', '--per_session_sessions=3',
+         '--num_turns=2', '--gallery_size=1000', '--repeats=1',
+         f'--cache_dir={out / "cache"}',
+         f'--output_json={out / "bench.json"}'],
+        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+        capture_output=True, text=True, timeout=900)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    result = json.loads((out / 'bench.json').read_text())
+    row = result['methods']['umivr']
+    self.assertEqual(row['per_session_identical_lists'], 3)
+    self.assertGreater(row['speedup'], 0)
+    self.assertIn('blas', json.dumps(result['machine']).lower())
+
+
 if __name__ == '__main__':
   absltest.main()

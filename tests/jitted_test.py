@@ -86,6 +86,23 @@ def env_for(composer):
   return _ENVS[composer]
 
 
+def run_both(env, sim_env, method, user_config, chunk_size=7, seed=5,
+             num_turns=4):
+  """``(host result, jitted trace, sim config)`` of 24 sessions with the
+  same (jax) draws."""
+  base = ranking.LoopConfig(num_turns=num_turns, list_length=20,
+                            num_ids=len(env.gallery))
+  sessions = np.arange(24)
+  host_result = run_host(env, method, sessions,
+                         simulated_user.SimulatedUser(user_config, seed=seed),
+                         base)
+  config = simulation.sim_config(method, base, user_config, sim_env.composer)
+  trace = simulation.run(sim_env, config, sessions, seed=seed,
+                         chunk_size=chunk_size)
+  np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+  return host_result, trace, config
+
+
 class DecideTest(absltest.TestCase):
 
   def test_policy(self):
@@ -174,19 +191,10 @@ class JitEqualsHostTest(parameterized.TestCase):
        if methods.make(name).jax_form is not None])
   def test_same_lists(self, name, composer, chunk_size):
     world, env, sim_env = env_for(composer)
-    base = ranking.LoopConfig(num_turns=4, list_length=20,
-                              num_ids=len(env.gallery))
     user_config = simulated_user.UserConfig(draws='jax', drop_rate=0.2)
     method = methods.make(name, NO_ASK)
-    sessions = np.arange(24)
-    host_result = run_host(env, method, sessions,
-                           simulated_user.SimulatedUser(user_config, seed=5),
-                           base)
-    config = simulation.sim_config(method, base, user_config,
-                                   sim_env.composer)
-    trace = simulation.run(sim_env, config, sessions, seed=5,
-                           chunk_size=chunk_size)
-    np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+    host_result, trace, config = run_both(env, sim_env, method, user_config,
+                                          chunk_size)
     np.testing.assert_allclose(trace.top_scores, host_result.top_scores,
                                atol=1e-5)
     jit = simulation.batch_result(
@@ -224,21 +232,13 @@ class JitEqualsHostTest(parameterized.TestCase):
     # The user's own words and surface noise: the reasoner reads something
     # other than what the user named, tabulated per decision.
     world, env, sim_env = env_for(composer)
-    base = ranking.LoopConfig(num_turns=4, list_length=20,
-                              num_ids=len(env.gallery))
     user_config = simulated_user.UserConfig(
         draws='jax', drop_rate=0.1, language=language, noise_rate=noise_rate,
         style='paper' if language == 'own' else 'template')
     method = methods.make(name, NO_ASK)
-    sessions = np.arange(24)
-    host_user = simulated_user.SimulatedUser(user_config, seed=3)
-    host_result = run_host(env, method, sessions, host_user, base)
-    config = simulation.sim_config(method, base, user_config,
-                                   sim_env.composer)
+    host_result, trace, config = run_both(env, sim_env, method, user_config,
+                                          chunk_size, seed=3)
     self.assertTrue(config.words)
-    trace = simulation.run(sim_env, config, sessions, seed=3,
-                           chunk_size=chunk_size)
-    np.testing.assert_array_equal(trace.displayed, host_result.displayed)
     table = simulation.word_table(sim_env, config, 3)
     jit = simulation.batch_result(sim_env, trace, table)
     misread = 0
@@ -266,23 +266,14 @@ class JitEqualsHostTest(parameterized.TestCase):
   )
   def test_same_lists_with_questions(self, mode, name, language, noise_rate):
     # ReCoVR's Question Asker (AskStream's gate, a budget of 2) in JAX.
-    world, env, sim_env = env_for('sum')
-    del world
-    base = ranking.LoopConfig(num_turns=4, list_length=20,
-                              num_ids=len(env.gallery))
+    _, env, sim_env = env_for('sum')
     user_config = simulated_user.UserConfig(
         draws='jax', drop_rate=0.2, language=language, noise_rate=noise_rate)
     settings = methods.base.Settings(ask=asking.AskPolicy(
         mode=mode, threshold=0.5, budget=2))
     method = methods.make(name, settings)
-    sessions = np.arange(24)
-    host_result = run_host(env, method, sessions,
-                           simulated_user.SimulatedUser(user_config, seed=5),
-                           base)
-    config = simulation.sim_config(method, base, user_config,
-                                   sim_env.composer)
-    trace = simulation.run(sim_env, config, sessions, seed=5, chunk_size=7)
-    np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+    host_result, trace, config = run_both(env, sim_env, method, user_config)
+    num_turns = trace.active.shape[1]
     jit = simulation.batch_result(
         sim_env, trace, simulation.word_table(sim_env, config, 5))
     questions = answers = 0
@@ -290,7 +281,7 @@ class JitEqualsHostTest(parameterized.TestCase):
       for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
         self.assertEqual(hr['action'], jr['action'])
         self.assertEqual(hr['feedback'], jr['feedback'])
-        if (t + 1 < base.num_turns and trace.active[i, t + 1] and
+        if (t + 1 < num_turns and trace.active[i, t + 1] and
             hr['asked'] is not None):
           questions += 1  # the user reads it at the next turn
           self.assertEqual(lexicon.question_attribute(hr['asked']),

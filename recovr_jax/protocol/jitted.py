@@ -619,16 +619,17 @@ def word_table(env: SimEnvironment, config: SimConfig, seed: int):
   its words need no tabulating)."""
   if not config.words:
     return None
-  key = (config.user, seed, config.loop.num_turns, config.utterances)
+  key = (config.user, seed, config.loop.num_turns)
   if key not in env.word_tables:
     arrays = env.arrays
     env.word_tables[key] = words_lib.WordTable(
         simulated_user.SimulatedUser(config.user, seed),
         np.asarray(arrays.attributes), np.asarray(arrays.target),
-        config.loop.num_turns,
-        encode_text=env.encode_text if config.utterances else None,
-        dim=int(arrays.gallery.shape[1]))
-  return env.word_tables[key]
+        config.loop.num_turns)
+  table = env.word_tables[key]
+  if config.utterances:  # shared with the methods that do not need them
+    table.hold_embeddings(env.encode_text, int(env.arrays.gallery.shape[1]))
+  return table
 
 
 def dialogue_table(env: SimEnvironment, config: SimConfig, seed: int):
@@ -689,15 +690,15 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
               mesh, P(sharding.SESSION_AXIS))), *shared[4:])
       trace = jax.tree.map(lambda x: x[:len(queries)], trace)
     trace = jax.tree.map(np.asarray, trace)
-    written = 0
+    written = encoded = 0
     if table is not None:
       keys, pairs = words_lib.first_missing(trace, dialogues is not None)
       written = table.add(keys)
       if dialogues is not None:
-        written += dialogues.add(pairs)
+        encoded = dialogues.add(pairs)
     needed = trace.needed
     added = env.table.add(needed[needed > 0])
-    if not added and not written:
+    if not added and not written and not encoded:
       settled = trace.word_found & trace.dialogue_found
       if not settled[trace.active].all():  # cannot happen
         raise RuntimeError('the word or dialogue table did not settle')
@@ -706,7 +707,9 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
       log(f'pass {attempt + 1}: encoded {added} new phrases '
           f'(table {len(env.table)})' + (
               f', wrote and parsed {written} user turns (table '
-              f'{len(table)})' if table is not None else ''))
+              f'{len(table)})' if table is not None else '') + (
+                  f', encoded {encoded} dialogues (table {len(dialogues)})'
+                  if dialogues is not None else ''))
   raise RuntimeError('the phrase table did not settle')  # cannot happen
 
 

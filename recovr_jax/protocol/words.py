@@ -122,6 +122,19 @@ class WordTable:
   def words(self, k: int) -> str:
     return self._entries[int(k)][2]
 
+  def hold_embeddings(self, encode_text, dim: int):
+    """From now on the table holds each entry's embedding too (those it
+    holds already are encoded now)."""
+    if self._encode is not None:
+      return
+    self._encode, self._dim = encode_text, dim
+    keys = sorted(self._entries)
+    if keys:
+      vectors = np.asarray(encode_text([self._entries[k][2] for k in keys]),
+                           np.float32)
+      self._embedding.update(zip(keys, vectors))
+    self._arrays = None
+
   def arrays(self):
     """``(keys [C] int32 sorted, mentions [C, A] int32, negative [C]
     bool, embedding [C, D] float32)`` (``D`` 1, zeros, without
