@@ -740,6 +740,9 @@ def batch_result(env: SimEnvironment, trace: SimTrace,
           'sigma': demotion.SIGMAS[int(trace.sigma[i, t])],
           'rank_cap_fired': bool(trace.fired[i, t]),
           'question': None, 'asked': None,
+          # The attribute of the question the user read at this turn.
+          'question_attribute': (names[int(trace.asked[i, t])]
+                                 if trace.asked[i, t] >= 0 else None),
           'search': phrase_table.phrase_text(int(trace.search[i, t])),
           'edit': phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)})
     records.append(rows)
