@@ -157,10 +157,9 @@ class WordTable:
 
 
 def _capacity(n: int, least: int = 64) -> int:
-  capacity = least
-  while capacity < n:
-    capacity *= 2
-  return capacity
+  """The power of two >= ``n`` (at least ``least``), as the phrase table
+  rounds its rows, so a growing table recompiles rarely."""
+  return max(least, 1 << (max(n, 1) - 1).bit_length())
 
 
 def empty_arrays():
