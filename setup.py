@@ -26,7 +26,11 @@ setuptools.setup(
         'chex>=0.1.88',
     ],
     extras_require={
-        'test': ['pytest>=8.0', 'pillow>=10.0'],
+        'test': ['pytest>=8.0', 'pillow>=10.0', 'fastapi>=0.110',
+                 'uvicorn>=0.29', 'httpx>=0.27', 'selenium>=4.20'],
+        # The human-feedback study app (experiments/study.py): FastAPI for
+        # routes and forms, uvicorn to serve it, Pillow for the animations.
+        'study': ['fastapi>=0.110', 'uvicorn>=0.29', 'pillow>=10.0'],
         # Reading frame images of real videos (experiments/embed_videos.py).
         'real': ['pillow>=10.0'],
         # PNG plots of the runner's per-turn metrics.

@@ -284,6 +284,17 @@ def run_config() -> config_lib.RunConfig:
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())
 
 
+def use_compilation_cache(config: config_lib.RunConfig):
+  """Compiled XLA programs (MiniLM per padded width, the captioner, the
+  ranking core) kept beside Progress Memory (--compilation_cache): a later
+  run loads them instead of compiling; the programs and so the results are
+  the same."""
+  if _COMPILATION_CACHE.value and config.cache_dir:
+    jax.config.update('jax_compilation_cache_dir', str(
+        pathlib.Path(config.cache_dir).absolute() / 'xla'))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.2)
+
+
 def parse_sweep(specs):
   """``['NAME=V1|V2']`` -> ``[(NAME, [(V1, parsed V1), ...])]``, checked."""
   out = []
@@ -317,13 +328,7 @@ def main(argv):
     config = run_config()
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  if _COMPILATION_CACHE.value and config.cache_dir:
-    # Compiled XLA programs (MiniLM per padded width, the captioner, the
-    # ranking core) kept beside Progress Memory: a later run loads them
-    # instead of compiling; the programs and so the results are the same.
-    jax.config.update('jax_compilation_cache_dir', str(
-        pathlib.Path(config.cache_dir).absolute() / 'xla'))
-    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.2)
+  use_compilation_cache(config)
   try:
     if sweep:
       runner.sweep(config, sweep)

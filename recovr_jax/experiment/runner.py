@@ -246,6 +246,7 @@ class Built:
   sim_env: object = None    # protocol.jitted.SimEnvironment, jit runs only
   text: object = None       # the world's encoders.TextEncoder
   text_cache: object = None  # where it keeps its embeddings across runs
+  world: object = None      # the generated world (--data=world), for frames
 
 
 def build(config: config_lib.RunConfig) -> Built:
@@ -273,7 +274,7 @@ def build(config: config_lib.RunConfig) -> Built:
                                         captioner=writer)
   else:
     from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
-    text = text_cache = None
+    text = text_cache = world = None
     try:
       env = environment.real_environment(
           config.annotations, config.gallery_embeddings, config.clip_dir)
@@ -283,10 +284,11 @@ def build(config: config_lib.RunConfig) -> Built:
   if config.simulation == 'jit':
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
     sim_env = jitted.prepare(env)
-  return Built(env=env, sim_env=sim_env, text=text, text_cache=text_cache)
+  return Built(env=env, sim_env=sim_env, text=text, text_cache=text_cache,
+               world=world)
 
 
-def _user_and_reasoner(config, env):
+def user_and_reasoner(config, env):
   if config.data == 'world':
     from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import simulated_user  # pylint: disable=g-import-not-at-top
@@ -421,7 +423,7 @@ _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
                     'allow_other_world_encoders')
 
 
-def _resolved(config: config_lib.RunConfig) -> dict:
+def resolved_config(config: config_lib.RunConfig) -> dict:
   """Everything that shapes the run's numbers, with content hashes of the
   files and directories it reads, and ``identity``: the hash of the part
   that shapes a batch's lists (each batch checkpoint records it)."""
@@ -437,14 +439,14 @@ def _resolved(config: config_lib.RunConfig) -> dict:
   return resolved
 
 
-def _differences(old: dict, new: dict, prefix='') -> list[str]:
+def differences(old: dict, new: dict, prefix='') -> list[str]:
   out = []
   for key in sorted(set(old) | set(new)):
     if key in _NOT_IN_IDENTITY or key == 'identity':
       continue
     a, b = old.get(key), new.get(key)
     if isinstance(a, dict) and isinstance(b, dict):
-      out += _differences(a, b, f'{prefix}{key}.')
+      out += differences(a, b, f'{prefix}{key}.')
     elif a != b:
       out.append(f'{prefix}{key}: {a!r} -> {b!r}')
   return out
@@ -471,7 +473,7 @@ def _claim(out: pathlib.Path, config, resolved: dict):
         _fail(f'{previous} is unreadable ({e}); use --noresume to start '
               'this directory afresh')
       if old.get('identity') != resolved['identity']:
-        changed = _differences(old, resolved) or ['(a run of an older version)']
+        changed = differences(old, resolved) or ['(a run of an older version)']
         _fail(f'--output_dir {out} holds a run with other settings ('
               f'{"; ".join(changed[:6])}); use another --output_dir, or '
               '--noresume to discard its batches')
@@ -488,7 +490,7 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   earlier config with the same data (sweeps pass it to reuse the gallery)."""
   out = validate(config)
   start = time.time()
-  resolved = _resolved(config)
+  resolved = resolved_config(config)
   lock = _claim(out, config, resolved)
   profile = profiling.Profile()
   try:
@@ -535,7 +537,7 @@ def _run_claimed(config, built, out, start, resolved):
   except ValueError as e:
     _fail(str(e))
   with profiling.part('loading data and models'):
-    user, reasoner = _user_and_reasoner(config, env)
+    user, reasoner = user_and_reasoner(config, env)
   ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=reasoner)

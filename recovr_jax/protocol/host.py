@@ -41,6 +41,8 @@ class Environment:
   # 'mlp' with its params, 'sum', or None.
   composer: str | None = None
   composer_params: object = None
+  # [N] the videos' ids (file names on real data), for display and exports.
+  video_ids: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -182,22 +184,17 @@ class HostDriver:
     return out
 
 
-def run_batch(env: Environment, method: methods_base.Method,
-              sessions: np.ndarray, user, ctx: plan_lib.Context,
-              base: ranking.LoopConfig) -> BatchResult:
-  """Runs ``method`` on the composed queries ``sessions`` (indices).
-
-  Args:
-    env: the environment.
-    method: a ``methods`` method.
-    sessions: ``[S]`` indices into ``env``'s queries; they also seed the
-      user's draws, so a session meets the same user under every method.
-    user: ``(session, turn, target_id, shown_id, question) -> Feedback``.
-    ctx: what the method may read (Progress Memory, encoders, reasoner).
-    base: the ranking core's hyperparameters (T, W, K, k, kappa, ...).
-  """
+def begin(env: Environment, method: methods_base.Method,
+          sessions: np.ndarray, user, ctx: plan_lib.Context,
+          base: ranking.LoopConfig, driver_class=None):
+  """Turn 0 of ``sessions``: ``(driver, carry, records)``, where ``records``
+  holds each session's turn-0 record; ``session.feedback_turn(driver, carry,
+  turn)`` then runs each feedback turn (``run_batch``; the study app runs
+  them one at a time as a participant answers). ``driver_class``: a
+  ``HostDriver`` subclass (default ``HostDriver``)."""
   config = method.ranking(base)
-  driver = HostDriver(env, method, sessions, user, ctx, config)
+  driver = (driver_class or HostDriver)(env, method, sessions, user, ctx,
+                                        config)
   s = len(sessions)
   mods = tuple(env.modification[i] for i in sessions)
   covr0 = np.asarray(env.compose(env.gallery[driver.reference],
@@ -213,13 +210,38 @@ def run_batch(env: Environment, method: methods_base.Method,
   carry = _Carry(ranking=states, method_state=method_state,
                  questions=[None] * s, asked=np.zeros(s, int),
                  new_questions=[None] * s)
-  shown = [np.asarray(states.shown_ids)]
-  top_scores = [np.asarray(states.shown_scores[:, 0])]
-  records = [[{'turn': 0, 'action': None, 'feedback': mods[i],
-               'sigma': None, 'question': None}] for i in range(s)]
-  for turn in range(1, config.num_turns + 1):
-    carry, rows = session_lib.feedback_turn(driver, carry, turn)
-    carry = dataclasses.replace(carry, questions=carry.new_questions)
+  records = [{'turn': 0, 'action': None, 'feedback': mods[i],
+              'sigma': None, 'question': None} for i in range(s)]
+  return driver, carry, records
+
+
+def feedback_turn(driver: HostDriver, carry: _Carry, turn: int):
+  """One feedback turn: ``(carry, records)``; ``carry.questions`` are then
+  the questions shown with the new lists."""
+  carry, rows = session_lib.feedback_turn(driver, carry, turn)
+  return dataclasses.replace(carry, questions=carry.new_questions), rows
+
+
+def run_batch(env: Environment, method: methods_base.Method,
+              sessions: np.ndarray, user, ctx: plan_lib.Context,
+              base: ranking.LoopConfig) -> BatchResult:
+  """Runs ``method`` on the composed queries ``sessions`` (indices).
+
+  Args:
+    env: the environment.
+    method: a ``methods`` method.
+    sessions: ``[S]`` indices into ``env``'s queries; they also seed the
+      user's draws, so a session meets the same user under every method.
+    user: ``(session, turn, target_id, shown_id, question) -> Feedback``.
+    ctx: what the method may read (Progress Memory, encoders, reasoner).
+    base: the ranking core's hyperparameters (T, W, K, k, kappa, ...).
+  """
+  driver, carry, first = begin(env, method, sessions, user, ctx, base)
+  shown = [np.asarray(carry.ranking.shown_ids)]
+  top_scores = [np.asarray(carry.ranking.shown_scores[:, 0])]
+  records = [[rec] for rec in first]
+  for turn in range(1, driver.config.num_turns + 1):
+    carry, rows = feedback_turn(driver, carry, turn)
     shown.append(np.asarray(carry.ranking.shown_ids))
     top_scores.append(np.asarray(carry.ranking.shown_scores[:, 0]))
     for i, rec in enumerate(rows):

@@ -52,7 +52,7 @@ def real_environment(annotations: str, gallery_embeddings: str,
       reference=np.array([index[r] for r in ann.reference]),
       target=np.array([index[t] for t in ann.target]),
       modification=ann.edit, encode_text=encode_text,
-      compose=sum_composer)
+      compose=sum_composer, video_ids=tuple(gallery.ids))
 
 
 def sum_composer(reference, edit):

@@ -46,7 +46,7 @@ def world_environment(world, text_encoder, video_params, composer_params,
       reference=np.asarray(world.test.reference),
       target=np.asarray(world.test.target), modification=world.test.edit,
       encode_text=text_encoder, compose=compose, composer=composer,
-      composer_params=composer_params)
+      composer_params=composer_params, video_ids=world.gallery_ids)
 
 
 def attribute_user(user, attributes):

@@ -1,0 +1,168 @@
+r"""The human-feedback study app (paper section 4.4, appendix D.3).
+
+    python -m experiments.study --flagfile=experiments/flagfiles/study
+
+serves a local web page (http://127.0.0.1:8765/ by default) where each
+participant signs in with an id from --participants and answers up to
+--instances composed queries of the test split, at most --num_turns feedback
+turns each (default here 3), with the method of --methods (one; default
+here recovr) and the reasoner of --reasoner, over the same environment, loop and flags as
+``experiments/run.py`` (every runner flag applies). Every turn is appended
+to ``<output_dir>/logs/<participant>.jsonl`` before the participant sees
+its result; restarting the command continues every participant where they
+stopped. ``python -m experiments.study_report`` turns the logs into
+Table 4.
+"""
+
+import dataclasses
+import pathlib
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from experiments import run
+from recovr_jax import methods
+from recovr_jax.experiment import runner
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.study import study as study_lib
+
+_HOST = flags.DEFINE_string(
+    'host', '127.0.0.1', 'Address the study app listens on (127.0.0.1: '
+    'this machine only; 0.0.0.0 opens it to the network).')
+_PORT = flags.DEFINE_integer('port', 8765, 'Port of the study app.')
+_PARTICIPANTS = flags.DEFINE_list(
+    'participants', ['p01', 'p02', 'p03', 'p04', 'p05'],
+    'The participant ids that may sign in (letters, digits, _ and -); '
+    'participant j of the list gets slice j of one seeded permutation of '
+    'the test split, so no two share an instance.')
+_INSTANCES = flags.DEFINE_integer(
+    'instances', 20, 'Composed queries per participant (paper: 20).')
+_FRAMES_DIR = flags.DEFINE_string(
+    'frames_dir', None,
+    '--data=webvid_covr: <frames_dir>/<video id>/ frame images shown as '
+    'animations; a video without a folder is shown by its caption.')
+_VIDEO_SIZE = flags.DEFINE_integer(
+    'video_size', 192, 'Pixels of the longer side of a shown video.')
+
+# The study's own defaults where the runner's flags are not given (paper
+# section 4.4: ReCoVR, up to three turns); set on the config, not on the
+# process-wide flags.
+STUDY_DEFAULTS = {'methods': ('recovr',), 'num_turns': 3,
+                  'output_dir': 'out/study'}
+
+
+def study_config(config) -> study_lib.StudyConfig:
+  """The ``StudyConfig`` of the flags (log directory under --output_dir)."""
+  try:
+    participants = study_lib.check_participant_ids(_PARTICIPANTS.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  if _INSTANCES.value < 1:
+    raise app.UsageError(f'--instances must be >= 1, got {_INSTANCES.value}')
+  return study_lib.StudyConfig(
+      participants=participants, instances=_INSTANCES.value,
+      log_dir=str(pathlib.Path(config.output_dir).absolute() / 'logs'),
+      seed=config.seed)
+
+
+def run_config():
+  """The runner's ``RunConfig`` of the flags with ``STUDY_DEFAULTS`` for
+  the runner flags not given."""
+  config = run.run_config()
+  given = lambda name: not flags.FLAGS[name].using_default_value
+  if not given('methods'):
+    config = dataclasses.replace(config, methods=STUDY_DEFAULTS['methods'])
+  if not given('num_turns'):
+    config = dataclasses.replace(config, loop=dataclasses.replace(
+        config.loop, num_turns=STUDY_DEFAULTS['num_turns']))
+  if not given('output_dir'):
+    config = dataclasses.replace(config,
+                                 output_dir=STUDY_DEFAULTS['output_dir'])
+  return config
+
+
+def checked_config():
+  """``run_config()``, checked for a study (before any model loads)."""
+  config = run_config()
+  if len(config.methods) != 1:
+    raise app.UsageError(
+        '--methods: a study talks to one method, got '
+        f'{",".join(config.methods)}')
+  if config.simulation != 'host':
+    raise app.UsageError('--simulation=jit runs simulated users only; a '
+                         'study needs --simulation=host')
+  if _VIDEO_SIZE.value < 16:
+    raise app.UsageError(f'--video_size must be >= 16, got '
+                         f'{_VIDEO_SIZE.value}')
+  if _FRAMES_DIR.value and config.data != 'webvid_covr':
+    raise app.UsageError('--frames_dir is for --data=webvid_covr (the '
+                         'embedded world renders its own frames)')
+  if _FRAMES_DIR.value and not pathlib.Path(_FRAMES_DIR.value).is_dir():
+    raise app.UsageError(f'--frames_dir {_FRAMES_DIR.value} is not a '
+                         'directory')
+  if not 1 <= _PORT.value <= 65535:
+    raise app.UsageError(f'--port must be in 1..65535, got {_PORT.value}')
+  try:
+    runner.validate(config)
+  except runner.ConfigError as e:
+    raise app.UsageError(str(e)) from e
+  return config
+
+
+def make_study(config, built=None):
+  """``(study, media)`` of a checked config (loads data and models)."""
+  from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+  sconfig = study_config(config)
+  if built is None:
+    print('loading the environment and models (the first time on a '
+          'machine this encodes the gallery: a few minutes)', flush=True)
+    built = runner.build(config)
+  env = built.env
+  _, reasoner = runner.user_and_reasoner(config, env)
+  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                         encode_text=env.encode_text, compose=env.compose,
+                         reasoner=reasoner)
+  base = dataclasses.replace(config.loop, num_ids=len(env.gallery))
+  identity = {'identity': runner.resolved_config(config)['identity'],
+              'data': config.data}
+  try:
+    study = study_lib.Study(env, methods.make(config.methods[0],
+                                              config.settings),
+                            ctx, base, sconfig, identity)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  if built.world is not None:
+    media = media_lib.world_media(built.world, _VIDEO_SIZE.value)
+  elif _FRAMES_DIR.value:
+    media = media_lib.folder_media(_FRAMES_DIR.value, env.video_ids,
+                                   _VIDEO_SIZE.value)
+  else:
+    media = None
+  if built.text_cache is not None:
+    built.text.save_cache(built.text_cache)
+  return study, media
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.WARNING)
+  config = checked_config()
+  study_config(config)  # participant errors before the models load
+  run.use_compilation_cache(config)
+  study, media = make_study(config)
+  import uvicorn  # pylint: disable=g-import-not-at-top
+  from recovr_jax.study import app as app_lib  # pylint: disable=g-import-not-at-top
+  print(f'study of {config.methods[0]} ({config.reasoner} reasoner): '
+        f'{len(study.queues)} participants x {study.config.instances} '
+        f'instances, up to {study.base.num_turns} turns each; logs in '
+        f'{study.log_dir}', flush=True)
+  print(f'open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C stops; '
+        'restarting continues every participant)', flush=True)
+  uvicorn.run(app_lib.make_app(study, media), host=_HOST.value,
+              port=_PORT.value, log_level='warning')
+
+
+if __name__ == '__main__':
+  app.run(main)

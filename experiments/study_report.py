@@ -1,0 +1,135 @@
+r"""Table 4 from the study's logs: human versus simulated feedback.
+
+    python -m experiments.study_report --flagfile=experiments/flagfiles/study
+
+reads ``<output_dir>/logs/*.jsonl`` (``experiments/study.py``), runs the
+simulated user (the runner's, from the same flags) with the study's method
+and with --reference_method (IVR) on the same finished instances and the
+same number of turns, and writes ``<output_dir>/report/``: ``table4.md``,
+``table4.json`` (R@1 per turn with 95% bootstrap intervals, paired
+differences, feedback lengths, system time per turn) and the human and
+simulated trajectories in the runner's JSONL format.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from experiments import run
+from experiments import study  # pylint: disable=unused-import  (its flags)
+from recovr_jax import methods
+from recovr_jax.experiment import reporting
+from recovr_jax.experiment import runner
+from recovr_jax.protocol import host
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.study import report as report_lib
+
+_SIMULATED = flags.DEFINE_bool(
+    'simulated', True, 'Run the simulated user on the same instances (off: '
+    'the human column only, no models loaded).')
+_REFERENCE = flags.DEFINE_string(
+    'reference_method', 'ivr', 'The baseline shown with simulated feedback '
+    '(paper: IVR); empty: none.')
+
+
+def simulate(config, method_names, sessions, num_turns, built=None):
+  """``{method: BatchResult}`` of the runner's simulated user on
+  ``sessions`` (host loop, the run's own seeds per session)."""
+  if built is None:
+    built = runner.build(config)
+  env = built.env
+  user, reasoner = runner.user_and_reasoner(config, env)
+  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                         encode_text=env.encode_text, compose=env.compose,
+                         reasoner=reasoner)
+  base = dataclasses.replace(config.loop, num_turns=num_turns,
+                             num_ids=len(env.gallery))
+  out = {}
+  for name in method_names:
+    print(f'simulated user x {name} on {len(sessions)} instances', flush=True)
+    out[name] = host.run_batch(env, methods.make(name, config.settings),
+                               np.asarray(sessions), user, ctx, base)
+  return out
+
+
+def write_report(config, runs: report_lib.HumanRuns, simulated: dict,
+                 out: pathlib.Path) -> dict:
+  """Writes the report files and returns ``table4.json``'s content."""
+  method = runs.header['method']
+  columns = {f'{method}, human': runs.displayed}
+  texts = {f'{method}, human': report_lib.human_feedback(runs)}
+  traj = []
+  for name, result in simulated.items():
+    label = f'{name}, simulated'
+    columns[label] = result.displayed[:, :, :report_lib.LIST]
+    texts[label] = [rec['feedback'] for recs in result.records
+                    for rec in recs[1:] if rec['action'] != 'stopped']
+    for i, s in enumerate(runs.sessions):
+      traj.append({'method': name, 'session': int(s),
+                   'target': int(runs.targets[i]),
+                   'turns': [dict(rec, top10=result.displayed[
+                       i, t, :10].tolist())
+                             for t, rec in enumerate(result.records[i])]})
+  result = report_lib.table(columns, runs.targets,
+                            config.bootstrap_resamples, config.seed)
+  stats = {'lengths': {n: report_lib.lengths(t) for n, t in texts.items()},
+           'waits': report_lib.waits(runs), 'unfinished': runs.unfinished,
+           'errors': runs.errors}
+  content = dict(result, instances=len(runs.rows), **stats,
+                 study=runs.header)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / 'table4.json').write_text(reporting.dumps(content))
+  text = report_lib.markdown(result, len(runs.rows), stats)
+  (out / 'table4.md').write_text(text)
+  with (out / 'trajectories_human.jsonl').open('w') as f:
+    for row in report_lib.trajectories(runs):
+      f.write(json.dumps(row, sort_keys=True) + '\n')
+  with (out / 'trajectories_simulated.jsonl').open('w') as f:
+    for row in traj:
+      f.write(json.dumps(row, sort_keys=True) + '\n')
+  print(text)
+  print(f'wrote {out}')
+  return content
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.WARNING)
+  config = study.run_config()
+  root = pathlib.Path(config.output_dir).absolute()
+  try:
+    runs = report_lib.load(root / 'logs')
+  except (FileNotFoundError, ValueError) as e:
+    raise app.UsageError(str(e)) from e
+  if not runs.rows:
+    raise app.UsageError(f'{root / "logs"}: no finished instance yet '
+                         f'({runs.unfinished} unfinished)')
+  names = []
+  if _SIMULATED.value:
+    names = [runs.header['method']]
+    if _REFERENCE.value and _REFERENCE.value not in names:
+      names.append(_REFERENCE.value)
+    unknown = [n for n in names if n not in methods.REGISTRY]
+    if unknown:
+      raise app.UsageError(f'--reference_method {unknown[0]!r} is not a '
+                           f'method; valid: {", ".join(methods.names())}')
+    identity = runner.resolved_config(config)['identity']
+    if identity != runs.header['identity']:
+      raise app.UsageError(
+          'the flags describe another environment or loop than the one the '
+          f'study in {root / "logs"} ran under (identity {identity} vs '
+          f'{runs.header["identity"]}); give the study\'s flagfile')
+    run.use_compilation_cache(config)
+  simulated = simulate(config, names, runs.sessions,
+                       runs.header['num_turns']) if names else {}
+  write_report(config, runs, simulated, root / 'report')
+
+
+if __name__ == '__main__':
+  app.run(main)

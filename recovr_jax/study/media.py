@@ -1,0 +1,110 @@
+"""What the study page shows for a gallery video: a small looping animation
+(the embedded world's frames, rendered again and upscaled; on real data a
+folder of frame images per video id) or, without frames, its caption.
+
+Media are addressed by gallery index only (``0 <= index < N``), never by a
+path from the request, so the app can serve nothing but the benchmark's
+videos.
+"""
+
+import functools
+import io
+import pathlib
+
+import jax
+import numpy as np
+
+_FRAME_SUFFIXES = ('.png', '.jpg', '.jpeg')
+MAX_FRAMES = 8
+
+
+def gif(frames: np.ndarray, size: int, frame_ms: int = 250) -> bytes:
+  """``[F, H, W, 3]`` frames (uint8, or float in [0, 1]) as a looping GIF
+  whose longer side is ``size`` pixels (nearest-neighbour upscaling)."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  frames = np.asarray(frames)
+  if frames.dtype != np.uint8:
+    frames = np.round(np.clip(frames, 0.0, 1.0) * 255).astype(np.uint8)
+  h, w = frames.shape[1:3]
+  scale = size / max(h, w)
+  shape = (max(1, round(w * scale)), max(1, round(h * scale)))
+  images = [Image.fromarray(f).resize(shape, Image.NEAREST) for f in frames]
+  out = io.BytesIO()
+  images[0].save(out, format='GIF', save_all=True, append_images=images[1:],
+                 duration=frame_ms, loop=0)
+  return out.getvalue()
+
+
+class Media:
+  """Animations of gallery videos, cached after the first request."""
+
+  def __init__(self, num_videos: int, frames_of=None, size: int = 192):
+    """``frames_of(index) -> [F, H, W, 3] or None``; None: captions only."""
+    self.num_videos = num_videos
+    self.size = size
+    self._frames_of = frames_of
+    self._gif = functools.lru_cache(maxsize=512)(self._make_gif)
+
+  def check(self, index: int) -> int:
+    if not 0 <= index < self.num_videos:
+      raise KeyError(f'no video {index} (gallery has {self.num_videos})')
+    return index
+
+  def animation(self, index: int) -> bytes | None:
+    """The GIF of gallery video ``index`` or None (no frames for it)."""
+    return self._gif(self.check(index))
+
+  def _make_gif(self, index):
+    if self._frames_of is None:
+      return None
+    frames = self._frames_of(index)
+    return None if frames is None else gif(frames, self.size)
+
+
+def world_media(world, size: int = 192) -> Media:
+  """The embedded world's gallery videos, rendered as the encoders saw
+  them (same keys, frames and size)."""
+  from recovr_jax.world import generator  # pylint: disable=g-import-not-at-top
+  wc = world.config
+  keys, scenes = world.gallery_keys()
+  attrs = world.gallery_attributes
+
+  @jax.jit
+  def render(a, key, scene):
+    return generator.render(a, key, num_frames=wc.num_frames,
+                            image_size=wc.image_size,
+                            pixel_noise=wc.pixel_noise, scene_key=scene)
+
+  def frames_of(index):
+    scene = None if scenes is None else scenes[index]
+    return np.asarray(render(attrs[index], keys[index], scene))
+
+  return Media(len(attrs), frames_of, size)
+
+
+def folder_media(frames_dir, video_ids, size: int = 192) -> Media:
+  """Real data: ``<frames_dir>/<video id>/`` holds each video's frames as
+  ``.png`` / ``.jpg`` files in name order (the layout
+  ``experiments/embed_videos.py`` reads); a video without a folder is shown
+  by its caption. Ids are looked up in ``video_ids``, never taken from a
+  request."""
+  root = pathlib.Path(frames_dir).resolve()
+  if not root.is_dir():
+    raise ValueError(f'--frames_dir {frames_dir} is not a directory')
+
+  def frames_of(index):
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    folder = (root / video_ids[index]).resolve()
+    if folder.parent != root or not folder.is_dir():
+      return None
+    files = sorted(p for p in folder.iterdir()
+                   if p.suffix.lower() in _FRAME_SUFFIXES)
+    if not files:
+      return None
+    pick = np.unique(np.linspace(0, len(files) - 1,
+                                 min(MAX_FRAMES, len(files))).round())
+    images = [Image.open(files[int(i)]).convert('RGB') for i in pick]
+    first = images[0].size
+    return np.stack([np.asarray(im.resize(first)) for im in images])
+
+  return Media(len(video_ids), frames_of, size)

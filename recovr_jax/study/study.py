@@ -1,0 +1,283 @@
+"""The human-feedback study (paper section 4.4, appendix D.3), without the web.
+
+Participants are known ids; each gets ``instances`` composed queries of the
+test split, drawn reproducibly (participant ``j`` of the list gets slice
+``j`` of one permutation seeded by ``seed``, so no two share an instance),
+and answers each for at most ``T`` feedback turns or until "Found it".
+
+Every event goes to the participant's log (``study.log``) before the
+participant sees its result; a participant who comes back, or a study
+restarted after a crash, continues from the log: the unfinished instance is
+replayed turn by turn (the loop is deterministic) and each replayed list is
+checked against the logged one.
+"""
+
+import dataclasses
+import datetime
+import json
+import pathlib
+import re
+import threading
+import time
+
+from absl import logging
+import numpy as np
+
+from recovr_jax.study import log as log_lib
+from recovr_jax.study import session as session_lib
+
+PARTICIPANT_ID = re.compile(r'[A-Za-z0-9_-]{1,64}')
+FeedbackError = session_lib.FeedbackError
+
+
+class UnknownParticipant(KeyError):
+  """An id that is malformed or not on the study's list."""
+
+
+class Retry(RuntimeError):
+  """A turn whose reasoning raised: logged, nothing lost; submit again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyConfig:
+  participants: tuple[str, ...]
+  instances: int              # per participant
+  log_dir: str
+  seed: int = 0
+
+
+def check_participant_ids(ids) -> tuple[str, ...]:
+  ids = tuple(ids)
+  if not ids:
+    raise ValueError('--participants: give at least one id')
+  bad = [p for p in ids if not PARTICIPANT_ID.fullmatch(p)]
+  if bad:
+    raise ValueError(f'--participants: {bad[0]!r} is not an id (letters, '
+                     'digits, _ and -, at most 64)')
+  if len(set(ids)) != len(ids):
+    raise ValueError('--participants lists an id twice')
+  return ids
+
+
+def assignments(config: StudyConfig, num_queries: int) -> dict:
+  """``{participant: [instances] session indices}``, disjoint."""
+  need = len(config.participants) * config.instances
+  if config.instances < 1:
+    raise ValueError(f'--instances must be >= 1, got {config.instances}')
+  if need > num_queries:
+    raise ValueError(
+        f'{len(config.participants)} participants x --instances='
+        f'{config.instances} = {need} instances, but the test split has '
+        f'{num_queries} composed queries')
+  order = np.random.default_rng(config.seed).permutation(num_queries)
+  n = config.instances
+  return {p: order[j * n:(j + 1) * n].tolist()
+          for j, p in enumerate(config.participants)}
+
+
+def _now():
+  return datetime.datetime.now(datetime.timezone.utc).isoformat(
+      timespec='milliseconds')
+
+
+class _Participant:
+  """One participant's place in the study (guarded by ``lock``)."""
+
+  def __init__(self, log: log_lib.ParticipantLog, queue: list[int]):
+    self.log = log
+    self.queue = queue
+    self.lock = threading.Lock()
+    self.instance = None      # session_lib.Instance of the current query
+    self.shown_at = None      # when its current list was shown
+
+  @property
+  def position(self) -> int:
+    """Instances finished (the index of the current one)."""
+    return sum(1 for e in self.log.events if e['event'] == 'end')
+
+  def turns(self, position):
+    return [e for e in self.log.events
+            if e['event'] == 'turn' and e['instance'] == position]
+
+
+class Study:
+  """The study over a built environment: ``view``, ``feedback``, ``end``.
+
+  Args:
+    env: the runner's environment (``protocol.host.Environment``).
+    method: the method participants talk to.
+    ctx: what the method may read (``protocol.plan.Context``).
+    base: the ranking core's ``LoopConfig`` (``num_turns`` = turns per
+      instance).
+    config: participants, instances each, the log directory, the seed.
+    identity: what the logs must have been written under (the runner's
+      resolved configuration hash and the study's settings).
+  """
+
+  def __init__(self, env, method, ctx, base, config: StudyConfig,
+               identity: dict):
+    check_participant_ids(config.participants)
+    self.env, self.method, self.ctx, self.base = env, method, ctx, base
+    self.config = config
+    self.queues = assignments(config, len(env.target))
+    self.header = json.loads(json.dumps(dict(
+        identity, participants=list(config.participants),
+        instances=config.instances, seed=config.seed,
+        method=method.name, num_turns=base.num_turns)))
+    self.log_dir = pathlib.Path(config.log_dir).absolute()
+    self._participants = {}
+    self._lock = threading.Lock()      # the participants dict
+    self._compute = threading.Lock()   # the method, reasoner and JAX
+    self.waits = []                    # seconds of every turn computed
+
+  # -- participants -------------------------------------------------------
+
+  def participant(self, pid: str) -> _Participant:
+    if not isinstance(pid, str) or not PARTICIPANT_ID.fullmatch(pid):
+      raise UnknownParticipant('a participant id is letters, digits, _ and '
+                               '- (at most 64)')
+    if pid not in self.queues:
+      raise UnknownParticipant(f'{pid!r} is not a participant of this study')
+    with self._lock:
+      if pid not in self._participants:
+        log = log_lib.ParticipantLog(self.log_dir / f'{pid}.jsonl',
+                                     dict(self.header, participant=pid))
+        self._participants[pid] = _Participant(log, self.queues[pid])
+      return self._participants[pid]
+
+  def _instance(self, pid, p: _Participant):
+    """The current instance, built (and its turn 0 logged) or replayed."""
+    position = p.position
+    if position >= len(p.queue) or p.instance is not None:
+      return p.instance
+    session = p.queue[position]
+    logged = p.turns(position)
+    start = time.perf_counter()
+    with self._compute:
+      instance = session_lib.Instance(self.env, self.method, session,
+                                      self.ctx, self.base)
+      self._check_replay(pid, instance, logged[:1], 0)
+      for t, row in enumerate(logged[1:], 1):
+        instance.feedback(row['feedback'])
+        self._check_replay(pid, instance, [row], t)
+    if not logged:
+      self._log_turn(p, position, instance, instance.records[0],
+                     raw=None, seconds=time.perf_counter() - start,
+                     participant_seconds=None)
+    p.instance, p.shown_at = instance, time.perf_counter()
+    return instance
+
+  def _check_replay(self, pid, instance, rows, turn):
+    if rows and rows[0]['top10'] != instance.shown[:10].tolist():
+      raise log_lib.LogError(
+          f'{self.log_dir / pid}.jsonl: replaying instance session '
+          f'{instance.session}, turn {turn} gives another list than the one '
+          'logged; the log was written by another version of the code.')
+
+  def _log_turn(self, p, position, instance, record, raw, seconds,
+                participant_seconds):
+    env = self.env
+    p.log.append(dict(
+        record, event='turn', instance=position, method=self.method.name,
+        session=instance.session,
+        reference=int(env.reference[instance.session]),
+        target=int(env.target[instance.session]),
+        top10=instance.shown[:10].tolist(), raw_feedback=raw,
+        seconds_system=round(seconds, 4),
+        seconds_participant=None if participant_seconds is None else round(
+            participant_seconds, 3),
+        time=_now()))
+
+  # -- what the page shows ------------------------------------------------
+
+  def view(self, pid: str) -> dict:
+    """The participant's current state for the page."""
+    p = self.participant(pid)
+    with p.lock:
+      instance = self._instance(pid, p)
+      position = p.position
+      out = {'participant': pid, 'instance': position,
+             'instances': len(p.queue), 'done': instance is None}
+      if instance is None:
+        return out
+      env = self.env
+      s = instance.session
+      history = []
+      for row in p.turns(position)[1:]:
+        history.append({'turn': row['turn'], 'question': row['question'],
+                        'feedback': row['raw_feedback'],
+                        'top1': row['top10'][0]})
+      out.update(
+          session=s, turn=instance.turn, num_turns=instance.num_turns,
+          reference=int(env.reference[s]), target=int(env.target[s]),
+          modification=env.modification[s], top1=int(instance.shown[0]),
+          question=instance.question, history=history)
+      return out
+
+  # -- what the participant does -----------------------------------------
+
+  def _current(self, pid, instance_index, turn):
+    """The participant and instance a form was for; None when the form is
+    stale (already answered: a second click or a resent form)."""
+    p = self.participant(pid)
+    instance = self._instance(pid, p)
+    if (instance is None or instance_index != p.position or
+        turn != instance.turn):
+      return p, None
+    return p, instance
+
+  def feedback(self, pid: str, instance_index: int, turn: int, raw: str):
+    """Runs the turn after ``turn`` of instance ``instance_index`` on the
+    participant's words. ``FeedbackError`` (bad words), ``Retry``
+    (reasoning raised; logged) or None; a stale form changes nothing."""
+    text = session_lib.clean_feedback(raw)
+    p = self.participant(pid)
+    with p.lock:
+      p, instance = self._current(pid, instance_index, turn)
+      if instance is None:
+        return
+      if instance.turn >= instance.num_turns:
+        raise FeedbackError(f'This instance has had its '
+                            f'{instance.num_turns} turns: choose "Found it" '
+                            'or "Not found".')
+      waited = time.perf_counter() - p.shown_at
+      start = time.perf_counter()
+      try:
+        with self._compute:
+          record = instance.feedback(text)
+      except Exception as e:  # pylint: disable=broad-except
+        logging.exception('participant %s, instance %d, turn %d raised',
+                          pid, instance_index, turn + 1)
+        p.log.append({'event': 'error', 'instance': instance_index,
+                      'session': instance.session, 'turn': turn + 1,
+                      'raw_feedback': raw,
+                      'error': f'{type(e).__name__}: {e}', 'time': _now()})
+        p.instance = None  # replayed from the log on the next view
+        raise Retry('The system could not process this feedback (the error '
+                    'is logged). Please submit it again.') from e
+      seconds = time.perf_counter() - start
+      self.waits.append(seconds)
+      self._log_turn(p, instance_index, instance, record, raw, seconds,
+                     waited)
+      p.shown_at = time.perf_counter()
+
+  def end(self, pid: str, instance_index: int, turn: int, found: bool):
+    """Ends the instance: "Found it" (any turn) or "Not found" (after the
+    last turn). A stale form changes nothing."""
+    p = self.participant(pid)
+    with p.lock:
+      p, instance = self._current(pid, instance_index, turn)
+      if instance is None:
+        return
+      if not found and instance.turn < instance.num_turns:
+        raise FeedbackError('Give feedback, or choose "Found it"; an '
+                            'instance ends without the target only after '
+                            f'{instance.num_turns} turns.')
+      p.log.append({'event': 'end', 'instance': instance_index,
+                    'session': instance.session, 'turn': instance.turn,
+                    'found': bool(found),
+                    'top1': int(instance.shown[0]),
+                    'seconds_participant': round(
+                        time.perf_counter() - p.shown_at, 3),
+                    'time': _now()})
+      p.instance = None

@@ -1,0 +1,113 @@
+"""The study page in a real browser: headless Chromium through one instance.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
+them and sets ``RECOVR_REQUIRE_BROWSER=1``, under which a missing browser
+fails instead of skipping). ``STUDY_SCREENSHOT=<path.png>`` keeps the
+screenshot.
+"""
+
+import os
+import pathlib
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+from absl.testing import absltest
+
+from recovr_jax.study import app as app_lib
+from tests import study_test
+
+
+def _browser_paths():
+  chrome = shutil.which('chromium') or shutil.which('chromium-browser')
+  driver = shutil.which('chromedriver')
+  return chrome, driver
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+class BrowserTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    chrome, driver = _browser_paths()
+    if not (chrome and driver):
+      if os.environ.get('RECOVR_REQUIRE_BROWSER') == '1':
+        self.fail('chromium and chromedriver are required '
+                  '(apt-get install chromium chromium-driver)')
+      self.skipTest('no chromium/chromedriver on this machine')
+    import uvicorn  # pylint: disable=g-import-not-at-top
+    from selenium import webdriver  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
+    self.study, _ = study_test.Tiny.study('browser')
+    media = None
+    if study_test.Tiny.built.world is not None:
+      from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+      media = media_lib.world_media(study_test.Tiny.built.world, 160)
+    self.port = _free_port()
+    self.server = uvicorn.Server(uvicorn.Config(
+        app_lib.make_app(self.study, media), host='127.0.0.1',
+        port=self.port, log_level='warning'))
+    thread = threading.Thread(target=self.server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not self.server.started:
+      self.assertLess(time.time(), deadline, 'the app did not start')
+      time.sleep(0.05)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
+                '--disable-gpu', '--window-size=1000,1500'):
+      options.add_argument(arg)
+    self.browser = webdriver.Chrome(service=service.Service(driver),
+                                    options=options)
+    self.addCleanup(self._stop, thread)
+
+  def _stop(self, thread):
+    self.browser.quit()
+    self.server.should_exit = True
+    thread.join(timeout=10)
+
+  def test_one_instance_in_chromium(self):
+    from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.support import ui  # pylint: disable=g-import-not-at-top
+    b = self.browser
+
+    def wait_for(text):  # a click returns before the next page loads
+      ui.WebDriverWait(b, 60).until(lambda d: text in d.page_source)
+    b.get(f'http://127.0.0.1:{self.port}/')
+    b.find_element(By.ID, 'participant').send_keys('cy')
+    b.find_element(By.ID, 'signin').click()
+    wait_for('Instance 1 of 2')
+    images = b.find_elements(By.CSS_SELECTOR, 'img.video')
+    self.assertLen(images, 3)   # reference, top result, target
+    for img in images:  # each animation arrived and decoded
+      self.assertGreater(b.execute_script(
+          'return arguments[0].naturalWidth', img), 0)
+    words = ['make them red', 'no. I want circles', 'bigger please']
+    for t, text in enumerate(words, 1):
+      box = b.find_element(By.ID, 'feedback')
+      box.send_keys(text)
+      b.find_element(By.ID, 'send').click()
+      wait_for(f'turn {t} of 3')
+    history = b.find_element(By.ID, 'history').text
+    for text in words:
+      self.assertIn(text, history)
+    shot = os.environ.get('STUDY_SCREENSHOT') or str(
+        pathlib.Path(tempfile.mkdtemp()) / 'study.png')
+    self.assertTrue(b.save_screenshot(shot))
+    self.assertEqual(pathlib.Path(shot).read_bytes()[:4], b'\x89PNG')
+    b.find_element(By.ID, 'found').click()
+    wait_for('Instance 2 of 2')
+    events = [e['event'] for e in study_test._log(self.study, 'cy')]  # pylint: disable=protected-access
+    self.assertEqual(events, ['header'] + ['turn'] * 4 + ['end', 'turn'])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,426 @@
+"""The human-feedback study: routes, logs, restart, bad input, Table 4."""
+
+import json
+import pathlib
+import shutil
+import tempfile
+
+from absl import flags
+from absl.testing import absltest
+from absl.testing import flagsaver
+from fastapi import testclient
+import numpy as np
+
+from experiments import study as study_main
+from experiments import study_report
+from recovr_jax.study import app as app_lib
+from recovr_jax.study import log as log_lib
+from recovr_jax.study import report as report_lib
+from recovr_jax.study import session as session_lib
+from recovr_jax.study import study as study_lib
+
+TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20,
+            gallery_size=300, participants=['ann', 'bob', 'cy'],
+            instances=2, bootstrap_resamples=200, compilation_cache=False)
+
+
+class Tiny:
+  """One tiny world, built once; studies over it share it (a restart is a
+  new ``Study`` and app over the same logs)."""
+  root = None
+  built = None
+  config = None
+
+  @classmethod
+  def get(cls):
+    if cls.built is None:
+      flags.FLAGS.mark_as_parsed()
+      cls.root = pathlib.Path(tempfile.mkdtemp())
+      with flagsaver.flagsaver(output_dir=str(cls.root / 'study'),
+                               cache_dir=str(cls.root / 'cache'), **TINY):
+        cls.config = study_main.checked_config()
+        from recovr_jax.experiment import runner  # pylint: disable=g-import-not-at-top
+        cls.built = runner.build(cls.config)
+    return cls
+
+  @classmethod
+  def study(cls, name: str):
+    """A study (and its app client) logging to ``root/name``."""
+    cls.get()
+    with flagsaver.flagsaver(output_dir=str(cls.root / name),
+                             cache_dir=str(cls.root / 'cache'), **TINY):
+      config = study_main.checked_config()
+      study, media = study_main.make_study(config, cls.built)
+    return study, testclient.TestClient(app_lib.make_app(study, media))
+
+
+def _send(client, pid, view, text):
+  return client.post(f'/p/{pid}/feedback', data={
+      'instance': view['instance'], 'turn': view['turn'], 'feedback': text},
+                     follow_redirects=False)
+
+
+def _log(study, pid):
+  return [json.loads(line) for line in
+          (study.log_dir / f'{pid}.jsonl').read_text().splitlines()]
+
+
+class StudyAppTest(absltest.TestCase):
+
+  def test_signin(self):
+    _, client = Tiny.study('signin')
+    r = client.post('/signin', data={'participant': 'ann'},
+                    follow_redirects=False)
+    self.assertEqual(r.status_code, 303)
+    self.assertEqual(r.headers['location'], '/p/ann')
+    for bad, why in (('zed', 'not a participant'), ('a b', 'letters'),
+                     ('../ann', 'letters'), ('', 'letters')):
+      r = client.post('/signin', data={'participant': bad})
+      self.assertEqual(r.status_code, 403, bad)
+      self.assertIn(why, r.text)
+    self.assertEqual(client.get('/p/zed').status_code, 403)
+
+  def test_a_full_instance_of_three_turns_ending_with_found_it(self):
+    study, client = Tiny.study('full')
+    page = client.get('/p/ann').text
+    view = study.view('ann')
+    # Appendix D.3's parts, the target last.
+    for part in ('Reference video', 'Current top-ranked result',
+                 'id="modification"', 'id="feedback"', 'id="found"'):
+      self.assertIn(part, page)
+    self.assertIn(f'/media/{view["reference"]}.gif', page)
+    self.assertGreater(page.index('Search goal'), page.index('id="found"'))
+    words = ['make them red', 'no. I want circles on sand',
+             'bigger and moving left']
+    for t, text in enumerate(words):
+      view = study.view('ann')
+      self.assertEqual(view['turn'], t)
+      r = _send(client, 'ann', view, text)
+      self.assertEqual(r.status_code, 303, r.text)
+    view = study.view('ann')
+    self.assertEqual(view['turn'], 3)
+    self.assertEqual([h['feedback'] for h in view['history']], words)
+    page = client.get('/p/ann').text
+    self.assertNotIn('id="feedback"', page)   # three turns: no more words
+    self.assertIn('id="not-found"', page)
+    self.assertIn('id="history"', page)
+    for text in words:
+      self.assertIn(text, page)
+    r = client.post('/p/ann/end', data={'instance': 0, 'turn': 3,
+                                        'found': '1'},
+                    follow_redirects=False)
+    self.assertEqual(r.status_code, 303)
+    self.assertEqual(study.view('ann')['instance'], 1)
+    log = _log(study, 'ann')
+    self.assertEqual([e['event'] for e in log],
+                     ['header'] + ['turn'] * 4 + ['end', 'turn'])
+    turns = log[1:5]
+    self.assertEqual([e['turn'] for e in turns], [0, 1, 2, 3])
+    self.assertEqual([e['raw_feedback'] for e in turns[1:]], words)
+    for e in turns:  # the runner's trajectory fields, plus timing
+      for key in ('method', 'session', 'reference', 'target', 'action',
+                  'feedback', 'sigma', 'question', 'top10',
+                  'seconds_system', 'time'):
+        self.assertIn(key, e)
+      self.assertLen(e['top10'], 10)
+    self.assertEqual(turns[1]['action'], 'modify')
+    self.assertEqual(turns[2]['action'],
+                     'answer' if turns[1]['asked'] else 'rewrite')
+    self.assertTrue(log[5]['found'])
+    self.assertEqual(log[5]['turn'], 3)
+    # A second click on the same form changes nothing.
+    client.post('/p/ann/end', data={'instance': 0, 'turn': 3, 'found': '1'})
+    self.assertLen(_log(study, 'ann'), 7)
+    # Found it on turn 0 ends at once; the last instance ends the study.
+    view = study.view('ann')
+    client.post('/p/ann/end', data={'instance': 1, 'turn': 0, 'found': '1'})
+    self.assertTrue(study.view('ann')['done'])
+    self.assertIn('id="done"', client.get('/p/ann').text)
+    # Not found is refused before the last turn.
+    view = study.view('bob')
+    r = client.post('/p/bob/end', data={'instance': 0, 'turn': 0,
+                                        'found': '0'})
+    self.assertEqual(r.status_code, 400)
+    self.assertEqual(study.view('bob'), view)
+
+  def test_resume_after_a_restart_replays_the_log(self):
+    study, client = Tiny.study('restart')
+    for text in ('red please', 'now squares'):
+      _send(client, 'bob', study.view('bob'), text)
+    before = study.view('bob')
+    del study, client  # the process ends
+    again, client = Tiny.study('restart')
+    self.assertEqual(again.view('bob'), before)
+    self.assertEqual(_send(client, 'bob', before, 'smaller').status_code,
+                     303)
+    after = again.view('bob')
+    self.assertEqual(after['turn'], 3)
+    # The same words on a study that never stopped give the same lists.
+    fresh, client = Tiny.study('no_restart')
+    for text in ('red please', 'now squares', 'smaller'):
+      _send(client, 'bob', fresh.view('bob'), text)
+    self.assertEqual(
+        [e['top10'] for e in _log(fresh, 'bob')[1:]],
+        [e['top10'] for e in _log(again, 'bob')[1:]])
+    self.assertEqual(fresh.view('bob'), after)
+
+  def test_bad_input_changes_nothing(self):
+    study, client = Tiny.study('bad')
+    view = study.view('cy')
+    lines = len(_log(study, 'cy'))
+    for text, status, message in (
+        ('', 400, 'it was empty'), ('   \n ', 400, 'it was empty'),
+        ('x' * 1001, 400, 'limited to 1,000 characters')):
+      r = _send(client, 'cy', view, text)
+      self.assertEqual(r.status_code, status)
+      self.assertIn(message, r.text)
+      self.assertLen(_log(study, 'cy'), lines)
+      self.assertEqual(study.view('cy'), view)
+    r = client.post('/p/cy/feedback', data={'instance': 'x', 'turn': 0,
+                                            'feedback': 'red'})
+    self.assertEqual(r.status_code, 400)
+    # A stale form (a turn already answered) changes nothing.
+    self.assertEqual(_send(client, 'cy', view, 'red').status_code, 303)
+    lines = len(_log(study, 'cy'))
+    _send(client, 'cy', view, 'red')
+    self.assertLen(_log(study, 'cy'), lines)
+    self.assertEqual(_send(client, 'cy', study.view('cy'),
+                           'y' * 1000).status_code, 303)  # at the limit
+    # Media: benchmark videos by index only.
+    n = len(study.env.gallery)
+    self.assertEqual(client.get(f'/media/{n - 1}.gif').headers[
+        'content-type'], 'image/gif')
+    for path in (f'/media/{n}.gif', '/media/-1.gif', '/media/a.gif',
+                 '/media/..%2F..%2Fetc%2Fpasswd', '/media/../setup.py',
+                 '/media/%2e%2e/%2e%2e/setup.py'):
+      self.assertIn(client.get(path).status_code, (404, 422), path)
+
+  def test_two_participants_keep_separate_state(self):
+    study, client = Tiny.study('two')
+    a, b = study.view('ann'), study.view('bob')
+    self.assertNotEqual(a['session'], b['session'])
+    _send(client, 'ann', a, 'red')
+    self.assertEqual(study.view('bob'), b)
+    _send(client, 'bob', b, 'blue squares')
+    _send(client, 'ann', study.view('ann'), 'smaller')
+    self.assertEqual(study.view('ann')['turn'], 2)
+    self.assertEqual(study.view('bob')['turn'], 1)
+    self.assertEqual(
+        [e['raw_feedback'] for e in _log(study, 'bob')[2:]], ['blue squares'])
+    queues = study.queues
+    self.assertEmpty(set(queues['ann']) & set(queues['bob']))
+
+  def test_a_reasoning_error_is_a_retry_not_a_lost_session(self):
+    study, client = Tiny.study('error')
+    _send(client, 'ann', study.view('ann'), 'red')
+    view = study.view('ann')
+    step = study.method.step
+    calls = []
+
+    def failing(*args):
+      calls.append(1)
+      if len(calls) == 1:
+        raise RuntimeError('reasoner fell over')
+      return step(*args)
+
+    study.method.step = failing
+    r = _send(client, 'ann', view, 'bigger')
+    self.assertEqual(r.status_code, 500)
+    self.assertIn('Please submit it again', r.text)
+    self.assertIn('bigger', r.text)   # the words stay in the box
+    self.assertEqual(study.view('ann'), view)
+    log = _log(study, 'ann')
+    self.assertEqual(log[-1]['event'], 'error')
+    self.assertIn('reasoner fell over', log[-1]['error'])
+    self.assertEqual(_send(client, 'ann', view, 'bigger').status_code, 303)
+    self.assertEqual(study.view('ann')['turn'], 2)
+    self.assertEqual(report_lib.load(study.log_dir).errors, 1)
+
+  def test_a_torn_last_line_is_cut_and_a_foreign_log_refused(self):
+    study, client = Tiny.study('torn')
+    _send(client, 'ann', study.view('ann'), 'red')
+    view = study.view('ann')
+    path = study.log_dir / 'ann.jsonl'
+    with path.open('a') as f:
+      f.write('{"event": "turn", "tur')   # a crash mid-append
+    again, _ = Tiny.study('torn')
+    self.assertEqual(again.view('ann'), view)
+    self.assertTrue(path.read_text().endswith('\n'))
+    # A log written under other flags is refused, naming the file.
+    header = json.loads(path.read_text().splitlines()[0])
+    header['num_turns'] = 5
+    lines = path.read_text().splitlines()
+    path.write_text('\n'.join([json.dumps(header)] + lines[1:]) + '\n')
+    again, client = Tiny.study('torn')
+    with self.assertRaisesRegex(log_lib.LogError, 'ann.jsonl.*num_turns'):
+      again.view('ann')
+    r = client.get('/p/ann')
+    self.assertEqual(r.status_code, 500)
+    self.assertIn('ann.jsonl', r.text)
+
+  def test_study_report_command(self):
+    study, client = Tiny.study('report')
+    for pid in ('ann', 'bob'):
+      for k in range(2):
+        for text in ('red', 'circles', 'smaller'):
+          view = study.view(pid)
+          if view['turn'] == 3:
+            break
+          _send(client, pid, view, text)
+        client.post(f'/p/{pid}/end', data={
+            'instance': k, 'turn': study.view(pid)['turn'], 'found': '0'})
+    _send(client, 'cy', study.view('cy'), 'red')   # unfinished
+    with flagsaver.flagsaver(output_dir=str(Tiny.root / 'report'),
+                             cache_dir=str(Tiny.root / 'cache'), **TINY):
+      study_report.main(['study_report'])
+    out = json.loads((Tiny.root / 'report' / 'report' /
+                      'table4.json').read_text())
+    self.assertEqual(out['instances'], 4)
+    self.assertEqual(out['unfinished'], 1)
+    self.assertEqual(set(out['r_at_1']), {'recovr, human',
+                                          'recovr, simulated',
+                                          'ivr, simulated'})
+    runs = report_lib.load(study.log_dir)
+    human = report_lib.hits(runs.displayed, runs.targets).mean(0)
+    np.testing.assert_allclose(out['r_at_1']['recovr, human']['mean'], human)
+    self.assertEqual(out['lengths']['recovr, human']['utterances'], 12)
+    rows = (Tiny.root / 'report' / 'report' /
+            'trajectories_human.jsonl').read_text().splitlines()
+    self.assertLen(rows, 4)
+    self.assertLen(json.loads(rows[0])['turns'], 4)
+    # Flags for another loop than the study's are refused.
+    with flagsaver.flagsaver(output_dir=str(Tiny.root / 'report'),
+                             cache_dir=str(Tiny.root / 'cache'), window=2,
+                             **TINY):
+      with self.assertRaisesRegex(Exception, 'another environment or loop'):
+        study_report.main(['study_report'])
+
+
+class SameLoopTest(absltest.TestCase):
+  """A participant who types the simulated user's words sees the lists a
+  simulated run shows (ReCoVR does not read the action label)."""
+
+  def test_scripted_participant_equals_the_runner(self):
+    study, client = Tiny.study('same_loop')
+    config = Tiny.config
+    from recovr_jax.experiment import runner  # pylint: disable=g-import-not-at-top
+    user, _ = runner.user_and_reasoner(config, study.env)
+    sessions = []
+    for _ in range(2):
+      view = study.view('bob')
+      sessions.append(view['session'])
+      while True:
+        fb = user(view['session'], view['turn'] + 1, view['target'],
+                  view['top1'], view['question'])
+        if fb.action == 'stop' or view['turn'] == view['num_turns']:
+          client.post('/p/bob/end', data={
+              'instance': view['instance'], 'turn': view['turn'],
+              'found': '1'})
+          break
+        _send(client, 'bob', view, fb.text)
+        view = study.view('bob')
+    runs = report_lib.load(study.log_dir)
+    simulated = study_report.simulate(config, ['recovr'], sessions, 3,
+                                      built=Tiny.built)['recovr']
+    np.testing.assert_array_equal(runs.displayed,
+                                  simulated.displayed[:, :, :10])
+
+
+def _write_log(path, participant, events):
+  header = {'event': 'header', 'participant': participant, 'method': 'm',
+            'num_turns': 2, 'identity': 'x'}
+  path.write_text('\n'.join(json.dumps(e) for e in [header] + events) + '\n')
+
+
+def _turn(instance, turn, top, feedback='', target=7, seconds=0.5):
+  return {'event': 'turn', 'instance': instance, 'turn': turn,
+          'session': 10 + instance, 'target': target, 'reference': 1,
+          'method': 'm', 'top10': top, 'raw_feedback': feedback or None,
+          'feedback': feedback, 'seconds_system': seconds}
+
+
+class ReportTest(absltest.TestCase):
+  """Table 4 on a synthetic log, against a hand count."""
+
+  def test_hand_count(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    miss, hit = [1, 2, 3], [7, 1, 2]
+    # p: instance 0 found at turn 1 (hit after), instance 1 "found" a wrong
+    # video at turn 0 (miss throughout), instance 2 unfinished.
+    _write_log(root / 'p.jsonl', 'p', [
+        _turn(0, 0, miss), _turn(0, 1, hit, 'red ones please', seconds=1.0),
+        {'event': 'end', 'instance': 0, 'turn': 1, 'found': True},
+        _turn(1, 0, miss), {'event': 'end', 'instance': 1, 'turn': 0,
+                            'found': True},
+        _turn(2, 0, hit)])
+    # q: instance 0: miss, miss, hit at turn 2 (out of turns); one error.
+    _write_log(root / 'q.jsonl', 'q', [
+        _turn(0, 0, miss), _turn(0, 1, miss, 'bigger', seconds=3.0),
+        {'event': 'error', 'instance': 0, 'turn': 2},
+        _turn(0, 2, hit, 'no, circles on sand', seconds=2.0),
+        {'event': 'end', 'instance': 0, 'turn': 2, 'found': False}])
+    runs = report_lib.load(root)
+    self.assertLen(runs.rows, 3)
+    self.assertEqual((runs.unfinished, runs.errors), (1, 1))
+    # Turn 0: 0/3; turn 1: p0 only, 1/3; turn 2: p0 and q0, 2/3.
+    np.testing.assert_allclose(
+        report_lib.hits(runs.displayed, runs.targets).mean(0),
+        [0, 1 / 3, 2 / 3])
+    out = report_lib.table({'human': runs.displayed}, runs.targets, 100, 0)
+    np.testing.assert_allclose(out['r_at_1']['human']['mean'],
+                               [0, 1 / 3, 2 / 3], rtol=1e-6)
+    stats = report_lib.lengths(report_lib.human_feedback(runs))
+    self.assertEqual(stats['utterances'], 3)
+    self.assertAlmostEqual(stats['mean_words'], (3 + 1 + 4) / 3)
+    self.assertEqual(stats['max_words'], 4)
+    self.assertEqual(report_lib.waits(runs)['median_s'], 2.0)
+    self.assertEqual(report_lib.waits(runs)['max_s'], 3.0)
+    text = report_lib.markdown(out, 3, {
+        'lengths': {'human': stats}, 'waits': report_lib.waits(runs),
+        'unfinished': 1, 'errors': 1})
+    self.assertIn('| human | 0.0 [0.0, 0.0] | 33.3', text)
+
+  def test_bad_logs(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    with self.assertRaisesRegex(FileNotFoundError, 'no study logs'):
+      report_lib.load(root)
+    _write_log(root / 'p.jsonl', 'p', [_turn(0, 1, [1])])
+    with self.assertRaisesRegex(log_lib.LogError, r'p.jsonl, line 2.*'
+                                'expected turn 0'):
+      report_lib.load(root)
+    (root / 'p.jsonl').write_text('{"event": "header"}\nnot json\n')
+    with self.assertRaisesRegex(log_lib.LogError, 'p.jsonl, line 2'):
+      report_lib.load(root)
+    shutil.rmtree(root)
+
+
+class FeedbackTextTest(absltest.TestCase):
+
+  def test_clean_feedback_and_action(self):
+    self.assertEqual(session_lib.clean_feedback('  red\n\tplease '),
+                     'red please')
+    for bad in ('', ' \n', 'x' * 1001):
+      with self.assertRaises(session_lib.FeedbackError):
+        session_lib.clean_feedback(bad)
+    self.assertEqual(session_lib.human_action('red', 'What colour?'),
+                     'answer')
+    self.assertEqual(session_lib.human_action('wrong one, circles', None),
+                     'rewrite')
+    self.assertEqual(session_lib.human_action('make it red', None), 'modify')
+
+  def test_participant_ids_and_assignments(self):
+    with self.assertRaisesRegex(ValueError, 'twice'):
+      study_lib.check_participant_ids(['a', 'a'])
+    with self.assertRaisesRegex(ValueError, "'a/b' is not an id"):
+      study_lib.check_participant_ids(['a/b'])
+    config = study_lib.StudyConfig(('a', 'b'), 3, '/tmp/x', seed=1)
+    q = study_lib.assignments(config, 10)
+    self.assertEqual(q, study_lib.assignments(config, 10))
+    self.assertLen(set(q['a']) | set(q['b']), 6)
+    with self.assertRaisesRegex(ValueError, '2 participants x --instances=3'
+                                ' = 6 instances, but the test split has 5'):
+      study_lib.assignments(config, 5)
+
+
+if __name__ == '__main__':
+  absltest.main()
