@@ -17,6 +17,7 @@ two turns, and saves the page.
 """
 
 import json
+import logging
 import pathlib
 import shutil
 import socket
@@ -58,7 +59,7 @@ def serve(the_app):
   return server, port
 
 
-def _drive(client, the_study, user, pid, waits):
+def _drive(client, the_study, user, pid, waits, starts):
   while True:
     view = the_study.view(pid)
     if view['done']:
@@ -67,9 +68,16 @@ def _drive(client, the_study, user, pid, waits):
       s, t = view['session'], view['turn']
       fb = user(s, t + 1, view['target'], view['top1'], view['question'])
       if fb.action == 'stop' or t == view['num_turns']:
+        start = time.perf_counter()   # the next instance's turn 0
         client.post(f'/p/{pid}/end', data={
             'instance': view['instance'], 'turn': t,
-            'found': '1' if view['top1'] == view['target'] else '0'})
+            'found': '1' if view['top1'] == view['target'] else '0'},
+                    follow_redirects=True).raise_for_status()
+        view = the_study.view(pid)
+        if not view['done']:
+          for video in ('reference', 'top1', 'target'):
+            client.get(f'/media/{view[video]}.gif').raise_for_status()
+          starts.append(time.perf_counter() - start)
         break
       start = time.perf_counter()
       r = client.post(f'/p/{pid}/feedback', data={
@@ -125,18 +133,20 @@ def main(argv):
                          'simulated user: --data=world')
   run.use_compilation_cache(config)
   start = time.perf_counter()
-  the_study, media = study.make_study(config)
+  the_study, media = study.make_study(
+      config, participants_are='scripted (the simulated user\'s words)')
   load_s = time.perf_counter() - start
   user, _ = runner.user_and_reasoner(config, the_study.env)
   from recovr_jax.study import app as app_lib  # pylint: disable=g-import-not-at-top
   server, port = serve(app_lib.make_app(the_study, media))
   pids = list(the_study.config.participants)
   shot_pid = pids.pop() if _SCREENSHOT.value else None
-  waits = []
+  waits, starts = [], []
+  logging.getLogger('httpx').setLevel(logging.WARNING)
   try:
     with httpx.Client(base_url=f'http://127.0.0.1:{port}') as client:
       for pid in pids:
-        _drive(client, the_study, user, pid, waits)
+        _drive(client, the_study, user, pid, waits, starts)
         print(f'{pid}: done, {len(waits)} feedback turns timed', flush=True)
     if shot_pid:
       _screenshot(port, shot_pid, _SCREENSHOT.value, the_study, user)
@@ -151,13 +161,18 @@ def main(argv):
          'wait_median_s': statistics.median(waits),
          'wait_p90_s': float(np.percentile(waits, 90)),
          'wait_worst_s': max(waits),
+         'next_instances': len(starts),
+         'next_instance_median_s': statistics.median(starts),
+         'next_instance_worst_s': max(starts),
          'server_median_s': statistics.median(server_s),
          'server_worst_s': max(server_s),
          'startup_s': round(load_s, 1),
          'method': config.methods[0], 'reasoner': config.reasoner,
          'num_turns': config.loop.num_turns,
          'note': ('wait = POST feedback -> redirected page -> new top '
-                  "result's GIF, client side over local HTTP; server = the "
+                  "result's GIF, client side over local HTTP; next instance = "
+                  '"Found it"/"Not found" -> the next instance\'s page '
+                  '(its turn-0 ranking) and its three GIFs; server = the '
                   "turn's compute as logged (seconds_system)")}
   print(json.dumps(out, indent=2))
   if _OUTPUT_JSON.value:

@@ -110,8 +110,11 @@ def checked_config():
   return config
 
 
-def make_study(config, built=None):
-  """``(study, media)`` of a checked config (loads data and models)."""
+def make_study(config, built=None, participants_are='human'):
+  """``(study, media)`` of a checked config (loads data and models).
+  ``participants_are``: who writes the feedback, kept in every log's header
+  and in the report's column names (``experiments/bench_study.py`` scripts
+  them)."""
   from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
   sconfig = study_config(config)
   if built is None:
@@ -125,7 +128,7 @@ def make_study(config, built=None):
                          reasoner=reasoner)
   base = dataclasses.replace(config.loop, num_ids=len(env.gallery))
   identity = {'identity': runner.resolved_config(config)['identity'],
-              'data': config.data}
+              'data': config.data, 'participants_are': participants_are}
   try:
     study = study_lib.Study(env, methods.make(config.methods[0],
                                               config.settings),
@@ -148,6 +151,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
+  for module in ('fastapi', 'uvicorn', 'PIL'):
+    try:
+      __import__(module)
+    except ImportError as e:
+      raise app.UsageError(f'the study app needs {module}: pip install -c '
+                           'constraints.txt -e ".[study]"') from e
   config = checked_config()
   study_config(config)  # participant errors before the models load
   run.use_compilation_cache(config)

@@ -61,13 +61,14 @@ def write_report(config, runs: report_lib.HumanRuns, simulated: dict,
                  out: pathlib.Path) -> dict:
   """Writes the report files and returns ``table4.json``'s content."""
   method = runs.header['method']
-  columns = {f'{method}, human': runs.displayed}
-  texts = {f'{method}, human': report_lib.human_feedback(runs)}
+  label = f'{method}, {runs.header.get("participants_are", "human")}'
+  columns = {label: runs.displayed}
+  texts = {label: report_lib.human_feedback(runs)}
   traj = []
   for name, result in simulated.items():
-    label = f'{name}, simulated'
-    columns[label] = result.displayed[:, :, :report_lib.LIST]
-    texts[label] = [rec['feedback'] for recs in result.records
+    sim = f'{name}, simulated'
+    columns[sim] = result.displayed[:, :, :report_lib.LIST]
+    texts[sim] = [rec['feedback'] for recs in result.records
                     for rec in recs[1:] if rec['action'] != 'stopped']
     for i, s in enumerate(runs.sessions):
       traj.append({'method': name, 'session': int(s),

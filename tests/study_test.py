@@ -326,6 +326,61 @@ class SameLoopTest(absltest.TestCase):
                                   simulated.displayed[:, :, :10])
 
 
+class RealDataStudyTest(absltest.TestCase):
+  """The study on WebVid-CoVR-style files: frame folders where given, the
+  caption where not."""
+
+  def test_frames_or_captions(self):
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import data  # pylint: disable=g-import-not-at-top
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    (root / 'clip').mkdir()
+    clip_test.save_tiny_clip(root / 'clip')
+    encoder = clip_encoder.ClipEncoder(str(root / 'clip'))
+    rng = np.random.default_rng(0)
+    ids, videos = [], []
+    for v in range(8):
+      frames = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
+      ids.append(f'v{v}')
+      videos.append(encoder.encode_video(frames))
+      if v % 2 == 0:   # odd videos have no frame folder
+        (root / 'frames' / f'v{v}').mkdir(parents=True)
+        for i, f in enumerate(frames):
+          Image.fromarray(f).save(root / 'frames' / f'v{v}' / f'{i:03d}.png')
+    data.save_embeddings(root / 'gallery.npz', ids, np.stack(videos),
+                         captions=[f'video number {v}' for v in range(8)])
+    (root / 'ann.csv').write_text('pth1,pth2,edit,txt1,txt2\n' + ''.join(
+        f'v{i},v{i + 1},make it different,video number {i},'
+        f'video number {i + 1}\n' for i in range(4)))
+    with flagsaver.flagsaver(
+        data='webvid_covr', annotations=str(root / 'ann.csv'),
+        gallery_embeddings=str(root / 'gallery.npz'),
+        clip_dir=str(root / 'clip'), output_dir=str(root / 'study'),
+        frames_dir=str(root / 'frames'), list_length=5, participants=['r1'],
+        instances=2, compilation_cache=False):
+      config = study_main.checked_config()
+      study, media = study_main.make_study(config)
+    client = testclient.TestClient(app_lib.make_app(study, media))
+    view = study.view('r1')
+    page = client.get('/p/r1').text
+    for video in (view['reference'], view['target']):
+      if video % 2 == 0:
+        self.assertIn(f'/media/{video}.gif', page)
+      else:
+        self.assertIn(f'video number {video}', page)
+        self.assertEqual(client.get(f'/media/{video}.gif').status_code, 404)
+    self.assertEqual(_send(client, 'r1', view, 'more different').status_code,
+                     303)
+    self.assertLen(_log(study, 'r1')[-1]['top10'], 5)
+    with flagsaver.flagsaver(frames_dir=str(root / 'frames')):
+      with self.assertRaisesRegex(Exception, '--frames_dir is for '
+                                  '--data=webvid_covr'):
+        study_main.checked_config()
+
+
 def _write_log(path, participant, events):
   header = {'event': 'header', 'participant': participant, 'method': 'm',
             'num_turns': 2, 'identity': 'x'}
