@@ -23,8 +23,7 @@ from experiments import data_flags
 _CLIP_DIR = data_flags.CLIP_DIR
 _VIDEOS_DIR = flags.DEFINE_string('videos_dir', None,
                                   'One sub-folder of frame images per video.')
-_OUTPUT = flags.DEFINE_string('output', 'gallery.npz',
-                              'Output file, .npz or .safetensors.')
+_OUTPUT = data_flags.OUTPUT
 _MAX_FRAMES = flags.DEFINE_integer('max_frames', 8,
                                    'Frames per video, evenly spaced.')
 _EXTENSIONS = ('.png', '.jpg', '.jpeg')
@@ -70,7 +69,8 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} is required')
   if _MAX_FRAMES.value < 1:
     raise app.UsageError('--max_frames must be >= 1')
-  if pathlib.Path(_OUTPUT.value).suffix not in ('.npz', '.safetensors'):
+  output = _OUTPUT.value or 'gallery.npz'
+  if pathlib.Path(output).suffix not in ('.npz', '.safetensors'):
     raise app.UsageError('--output must end in .npz or .safetensors')
   folders = video_folders(_VIDEOS_DIR.value)
   encoder = clip_encoder.ClipEncoder(_CLIP_DIR.value)
@@ -85,9 +85,9 @@ def main(argv):
       rate = (i + 1) / max(last - start, 1e-9)
       print(f'{i + 1}/{len(folders)} videos, {rate:.1f}/s, '
             f'{(len(folders) - i - 1) / rate:.0f}s left')
-  data.save_embeddings(_OUTPUT.value, [f.name for f in folders],
+  data.save_embeddings(output, [f.name for f in folders],
                        np.stack(embeddings))
-  print(f'wrote {_OUTPUT.value}: {len(folders)} videos x {encoder.dim}')
+  print(f'wrote {output}: {len(folders)} videos x {encoder.dim}')
 
 
 if __name__ == '__main__':

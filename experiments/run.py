@@ -43,13 +43,34 @@ _BENCHMARK = flags.DEFINE_enum(
     "rules reasoner's lexicon.")
 _DATA = flags.DEFINE_enum('data', 'world', ['world', 'webvid_covr'],
                           'The embedded world, or WebVid-CoVR-style files.')
-_ANNOTATIONS = flags.DEFINE_string(
-    'annotations', None, 'webvid_covr: CSV with pth1, pth2, edit, txt1, txt2.')
+_ANNOTATIONS = data_flags.ANNOTATIONS  # webvid_covr: the CSV
 _GALLERY = flags.DEFINE_string(
     'gallery_embeddings', None,
     'webvid_covr: .npz/.safetensors with ids, video and captions '
     '(experiments/embed_videos.py writes it).')
 _CLIP_DIR = data_flags.CLIP_DIR  # webvid_covr: the CLIP of the gallery
+_NORMALIZE = flags.DEFINE_bool(
+    'normalize_rows', True,
+    'webvid_covr: L2-normalise every embedding row on load (cosine scores). '
+    'Off: the rows as stored, scored by a plain dot product (CoVR-2 scores '
+    'averaged unit tokens so; experiments/import_covr.py writes them).')
+_REF_EMB = flags.DEFINE_string(
+    'reference_embeddings', None,
+    'webvid_covr: .npz/.safetensors of the references that are not in '
+    '--gallery_embeddings (CoVR\'s test gallery is the set of targets); '
+    'they anchor composed queries and are never retrieved.')
+_QUERY_EMB = flags.DEFINE_string(
+    'query_embeddings', None,
+    'webvid_covr: .npz with \'query\' [rows, D], the turn-0 composed query '
+    'of every CSV row in order (e.g. a CoVR model\'s BLIP cross-attention '
+    'output), used instead of composing v_ref with the edit; optional '
+    '\'pth1\'/\'pth2\' arrays are checked against the CSV row by row.')
+_MISSING_IDS = data_flags.MISSING_IDS  # webvid_covr
+_EXPORT_TREC = flags.DEFINE_bool(
+    'export_trec', False,
+    'Also write TREC run files (<output_dir>/trec/<method>.turn<t>.run: '
+    'qid Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for '
+    'ranx, ir_measures or trec_eval.')
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint_dir', None,
     'world: encoder checkpoints (default: the --benchmark preset\'s shipped '
@@ -249,6 +270,10 @@ def run_config() -> config_lib.RunConfig:
           renditions=_preset(flags.FLAGS['renditions'])),
       checkpoint_dir=_preset(_CHECKPOINT), annotations=_ANNOTATIONS.value,
       gallery_embeddings=_GALLERY.value, clip_dir=_CLIP_DIR.value,
+      normalize_rows=_NORMALIZE.value,
+      reference_embeddings=_REF_EMB.value,
+      query_embeddings=_QUERY_EMB.value, missing_ids=_MISSING_IDS.value,
+      export_trec=_EXPORT_TREC.value,
       cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
       captioner_checkpoint=_CAPTIONER.value, reasoner=_REASONER.value,
       reasoner_checkpoint=_REASONER_CKPT.value,

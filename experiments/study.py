@@ -126,7 +126,7 @@ def make_study(config, built=None, participants_are='human'):
   ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=reasoner)
-  base = dataclasses.replace(config.loop, num_ids=len(env.gallery))
+  base = dataclasses.replace(config.loop, num_ids=env.searchable)
   identity = {'identity': runner.resolved_config(config)['identity'],
               'data': config.data, 'participants_are': participants_are}
   try:

@@ -48,7 +48,7 @@ def simulate(config, method_names, sessions, num_turns, built=None):
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=reasoner)
   base = dataclasses.replace(config.loop, num_turns=num_turns,
-                             num_ids=len(env.gallery))
+                             num_ids=env.searchable)
   out = {}
   for name in method_names:
     print(f'simulated user x {name} on {len(sessions)} instances', flush=True)

@@ -174,12 +174,32 @@ class CaptionUserTest(absltest.TestCase):
   def test_caption_user(self):
     user = caption_user.CaptionUser(seed=0)
     self.assertEqual(user.respond(0, 1, 'a', 'a', 'x', 'y').action, 'stop')
-    f = user.respond(0, 1, 'a', 'b', 'a dog on a beach', 'a cat indoors')
-    self.assertEqual(f.action, 'rewrite')
-    self.assertIn('a dog on a beach', f.text)
+    target = 'a brown dog running on a sunny beach'
+    f = user.respond(0, 1, 'a', 'b', target, 'a cat sleeping indoors')
+    self.assertEqual(f.action, 'rewrite')   # little in common
+    self.assertNotIn(target, f.text)        # never the caption verbatim
+    self.assertEqual(f.text, 'Not this one. I am looking for brown dog '
+                     'running sunny beach')
+    # Close captions: Modify names the differences only.
+    f = user.respond(0, 1, 'a', 'b', target,
+                     'a black dog running on a beach')
+    self.assertEqual(f.action, 'modify')
+    self.assertEqual(f.text, 'Close, but with brown sunny; no black')
+    for w in ('dog', 'running', 'beach'):   # shared words are not repeated
+      self.assertNotIn(w, f.text)
+    # Dropping: at most max_words, a seeded subset, never empty.
+    dropping = caption_user.CaptionUser(drop_rate=0.5, seed=3, max_words=2)
+    f = dropping.respond(7, 2, 'a', 'b', target, 'a cat indoors')
+    words = f.text.split('for ')[1].split()
+    self.assertBetween(len(words), 1, 2)
+    self.assertContainsSubset(words, caption_user.content_words(target))
+    self.assertEqual(f, dropping.respond(7, 2, 'a', 'b', target,
+                                         'a cat indoors'))
     phrased = caption_user.CaptionUser(phrase=lambda t, s: f'want {t} not {s}')
     self.assertEqual(phrased.respond(0, 1, 'a', 'b', 'dog', 'cat').text,
                      'want dog not cat')
+    with self.assertRaisesRegex(ValueError, 'max_words'):
+      caption_user.CaptionUser(max_words=0)
 
 
 class PaperUserOwnWordsTest(absltest.TestCase):

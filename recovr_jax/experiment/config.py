@@ -46,6 +46,16 @@ class RunConfig:
   annotations: str | None = None          # webvid_covr CSV
   gallery_embeddings: str | None = None   # webvid_covr .npz/.safetensors
   clip_dir: str | None = None             # webvid_covr CLIP directory
+  # webvid_covr: L2-normalise embedding rows (False: raw dot products).
+  normalize_rows: bool = True
+  # webvid_covr: references outside the gallery, their own file.
+  reference_embeddings: str | None = None
+  # webvid_covr: precomputed turn-0 composed queries, one per CSV row.
+  query_embeddings: str | None = None
+  # webvid_covr: an annotation id in no embedding file: 'error' or 'drop'.
+  missing_ids: str = 'error'
+  # TREC run files (per method and turn) and qrels in <output_dir>/trec.
+  export_trec: bool = False
   cache_dir: str | None = 'cache'         # Progress Memory cache
   captions: str = 'model'                 # world: one of CAPTIONS
   captioner_checkpoint: str | None = None  # world: None = shipped

@@ -31,6 +31,7 @@ def input_paths(config) -> dict[str, str]:
                                       reasoner_training.DEFAULT_REASONER_DIR)
   else:
     for name in ('annotations', 'gallery_embeddings', 'clip_dir',
+                 'reference_embeddings', 'query_embeddings',
                  'reasoner_checkpoint'):
       if getattr(config, name):
         paths[name] = getattr(config, name)

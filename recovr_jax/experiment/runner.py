@@ -100,12 +100,23 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     _fail('--num_sessions must be >= 1')
   if config.loop.rrf_k < 0:
     _fail('--rrf_k must be >= 0')
+  if config.missing_ids not in ('error', 'drop'):
+    _fail(f'--missing_ids must be error or drop, got {config.missing_ids!r}')
+  real_only = {'reference_embeddings': config.reference_embeddings,
+               'query_embeddings': config.query_embeddings,
+               'missing_ids': config.missing_ids != 'error',
+               'normalize_rows': not config.normalize_rows}
+  given = [name for name, value in real_only.items() if value]
+  if config.data != 'webvid_covr' and given:
+    _fail(f'--{given[0]} is for --data=webvid_covr (the embedded world has '
+          'no files to read)')
   if config.data == 'webvid_covr':
     for name in ('annotations', 'gallery_embeddings', 'clip_dir'):
       if not getattr(config, name):
         _fail(f'--data=webvid_covr needs --{name}')
-    for name in ('annotations', 'gallery_embeddings'):
-      if not os.path.isfile(getattr(config, name)):
+    for name in ('annotations', 'gallery_embeddings', 'reference_embeddings',
+                 'query_embeddings'):
+      if getattr(config, name) and not os.path.isfile(getattr(config, name)):
         _fail(f'--{name} {getattr(config, name)} does not exist')
     from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
     try:
@@ -277,7 +288,11 @@ def build(config: config_lib.RunConfig) -> Built:
     text = text_cache = world = None
     try:
       env = environment.real_environment(
-          config.annotations, config.gallery_embeddings, config.clip_dir)
+          config.annotations, config.gallery_embeddings, config.clip_dir,
+          normalize_rows=config.normalize_rows,
+          reference_embeddings=config.reference_embeddings,
+          query_embeddings=config.query_embeddings,
+          missing_ids=config.missing_ids)
     except ValueError as e:
       _fail(str(e))
   sim_env = None
@@ -420,7 +435,7 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
                     'resume', 'flags_text', 'max_error_share',
-                    'allow_other_world_encoders')
+                    'allow_other_world_encoders', 'export_trec')
 
 
 def resolved_config(config: config_lib.RunConfig) -> dict:
@@ -526,8 +541,8 @@ def _run_claimed(config, built, out, start, resolved):
     with profiling.part('loading data and models'):
       built = build(config)
   env = built.env
-  base = dataclasses.replace(config.loop, num_ids=len(env.gallery))
-  n, d = env.gallery.shape
+  base = dataclasses.replace(config.loop, num_ids=env.searchable)
+  n, d = env.searchable, env.gallery.shape[1]
   try:
     resources.check_fits(
         resources.session_batch_bytes(
@@ -547,7 +562,10 @@ def _run_claimed(config, built, out, start, resolved):
   batches = [sessions[i:i + config.batch_size]
              for i in range(0, num, config.batch_size)]
   print(f'{num} sessions x {len(config.methods)} methods, gallery '
-        f'{len(env.gallery)} videos, {base.num_turns} turns', flush=True)
+        f'{env.searchable} videos, {base.num_turns} turns', flush=True)
+  if env.dropped:
+    print(f'{len(env.dropped)} annotation rows dropped (--missing_ids=drop;'
+          f' listed in {out / "dropped_rows.json"})', flush=True)
 
   progress = Progress(num * len(config.methods))
   displayed, trajectories, reasoning_counts, raised = {}, [], {}, {}
@@ -562,7 +580,7 @@ def _run_claimed(config, built, out, start, resolved):
       shape = (len(batch), base.num_turns + 1, base.list_length)
       with profiling.part('batch files (I/O)'):
         loaded = _load_batch(out, name, b, shape, batch, identity,
-                             len(env.gallery))
+                             env.searchable)
       if loaded is None:
         errors = {}
         ran += len(batch)
@@ -674,6 +692,15 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
 
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
+  if env.dropped:  # --missing_ids=drop: the rows no session ran on
+    for m in per_method:
+      per_method[m]['rows_dropped'] = len(env.dropped)
+    (out / 'dropped_rows.json').write_text(reporting.dumps(list(env.dropped)))
+  if config.export_trec:
+    from recovr_jax.experiment import trec  # pylint: disable=g-import-not-at-top
+    paths = trec.write(out / 'trec', displayed, sessions, targets,
+                       env.video_ids)
+    print(f'wrote {len(paths)} TREC files in {out / "trec"}')
   (out / 'metrics.json').write_text(reporting.dumps(per_method))
   (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
   (out / 'failure_modes.json').write_text(reporting.dumps(failures))
@@ -687,7 +714,7 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   loop = config.loop
   kappa = loop.kappa
   header = (f'# recovr_jax run\n\n{len(sessions)} sessions, gallery '
-            f'{len(env.gallery)} videos, T = {loop.num_turns}, W = '
+            f'{env.searchable} videos, T = {loop.num_turns}, W = '
             f'{loop.window}, K = {loop.list_length}, k = {loop.rrf_k:g}, '
             f'kappa = {kappa} (kappa_pos is the project\'s assumption), '
             f'rank-cap placement {loop.rank_cap_placement}, avoid penalty '
@@ -698,6 +725,10 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
     report += reporting.bootstrap_markdown(interval) + '\n'
 
   report += '\n' + reporting.errors_markdown(raised, len(sessions))
+  if env.dropped:
+    report += (f'\n{len(env.dropped)} annotation rows were dropped '
+               '(--missing_ids=drop: an id in no embedding file); they are '
+               'listed in dropped_rows.json and no method ran on them.\n')
   used = {m: c for m, c in reasoning_counts.items() if c}
   if used:
     report += '\n' + reporting.validity_markdown(used)

@@ -43,6 +43,20 @@ class Environment:
   composer_params: object = None
   # [N] the videos' ids (file names on real data), for display and exports.
   video_ids: tuple[str, ...] | None = None
+  # Rows [0, num_searchable) are retrieved; later rows are references only
+  # (real data: CoVR's test gallery is the set of targets). None: all.
+  num_searchable: int | None = None
+  # [Q, D] precomputed turn-0 composed queries (real data), instead of
+  # compose(v_ref, modification); None: composed.
+  query_embeddings: np.ndarray | None = None
+  # Annotation rows left out (--missing_ids=drop), each with its reason.
+  dropped: tuple[dict, ...] = ()
+
+  @property
+  def searchable(self) -> int:
+    """How many gallery rows the ranking retrieves from."""
+    return len(self.gallery) if self.num_searchable is None else (
+        self.num_searchable)
 
 
 @dataclasses.dataclass
@@ -101,7 +115,7 @@ class HostDriver:
     self.sessions = np.asarray(sessions)
     self.reference = np.asarray(env.reference)[self.sessions]
     self.target = np.asarray(env.target)[self.sessions]
-    self.gallery = jnp.asarray(env.gallery)
+    self.gallery = jnp.asarray(env.gallery[:env.searchable])
 
   def still_searching(self, carry):
     return np.asarray(session_lib.searching(carry.ranking, self.target))
@@ -132,8 +146,9 @@ class HostDriver:
     full.valid[fb.rows] = plan.valid
     full.sigma[fb.rows] = plan.sigma
     if plan.penalty is not None:
-      penalty = np.zeros((s, len(self.ctx.captions)), np.float32)
-      penalty[fb.rows] = plan.penalty
+      n = self.env.searchable
+      penalty = np.zeros((s, n), np.float32)
+      penalty[fb.rows] = plan.penalty[:, :n]
       full = dataclasses.replace(full, penalty=penalty)
     records = [{}] * s
     for j, i in enumerate(fb.rows):
@@ -197,8 +212,11 @@ def begin(env: Environment, method: methods_base.Method,
                                         config)
   s = len(sessions)
   mods = tuple(env.modification[i] for i in sessions)
-  covr0 = np.asarray(env.compose(env.gallery[driver.reference],
-                                 env.encode_text(mods)))
+  if env.query_embeddings is not None:
+    covr0 = np.asarray(env.query_embeddings, np.float32)[sessions]
+  else:
+    covr0 = np.asarray(env.compose(env.gallery[driver.reference],
+                                   env.encode_text(mods)))
   with profiling.part('method step (reasoning)'):
     method_state, plan = method.init(ctx, plan_lib.Start(
         reference=driver.reference, modification=mods, covr_query=covr0))

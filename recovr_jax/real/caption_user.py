@@ -1,22 +1,68 @@
-"""A user for real data: it compares captions instead of attributes."""
+"""A user for real data: it compares captions instead of attributes.
+
+It never repeats the target's caption: like the paper's user it compares
+what it wants (the target's caption) with what it sees (the shown video's
+caption) and says either how the shown video should change (Modify: the
+target's content words the shown caption lacks, and the shown caption's
+words the target lacks) or, when the two share little, what it wants in
+its own selection of the target's content words (Rewrite: stop words gone,
+each content word dropped at ``drop_rate``, at most ``max_words``). A
+``phrase`` callable (for example a language model) may word the feedback
+instead.
+"""
+
+import re
 
 import numpy as np
 
 from recovr_jax.protocol.plan import Feedback
 
+STOP_WORDS = frozenset("""
+a an the and or but of in on at to for from with by into onto over under
+is are was were be been being it its this that these those there here as
+while then than very some any each one two who whom which what when where
+his her their our your my i we you he she they them him me us up down out
+off about after before through during not no video clip shows showing
+""".split())
+
+
+def content_words(caption: str) -> list[str]:
+  """Lower-cased words of ``caption`` without stop words, first occurrence
+  order."""
+  words = re.findall(r"[a-z0-9']+", caption.lower())
+  return list(dict.fromkeys(w for w in words if w not in STOP_WORDS))
+
 
 class CaptionUser:
-  """A user for real data: compares the target's caption with the caption
-  of the shown video. Without a phrasing model it rewrites: it asks for the
-  target's caption with words dropped at ``drop_rate``; a ``phrase`` callable
-  (for example a reasoning LM) may word the feedback instead."""
+  """Feedback from the captions of the target and the shown video.
 
-  def __init__(self, drop_rate: float = 0.0, seed: int = 0, phrase=None):
+  Args:
+    drop_rate: each content word is left out with this probability.
+    seed: with the session and turn, seeds the user's draws.
+    phrase: optional ``(target_caption, shown_caption) -> str``.
+    modify_overlap: Modify when the two captions' content words overlap at
+      least this much (Jaccard); else Rewrite.
+    max_words: content words one utterance names at most.
+  """
+
+  def __init__(self, drop_rate: float = 0.0, seed: int = 0, phrase=None,
+               modify_overlap: float = 0.3, max_words: int = 6):
     if not 0.0 <= drop_rate < 1.0:
       raise ValueError(f'drop_rate must be in [0, 1), got {drop_rate}')
+    if not 0.0 <= modify_overlap <= 1.0:
+      raise ValueError(f'modify_overlap must be in [0, 1], got '
+                       f'{modify_overlap}')
+    if max_words < 1:
+      raise ValueError(f'max_words must be >= 1, got {max_words}')
     self.drop_rate = drop_rate
     self.seed = seed
     self.phrase = phrase
+    self.modify_overlap = modify_overlap
+    self.max_words = max_words
+
+  def _keep(self, rng, words):
+    kept = [w for w in words if rng.random() >= self.drop_rate]
+    return (kept or words[:1])[:self.max_words]
 
   def respond(self, session: int, turn: int, target_id, shown_id,
               target_caption: str, shown_caption: str) -> Feedback:
@@ -26,6 +72,16 @@ class CaptionUser:
       return Feedback('rewrite', str(self.phrase(target_caption,
                                                  shown_caption)), {})
     rng = np.random.default_rng([self.seed, session, turn])
-    words = [w for w in target_caption.split()
-             if rng.random() >= self.drop_rate]
-    return Feedback('rewrite', 'Not this one. I want ' + ' '.join(words), {})
+    want, seen = content_words(target_caption), content_words(shown_caption)
+    union = set(want) | set(seen)
+    overlap = len(set(want) & set(seen)) / len(union) if union else 0.0
+    add = [w for w in want if w not in seen]
+    remove = [w for w in seen if w not in want]
+    if overlap >= self.modify_overlap and add:
+      text = 'Close, but with ' + ' '.join(self._keep(rng, add))
+      if remove:
+        text += '; no ' + ' '.join(self._keep(rng, remove)[:3])
+      return Feedback('modify', text, {})
+    words = self._keep(rng, want) if want else ['something', 'else']
+    return Feedback('rewrite', 'Not this one. I am looking for ' +
+                    ' '.join(words), {})

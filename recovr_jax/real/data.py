@@ -31,7 +31,8 @@ class CovrAnnotations:
 class GalleryEmbeddings:
   """Precomputed video embeddings of a gallery."""
   ids: tuple[str, ...]   # [N] video ids
-  video: np.ndarray      # [N, D] float32, rows L2-normalised on load
+  video: np.ndarray      # [N, D] float32 (rows L2-normalised unless
+                         # loaded with normalize=False)
   captions: tuple[str, ...] | None  # [N] or None
 
   def index(self) -> dict[str, int]:
@@ -80,7 +81,8 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
           raise ValueError(f'{path}: row {row_number}, column {c!r} is empty')
         if c in ('pth1', 'pth2') and known is not None and value not in known:
           raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
-                           f'video id {value!r} (not in the gallery)')
+                           f'video id {value!r} (in no embedding file; '
+                           '--missing_ids=drop leaves such rows out)')
         columns[c].append(value)
       if columns['pth1'][-1] == columns['pth2'][-1]:
         raise ValueError(f'{path}: row {row_number}: the reference (pth1) '
@@ -113,7 +115,8 @@ def save_embeddings(path, ids, video, captions=None) -> None:
                      'use .npz or .safetensors')
 
 
-def load_embeddings(path, dim: int | None = None) -> GalleryEmbeddings:
+def load_embeddings(path, dim: int | None = None,
+                    normalize: bool = True) -> GalleryEmbeddings:
   """Reads precomputed gallery embeddings.
 
   ``.npz``: arrays ``ids`` (strings), ``video`` ``[N, D]``, optional
@@ -123,6 +126,8 @@ def load_embeddings(path, dim: int | None = None) -> GalleryEmbeddings:
   Args:
     path: the file.
     dim: the expected embedding size ``D``, or ``None`` to accept any.
+    normalize: L2-normalise the rows (cosine scores); False keeps them as
+      stored (CoVR-2 scores averaged unit tokens by a plain dot product).
 
   Raises:
     FileNotFoundError, ValueError: naming the file, row and column (field).
@@ -204,7 +209,68 @@ def load_embeddings(path, dim: int | None = None) -> GalleryEmbeddings:
   if captions is not None and len(captions) != len(ids):
     raise ValueError(f"{path}: 'captions' has {len(captions)} entries but "
                      f"'ids' has {len(ids)}")
-  video = (video / norms[:, None]).astype(np.float32)
+  if normalize:
+    video = video / norms[:, None]
+  video = video.astype(np.float32)
   return GalleryEmbeddings(ids=tuple(ids), video=video,
                            captions=None if captions is None else
                            tuple(captions))
+
+
+def load_query_embeddings(path, annotations: CovrAnnotations, dim: int,
+                          normalize: bool = True) -> np.ndarray:
+  """Precomputed turn-0 composed queries, one row per CSV data row.
+
+  ``.npz`` with ``query`` ``[R, D]`` and optionally ``pth1`` / ``pth2``
+  (``[R]`` strings), which must then equal the CSV's row by row.
+
+  Raises:
+    FileNotFoundError, ValueError: naming the file and row.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'query embeddings file {path} does not exist')
+  if path.suffix != '.npz':
+    raise ValueError(f'{path}: query embeddings are an .npz with array '
+                     "'query' [rows, D] (and optional 'pth1', 'pth2')")
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      fields = dict(f.items())
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f'{path}: not a readable .npz archive ({e})') from e
+  if 'query' not in fields:
+    raise ValueError(f"{path}: missing array 'query'; found "
+                     f'{", ".join(sorted(fields))}')
+  query = np.asarray(fields['query'])
+  rows = len(annotations.reference)
+  if query.ndim != 2 or not np.issubdtype(query.dtype, np.floating):
+    raise ValueError(f"{path}: 'query' must be a float [rows, D] array, got "
+                     f'{query.dtype} of shape {query.shape}')
+  if query.shape[0] != rows:
+    raise ValueError(f"{path}: 'query' has {query.shape[0]} rows but the "
+                     f'annotation CSV has {rows} data rows (one query per '
+                     'row, in the CSV\'s order)')
+  if query.shape[1] != dim:
+    raise ValueError(f"{path}: 'query' has dimension {query.shape[1]}, the "
+                     f'gallery {dim}')
+  for column, values in (('pth1', annotations.reference),
+                         ('pth2', annotations.target)):
+    if column in fields:
+      stored = [str(x) for x in np.asarray(fields[column]).reshape(-1)]
+      bad = [i for i, (a, b) in enumerate(zip(stored, values)) if a != b]
+      if len(stored) != rows or bad:
+        i = bad[0] if bad else min(len(stored), rows)
+        raise ValueError(
+            f"{path}: '{column}' row {i} is "
+            f'{stored[i] if i < len(stored) else "(missing)"!r} but the CSV '
+            f'row {i + 2} has {values[i] if i < rows else "(none)"!r}: the '
+            'queries are not in the CSV\'s row order')
+  norms = np.linalg.norm(query, axis=1)
+  bad = ~np.isfinite(query).all(axis=1) | (norms == 0)
+  if bad.any():
+    i = int(np.argmax(bad))
+    raise ValueError(f"{path}: 'query' row {i} (CSV row {i + 2}) is all "
+                     'zeros or holds NaN/inf')
+  if normalize:
+    query = query / norms[:, None]
+  return query.astype(np.float32)

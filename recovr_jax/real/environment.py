@@ -14,30 +14,87 @@ from recovr_jax.reasoning import rules
 
 
 def real_environment(annotations: str, gallery_embeddings: str,
-                     clip_dir: str) -> host.Environment:
+                     clip_dir: str, *, normalize_rows: bool = True,
+                     reference_embeddings: str | None = None,
+                     query_embeddings: str | None = None,
+                     missing_ids: str = 'error') -> host.Environment:
   """The environment of an annotation CSV, precomputed gallery embeddings
-  and the local CLIP that embedded them (for the text side)."""
-  gallery = data.load_embeddings(gallery_embeddings)
-  ann = data.load_covr_csv(annotations, video_ids=gallery.ids)
+  and the local CLIP that embedded them (for the text side).
 
-  index = gallery.index()
+  Args:
+    annotations, gallery_embeddings, clip_dir: the files.
+    normalize_rows: L2-normalise embedding rows (cosine); False keeps raw
+      dot products.
+    reference_embeddings: references that are not in the gallery (CoVR's
+      test gallery is the set of targets): read from their own file,
+      appended after the gallery rows but never retrieved.
+    query_embeddings: precomputed turn-0 composed queries, one per CSV row
+      (``data.load_query_embeddings``), instead of ``compose(v_ref, edit)``.
+    missing_ids: ``error`` (an id in no file stops the load, naming the row
+      and column) or ``drop`` (its rows are dropped and listed in the
+      environment's ``dropped``).
+  """
+  if missing_ids not in ('error', 'drop'):
+    raise ValueError(f'--missing_ids must be error or drop, got '
+                     f'{missing_ids!r}')
+  gallery = data.load_embeddings(gallery_embeddings, normalize=normalize_rows)
+  dim = gallery.video.shape[1]
+  ids, video = list(gallery.ids), [gallery.video]
   if gallery.captions is None:
     raise ValueError(f'--gallery_embeddings {gallery_embeddings} has no '
                      'captions; the caption-based simulated user describes '
                      "the target from its caption (write them with "
                      'experiments.embed_videos --captions=...)')
-  captions = tuple(gallery.captions)
-  empty = sorted({t for t in ann.target if not captions[index[t]].strip()})
+  captions = list(gallery.captions)
+  searchable = len(ids)
+  if reference_embeddings:
+    refs = data.load_embeddings(reference_embeddings, dim=dim,
+                                normalize=normalize_rows)
+    both = sorted(set(refs.ids) & set(ids))
+    if both:
+      raise ValueError(f'--reference_embeddings {reference_embeddings}: id '
+                       f'{both[0]!r} is also in --gallery_embeddings '
+                       f'{gallery_embeddings} ({len(both)} ids); keep each '
+                       'video in one file')
+    ids += refs.ids
+    video.append(refs.video)
+    captions += refs.captions or [''] * len(refs.ids)
+  index = {v: i for i, v in enumerate(ids)}
+  strict = missing_ids == 'error'
+  ann = data.load_covr_csv(annotations, video_ids=index if strict else None)
+  keep, dropped = [], []
+  for row, (r, t) in enumerate(zip(ann.reference, ann.target)):
+    missing = [v for v in (r, t) if v not in index]
+    outside = t in index and index[t] >= searchable
+    if outside and strict:
+      raise ValueError(f'{annotations}: row {row + 2}, column \'pth2\': '
+                       f'target {t!r} is in --reference_embeddings, not in '
+                       'the gallery, so it could never be retrieved')
+    if missing or outside:
+      dropped.append({'row': row + 2, 'pth1': r, 'pth2': t,
+                      'missing': missing or [t],
+                      'why': 'no embedding' if missing else
+                             'target outside the gallery'})
+    else:
+      keep.append(row)
+  if not keep:
+    raise ValueError(f'{annotations}: every row was dropped (--missing_ids='
+                     f'drop): no id of the CSV is in the embedding files')
+  empty = sorted({ann.target[i] for i in keep
+                  if not captions[index[ann.target[i]]].strip()})
   if empty:
     raise ValueError(f'--gallery_embeddings {gallery_embeddings}: the '
                      f'caption of target video {empty[0]!r} is empty ('
                      f'{len(empty)} targets); the caption-based simulated '
                      'user needs it')
+  query = None
+  if query_embeddings:
+    query = data.load_query_embeddings(query_embeddings, ann, dim,
+                                       normalize=normalize_rows)[keep]
   clip = clip_encoder.ClipEncoder(clip_dir)
-  if clip.dim != gallery.video.shape[1]:
-    raise ValueError(f'--gallery_embeddings has dimension '
-                     f'{gallery.video.shape[1]} but the CLIP in --clip_dir '
-                     f'projects to {clip.dim}')
+  if clip.dim != dim:
+    raise ValueError(f'--gallery_embeddings has dimension {dim} but the '
+                     f'CLIP in --clip_dir projects to {clip.dim}')
   cache = {}
 
   def encode_text(texts):
@@ -48,11 +105,13 @@ def real_environment(annotations: str, gallery_embeddings: str,
         (0, clip.dim), np.float32)
 
   return host.Environment(
-      gallery=gallery.video, captions=captions, attributes=None,
-      reference=np.array([index[r] for r in ann.reference]),
-      target=np.array([index[t] for t in ann.target]),
-      modification=ann.edit, encode_text=encode_text,
-      compose=sum_composer, video_ids=tuple(gallery.ids))
+      gallery=np.concatenate(video).astype(np.float32),
+      captions=tuple(captions), attributes=None,
+      reference=np.array([index[ann.reference[i]] for i in keep]),
+      target=np.array([index[ann.target[i]] for i in keep]),
+      modification=tuple(ann.edit[i] for i in keep), encode_text=encode_text,
+      compose=sum_composer, video_ids=tuple(ids), num_searchable=searchable,
+      query_embeddings=query, dropped=tuple(dropped))
 
 
 def sum_composer(reference, edit):
