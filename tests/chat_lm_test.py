@@ -161,6 +161,36 @@ class ChatLMTest(absltest.TestCase):
     self.assertEqual(s['first_pass_valid'] + s['retry_valid'] + s['fallback'],
                      3)
 
+  def test_chat_replies_and_the_caption_phraser(self):
+    from recovr_jax.real import caption_user  # pylint: disable=g-import-not-at-top
+    lm = _STATE['lm']
+    replies = lm.chat([[{'role': 'user', 'content': 'hello'}],
+                       [{'role': 'system', 'content': 'Be brief.'},
+                        {'role': 'user', 'content': 'a dog on sand'}]],
+                      max_tokens=4)
+    self.assertLen(replies, 2)
+    for reply in replies:
+      self.assertIsInstance(reply, str)
+    self.assertEqual(replies, lm.chat([[{'role': 'user',
+                                         'content': 'hello'}]], 4) +
+                     replies[1:])   # greedy: the same reply alone
+    target = 'a brown dog running on a sunny beach'
+    phraser = caption_user.LMPhraser(lm, max_tokens=4)
+    text = phraser(target, 'a cat indoors')
+    self.assertTrue(text)
+    self.assertNotIn(target, text)
+
+    class Copier:
+      def chat(self, conversations, max_tokens):
+        del max_tokens
+        return [f'I want {target}!' for _ in conversations]
+
+    copying = caption_user.LMPhraser(Copier())
+    self.assertEqual(copying(target, 'a cat indoors'),
+                     'Not this one. I am looking for brown dog running '
+                     'sunny beach')
+    self.assertEqual((copying.calls, copying.fallbacks), (1, 1))
+
   def test_prompts(self):
     tok = _STATE['lm'].tokenizer
     request = _requests('intent')[-1]

@@ -330,6 +330,34 @@ class RealDataOptionsTest(absltest.TestCase):
       with self.assertRaisesRegex(Exception, '--reference_embeddings is for '
                                   '--data=webvid_covr'):
         run.main(['run'])
+    with flagsaver.flagsaver(output_dir=str(self.root / 'w'),
+                             user_phraser='smollm2', methods=['recovr'],
+                             data='world'):
+      with self.assertRaisesRegex(Exception, '--user_phraser is for '
+                                  '--data=webvid_covr'):
+        run.main(['run'])
+
+
+  def test_smollm2_phrases_the_caption_users_feedback(self):
+    out = self.root / 'phrased'
+    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr'],
+                             missing_ids='drop', user_phraser='smollm2',
+                             **dict(self.args, num_turns=1)):
+      self.assertIsNone(run.main(['run']))
+    counts = json.loads((out / 'user_phraser.json').read_text())
+    captions = data.load_embeddings(self.root / 'g.npz').captions
+    said = 0
+    for line in (out / 'trajectories.jsonl').read_text().splitlines():
+      row = json.loads(line)
+      turn = row['turns'][1]
+      if turn['action'] != 'stopped':
+        said += 1
+        self.assertTrue(turn['feedback'])
+        self.assertNotIn(captions[row['target']].lower(),
+                         turn['feedback'].lower())
+    self.assertGreater(said, 0)
+    self.assertEqual(counts['calls'], said)
+    self.assertBetween(counts['fallbacks_to_rules'], 0, said)
 
 
 class TrecTest(absltest.TestCase):

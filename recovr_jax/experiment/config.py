@@ -54,6 +54,9 @@ class RunConfig:
   query_embeddings: str | None = None
   # webvid_covr: an annotation id in no embedding file: 'error' or 'drop'.
   missing_ids: str = 'error'
+  # webvid_covr: who words the caption user's feedback: 'none' (its own
+  # rules) or 'smollm2' (SmolLM2-135M-Instruct, real.caption_user.LMPhraser).
+  user_phraser: str = 'none'
   # TREC run files (per method and turn) and qrels in <output_dir>/trec.
   export_trec: bool = False
   cache_dir: str | None = 'cache'         # Progress Memory cache

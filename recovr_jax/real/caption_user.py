@@ -85,3 +85,37 @@ class CaptionUser:
     words = self._keep(rng, want) if want else ['something', 'else']
     return Feedback('rewrite', 'Not this one. I am looking for ' +
                     ' '.join(words), {})
+
+
+class LMPhraser:
+  """``phrase`` for ``CaptionUser``: a chat LM (``chat_lm.ChatLMReasoner``,
+  e.g. SmolLM2) words the feedback from the two captions. A reply that is
+  empty or repeats the target's caption verbatim is replaced by the rules
+  user's words (``fallbacks`` counts them)."""
+
+  SYSTEM = ('You are searching a video collection for one video. You see '
+            'the caption of the video you want and of the video the system '
+            'showed you. Tell the system in one short sentence how the shown '
+            'video should change or what you want instead. Use your own '
+            'words; do not copy the caption.')
+
+  def __init__(self, lm, max_tokens: int = 40, seed: int = 0):
+    self.lm = lm
+    self.max_tokens = max_tokens
+    self.rules = CaptionUser(seed=seed)
+    self.calls = 0
+    self.fallbacks = 0
+
+  def __call__(self, target_caption: str, shown_caption: str) -> str:
+    self.calls += 1
+    reply = self.lm.chat([[
+        {'role': 'system', 'content': self.SYSTEM},
+        {'role': 'user', 'content': f'Wanted: {target_caption}\n'
+                                    f'Shown: {shown_caption}'}]],
+                         self.max_tokens)[0]
+    text = ' '.join(reply.split())
+    if not text or target_caption.strip().lower() in text.lower():
+      self.fallbacks += 1
+      return self.rules.respond(self.calls, 0, 'target', 'shown',
+                                target_caption, shown_caption).text
+    return text

@@ -205,6 +205,31 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     return [lead + t.split(eos)[0] if eos else lead + t
             for lead, t in zip(leads, texts)]
 
+  def chat(self, conversations, max_tokens: int = 48) -> list[str]:
+    """Free greedy replies to ``conversations`` (each a list of ``{'role',
+    'content'}`` messages, rendered with the checkpoint's chat template),
+    at most ``max_tokens`` each: for callers outside the reasoning modules
+    (the real-data user's phrasing, ``real.caption_user.LMPhraser``)."""
+    conversations = list(conversations)
+    if not conversations:
+      return []
+    suffixes = [list(self.vocab.encode(self.tokenizer.apply_chat_template(
+        c, tokenize=False, add_generation_prompt=True)))
+                for c in conversations]
+    eos_id = self.tokenizer.eos_token_id
+    grammars = [constrained.free(self.vocab, eos_id, max_tokens)
+                for _ in conversations]
+    start = time.perf_counter()
+    texts, decoded = self.decoder.generate(
+        self.params, ('chat', max_tokens, ''), [], suffixes, grammars,
+        self.batch_size, max_tokens + 1)
+    self.timing['seconds'] += time.perf_counter() - start
+    self.timing['decoded_tokens'] += decoded
+    self.timing['prompt_tokens'] += sum(map(len, suffixes))
+    self.timing['requests'] += len(conversations)
+    eos = self.tokenizer.eos_token
+    return [(t.split(eos)[0] if eos else t).strip() for t in texts]
+
   def _report_progress(self, every: float = 30.0):
     """A line on stderr at most every ``every`` seconds of generation, so a
     long batch of sessions shows that it is moving."""
