@@ -24,7 +24,6 @@ from absl import logging
 from experiments import run
 from recovr_jax import methods
 from recovr_jax.experiment import runner
-from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.study import study as study_lib
 
 _HOST = flags.DEFINE_string(
@@ -122,10 +121,7 @@ def make_study(config, built=None, participants_are='human'):
           'machine this encodes the gallery: a few minutes)', flush=True)
     built = runner.build(config)
   env = built.env
-  _, reasoner = runner.user_and_reasoner(config, env)
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
-                         encode_text=env.encode_text, compose=env.compose,
-                         reasoner=reasoner)
+  _, ctx = runner.user_and_context(config, env)
   base = dataclasses.replace(config.loop, num_ids=env.searchable)
   identity = {'identity': runner.resolved_config(config)['identity'],
               'data': config.data, 'participants_are': participants_are}

@@ -26,7 +26,6 @@ from recovr_jax import methods
 from recovr_jax.experiment import reporting
 from recovr_jax.experiment import runner
 from recovr_jax.protocol import host
-from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.study import report as report_lib
 
 _SIMULATED = flags.DEFINE_bool(
@@ -43,10 +42,7 @@ def simulate(config, method_names, sessions, num_turns, built=None):
   if built is None:
     built = runner.build(config)
   env = built.env
-  user, reasoner = runner.user_and_reasoner(config, env)
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
-                         encode_text=env.encode_text, compose=env.compose,
-                         reasoner=reasoner)
+  user, ctx = runner.user_and_context(config, env)
   base = dataclasses.replace(config.loop, num_turns=num_turns,
                              num_ids=env.searchable)
   out = {}

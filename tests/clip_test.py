@@ -44,6 +44,34 @@ def save_tiny_clip(directory: pathlib.Path) -> None:
   tokenizer.save_pretrained(directory)
 
 
+def write_real_data(root: pathlib.Path, frames_dir=None) -> dict:
+  """A tiny random CLIP in ``root/clip``, ``root/gallery.npz`` (8 videos of
+  random frames, captions ``video number <i>``) and ``root/ann.csv`` (rows
+  ``v<i> -> v<i+1>``, i < 4); the even videos' frames as PNG folders under
+  ``frames_dir`` when given. Returns the run flags of those files."""
+  (root / 'clip').mkdir(parents=True)
+  save_tiny_clip(root / 'clip')
+  encoder = clip_encoder.ClipEncoder(str(root / 'clip'))
+  rng = np.random.default_rng(0)
+  videos = []
+  for v in range(8):
+    frames = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
+    videos.append(encoder.encode_video(frames))
+    if frames_dir is not None and v % 2 == 0:
+      (frames_dir / f'v{v}').mkdir(parents=True)
+      for i, f in enumerate(frames):
+        Image.fromarray(f).save(frames_dir / f'v{v}' / f'{i:03d}.png')
+  data.save_embeddings(root / 'gallery.npz', [f'v{v}' for v in range(8)],
+                       np.stack(videos),
+                       captions=[f'video number {v}' for v in range(8)])
+  (root / 'ann.csv').write_text('pth1,pth2,edit,txt1,txt2\n' + ''.join(
+      f'v{i},v{i + 1},make it different,video number {i},'
+      f'video number {i + 1}\n' for i in range(4)))
+  return dict(data='webvid_covr', annotations=str(root / 'ann.csv'),
+              gallery_embeddings=str(root / 'gallery.npz'),
+              clip_dir=str(root / 'clip'))
+
+
 class RealDataPathTest(absltest.TestCase):
 
   @classmethod

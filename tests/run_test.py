@@ -344,35 +344,15 @@ class WebvidCovrTest(absltest.TestCase):
   """The runner on real-data files: a tiny random CLIP, frame folders, CSV."""
 
   def test_runs_end_to_end(self):
-    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
-    from recovr_jax.real import data  # pylint: disable=g-import-not-at-top
     from tests import clip_test  # pylint: disable=g-import-not-at-top
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())
-    clip_dir = root / 'clip'
-    clip_dir.mkdir()
-    clip_test.save_tiny_clip(clip_dir)
-    encoder = clip_encoder.ClipEncoder(str(clip_dir))
-    rng = np.random.default_rng(0)
-    ids, videos = [], []
-    for v in range(8):
-      frames = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
-      ids.append(f'v{v}')
-      videos.append(encoder.encode_video(frames))
-    captions = [f'video number {v}' for v in range(8)]
-    gallery = root / 'gallery.npz'
-    data.save_embeddings(gallery, ids, np.stack(videos), captions=captions)
-    csv = root / 'ann.csv'
-    csv.write_text('pth1,pth2,edit,txt1,txt2\n' + ''.join(
-        f'v{i},v{i + 1},make it different,video number {i},'
-        f'video number {i + 1}\n' for i in range(4)))
+    files = clip_test.write_real_data(root)
     out = root / 'out'
-    with flagsaver.flagsaver(data='webvid_covr', annotations=str(csv),
-                             gallery_embeddings=str(gallery),
-                             clip_dir=str(clip_dir), output_dir=str(out),
+    with flagsaver.flagsaver(output_dir=str(out),
                              methods=['recovr', 'ivr'], num_turns=2,
                              list_length=5, batch_size=4,
-                             bootstrap_resamples=100):
+                             bootstrap_resamples=100, **files):
       run.main(['run'])
     metrics = json.loads((out / 'metrics.json').read_text())
     self.assertLen(metrics['recovr']['R@1'], 3)

