@@ -165,6 +165,12 @@ class ImportTest(absltest.TestCase):
                                 r'.*t0.pth has 16'):
       covr_import.import_features(self.root / 'emb', self.csv,
                                   missing_ids='drop', progress=lambda s: None)
+    with zipfile.ZipFile(self.root / 'emb' / '01' / 't2.pth', 'w') as z:
+      z.writestr('archive/data.pkl', pickle.dumps({'x': 1.0}, protocol=2))
+    with self.assertRaisesRegex(ValueError, 't2.pth: expected one tensor, '
+                                'got a dict'):
+      covr_import.import_features(self.root / 'emb', self.csv,
+                                  missing_ids='drop', progress=lambda s: None)
     (self.root / 'emb' / '01' / 't2.pth').write_bytes(b'garbage')
     with self.assertRaisesRegex(ValueError, 't2.pth: not a torch zip'):
       covr_import.import_features(self.root / 'emb', self.csv,
