@@ -79,6 +79,9 @@ class StudyAppTest(absltest.TestCase):
       self.assertEqual(r.status_code, 403, bad)
       self.assertIn(why, r.text)
     self.assertEqual(client.get('/p/zed').status_code, 403)
+    for path in ('/p/zed/feedback', '/p/zed/end', '/p/a%20b/feedback'):
+      r = client.post(path, data={'instance': 0, 'turn': 0, 'feedback': ''})
+      self.assertEqual(r.status_code, 403, path)
 
   def test_a_full_instance_of_three_turns_ending_with_found_it(self):
     study, client = Tiny.study('full')

@@ -128,7 +128,6 @@ class Study:
     self._participants = {}
     self._lock = threading.Lock()      # the participants dict
     self._compute = threading.Lock()   # the method, reasoner and JAX
-    self.waits = []                    # seconds of every turn computed
 
   # -- participants -------------------------------------------------------
 
@@ -230,8 +229,8 @@ class Study:
     """Runs the turn after ``turn`` of instance ``instance_index`` on the
     participant's words. ``FeedbackError`` (bad words), ``Retry``
     (reasoning raised; logged) or None; a stale form changes nothing."""
+    p = self.participant(pid)   # an unknown id before anything else
     text = session_lib.clean_feedback(raw)
-    p = self.participant(pid)
     with p.lock:
       p, instance = self._current(pid, instance_index, turn)
       if instance is None:
@@ -256,7 +255,6 @@ class Study:
         raise Retry('The system could not process this feedback (the error '
                     'is logged). Please submit it again.') from e
       seconds = time.perf_counter() - start
-      self.waits.append(seconds)
       self._log_turn(p, instance_index, instance, record, raw, seconds,
                      waited)
       p.shown_at = time.perf_counter()
