@@ -203,9 +203,9 @@ def begin(env: Environment, method: methods_base.Method,
           sessions: np.ndarray, user, ctx: plan_lib.Context,
           base: ranking.LoopConfig, driver_class=None):
   """Turn 0 of ``sessions``: ``(driver, carry, records)``, where ``records``
-  holds each session's turn-0 record; ``session.feedback_turn(driver, carry,
-  turn)`` then runs each feedback turn (``run_batch``; the study app runs
-  them one at a time as a participant answers). ``driver_class``: a
+  holds each session's turn-0 record; ``feedback_turn(driver, carry, turn)``
+  below then runs each feedback turn (``run_batch``; the study app runs them
+  one at a time as a participant answers). ``driver_class``: a
   ``HostDriver`` subclass (default ``HostDriver``)."""
   config = method.ranking(base)
   driver = (driver_class or HostDriver)(env, method, sessions, user, ctx,
