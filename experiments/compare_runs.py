@@ -26,6 +26,10 @@ _RUNS = flags.DEFINE_list('runs', None, 'Run directories; the first is the '
 _LABELS = flags.DEFINE_list('labels', None, 'Row labels (default: the '
                             'directory names).')
 _METHOD = flags.DEFINE_string('method', 'recovr', 'The method to compare.')
+_REF_METHOD = flags.DEFINE_string(
+    'first_method', None, "The first run's method (default: --method), "
+    'e.g. --runs=out/main,out/main --first_method=umivr_rankcap for '
+    'recovr against a baseline of the same run.')
 _RESAMPLES = flags.DEFINE_integer('resamples', 10_000, 'Bootstrap resamples.')
 
 
@@ -59,7 +63,9 @@ def main(argv):
   labels = _LABELS.value or [d.name for d in dirs]
   if len(labels) != len(dirs):
     raise app.UsageError('--labels needs one label per run')
-  loaded = [hits(d, _METHOD.value) for d in dirs]
+  ref_method = _REF_METHOD.value or _METHOD.value
+  loaded = [hits(d, ref_method if i == 0 else _METHOD.value)
+            for i, d in enumerate(dirs)]
   sessions, targets, ref = loaded[0]
   for d, (s, t, _) in zip(dirs[1:], loaded[1:]):
     if s != sessions or t != targets:
@@ -67,7 +73,9 @@ def main(argv):
                            f'than {dirs[0]}')
   turns = ref.shape[1]
   head = ' | '.join(f'T{t}' for t in range(turns))
-  lines = [f'R@1 (%) per turn of {_METHOD.value}, {len(sessions)} sessions',
+  title = (_METHOD.value if ref_method == _METHOD.value else
+           f'{_METHOD.value} (first run: {ref_method})')
+  lines = [f'R@1 (%) per turn of {title}, {len(sessions)} sessions',
            '', f'| run | {head} | s/turn | decoded tokens/s |',
            '|' + '|'.join(['---'] + ['---:'] * (turns + 2)) + '|']
   for label, d, (_, _, h) in zip(labels, dirs, loaded):

@@ -88,10 +88,10 @@ def evaluate(backend, pairs, truths, reference, world):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  for b in _BACKENDS.value:
-    if b not in environment.BACKENDS:
-      raise app.UsageError(f'--backends: unknown {b!r}; valid: '
-                           f'{", ".join(environment.BACKENDS)}')
+  try:
+    environment.check_backends(_BACKENDS.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   world = world_lib.make_world(world_flags.world_config())
   pairs, truths = reasoner_training.sample_requests(
       world, np.flatnonzero(world.is_test), _NUM.value,

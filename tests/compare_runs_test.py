@@ -46,6 +46,29 @@ class CompareRunsTest(absltest.TestCase):
     self.assertIn('| b | 100.0 | 100.0 | - | - |', text)
     self.assertIn('| b | +66.7 [', text)
 
+  def test_first_method_compares_two_methods_of_one_run(self):
+    d = self.root / 'both'
+    _write_run(d, [[1, 7], [2, 2], [3, 3]], [7, 2, 5], method='base')
+    with open(self.root / 'b' / 'trajectories.jsonl') as f:
+      (d / 'trajectories.jsonl').open('a').write(f.read())
+    out = self.root / 'm.md'
+    with flagsaver.flagsaver(runs=[str(d), str(d)], labels=['base', 'new'],
+                             first_method='base', method='recovr',
+                             output_md=str(out), resamples=200):
+      compare_runs.main(['x'])
+    text = out.read_text()
+    self.assertIn('recovr (first run: base)', text)
+    self.assertIn('| base | 33.3 | 66.7 | - | - |', text)
+    self.assertIn('| new | +66.7 [', text)
+
+  def test_grounded_reasoner_refused_on_real_data(self):
+    c = config_lib.RunConfig(methods=('recovr',),
+                             output_dir=tempfile.mkdtemp(),
+                             data='webvid_covr', reasoner='grounded',
+                             captions='oracle')
+    with self.assertRaisesRegex(runner.ConfigError, '--reasoner=grounded'):
+      runner.validate(c)
+
   def test_other_sessions_are_refused(self):
     _write_run(self.root / 'd', [[7, 7], [2, 2], [5, 5]], [7, 2, 6])
     with flagsaver.flagsaver(runs=[str(self.root / 'a'),

@@ -1,5 +1,6 @@
 """Tests of the jitted driver against the host driver."""
 
+import dataclasses
 import zlib
 
 from absl.testing import absltest
@@ -339,3 +340,64 @@ class JitEqualsHostTest(parameterized.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class GroundedReaderJitTest(absltest.TestCase):
+  """``--reasoner=grounded`` in the jitted driver: the word table reads the
+  words with the grounding reader (and the frame classifier) and ReCoVR's
+  Reflector uses the same sigma rule, so the lists equal the host's."""
+
+  def test_same_lists_and_sigma_as_the_host(self):
+    from recovr_jax.reasoning import grounding  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
+    _, env, sim_env = env_for('sum')
+    reader = grounding.GroundingReader(
+        lexicon, fake_encode, reading.prototypes('train'), threshold=0.4,
+        exact=reading.training_phrases())
+    from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
+    texts, _, actions, _, _ = reading.training_utterances(
+        world_lib.make_world(world_lib.WorldConfig()), 300,
+        with_decisions=True)
+    read = [reader.frame(t) for t in texts]
+    classifier = frames.FrameClassifier.fit(
+        [f for _, f in read], [len(v) for v, _ in read], actions)
+    user_config = simulated_user.UserConfig(
+        draws='jax', language='own', style='paper', noise_rate=0.1)
+    settings = methods.base.Settings(ask=asking.AskPolicy(mode='always'))
+    base = ranking.LoopConfig(num_turns=4, list_length=20,
+                              num_ids=len(env.gallery))
+    sessions = np.arange(24)
+    sigmas = set()
+    cases = [('recovr', 'paper'), ('recovr', 'frames'),
+             ('history_rewrite', 'paper')]
+    for name, sigma in cases:
+      reasoner = rules.RulesReasoner(
+          lexicon, reader=reader, sigma=sigma, name='grounded',
+          frames=classifier if sigma == 'frames' else None)
+      label = (None if sigma != 'frames' else
+               lambda w: frames.LABELS.index(reasoner.frame_label(w)))  # pylint: disable=cell-var-from-loop
+      sim_env.word_tables.clear()
+      method = methods.make(name, settings)
+      host_result = run_host(env, method, sessions,
+                             simulated_user.SimulatedUser(user_config, seed=3),
+                             base, reasoner=reasoner)
+      config = simulation.sim_config(method, base, user_config,
+                                     sim_env.composer, reasoner='grounded',
+                                     sigma=sigma)
+      self.assertTrue(config.words)
+      with self.assertRaisesRegex(ValueError, 'parse'):
+        simulation.word_table(sim_env, dataclasses.replace(
+            config, reasoner='other'), 3)
+      table = simulation.word_table(sim_env, config, 3, parse=reader.parse,
+                                    label=label)
+      trace = simulation.run(sim_env, config, sessions, seed=3, chunk_size=7)
+      np.testing.assert_array_equal(trace.displayed, host_result.displayed)
+      jit = simulation.batch_result(sim_env, trace, table)
+      for h, j in zip(host_result.records, jit.records):
+        for hr, jr in zip(h[1:], j[1:]):
+          self.assertEqual(hr['sigma'], jr['sigma'])
+          if name == 'recovr' and hr['action'] != 'stopped':
+            sigmas.add(hr['sigma'])
+    self.assertGreater(reader.grounded, 0)
+    self.assertIn('neu', sigmas)  # answers to the question shown
+    self.assertIn('pos', sigmas)

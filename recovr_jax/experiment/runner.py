@@ -118,6 +118,10 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
   if config.data != 'webvid_covr' and given:
     _fail(f'--{given[0]} is for --data=webvid_covr (the embedded world has '
           'no files to read)')
+  if config.reasoner == 'grounded' and config.data != 'world':
+    _fail('--reasoner=grounded reads the embedded world\'s attribute values '
+          f'and cannot run on --data={config.data}; use --reasoner=rules '
+          '(the user\'s words kept as they are) or a flax_lm checkpoint')
   if config.data == 'webvid_covr':
     for name in ('annotations', 'gallery_embeddings', 'clip_dir'):
       if not getattr(config, name):
@@ -252,8 +256,8 @@ def _check_jit(config):
   from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
   if config.data != 'world':
     _fail('--simulation=jit needs --data=world')
-  if config.reasoner != 'rules':
-    _fail('--simulation=jit needs --reasoner=rules')
+  if config.reasoner not in ('rules', 'grounded'):
+    _fail('--simulation=jit needs --reasoner=rules or grounded')
   for name in config.methods:
     try:
       jitted.check_supported(methods_lib.make(name, config.settings),
@@ -344,7 +348,8 @@ def user_and_reasoner(config, env):
                     'dtype': config.reasoner_dtype,
                     'constrained_decoding': config.constrained_decoding,
                     'batch_size': config.reasoner_batch}
-  extra = {'world_config': config.world} if config.data == 'world' else {}
+  extra = ({'world_config': config.world, 'encode_text': env.encode_text}
+           if config.data == 'world' else {})
   return user, environment.make_reasoner(config.reasoner,
                                          config.reasoner_checkpoint,
                                          chat_options=chat_options, **extra)
@@ -615,7 +620,8 @@ def _run_claimed(config, built, out, start, resolved):
         before = reasoner.validity()
         if built.sim_env is not None:
           with profiling.part('jitted sessions'):
-            result = _run_jit(config, built.sim_env, method, batch, base)
+            result = _run_jit(config, built.sim_env, method, batch, base,
+                              reasoner)
         else:
           try:
             result = host.run_batch(env, method, batch, user, ctx, base)
@@ -656,6 +662,16 @@ def _run_claimed(config, built, out, start, resolved):
         f'{m} {v["seconds_per_turn"]:.2f} s/turn, '
         f'{v["decoded_tokens_per_s"]:.1f} decoded tokens/s'
         for m, v in speed.items()), flush=True)
+  fit = getattr(reasoner, 'fit', None)
+  if fit is not None:  # --reasoner=grounded: its threshold and its reads
+    reader = reasoner.reader
+    (out / 'reader.json').write_text(json.dumps(
+        {'threshold_fit': fit, 'parses': reader.calls,
+         'values_grounded': reader.grounded}, indent=2))
+    print(f'grounding reader: threshold {fit["threshold"]:.2f} (fitted on '
+          f'{fit["utterances"]} train-split utterances); '
+          f'{reader.grounded} values grounded in {reader.calls} parses',
+          flush=True)
   phrase = getattr(user, 'phrase', None)
   if getattr(phrase, 'calls', 0):  # --user_phraser: how often it failed
     counts = {'calls': phrase.calls, 'fallbacks_to_rules': phrase.fallbacks}
@@ -785,14 +801,25 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   return per_method
 
 
-def _run_jit(config, sim_env, method, batch, base):
+def _run_jit(config, sim_env, method, batch, base, reasoner):
+  """``method`` on ``batch`` in the jitted driver, reading the words as
+  ``reasoner`` (rules, or grounded: its reader and its sigma rule)."""
   from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
   from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
   mesh = None
   if config.session_shards > 1:
     mesh = sharding.make_mesh(gallery_shards=1,
                               session_shards=config.session_shards)
-  sim_config = jitted.sim_config(method, base, config.user, sim_env.composer)
+  sim_config = jitted.sim_config(method, base, config.user, sim_env.composer,
+                                 reasoner=config.reasoner,
+                                 sigma=reasoner.sigma_rule)
+  # Made here with the reasoner's reader; jitted.run finds it by key.
+  label = None
+  if getattr(reasoner, 'frames', None) is not None:
+    from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
+    label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
+  jitted.word_table(sim_env, sim_config, config.user_seed,
+                    parse=reasoner.reader.parse, label=label)
   trace = jitted.run(sim_env, sim_config, batch, config.user_seed,
                      log=lambda msg: print(f'[{method.name}] {msg}',
                                            flush=True),

@@ -109,9 +109,11 @@ class ReCoVR(base.Method):
         schemas.IntentRequest(f, c, self._read(memories[i]))
         for f, c, i in zip(obs.feedback, obs.shown_caption, rows)])
     if self.reflection:
+      questions = obs.question or (None,) * len(rows)
       reflect_out = ctx.reasoner.call('reflect', [
-          schemas.ReflectRequest(f, c, memories[i])
-          for f, c, i in zip(obs.feedback, obs.shown_caption, rows)])
+          schemas.ReflectRequest(f, c, memories[i], q)
+          for f, c, i, q in zip(obs.feedback, obs.shown_caption, rows,
+                                questions)])
     else:
       reflect_out = schemas.Outputs(
           [{'sigma': 'neu', 'keep': [], 'avoid': []} for _ in rows])
@@ -173,6 +175,10 @@ class JaxForm:
   question: str | None = None
   ask: asking.AskPolicy = asking.AskPolicy(mode='never')
   candidates: int = 10
+  # The Reflector's sigma rule (``rules.RulesReasoner``'s ``sigma``):
+  # 'rules', 'paper' (an edit pos, an answer to the question shown neu) or
+  # 'frames' (the same mapping of the words' label, ``obs.label``).
+  sigma_rule: str = 'rules'
 
   def init(self, start):
     """``start``: a ``protocol.jitted.JaxStart``; ReCoVR reads the T2V
@@ -211,9 +217,23 @@ class JaxForm:
     wanted = jnp.where(named, mentions,
                        jnp.where(read_keep >= 0, read_keep, base_values))
     # State Reflector.
-    sigma = jnp.where(~relative, demotion.SIGMA_NEG,
-                      jnp.where(num_changes <= 1, demotion.SIGMA_POS,
-                                demotion.SIGMA_NEU)).astype(jnp.int32)
+    if self.sigma_rule == 'frames':
+      # The frame classifier's label (frames.LABELS: modify, answer,
+      # rewrite); an answer needs a question shown.
+      label = jnp.where((obs.label == 1) & (obs.asked < 0), 0, obs.label)
+      sigma = jnp.asarray([demotion.SIGMA_POS, demotion.SIGMA_NEU,
+                           demotion.SIGMA_NEG], jnp.int32)[label]
+    elif self.sigma_rule == 'paper':
+      # An answer names exactly the attribute the question shown asks.
+      answers = (obs.asked >= 0) & jnp.all(
+          named == (jnp.arange(named.shape[0]) == obs.asked))
+      sigma = jnp.where(~relative, demotion.SIGMA_NEG,
+                        jnp.where(answers, demotion.SIGMA_NEU,
+                                  demotion.SIGMA_POS)).astype(jnp.int32)
+    else:
+      sigma = jnp.where(~relative, demotion.SIGMA_NEG,
+                        jnp.where(num_changes <= 1, demotion.SIGMA_POS,
+                                  demotion.SIGMA_NEU)).astype(jnp.int32)
     if self.reflection:
       new_keep = jnp.where(named, mentions, keep)
       values = jnp.arange(MAX_VALUES)

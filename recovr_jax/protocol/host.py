@@ -139,7 +139,8 @@ class HostDriver:
         feedback=tuple(fb.responses[i].text for i in fb.rows),
         action=tuple(fb.responses[i].action for i in fb.rows),
         shown=shown,
-        shown_caption=tuple(self.ctx.captions[g] for g in shown))
+        shown_caption=tuple(self.ctx.captions[g] for g in shown),
+        question=tuple(carry.questions[i] for i in fb.rows))
     with profiling.part('method step (reasoning)'):
       state, plan = self.method.step(self.ctx, carry.method_state, obs)
     full.queries[fb.rows] = plan.queries

@@ -90,6 +90,7 @@ class SimConfig:
   words: bool = False
   utterances: bool = False  # each utterance's embedding (MERLIN)
   dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
+  reasoner: str = 'rules'   # whose reading of the words is tabulated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +274,9 @@ class JaxObservation:
   dialogue_node: jax.Array    # [] int32 and after the turn
   dialogue_found: jax.Array   # [] bool
   asked: jax.Array        # [] int32 the question's attribute (-1 none)
+  # [] int32 the reasoner's reading of the user's decision from the words
+  # (``frames.LABELS`` index; -1 none).
+  label: jax.Array = None
 
 
 def _channel_codes(plan):
@@ -356,6 +360,7 @@ class _JitDriver:
         simulated_user.NEGATIVE_REWRITE_PREFIX)[prefix]
     mentions = jnp.where(named, target_attrs, -1)
     word, found = jnp.asarray(-1, jnp.int32), jnp.asarray(True)
+    label = jnp.asarray(-1, jnp.int32)
     utterance = jnp.zeros((1,), jnp.float32)
     dialogue, node, dialogue_found = utterance, carry.dialogue, found
     if self.config.words:
@@ -363,7 +368,7 @@ class _JitDriver:
       # values, until the host has tabulated this decision).
       word = words_lib.key(self.query, turn, action, named, prefix,
                            self.config.loop.num_turns)
-      found, parsed, parsed_negative, utterance = words_lib.lookup(
+      found, parsed, parsed_negative, utterance, label = words_lib.lookup(
           *self.shared.words, word)
       mentions = jnp.where(found, parsed, mentions)
       negative = jnp.where(found, parsed_negative, negative)
@@ -377,7 +382,7 @@ class _JitDriver:
         reference=self.reference, action=action, word=word,
         word_found=found, utterance=utterance, dialogue=dialogue,
         dialogue_parent=carry.dialogue, dialogue_node=node,
-        dialogue_found=dialogue_found, asked=carry.question)
+        dialogue_found=dialogue_found, asked=carry.question, label=label)
 
   def plan(self, carry, obs, active):
     method_state, plan = self.config.form.step(carry.method, obs)
@@ -601,31 +606,46 @@ def _over_sessions(config, chunk_size, mesh):
 
 
 def sim_config(method: methods_base.Method, base: ranking.LoopConfig,
-               user: simulated_user.UserConfig, composer) -> SimConfig:
+               user: simulated_user.UserConfig, composer,
+               reasoner: str = 'rules', sigma: str = 'rules') -> SimConfig:
+  """``reasoner``: the host backend whose reading the jitted mode
+  reproduces ('rules': the lexicon; another: its reader, so the words are
+  always tabulated, read by ``word_table``'s ``parse``); ``sigma``: its
+  Reflector's rule (``JaxForm.sigma_rule``)."""
   needs = getattr(method.jax_form, 'needs', ())
   asks = getattr(method.jax_form, 'question', None) is not None
+  form = method.jax_form
+  if hasattr(form, 'sigma_rule'):
+    form = dataclasses.replace(form, sigma_rule=sigma)
   return SimConfig(loop=method.ranking(base),
                    user=dataclasses.replace(user, draws='jax'),
-                   form=method.jax_form, composer=composer,
+                   form=form, composer=composer, reasoner=reasoner,
                    # Answers' words are always read from the table.
                    words=(user.language != 'lexicon' or user.noise_rate > 0
-                          or bool(needs) or asks),
+                          or bool(needs) or asks or reasoner != 'rules'),
                    utterances='utterances' in needs,
                    dialogues='dialogues' in needs)
 
 
-def word_table(env: SimEnvironment, config: SimConfig, seed: int):
+def word_table(env: SimEnvironment, config: SimConfig, seed: int,
+               parse=None, label=None):
   """The ``words.WordTable`` of ``config``'s user and ``seed`` (None when
-  its words need no tabulating)."""
+  its words need no tabulating). ``parse``: what ``config.reasoner``
+  reads the words with; required to make the table of a reasoner other
+  than 'rules' (later calls find it made); ``label``: its reading of the
+  user's decision (``words -> frames.LABELS`` index), if it has one."""
   if not config.words:
     return None
-  key = (config.user, seed, config.loop.num_turns)
+  key = (config.user, seed, config.loop.num_turns, config.reasoner)
   if key not in env.word_tables:
+    if config.reasoner != 'rules' and parse is None:
+      raise ValueError(f'the word table of reasoner {config.reasoner!r} '
+                       'needs the parse it reads the words with')
     arrays = env.arrays
     env.word_tables[key] = words_lib.WordTable(
         simulated_user.SimulatedUser(config.user, seed),
         np.asarray(arrays.attributes), np.asarray(arrays.target),
-        config.loop.num_turns)
+        config.loop.num_turns, parse=parse, label=label)
   table = env.word_tables[key]
   if config.utterances:  # shared with the methods that do not need them
     table.hold_embeddings(env.encode_text, int(env.arrays.gallery.shape[1]))
@@ -637,7 +657,8 @@ def dialogue_table(env: SimEnvironment, config: SimConfig, seed: int):
   unless the method reads the joined dialogue)."""
   if not config.dialogues:
     return None
-  key = ('dialogues', config.user, seed, config.loop.num_turns)
+  key = ('dialogues', config.user, seed, config.loop.num_turns,
+         config.reasoner)
   if key not in env.word_tables:
     env.word_tables[key] = words_lib.DialogueTable(
         env.modification_texts, word_table(env, config, seed),

@@ -53,6 +53,8 @@ class Observation:
                                     # the rank-cap transplants' sigma)
   shown: np.ndarray                 # [B] int gallery id of the shown top-1
   shown_caption: tuple[str, ...]    # [B] its caption in Progress Memory
+  # [B] the question shown with that list (None: none); () when unknown.
+  question: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

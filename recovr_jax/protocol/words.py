@@ -67,11 +67,11 @@ def decode(k: int, num_turns: int):
   return query, turn, action, named, prefix
 
 
-def lookup(keys, mentions, negative, embedding, k):
-  """``(found, mentions [A], negative, embedding [D])`` of key ``k`` in
-  sorted ``keys``."""
+def lookup(keys, mentions, negative, embedding, label, k):
+  """``(found, mentions [A], negative, embedding [D], label)`` of key
+  ``k`` in sorted ``keys``."""
   i = jnp.minimum(jnp.searchsorted(keys, k), keys.shape[0] - 1)
-  return keys[i] == k, mentions[i], negative[i], embedding[i]
+  return keys[i] == k, mentions[i], negative[i], embedding[i], label[i]
 
 
 class WordTable:
@@ -85,8 +85,13 @@ class WordTable:
   """
 
   def __init__(self, user, attributes, target, num_turns: int,
-               encode_text=None, dim: int = 1):
+               encode_text=None, dim: int = 1, parse=None, label=None):
     self._user = user
+    # What the reasoner reads the words with (default: the lexicon), and
+    # its reading of the user's decision (a ``frames.LABELS`` index; None:
+    # none, -1 in the table).
+    self._parse = parse or lexicon.parse
+    self._label = label
     self._attributes = np.asarray(attributes)
     self._target = np.asarray(target)
     self._turns = num_turns
@@ -108,9 +113,10 @@ class WordTable:
       words = self._user.words(query, turn, action, named, prefix,
                                self._attributes[self._target[query]])
       row = np.full(NUM_ATTRIBUTES, -1, np.int32)
-      for a, v in lexicon.parse(words).items():
+      for a, v in self._parse(words).items():
         row[a] = v
-      self._entries[k] = (row, rules.has_negative_marker(words), words)
+      self._entries[k] = (row, rules.has_negative_marker(words), words,
+                          -1 if self._label is None else self._label(words))
     if new and self._encode is not None:
       vectors = np.asarray(self._encode([self._entries[k][2] for k in new]),
                            np.float32)
@@ -137,8 +143,8 @@ class WordTable:
 
   def arrays(self):
     """``(keys [C] int32 sorted, mentions [C, A] int32, negative [C]
-    bool, embedding [C, D] float32)`` (``D`` 1, zeros, without
-    ``encode_text``), padded to a power-of-two capacity ``C`` (so the
+    bool, embedding [C, D] float32, label [C] int32)`` (``D`` 1, zeros,
+    without ``encode_text``; label -1 without a label reader), padded to a power-of-two capacity ``C`` (so the
     jitted run recompiles only when the table outgrows it)."""
     if self._arrays is None:
       capacity = _capacity(len(self._entries))
@@ -146,13 +152,14 @@ class WordTable:
       mentions = np.full((capacity, NUM_ATTRIBUTES), -1, np.int32)
       negative = np.zeros(capacity, bool)
       embedding = np.zeros((capacity, self._dim), np.float32)
+      label = np.full(capacity, -1, np.int32)
       for i, k in enumerate(sorted(self._entries)):
         keys[i] = k
-        mentions[i], negative[i], _ = self._entries[k]
+        mentions[i], negative[i], _, label[i] = self._entries[k]
         if self._encode is not None:
           embedding[i] = self._embedding[k]
       self._arrays = tuple(jnp.asarray(x) for x in (keys, mentions, negative,
-                                                    embedding))
+                                                    embedding, label))
     return self._arrays
 
 
@@ -166,7 +173,8 @@ def empty_arrays():
   """A table of nothing (runs whose words need no tabulating)."""
   return (jnp.full((1,), _EMPTY_KEY, jnp.int32),
           jnp.full((1, NUM_ATTRIBUTES), -1, jnp.int32),
-          jnp.zeros((1,), bool), jnp.zeros((1, 1), jnp.float32))
+          jnp.zeros((1,), bool), jnp.zeros((1, 1), jnp.float32),
+          jnp.full((1,), -1, jnp.int32))
 
 
 SEPARATOR = ' [SEP] '  # IVR's (methods.ivr.SEPARATOR)

@@ -81,7 +81,8 @@ class ChatLMReasoner(flax_lm.LMReasoner):
                wording: int = 1, examples=None, system: bool = True,
                constrained_decoding: bool = True, dtype: str = 'float32',
                adapter: str | None = None, preprocess=None,
-               limits: constrained.Limits = constrained.Limits()):
+               limits: constrained.Limits = constrained.Limits(),
+               reflect_literals: dict | None = None):
     """Loads ``model_dir`` (and merges ``adapter`` if given).
 
     Args:
@@ -98,6 +99,10 @@ class ChatLMReasoner(flax_lm.LMReasoner):
       adapter: a LoRA adapter directory (``reasoning.lora``).
       preprocess: optional ``request -> request`` before prompting.
       limits: token budgets of the constrained grammar.
+      reflect_literals: attribute -> values: under constrained decoding the
+        Reflector's keep / avoid items are these ``'attribute: value'``
+        literals (one kept value per attribute, keep and avoid disjoint);
+        ``None``: free-text items (real data).
     """
     from transformers import AutoTokenizer, LlamaConfig  # pylint: disable=g-import-not-at-top,g-multiple-import
     from transformers.models.llama import modeling_flax_llama  # pylint: disable=g-import-not-at-top
@@ -135,6 +140,9 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     self.strict = constrained_decoding  # an invalid reply would be a bug
     self.dtype = dtype
     self.limits = limits
+    self.reflect_literals = (None if reflect_literals is None else
+                             {str(a): tuple(str(v) for v in values)
+                              for a, values in reflect_literals.items()})
     self.stats = {m: collections.Counter() for m in schemas.MODULES}
     self.timing = collections.Counter()
     self._reported = 0.0  # generation seconds at the last progress line
@@ -183,7 +191,8 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     leads, grammars = [], []
     for _ in requests:
       if use_grammar:
-        lead, gen = constrained.grammar(module, self.vocab, self.limits)
+        lead, gen = constrained.grammar(module, self.vocab, self.limits,
+                                        literals=self.reflect_literals)
         steps = constrained.max_steps(module, self.limits)
       else:
         lead = '' if lead_override is None else lead_override
@@ -261,7 +270,8 @@ DEFAULT_ADAPTER_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
 def make(backend: str, fallback, checkpoint=None, examples=None,
          few_shot: int | None = None, wording: int = 1,
          dtype: str = 'float32', constrained_decoding: bool = True,
-         batch_size: int = 16, preprocess=None) -> ChatLMReasoner:
+         batch_size: int = 16, preprocess=None,
+         reflect_literals: dict | None = None) -> ChatLMReasoner:
   """The ``smollm2`` (zero-shot, ``few_shot`` examples, default 3) or
   ``smollm2_world`` (the shipped LoRA adapter, prompted as it was trained:
   no system message, default 0 examples) reasoner.
@@ -293,4 +303,5 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
   return ChatLMReasoner(model_dir, fallback, batch_size=batch_size,
                         wording=wording, examples=chosen, system=system,
                         constrained_decoding=constrained_decoding,
-                        dtype=dtype, adapter=adapter, preprocess=preprocess)
+                        dtype=dtype, adapter=adapter, preprocess=preprocess,
+                        reflect_literals=reflect_literals)

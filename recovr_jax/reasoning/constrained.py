@@ -136,6 +136,35 @@ def _list(vocab, after: str, max_items: int, max_tokens: int):
     _, tag = yield from _string(vocab, closers, max_tokens, nonempty=True)
 
 
+def _literal_list(vocab, after: str, literals: dict, max_items: int,
+                  taken=frozenset(), one_per_attribute: bool = False):
+  """Generator for a JSON list already opened by '[' whose items are
+  ``'attribute: value'`` literals of ``literals`` (attribute -> values):
+  each chosen as an attribute, then one of its values, never a pair in
+  ``taken``, never twice, and with ``one_per_attribute`` at most one value
+  per attribute. Returns the chosen ``(attribute, value)`` pairs."""
+  chosen = []
+
+  def open_attributes():
+    used = {a for a, _ in chosen}
+    return [a for a, values in literals.items()
+            if not (one_per_attribute and a in used) and any(
+                (a, v) not in taken and (a, v) not in chosen for v in values)]
+
+  opener, closer = '"', ']' + after
+  while True:
+    attrs = open_attributes() if len(chosen) < max_items else []
+    _, attribute = yield from _choose(
+        vocab, [(f'{opener}{a}: ', a) for a in attrs] + [(closer, None)])
+    if attribute is None:
+      return chosen
+    values = [v for v in literals[attribute]
+              if (attribute, v) not in taken and (attribute, v) not in chosen]
+    _, value = yield from _choose(vocab, [(v, v) for v in values])
+    chosen.append((attribute, value))
+    opener, closer = '", "', '"]' + after
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
   string_tokens: int = 40      # per free string field
@@ -143,9 +172,15 @@ class Limits:
   list_items: int = 8          # per list
 
 
-def grammar(module: str, vocab: Vocabulary, limits: Limits = Limits()):
+def grammar(module: str, vocab: Vocabulary, limits: Limits = Limits(),
+            literals: dict | None = None):
   """``(lead, generator)``: the reply's forced opening text (appended to the
-  prompt) and a generator that yields ``Step``s and receives tokens."""
+  prompt) and a generator that yields ``Step``s and receives tokens.
+
+  ``literals`` (``reflect`` only; attribute -> its values): the keep and
+  avoid items are ``'attribute: value'`` literals of that closed set, at
+  most one kept value per attribute, no item twice, keep and avoid
+  disjoint (the embedded world; on free text ``None``)."""
   if module in ('intent', 't2v_init'):
     def gen():
       if module == 'intent':
@@ -162,9 +197,16 @@ def grammar(module: str, vocab: Vocabulary, limits: Limits = Limits()):
     def gen():
       yield from _choose(vocab, [(f'{s}", "keep": [', s)
                                  for s in schemas.SIGMAS])
-      yield from _list(vocab, ', "avoid": [', limits.list_items,
-                       limits.item_tokens)
-      yield from _list(vocab, '}', limits.list_items, limits.item_tokens)
+      if literals is None:
+        yield from _list(vocab, ', "avoid": [', limits.list_items,
+                         limits.item_tokens)
+        yield from _list(vocab, '}', limits.list_items, limits.item_tokens)
+        return
+      keep = yield from _literal_list(vocab, ', "avoid": [', literals,
+                                      limits.list_items,
+                                      one_per_attribute=True)
+      yield from _literal_list(vocab, '}', literals, limits.list_items,
+                               taken=frozenset(keep))
     return '{"sigma": "', gen()
   raise ValueError(f'unknown reasoning module {module!r}')
 

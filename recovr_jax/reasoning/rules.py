@@ -11,7 +11,20 @@ every model backend).
 A lexicon is any object with ``A`` (attribute names), ``QUESTIONS``
 (attribute name -> questions), ``parse(text) -> {attribute: value}``,
 ``canonical_description(attrs)``, ``canonical_edit(changes)``,
-``constraint(attribute, value)`` and ``parse_constraint(text)``.
+``constraint(attribute, value)``, ``parse_constraint(text)`` and
+``question_attribute(question)``.
+
+``RulesReasoner(lexicon, reader=...)`` reads the user's words (feedback,
+dialogues) with another reader (any object with ``parse``; e.g.
+``reasoning.grounding.GroundingReader``) while captions and modification
+texts, which are in the lexicon's words, are still read by the lexicon.
+``sigma='paper'``: the Reflector labels a turn as DESIGN section 10 maps the
+user's decisions (an edit of the shown video ``pos``, an answer to the
+question shown ``neu``, a rejection or fresh description ``neg``) instead of
+the rules' own rule (``pos`` only for a one-value edit), telling them apart
+by rule (relative feedback; an answer names exactly the attribute asked);
+``sigma='frames'``: the same mapping of the decision a
+``frames.FrameClassifier`` reads off the words around the values.
 """
 
 import collections
@@ -19,6 +32,7 @@ import math
 
 import numpy as np
 
+from recovr_jax.reasoning import frames as frames_lib
 from recovr_jax.reasoning import schemas
 
 
@@ -70,14 +84,29 @@ class RulesReasoner(_Backend):
   """
 
   name = 'rules'
+  SIGMA_RULES = ('rules', 'paper', 'frames')
 
-  def __init__(self, lexicon):
+  def __init__(self, lexicon, reader=None, sigma: str = 'rules',
+               name: str | None = None, frames=None):
+    if sigma not in self.SIGMA_RULES:
+      raise ValueError(f'sigma must be one of {self.SIGMA_RULES}, got '
+                       f'{sigma!r}')
+    if (sigma == 'frames') != (frames is not None):
+      raise ValueError("sigma='frames' needs a frames classifier (and only "
+                       'it does)')
+    if frames is not None and not hasattr(reader, 'frame'):
+      raise ValueError("sigma='frames' needs a reader with frame(text)")
     self.lexicon = lexicon
+    self.reader = reader if reader is not None else lexicon
+    self.sigma_rule = sigma
+    self.frames = frames
+    if name is not None:
+      self.name = name
     self._parsed = {}
 
   def _read(self, r):
     """``(mentions, shown, changes, relative)`` of one request."""
-    mentions = self.lexicon.parse(r.feedback)
+    mentions = self.reader.parse(r.feedback)
     shown = self.lexicon.parse(r.shown_caption)
     changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
     negative = has_negative_marker(r.feedback)
@@ -111,8 +140,17 @@ class RulesReasoner(_Backend):
     out = []
     for r in requests:
       mentions, shown, changes, relative = self._read(r)
-      sigma = 'neg' if not relative else ('pos' if len(changes) <= 1
-                                          else 'neu')
+      if self.sigma_rule == 'frames':
+        label = self.frame_label(r.feedback)
+        if label == 'answer' and not getattr(r, 'question', None):
+          label = 'modify'  # no question shown: nothing to answer
+        sigma = frames_lib.SIGMA[label]
+      elif self.sigma_rule == 'paper':
+        sigma = 'neg' if not relative else (
+            'neu' if self._answers(r, mentions) else 'pos')
+      else:
+        sigma = 'neg' if not relative else ('pos' if len(changes) <= 1
+                                            else 'neu')
       keep = _constraints(self.lexicon, r.memory.keep)
       keep.update(mentions)
       avoid = [(a, v) for a, v in _constraint_pairs(self.lexicon,
@@ -126,6 +164,21 @@ class RulesReasoner(_Backend):
                            for a, v in sorted(keep.items())],
                   'avoid': [self.lexicon.constraint(a, v) for a, v in avoid]})
     return out
+
+  def frame_label(self, feedback: str) -> str:
+    """The frame classifier's reading of the user's decision
+    (``frames.LABELS``), from the words alone."""
+    values, frame = self.reader.frame(feedback)
+    return self.frames.label(frame, len(values))
+
+  def _answers(self, r, mentions) -> bool:
+    """Whether the feedback answers the question shown: it names exactly
+    the attribute the question asks about."""
+    question = getattr(r, 'question', None)
+    if not question:
+      return False
+    asked = self.lexicon.question_attribute(question)
+    return asked is not None and set(mentions) == {asked}
 
   def caption_values(self, captions) -> np.ndarray:
     """``[N, A]`` int32 attribute values each caption states (-1: none);
@@ -199,12 +252,16 @@ class RulesReasoner(_Backend):
 
   def rewrite(self, dialogue) -> list[str]:
     """Full-history rewriting: one edit from every utterance of each
-    session's dialogue (later mentions win); '' when none names anything."""
+    session's dialogue (the modification text first, then the user's
+    feedback; later mentions win); '' when none names anything."""
     out = []
     for utterances in dialogue:
       mentions = {}
-      for utterance in utterances:
-        mentions.update(self.lexicon.parse(utterance))
+      for k, utterance in enumerate(utterances):
+        # The first is the modification text (the dataset's, in the
+        # lexicon's words); the rest are the user's.
+        reader = self.lexicon if k == 0 else self.reader
+        mentions.update(reader.parse(utterance))
       out.append(self.lexicon.canonical_edit(mentions))
     return out
 

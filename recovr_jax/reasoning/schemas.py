@@ -49,6 +49,9 @@ class ReflectRequest:
   feedback: str
   shown_caption: str
   memory: SessionMemory
+  # The system's question shown with the list this feedback answers (None:
+  # none was asked): an answer to it is neither a rejection nor an edit.
+  question: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,8 +60,14 @@ def attribute_user(user, attributes):
 
 def make_reasoner(backend: str, checkpoint: str | None = None,
                   chat_options: dict | None = None, world_config=None,
-                  **kwargs):
+                  encode_text=None, **kwargs):
   """The world's reasoner of a backend name (``BACKENDS``).
+
+  ``grounded``: the rules reasoning reading the user through the grounding
+  reader (``world.reading``: the lexicon, the training phrasings, MiniLM
+  ``encode_text`` for the rest, its threshold fitted on the train split)
+  with the Reflector's sigma as DESIGN section 10 maps the user's decisions,
+  read by a frame classifier fitted on the train split.
 
   ``smollm2`` / ``smollm2_world`` (``reasoning.chat_lm.make`` with
   ``chat_options``) draw their few-shot examples from the training split.
@@ -75,6 +81,22 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
   fallback = rules.RulesReasoner(lexicon)
   if backend == 'rules':
     return fallback
+  if backend == 'grounded':
+    if encode_text is None:
+      raise ValueError('--reasoner=grounded needs the world\'s text encoder '
+                       '(encode_text)')
+    from recovr_jax.world import generator as world_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
+    world = world_lib.make_world(world_config or world_lib.WorldConfig())
+    reader, fit = reading.grounding_reader(world, encode_text,
+                                           **reading.GROUNDED_OPTIONS)
+    frames = (reading.frame_classifier(world, reader)
+              if reading.GROUNDED_SIGMA == 'frames' else None)
+    reasoner = rules.RulesReasoner(lexicon, reader=reader,
+                                   sigma=reading.GROUNDED_SIGMA,
+                                   name='grounded', frames=frames)
+    reasoner.fit = {k: v for k, v in fit.items() if k != 'curve'}
+    return reasoner
   if backend == 'flax_lm':
     from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
     directory = pathlib.Path(checkpoint or
@@ -90,11 +112,22 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
     examples = reasoner_training.few_shot_examples(
         world_lib.make_world(world_config or world_lib.WorldConfig()),
         per_module=8)
+    # The Reflector's items are the world's literals (DESIGN section 10).
+    literals = {name: world_lib.VALUES[name] for name in world_lib.ATTRIBUTES}
     return chat_lm.make(backend, fallback, checkpoint, examples=examples,
                         preprocess=reasoner_training.preprocess,
-                        **(chat_options or {}))
+                        reflect_literals=literals, **(chat_options or {}))
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
                    f'{", ".join(BACKENDS)}')
 
 
-BACKENDS = ('rules', 'flax_lm', 'smollm2', 'smollm2_world')
+BACKENDS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world')
+
+
+def check_backends(backends) -> None:
+  """Raises ``ValueError`` naming the first of ``backends`` that is not
+  one of ``BACKENDS``."""
+  for b in backends:
+    if b not in BACKENDS:
+      raise ValueError(f'--backends: unknown backend {b!r}; valid: '
+                       f'{", ".join(BACKENDS)}')

@@ -82,6 +82,12 @@ def _words(text: str) -> list[str]:
   return re.findall(r"[a-z]+(?:-[a-z]+)?", text.lower())
 
 
+def words(text: str) -> list[str]:
+  """``text``'s words as the lexicon splits them (lower case, hyphenated
+  words kept whole), before the spelling fixer."""
+  return _words(text)
+
+
 _NOT_A_COUNT = frozenset(('this', 'that', 'the', 'which', 'no', 'any'))
 
 
@@ -111,9 +117,12 @@ def _distance(a: str, b: str, limit: int) -> int:
 
 
 @functools.lru_cache(maxsize=65536)
-def fix_spelling(word: str) -> str:
-  """The closest vocabulary word (distance 1; 2 for words of 6+ letters)."""
-  vocab = vocabulary()
+def fix_spelling(word: str, extra_vocabulary: frozenset = frozenset()
+                 ) -> str:
+  """The closest vocabulary word (distance 1; 2 for words of 6+ letters);
+  ``extra_vocabulary``: more words a reader knows (kept, and fixed to)."""
+  vocab = vocabulary() | extra_vocabulary if extra_vocabulary else (
+      vocabulary())
   if word in vocab:
     return word
   limit = 2 if len(word) >= 6 else 1
@@ -130,24 +139,66 @@ def parse(text: str) -> dict[int, int]:
 
   Later mentions of the same attribute win.
   """
-  words = [fix_spelling(w) for w in _words(text)]
+  return {a: v for a, v, _, _ in parse_spans(text)[0]}
+
+
+def parse_spans(text: str, extra=None, keep: frozenset = frozenset()):
+  """``(mentions, words)``: ``words`` are ``text``'s words as read (after
+  the spelling fixer) and ``mentions`` the ``(attribute, value, start,
+  end)`` of each phrase read, in order (``words[start:end]``); the words
+  outside every span are what the lexicon could not read.
+
+  ``extra``: an ``ExtraPhrases`` a reader learnt (its phrases read like the
+  lexicon's, its words known to the spelling fixer); ``keep``: words the
+  spelling fixer leaves alone (a reader's dictionary of real words, so
+  "descending" is not fixed to "ascending")."""
+  known = extra.vocabulary if extra is not None else frozenset()
+  words = [w if w in keep else fix_spelling(w, known) for w in _words(text)]
   table = phrase_table()
   longest = max(len(k) for k in table)
-  found = {}
+  if extra is not None:
+    longest = max(longest, extra.longest)
+  found = []
   i = 0
   while i < len(words):
     for n in range(min(longest, len(words) - i), 0, -1):
-      hit = table.get(tuple(words[i:i + n]))
+      key = tuple(words[i:i + n])
+      hit = table.get(key)
+      if extra is not None and key in extra.table:
+        hit = extra.table[key]
       if hit is not None and n == 1 and words[i] == 'one' and i and (
           words[i - 1] in _NOT_A_COUNT):
         hit = None  # "not this one" names no count
       if hit is not None:
-        found[hit[0]] = hit[1]
+        found.append((hit[0], hit[1], i, i + n))
         i += n
         break
     else:
       i += 1
-  return found
+  return found, words
+
+
+class ExtraPhrases:
+  """Phrases a reader knows beyond the lexicon: ``{word tuple: (attribute,
+  value)}``, each also under its content words ("at golden hour" and
+  "golden hour"); they win over a lexicon phrase of the same words."""
+
+  def __init__(self, phrases):
+    self.table = {}
+    for text, attribute, value in phrases:
+      words = tuple(_words(text))
+      for key in (words, tuple(w for w in words
+                               if w not in _FUNCTION_WORDS)):
+        if key:
+          self.table[key] = (int(attribute), int(value))
+    self.longest = max((len(k) for k in self.table), default=1)
+    self.vocabulary = frozenset(w for k in self.table for w in k)
+
+
+def is_function_word(word: str) -> bool:
+  """Whether ``word`` is one of the lexicon's function words (frames,
+  determiners, the attribute names themselves), which name no value."""
+  return word in _FUNCTION_WORDS
 
 
 def describe(rng: np.random.Generator, attrs, subset) -> str:
@@ -256,6 +307,27 @@ _CANONICAL_EDIT = {
     'background': 'change the background to {}',
     'lighting': 'change the lighting to {}', 'size': 'make them {}',
 }
+
+
+def parse_edit(text: str) -> dict[int, int]:
+  """What an edit states: ``canonical_edit``'s parts read back exactly
+  (its bare value names, e.g. "change the lighting to day", are not all
+  lexicon phrases), any other part read by ``parse``."""
+  found = {}
+  for part in text.split(' and '):
+    for a, name in enumerate(A):
+      head, _, tail = _CANONICAL_EDIT[name].partition('{}')
+      if part.startswith(head) and part.endswith(tail):
+        word = part[len(head):len(part) - len(tail)]
+        if name == 'shape':
+          word = next((v for v, pairs in world_lib.SHAPE_WORDS.items()
+                       if pairs[0][0] == word), None)
+        if word in world_lib.VALUES[name]:
+          found[a] = world_lib.VALUES[name].index(word)
+          break
+    else:
+      found.update(parse(part))
+  return found
 
 
 def canonical_edit(changes: dict[int, int]) -> str:

@@ -68,10 +68,14 @@ class UserConfig:
   draws: str = 'numpy'         # one of DRAWS
   style: str = 'template'      # one of STYLES
   language: str = 'lexicon'    # one of LANGUAGES
+  # Under language 'own': 'all' of the bank, or only the phrasings a
+  # training set may use ('train'; user_language.PHRASINGS).
+  phrasings: str = 'all'
 
   def __post_init__(self):
     for name, valid in (('draws', DRAWS), ('style', STYLES),
-                        ('language', LANGUAGES)):
+                        ('language', LANGUAGES),
+                        ('phrasings', user_language.PHRASINGS)):
       if getattr(self, name) not in valid:
         raise ValueError(f'unknown user {name} {getattr(self, name)!r}; '
                          f'valid choices: {", ".join(valid)}')
@@ -236,15 +240,17 @@ class SimulatedUser:
     elif action == 'modify':
       mask = np.zeros(world_lib.NUM_ATTRIBUTES, bool)
       mask[named] = True
-      edit = user_language.edit_text if own else world_lib.edit_text
-      text = str(rng.choice(_MODIFY_PREFIX)) + edit(rng, target, mask)
+      text = str(rng.choice(_MODIFY_PREFIX)) + (
+          user_language.edit_text(rng, target, mask, cfg.phrasings) if own
+          else world_lib.edit_text(rng, target, mask))
     elif action == 'rewrite':
       if rewrite_prefix is None:
         rewrite_prefix = str(rng.choice(_REWRITE_PREFIX))
-      describe = user_language.describe if own else lexicon.describe
-      text = rewrite_prefix + describe(rng, target, named)
+      text = rewrite_prefix + (
+          user_language.describe(rng, target, named, cfg.phrasings) if own
+          else lexicon.describe(rng, target, named))
     elif own:
-      text = user_language.answer(rng, target, named)
+      text = user_language.answer(rng, target, named, cfg.phrasings)
     else:
       text = str(rng.choice(_ANSWER_TEMPLATES)).format(
           lexicon.describe(rng, target, named))

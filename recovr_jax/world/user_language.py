@@ -8,9 +8,18 @@ Every phrase is drawn uniformly from the bank, so a description naming
 several attributes is rarely read back exactly; what a reasoner makes of the
 rest (a wrong spelling fix, a missed mention) is its real error.
 ``held_out_vocabulary`` lists the words no lexicon phrase contains.
+
+Phrasings (DESIGN section 10): the bank's own phrases of each value are
+split once, by ``PHRASING_SEED``, into phrasings a reader's training may use
+and phrasings held out from every training set (half of each value's own
+phrases, rounded down, at least one). ``phrasings='train'`` draws only from
+the caption words and the training phrasings (the user a training set or a
+threshold fit may meet); ``'all'`` (every run's user) from the whole bank.
+``phrasing_of`` says which kind of phrase stated a named value.
 """
 
 import functools
+import re
 
 import numpy as np
 
@@ -63,17 +72,80 @@ _SIZES = {
 }
 
 
-def _bank(known, held_out):
-  return {v: tuple(known[v]) + tuple(held_out[v]) for v in known}
+# The user's words per attribute: the world's caption words, its own.
+_KNOWN = {'shape': world_lib.SHAPE_WORDS, 'colour': world_lib.COLOUR_WORDS,
+          'count': world_lib.COUNT_WORDS, 'motion': world_lib.MOTION_WORDS,
+          'background': world_lib.BACKGROUND_WORDS,
+          'lighting': world_lib.LIGHTING_WORDS, 'size': world_lib.SIZE_WORDS}
+_OWN = {'shape': _SHAPES, 'colour': _COLOURS, 'count': _COUNTS,
+        'motion': _MOTIONS, 'background': _PLACES, 'lighting': _LIGHTS,
+        'size': _SIZES}
+PHRASINGS = ('all', 'train')
+PHRASING_SEED = 25  # fixed once (issue 25); never tuned
+KINDS = ('lexicon', 'train', 'held_out')  # what ``phrasing_of`` returns
 
 
-SHAPE = _bank(world_lib.SHAPE_WORDS, _SHAPES)
-COLOUR = _bank(world_lib.COLOUR_WORDS, _COLOURS)
-COUNT = _bank(world_lib.COUNT_WORDS, _COUNTS)
-MOTION = _bank(world_lib.MOTION_WORDS, _MOTIONS)
-PLACE = _bank(world_lib.BACKGROUND_WORDS, _PLACES)
-LIGHT = _bank(world_lib.LIGHTING_WORDS, _LIGHTS)
-SIZE = _bank(world_lib.SIZE_WORDS, _SIZES)
+@functools.cache
+def held_out_phrasings() -> frozenset:
+  """``(attribute, value, phrase)`` of the own phrases held out from every
+  training set: per value, ``len // 2`` (at least one) of its own phrases,
+  chosen by one permutation seeded by ``PHRASING_SEED``. A shape's phrase
+  is its ``(singular, plural)`` pair."""
+  rng = np.random.default_rng(PHRASING_SEED)
+  out = set()
+  for name in A:
+    for value, phrases in _OWN[name].items():
+      order = rng.permutation(len(phrases))
+      for i in order[:max(1, len(phrases) // 2)]:
+        out.add((name, value, phrases[int(i)]))
+  return frozenset(out)
+
+
+@functools.cache
+def bank(name: str, phrasings: str = 'all') -> dict:
+  """``value -> phrases`` the user draws from for attribute ``name``:
+  the caption words, then its own (``'train'``: without the held-out
+  ones)."""
+  if phrasings not in PHRASINGS:
+    raise ValueError(f'unknown phrasings {phrasings!r}; valid: '
+                     f'{", ".join(PHRASINGS)}')
+  held = held_out_phrasings()
+  return {v: tuple(_KNOWN[name][v]) + tuple(
+      p for p in _OWN[name][v]
+      if phrasings == 'all' or (name, v, p) not in held)
+          for v in _KNOWN[name]}
+
+
+SHAPE = bank('shape')
+COLOUR = bank('colour')
+COUNT = bank('count')
+MOTION = bank('motion')
+PLACE = bank('background')
+LIGHT = bank('lighting')
+SIZE = bank('size')
+
+
+def _surfaces(phrase) -> tuple[str, ...]:
+  return phrase if isinstance(phrase, tuple) else (phrase,)
+
+
+def phrasing_of(attribute: int, value: int, text: str) -> str | None:
+  """Which kind of phrase (``KINDS``) states ``attribute = value`` in the
+  user's clean ``text``: the longest of the value's bank phrases found as
+  whole words (so "sky-blue" is not read as "blue"); ``None``: none."""
+  name = A[attribute]
+  v = world_lib.VALUES[name][value]
+  held = held_out_phrasings()
+  text = text.lower()
+  best, kind = '', None
+  for phrase in bank(name)[v]:
+    for surface in _surfaces(phrase):
+      if len(surface) > len(best) and re.search(
+          r'(?<![a-z-])' + re.escape(surface.lower()) + r'(?![a-z-])', text):
+        best = surface
+        kind = ('held_out' if (name, v, phrase) in held else
+                'lexicon' if phrase in _KNOWN[name][v] else 'train')
+  return kind
 
 
 def _pick(rng, options):
@@ -84,9 +156,11 @@ def _value(attribute: int, attrs) -> str:
   return world_lib.VALUES[A[attribute]][int(attrs[attribute])]
 
 
-def describe(rng: np.random.Generator, attrs, subset) -> str:
+def describe(rng: np.random.Generator, attrs, subset,
+             phrasings: str = 'all') -> str:
   """A description of ``attrs`` naming the attributes in ``subset``, in the
-  user's words and one of the user's word orders."""
+  user's words (``phrasings``) and one of the user's word orders."""
+  SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(phrasings)  # pylint: disable=invalid-name,redefined-outer-name
   names = {A[a] for a in subset}
   v = {A[a]: _value(a, attrs) for a in range(len(A))}
   subject = []
@@ -120,8 +194,15 @@ def describe(rng: np.random.Generator, attrs, subset) -> str:
   return ' '.join(p for p in parts if p).strip(' ,;')
 
 
-def edit_phrase(rng: np.random.Generator, attribute: int, value: int) -> str:
+def _banks(phrasings):
+  return tuple(bank(name, phrasings) for name in (
+      'shape', 'colour', 'count', 'motion', 'background', 'lighting', 'size'))
+
+
+def edit_phrase(rng: np.random.Generator, attribute: int, value: int,
+                phrasings: str = 'all') -> str:
   """A relative edit setting ``attribute`` to ``value``, in the user's words."""
+  SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(phrasings)  # pylint: disable=invalid-name,redefined-outer-name
   name = A[attribute]
   v = world_lib.VALUES[name][value]
   if name == 'shape':
@@ -153,19 +234,22 @@ def edit_phrase(rng: np.random.Generator, attribute: int, value: int) -> str:
                      f'I want them {word}'))
 
 
-def edit_text(rng: np.random.Generator, attrs, named) -> str:
+def edit_text(rng: np.random.Generator, attrs, named,
+              phrasings: str = 'all') -> str:
   """A relative edit naming ``named`` attributes' values in ``attrs``."""
-  phrases = [edit_phrase(rng, int(a), int(attrs[a]))
+  phrases = [edit_phrase(rng, int(a), int(attrs[a]), phrasings)
              for a in rng.permutation(np.flatnonzero(named))]
   if len(phrases) == 1:
     return phrases[0]
   return _pick(rng, (' and ', ', ', '; also ', ', plus ')).join(phrases)
 
 
-def answer(rng: np.random.Generator, attrs, named) -> str:
+def answer(rng: np.random.Generator, attrs, named,
+           phrasings: str = 'all') -> str:
   """An answer to a question, naming ``named`` in the user's words."""
   return _pick(rng, ('{}', 'I want {}', 'it should be {}', '{}, please',
-                     'I think {}')).format(describe(rng, attrs, named))
+                     'I think {}')).format(describe(rng, attrs, named,
+                                                    phrasings))
 
 
 @functools.cache

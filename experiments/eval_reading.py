@@ -1,0 +1,86 @@
+r"""The reading benchmark: how well each backend's Intent Decomposer and
+State Reflector read the simulated user (issue 25; DESIGN section 10).
+
+    python -m experiments.eval_reading --backends=rules,grounded \
+        --output_json=results/reading.json --output_md=results/reading.md
+
+Requests are drawn as ``experiments.run`` draws them for ReCoVR (every run
+flag applies; the default benchmark: captioner captions, the paper's user in
+its own words), test split, the first --num_sessions queries (default 200),
+once per --noise_rates value. Ground truth is the simulator's: the values an
+utterance names, the values it changes and its label of the turn as sigma.
+Columns: named values stated by the caption words or training phrasings
+(``train``), by held-out phrasings (``held_out``), and all. Definitions:
+``recovr_jax/experiment/reading.py`` and docs/reading.md.
+"""
+
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from experiments import outputs
+from experiments import run
+from recovr_jax.experiment import reading
+from recovr_jax.experiment import runner
+from recovr_jax.world import environment
+
+_BACKENDS = flags.DEFINE_list(
+    'backends', ['rules', 'grounded'],
+    f'Backends to evaluate; valid: {", ".join(environment.BACKENDS)}.')
+_NOISE = flags.DEFINE_list(
+    'noise_rates', ['0', '0.1'],
+    'User surface-noise rates, one evaluation each (in [0, 1]).')
+_JSON = flags.DEFINE_string('output_json', 'results/reading.json',
+                            'Where to write the report (JSON).')
+_DEFAULT_SESSIONS = 200
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  try:
+    environment.check_backends(_BACKENDS.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  try:
+    rates = [float(x) for x in _NOISE.value]
+  except ValueError as e:
+    raise app.UsageError(f'--noise_rates: expected numbers, got '
+                         f'{",".join(_NOISE.value)}') from e
+  if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
+    raise app.UsageError(f'--noise_rates: each must be in [0, 1], got '
+                         f'{",".join(_NOISE.value)}')
+  logging.set_verbosity(logging.WARNING)
+  config = run.run_config()
+  if config.data != 'world':
+    raise app.UsageError('eval_reading reads the embedded world\'s '
+                         'simulated user: --data=world')
+  if config.simulation != 'host':
+    raise app.UsageError('eval_reading draws requests in the host loop: '
+                         '--simulation=host')
+  num = (flags.FLAGS.num_sessions
+         if not flags.FLAGS['num_sessions'].using_default_value
+         else _DEFAULT_SESSIONS)
+  if num is None or num < 1:
+    raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
+  run.use_compilation_cache(config)
+  built = runner.build(config)
+  report = {}
+  for backend in _BACKENDS.value:
+    report[backend] = {}
+    for rate in rates:
+      start = time.time()
+      report[backend][str(rate)] = reading.evaluate(built, config, backend,
+                                                    rate, num)
+      print(f'{backend} at noise {rate}: {time.time() - start:.0f}s',
+            flush=True)
+  outputs.write_markdown(reading.table(report))
+  outputs.write_json(_JSON.value, {
+      'num_sessions': num, 'user': str(config.user),
+      'sigma_of_action': reading.SIGMA_OF_ACTION, 'report': report})
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,260 @@
+"""The reading benchmark: how well a backend's Intent Decomposer and State
+Reflector read the simulated user (``experiments/eval_reading.py``).
+
+Requests are drawn exactly as a run draws them: ReCoVR's host loop on the
+run's environment (the default benchmark: captioner captions, the paper's
+user in its own words), the backend's own earlier replies as the session's
+memory, test-split sessions. Ground truth comes from the simulator for each
+utterance: the values it names, the values it changes (named values that
+differ from the shown video's true ones) and its label of the turn as sigma
+(DESIGN section 10: Modify ``pos``, Answer ``neu``, Rewrite ``neg``).
+
+Each named value is classed by the phrase that stated it
+(``user_language.phrasing_of`` on the clean words of the same decision):
+the caption words or a training phrasing (column ``train``) or a held-out
+phrasing (``held_out``). Per-utterance numbers (wrong values, sigma,
+contradictions) split utterances the same way: ``held_out`` when any named
+value was stated by a held-out phrasing.
+
+Metrics (``search`` is read by the world lexicon, ``edit`` by
+``lexicon.parse_edit``, which reads every canonical text the rules and
+grounded backends write back exactly):
+* intent ``recall``: named values stated in ``search``; ``edit_recall``:
+  changed values stated in ``edit``; ``precision``: values stated in
+  ``edit`` that the utterance names; ``wrong_per_turn``: values of a named
+  attribute stated in ``search`` or ``edit`` other than the named one, plus
+  values in ``edit`` of attributes the utterance does not name.
+* reflect ``recall``: named values in ``keep``; ``precision``: newly kept
+  values (not kept before the turn) that the utterance names;
+  ``wrong_per_turn``: newly kept values it does not name plus named values
+  put in ``avoid``; ``sigma_agreement``; ``contradictory_memories``: turns
+  whose memory keeps and avoids one value or keeps two values of one
+  attribute; ``unreadable_items``: memory items that are not the world's
+  ``attribute: value`` literals.
+"""
+
+import collections
+import dataclasses
+
+import numpy as np
+
+from recovr_jax import methods
+from recovr_jax.protocol import host
+from recovr_jax.world import environment as world_env
+from recovr_jax.world import lexicon
+from recovr_jax.world import simulated_user
+from recovr_jax.world import user_language
+
+SIGMA_OF_ACTION = {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'}
+SIGMAS = ('neg', 'neu', 'pos')
+COLUMNS = ('train', 'held_out', 'all')
+
+
+class _RecordingReasoner:
+  """A backend that keeps every intent / reflect request and reply."""
+
+  def __init__(self, inner):
+    self.inner = inner
+    self.log = {'intent': [], 'reflect': []}
+
+  def call(self, module, requests):
+    out = self.inner.call(module, requests)
+    if module in self.log:
+      self.log[module].extend(zip(requests, out.objects))
+    return out
+
+  def __getattr__(self, name):
+    return getattr(self.inner, name)
+
+
+@dataclasses.dataclass
+class Turn:
+  """One feedback turn's ground truth (never shown to a backend)."""
+  text: str
+  action: str
+  named: dict           # {attribute: value} the words name
+  changes: dict         # named values that differ from the shown video
+  kinds: dict           # attribute -> 'train' | 'held_out' (phrase kind)
+
+  @property
+  def column(self) -> str:
+    return 'held_out' if 'held_out' in self.kinds.values() else 'train'
+
+
+def _kind(attribute, value, clean_text):
+  kind = user_language.phrasing_of(attribute, value, clean_text)
+  return 'held_out' if kind == 'held_out' else 'train'
+
+
+def collect(env, reasoner, user_config, seed: int, sessions, base,
+            settings, batch_size: int = 100):
+  """``(turns, intents, reflects)`` of ReCoVR's sessions ``sessions`` on
+  ``env`` with ``reasoner``: aligned lists, one entry per feedback turn."""
+  user = simulated_user.SimulatedUser(user_config, seed=seed)
+  clean = simulated_user.SimulatedUser(dataclasses.replace(
+      user_config, noise_rate=0.0), seed=seed)
+  attributes = env.attributes
+  turns = []
+
+  def respond(session, turn, target, shown, question):
+    fb = user.respond(session, turn, target, shown, attributes[target],
+                      attributes[shown], question=question)
+    if fb.action != 'stop':
+      words = clean.respond(session, turn, target, shown, attributes[target],
+                            attributes[shown], question=question).text
+      turns.append(Turn(
+          text=fb.text, action=fb.action, named=dict(fb.mentioned),
+          changes={a: v for a, v in fb.mentioned.items()
+                   if attributes[shown][a] != v},
+          kinds={a: _kind(a, v, words) for a, v in fb.mentioned.items()}))
+    return fb
+
+  recording = _RecordingReasoner(reasoner)
+  from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                         encode_text=env.encode_text, compose=env.compose,
+                         reasoner=recording)
+  method = methods.make('recovr', settings)
+  sessions = np.asarray(sessions)
+  for i in range(0, len(sessions), batch_size):
+    host.run_batch(env, method, sessions[i:i + batch_size], respond, ctx,
+                   base)
+  intents = [o for _, o in recording.log['intent']]
+  reflects = recording.log['reflect']
+  if not len(turns) == len(intents) == len(reflects):
+    raise RuntimeError(f'reading benchmark: {len(turns)} user turns but '
+                       f'{len(intents)} intent and {len(reflects)} reflect '
+                       'requests; the loop did not ask once per turn')
+  for t, (request, _) in zip(turns, reflects):
+    if request.feedback != t.text:
+      raise RuntimeError('reading benchmark: requests out of step with the '
+                         f'user ({request.feedback!r} vs {t.text!r})')
+  return turns, intents, reflects
+
+
+def _items(items):
+  """``(pairs, unreadable)`` of memory items."""
+  pairs = [lexicon.parse_constraint(x) for x in items]
+  return [p for p in pairs if p is not None], sum(p is None for p in pairs)
+
+
+def score(turns, intents, reflects) -> dict:
+  """The reading metrics per column (see the module docstring)."""
+  c = {col: collections.Counter() for col in COLUMNS}
+
+  def add(cols, key, n=1):
+    for col in cols:
+      c[col][key] += n
+
+  for t, intent, (request, reflect) in zip(turns, intents, reflects):
+    utter = (t.column, 'all')
+    add(utter, 'turns')
+    search = lexicon.parse(intent['search'])
+    edit = lexicon.parse_edit(intent['edit'])
+    keep, bad_keep = _items(reflect['keep'])
+    avoid, bad_avoid = _items(reflect['avoid'])
+    before = set(_items(request.memory.keep)[0])
+    for a, v in t.named.items():
+      col = (t.kinds[a], 'all')
+      add(col, 'named')
+      add(col, 'intent_read', search.get(a) == v)
+      add(col, 'reflect_read', (a, v) in keep)
+    for a, v in t.changes.items():
+      col = (t.kinds[a], 'all')
+      add(col, 'changed')
+      add(col, 'edit_read', edit.get(a) == v)
+    add(utter, 'edit_values', len(edit))
+    add(utter, 'edit_named', sum(t.named.get(a) == v for a, v in edit.items()))
+    add(utter, 'intent_wrong',
+        sum(a in t.named and v != t.named[a] for a, v in search.items()) +
+        sum(t.named.get(a) != v for a, v in edit.items()))
+    new = [p for p in keep if p not in before]
+    add(utter, 'new_keep', len(new))
+    add(utter, 'new_keep_named', sum(t.named.get(a) == v for a, v in new))
+    add(utter, 'reflect_wrong',
+        sum(t.named.get(a) != v for a, v in new) +
+        sum(t.named.get(a) == v for a, v in avoid))
+    add(utter, 'sigma_right', reflect['sigma'] == SIGMA_OF_ACTION[t.action])
+    add(utter, f'sigma:{SIGMA_OF_ACTION[t.action]}>{reflect["sigma"]}')
+    kept = collections.Counter(a for a, _ in keep)
+    add(utter, 'contradictory',
+        bool(set(keep) & set(avoid)) or any(n > 1 for n in kept.values()))
+    add(utter, 'unreadable', bad_keep + bad_avoid)
+    add(utter, 'items', len(reflect['keep']) + len(reflect['avoid']))
+
+  def ratio(col, num, den):
+    return c[col][num] / c[col][den] if c[col][den] else None
+
+  out = {}
+  for col in COLUMNS:
+    out[col] = {
+        'turns': c[col]['turns'], 'named_values': c[col]['named'],
+        'intent': {
+            'recall': ratio(col, 'intent_read', 'named'),
+            'edit_recall': ratio(col, 'edit_read', 'changed'),
+            'precision': ratio(col, 'edit_named', 'edit_values'),
+            'wrong_per_turn': ratio(col, 'intent_wrong', 'turns')},
+        'reflect': {
+            'recall': ratio(col, 'reflect_read', 'named'),
+            'precision': ratio(col, 'new_keep_named', 'new_keep'),
+            'wrong_per_turn': ratio(col, 'reflect_wrong', 'turns'),
+            'sigma_agreement': ratio(col, 'sigma_right', 'turns'),
+            # simulator's label -> the Reflector's sigma -> turns
+            'sigma_confusion': {
+                label: {s: c[col][f'sigma:{label}>{s}'] for s in SIGMAS}
+                for label in SIGMAS},
+            'contradictory_memories': c[col]['contradictory'],
+            'unreadable_items': c[col]['unreadable'],
+            'items': c[col]['items']}}
+  out['actions'] = dict(collections.Counter(t.action for t in turns))
+  return out
+
+
+def evaluate(built, config, backend: str, noise_rate: float, num_sessions):
+  """The reading metrics of ``backend`` at ``noise_rate`` on the first
+  ``num_sessions`` test queries of ``built``'s environment."""
+  env = built.env
+  reasoner = world_env.make_reasoner(
+      backend, config.reasoner_checkpoint, world_config=config.world,
+      encode_text=env.encode_text)
+  user = dataclasses.replace(config.user, noise_rate=noise_rate)
+  sessions = np.arange(min(num_sessions, len(env.target)))
+  turns, intents, reflects = collect(env, reasoner, user, config.user_seed,
+                                     sessions, config.loop, config.settings,
+                                     config.batch_size)
+  out = score(turns, intents, reflects)
+  out['sessions'] = int(len(sessions))
+  fit = getattr(reasoner, 'fit', None)
+  if fit is not None:
+    out['threshold_fit'] = fit
+  return out
+
+
+def table(report: dict) -> str:
+  """A markdown table of ``{backend: {noise: metrics}}``."""
+  head = ('| backend | noise | phrasings | turns | named values | intent '
+          'recall | edit recall | edit precision | intent wrong/turn | '
+          'reflect recall | reflect precision | reflect wrong/turn | sigma '
+          'agreement | contradictory memories |')
+  lines = [head, '|' + '---|' * 3 + '---:|' * 11]
+
+  def pct(x):
+    return '-' if x is None else f'{100 * x:.1f}%'
+
+  def num(x):
+    return '-' if x is None else f'{x:.3f}'
+
+  for backend, by_noise in report.items():
+    for noise, metrics in by_noise.items():
+      for col in COLUMNS:
+        m = metrics[col]
+        i, r = m['intent'], m['reflect']
+        lines.append(
+            f'| {backend} | {noise} | {col} | {m["turns"]} | '
+            f'{m["named_values"]} | {pct(i["recall"])} | '
+            f'{pct(i["edit_recall"])} | {pct(i["precision"])} | '
+            f'{num(i["wrong_per_turn"])} | {pct(r["recall"])} | '
+            f'{pct(r["precision"])} | {num(r["wrong_per_turn"])} | '
+            f'{pct(r["sigma_agreement"])} | '
+            f'{r["contradictory_memories"]} |')
+  return '\n'.join(lines) + '\n'

@@ -1,0 +1,433 @@
+"""Reading the user: the phrasing split, the grounding reader, the paper's
+sigma mapping and the reading benchmark's metrics (issue 25)."""
+
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+import chex
+import numpy as np
+
+from recovr_jax.experiment import reading as reading_eval
+from recovr_jax.reasoning import frames
+from recovr_jax.reasoning import grounding
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import encoders
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import reading
+from recovr_jax.world import simulated_user
+from recovr_jax.world import user_language
+
+A = world_lib.ATTRIBUTES
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def attr(name):
+  return A.index(name)
+
+
+def value(name, v):
+  return world_lib.VALUES[name].index(v)
+
+
+class PhrasingSplitTest(absltest.TestCase):
+
+  def test_split_is_fixed_and_covers_every_value(self):
+    held = user_language.held_out_phrasings()
+    for name in A:
+      for v, phrases in user_language._OWN[name].items():  # pylint: disable=protected-access
+        out = [p for p in phrases if (name, v, p) in held]
+        self.assertLen(out, max(1, len(phrases) // 2), (name, v))
+        self.assertNotIn(out[0], user_language.bank(name, 'train')[v])
+        self.assertIn(out[0], user_language.bank(name, 'all')[v])
+    # Chosen once by the seed: the same set on every call.
+    user_language.held_out_phrasings.cache_clear()
+    self.assertEqual(held, user_language.held_out_phrasings())
+
+  def test_train_user_never_says_a_held_out_phrasing(self):
+    user = simulated_user.SimulatedUser(simulated_user.UserConfig(
+        style='paper', language='own', phrasings='train'), seed=3)
+    combos = world_lib.all_combos()
+    rng = np.random.default_rng(0)
+    kinds = set()
+    for i in range(300):
+      target, shown = combos[rng.choice(len(combos), 2, replace=False)]
+      fb = user.respond(i, 1, 0, 1, target, shown)
+      for a, v in fb.mentioned.items():
+        kinds.add(user_language.phrasing_of(a, v, fb.text))
+    self.assertNotIn('held_out', kinds)
+    self.assertContainsSubset({'lexicon', 'train'}, kinds)
+
+  def test_all_user_is_unchanged_by_the_split(self):
+    # The default bank is the whole bank, in its original order.
+    for name, table in (('colour', user_language.COLOUR),
+                        ('lighting', user_language.LIGHT)):
+      for v in table:
+        self.assertEqual(
+            table[v], tuple(user_language._KNOWN[name][v]) +  # pylint: disable=protected-access
+            tuple(user_language._OWN[name][v]))  # pylint: disable=protected-access
+
+  def test_phrasing_of_takes_the_longest_whole_phrase(self):
+    blue = (attr('colour'), value('colour', 'blue'))
+    self.assertEqual(user_language.phrasing_of(*blue, 'make it blue'),
+                     'lexicon')
+    kind = ('held_out' if ('colour', 'blue', 'sky-blue') in
+            user_language.held_out_phrasings() else 'train')
+    self.assertEqual(user_language.phrasing_of(*blue, 'rather sky-blue'),
+                     kind)
+    self.assertIsNone(user_language.phrasing_of(*blue, 'rather red'))
+
+  def test_bad_phrasings_named(self):
+    with self.assertRaisesRegex(ValueError, 'phrasings'):
+      simulated_user.UserConfig(phrasings='held_out')
+
+
+class _ToyEncoder:
+  """Fixed unit vectors per text (templates stripped); unknown texts get
+  a vector orthogonal to every known one."""
+
+  def __init__(self, table):
+    self.table = table
+    self.dim = 8
+
+  def __call__(self, texts):
+    out = []
+    for t in texts:
+      v = np.zeros(self.dim, np.float32)
+      if t in self.table:
+        v[:len(self.table[t])] = self.table[t]
+      else:
+        v[-1] = 1.0
+      out.append(v / np.linalg.norm(v))
+    return np.stack(out)
+
+
+class GroundingReaderTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    red, blue = value('colour', 'red'), value('colour', 'blue')
+    self.colour = attr('colour')
+    self.red, self.blue = red, blue
+    self.encoder = _ToyEncoder({
+        'crimson': [1, 0, 0], 'navy': [0, 1, 0], 'circle': [0, 0, 1],
+        'cobalt': [0.1, 0.9, 0], 'ruby': [0.6, 0.5, 0]})
+    self.protos = [grounding.Prototype(self.colour, red, 'crimson'),
+                   grounding.Prototype(self.colour, blue, 'navy'),
+                   grounding.Prototype(attr('shape'), 0, 'circle')]
+
+  def reader(self, threshold):
+    return grounding.GroundingReader(lexicon, self.encoder, self.protos,
+                                     threshold=threshold)
+
+  def test_lexicon_reads_first_and_unread_words_are_grounded(self):
+    r = self.reader(0.8)
+    found = r.parse('two cobalt squares')
+    self.assertEqual(found[self.colour], self.blue)
+    self.assertEqual(found[attr('count')], value('count', 'two'))
+    self.assertEqual(found[attr('shape')], value('shape', 'square'))
+    self.assertEqual(r.grounded, 1)
+
+  def test_threshold_decides(self):
+    # ruby: 0.77 to crimson, below 0.8 and above 0.7.
+    self.assertNotIn(self.colour, self.reader(0.8).parse('ruby squares'))
+    self.assertEqual(self.reader(0.7).parse('ruby squares')[self.colour],
+                     self.red)
+
+  def test_function_words_are_never_grounded(self):
+    encoder = _ToyEncoder({'crimson': [1, 0, 0], 'navy': [0, 1, 0],
+                           'circle': [0, 0, 1], 'please': [1, 0, 0]})
+    r = grounding.GroundingReader(lexicon, encoder, self.protos, 0.5)
+    self.assertTrue(lexicon.is_function_word('please'))
+    self.assertEqual(r.parse('please'), {})
+
+  def test_later_mention_wins(self):
+    r = self.reader(0.8)
+    self.assertEqual(r.parse('red, no wait, cobalt')[self.colour], self.blue)
+    self.assertEqual(r.parse('cobalt, no wait, red')[self.colour], self.red)
+
+  def test_leave_out_hides_the_span_own_prototype(self):
+    r = grounding.GroundingReader(
+        lexicon, self.encoder,
+        self.protos + [grounding.Prototype(self.colour, self.red, 'ruby')],
+        threshold=0.5)
+    _, cands = r.candidates('ruby things')
+    self.assertAlmostEqual(max(cands)[0], 1.0, places=5)
+    _, cands = r.candidates('ruby things', leave_out=True)
+    # Without its own prototype: crimson's similarity, 0.6 / |(0.6, 0.5)|.
+    self.assertAlmostEqual(max(cands)[0], 0.6 / np.hypot(0.6, 0.5), places=5)
+
+  def test_fit_threshold_maximises_right_minus_wrong(self):
+    r = self.reader(1.0)
+    texts = ['cobalt objects', 'ruby objects', 'ruby objects']
+    truths = [{self.colour: self.blue}, {self.colour: self.red},
+              {self.colour: self.red}]
+    fit = grounding.fit_threshold(r, texts, truths,
+                                  grid=[0.5, 0.7, 0.8, 0.95])
+    self.assertEqual(fit['threshold'], 0.7)  # reads all three
+    self.assertEqual((fit['right'], fit['wrong']), (3, 0))
+    with self.assertRaisesRegex(ValueError, 'truths'):
+      grounding.fit_threshold(r, texts, truths[:1])
+
+  def test_bad_arguments_named(self):
+    with self.assertRaisesRegex(ValueError, 'prototype'):
+      grounding.GroundingReader(lexicon, self.encoder, [], 0.5)
+    with self.assertRaisesRegex(ValueError, 'max_span'):
+      grounding.GroundingReader(lexicon, self.encoder, self.protos, 0.5,
+                                max_span=0)
+
+
+class MiniLMGroundingTest(absltest.TestCase):
+  """The shipped reader over the real MiniLM (fitted on a small sample)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.world = world_lib.make_world(world_lib.WorldConfig())
+    cls.encoder = encoders.TextEncoder()
+    cls.reader, cls.fit = reading.grounding_reader(
+        cls.world, cls.encoder, num=300, **reading.GROUNDED_OPTIONS)
+
+  def test_never_sees_a_held_out_phrasing(self):
+    held = {s for _, _, p in user_language.held_out_phrasings()
+            for s in (p if isinstance(p, tuple) else (p,))}
+    self.assertEmpty(held & {p.phrase for p in reading.prototypes('train')})
+    self.assertEmpty(held & {' '.join(k) for k in
+                             reading.training_phrases().table})
+    texts, truths = reading.training_utterances(self.world, 300)
+    for text, truth in zip(texts, truths):
+      for a, v in truth.items():
+        self.assertNotEqual(user_language.phrasing_of(a, v, text),
+                            'held_out', text)
+
+  def test_fit_uses_the_train_split_only(self):
+    test = set(np.flatnonzero(self.world.is_test))
+    combos = self.world.combos[self.world.train_combos]
+    self.assertTrue(test)
+    self.assertFalse(np.any(self.world.is_test[self.world.train_combos]))
+    self.assertEqual(len(combos), len(self.world.train_combos))
+
+  def test_reads_every_training_phrasing_and_the_lexicon(self):
+    for name in A:
+      for v, phrases in user_language.bank(name, 'train').items():
+        for phrase in phrases:
+          surface = phrase[1] if isinstance(phrase, tuple) else phrase
+          got = self.reader.parse(f'I want {surface}')
+          self.assertEqual(got.get(attr(name)), value(name, v),
+                           (surface, got))
+
+  def test_threshold_in_range_and_reads_more_than_the_lexicon(self):
+    self.assertBetween(self.fit['threshold'], 0.3, 0.95)
+    texts, truths = reading.training_utterances(self.world, 200, seed=5)
+    right = {'lexicon': 0, 'grounded': 0}
+    for text, truth in zip(texts, truths):
+      for name, parse in (('lexicon', lexicon.parse),
+                          ('grounded', self.reader.parse)):
+        got = parse(text)
+        right[name] += sum(got.get(a) == v for a, v in truth.items())
+    self.assertGreater(right['grounded'], right['lexicon'])
+
+  def test_frame_classifier_reads_the_decision(self):
+    classifier = reading.frame_classifier(self.world, self.reader, num=400)
+    reasoner = rules.RulesReasoner(lexicon, reader=self.reader,
+                                   sigma='frames', frames=classifier)
+    # Validation utterances of the train split (another seed): the learnt
+    # rule agrees with the simulator's label more than the rules' rule.
+    learnt = reading.sigma_agreement(reasoner, self.world, num=300)
+    own = reading.sigma_agreement(
+        rules.RulesReasoner(lexicon, reader=self.reader), self.world,
+        num=300)
+    self.assertGreater(learnt, 0.9)
+    self.assertGreater(learnt, own)
+
+  def test_real_words_are_not_spelling_fixed(self):
+    # "bright" is a real word: the lexicon alone "fixes" it to "right" (a
+    # direction); the reader's dictionary keeps it.
+    self.assertEqual(lexicon.parse_spans('in bright sunshine')[1][1],
+                     'right')
+    self.assertEqual(lexicon.parse_spans('in bright sunshine',
+                                         keep=self.reader.dictionary)[1][1],
+                     'bright')
+    # A typo still is.
+    self.assertEqual(self.reader.parse('make them bleu')[attr('colour')],
+                     value('colour', 'blue'))
+
+
+class FrameClassifierTest(absltest.TestCase):
+
+  def test_learns_the_frames(self):
+    frames_, counts, labels = [], [], []
+    for _ in range(20):
+      frames_ += [['swap', 'the', 'colour', 'for'], ['i', 'think', 'objects'],
+                  ['no', 'i', 'want']]
+      counts += [1, 1, 7]
+      labels += ['modify', 'answer', 'rewrite']
+    model = frames.FrameClassifier.fit(frames_, counts, labels)
+    self.assertEqual(model.label(['swap', 'the', 'colour', 'for'], 1),
+                     'modify')
+    self.assertEqual(model.label(['i', 'think', 'objects'], 1), 'answer')
+    self.assertEqual(model.label(['no', 'i', 'want'], 7), 'rewrite')
+    # Unknown words count for nothing; the value count still does.
+    self.assertEqual(model.label(['zzz'], 7), 'rewrite')
+
+  def test_bad_input_named(self):
+    with self.assertRaisesRegex(ValueError, 'labels'):
+      frames.FrameClassifier.fit([['a']], [1], ['oops'])
+    with self.assertRaisesRegex(ValueError, 'as many'):
+      frames.FrameClassifier.fit([['a']], [1, 2], ['modify'])
+    with self.assertRaisesRegex(ValueError, 'frames'):
+      rules.RulesReasoner(lexicon, sigma='frames')
+    model = frames.FrameClassifier.fit([['a']] * 3, [1] * 3, ['modify'] * 3)
+    with self.assertRaisesRegex(ValueError, 'frame'):
+      rules.RulesReasoner(lexicon, sigma='frames', frames=model)
+
+
+class PaperSigmaTest(absltest.TestCase):
+  """``sigma='paper'``: DESIGN section 10's mapping of the user's turns."""
+
+  SHOWN = 'two large blue circles moving left on grass in daylight'
+
+  def reflect(self, feedback, question=None, sigma='paper'):
+    reasoner = rules.RulesReasoner(lexicon, sigma=sigma)
+    return reasoner.reflect([schemas.ReflectRequest(
+        feedback, self.SHOWN, schemas.SessionMemory(), question)])[0]
+
+  def test_mapping(self):
+    question = lexicon.QUESTIONS['colour'][0]
+    self.assertEqual(self.reflect('make them red and small')['sigma'], 'pos')
+    self.assertEqual(self.reflect('make them red')['sigma'], 'pos')
+    self.assertEqual(self.reflect('red', question)['sigma'], 'neu')
+    self.assertEqual(self.reflect('No. I want three red squares moving up '
+                                  'on sand at night')['sigma'], 'neg')
+    # An edit of another attribute than the one asked about is an edit.
+    self.assertEqual(self.reflect('make them small', question)['sigma'],
+                     'pos')
+    # The rules' own rule: two changes are neutral, an answer positive.
+    self.assertEqual(self.reflect('make them red and small',
+                                  sigma='rules')['sigma'], 'neu')
+    self.assertEqual(self.reflect('red', question, sigma='rules')['sigma'],
+                     'pos')
+
+  def test_bad_sigma_rule(self):
+    with self.assertRaisesRegex(ValueError, 'sigma'):
+      rules.RulesReasoner(lexicon, sigma='oracle')
+
+  def test_memories_stay_consistent(self):
+    """Keep and avoid disjoint, one kept value per attribute, over random
+    chains of the Reflector's own replies."""
+    reasoner = rules.RulesReasoner(lexicon, sigma='paper')
+    user = simulated_user.SimulatedUser(simulated_user.UserConfig(
+        style='paper'), seed=1)
+    combos = world_lib.all_combos()
+    rng = np.random.default_rng(2)
+    for session in range(40):
+      target = combos[rng.integers(len(combos))]
+      memory = schemas.SessionMemory()
+      for turn in range(1, 6):
+        shown = combos[rng.integers(len(combos))]
+        fb = user.respond(session, turn, 0, 1, target, shown)
+        caption = world_lib.caption(rng, shown)
+        out = reasoner.reflect([schemas.ReflectRequest(fb.text, caption,
+                                                       memory)])[0]
+        keep = [lexicon.parse_constraint(x) for x in out['keep']]
+        avoid = [lexicon.parse_constraint(x) for x in out['avoid']]
+        self.assertNotIn(None, keep + avoid)
+        self.assertEmpty(set(keep) & set(avoid))
+        self.assertLen({a for a, _ in keep}, len(keep))
+        memory = schemas.update_memory(out)
+
+
+class ReadingScoreTest(absltest.TestCase):
+
+  def test_metrics_on_a_hand_made_turn(self):
+    colour, size = attr('colour'), attr('size')
+    red, small = value('colour', 'red'), value('size', 'small')
+    blue = value('colour', 'blue')
+    turn = reading_eval.Turn(
+        text='rather ruby, and miniature', action='modify',
+        named={colour: red, size: small}, changes={colour: red, size: small},
+        kinds={colour: 'held_out', size: 'train'})
+    intent = {'search': lexicon.canonical_description({colour: blue,
+                                                       size: small}),
+              'edit': lexicon.canonical_edit({colour: blue, size: small})}
+    request = schemas.ReflectRequest(turn.text, 'x', schemas.SessionMemory(
+        keep=(lexicon.constraint(size, small),)))
+    reflect = {'sigma': 'neu',
+               'keep': [lexicon.constraint(size, small),
+                        lexicon.constraint(colour, blue),
+                        lexicon.constraint(colour, red)],
+               'avoid': [lexicon.constraint(colour, red)]}
+    out = reading_eval.score([turn], [intent], [(request, reflect)])
+    held, train = out['held_out'], out['train']
+    self.assertEqual(held['turns'], 1)  # the utterance has a held-out value
+    self.assertEqual(train['turns'], 0)
+    self.assertEqual(held['named_values'], 1)
+    self.assertEqual(held['intent']['recall'], 0.0)   # colour misread
+    self.assertEqual(train['intent']['recall'], 1.0)  # size read
+    self.assertEqual(held['intent']['precision'], 0.5)
+    # blue in search and in edit, at a named attribute: two wrong values.
+    self.assertEqual(held['intent']['wrong_per_turn'], 2.0)
+    # Newly kept: blue (wrong) and red (right); red is also avoided.
+    self.assertEqual(held['reflect']['precision'], 0.5)
+    self.assertEqual(held['reflect']['wrong_per_turn'], 2.0)
+    self.assertEqual(held['reflect']['sigma_agreement'], 0.0)
+    self.assertEqual(held['reflect']['contradictory_memories'], 1)
+    chex.assert_trees_all_equal(out['all']['turns'], 1)
+    self.assertEqual(reading_eval.SIGMA_OF_ACTION,
+                     {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'})
+
+
+class EvalReadingCliTest(absltest.TestCase):
+  """``experiments.eval_reading`` end to end on a tiny first-benchmark
+  world with the user in its own words (a subprocess: its flags share
+  names with other entry points)."""
+
+  def run_cli(self, *args):
+    out = pathlib.Path(tempfile.mkdtemp())
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.eval_reading', '--benchmark=v1',
+         '--user_language=own', '--user_style=paper',
+         '--num_test_triplets=12', '--num_train_triplets=20',
+         '--gallery_size=300', '--num_sessions=12', '--num_turns=3',
+         '--batch_size=6', f'--cache_dir={out / "cache"}',
+         f'--output_json={out / "reading.json"}', *args],
+        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+        capture_output=True, text=True, timeout=900)
+    return proc, out
+
+  def test_rules_and_grounded(self):
+    proc, out = self.run_cli('--backends=rules,grounded',
+                             '--noise_rates=0')
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    import json  # pylint: disable=g-import-not-at-top
+    report = json.loads((out / 'reading.json').read_text())['report']
+    for backend in ('rules', 'grounded'):
+      metrics = report[backend]['0.0']
+      self.assertGreater(metrics['all']['turns'], 0)
+      self.assertEqual(metrics['all']['turns'],
+                       metrics['train']['turns'] +
+                       metrics['held_out']['turns'])
+      self.assertEqual(metrics['all']['reflect']['contradictory_memories'],
+                       0)
+    self.assertIn('threshold_fit', report['grounded']['0.0'])
+    # Same requests drawn for both at turn 1; the grounded reader reads at
+    # least as many named values as the lexicon alone.
+    self.assertGreaterEqual(report['grounded']['0.0']['all']['intent'][
+        'recall'], report['rules']['0.0']['all']['intent']['recall'])
+
+  def test_bad_flags_named(self):
+    # Refused before any data or model loads, naming the flag and value.
+    proc, _ = self.run_cli('--backends=oracle')
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('--backends', proc.stderr)
+    self.assertIn("'oracle'", proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
