@@ -40,6 +40,7 @@ import numpy as np
 
 from recovr_jax import methods
 from recovr_jax.protocol import host
+from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.world import environment as world_env
 from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
@@ -110,7 +111,6 @@ def collect(env, reasoner, user_config, seed: int, sessions, base,
     return fb
 
   recording = _RecordingReasoner(reasoner)
-  from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
   ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=recording)

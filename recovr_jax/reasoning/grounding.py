@@ -89,6 +89,7 @@ class GroundingReader:
     row = {k: i for i, k in enumerate(unique)}
     self._proto = vectors[[row[k] for k in keys]]
     self._span_cache: dict[str, np.ndarray] = {}
+    self._read_cache: dict = {}
     self.calls = 0
     self.grounded = 0  # values grounded (not read by the lexicon)
 
@@ -108,6 +109,10 @@ class GroundingReader:
     attribute, value, start, end)`` of its best value. ``leave_out``: a
     prototype whose content words equal the span's does not count (the
     threshold fit's leave-one-phrase-out)."""
+    return self._candidates(text, leave_out)[:2]
+
+  def _candidates(self, text: str, leave_out: bool):
+    """``candidates`` and the words as read."""
     mentions, words = self.lexicon.parse_spans(
         text, None if leave_out else self.exact, self.dictionary)
     read = np.zeros(len(words), bool)
@@ -130,7 +135,7 @@ class GroundingReader:
           where.append((start, end))
       i = j
     if not spans:
-      return mentions, []
+      return mentions, [], words
     sims = self._similarities(spans)
     if leave_out:
       sims = np.where(self._keys[None, :] == np.asarray(spans, object)[:, None],
@@ -143,7 +148,7 @@ class GroundingReader:
     for k, (start, end) in enumerate(where):
       a, v = self._values[int(best[k])]
       out.append((float(per_value[k, best[k]]), a, v, start, end))
-    return mentions, out
+    return mentions, out, words
 
   def select(self, mentions, candidates, threshold: float,
              spans: bool = False):
@@ -169,25 +174,36 @@ class GroundingReader:
       return found, [(start, end) for _, _, start, end in read]
     return found
 
+  def _read(self, text: str):
+    """``(values, frame words, values grounded)`` of ``text``, read once
+    per text and threshold (the Intent Decomposer, the Reflector and its
+    frame classifier read the same words, and every method the same
+    user)."""
+    key = (text, self.threshold)
+    if key not in self._read_cache:
+      mentions, candidates, words = self._candidates(text, False)
+      found, read = self.select(mentions, candidates, self.threshold,
+                                spans=True)
+      inside = {i for start, end in read for i in range(start, end)}
+      lexical = {(m[0], m[1]) for m in mentions}
+      self._read_cache[key] = (
+          found, [w for i, w in enumerate(words) if i not in inside],
+          sum((a, v) not in lexical for a, v in found.items()))
+    return self._read_cache[key]
+
   def frame(self, text: str) -> tuple[dict, list[str]]:
     """``(values, frame words)``: what ``parse`` reads and the words of
     ``text`` outside every span it read (the user's frame: "swap the
     colour for", "I think", "No. I want")."""
-    mentions, candidates = self.candidates(text)
-    found, read = self.select(mentions, candidates, self.threshold,
-                              spans=True)
-    words = self.lexicon.parse_spans(text, self.exact, self.dictionary)[1]
-    inside = {i for start, end in read for i in range(start, end)}
-    return found, [w for i, w in enumerate(words) if i not in inside]
+    found, frame, _ = self._read(text)
+    return dict(found), list(frame)
 
   def parse(self, text: str) -> dict[int, int]:
     """The values ``text`` names: ``{attribute index: value index}``."""
-    mentions, candidates = self.candidates(text)
-    found = self.select(mentions, candidates, self.threshold)
+    found, _, grounded = self._read(text)
     self.calls += 1
-    self.grounded += sum(1 for a, v in found.items()
-                         if (a, v) not in {(m[0], m[1]) for m in mentions})
-    return found
+    self.grounded += grounded
+    return dict(found)
 
 
 def fit_threshold(reader: GroundingReader, texts: Sequence[str],
