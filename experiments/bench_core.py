@@ -32,6 +32,7 @@ from recovr_jax.experiment import resources
 from recovr_jax import retrieve
 from recovr_jax.core import sharding
 from experiments import bench_common
+from experiments import cli
 from experiments import outputs
 from experiments import plain_loop
 
@@ -316,4 +317,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -24,6 +24,7 @@ from absl import flags
 import numpy as np
 
 from recovr_jax.real import torch_files
+from experiments import cli
 
 _ROWS = flags.DEFINE_integer('rows', 2556, 'CSV rows (WebVid-CoVR test).')
 _MISSING = flags.DEFINE_float('missing_share', 0.072,
@@ -78,4 +79,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -36,6 +36,7 @@ from absl import logging
 import numpy as np
 
 from experiments import bench_common
+from experiments import cli
 from recovr_jax import methods
 from recovr_jax.experiment import resources
 from recovr_jax.protocol import host as host_driver
@@ -183,4 +184,4 @@ def main(argv):
 
 if __name__ == '__main__':
   sys.setrecursionlimit(10_000)
-  app.run(main)
+  cli.run(main)

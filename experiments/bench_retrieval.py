@@ -26,6 +26,7 @@ from absl import app
 from absl import flags
 
 from experiments import bench_common
+from experiments import cli
 from experiments import outputs
 from recovr_jax.experiment import resources
 
@@ -216,4 +217,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from experiments import bench_common
+from experiments import cli
 from experiments import plain_loop
 from recovr_jax import methods
 from recovr_jax.core import demotion
@@ -318,4 +319,4 @@ def main(argv):
 
 if __name__ == '__main__':
   sys.setrecursionlimit(10_000)
-  app.run(main)
+  cli.run(main)

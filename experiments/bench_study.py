@@ -30,6 +30,7 @@ from absl import flags
 import httpx
 import numpy as np
 
+from experiments import cli
 from experiments import run
 from experiments import study
 from recovr_jax.experiment import runner
@@ -181,4 +182,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

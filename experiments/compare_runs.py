@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from recovr_jax.core import metrics
+from experiments import cli
 from experiments import outputs
 
 _RUNS = flags.DEFINE_list('runs', None, 'Run directories; the first is the '
@@ -99,4 +100,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -16,6 +16,7 @@ from absl import app
 from absl import flags
 
 from recovr_jax.reasoning import gguf_llama
+from experiments import cli
 
 _GGUF = flags.DEFINE_string(
     'gguf', None, 'The GGUF file; default: SmolLM2-135M-Instruct inside the '
@@ -39,4 +40,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

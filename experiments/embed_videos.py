@@ -18,6 +18,7 @@ import numpy as np
 
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
+from experiments import cli
 from experiments import data_flags
 
 _CLIP_DIR = data_flags.CLIP_DIR
@@ -91,4 +92,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

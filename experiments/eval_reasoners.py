@@ -25,6 +25,7 @@ from recovr_jax.world import environment
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from recovr_jax.world import reasoner_training
+from experiments import cli
 from experiments import outputs
 from experiments import world_flags
 
@@ -120,4 +121,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

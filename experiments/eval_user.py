@@ -13,6 +13,7 @@ user did not say.
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import outputs
 from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
@@ -47,4 +48,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -8,13 +8,13 @@ training-free ``sum`` composer, and T2V R@1/5/10 from the target's caption.
 
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 
 from recovr_jax.world import encoders
 from recovr_jax.world import training
 from recovr_jax.world import generator as world_lib
+from experiments import cli
 from experiments import outputs
 from experiments import world_flags
 
@@ -55,4 +55,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

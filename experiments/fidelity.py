@@ -17,6 +17,7 @@ import pathlib
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import outputs
 
 _MAIN = flags.DEFINE_string('main_dir', 'out/main',
@@ -215,4 +216,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

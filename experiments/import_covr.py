@@ -28,6 +28,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from experiments import cli
 from experiments import data_flags
 from recovr_jax.real import covr_import
 from recovr_jax.real import data
@@ -121,4 +122,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -25,6 +25,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from experiments import cli
 from experiments import outputs
 
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
@@ -289,4 +290,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

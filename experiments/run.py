@@ -20,6 +20,7 @@ from absl import flags
 from absl import logging
 import jax
 
+from experiments import cli
 from experiments import data_flags
 from experiments import world_flags
 from recovr_jax import methods
@@ -379,4 +380,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

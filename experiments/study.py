@@ -21,6 +21,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from experiments import cli
 from experiments import run
 from recovr_jax import methods
 from recovr_jax.experiment import runner
@@ -170,4 +171,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

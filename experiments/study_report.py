@@ -20,6 +20,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from experiments import cli
 from experiments import run
 from experiments import study  # pylint: disable=unused-import  (its flags)
 from recovr_jax import methods
@@ -129,4 +130,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

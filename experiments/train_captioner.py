@@ -15,6 +15,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from experiments import cli
 from experiments import outputs
 from experiments import world_flags
 from recovr_jax.world import captioner
@@ -64,4 +65,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

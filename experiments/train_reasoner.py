@@ -20,6 +20,7 @@ from absl import logging
 from recovr_jax.world import reasoner_training
 from recovr_jax.world import training
 from recovr_jax.world import generator as world_lib
+from experiments import cli
 from experiments import outputs
 from experiments import world_flags
 
@@ -79,4 +80,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

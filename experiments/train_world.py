@@ -20,6 +20,7 @@ import jax
 from recovr_jax.world import encoders
 from recovr_jax.world import training
 from recovr_jax.world import generator as world_lib
+from experiments import cli
 from experiments import world_flags
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -102,4 +103,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)
