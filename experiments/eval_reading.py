@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from experiments import cli
 from experiments import outputs
 from experiments import run
 from recovr_jax.experiment import reading
@@ -83,4 +84,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)
