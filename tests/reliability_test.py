@@ -95,6 +95,27 @@ class ResumeIdentityTest(_OnABaseRun):
     for key in ('user_seed', 'batch_size', 'num_sessions', 'checkpoint_dir'):
       self.assertIn(key, resolved)
 
+  def test_environment_block_and_portable_paths(self):
+    resolved = json.loads((self.base / 'resolved_config.json').read_text())
+    env = resolved['environment']
+    self.assertEqual(env['packages']['jax'], jax.__version__)
+    self.assertEqual(env['jax_backend'], 'cpu')
+    self.assertNotEmpty(env['devices'])
+    self.assertRegex(env['date'], r'^\d{4}-\d\d-\d\dT')
+    self.assertIn('python', env)
+    if env['git_commit'] is not None:  # a git checkout
+      self.assertRegex(env['git_commit'], r'^[0-9a-f]{40}$')
+      self.assertIsInstance(env['git_dirty'], bool)
+    # The shipped checkpoints lie in the repository: recorded relative.
+    path = resolved['files']['checkpoint_dir']['path']
+    self.assertFalse(pathlib.Path(path).is_absolute(), path)
+    self.assertTrue(path.startswith('recovr_jax/checkpoints'), path)
+    # Not part of the identity: a run on another day resumes.
+    from recovr_jax.experiment import integrity  # pylint: disable=g-import-not-at-top
+    self.assertEqual(integrity.portable(self.base / 'x.json', self.base),
+                     '<output_dir>/x.json')
+    self.assertEqual(integrity.portable('/nonexistent/abs'), '/nonexistent/abs')
+
   def test_a_second_run_into_a_held_directory_is_refused(self):
     copy = self._copy('locked')
     with open(copy / '.lock', 'w') as held:

@@ -7,9 +7,20 @@ a retrained checkpoint or an edited CSV is a different run, not a silent
 mix of batches.
 """
 
+import datetime
+import importlib.metadata
+import pathlib
+import platform
+import subprocess
+
 from recovr_jax import checksums
 
 path_digest = checksums.path_digest
+# The repository (or the installed package's parent directory).
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGES = ('recovr_jax', 'jax', 'jaxlib', 'flax', 'optax',
+            'orbax-checkpoint', 'chex', 'absl-py', 'numpy', 'transformers',
+            'safetensors')
 
 
 def input_paths(config) -> dict[str, str]:
@@ -50,7 +61,65 @@ def input_paths(config) -> dict[str, str]:
   return paths
 
 
+def portable(path, output_dir=None) -> str:
+  """``path`` relative to the repository, or as ``<output_dir>/...`` under
+  the run's output directory, where it lies under them; otherwise as
+  given."""
+  p = pathlib.Path(path)
+  absolute = p.resolve() if p.exists() or p.is_absolute() else None
+  if absolute is None:
+    return str(path)
+  if output_dir is not None:
+    try:
+      rest = absolute.relative_to(pathlib.Path(output_dir).resolve())
+      return str(pathlib.Path('<output_dir>') / rest)
+    except ValueError:
+      pass
+  try:
+    return str(absolute.relative_to(ROOT))
+  except ValueError:
+    return str(path)
+
+
 def input_hashes(config) -> dict[str, dict[str, str]]:
-  """Name -> ``{'path', 'sha256'}`` of ``input_paths(config)``."""
-  return {name: {'path': str(path), 'sha256': path_digest(path)}
+  """Name -> ``{'path', 'sha256'}`` of ``input_paths(config)`` (paths
+  portable: relative to the repository or the output directory where they
+  lie under them)."""
+  return {name: {'path': portable(path, config.output_dir),
+                 'sha256': path_digest(path)}
           for name, path in input_paths(config).items()}
+
+
+def _git(*args) -> str | None:
+  try:
+    out = subprocess.run(['git', '-C', str(ROOT), *args], capture_output=True,
+                         text=True, timeout=10, check=True)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return out.stdout.strip()
+
+
+def environment() -> dict:
+  """Where and with what a run ran: package versions, Python, the JAX
+  backend and devices, the git commit (and whether the tree had uncommitted
+  changes) and the date. Not part of a run's identity."""
+  import jax  # pylint: disable=g-import-not-at-top
+  versions = {}
+  for name in PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  commit = _git('rev-parse', 'HEAD')
+  status = _git('status', '--porcelain', '--untracked-files=no')
+  return {
+      'packages': versions,
+      'python': platform.python_version(),
+      'platform': platform.platform(),
+      'jax_backend': jax.default_backend(),
+      'devices': [str(d) for d in jax.devices()],
+      'git_commit': commit,
+      'git_dirty': None if status is None else bool(status),
+      'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec='seconds'),
+  }

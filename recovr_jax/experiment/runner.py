@@ -470,7 +470,8 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
                     'resume', 'flags_text', 'max_error_share',
-                    'allow_other_world_encoders', 'export_trec')
+                    'allow_other_world_encoders', 'export_trec',
+                    'environment')
 
 
 def resolved_config(config: config_lib.RunConfig) -> dict:
@@ -484,8 +485,11 @@ def resolved_config(config: config_lib.RunConfig) -> dict:
   resolved['files'] = integrity.input_hashes(config)
   resolved['backend'] = jax.default_backend()
   shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
+  # Files by content: the same inputs elsewhere are the same run.
+  shaping['files'] = {k: v['sha256'] for k, v in resolved['files'].items()}
   resolved['identity'] = hashlib.sha256(
       json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:20]
+  resolved['environment'] = integrity.environment()
   return resolved
 
 
