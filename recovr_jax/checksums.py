@@ -33,12 +33,17 @@ def file_digest(path) -> str:
   return _CACHE[key]
 
 
+# A checkpoint's model card is documentation: editing it changes no
+# checkpoint's digest and needs no manifest entry.
+MODEL_CARD = 'MODEL_CARD.md'
+
+
 def _files(directory: pathlib.Path):
   for root, dirs, files in os.walk(directory):
     dirs.sort()
     for name in sorted(files):
       f = pathlib.Path(root) / name
-      if f.relative_to(directory).as_posix() != MANIFEST:
+      if f.relative_to(directory).as_posix() not in (MANIFEST, MODEL_CARD):
         yield f
 
 
