@@ -282,6 +282,22 @@ class ChatLMTest(absltest.TestCase):
     loaded = lora.load(d)
     self.assertEqual(loaded['scale'], 2.0)
     chex.assert_trees_all_close(lora.merge(params, loaded), merged)
+    # PEFT's layout round-trips: names, shapes, config and the same merge.
+    config = json.loads((d / 'peft' / 'adapter_config.json').read_text())
+    self.assertEqual((config['peft_type'], config['r'], config['lora_alpha']),
+                     ('LORA', 2, 4.0))
+    self.assertEqual(config['target_modules'], sorted(lora.DEFAULT_TARGETS))
+    from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+    tensors = st.load_file(str(d / 'peft' / 'adapter_model.safetensors'))
+    a = tensors['base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight']
+    b = tensors['base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight']
+    self.assertEqual(a.shape, (2, q.shape[0]))   # [r, in]
+    self.assertEqual(b.shape, (q.shape[1], 2))   # [out, r]
+    self.assertIn('base_model.model.model.layers.0.mlp.down_proj.lora_A.weight',
+                  tensors)
+    peft = lora.load_peft(d / 'peft')
+    self.assertEqual(peft['scale'], 2.0)
+    chex.assert_trees_all_close(lora.merge(params, peft), merged)
     (d / 'adapter.safetensors').write_bytes(b'broken')
     with self.assertRaisesRegex(ValueError, 'checksum|changed|manifest'):
       lora.load(d)

@@ -8,7 +8,10 @@ is unchanged at training and at inference.
 
 Saved as ``adapter.safetensors`` (flattened names, float32) and
 ``adapter.json`` (rank, alpha, targets and training report) with a checksum
-manifest.
+manifest, and again in PEFT's layout under ``peft/`` (``adapter_config.json``,
+``adapter_model.safetensors`` with PEFT's tensor names, ``lora_A = a^T``,
+``lora_B = b^T``), so a PyTorch user can load it with
+``peft.PeftModel.from_pretrained(base, 'peft/')``.
 """
 
 import json
@@ -21,6 +24,12 @@ import numpy as np
 from recovr_jax import checksums
 
 DEFAULT_TARGETS = ('q_proj', 'v_proj', 'o_proj', 'gate_proj', 'down_proj')
+# The Llama block each projection lives in (PEFT's module paths).
+BLOCKS = {'q_proj': 'self_attn', 'k_proj': 'self_attn', 'v_proj': 'self_attn',
+          'o_proj': 'self_attn', 'gate_proj': 'mlp', 'up_proj': 'mlp',
+          'down_proj': 'mlp'}
+PEFT_DIR = 'peft'
+PEFT_BASE = 'HuggingFaceTB/SmolLM2-135M-Instruct'
 
 
 def init(params, rank: int, targets=DEFAULT_TARGETS, seed: int = 0) -> dict:
@@ -77,8 +86,74 @@ def save(adapter: dict, directory, report: dict) -> pathlib.Path:
   st.save_file(flat, str(d / 'adapter.safetensors'))
   (d / 'adapter.json').write_text(json.dumps(
       {'scale': float(adapter.get('scale', 1.0)), **report}, indent=2))
+  first = next(iter(next(iter(adapter['layers'].values())).values()))
+  rank = int(np.shape(first['a'])[1])
+  save_peft(adapter, d / PEFT_DIR, rank=rank,
+            alpha=float(adapter.get('scale', 1.0)) * rank)
   checksums.write_manifest(d)
   return d
+
+
+def peft_name(layer, name: str, factor: str) -> str:
+  """PEFT's tensor name of factor ``'a'`` or ``'b'`` of ``name`` in
+  ``layer``."""
+  if name not in BLOCKS:
+    raise ValueError(f'no PEFT module path for {name!r}')
+  lora = {'a': 'lora_A', 'b': 'lora_B'}[factor]
+  return (f'base_model.model.model.layers.{layer}.{BLOCKS[name]}.{name}.'
+          f'{lora}.weight')
+
+
+def save_peft(adapter: dict, directory, rank: int, alpha: float,
+              base: str = PEFT_BASE) -> pathlib.Path:
+  """``adapter`` in PEFT's layout: ``adapter_config.json`` and
+  ``adapter_model.safetensors`` (``lora_A.weight [r, in]``,
+  ``lora_B.weight [out, r]``; PEFT scales by ``lora_alpha / r``)."""
+  from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+  scale = float(adapter.get('scale', alpha / rank))
+  if not np.isclose(scale, alpha / rank):
+    raise ValueError(f'PEFT scales by lora_alpha / r = {alpha / rank}; the '
+                     f'adapter scales by {scale}')
+  d = pathlib.Path(directory)
+  d.mkdir(parents=True, exist_ok=True)
+  tensors, targets = {}, set()
+  for i, names in adapter['layers'].items():
+    for name, ab in names.items():
+      targets.add(name)
+      for factor in ('a', 'b'):
+        tensors[peft_name(i, name, factor)] = np.ascontiguousarray(
+            np.asarray(ab[factor], np.float32).T)
+  st.save_file(tensors, str(d / 'adapter_model.safetensors'),
+               metadata={'format': 'pt'})
+  (d / 'adapter_config.json').write_text(json.dumps({
+      'peft_type': 'LORA', 'task_type': 'CAUSAL_LM',
+      'base_model_name_or_path': base, 'r': int(rank),
+      'lora_alpha': float(alpha), 'lora_dropout': 0.0, 'bias': 'none',
+      'target_modules': sorted(targets), 'fan_in_fan_out': False,
+      'inference_mode': True, 'modules_to_save': None,
+      'init_lora_weights': True, 'use_rslora': False}, indent=2))
+  return d
+
+
+def load_peft(directory) -> dict:
+  """An adapter (``{'layers', 'scale'}``) from PEFT's layout."""
+  from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+  d = pathlib.Path(directory)
+  config = json.loads((d / 'adapter_config.json').read_text())
+  if config.get('peft_type') != 'LORA':
+    raise ValueError(f'{d / "adapter_config.json"}: not a LoRA adapter')
+  layers = {}
+  for key, value in st.load_file(str(d / 'adapter_model.safetensors')).items():
+    parts = key.split('.')
+    # base_model.model.model.layers.<i>.<block>.<name>.lora_<A|B>.weight
+    if (len(parts) != 9 or parts[:4] != ['base_model', 'model', 'model',
+                                         'layers'] or
+        parts[7] not in ('lora_A', 'lora_B') or parts[8] != 'weight'):
+      raise ValueError(f'{d}: unexpected PEFT tensor {key!r}')
+    factor = 'a' if parts[7] == 'lora_A' else 'b'
+    layers.setdefault(parts[4], {}).setdefault(parts[6], {})[factor] = (
+        jnp.asarray(value.T))
+  return {'layers': layers, 'scale': config['lora_alpha'] / config['r']}
 
 
 def load(directory) -> dict:
