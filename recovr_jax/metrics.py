@@ -6,6 +6,7 @@ from recovr_jax.core.metrics import FailureModes
 from recovr_jax.core.metrics import Rate
 from recovr_jax.core.metrics import bri
 from recovr_jax.core.metrics import bootstrap_indices
+from recovr_jax.core.metrics import bootstrap_mean
 from recovr_jax.core.metrics import default_active
 from recovr_jax.core.metrics import failure_modes
 from recovr_jax.core.metrics import paired_bootstrap

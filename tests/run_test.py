@@ -76,7 +76,7 @@ class RunnerTest(absltest.TestCase):
       self.assertLen(m['R@1'], 4)
       self.assertEqual(set(m), {'R@1', 'R@5', 'R@10', 'R@50', 'BRI',
                                 'stop_rate', 'Hits@1', 'Hits@5', 'Hits@10',
-                                'sessions_raised'})
+                                'sessions_raised', 'intervals'})
       np.testing.assert_allclose(m['Hits@1'], m['stop_rate'], rtol=1e-6)
       self.assertEqual(m['sessions_raised'], 0)
     # Turn 0 is shared by every method.
@@ -89,6 +89,110 @@ class RunnerTest(absltest.TestCase):
     firing = json.loads((self.out / 'rank_cap_firing.json').read_text())
     self.assertEqual(set(firing), {'recovr'})
     self.assertIn('### Rank-cap firing', report)
+
+  def test_intervals_equal_a_numpy_bootstrap(self):
+    metrics = json.loads((self.out / 'metrics.json').read_text())
+    import csv  # pylint: disable=g-import-not-at-top
+    import jax  # pylint: disable=g-import-not-at-top
+    from recovr_jax.core import metrics as core_metrics  # pylint: disable=g-import-not-at-top
+    with (self.out / 'ranks.csv').open() as f:
+      ranks = [r for r in csv.DictReader(f) if r['method'] == 'recovr']
+    sessions = sorted({int(r['session']) for r in ranks})
+    table = np.zeros((len(sessions), 4), np.int64)
+    for r in ranks:
+      table[sessions.index(int(r['session'])), int(r['turn'])] = int(r['rank'])
+    # The same resamples as the runner (--seed 0, key seed + 1), in NumPy.
+    idx = np.asarray(core_metrics.bootstrap_indices(
+        jax.random.key(1), TINY['bootstrap_resamples'], len(sessions)))
+    for key, values in (('R@1', table <= 1), ('R@5', table <= 5),
+                        ('Hits@5', np.minimum.accumulate(table, 1) <= 5)):
+      means = values.astype(np.float64)[idx].mean(axis=1)   # [R, T+1]
+      lower, upper = np.percentile(means, [2.5, 97.5], axis=0)
+      ci = metrics['recovr']['intervals'][key]
+      np.testing.assert_allclose(ci['lower'], lower, atol=1e-6)
+      np.testing.assert_allclose(ci['upper'], upper, atol=1e-6)
+      np.testing.assert_allclose(metrics['recovr'][key], values.mean(0),
+                                 atol=1e-6)
+    csv_text = (self.out / 'metrics.csv').read_text()
+    self.assertIn('R@1_lower,R@1_upper', csv_text.splitlines()[0])
+    report = (self.out / 'report.md').read_text()
+    self.assertIn('R@1 (%) per turn [95% session-bootstrap interval]', report)
+
+  def test_ranks_csv_matches_the_displayed_lists(self):
+    import csv  # pylint: disable=g-import-not-at-top
+    with (self.out / 'ranks.csv').open() as f:
+      ranks = list(csv.DictReader(f))
+    self.assertLen(ranks, 2 * 12 * 4)   # methods x sessions x turns
+    world = world_lib.make_world(world_lib.WorldConfig(
+        num_test_triplets=12, num_train_triplets=20, gallery_size=300))
+    ids = world.gallery_ids
+    by_key = {(r['method'], int(r['session']), int(r['turn'])): r
+              for r in ranks}
+    for line in (self.out / 'trajectories.jsonl').read_text().splitlines():
+      row = json.loads(line)
+      for turn in row['turns']:
+        r = by_key[row['method'], row['session'], turn['turn']]
+        self.assertEqual(r['target_id'], ids[row['target']])
+        self.assertEqual(r['query_id'], f"q{row['session']}")
+        self.assertEqual(r['top1_id'], ids[turn['top10'][0]])
+        if row['target'] in turn['top10']:
+          self.assertEqual(int(r['rank']),
+                           turn['top10'].index(row['target']) + 1)
+        else:
+          self.assertGreater(int(r['rank']), 10)
+
+  def test_latex_tables_parse_with_the_numbers(self):
+    import re  # pylint: disable=g-import-not-at-top
+    tex = (self.out / 'tables.tex').read_text()
+    metrics = json.loads((self.out / 'metrics.json').read_text())
+    tables = re.findall(r'\\begin\{tabular\}\{(lr*)\}(.*?)'
+                        r'\\end\{tabular\}', tex, flags=re.S)
+    self.assertLen(tables, 3)
+    self.assertEqual(tex.count('\\begin{table}'), tex.count('\\end{table}'))
+    spec, body = tables[0]   # R@1
+    self.assertEqual(spec, 'l' + 'r' * 4)
+    self.assertIn('\\toprule', body)
+    self.assertIn('\\bottomrule', body)
+    rows = {line.split(' & ')[0]: line.rstrip(' \\\\').split(' & ')[1:]
+            for line in body.splitlines() if ' & ' in line
+            and not line.startswith('Method')}
+    self.assertEqual(set(rows), {'recovr', 'ivr'})
+    for method, cells in rows.items():
+      self.assertLen(cells, 4)
+      for t, cell in enumerate(cells):
+        value = float(re.search(r'(\d+\.\d)', cell).group(1))
+        self.assertAlmostEqual(value, 100 * metrics[method]['R@1'][t],
+                               delta=0.051)
+        best = max(metrics[m]['R@1'][t] for m in metrics)
+        self.assertEqual('\\textbf' in cell,
+                         metrics[method]['R@1'][t] == best, (method, t))
+        self.assertIn('\\scriptsize[', cell)
+
+  def test_load_run_with_and_without_pandas(self):
+    from recovr_jax import experiment  # pylint: disable=g-import-not-at-top
+    plain = experiment.load_run(self.out, pandas=False)
+    self.assertLen(plain['metrics'], 2 * 4)
+    self.assertLen(plain['ranks'], 2 * 12 * 4)
+    first = plain['metrics'][0]
+    self.assertEqual((first['method'], first['turn']), ('recovr', 0))
+    metrics = json.loads((self.out / 'metrics.json').read_text())
+    self.assertAlmostEqual(first['R@1'], metrics['recovr']['R@1'][0],
+                           places=6)
+    self.assertLessEqual(first['R@1_lower'], first['R@1'])
+    self.assertIsInstance(plain['ranks'][0]['rank'], int)
+    self.assertEqual(plain['config']['identity'], json.loads(
+        (self.out / 'resolved_config.json').read_text())['identity'])
+    import pandas  # pylint: disable=g-import-not-at-top  (the test extra)
+    frames = experiment.load_run(self.out)
+    self.assertIsInstance(frames['metrics'], pandas.DataFrame)
+    self.assertEqual(len(frames['ranks']), 2 * 12 * 4)
+    self.assertEqual(frames['ranks']['target_id'].tolist(),
+                     [r['target_id'] for r in plain['ranks']])
+    with self.assertRaisesRegex(FileNotFoundError, 'ranks.csv'):
+      empty = self.root / 'not_a_run'
+      empty.mkdir(exist_ok=True)
+      (empty / 'metrics.csv').write_text('method,turn\n')
+      experiment.load_run(empty)
 
   def test_trajectories_and_no_repeated_rejected_top1(self):
     rows = [json.loads(line) for line in

@@ -227,6 +227,33 @@ def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
   return _bootstrap(diffs, bootstrap_indices(key, num_resamples, s))
 
 
+def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
+                   key=None) -> BootstrapInterval:
+  """Session bootstrap of the mean of each column of ``values``.
+
+  Whole sessions (rows) are resampled; the interval is the percentile 95%
+  interval over resamples. The same ``key`` gives every method the same
+  resamples.
+
+  Args:
+    values: ``[S, M]`` per-session values (e.g. ``rank <= k`` per turn).
+    num_resamples: ``R >= 1``.
+    key: a ``jax.random`` key; default ``jax.random.key(0)``.
+
+  Returns:
+    ``BootstrapInterval`` of ``[M]`` float32 arrays (``mean`` is the
+    observed mean).
+  """
+  values = checks.array('values', values, 2, 'float')
+  num_resamples = checks.positive_int('num_resamples', num_resamples)
+  s, _ = values.shape
+  if s < 1:
+    raise ValueError('values must hold at least one session')
+  key = jax.random.key(0) if key is None else key
+  return _bootstrap(jnp.asarray(values, jnp.float32),
+                    bootstrap_indices(key, num_resamples, s))
+
+
 @jax.jit
 def _bootstrap(diffs, indices):
   """``diffs [S, T+1]``, ``indices [R, S]`` -> ``BootstrapInterval``."""

@@ -11,6 +11,8 @@ from recovr_jax.core import metrics
 
 RECALL_KS = (1, 5, 10, 50)
 HITS_KS = (1, 5, 10)   # cumulative Hits@K
+# The metrics given a per-method 95% session-bootstrap interval per turn.
+INTERVAL_KEYS = ('R@1', 'R@5', 'R@10', 'Hits@1', 'Hits@5', 'Hits@10')
 
 
 def fired_matrix(records, num_turns: int) -> np.ndarray:
@@ -44,6 +46,46 @@ def method_metrics(displayed, targets) -> dict:
   return out
 
 
+def intervals(displayed, targets, num_resamples: int, seed: int) -> dict:
+  """Per-turn 95% session-bootstrap intervals of ``INTERVAL_KEYS``:
+  ``{key: {'lower': [T+1], 'upper': [T+1]}}``. Every method gets the same
+  resamples (``seed``)."""
+  ranks = np.asarray(metrics.target_ranks(displayed, targets))
+  best = np.minimum.accumulate(ranks, axis=1)
+  columns = []
+  for key in INTERVAL_KEYS:
+    k = int(key.split('@')[1])
+    columns.append((best if key.startswith('Hits') else ranks) <= k)
+  values = np.concatenate(columns, axis=1).astype(np.float32)  # [S, 6(T+1)]
+  out = metrics.bootstrap_mean(values, num_resamples,
+                               jax.random.key(seed + 1))
+  turns = ranks.shape[1]
+  lower = np.asarray(out.lower).reshape(len(INTERVAL_KEYS), turns)
+  upper = np.asarray(out.upper).reshape(len(INTERVAL_KEYS), turns)
+  return {key: {'lower': lower[i].tolist(), 'upper': upper[i].tolist()}
+          for i, key in enumerate(INTERVAL_KEYS)}
+
+
+def ranks_csv(displayed: dict, sessions, targets, video_ids=None) -> str:
+  """One row per method, session and turn: ``method, session, query_id,
+  target_id, turn, rank, top1_id`` (``rank`` 1-based, ``K + 1`` when the
+  target is absent from the list; ids as in the TREC run files)."""
+  doc = (lambda i: str(int(i))) if video_ids is None else (
+      lambda i: str(video_ids[int(i)]) if i >= 0 else '')
+  buffer = io.StringIO()
+  writer = csv.writer(buffer, lineterminator='\n')
+  writer.writerow(['method', 'session', 'query_id', 'target_id', 'turn',
+                   'rank', 'top1_id'])
+  for method, d in displayed.items():
+    d = np.asarray(d)
+    ranks = np.asarray(metrics.target_ranks(d, targets))
+    for row, (s, target) in enumerate(zip(sessions, targets)):
+      for t in range(d.shape[1]):
+        writer.writerow([method, int(s), f'q{int(s)}', doc(target), t,
+                         int(ranks[row, t]), doc(d[row, t, 0])])
+  return buffer.getvalue()
+
+
 def failure_table(displayed, targets) -> dict:
   ranks = metrics.target_ranks(displayed, targets)
   modes = metrics.failure_modes(ranks, np.asarray(displayed)[:, :, 0])
@@ -70,19 +112,35 @@ def bootstrap(displayed_a, displayed_b, targets, num_resamples: int,
 
 
 def metrics_csv(per_method: dict) -> str:
+  """One row per method and turn; ``<metric>_lower`` / ``_upper``: the 95%
+  interval where the method has one."""
   buffer = io.StringIO()
   writer = csv.writer(buffer)
   keys = ([f'R@{k}' for k in RECALL_KS] + ['BRI', 'stop_rate'] +
           [f'Hits@{k}' for k in HITS_KS])
-  writer.writerow(['method', 'turn'] + keys)
+  bounds = [f'{k}_{b}' for k in INTERVAL_KEYS for b in ('lower', 'upper')]
+  writer.writerow(['method', 'turn'] + keys + bounds)
   for method, m in per_method.items():
+    ci = m.get('intervals', {})
     for t in range(len(m['R@1'])):
-      writer.writerow([method, t] + [f'{m[k][t]:.6f}' for k in keys])
+      writer.writerow(
+          [method, t] + [f'{m[k][t]:.6f}' for k in keys] +
+          [f'{ci[k][b][t]:.6f}' if k in ci else ''
+           for k in INTERVAL_KEYS for b in ('lower', 'upper')])
   return buffer.getvalue()
 
 
 def _pct(x):
   return f'{100 * x:.1f}'
+
+
+def _with_interval(m: dict, key: str, t: int) -> str:
+  """``56.8 [52.4, 61.2]``: a percentage with its interval when known."""
+  ci = m.get('intervals', {}).get(key)
+  value = _pct(m[key][t])
+  if ci is None:
+    return value
+  return f"{value} [{_pct(ci['lower'][t])}, {_pct(ci['upper'][t])}]"
 
 
 def markdown(per_method: dict, failures: dict, boot: dict | None,
@@ -93,17 +151,20 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
   turns = len(next(iter(per_method.values()))['R@1'])
   cols = ' | '.join(f'T{t}' for t in range(turns))
   sep = '|'.join(['---'] + ['---:'] * turns)
-  for key, fmt, title in (('R@1', _pct, 'R@1 (%) per turn'),
-                          ('R@5', _pct, 'R@5 (%) per turn'),
-                          ('Hits@10', _pct, 'Cumulative Hits@10 (%) per '
-                           'turn: target in the top 10 of any list so far'),
-                          ('BRI', lambda x: f'{x:.3f}',
-                           'BRI per turn (lower is better; ranks censored at '
-                           'K + 1)')):
-    lines += [f'### {title}', '', f'| method | {cols} |', f'|{sep}|']
+  for key, title in (('R@1', 'R@1 (%) per turn'),
+                     ('R@5', 'R@5 (%) per turn'),
+                     ('Hits@10', 'Cumulative Hits@10 (%) per turn: target in '
+                      'the top 10 of any list so far'),
+                     ('BRI', 'BRI per turn (lower is better; ranks censored '
+                      'at K + 1)')):
+    note = (' [95% session-bootstrap interval]'
+            if key in INTERVAL_KEYS and any(
+                'intervals' in m for m in per_method.values()) else '')
+    lines += [f'### {title}{note}', '', f'| method | {cols} |', f'|{sep}|']
     for method, m in per_method.items():
-      lines.append(f'| {method} | ' + ' | '.join(fmt(v) for v in m[key])
-                   + ' |')
+      cells = (f'{v:.3f}' for v in m[key]) if key == 'BRI' else (
+          _with_interval(m, key, t) for t in range(turns))
+      lines.append(f'| {method} | ' + ' | '.join(cells) + ' |')
     lines.append('')
   lines += ['### Failure modes over active transitions', '',
             '| method | drift | stagnation | repeated top-1 | improvement | '
@@ -131,6 +192,45 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
   return '\n'.join(lines)
 
 
+def _tex(text: str) -> str:
+  return text.replace('\\', r'\textbackslash{}').replace('_', r'\_').replace(
+      '%', r'\%').replace('&', r'\&').replace('#', r'\#')
+
+
+def latex_tables(per_method: dict, caption: str = '') -> str:
+  """``tables.tex``: booktabs tables of R@1, cumulative Hits@10 (%, with
+  the 95% interval below each value when known) and BRI per turn, the best
+  method per turn in bold (highest; lowest for BRI). Needs ``booktabs``."""
+  turns = len(next(iter(per_method.values()))['R@1'])
+  out = ['% recovr_jax run tables; \\usepackage{booktabs}', '']
+  for key, title, better in (('R@1', 'R@1 (\\%) per turn', max),
+                             ('Hits@10', 'Cumulative Hits@10 (\\%) per turn',
+                              max),
+                             ('BRI', 'BRI per turn (lower is better)', min)):
+    best = [better(m[key][t] for m in per_method.values())
+            for t in range(turns)]
+    out += ['\\begin{table}[t]', '\\centering', '\\small',
+            f'\\caption{{{title}{". " + _tex(caption) if caption else ""}}}',
+            '\\begin{tabular}{l' + 'r' * turns + '}', '\\toprule',
+            'Method & ' + ' & '.join(f'T{t}' for t in range(turns)) +
+            ' \\\\', '\\midrule']
+    for method, m in per_method.items():
+      cells = []
+      for t in range(turns):
+        v = m[key][t]
+        text = f'{v:.3f}' if key == 'BRI' else _pct(v)
+        if v == best[t]:
+          text = f'\\textbf{{{text}}}'
+        ci = m.get('intervals', {}).get(key)
+        if ci is not None:
+          text += (f' {{\\scriptsize[{_pct(ci["lower"][t])}, '
+                   f'{_pct(ci["upper"][t])}]}}')
+        cells.append(text)
+      out.append(f'{_tex(method)} & ' + ' & '.join(cells) + ' \\\\')
+    out += ['\\bottomrule', '\\end{tabular}', '\\end{table}', '']
+  return '\n'.join(out)
+
+
 def bootstrap_markdown(boot: dict) -> str:
   """One paired-bootstrap table (``bootstrap`` plus ``a``, ``b`` and
   ``num_resamples``)."""
@@ -147,8 +247,22 @@ def bootstrap_markdown(boot: dict) -> str:
           for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', ''])
 
 
-def plot(per_method: dict, path_prefix: str) -> list[str]:
-  """PNG plots of R@1 and BRI against turns; [] without matplotlib."""
+_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'h', '*', 'p')
+_LINES = ('-', '--', '-.', ':')
+
+
+def _style(i: int) -> dict:
+  """A distinct colour, marker and line for the ``i``-th method, for any
+  number of methods (10 colours x 12 markers x 4 line styles)."""
+  return {'color': f'C{i % 10}', 'marker': _MARKERS[i % len(_MARKERS)],
+          'linestyle': _LINES[(i // 10) % len(_LINES)]}
+
+
+def plot(per_method: dict, path_prefix: str, boot: dict | None = None
+         ) -> list[str]:
+  """PNG and PDF plots of R@1 (%, with its 95% interval as a band) and BRI
+  against turns, and with ``boot`` the paired difference (ReCoVR minus the
+  bootstrap baseline, points, with its band); [] without matplotlib."""
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use('Agg')
@@ -156,19 +270,47 @@ def plot(per_method: dict, path_prefix: str) -> list[str]:
   except ImportError:
     return []
   written = []
-  for key in ('R@1', 'BRI'):
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, m in per_method.items():
-      ax.plot(range(len(m[key])), m[key], marker='o', label=method)
-    ax.set_xlabel('turn')
-    ax.set_ylabel(key)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+
+  def save(fig, name):
     fig.tight_layout()
-    path = f"{path_prefix}{key.replace('@', '')}.png"
-    fig.savefig(path, dpi=100)
+    for ext in ('png', 'pdf'):
+      path = f'{path_prefix}{name}.{ext}'
+      fig.savefig(path, dpi=100)
+      written.append(path)
     plt.close(fig)
-    written.append(path)
+
+  for key in ('R@1', 'BRI'):
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    scale = 100.0 if key != 'BRI' else 1.0
+    for i, (method, m) in enumerate(per_method.items()):
+      turns = range(len(m[key]))
+      style = _style(i)
+      ax.plot(turns, [scale * v for v in m[key]], label=method,
+              markersize=4, linewidth=1.2, **style)
+      ci = m.get('intervals', {}).get(key)
+      if ci is not None:
+        ax.fill_between(turns, [scale * v for v in ci['lower']],
+                        [scale * v for v in ci['upper']],
+                        color=style['color'], alpha=0.12, linewidth=0)
+    ax.set_xlabel('turn')
+    ax.set_ylabel(f'{key} (%)' if key != 'BRI' else 'BRI (lower is better)')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    save(fig, key.replace('@', ''))
+  if boot:
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    turns = range(len(boot['mean']))
+    ax.plot(turns, [100 * v for v in boot['mean']], marker='o', color='C0',
+            label=f"{boot['a']} - {boot['b']}")
+    ax.fill_between(turns, [100 * v for v in boot['lower']],
+                    [100 * v for v in boot['upper']], color='C0', alpha=0.2,
+                    linewidth=0, label='95% paired bootstrap interval')
+    ax.axhline(0.0, color='k', linewidth=0.8)
+    ax.set_xlabel('turn')
+    ax.set_ylabel('R@1 difference (points)')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, 'R1_difference')
   return written
 
 

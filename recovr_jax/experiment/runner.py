@@ -719,6 +719,9 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   targets = np.asarray(env.target)[sessions]
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
+  for m, d in displayed.items():
+    per_method[m]['intervals'] = reporting.intervals(
+        d, targets, config.bootstrap_resamples, config.seed)
   failures = {m: reporting.failure_table(d, targets)
               for m, d in displayed.items()}
   # Rank-cap firing, for the methods that rank-cap.
@@ -758,6 +761,11 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
     print(f'wrote {len(paths)} TREC files in {out / "trec"}')
   (out / 'metrics.json').write_text(reporting.dumps(per_method))
   (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
+  (out / 'ranks.csv').write_text(reporting.ranks_csv(
+      displayed, sessions, targets, env.video_ids))
+  (out / 'tables.tex').write_text(reporting.latex_tables(
+      per_method, f'{len(sessions)} sessions; best per turn in bold; 95% '
+      'session-bootstrap intervals'))
   (out / 'failure_modes.json').write_text(reporting.dumps(failures))
   (out / 'rank_cap_firing.json').write_text(reporting.dumps(firing))
   (out / 'bootstrap.json').write_text(reporting.dumps(boot))
@@ -788,7 +796,7 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
   if used:
     report += '\n' + reporting.validity_markdown(used)
   (out / 'report.md').write_text(report)
-  plots = reporting.plot(per_method, str(out / 'plot_'))
+  plots = reporting.plot(per_method, str(out / 'plot_'), boot)
   print(report)
   if not plots:
     print('(matplotlib not installed: no plots; pip install ".[plots]")')
