@@ -9,6 +9,13 @@ import pytest
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+# absltest's helpers (create_tempfile, flagsaver) read absl flags: parsed
+# once here, so a test does not depend on an earlier test in the same
+# process having parsed them (pytest-xdist workers run any subset).
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+if not flags.FLAGS.is_parsed():
+  flags.FLAGS.mark_as_parsed()
+
 # Every XLA:CPU executable keeps memory maps of its compiled code; the suite
 # compiles thousands of programs (the jitted driver per method, table size
 # and pass) and Linux allows 65,530 maps per process (vm.max_map_count),
