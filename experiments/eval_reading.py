@@ -25,7 +25,9 @@ from experiments import outputs
 from experiments import run
 from recovr_jax.experiment import reading
 from recovr_jax.experiment import runner
+from recovr_jax.reasoning import chat_lm
 from recovr_jax.world import environment
+from recovr_jax.world import reasoner_training
 
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'grounded'],
@@ -66,6 +68,14 @@ def main(argv):
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
+  if 'smollm2_world' in _BACKENDS.value:  # the adapter's recorded data
+    try:
+      for note in reasoner_training.check_adapter(
+          chat_lm.adapter_meta(), config.world, config.user,
+          config.allow_other_world_encoders):
+        print(f'warning: smollm2_world: {note}', flush=True)
+    except (ValueError, OSError) as e:
+      raise app.UsageError(f'--backends=smollm2_world: {e}') from e
   run.use_compilation_cache(config)
   built = runner.build(config)
   report = {}

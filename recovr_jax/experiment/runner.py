@@ -202,6 +202,18 @@ def _check_chat(config) -> None:
     if not (adapter / 'adapter.json').is_file():
       _fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing; '
             'experiments/train_adapter.py writes it')
+    if config.data == 'world':  # its recorded world split and benchmark
+      from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+      try:
+        meta = json.loads((adapter / 'adapter.json').read_text())
+        notes = reasoner_training.check_adapter(
+            meta, config.world, config.user,
+            config.allow_other_world_encoders)
+      except (ValueError, json.JSONDecodeError) as e:
+        _fail(f'--reasoner=smollm2_world: {adapter / "adapter.json"}: {e}')
+      for note in notes:
+        logging.warning('--reasoner=smollm2_world: %s', note)
+        print(f'warning: --reasoner=smollm2_world: {note}', flush=True)
 
 
 def _writable_dir(path, message: str) -> pathlib.Path:

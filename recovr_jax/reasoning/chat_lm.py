@@ -267,6 +267,12 @@ DEFAULT_ADAPTER_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
                           'smollm2_world')
 
 
+def adapter_meta(directory: str = DEFAULT_ADAPTER_DIR) -> dict:
+  """The adapter's ``adapter.json``: its prompt, training report and the
+  data it was trained on."""
+  return json.loads((pathlib.Path(directory) / 'adapter.json').read_text())
+
+
 def make(backend: str, fallback, checkpoint=None, examples=None,
          few_shot: int | None = None, wording: int = 1,
          dtype: str = 'float32', constrained_decoding: bool = True,
@@ -296,8 +302,7 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
   adapter = None
   if world:
     adapter = DEFAULT_ADAPTER_DIR
-    meta = json.loads((pathlib.Path(adapter) / 'adapter.json').read_text())
-    system = meta['prompt']['system']
+    system = adapter_meta(adapter)['prompt']['system']
   else:
     system = True
   return ChatLMReasoner(model_dir, fallback, batch_size=batch_size,

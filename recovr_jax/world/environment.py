@@ -114,8 +114,13 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
         per_module=8)
     # The Reflector's items are the world's literals (DESIGN section 10).
     literals = {name: world_lib.VALUES[name] for name in world_lib.ATTRIBUTES}
+    # The lexicon's spelling fixer in front of the model when the adapter
+    # was trained with it (the zero-shot model: always).
+    fixer = backend == 'smollm2' or chat_lm.adapter_meta()['prompt'].get(
+        'spelling_fixer', True)
     return chat_lm.make(backend, fallback, checkpoint, examples=examples,
-                        preprocess=reasoner_training.preprocess,
+                        preprocess=(reasoner_training.preprocess if fixer
+                                    else None),
                         reflect_literals=literals, **(chat_options or {}))
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
                    f'{", ".join(BACKENDS)}')
