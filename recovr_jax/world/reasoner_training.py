@@ -393,16 +393,16 @@ def sample_sessions(world, pool_combos, pool_captions, user_config,
     raise ValueError("sample_sessions: the user must draw only training "
                      f"phrasings (phrasings='train'), got "
                      f"{user_config.phrasings!r}")
-  import dataclasses as dc  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   combos = np.asarray(world.combos)
   pool = np.arange(len(pool_combos))
-  pool_attrs = combos[np.asarray(pool_combos)]
+  pool_combos = np.asarray(pool_combos)
+  pool_attrs = combos[pool_combos]
   train = world.train
   teacher, plain = TeacherReasoner(), rules.RulesReasoner(lexicon)
   weights = np.asarray(SHOWN_DISTANCE_WEIGHTS) / sum(SHOWN_DISTANCE_WEIGHTS)
   users = {r: simulated_user.SimulatedUser(
-      dc.replace(user_config, noise_rate=r), seed=seed) for r in NOISE_RATES}
+      dataclasses.replace(user_config, noise_rate=r), seed=seed) for r in NOISE_RATES}
   out = []
   for s in range(num_sessions):
     q = int(rng.integers(len(train.target)))
@@ -416,7 +416,7 @@ def sample_sessions(world, pool_combos, pool_captions, user_config,
     memory = schemas.SessionMemory()
     for turn in range(1, num_turns + 1):
       k = int(rng.choice(len(weights), p=weights)) + 1
-      shown = _near(rng, combos, np.asarray(pool_combos), target, k)
+      shown = _near(rng, combos, pool_combos, target, k)
       question = None
       if rng.random() < QUESTION_RATE:
         others = [shown] + [int(i) for i in rng.choice(
