@@ -182,4 +182,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, (('Study benchmark', ['output_json', 'screenshot']),) +
+          run.HELP_GROUPS, run.HELP_DEFAULTS)

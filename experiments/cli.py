@@ -1,28 +1,72 @@
-"""Running an entry point: a refused flag value is one line, not the help.
+"""Running an entry point: a refused flag value is one line, not the help;
+the help is the entry point's flags grouped by concern.
 
 ``app.run`` answers a ``UsageError`` with the module's docstring and every
 flag's help (hundreds of lines) before the one line that matters; ``run``
-prints that line and where to find the help instead, and exits with the
-error's code. A flag absl cannot parse is already one line.
+prints that line (one per problem when several are found at once) and where
+to find the help instead, and exits with the error's code. A flag absl
+cannot parse is already one line.
+
+With ``groups``, ``--help`` / ``--helpshort`` print the module's docstring
+and its flags under one heading per concern (flags defined in shared modules
+included); ``--helpfull`` stays absl's (every flag, absl's own included).
 """
 
 import os
 import sys
+import textwrap
 
 from absl import app
+from absl import flags
+
+HELP_ARGS = ('--help', '--helpshort', '-h', '-?', '--help=true',
+             '--helpshort=true')
 
 
-def run(main) -> None:
-  """``app.run(main)``, with a ``UsageError`` told in one line."""
+def _name() -> str:
+  name = os.path.basename(sys.argv[0]) or 'experiments'
+  if name == '__main__.py' or name.endswith('.py'):
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    name = spec.name if spec is not None else 'experiments'
+  return name
+
+
+def grouped_help(doc: str, groups, defaults=None) -> str:
+  """``doc`` and the flags of ``groups`` (``[(title, [flag names])]``), each
+  with its help and default; ``defaults``: flag name -> the default to show
+  instead of the flag's own (a preset's)."""
+  out = [(doc or '').strip(), '']
+  for title, names in groups:
+    out.append(f'{title}:')
+    for name in names:
+      flag = flags.FLAGS[name]
+      help_text = ' '.join(flag.help.split())
+      out.extend(textwrap.wrap(f'--{name}: {help_text}', 79,
+                               initial_indent='  ',
+                               subsequent_indent='    '))
+      default = (defaults or {}).get(name, flag.default_as_str)
+      out.append(f'    (default: {default})')
+    out.append('')
+  out.append('--helpfull: every flag, absl\'s own included. '
+             '--flagfile=F: flags from a file.')
+  return '\n'.join(out) + '\n'
+
+
+def run(main, groups=None, defaults=None) -> None:
+  """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
+  with ``groups``, the help grouped (``grouped_help``)."""
+  if groups is not None and any(a in HELP_ARGS for a in sys.argv[1:]):
+    doc = getattr(sys.modules.get('__main__'), '__doc__', '')
+    sys.stdout.write(grouped_help(doc, groups, defaults))
+    sys.exit(0)
+
   def checked(argv):
     try:
       return main(argv)
     except app.UsageError as e:
-      name = os.path.basename(sys.argv[0]) or 'experiments'
-      if name == '__main__.py' or name.endswith('.py'):
-        name = getattr(sys.modules.get('__main__'), '__spec__', None)
-        name = name.name if name is not None else 'experiments'
-      sys.stderr.write(f'{name}: error: {e}\n'
-                       f'Pass --helpshort to see the flags.\n')
+      name = _name()
+      lines = str(e).splitlines() or ['(no message)']
+      sys.stderr.write(''.join(f'{name}: error: {line}\n' for line in lines) +
+                       'Pass --helpshort to see the flags.\n')
       sys.exit(e.exitcode if e.exitcode else 1)
   app.run(checked)

@@ -25,6 +25,8 @@ _CLIP_DIR = data_flags.CLIP_DIR
 _VIDEOS_DIR = flags.DEFINE_string('videos_dir', None,
                                   'One sub-folder of frame images per video.')
 _OUTPUT = data_flags.OUTPUT
+for _name in ('clip_dir', 'output'):  # shown by --helpshort
+  flags.declare_key_flag(_name)
 _MAX_FRAMES = flags.DEFINE_integer('max_frames', 8,
                                    'Frames per video, evenly spaced.')
 _EXTENSIONS = ('.png', '.jpg', '.jpeg')

@@ -1,5 +1,5 @@
 r"""The reading benchmark: how well each backend's Intent Decomposer and
-State Reflector read the simulated user (issue 25; DESIGN section 10).
+State Reflector read the simulated user (DESIGN section 10).
 
     python -m experiments.eval_reading --backends=rules,grounded \
         --output_json=results/reading.json --output_md=results/reading.md
@@ -71,7 +71,8 @@ def main(argv):
   if 'smollm2_world' in _BACKENDS.value:  # the adapter's recorded data
     try:
       for note in reasoner_training.check_adapter(
-          chat_lm.adapter_meta(), config.world, config.user,
+          chat_lm.adapter_meta(config.reasoner_adapter or
+                               chat_lm.DEFAULT_ADAPTER_DIR), config.world, config.user,
           config.allow_other_world_encoders):
         print(f'warning: smollm2_world: {note}', flush=True)
     except (ValueError, OSError) as e:
@@ -94,4 +95,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, (('Reading benchmark', ['backends', 'noise_rates',
+                                        'output_json']),) + run.HELP_GROUPS,
+          run.HELP_DEFAULTS)

@@ -39,6 +39,8 @@ _JSON = flags.DEFINE_string('eval_json', 'results/reasoners.json',
 _WORDING = flags.DEFINE_integer('wording', 1, 'smollm2*: prompt wording.')
 
 
+flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
+
 def _truth_scores(module, obj, target):
   out = {}
   if module == 'reflect':

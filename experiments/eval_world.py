@@ -28,6 +28,8 @@ _OUTPUT = flags.DEFINE_string('output_json', 'results/eval_world.json',
                               'Where to write the JSON results.')
 
 
+flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)

@@ -46,6 +46,8 @@ _GALLERY = flags.DEFINE_enum(
     'targets: the gallery is the set of targets (CoVR\'s test protocol); '
     'all: targets and references.')
 _MISSING = data_flags.MISSING_IDS
+for _name in ('annotations', 'output', 'missing_ids'):  # in --helpshort
+  flags.declare_key_flag(_name)
 _UNIT = flags.DEFINE_bool(
     'unit_tokens', True, 'Make every frame / token vector unit length '
     'before averaging (CoVR-2 averages unit tokens).')

@@ -2,15 +2,13 @@ r"""The main job: ReCoVR, ablations and baselines under one protocol.
 
     python -m experiments.run --flagfile=experiments/flagfiles/quickstart
 
-Writes to --output_dir: the resolved flags, per-session trajectories (JSONL),
-per-turn metrics per method (JSON and CSV), failure modes, the paired
-bootstrap of recovr against the strongest baseline, a Markdown report and PNG
-plots (when matplotlib is installed). Progress is checkpointed after every
-batch; repeating the command resumes and gives identical results.
-
-This file is kept short: flags are read once into a frozen
-``experiment.config.RunConfig`` and the experiment is
-``experiment.runner.run`` (or ``sweep``).
+Writes to --output_dir: the resolved flags and environment, per-session
+trajectories (JSONL) and ranks (CSV), per-turn metrics per method with 95%
+bootstrap intervals (JSON and CSV), failure modes, the paired bootstrap of
+recovr against --bootstrap_baseline, a Markdown report, tables.tex and plots
+(PNG and PDF, when matplotlib is installed). Progress is checkpointed after
+every batch; repeating the command resumes and gives identical results.
+Outputs and metrics: README.md and docs/.
 """
 
 import pathlib
@@ -37,7 +35,7 @@ _BENCHMARK = flags.DEFINE_enum(
     'benchmark', config_lib.DEFAULT_BENCHMARK, list(config_lib.BENCHMARKS),
     'The embedded benchmark; sets --renditions, --checkpoint_dir, '
     '--captions, --user_style and --user_language unless given explicitly. '
-    'v2 (issue #11): 4 renditions per combination with their encoders, '
+    'v2: 4 renditions per combination with their encoders, '
     "captions written by the captioning VLM, the paper's user in its own "
     'words. v1 (the first benchmark, for comparison): one video per '
     'combination, ground-truth captions, the template user speaking the '
@@ -119,6 +117,12 @@ _REASONER_CKPT = flags.DEFINE_string(
     'flax_lm: a local Flax causal LM directory (default: the shipped one). '
     'smollm2*: a converted Llama chat directory (default: the conversion in '
     '$RECOVR_JAX_CACHE or ~/.cache/recovr_jax).')
+_REASONER_ADAPTER = flags.DEFINE_string(
+    'reasoner_adapter', None,
+    'smollm2_world: a LoRA adapter directory written by '
+    'experiments/train_adapter.py (default: the shipped '
+    'recovr_jax/checkpoints/smollm2_world); its recorded data recipe is '
+    'checked as the shipped one is.')
 _WORDING = flags.DEFINE_enum(
     'prompt_wording', '1', ['1', '2', '3'],
     'smollm2*: which of the three wordings of the prompt suite '
@@ -261,6 +265,47 @@ _SWEEP = flags.DEFINE_multi_string(
     f'{", ".join(config_lib.SWEEPABLE)}.')
 
 
+# --help: the flags by concern (tests/cli_test.py checks that every flag the
+# run reads is in one group).
+HELP_GROUPS = (
+    ('Benchmark and world', [
+        'benchmark', 'data', 'checkpoint_dir', 'captions',
+        'captioner_checkpoint', 'allow_other_world_encoders', 'world_seed',
+        'test_share', 'renditions', 'gallery_size', 'num_test_triplets',
+        'num_train_triplets', 'unmentioned_share', 'max_unmentioned',
+        'num_frames', 'pixel_noise']),
+    ('Real data (--data=webvid_covr; docs/real-data.md)', [
+        'annotations', 'gallery_embeddings', 'clip_dir',
+        'reference_embeddings', 'query_embeddings', 'normalize_rows',
+        'missing_ids', 'user_phraser']),
+    ('Methods and the protocol', [
+        'methods', 'num_turns', 'list_length', 'window', 'rrf_k', 'recency',
+        'gamma', 'kappa_neg', 'kappa_neu', 'kappa_pos', 'rank_cap_placement',
+        'avoid_penalty', 'question_tau', 'merlin_alpha', 'ask_mode',
+        'ask_threshold', 'ask_tau', 'ask_budget']),
+    ('Reasoner (docs/reasoning.md)', [
+        'reasoner', 'reasoner_checkpoint', 'reasoner_adapter',
+        'prompt_wording', 'few_shot', 'reasoner_dtype',
+        'constrained_decoding', 'reasoner_batch']),
+    ('Simulated user', [
+        'user_style', 'user_language', 'user_policy', 'modify_threshold',
+        'noise_rate', 'drop_rate', 'user_seed', 'user_draws']),
+    ('Statistics', [
+        'bootstrap_baseline', 'bootstrap_also', 'bootstrap_resamples',
+        'seed']),
+    ('Running', [
+        'num_sessions', 'batch_size', 'simulation', 'jit_chunk_size',
+        'session_shards', 'platform', 'cache_dir', 'compilation_cache',
+        'resume', 'max_error_share', 'sweep']),
+    ('Outputs', ['output_dir', 'export_trec']),
+)
+# Defaults that come from the --benchmark preset, as --help shows them.
+HELP_DEFAULTS = {
+    name: 'the --benchmark preset\'s: ' + ', '.join(
+        f'{b}: {config_lib.BENCHMARKS[b][name]}' for b in config_lib.BENCHMARKS)
+    for name in ('renditions', 'captions', 'user_style', 'user_language')}
+
+
 def _preset(flag):
   """``flag``'s value, or the --benchmark preset's when not given (the
   presets are of the embedded world; on real data they do not apply and a
@@ -273,16 +318,48 @@ def _preset(flag):
 
 
 def run_config() -> config_lib.RunConfig:
-  """The ``RunConfig`` of the flags (every flag is read here, once)."""
+  """The ``RunConfig`` of the flags (every flag is read here, once).
+
+  Raises ``app.UsageError`` naming every problem found at once: each part
+  (world, loop, ask policy, settings, user) is built on its own, a part
+  that fails is replaced by its default so that the rest is still checked,
+  and then ``runner.validate`` checks the whole."""
+  problems = []
+
+  def part(build, default):
+    try:
+      return build()
+    except ValueError as e:
+      problems.extend(str(e).splitlines())
+      return default
+
   if _SIMULATION.value == 'jit':
     draws = 'jax'   # the jitted driver's draws
   else:
     draws = _USER_DRAWS.value
-  return config_lib.RunConfig(
+  world = part(lambda: world_flags.world_config(
+      renditions=_preset(flags.FLAGS['renditions'])), None)
+  loop = part(lambda: ranking.LoopConfig(
+      num_turns=_NUM_TURNS.value, window=_WINDOW.value,
+      list_length=_LIST.value, rrf_k=_RRF_K.value,
+      recency=_RECENCY.value, gamma=_GAMMA.value,
+      kappa=(_KAPPA_NEG.value, _KAPPA_NEU.value, _KAPPA_POS.value),
+      rank_cap_placement=_PLACEMENT.value), ranking.LoopConfig())
+  ask = part(lambda: asking.AskPolicy(
+      mode=_ASK_MODE.value, threshold=_ASK_THRESHOLD.value,
+      tau=_ASK_TAU.value, budget=_ASK_BUDGET.value), asking.AskPolicy())
+  settings = part(lambda: methods_base.Settings(
+      merlin_alpha=_ALPHA.value, avoid_penalty=_AVOID.value,
+      question_tau=_QUESTION_TAU.value, ask=ask), methods_base.Settings())
+  user = part(lambda: simulated_user.UserConfig(
+      modify_threshold=_MODIFY.value, policy=_POLICY.value,
+      noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws,
+      style=_preset(_STYLE), language=_preset(_LANGUAGE)),
+              simulated_user.UserConfig())
+  fields = dict(
       methods=tuple(_METHODS.value), output_dir=_OUTPUT.value,
-      data=_DATA.value, world=world_flags.world_config(
-          renditions=_preset(flags.FLAGS['renditions'])),
-      checkpoint_dir=_preset(_CHECKPOINT), annotations=_ANNOTATIONS.value,
+      data=_DATA.value, checkpoint_dir=_preset(_CHECKPOINT),
+      annotations=_ANNOTATIONS.value,
       gallery_embeddings=_GALLERY.value, clip_dir=_CLIP_DIR.value,
       normalize_rows=_NORMALIZE.value,
       reference_embeddings=_REF_EMB.value,
@@ -291,27 +368,13 @@ def run_config() -> config_lib.RunConfig:
       cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
       captioner_checkpoint=_CAPTIONER.value, reasoner=_REASONER.value,
       reasoner_checkpoint=_REASONER_CKPT.value,
+      reasoner_adapter=_REASONER_ADAPTER.value,
       prompt_wording=int(_WORDING.value), few_shot=_FEW_SHOT.value,
       reasoner_dtype=_LM_DTYPE.value,
       constrained_decoding=_CONSTRAINED.value,
       reasoner_batch=_LM_BATCH.value,
       num_sessions=_NUM_SESSIONS.value, batch_size=_BATCH.value,
-      loop=ranking.LoopConfig(
-          num_turns=_NUM_TURNS.value, window=_WINDOW.value,
-          list_length=_LIST.value, rrf_k=_RRF_K.value,
-          recency=_RECENCY.value, gamma=_GAMMA.value,
-          kappa=(_KAPPA_NEG.value, _KAPPA_NEU.value, _KAPPA_POS.value),
-          rank_cap_placement=_PLACEMENT.value),
-      settings=methods_base.Settings(
-          merlin_alpha=_ALPHA.value, avoid_penalty=_AVOID.value,
-          question_tau=_QUESTION_TAU.value,
-          ask=asking.AskPolicy(mode=_ASK_MODE.value,
-                               threshold=_ASK_THRESHOLD.value,
-                               tau=_ASK_TAU.value, budget=_ASK_BUDGET.value)),
-      user=simulated_user.UserConfig(
-          modify_threshold=_MODIFY.value, policy=_POLICY.value,
-          noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws,
-          style=_preset(_STYLE), language=_preset(_LANGUAGE)),
+      loop=loop, settings=settings, user=user,
       user_seed=_USER_SEED.value,
       bootstrap_resamples=_RESAMPLES.value,
       bootstrap_baseline=_BOOT_BASELINE.value,
@@ -321,6 +384,17 @@ def run_config() -> config_lib.RunConfig:
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())
+  if world is not None:
+    fields['world'] = world
+  config = part(lambda: config_lib.RunConfig(**fields), None)
+  if problems:
+    if config is not None and world is not None:  # what the whole adds
+      try:
+        runner.validate(config, create=False)
+      except runner.ConfigError as e:
+        problems.extend(str(e).splitlines())
+    raise app.UsageError('\n'.join(problems))
+  return config
 
 
 def use_compilation_cache(config: config_lib.RunConfig):
@@ -359,14 +433,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
   sweep = parse_sweep(_SWEEP.value)
-  for flag in (_NUM_TURNS, _WINDOW, _LIST, _KAPPA_NEG, _KAPPA_NEU,
-               _KAPPA_POS):
-    if flag.value < 1:
-      raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
-  try:
-    config = run_config()
-  except ValueError as e:
-    raise app.UsageError(str(e)) from e
+  config = run_config()
   use_compilation_cache(config)
   try:
     if sweep:
@@ -380,4 +447,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, HELP_GROUPS, HELP_DEFAULTS)

@@ -171,4 +171,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, (('Study app', ['port', 'host', 'participants', 'instances',
+                                'frames_dir', 'video_size']),) +
+          run.HELP_GROUPS, run.HELP_DEFAULTS)

@@ -130,4 +130,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, (('Study report', ['simulated', 'reference_method']),) +
+          run.HELP_GROUPS, run.HELP_DEFAULTS)

@@ -73,8 +73,21 @@ _POOL = flags.DEFINE_integer(
 _MAX_LENGTH = flags.DEFINE_integer('max_length', 320,
                                    'Longest training sequence (tokens).')
 
+_INIT = flags.DEFINE_string(
+    'init_adapter', None,
+    'Continue from this adapter (written by this script, same --rank and '
+    '--alpha and the same data recipe); the optimizer state starts afresh '
+    '(warm-up again). Its curve is kept in the report.')
+_EVALUATED_DIR = flags.DEFINE_string(
+    'evaluated_dir', None,
+    'Also save the adapter of every evaluation as <evaluated_dir>/step_<N> '
+    '(for the reading benchmark\'s curve: experiments/eval_reading.py '
+    '--reasoner_adapter=...); default: not saved.')
+
 BENCHMARK = 'v2'  # the adapter's data is drawn on this benchmark
 
+
+flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
 
 def encode(tokenizer, pairs, max_length):
   """Token ids, attention and loss masks ``[n, max_length]`` and the
@@ -110,6 +123,28 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   if _LR.value <= 0:
     raise app.UsageError(f'--lr must be > 0, got {_LR.value}')
+  resumed = None
+  if _INIT.value:  # checked before the minutes of data drawing
+    try:
+      resumed = lora.load(_INIT.value)
+      meta = chat_lm.adapter_meta(_INIT.value)
+    except (OSError, ValueError) as e:
+      raise app.UsageError(f'--init_adapter: {e}') from e
+    recorded = meta.get('data', {}).get('recipe')
+    if recorded != reasoner_training.SESSION_RECIPE:
+      raise app.UsageError(
+          f'--init_adapter {_INIT.value}: trained on data recipe '
+          f'{recorded!r}, this script draws '
+          f'{reasoner_training.SESSION_RECIPE!r}')
+    if (meta.get('rank'), meta.get('alpha')) != (_RANK.value, _ALPHA.value):
+      raise app.UsageError(
+          f'--init_adapter {_INIT.value}: rank {meta.get("rank")} alpha '
+          f'{meta.get("alpha")}, but --rank={_RANK.value} '
+          f'--alpha={_ALPHA.value}')
+    resumed = ({'layers': resumed['layers']},
+               {'directory': _INIT.value, 'steps': meta.get('steps'),
+                'best_step': meta.get('best_step'),
+                'curve': meta.get('curve')})
   from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.world import captioner as captioner_lib  # pylint: disable=g-import-not-at-top
@@ -148,7 +183,8 @@ def main(argv):
   params = lm.params
   del lm
   body = modeling_flax_llama.FlaxLlamaModule(config)
-  adapter = lora.init(params, _RANK.value, seed=_SEED.value)
+  adapter = (lora.init(params, _RANK.value, seed=_SEED.value)
+             if resumed is None else resumed[0])
   scale = _ALPHA.value / _RANK.value
   warmup = max(1, min(20, _MAX_STEPS.value // 10))
   schedule = optax.join_schedules(
@@ -209,6 +245,20 @@ def main(argv):
                         'exact': float(np.mean(right[m] == tokens[m]))}
     return report
 
+  data_record = {
+      'recipe': reasoner_training.SESSION_RECIPE,
+      'benchmark': BENCHMARK,
+      'world': {k: v for k, v in dataclasses.asdict(world.config).items()
+                if k in ('seed', 'test_share', 'renditions')},
+      'split': 'train',
+      'user': {'style': user.style, 'language': user.language,
+               'phrasings': user.phrasings,
+               'noise_rates': list(reasoner_training.NOISE_RATES)},
+      'captions': {'captioner': writer.fingerprint, 'pool': _POOL.value},
+      'targets': {'intent': 'simulator', 'reflect': 'simulator',
+                  'question': 'rules', 't2v_init': 'rules'},
+      'sessions': _SESSIONS.value, 'val_sessions': _VAL_SESSIONS.value,
+      'seed': _SEED.value}
   curve = [{'step': 0, **validate(adapter)}]
   print(f'step 0: validation loss {curve[0]["loss"]:.4f}, exact '
         f'{curve[0]["exact"]:.3f}', flush=True)
@@ -234,6 +284,14 @@ def main(argv):
       curve.append(point)
       print(f'step {i + 1}: validation loss {point["loss"]:.4f}, exact '
             f'{point["exact"]:.3f}', flush=True)
+      if _EVALUATED_DIR.value:
+        lora.save({**adapter, 'scale': scale},
+                  f'{_EVALUATED_DIR.value}/step_{i + 1}',
+                  {'step': i + 1, 'validation': point,
+                   'prompt': {'wording': 1, 'system': False, 'examples': 0,
+                              'spelling_fixer': False},
+                   'rank': _RANK.value, 'alpha': _ALPHA.value,
+                   'data': data_record})
       if point['loss'] < best['loss']:
         best = {'step': i + 1, 'loss': point['loss'], 'adapter': adapter}
       elif (i + 1 - best['step']) >= _PATIENCE.value * _EVAL_EVERY.value:
@@ -246,21 +304,8 @@ def main(argv):
       'rank': _RANK.value, 'alpha': _ALPHA.value,
       'targets': list(lora.DEFAULT_TARGETS),
       'parameters': lora.num_parameters(adapter),
-      'data': {
-          'recipe': reasoner_training.SESSION_RECIPE,
-          'benchmark': BENCHMARK,
-          'world': {k: v for k, v in dataclasses.asdict(world.config).items()
-                    if k in ('seed', 'test_share', 'renditions')},
-          'split': 'train',
-          'user': {'style': user.style, 'language': user.language,
-                   'phrasings': user.phrasings,
-                   'noise_rates': list(reasoner_training.NOISE_RATES)},
-          'captions': {'captioner': writer.fingerprint,
-                       'pool': _POOL.value},
-          'targets': {'intent': 'simulator', 'reflect': 'simulator',
-                      'question': 'rules', 't2v_init': 'rules'},
-          'sessions': _SESSIONS.value, 'val_sessions': _VAL_SESSIONS.value,
-          'seed': _SEED.value},
+      'data': data_record,
+      'resumed_from': None if resumed is None else resumed[1],
       'max_steps': _MAX_STEPS.value, 'steps': len(losses),
       'best_step': best['step'], 'stopped': stopped,
       'batch': _BATCH.value, 'lr': _LR.value, 'warmup': warmup,

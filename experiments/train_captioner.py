@@ -36,6 +36,8 @@ _SEED = flags.DEFINE_integer('captioner_seed', _DEFAULT.seed,
                              'Seed of data and initialisation.')
 
 
+flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')

@@ -39,6 +39,8 @@ _EVAL_ONLY = flags.DEFINE_bool('eval_only', False,
                                'Only evaluate the model in --output_dir.')
 
 
+flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)

@@ -44,6 +44,8 @@ _TRAIN_SEED = flags.DEFINE_integer('train_seed', 0,
                                    'Seed of initialisation and batches.')
 
 
+flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every file at INFO

@@ -128,16 +128,61 @@ class ChatLMTest(absltest.TestCase):
     self.assertEqual(step.content, constrained.CONTENT_NONE)
     for text in allowed:  # every allowed first token starts a sigma value
       self.assertTrue(any(s.startswith(text) for s in schemas.SIGMAS), text)
-    # Choosing 'pos' forces the rest of the literal up to the keep list.
-    text = ''
-    token = vocab.by_text['pos'][0]
-    while True:
-      text += vocab.texts[token]
-      step = gen.send(token)
-      if len(step.ids) != 1 or step.content:
-        break
-      token = step.ids[0]
-    self.assertEqual(text, 'pos", "keep": [')
+
+  def test_grammars_accept_the_tokenization_the_model_was_trained_on(self):
+    """The reply texts of training (``prompts.reply_text``), tokenized as
+    ``experiments.train_adapter`` tokenizes them, walk every grammar to its
+    end: the tokenizer merges pieces (`` ["``, ``"],``, `` [],``) that a
+    grammar forcing its literals token by token refused, so a trained
+    Reflector could only close its lists (issue 25)."""
+    vocab = _STATE['lm'].vocab
+    tok = _STATE['lm'].tokenizer
+    literals = {a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES}
+    limits = constrained.Limits()
+    replies = [
+        ('reflect', {'sigma': 'pos', 'keep': ['shape: square', 'size: small'],
+                     'avoid': ['shape: circle', 'size: large']}, literals),
+        ('reflect', {'sigma': 'neu', 'keep': [], 'avoid': []}, literals),
+        ('reflect', {'sigma': 'neg', 'keep': ['background: water'],
+                     'avoid': []}, literals),
+        ('reflect', {'sigma': 'neu', 'keep': [],
+                     'avoid': ['lighting: sunset', 'count: two']}, literals),
+        ('reflect', {'sigma': 'pos', 'keep': ['a red car', 'snow'],
+                     'avoid': ['night']}, None),
+        ('reflect', {'sigma': 'neg', 'keep': [], 'avoid': []}, None),
+        ('intent', {'search': 'one small white square',
+                    'edit': 'make them small'}, None),
+        ('intent', {'search': 'two red circles', 'edit': ''}, None),
+        ('question', {'question': 'Which colour should it be?'}, None),
+        ('t2v_init', {'search': 'three blue crosses moving left'}, None),
+    ]
+    for module, reply, lits in replies:
+      with self.subTest(module=module, reply=reply):
+        text = prompts.reply_text(reply)
+        lead, gen = constrained.grammar(module, vocab, limits, literals=lits)
+        self.assertTrue(text.startswith(lead), text)
+        self.assertEqual(tok.encode(lead, add_special_tokens=False),
+                         tok.encode(text, add_special_tokens=False)[
+                             :len(tok.encode(lead, add_special_tokens=False))])
+        ids = tok.encode(text, add_special_tokens=False)[
+            len(tok.encode(lead, add_special_tokens=False)):]
+        step = next(gen)
+        walked = lead
+        for k, token in enumerate(ids):
+          self.assertTrue(
+              token in step.ids or vocab.masks[step.content][token],
+              f'{vocab.texts[token]!r} refused after {walked!r}')
+          walked += vocab.texts[token]
+          try:
+            step = gen.send(token)
+          except StopIteration:
+            self.assertEqual(k, len(ids) - 1, f'ended early at {walked!r}')
+            break
+        else:
+          self.fail(f'the grammar did not end after {walked!r}')
+        self.assertEqual(walked, text)
+        self.assertLessEqual(len(ids), constrained.max_steps(module, limits,
+                                                             lits))
 
   def test_literal_reflect_items_on_random_walks(self):
     """World literals: whatever allowed token is taken at every step, the
@@ -172,7 +217,8 @@ class ChatLMTest(absltest.TestCase):
       self.assertLen(set(avoid), len(avoid), text)
       self.assertEmpty(set(keep) & set(avoid), text)
       self.assertLessEqual(len(avoid), limits.list_items)
-    self.assertLessEqual(longest, constrained.max_steps('reflect', limits))
+    self.assertLessEqual(longest, constrained.max_steps('reflect', limits,
+                                                        literals))
 
   def test_literal_reflect_items_from_the_model(self):
     lm = chat_lm.ChatLMReasoner(

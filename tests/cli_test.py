@@ -1,6 +1,7 @@
 """A refused flag value is one clear line and a hint, not the whole help."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -33,3 +34,82 @@ class BadFlagValueTest(parameterized.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class SeveralProblemsTest(absltest.TestCase):
+
+  def test_every_independent_problem_in_one_error(self):
+    from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.experiment import runner  # pylint: disable=g-import-not-at-top
+    config = config_lib.RunConfig(
+        methods=('recovr', 'bogus'), batch_size=0, num_sessions=0,
+        jit_chunk_size=-1, max_error_share=2.0,
+        reasoner_adapter='/nonexistent',
+        output_dir=self.create_tempdir().full_path)
+    with self.assertRaises(runner.ConfigError) as e:
+      runner.validate(config)
+    lines = str(e.exception).splitlines()
+    for expected in ('unknown --methods bogus', '--batch_size must be >= 1',
+                     '--num_sessions must be >= 1',
+                     '--jit_chunk_size must be >= 0',
+                     '--max_error_share must be in [0, 1]',
+                     '--reasoner_adapter is for --reasoner=smollm2_world'):
+      self.assertLen([l for l in lines if expected in l], 1, lines)
+    self.assertLen(lines, 6, lines)
+
+  def test_the_command_line_prints_a_line_per_problem(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.run', '--batch_size=0',
+         '--rrf_k=-1', '--methods=recovr,bogus', '--window=0'], cwd=ROOT,
+        capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    errors = [l for l in proc.stderr.splitlines()
+              if l.startswith('experiments.run: error: ')]
+    self.assertLen(errors, 4, proc.stderr)
+    for expected in ('window must be >= 1', 'rrf_k must be',
+                     'unknown --methods bogus', '--batch_size must be >= 1'):
+      self.assertLen([l for l in errors if expected in l], 1, errors)
+
+
+class GroupedHelpTest(absltest.TestCase):
+
+  def test_every_flag_of_the_run_is_in_one_group(self):
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    from experiments import run  # pylint: disable=g-import-not-at-top
+    grouped = [n for _, names in run.HELP_GROUPS for n in names]
+    self.assertLen(set(grouped), len(grouped))  # none twice
+    by_module = flags.FLAGS.flags_by_module_dict()
+    defined = {f.name for m in ('experiments.run', 'experiments.world_flags')
+               for f in by_module[m]}
+    defined |= {'annotations', 'clip_dir', 'missing_ids'}  # data_flags'
+    self.assertEqual(set(grouped), defined)
+    for name in grouped:  # every name is a flag
+      self.assertIn(name, flags.FLAGS)
+
+  def test_entry_points_on_the_run_group_their_own_flags(self):
+    # Read from the sources: flag names are process-wide and two of these
+    # scripts both define --output_json.
+    for script, title in (('eval_reading', 'Reading benchmark'),
+                          ('study', 'Study app'),
+                          ('study_report', 'Study report'),
+                          ('bench_study', 'Study benchmark')):
+      with self.subTest(script=script):
+        source = (ROOT / 'experiments' / f'{script}.py').read_text()
+        own = set(re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source))
+        self.assertNotEmpty(own)
+        group = source.split(f"(('{title}'")[1].split(')')[0]
+        self.assertEqual(set(re.findall(r"'(\w+)'", group)), own)
+
+  def test_helpshort_prints_the_groups_with_real_data_flags(self):
+    proc = subprocess.run([sys.executable, '-m', 'experiments.run',
+                           '--helpshort'], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    out = proc.stdout
+    for heading in ('Benchmark and world:', 'Real data (--data=webvid_covr',
+                    'Reasoner', 'Simulated user:', 'Running:', 'Outputs:'):
+      self.assertIn(heading, out)
+    self.assertIn('--annotations:', out)
+    self.assertIn('--clip_dir:', out)
+    self.assertIn("(default: the --benchmark preset's: v2: 4, v1: 1)", out)
+    self.assertNotIn('issue #', out)

@@ -15,10 +15,10 @@ from recovr_jax.world import simulated_user
 
 DATA = ('world', 'webvid_covr')
 # The embedded benchmarks: the flag values --benchmark sets unless a flag is
-# given explicitly. v2 (the default) is the one with no oracle (issue #11):
+# given explicitly. v2 (the default) is the one with no oracle:
 # several renditions per combination with encoders trained for them,
 # captions written by the captioning VLM, and the paper's user in its own
-# words. v1 is the first benchmark (issues #3-#5), kept for comparison: one
+# words. v1 is the first benchmark, kept for comparison: one
 # video per combination, ground-truth captions, the template user speaking
 # the rules reasoner's lexicon.
 BENCHMARKS = {
@@ -64,6 +64,7 @@ class RunConfig:
   captioner_checkpoint: str | None = None  # world: None = shipped
   reasoner: str = 'rules'
   reasoner_checkpoint: str | None = None
+  reasoner_adapter: str | None = None      # smollm2_world: None = shipped
   # Chat-LM reasoners (smollm2, smollm2_world; reasoning/chat_lm.py):
   prompt_wording: int = 1                  # one of prompts.WORDINGS
   few_shot: int | None = None              # None: 3 (smollm2), 0 (_world)
@@ -144,3 +145,13 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
         config.settings, ask=ask))
   sub = dataclasses.replace(getattr(config, section), **{field: value})
   return dataclasses.replace(config, **{section: sub})
+
+
+def chat_options(config: RunConfig) -> dict:
+  """The chat-LM reasoner's options (``reasoning.chat_lm.make``) of a
+  run's flags."""
+  return {'few_shot': config.few_shot, 'wording': config.prompt_wording,
+          'dtype': config.reasoner_dtype,
+          'constrained_decoding': config.constrained_decoding,
+          'batch_size': config.reasoner_batch,
+          'adapter': config.reasoner_adapter}

@@ -57,7 +57,8 @@ def input_paths(config) -> dict[str, str]:
     else:
       paths['reasoner_gguf'] = str(gguf_llama.find_smollm2())
     if config.reasoner == 'smollm2_world':
-      paths['reasoner_adapter'] = chat_lm.DEFAULT_ADAPTER_DIR
+      paths['reasoner_adapter'] = (config.reasoner_adapter or
+                                   chat_lm.DEFAULT_ADAPTER_DIR)
   return paths
 
 

@@ -42,20 +42,73 @@ def _fail(msg):
   raise ConfigError(msg)
 
 
-def validate(config: config_lib.RunConfig) -> pathlib.Path:
+def validate(config: config_lib.RunConfig,
+             create: bool = True) -> pathlib.Path | None:
   """Everything that can be checked before any work; returns the output
-  directory (created and writable)."""
+  directory (created and writable; with ``create=False`` neither it nor
+  --cache_dir is created and ``None`` is returned). Every independent
+  problem is found before the one ``ConfigError`` (a line each) is
+  raised."""
+  problems = []
+
+  def check(fn, *args):
+    try:
+      fn(*args)
+      return True
+    except ConfigError as e:
+      problems.append(str(e))
+      return False
+
+  methods_ok = check(_check_methods, config)
+  for name, value in (('batch_size', config.batch_size),
+                      ('bootstrap_resamples', config.bootstrap_resamples),
+                      ('session_shards', config.session_shards)):
+    check(_at_least, name, value, 1)
+  check(_at_least, 'jit_chunk_size', config.jit_chunk_size, 0)
+  if config.num_sessions is not None:
+    check(_at_least, 'num_sessions', config.num_sessions, 1)
+  check(_at_least, 'rrf_k', config.loop.rrf_k, 0)
+  if not 0.0 <= config.max_error_share <= 1.0:
+    problems.append('--max_error_share must be in [0, 1], got '
+                    f'{config.max_error_share}')
+  data_ok = check(_check_data, config)
+  if data_ok and config.data == 'world':
+    check(_check_world_seed, config)
+  check(_check_simulation, config)
+  check(_check_user_phraser, config)
+  check(_check_reasoner, config)
+  if not config.output_dir or not str(config.output_dir).strip():
+    problems.append('--output_dir is empty; name a directory for the '
+                    'outputs')
+  if config.cache_dir and create:
+    check(_writable_dir, config.cache_dir,
+          '--cache_dir {} cannot be used as a directory: {}')
+  try:
+    resources.select_device(config.platform)
+  except ValueError as e:
+    problems.append(str(e))
+  if config.simulation == 'jit' and methods_ok and data_ok:
+    check(_check_jit, config)
+  if problems:
+    raise ConfigError('\n'.join(problems))
+  if not create:
+    return None
+  return _writable_dir(config.output_dir,
+                       '--output_dir {} cannot be written: {}')
+
+
+def _at_least(name: str, value, least) -> None:
+  if value < least:
+    _fail(f'--{name} must be >= {least}, got {value}')
+
+
+def _check_methods(config) -> None:
   unknown = [m for m in config.methods if m not in methods_lib.REGISTRY]
   if unknown or not config.methods:
     _fail(f'unknown --methods {", ".join(unknown) or "(none)"}; valid: '
           f'{", ".join(methods_lib.names())}')
   if len(set(config.methods)) != len(config.methods):
     _fail('--methods lists a method twice')
-  for name, value in (('batch_size', config.batch_size),
-                      ('bootstrap_resamples', config.bootstrap_resamples),
-                      ('session_shards', config.session_shards)):
-    if value < 1:
-      _fail(f'--{name} must be >= 1, got {value}')
   if config.bootstrap_baseline != 'strongest' and (
       config.bootstrap_baseline not in methods_lib.REGISTRY):
     _fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '
@@ -64,6 +117,10 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
   if also or (config.bootstrap_also and 'recovr' not in config.methods):
     _fail('--bootstrap_also compares recovr with methods of --methods; '
           f'not in --methods: {", ".join(also or ["recovr"])}')
+
+
+def _check_data(config) -> None:
+  """--data, --captions and the files of real data."""
   if config.data not in config_lib.DATA:
     _fail(f'unknown --data {config.data!r}; valid: '
           f'{", ".join(config_lib.DATA)}')
@@ -80,8 +137,38 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
                           captioner.DEFAULT_CAPTIONER_DIR)
     except FileNotFoundError as e:
       _fail(f'--captioner_checkpoint: {e}')
-  if config.data == 'world':
-    _check_world_seed(config)
+  if config.missing_ids not in ('error', 'drop'):
+    _fail(f'--missing_ids must be error or drop, got {config.missing_ids!r}')
+  real_only = {'reference_embeddings': config.reference_embeddings,
+               'query_embeddings': config.query_embeddings,
+               'missing_ids': config.missing_ids != 'error',
+               'normalize_rows': not config.normalize_rows}
+  given = [name for name, value in real_only.items() if value]
+  if config.data != 'webvid_covr' and given:
+    _fail(f'--{", --".join(given)} {"is" if len(given) == 1 else "are"} '
+          'for --data=webvid_covr (the embedded world has no files to '
+          'read)')
+  if config.data == 'webvid_covr':
+    missing = [f'--{name}' for name in ('annotations', 'gallery_embeddings',
+                                        'clip_dir')
+               if not getattr(config, name)]
+    if missing:
+      _fail(f'--data=webvid_covr needs {", ".join(missing)}')
+    absent = [f'--{name} {getattr(config, name)}'
+              for name in ('annotations', 'gallery_embeddings',
+                           'reference_embeddings', 'query_embeddings')
+              if getattr(config, name) and
+              not os.path.isfile(getattr(config, name))]
+    if absent:
+      _fail(f'{"; ".join(absent)}: no such file')
+    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
+    try:
+      clip_encoder.check_clip_dir(config.clip_dir)
+    except FileNotFoundError as e:
+      _fail(f'--clip_dir: {e}')
+
+
+def _check_simulation(config) -> None:
   if config.simulation not in config_lib.SIMULATIONS:
     _fail(f'unknown --simulation {config.simulation!r}; valid: '
           f'{", ".join(config_lib.SIMULATIONS)}')
@@ -91,15 +178,9 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
     _fail(f'--session_shards={config.session_shards} but JAX sees '
           f'{len(jax.devices())} device(s); on a CPU export XLA_FLAGS='
           '--xla_force_host_platform_device_count=N first')
-  if not 0.0 <= config.max_error_share <= 1.0:
-    _fail('--max_error_share must be in [0, 1], got '
-          f'{config.max_error_share}')
-  if config.jit_chunk_size < 0:
-    _fail(f'--jit_chunk_size must be >= 0, got {config.jit_chunk_size}')
-  if config.num_sessions is not None and config.num_sessions < 1:
-    _fail('--num_sessions must be >= 1')
-  if config.loop.rrf_k < 0:
-    _fail('--rrf_k must be >= 0')
+
+
+def _check_user_phraser(config) -> None:
   if config.user_phraser not in ('none', 'smollm2'):
     _fail(f'--user_phraser must be none or smollm2, got '
           f'{config.user_phraser!r}')
@@ -108,37 +189,21 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
       _fail('--user_phraser is for --data=webvid_covr (the world\'s user '
             'speaks its own phrase bank)')
     _check_smollm2_installed('--user_phraser=smollm2')
-  if config.missing_ids not in ('error', 'drop'):
-    _fail(f'--missing_ids must be error or drop, got {config.missing_ids!r}')
-  real_only = {'reference_embeddings': config.reference_embeddings,
-               'query_embeddings': config.query_embeddings,
-               'missing_ids': config.missing_ids != 'error',
-               'normalize_rows': not config.normalize_rows}
-  given = [name for name, value in real_only.items() if value]
-  if config.data != 'webvid_covr' and given:
-    _fail(f'--{given[0]} is for --data=webvid_covr (the embedded world has '
-          'no files to read)')
+
+
+def _check_reasoner(config) -> None:
+  """--reasoner and its checkpoints, before any model loads."""
   if config.reasoner == 'grounded' and config.data != 'world':
     _fail('--reasoner=grounded reads the embedded world\'s attribute values '
           f'and cannot run on --data={config.data}; use --reasoner=rules '
           '(the user\'s words kept as they are) or a flax_lm checkpoint')
-  if config.data == 'webvid_covr':
-    for name in ('annotations', 'gallery_embeddings', 'clip_dir'):
-      if not getattr(config, name):
-        _fail(f'--data=webvid_covr needs --{name}')
-    for name in ('annotations', 'gallery_embeddings', 'reference_embeddings',
-                 'query_embeddings'):
-      if getattr(config, name) and not os.path.isfile(getattr(config, name)):
-        _fail(f'--{name} {getattr(config, name)} does not exist')
-    from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
-    try:
-      clip_encoder.check_clip_dir(config.clip_dir)
-    except FileNotFoundError as e:
-      _fail(f'--clip_dir: {e}')
   if config.reasoner_checkpoint and not os.path.isdir(
       config.reasoner_checkpoint):
     _fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
           'directory')
+  if config.reasoner_adapter and config.reasoner != 'smollm2_world':
+    _fail(f'--reasoner_adapter is for --reasoner=smollm2_world, not '
+          f'--reasoner={config.reasoner}')
   if config.reasoner in ('smollm2', 'smollm2_world'):
     _check_chat(config)
   if config.reasoner == 'flax_lm':
@@ -154,19 +219,6 @@ def validate(config: config_lib.RunConfig) -> pathlib.Path:
       flax_lm.check_model_dir(directory)
     except (FileNotFoundError, ValueError) as e:
       _fail(f'--reasoner_checkpoint: {e}')
-  if not config.output_dir or not str(config.output_dir).strip():
-    _fail('--output_dir is empty; name a directory for the outputs')
-  if config.cache_dir:
-    _writable_dir(config.cache_dir, '--cache_dir {} cannot be used as a '
-                  'directory: {}')
-  try:
-    resources.select_device(config.platform)
-  except ValueError as e:
-    _fail(str(e))
-  if config.simulation == 'jit':
-    _check_jit(config)
-  return _writable_dir(config.output_dir,
-                       '--output_dir {} cannot be written: {}')
 
 
 def _check_smollm2_installed(flag: str) -> None:
@@ -198,10 +250,11 @@ def _check_chat(config) -> None:
   else:
     _check_smollm2_installed(f'--reasoner={config.reasoner}')
   if config.reasoner == 'smollm2_world':
-    adapter = pathlib.Path(chat_lm.DEFAULT_ADAPTER_DIR)
+    adapter = pathlib.Path(config.reasoner_adapter or
+                           chat_lm.DEFAULT_ADAPTER_DIR)
     if not (adapter / 'adapter.json').is_file():
-      _fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing; '
-            'experiments/train_adapter.py writes it')
+      _fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing '
+            '(no adapter.json); experiments/train_adapter.py writes it')
     if config.data == 'world':  # its recorded world split and benchmark
       from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
       try:
@@ -353,13 +406,8 @@ def user_and_reasoner(config, env):
         caption_user.CaptionUser(drop_rate=config.user.drop_rate,
                                  seed=config.user_seed, phrase=phrase),
         env.captions)
-  chat_options = None
-  if config.reasoner in ('smollm2', 'smollm2_world'):
-    chat_options = {'few_shot': config.few_shot,
-                    'wording': config.prompt_wording,
-                    'dtype': config.reasoner_dtype,
-                    'constrained_decoding': config.constrained_decoding,
-                    'batch_size': config.reasoner_batch}
+  chat_options = (config_lib.chat_options(config)
+                  if config.reasoner in ('smollm2', 'smollm2_world') else None)
   extra = ({'world_config': config.world, 'encode_text': env.encode_text}
            if config.data == 'world' else {})
   return user, environment.make_reasoner(config.reasoner,

@@ -49,27 +49,31 @@ class LoopConfig:
   num_ids: int | None = None    # gallery size, for the one-pass id sort
 
   def __post_init__(self):
+    problems = []  # every one, a line each
     for name in ('num_turns', 'window', 'num_channels', 'list_length'):
       if getattr(self, name) < 1:
-        raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+        problems.append(f'{name} must be >= 1, got {getattr(self, name)}')
     if self.fusion_method is not None and (
         self.fusion_method not in fusion.METHODS):
-      raise ValueError(f'unknown fusion method {self.fusion_method!r}; valid '
-                       f'choices: {", ".join(fusion.METHODS)}')
+      problems.append(f'unknown fusion method {self.fusion_method!r}; valid '
+                      f'choices: {", ".join(fusion.METHODS)}')
     if self.recency not in fusion.RECENCIES:
-      raise ValueError(f'unknown recency {self.recency!r}; valid choices: '
-                       f'{", ".join(fusion.RECENCIES)}')
+      problems.append(f'unknown recency {self.recency!r}; valid choices: '
+                      f'{", ".join(fusion.RECENCIES)}')
     if self.rank_cap_placement not in PLACEMENTS:
-      raise ValueError('unknown rank_cap_placement '
-                       f'{self.rank_cap_placement!r}; valid choices: '
-                       f'{", ".join(PLACEMENTS)}')
+      problems.append('unknown rank_cap_placement '
+                      f'{self.rank_cap_placement!r}; valid choices: '
+                      f'{", ".join(PLACEMENTS)}')
     if min(self.kappa) < 1:
-      raise ValueError(f'kappa must be >= 1, got {self.kappa}')
+      problems.append(f'kappa (neg, neu, pos) must each be >= 1, got '
+                      f'{self.kappa}')
     if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
-      raise ValueError(f'rrf_k must be a finite number >= 0, got {self.rrf_k}')
+      problems.append(f'rrf_k must be a finite number >= 0, got {self.rrf_k}')
     if not (math.isfinite(self.gamma) and 0 < self.gamma <= 1):
-      raise ValueError('gamma (the exp recency decay) must be in (0, 1], got '
-                       f'{self.gamma}')
+      problems.append('gamma (the exp recency decay) must be in (0, 1], got '
+                      f'{self.gamma}')
+    if problems:
+      raise ValueError('\n'.join(problems))
 
 
 @jax.tree_util.register_dataclass

@@ -193,7 +193,8 @@ class ChatLMReasoner(flax_lm.LMReasoner):
       if use_grammar:
         lead, gen = constrained.grammar(module, self.vocab, self.limits,
                                         literals=self.reflect_literals)
-        steps = constrained.max_steps(module, self.limits)
+        steps = constrained.max_steps(module, self.limits,
+                                      self.reflect_literals)
       else:
         lead = '' if lead_override is None else lead_override
         steps = constrained.max_steps(module, self.limits)
@@ -277,10 +278,11 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
          few_shot: int | None = None, wording: int = 1,
          dtype: str = 'float32', constrained_decoding: bool = True,
          batch_size: int = 16, preprocess=None,
-         reflect_literals: dict | None = None) -> ChatLMReasoner:
+         reflect_literals: dict | None = None,
+         adapter: str | None = None) -> ChatLMReasoner:
   """The ``smollm2`` (zero-shot, ``few_shot`` examples, default 3) or
-  ``smollm2_world`` (the shipped LoRA adapter, prompted as it was trained:
-  no system message, default 0 examples) reasoner.
+  ``smollm2_world`` (a LoRA adapter, default the shipped one, prompted as it
+  was trained: no system message, default 0 examples) reasoner.
 
   ``examples``: module -> ``prompts.Example``s to draw the few-shot examples
   from (``None``: none available).
@@ -299,11 +301,12 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
                      '(use --few_shot=0)')
   chosen = {m: tuple(v)[:few_shot] for m, v in (examples or {}).items()}
   model_dir = checkpoint or str(gguf_llama.ensure_converted())
-  adapter = None
   if world:
-    adapter = DEFAULT_ADAPTER_DIR
+    adapter = adapter or DEFAULT_ADAPTER_DIR
     system = adapter_meta(adapter)['prompt']['system']
   else:
+    if adapter:
+      raise ValueError('an adapter is for smollm2_world, not smollm2')
     system = True
   return ChatLMReasoner(model_dir, fallback, batch_size=batch_size,
                         wording=wording, examples=chosen, system=system,

@@ -29,7 +29,8 @@ import numpy as np
 
 from recovr_jax.reasoning import schemas
 
-MAX_IDS = 32
+MAX_IDS = 64
+AVOID_KEY = ', "avoid":'  # what follows the keep list
 CONTENT_NONE, CONTENT_ANY, CONTENT_NONSPACE, CONTENT_ALL = 0, 1, 2, 3
 
 
@@ -38,6 +39,13 @@ class Step:
   """What one row allows next."""
   content: int = CONTENT_NONE
   ids: tuple[int, ...] = ()
+
+
+def _unsafe(text: str) -> bool:
+  """Whether ``text`` has a backslash, a broken UTF-8 byte or a control
+  character (a quote is checked apart)."""
+  return ('\\' in text or '\ufffd' in text or
+          any(ord(c) < 32 or ord(c) == 127 for c in text))
 
 
 class Vocabulary:
@@ -57,8 +65,7 @@ class Vocabulary:
       if not t:
         continue
       self.by_text.setdefault(t, []).append(i)
-      if ('"' in t or '\\' in t or '\ufffd' in t or
-          any(ord(c) < 32 or ord(c) == 127 for c in t)):
+      if '"' in t or _unsafe(t):
         continue
       safe[i] = True
       nonspace[i] = bool(t.strip())
@@ -66,7 +73,16 @@ class Vocabulary:
     anything[len(tokenizer):] = False
     self.masks = np.stack([np.zeros(vocab_size, bool), safe, nonspace,
                            anything])
+    # Tokens that end a string's content and open what follows it (``?"``,
+    # ``."}``): (id, content part, the rest from its first quote).
+    self.bridges = []
+    for i, t in enumerate(texts):
+      if t and '"' in t[1:]:
+        head, rest = t[:t.index('"')], t[t.index('"'):]
+        if head and not _unsafe(head):
+          self.bridges.append((i, head, rest))
     self._encoded = {}
+    self._bridging = {}
 
   def encode(self, text: str) -> tuple[int, ...]:
     if text not in self._encoded:
@@ -84,23 +100,50 @@ class Vocabulary:
       raise ValueError(f'{len(out)} structural tokens > MAX_IDS={MAX_IDS}')
     return tuple(sorted(out))
 
+  def bridge_ids(self, literals, nonspace: bool = False) -> tuple[int, ...]:
+    """Tokens made of string content (with a non-space character when
+    ``nonspace``) and then a nonempty prefix of one of ``literals``."""
+    key = (tuple(literals), nonspace)
+    if key not in self._bridging:
+      self._bridging[key] = tuple(
+          i for i, head, rest in self.bridges
+          if (head.strip() or not nonspace) and
+          any(lit.startswith(rest) for lit in key[0]))
+    return self._bridging[key]
+
 
 def _choose(vocab: Vocabulary, alts, content=CONTENT_NONE, max_content=0,
             first_content=None):
   """Generator: free content tokens until one of ``alts`` (literal, tag) is
-  chosen; returns ``(content_text, tag)``."""
+  chosen; returns ``(content_text, tag)``.
+
+  Literal text is never forced token by token: every token whose text is a
+  prefix of what may come next is allowed, so the model keeps the
+  tokenization it was trained on (its tokenizer merges ``' ["'``, ``'"],'``
+  and the like across the grammar's pieces)."""
   parts = []
+  literals = [lit for lit, _ in alts]
   while True:
     n = len(parts)
     c = (first_content if (n == 0 and first_content is not None) else
          content) if n < max_content else CONTENT_NONE
-    ids = vocab.prefix_ids(lit for lit, _ in alts)
+    ids = vocab.prefix_ids(literals)
     if c == CONTENT_NONSPACE and n == 0:
       ids = ()  # a string that must not be empty cannot close yet
+    if c != CONTENT_NONE:  # content and the closing in one token
+      ids += vocab.bridge_ids(literals, nonspace=c == CONTENT_NONSPACE)
+      if len(ids) > MAX_IDS:
+        raise ValueError(f'{len(ids)} structural tokens > MAX_IDS={MAX_IDS}')
     token = yield Step(c, ids)
     text = vocab.texts[token] or ''
     matching = [(lit[len(text):], tag) for lit, tag in alts
                 if text and lit.startswith(text)]
+    if not matching and c != CONTENT_NONE and '"' in text:
+      head, closing = text[:text.index('"')], text[text.index('"'):]
+      matching = [(lit[len(closing):], tag) for lit, tag in alts
+                  if lit.startswith(closing)]
+      if matching:
+        parts.append(head)
     if not matching:
       parts.append(text)
       continue
@@ -108,10 +151,6 @@ def _choose(vocab: Vocabulary, alts, content=CONTENT_NONE, max_content=0,
       done = [tag for rest, tag in matching if not rest]
       if done:
         return ''.join(parts), done[0]
-      if len(matching) == 1:
-        for forced in vocab.encode(matching[0][0]):
-          yield Step(CONTENT_NONE, (forced,))
-        return ''.join(parts), matching[0][1]
       token = yield Step(CONTENT_NONE,
                          vocab.prefix_ids(rest for rest, _ in matching))
       text = vocab.texts[token] or ''
@@ -124,9 +163,14 @@ def _string(vocab, closers, max_tokens, nonempty=False):
                              CONTENT_NONSPACE if nonempty else None))
 
 
+# The pieces of a reply end where the tokenizer splits (after a key's colon,
+# before a value's space), and a list's opening bracket belongs to its first
+# item or to its closing: ``"keep":`` then `` ["shape:`` `` square``
+# ``", "size:`` `` small`` ``"], "avoid":`` or `` [], "avoid":``.
 def _list(vocab, after: str, max_items: int, max_tokens: int):
-  """Generator for the items of a JSON string list already opened by '['."""
-  _, tag = yield from _choose(vocab, [('"', 'item'), (']' + after, 'end')])
+  """Generator for a JSON string list after its key's colon, then
+  ``after``."""
+  _, tag = yield from _choose(vocab, [(' ["', 'item'), (' []' + after, 'end')])
   count = 0
   while tag == 'item':
     count += 1
@@ -138,11 +182,11 @@ def _list(vocab, after: str, max_items: int, max_tokens: int):
 
 def _literal_list(vocab, after: str, literals: dict, max_items: int,
                   taken=frozenset(), one_per_attribute: bool = False):
-  """Generator for a JSON list already opened by '[' whose items are
-  ``'attribute: value'`` literals of ``literals`` (attribute -> values):
-  each chosen as an attribute, then one of its values, never a pair in
-  ``taken``, never twice, and with ``one_per_attribute`` at most one value
-  per attribute. Returns the chosen ``(attribute, value)`` pairs."""
+  """Generator for a JSON list after its key's colon, then ``after``, whose
+  items are ``'attribute: value'`` literals of ``literals`` (attribute ->
+  values): each chosen as an attribute, then one of its values, never a
+  pair in ``taken``, never twice, and with ``one_per_attribute`` at most one
+  value per attribute. Returns the chosen ``(attribute, value)`` pairs."""
   chosen = []
 
   def open_attributes():
@@ -151,16 +195,16 @@ def _literal_list(vocab, after: str, literals: dict, max_items: int,
             if not (one_per_attribute and a in used) and any(
                 (a, v) not in taken and (a, v) not in chosen for v in values)]
 
-  opener, closer = '"', ']' + after
+  opener, closer = ' ["', ' []' + after
   while True:
     attrs = open_attributes() if len(chosen) < max_items else []
     _, attribute = yield from _choose(
-        vocab, [(f'{opener}{a}: ', a) for a in attrs] + [(closer, None)])
+        vocab, [(f'{opener}{a}:', a) for a in attrs] + [(closer, None)])
     if attribute is None:
       return chosen
     values = [v for v in literals[attribute]
               if (attribute, v) not in taken and (attribute, v) not in chosen]
-    _, value = yield from _choose(vocab, [(v, v) for v in values])
+    _, value = yield from _choose(vocab, [(f' {v}', v) for v in values])
     chosen.append((attribute, value))
     opener, closer = '", "', '"]' + after
 
@@ -184,8 +228,11 @@ def grammar(module: str, vocab: Vocabulary, limits: Limits = Limits(),
   if module in ('intent', 't2v_init'):
     def gen():
       if module == 'intent':
-        yield from _string(vocab, [('", "edit": "', 'edit')],
-                           limits.string_tokens)
+        _, tag = yield from _string(
+            vocab, [('", "edit": "', 'edit'), ('", "edit": ""}', 'end')],
+            limits.string_tokens)
+        if tag == 'end':  # an empty edit (the tokenizer's `` ""``)
+          return
       yield from _string(vocab, [('"}', 'end')], limits.string_tokens)
     return '{"search": "', gen()
   if module == 'question':
@@ -195,14 +242,14 @@ def grammar(module: str, vocab: Vocabulary, limits: Limits = Limits(),
     return '{"question": "', gen()
   if module == 'reflect':
     def gen():
-      yield from _choose(vocab, [(f'{s}", "keep": [', s)
+      yield from _choose(vocab, [(f'{s}", "keep":', s)
                                  for s in schemas.SIGMAS])
       if literals is None:
-        yield from _list(vocab, ', "avoid": [', limits.list_items,
+        yield from _list(vocab, AVOID_KEY, limits.list_items,
                          limits.item_tokens)
         yield from _list(vocab, '}', limits.list_items, limits.item_tokens)
         return
-      keep = yield from _literal_list(vocab, ', "avoid": [', literals,
+      keep = yield from _literal_list(vocab, AVOID_KEY, literals,
                                       limits.list_items,
                                       one_per_attribute=True)
       yield from _literal_list(vocab, '}', literals, limits.list_items,
@@ -219,14 +266,36 @@ def free(vocab: Vocabulary, eos_id: int, max_tokens: int):
       return
 
 
-def max_steps(module: str, limits: Limits = Limits()) -> int:
-  """An upper bound on the decoding steps of ``module``'s grammar."""
-  slack = 8  # forced literal tokens around each field
+def max_steps(module: str, limits: Limits = Limits(),
+              literals: dict | None = None) -> int:
+  """An upper bound on the decoding steps of ``module``'s grammar (with
+  ``literals`` as given to ``grammar``): free content at most its token
+  budget, every literal character at most one token."""
+  search = limits.string_tokens + len('"}')
   if module == 'intent':
-    return 2 * (limits.string_tokens + slack)
+    return limits.string_tokens + len('", "edit": "') + search
   if module in ('t2v_init', 'question'):
-    return limits.string_tokens + slack
-  return 3 * slack + 2 * limits.list_items * (limits.item_tokens + slack)
+    return search
+  if module != 'reflect':
+    raise ValueError(f'unknown reasoning module {module!r}')
+  sigma = max(len(f'{s}", "keep":') for s in schemas.SIGMAS)
+  sep = len('", "')   # >= len(' ["'), the first item's opener
+
+  def bound(after, items):  # one list after its key's colon
+    close = max(len(' []'), len('"]')) + len(after)
+    return close + sum(items)
+
+  if literals is None:
+    item = limits.item_tokens + sep
+    return (sigma + bound(AVOID_KEY, [item] * limits.list_items) +
+            bound('}', [item] * limits.list_items))
+  cost = {(a, v): sep + len(f'{a}: {v}') for a, values in literals.items()
+          for v in values}
+  per_attribute = sorted((max(c for (a, _), c in cost.items() if a == name)
+                          for name in literals), reverse=True)
+  longest = sorted(cost.values(), reverse=True)
+  return (sigma + bound(AVOID_KEY, per_attribute[:limits.list_items]) +
+          bound('}', longest[:limits.list_items]))
 
 
 class Decoder:
@@ -251,9 +320,10 @@ class Decoder:
 
     @functools.partial(jax.jit, donate_argnums=6)
     def step(params, logits, content, ids, positions, mask, cache):
-      allowed = masks[content]                        # [B, V]
-      hit = (ids[:, :, None] == jnp.arange(logits.shape[-1])).any(1)
-      allowed = allowed | hit
+      vocab_size = logits.shape[-1]
+      rows = jnp.arange(ids.shape[0])[:, None]
+      allowed = masks[content].at[rows, jnp.where(ids < 0, vocab_size, ids)
+                                  ].set(True, mode='drop')   # [B, V]
       token = jnp.argmax(jnp.where(allowed, logits, -jnp.inf), axis=-1)
       hidden, cache = apply_fn(params, token[:, None], mask, positions[:, None],
                                cache)

@@ -116,8 +116,9 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
     literals = {name: world_lib.VALUES[name] for name in world_lib.ATTRIBUTES}
     # The lexicon's spelling fixer in front of the model when the adapter
     # was trained with it (the zero-shot model: always).
-    fixer = backend == 'smollm2' or chat_lm.adapter_meta()['prompt'].get(
-        'spelling_fixer', True)
+    adapter = (chat_options or {}).get('adapter') or chat_lm.DEFAULT_ADAPTER_DIR
+    fixer = backend == 'smollm2' or chat_lm.adapter_meta(adapter)[
+        'prompt'].get('spelling_fixer', True)
     return chat_lm.make(backend, fallback, checkpoint, examples=examples,
                         preprocess=(reasoner_training.preprocess if fixer
                                     else None),

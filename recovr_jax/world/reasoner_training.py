@@ -292,7 +292,7 @@ def few_shot_examples(world, per_module: int = 3, seed: int = 7):
   return out
 
 
-# --- Training data drawn like a run on the default benchmark (issue 25) ----
+# --- Training data drawn like a run on the default benchmark ---------------
 #
 # The shipped SmolLM2 adapter is trained on sessions of the train split: the
 # paper's user in its own words (training phrasings only), the captioning

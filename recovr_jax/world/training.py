@@ -144,9 +144,11 @@ def _fit(state, loss_fn, lr, steps, key, stage, progress, every):
   return state
 
 
-def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn):
+def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn,
+                      progress=None, stage='videos'):
   """``fn(clips)`` over fixed-size batches of the clips of ``[n]``
-  combinations, keys and optional scene keys (one compiled shape)."""
+  combinations, keys and optional scene keys (one compiled shape);
+  ``progress(stage, done, total, {})`` after each batch."""
   wc = world.config
 
   @jax.jit
@@ -168,16 +170,18 @@ def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn):
       k = pad_to(k, pad)
       s = None if s is None else pad_to(s, pad)
     yield run(jnp.asarray(a), k, s), batch - pad
+    if progress is not None:
+      progress(stage, min(start + batch, len(attrs)), len(attrs), {})
 
 
 def embed_videos(world, params, combo_ids, keys, batch: int = 256,
-                 scene_keys=None):
+                 scene_keys=None, progress=None):
   """``[n]`` combination indices and keys (and optional scene keys) ->
-  ``[n, 384]`` video embeddings."""
+  ``[n, 384]`` video embeddings (``progress`` as ``Timer`` takes it)."""
   model = encoders.VideoEncoder()
   out = [np.asarray(e)[:n] for e, n in _rendered_batches(
       world, combo_ids, keys, scene_keys, batch,
-      lambda clips: model.apply(params, clips))]
+      lambda clips: model.apply(params, clips), progress, 'video encoding')]
   return np.concatenate(out) if out else np.zeros((0, encoders.TEXT_DIM),
                                                   np.float32)
 
@@ -283,12 +287,13 @@ def load_world_models(checkpoint_dir, world):
 
 
 def caption_videos(world, captioner, combo_ids, keys, batch: int = 256,
-                   scene_keys=None):
+                   scene_keys=None, progress=None):
   """Captions of the clips ``embed_videos`` renders for the same inputs,
   written by ``captioner`` (a ``world.captioner.Captioner``)."""
   out = []
   for clips, n in _rendered_batches(world, combo_ids, keys, scene_keys,
-                                    batch, lambda clips: clips):
+                                    batch, lambda clips: clips, progress,
+                                    'captioning'):
     out.extend(captioner(clips)[:n])
   return tuple(out)
 
@@ -314,12 +319,13 @@ def gallery_memory(world, video_params, text, cache_dir=None,
     print(f'Progress Memory: {what} the {len(world.gallery_combos)} gallery '
           'videos (once; cached afterwards)', flush=True)
     keys, scenes = world.gallery_keys()
+    timer = Timer(every=10.0)  # a line per batch, at most every 10 s
     with profiling.part('video encoding'):
       video = embed_videos(world, video_params, world.gallery_combos, keys,
-                           scene_keys=scenes)
+                           scene_keys=scenes, progress=timer)
     captions = world.gallery_captions if captioner is None else (
         caption_videos(world, captioner, world.gallery_combos, keys,
-                       scene_keys=scenes))
+                       scene_keys=scenes, progress=timer))
     return video, captions, text(captions)
 
   with profiling.part('progress memory (cache or build)'):
