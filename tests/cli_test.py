@@ -17,6 +17,8 @@ class BadFlagValueTest(parameterized.TestCase):
       ('run', ['--methods=bogus'], 'unknown --methods bogus; valid: recovr'),
       ('eval_reading', ['--noise_rates=2'], '--noise_rates: each must be in'),
       ('fidelity', ['--main_dir=/nonexistent'], '/nonexistent/metrics.json'),
+      ('train_adapter', ['--init_adapter=/nonexistent'],
+       "--init_adapter: LoRA adapter '/nonexistent' has no adapter"),
   )
   def test_one_line_and_the_hint(self, script, args, expected):
     proc = subprocess.run([sys.executable, '-m', f'experiments.{script}',

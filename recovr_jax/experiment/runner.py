@@ -255,6 +255,11 @@ def _check_chat(config) -> None:
     if not (adapter / 'adapter.json').is_file():
       _fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing '
             '(no adapter.json); experiments/train_adapter.py writes it')
+    from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+    try:  # its files, tensor names and factors, before any model loads
+      lora.load(adapter)
+    except (OSError, ValueError) as e:
+      _fail(f'--reasoner=smollm2_world: {e}')
     if config.data == 'world':  # its recorded world split and benchmark
       from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
       try:

@@ -119,10 +119,13 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     checksums.verify_manifest(model_dir, 'reasoner checkpoint')
     self.model_dir = model_dir
     self.config = LlamaConfig.from_pretrained(model_dir)
+    if adapter:  # checked against the model before its weights load
+      from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+      adapter_params = lora.load(adapter)
+      lora.check(adapter_params, f'LoRA adapter {adapter}', self.config)
     params = load_params(model_dir, self.config)
     if adapter:
-      from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
-      params = lora.merge(params, lora.load(adapter))
+      params = lora.merge(params, adapter_params)
     checksums.check_finite(params, f'reasoner checkpoint {model_dir}')
     jdtype = jnp.bfloat16 if dtype == 'bfloat16' else jnp.float32
     self.params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)

@@ -54,12 +54,65 @@ def init(params, rank: int, targets=DEFAULT_TARGETS, seed: int = 0) -> dict:
   return {'layers': out}
 
 
+def kernel_shapes(config) -> dict:
+  """``{projection: (in, out)}`` of a Llama config's adaptable kernels."""
+  hidden = config.hidden_size
+  heads = config.num_attention_heads
+  head_dim = getattr(config, 'head_dim', None) or hidden // heads
+  kv = getattr(config, 'num_key_value_heads', None) or heads
+  inter = config.intermediate_size
+  return {'q_proj': (hidden, heads * head_dim),
+          'k_proj': (hidden, kv * head_dim),
+          'v_proj': (hidden, kv * head_dim),
+          'o_proj': (heads * head_dim, hidden),
+          'gate_proj': (hidden, inter), 'up_proj': (hidden, inter),
+          'down_proj': (inter, hidden)}
+
+
+def check(adapter: dict, source: str, config=None) -> None:
+  """Every tensor of ``adapter`` is a factor of a Llama projection (by
+  name), with both factors of one rank; with ``config`` (a ``LlamaConfig``)
+  also in one of its layers, with its kernel's shape. Raises
+  ``ValueError`` naming ``source`` and the tensor."""
+  if not adapter.get('layers'):
+    raise ValueError(f'{source}: the adapter holds no tensor')
+  shapes = kernel_shapes(config) if config is not None else None
+  for layer, names in adapter['layers'].items():
+    if not str(layer).isdigit():
+      raise ValueError(f'{source}: tensor {layer}/...: the layer is not a '
+                       'number')
+    if config is not None and int(layer) >= config.num_hidden_layers:
+      raise ValueError(f'{source}: tensor {layer}/...: the model has '
+                       f'{config.num_hidden_layers} layers (0..'
+                       f'{config.num_hidden_layers - 1})')
+    for name, ab in names.items():
+      where = f'{source}: tensor {layer}/{name}'
+      if name not in BLOCKS:
+        raise ValueError(f'{where}: not a Llama projection (valid: '
+                         f'{", ".join(BLOCKS)})')
+      if set(ab) != {'a', 'b'}:
+        raise ValueError(f'{where}: needs factors a and b, has '
+                         f'{", ".join(sorted(ab)) or "none"}')
+      a, b = np.shape(ab['a']), np.shape(ab['b'])
+      if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
+        raise ValueError(f'{where}: factors of shapes {a} and {b} are not '
+                         '[in, r] and [r, out]')
+      if shapes is not None and (a[0], b[1]) != shapes[name]:
+        raise ValueError(f'{where}: adapts a [{a[0]}, {b[1]}] kernel; the '
+                         f'model\'s {name} is {list(shapes[name])}')
+
+
 def merge(params, adapter: dict, scale: float | None = None):
-  """``params`` with every adapted kernel replaced by ``W + s a @ b``."""
+  """``params`` with every adapted kernel replaced by ``W + s a @ b``
+  (``check`` the adapter first: a name or layer the parameters lack is an
+  error, never skipped)."""
   scale = adapter.get('scale', 1.0) if scale is None else scale
   layers = dict(params['model']['layers'])
   for i, names in adapter['layers'].items():
+    if i not in layers:
+      raise ValueError(f'LoRA adapter: no layer {i!r} in the parameters')
     layer = {}
+    merged = set()
     for block_name, block in layers[i].items():
       block = dict(block)
       for name, ab in names.items():
@@ -67,7 +120,12 @@ def merge(params, adapter: dict, scale: float | None = None):
           kernel = block[name]['kernel']
           block[name] = {'kernel': kernel + scale * (ab['a'] @ ab['b']).astype(
               kernel.dtype)}
+          merged.add(name)
       layer[block_name] = block
+    missing = set(names) - merged
+    if missing:
+      raise ValueError(f'LoRA adapter: layer {i} has no kernel named '
+                       f'{", ".join(sorted(missing))}')
     layers[i] = layer
   return {**params, 'model': {**params['model'], 'layers': layers}}
 
@@ -153,7 +211,9 @@ def load_peft(directory) -> dict:
     factor = 'a' if parts[7] == 'lora_A' else 'b'
     layers.setdefault(parts[4], {}).setdefault(parts[6], {})[factor] = (
         jnp.asarray(value.T))
-  return {'layers': layers, 'scale': config['lora_alpha'] / config['r']}
+  adapter = {'layers': layers, 'scale': config['lora_alpha'] / config['r']}
+  check(adapter, str(d / 'adapter_model.safetensors'))
+  return adapter
 
 
 def load(directory) -> dict:
@@ -172,4 +232,6 @@ def load(directory) -> dict:
       raise ValueError(f'LoRA adapter {str(d)!r}: unexpected tensor {key!r}')
     layers.setdefault(parts[0], {}).setdefault(parts[1], {})[parts[2]] = (
         jnp.asarray(value))
-  return {'layers': layers, 'scale': meta['scale'], 'meta': meta}
+  adapter = {'layers': layers, 'scale': meta['scale'], 'meta': meta}
+  check(adapter, str(d / 'adapter.safetensors'))
+  return adapter
