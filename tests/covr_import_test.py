@@ -106,6 +106,62 @@ class TorchFileTest(absltest.TestCase):
     self.assertEqual(torch_files.load(bad), {'x': 1.5})
 
 
+class CraftedHeaderTest(absltest.TestCase):
+  """Crafted tensor headers (sizes, strides, offsets) over a small storage:
+  each file is either read to exactly what NumPy's strided view of the
+  storage holds or refused with the file named; run in a child process so
+  that a read outside the storage (a crash) fails the test instead of
+  killing the runner."""
+
+  def test_hostile_strides_and_sizes(self):
+    cases = [((0,), (4,), (-1,)),           # negative stride
+             ((10,), (4,), (-3,)),
+             ((0,), (1 << 30,), (0,)),      # stride 0: 1G values from 12
+             ((0,), (3, 4), (4, 1 << 28)),  # far past the storage
+             ((0,), (100000, 100000), (1, 1)),  # overlapping, 1e10 values
+             ((-4,), (2,), (1,)),           # negative offset
+             ((0,), (2, -3), (1, 1)),       # negative size
+             ((11,), (2,), (1,)),           # one past the end
+             ((0,), (3, 4), (4, 1)),        # the plain view: read
+             ((2,), (2, 2), (1, 3)),        # a strided view: read
+             ((0,), (0, 5), (0, 0))]        # empty: read
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # random headers
+      ndim = int(rng.integers(0, 4))
+      cases.append(((int(rng.integers(-20, 20)),),
+                    tuple(int(x) for x in rng.integers(-3, 20, ndim)),
+                    tuple(int(x) for x in rng.integers(-8, 16, ndim))))
+    code = f"""
+import sys, numpy as np, pathlib, tempfile
+from recovr_jax.real import torch_files
+root = pathlib.Path(tempfile.mkdtemp())
+data = np.arange(12, dtype=np.float32)
+for i, ((offset,), size, stride) in enumerate({cases!r}):
+  path = root / f'{{i}}.pth'
+  torch_files.save(path, data, header=(offset, size, stride))
+  try:
+    got = torch_files.load(path)
+  except torch_files.TorchFileError as e:
+    assert str(path) in str(e), e
+    print('refused', i)
+    continue
+  want = np.lib.stride_tricks.as_strided(
+      data[offset:], shape=size, strides=tuple(4 * s for s in stride))
+  assert (got == want).all() and got.shape == tuple(size), (i, got)
+  print('read', i)
+"""
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    verdicts = proc.stdout.split()
+    self.assertLen(verdicts, 2 * len(cases))
+    outcome = dict(zip(map(int, verdicts[1::2]), verdicts[0::2]))
+    for i in range(8):
+      self.assertEqual(outcome[i], 'refused', cases[i])
+    for i in (8, 9, 10):
+      self.assertEqual(outcome[i], 'read', cases[i])
+
+
 class ImportTest(absltest.TestCase):
 
   def setUp(self):

@@ -64,6 +64,39 @@ class _Unpickler(pickle.Unpickler):
     return _Storage(_STORAGES[pid[1]], str(pid[2]), int(pid[4]))
 
 
+def _check_view(path, offset, size, stride, numel) -> None:
+  """A tensor's view of its storage is read only when every index it
+  reaches lies in the storage and it holds no more values than the storage
+  (strides of 1 or more on every dimension longer than 1; a crafted header
+  with a negative or zero stride, or a size beyond the storage, is refused
+  before anything is allocated or read)."""
+  if not all(type(x) is int for x in (offset, *size, *stride)):  # pylint: disable=unidiomatic-typecheck
+    raise TorchFileError(f'{path}: a tensor header holds a non-integer '
+                         f'offset, size or stride ({offset}, {size}, '
+                         f'{stride})')
+  if len(size) != len(stride):
+    raise TorchFileError(f'{path}: a tensor has {len(size)} sizes but '
+                         f'{len(stride)} strides')
+  if offset < 0 or any(n < 0 for n in size):
+    raise TorchFileError(f'{path}: a tensor has a negative offset or size '
+                         f'(offset {offset}, size {size})')
+  if 0 in size:
+    return  # an empty tensor reads nothing
+  if any(s < 1 for n, s in zip(size, stride) if n > 1):
+    raise TorchFileError(f'{path}: a tensor has stride {stride} for size '
+                         f'{size}; only positive strides are read')
+  count = 1
+  for n in size:
+    count *= n
+  if count > numel:
+    raise TorchFileError(f'{path}: a tensor of size {size} ({count:,} '
+                         f'values) over a storage of {numel:,}')
+  if offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 > numel:
+    raise TorchFileError(f'{path}: a tensor reaches past its storage '
+                         f'(offset {offset}, size {size}, stride {stride}, '
+                         f'storage {numel:,} values)')
+
+
 def _dtype(name):
   if name == 'bfloat16':
     import ml_dtypes  # pylint: disable=g-import-not-at-top
@@ -114,9 +147,7 @@ def load(path):
           cache[storage.key] = flat
         flat = cache[storage.key]
         itemsize = flat.dtype.itemsize
-        need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-        if min(size, default=1) > 0 and (offset < 0 or need > flat.size):
-          raise TorchFileError(f'{path}: a tensor reaches past its storage')
+        _check_view(path, offset, size, stride, flat.size)
         view = np.lib.stride_tricks.as_strided(
             flat[offset:], shape=size,
             strides=tuple(s * itemsize for s in stride))
@@ -131,16 +162,20 @@ def load(path):
     return build(tree)
 
 
-def save(path, array, prefix: str = 'archive') -> None:
+def save(path, array, prefix: str = 'archive', header=None) -> None:
   """Writes ``array`` (float32) as ``torch.save`` does (the zip layout and
   pickle opcodes torch writes), without torch: for tests and for handing
-  features to torch code."""
+  features to torch code. ``header``: ``(offset, size, stride)`` written
+  instead of the array's own (tests craft hostile files with it)."""
   array = np.ascontiguousarray(array, np.float32)
   stride = []
   acc = 1
   for n in reversed(array.shape):
     stride.insert(0, acc)
     acc *= n
+  offset, shape = 0, array.shape
+  if header is not None:
+    offset, shape, stride = header
   out = io.BytesIO()
   w = out.write
   unicode = lambda s: b'X' + len(s.encode()).to_bytes(4, 'little') + s.encode()
@@ -151,8 +186,8 @@ def save(path, array, prefix: str = 'archive') -> None:
   w(b'(')                                             # MARK (args)
   w(b'(' + unicode('storage') + b'ctorch\nFloatStorage\n' + unicode('0') +
     unicode('cpu') + b'J' + array.size.to_bytes(4, 'little') + b'tQ')
-  w(b'J' + (0).to_bytes(4, 'little'))                 # storage offset
-  w(ints(array.shape) + ints(stride))                 # size, stride
+  w(b'J' + int(offset).to_bytes(4, 'little', signed=True))  # storage offset
+  w(ints(shape) + ints(stride))                       # size, stride
   w(b'\x89')                                          # requires_grad False
   w(b'ccollections\nOrderedDict\n)R')                # backward hooks
   w(b'tR.')                                           # TUPLE REDUCE STOP
