@@ -434,6 +434,21 @@ class TrecTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'r.run, line 2'):
       trec.read_run(path)
 
+  def test_ids_with_whitespace_are_one_field(self):
+    ids = ['a b', 'tab\there', 'x%y', 'plain', 'nl\nid', 'ünï côdé']
+    d = pathlib.Path(tempfile.mkdtemp())
+    displayed = {'m': np.asarray([[[0, 1, 2, 3, 4, 5]], [[5, 4, 3, 2, 1, 0]]])}
+    trec.write(d, displayed, [0, 1], [1, 5], ids)
+    run = trec.read_run(d / 'm.turn0.run')  # six fields on every line
+    self.assertEqual([trec.decode_id(doc) for doc, _, _ in run['q0']], ids)
+    self.assertEqual([trec.decode_id(doc) for doc, _, _ in run['q1']],
+                     ids[::-1])
+    qrels = [l.split() for l in (d / 'qrels.txt').read_text().splitlines()]
+    self.assertEqual([len(q) for q in qrels], [4, 4])
+    self.assertEqual([trec.decode_id(q[2]) for q in qrels],
+                     ['tab\there', 'ünï côdé'])
+    self.assertEqual(trec.encode_id('plain'), 'plain')
+
 
 if __name__ == '__main__':
   absltest.main()

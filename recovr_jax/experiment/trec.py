@@ -7,15 +7,35 @@ out and a repeated id is an error. ``qid`` is ``q<session>`` (the session
 index of ``trajectories.jsonl``), ``docid`` the video id (the gallery index
 when the environment has no ids). The qrels give each query its one target
 with relevance 1.
+
+A TREC line is split on whitespace, so a video id holding a space, tab or
+other whitespace (or ``%``) is written percent-encoded (``a b`` ->
+``a%20b``, ``%`` -> ``%25``), the same in the run files and the qrels:
+every tool scores it as one id, and ``decode_id`` gives the id back.
 """
 
 import pathlib
+import re
+import urllib.parse
 
 import numpy as np
 
+_UNSAFE = re.compile(r'[\s%]')
+
+
+def encode_id(video_id) -> str:
+  """``video_id`` as one whitespace-free TREC field (``decode_id`` undoes
+  it)."""
+  return _UNSAFE.sub(lambda m: ''.join(
+      f'%{b:02X}' for b in m.group().encode()), str(video_id))
+
+
+def decode_id(field: str) -> str:
+  return urllib.parse.unquote(field)
+
 
 def _doc(video_ids, i: int) -> str:
-  return str(i) if video_ids is None else str(video_ids[i])
+  return str(i) if video_ids is None else encode_id(video_ids[i])
 
 
 def run_lines(displayed, sessions, video_ids, tag: str) -> list[str]:
