@@ -229,6 +229,11 @@ _OTHER_WORLD = flags.DEFINE_bool(
     'a world with another --world_seed or --test_share, whose training '
     'split holds some of this world\'s test combinations (the overlap is '
     'printed). Off: such a run is refused.')
+_UNVERIFIED = flags.DEFINE_bool(
+    'allow_unverified_checkpoints', False,
+    'Load checkpoint directories that have no checksums.json (their files '
+    'cannot be verified); each one is listed in resolved_config.json and '
+    'report.md. Off: such a directory is refused.')
 _RESUME = flags.DEFINE_bool('resume', True,
                             'Reuse finished batches in --output_dir.')
 _SIMULATION = flags.DEFINE_enum(
@@ -270,7 +275,8 @@ _SWEEP = flags.DEFINE_multi_string(
 HELP_GROUPS = (
     ('Benchmark and world', [
         'benchmark', 'data', 'checkpoint_dir', 'captions',
-        'captioner_checkpoint', 'allow_other_world_encoders', 'world_seed',
+        'captioner_checkpoint', 'allow_other_world_encoders',
+        'allow_unverified_checkpoints', 'world_seed',
         'test_share', 'renditions', 'gallery_size', 'num_test_triplets',
         'num_train_triplets', 'unmentioned_share', 'max_unmentioned',
         'num_frames', 'pixel_noise']),
@@ -381,6 +387,7 @@ def run_config() -> config_lib.RunConfig:
       bootstrap_also=tuple(_BOOT_ALSO.value), seed=_SEED.value,
       max_error_share=_MAX_ERRORS.value,
       allow_other_world_encoders=_OTHER_WORLD.value,
+      allow_unverified_checkpoints=_UNVERIFIED.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
       platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())

@@ -3,7 +3,10 @@
 A checkpoint directory written by this library carries ``checksums.json``
 (every file's SHA-256, written at save time); loaders call
 ``verify_manifest`` first, so a flipped byte is an error that names the
-file, not a model that silently computes something else.
+file, not a model that silently computes something else. A directory
+without a manifest is refused (it cannot be verified) unless
+``allow_unverified(True)`` (the runner's --allow_unverified_checkpoints);
+then each one loaded is listed by ``unverified()`` for the run's outputs.
 """
 
 import hashlib
@@ -15,6 +18,20 @@ from absl import logging
 import numpy as np
 
 MANIFEST = 'checksums.json'
+_POLICY = {'allow': False, 'unverified': []}
+
+
+def allow_unverified(allow: bool) -> None:
+  """Whether ``verify_manifest`` accepts a directory with no manifest (and
+  records it); resets the record."""
+  _POLICY['allow'] = bool(allow)
+  _POLICY['unverified'] = []
+
+
+def unverified() -> list[str]:
+  """``what: directory`` of every directory loaded without a manifest
+  since ``allow_unverified`` was last called."""
+  return list(_POLICY['unverified'])
 # (path, size, mtime_ns) -> digest: sweeps and reloads hash a file once.
 _CACHE: dict[tuple, str] = {}
 
@@ -75,15 +92,24 @@ def write_manifest(directory) -> pathlib.Path:
 def verify_manifest(directory, what: str = 'checkpoint') -> bool:
   """Checks every file of ``directory`` against its manifest.
 
-  Returns False (with a warning) when there is no manifest (a checkpoint
-  written before manifests existed). Raises ``ValueError`` naming the file
-  that is missing, changed or unlisted.
+  Without a manifest: raises ``ValueError`` unless ``allow_unverified``
+  was set, and then returns False (with a warning, the directory recorded
+  in ``unverified()``). Raises ``ValueError`` naming the file that is
+  missing, changed or unlisted.
   """
   directory = pathlib.Path(directory)
   path = directory / MANIFEST
   if not path.is_file():
+    if not _POLICY['allow']:
+      raise ValueError(
+          f'{what} {directory} has no {MANIFEST}, so its files cannot be '
+          'verified; write one from a copy you trust (python -c "from '
+          f'recovr_jax import checksums; checksums.write_manifest(\'{directory}'
+          '\')") or pass --allow_unverified_checkpoints (recorded in the '
+          'outputs)')
     logging.warning('%s %s has no %s: its files are not verified', what,
                     directory, MANIFEST)
+    _POLICY['unverified'].append(f'{what}: {directory}')
     return False
   try:
     manifest = json.loads(path.read_text())

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import constrained
 from recovr_jax.reasoning import gguf_llama
@@ -53,6 +54,7 @@ def setUpModule():  # pylint: disable=invalid-name
       tokenizer_object=gguf_llama.tokenizer(vocab), bos_token=tokens[1],
       eos_token=tokens[2], pad_token=tokens[2], unk_token=tokens[0],
       chat_template=vocab['chat_template']).save_pretrained(str(d))
+  checksums.write_manifest(d)  # loaders refuse unverified directories
   _STATE.update(dir=d, tensors=keep, kwargs=kwargs, model=model,
                 params=params)
   _STATE['lm'] = chat_lm.ChatLMReasoner(
@@ -373,6 +375,7 @@ class ChatLMTest(absltest.TestCase):
     st.save_file({k: np.ascontiguousarray(v, np.float32)
                   for k, v in _STATE['tensors'].items()},
                  str(d / 'model.safetensors'))
+    checksums.write_manifest(d)
     self.assertTrue(chat_lm.is_chat_checkpoint(d))
     loaded = chat_lm.load_params(d, LlamaConfig(**_STATE['kwargs']))
     chex.assert_trees_all_close(loaded, _STATE['params'])

@@ -8,6 +8,7 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import gguf_llama
 from recovr_jax.reasoning import rules
@@ -147,6 +148,7 @@ class GGUFLlamaTest(absltest.TestCase):
     model, params = _truncated(config, tensors, 2)
     model.save_pretrained(str(small), params=params)
     tok.save_pretrained(str(small))
+    checksums.write_manifest(small)
     lm = flax_lm.FlaxLMReasoner(str(small), fallback=rules.RulesReasoner(
         lexicon), batch_size=2, max_new_tokens=4)
     self.assertEqual(lm.model.config.rope_theta, 100_000.0)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.real import environment as real_environment
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import flax_lm
@@ -39,6 +40,7 @@ def save_tiny_lm(directory: pathlib.Path) -> None:
                       n_layer=2, n_head=2, bos_token_id=fast.eos_token_id,
                       eos_token_id=fast.eos_token_id)
   FlaxGPT2LMHeadModel(config, seed=0).save_pretrained(directory)
+  checksums.write_manifest(directory)  # loaders refuse unverified dirs
 
 
 class SchemaTest(absltest.TestCase):

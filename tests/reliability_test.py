@@ -229,6 +229,26 @@ class ArtefactTest(absltest.TestCase):
           generator.WorldConfig(num_test_triplets=4, num_train_triplets=4,
                                 gallery_size=50)))
 
+  def test_a_checkpoint_without_manifest_is_refused_then_recorded(self):
+    # The flipped bytes go unnoticed once the manifest is gone: refused
+    # unless --allow_unverified_checkpoints, and then the outputs say so.
+    copy = self._checkpoint_copy('no_manifest')
+    reliability.flip_bytes(copy / 'composer', 1000, 400)
+    (copy / 'composer' / 'checksums.json').unlink()
+    out = self.root / 'unverified_run'
+    with self.assertRaisesRegex(ValueError, r'composer has no checksums\.json'
+                                r'.*--allow_unverified_checkpoints'):
+      run_test.run_main(out, checkpoint_dir=str(copy), methods=['recovr'],
+                        num_sessions=2)
+    self.assertFalse((out / 'metrics.json').exists())
+    run_test.run_main(out, checkpoint_dir=str(copy), methods=['recovr'],
+                      num_sessions=2, allow_unverified_checkpoints=True)
+    resolved = json.loads((out / 'resolved_config.json').read_text())
+    self.assertLen(resolved['unverified_checkpoints'], 1)
+    self.assertIn('composer', resolved['unverified_checkpoints'][0])
+    self.assertIn('**Unverified checkpoints**',
+                  (out / 'report.md').read_text())
+
   def test_truncated_weights_are_caught_naming_the_file(self):
     copy = self._checkpoint_copy('truncated')
     biggest = max((p for p in (copy / 'video_encoder').rglob('*')

@@ -93,6 +93,9 @@ class RunConfig:
   max_error_share: float = 0.0
   # Run on encoders trained on another world's split (its test leaks).
   allow_other_world_encoders: bool = False
+  # Load checkpoint directories that have no checksums.json (listed in the
+  # outputs); off: refused.
+  allow_unverified_checkpoints: bool = False
   resume: bool = True
   simulation: str = 'host'
   jit_chunk_size: int = 64                 # 0: every session every turn

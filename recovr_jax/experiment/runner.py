@@ -18,6 +18,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
 from recovr_jax.core import retrieval
 from recovr_jax.experiment import config as config_lib
@@ -50,6 +51,7 @@ def validate(config: config_lib.RunConfig,
   problem is found before the one ``ConfigError`` (a line each) is
   raised."""
   problems = []
+  checksums.allow_unverified(config.allow_unverified_checkpoints)
 
   def check(fn, *args):
     try:
@@ -349,6 +351,7 @@ class Built:
 
 def build(config: config_lib.RunConfig) -> Built:
   """Loads the data and encoders of ``config`` (the expensive part)."""
+  checksums.allow_unverified(config.allow_unverified_checkpoints)
   if config.data == 'world':
     from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
@@ -532,7 +535,9 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
 # RunConfig fields that do not shape a batch's lists: how many sessions
 # (each batch records its own), which methods (each has its own batches),
 # the report's bootstrap, where caches and outputs go, and bookkeeping.
-_NOT_IN_IDENTITY = ('methods', 'num_sessions', 'bootstrap_resamples',
+_NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
+                    'unverified_checkpoints', 'allow_unverified_checkpoints',
+                    'bootstrap_resamples',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
                     'resume', 'flags_text', 'max_error_share',
                     'allow_other_world_encoders', 'export_trec',
@@ -645,6 +650,12 @@ def _run_claimed(config, built, out, start, resolved):
     with profiling.part('loading data and models'):
       built = build(config)
   env = built.env
+  if checksums.unverified():  # recorded beside the settings
+    resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
+    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+    for item in checksums.unverified():
+      print(f'warning: unverified checkpoint (no checksums.json): {item}',
+            flush=True)
   base = dataclasses.replace(config.loop, num_ids=env.searchable)
   n, d = env.searchable, env.gallery.shape[1]
   try:
@@ -660,6 +671,13 @@ def _run_claimed(config, built, out, start, resolved):
   reasoner = ctx.reasoner
   total = len(env.target)
   num = min(config.num_sessions or total, total)
+  if config.num_sessions is not None and config.num_sessions > total:
+    # Recorded as run: the config says how many sessions there were.
+    print(f'--num_sessions={config.num_sessions}: the environment has '
+          f'{total} test queries; running {total}', flush=True)
+    resolved = {**resolved, 'num_sessions': num,
+                'num_sessions_requested': config.num_sessions}
+    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
   sessions = np.arange(num)
   batches = [sessions[i:i + config.batch_size]
              for i in range(0, num, config.batch_size)]
@@ -853,6 +871,11 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
     report += reporting.bootstrap_markdown(interval) + '\n'
 
   report += '\n' + reporting.errors_markdown(raised, len(sessions))
+  unverified = checksums.unverified()
+  if unverified:
+    report += ('\n**Unverified checkpoints** (--allow_unverified_checkpoints: '
+               'no checksums.json, their files not checked): ' +
+               '; '.join(unverified) + '\n')
   if env.dropped:
     report += (f'\n{len(env.dropped)} annotation rows were dropped '
                '(--missing_ids=drop: an id in no embedding file); they are '
