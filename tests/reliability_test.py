@@ -6,6 +6,7 @@ import json
 import pathlib
 import shutil
 import tempfile
+from unittest import mock
 
 from absl import app
 from absl import flags
@@ -16,6 +17,8 @@ import numpy as np
 
 from experiments import reliability
 from experiments import run
+from recovr_jax.experiment import results
+from recovr_jax.experiment import runner
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
 from recovr_jax.real import environment as real_environment
@@ -85,6 +88,24 @@ class ResumeIdentityTest(_OnABaseRun):
     _run(fresh, num_sessions=10)
     self.assertEqual((copy / 'metrics.json').read_bytes(),
                      (fresh / 'metrics.json').read_bytes())
+
+  def test_an_interrupted_noresume_run_leaves_no_stale_outputs(self):
+    copy = self._copy('killed')
+    self.assertFalse((self.base / runner.INCOMPLETE).exists())
+    with mock.patch.object(runner, 'build',
+                           side_effect=KeyboardInterrupt('killed')):
+      with self.assertRaises(KeyboardInterrupt):
+        _run(copy, rrf_k=1.0, resume=False)
+    resolved = json.loads((copy / 'resolved_config.json').read_text())
+    self.assertEqual(resolved['loop']['rrf_k'], 1.0)
+    for name in ('metrics.json', 'report.md', 'trajectories.jsonl'):
+      self.assertFalse((copy / name).exists(), name)  # not the old run's
+    self.assertTrue((copy / runner.INCOMPLETE).exists())
+    with self.assertRaisesRegex(FileNotFoundError, 'has not finished'):
+      results.load_run(copy)
+    _run(copy, rrf_k=1.0)  # resumed to the end: complete again
+    self.assertFalse((copy / runner.INCOMPLETE).exists())
+    self.assertEqual(results.load_run(copy)['config']['loop']['rrf_k'], 1.0)
 
   def test_a_changed_checkpoint_file_is_another_run(self):
     resolved = json.loads((self.base / 'resolved_config.json').read_text())

@@ -34,6 +34,9 @@ def load_run(directory, pandas: bool | None = None) -> dict:
   Raises ``FileNotFoundError`` naming the first missing file.
   """
   d = pathlib.Path(directory)
+  if (d / 'INCOMPLETE').exists():
+    raise FileNotFoundError(f'{d}: its run has not finished ({d / "INCOMPLETE"}'
+                            '); rerun the command to resume it')
   for name in ('metrics.csv', 'ranks.csv', 'resolved_config.json'):
     if not (d / name).is_file():
       raise FileNotFoundError(f'{d / name} does not exist: not a finished '

@@ -576,6 +576,17 @@ def differences(old: dict, new: dict, prefix='') -> list[str]:
   return out
 
 
+# What a finished run leaves in its directory besides batches/ and the lock
+# (a --noresume run removes these before it starts; INCOMPLETE marks a
+# directory whose run has not finished).
+OUTPUT_FILES = ('metrics.json', 'metrics.csv', 'ranks.csv', 'tables.tex',
+                'report.md', 'bootstrap.json', 'bootstrap_also.json',
+                'failure_modes.json', 'rank_cap_firing.json',
+                'trajectories.jsonl', 'dropped_rows.json', 'profile.json',
+                'profile.md', 'plot_*.png', 'plot_*.pdf')
+INCOMPLETE = 'INCOMPLETE'
+
+
 def _claim(out: pathlib.Path, config, resolved: dict):
   """Takes the directory's lock and checks that a resume would only reuse
   batches of this run identity, before anything is written to it. Returns
@@ -601,8 +612,13 @@ def _claim(out: pathlib.Path, config, resolved: dict):
         _fail(f'--output_dir {out} holds a run with other settings ('
               f'{"; ".join(changed[:6])}); use another --output_dir, or '
               '--noresume to discard its batches')
-    if not config.resume and (out / 'batches').exists():
-      shutil.rmtree(out / 'batches')
+    if not config.resume:  # nothing of an earlier run may stay beside it
+      for directory in ('batches', 'trec'):
+        if (out / directory).exists():
+          shutil.rmtree(out / directory)
+      for pattern in OUTPUT_FILES:
+        for f in out.glob(pattern):
+          f.unlink()
   except BaseException:
     lock.close()
     raise
@@ -643,6 +659,9 @@ def _write_profile(out, profile):
 def _run_claimed(config, built, out, start, resolved):
   """``run`` once the directory is held and its batches are known to be
   this run's."""
+  (out / INCOMPLETE).write_text(
+      'This run has not finished: the outputs here (if any) are not all of '
+      'it. Rerun the same command to resume.\n')
   (out / 'flags.txt').write_text(config.flags_text)
   (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
   identity = resolved['identity']
@@ -885,6 +904,7 @@ def _write_outputs(config, out, env, sessions, displayed, trajectories,
     report += '\n' + reporting.validity_markdown(used)
   (out / 'report.md').write_text(report)
   plots = reporting.plot(per_method, str(out / 'plot_'), boot)
+  (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written
   print(report)
   if not plots:
     print('(matplotlib not installed: no plots; pip install ".[plots]")')
