@@ -227,6 +227,21 @@ class CorruptBatchTest(_OnABaseRun):
       _run(copy)
 
 
+  def test_an_edited_trajectory_record_is_caught(self):
+    copy = self._copy('records')
+    path = copy / 'batches' / 'recovr' / '00000.json'
+    meta = json.loads(path.read_text())
+    text = json.dumps(meta['records'])
+    self.assertIn('"sigma": "', text)
+    for old, new in (('"sigma": "neg"', '"sigma": "pos"'),
+                     ('"sigma": "neu"', '"sigma": "pos"')):
+      text = text.replace(old, new)
+    meta['records'] = json.loads(text)
+    path.write_text(json.dumps(meta))
+    with self.assertRaisesRegex(app.UsageError, r'00000.json: its sessions, '
+                                'records or counts do not match'):
+      _run(copy)
+
 class ArtefactTest(absltest.TestCase):
   """Checkpoints and caches are checked when read."""
 

@@ -478,12 +478,19 @@ def _save_batch(out, method, b, result, sessions, errors, counts, identity):
     ckpt.save(ckpt_dir, {'displayed': result.displayed,
                          'top_scores': result.top_scores}, force=True)
   tmp = records.with_suffix('.tmp')
+  body = {'sessions': sessions.tolist(), 'records': result.records,
+          'errors': errors, 'reasoning_counts': counts}
   tmp.write_text(json.dumps({
-      'identity': identity, 'sessions': sessions.tolist(),
+      'identity': identity,
       'checksum': _array_digest(result.displayed, result.top_scores),
-      'records': result.records, 'errors': errors,
-      'reasoning_counts': counts}))
+      'records_checksum': _json_digest(body), **body}))
   tmp.replace(records)
+
+
+def _json_digest(body: dict) -> str:
+  """SHA-256 of ``body`` as canonical JSON (what a batch resumes besides
+  its lists: sessions, trajectory records, errors, reasoning counts)."""
+  return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 class CorruptBatch(ConfigError):
@@ -504,9 +511,16 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
     meta = json.loads(records.read_text())
     stored = (meta['identity'], meta['sessions'], meta['checksum'],
               meta['records'], meta['errors'], meta['reasoning_counts'])
+    body = {k: meta[k] for k in ('sessions', 'records', 'errors',
+                                 'reasoning_counts')}
+    written = meta['records_checksum']
   except (ValueError, KeyError, TypeError) as e:
     raise CorruptBatch(f'batch checkpoint {records} is unreadable or '
                        f'incomplete ({type(e).__name__}: {e}); {fix}') from e
+  if _json_digest(body) != written:
+    raise CorruptBatch(f'batch checkpoint {records}: its sessions, records '
+                       f'or counts do not match their checksum (edited or '
+                       f'corrupted); {fix}')
   if stored[0] != identity:
     raise CorruptBatch(f'batch checkpoint {records} was made by a run with '
                        f'other settings; {fix}')
