@@ -164,6 +164,10 @@ def main(argv):
         f'{len(study.queues)} participants x {study.config.instances} '
         f'instances, up to {study.base.num_turns} turns each; logs in '
         f'{study.log_dir}', flush=True)
+  for pid, lost in study.recovered.items():
+    print(f'warning: participant {pid}: the log was damaged at line '
+          f'{lost["from_line"]}; continuing from the lines before it, '
+          f'{lost["lines"]} line(s) kept in {lost["kept_aside"]}', flush=True)
   print(f'open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C stops; '
         'restarting continues every participant)', flush=True)
   uvicorn.run(app_lib.make_app(study, media), host=_HOST.value,

@@ -77,12 +77,16 @@ def write_report(config, runs: report_lib.HumanRuns, simulated: dict,
                             config.bootstrap_resamples, config.seed)
   stats = {'lengths': {n: report_lib.lengths(t) for n, t in texts.items()},
            'waits': report_lib.waits(runs), 'unfinished': runs.unfinished,
-           'errors': runs.errors}
+           'errors': runs.errors, 'damaged_logs': list(runs.damaged)}
   content = dict(result, instances=len(runs.rows), **stats,
                  study=runs.header)
   out.mkdir(parents=True, exist_ok=True)
   (out / 'table4.json').write_text(reporting.dumps(content))
   text = report_lib.markdown(result, len(runs.rows), stats)
+  if runs.damaged:
+    text += ('\n**Left out** (damaged logs; the study recovers them up to '
+             'their last good line when it next starts):\n' + ''.join(
+                 f'* {d}\n' for d in runs.damaged))
   (out / 'table4.md').write_text(text)
   with (out / 'trajectories_human.jsonl').open('w') as f:
     for row in report_lib.trajectories(runs):

@@ -5,6 +5,7 @@ import pathlib
 import shutil
 import tempfile
 
+from absl import app
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
@@ -30,6 +31,7 @@ class Tiny:
   root = None
   built = None
   config = None
+  studies = {}  # name -> the open study (a restart closes it first)
 
   @classmethod
   def get(cls):
@@ -44,13 +46,17 @@ class Tiny:
     return cls
 
   @classmethod
-  def study(cls, name: str):
+  def study(cls, name: str, **overrides):
     """A study (and its app client) logging to ``root/name``."""
     cls.get()
+    if name in cls.studies:  # the earlier server stops
+      cls.studies.pop(name).close()
     with flagsaver.flagsaver(output_dir=str(cls.root / name),
-                             cache_dir=str(cls.root / 'cache'), **TINY):
+                             cache_dir=str(cls.root / 'cache'),
+                             **dict(TINY, **overrides)):
       config = study_main.checked_config()
       study, media = study_main.make_study(config, cls.built)
+    cls.studies[name] = study
     return study, testclient.TestClient(app_lib.make_app(study, media))
 
 
@@ -254,12 +260,68 @@ class StudyAppTest(absltest.TestCase):
     header['num_turns'] = 5
     lines = path.read_text().splitlines()
     path.write_text('\n'.join([json.dumps(header)] + lines[1:]) + '\n')
-    again, client = Tiny.study('torn')
-    with self.assertRaisesRegex(log_lib.LogError, 'ann.jsonl.*num_turns'):
-      again.view('ann')
-    r = client.get('/p/ann')
+    with self.assertRaisesRegex(app.UsageError, 'ann.jsonl.*num_turns'):
+      Tiny.study('torn')  # every log is checked when the server starts
+
+  def test_a_failed_log_write_leaves_the_participant_where_it_was(self):
+    study, client = Tiny.study('disk_full')
+    _send(client, 'ann', study.view('ann'), 'red')
+    view = study.view('ann')
+    path = study.log_dir / 'ann.jsonl'
+    before = path.read_bytes()
+    p = study.participant('ann')
+    write = p.log._write_line  # pylint: disable=protected-access
+
+    def full(row, create=False):
+      with path.open('ab') as f:
+        f.write(b'{"event": "turn", "half')   # part of it reached the disk
+      raise OSError(28, 'No space left on device')
+
+    p.log._write_line = full  # pylint: disable=protected-access
+    r = _send(client, 'ann', view, 'bigger')
     self.assertEqual(r.status_code, 500)
-    self.assertIn('ann.jsonl', r.text)
+    self.assertIn('could not be saved', r.text)
+    self.assertEqual(path.read_bytes(), before)  # cut back
+    p.log._write_line = write  # pylint: disable=protected-access
+    self.assertEqual(study.view('ann'), view)   # not advanced
+    self.assertEqual(_send(client, 'ann', view, 'bigger').status_code, 303)
+    self.assertEqual(study.view('ann')['turn'], 2)
+    again, _ = Tiny.study('disk_full')          # and a restart replays it
+    self.assertEqual(again.view('ann'), study.view('ann'))
+
+  def test_a_second_server_on_the_same_logs_is_refused(self):
+    study, _ = Tiny.study('two_servers')
+    with self.assertRaisesRegex(log_lib.LogError, 'another study server is '
+                                'using .*two_servers'):
+      study_lib.Study(study.env, study.method, study.ctx, study.base,
+                      study.config, {'identity': 'x'})
+    study.close()
+    Tiny.studies.pop('two_servers')
+    Tiny.study('two_servers')  # released: starts
+
+  def test_a_damaged_line_is_recovered_up_to_the_last_good_one(self):
+    study, client = Tiny.study('damaged')
+    for text in ('red', 'squares', 'smaller'):
+      _send(client, 'bob', study.view('bob'), text)
+    path = study.log_dir / 'bob.jsonl'
+    lines = path.read_text().splitlines()
+    kept = lines[:3]           # header, turn 0, turn 1
+    lines[3] = lines[3][:40] + '\x00' + lines[3][40:]   # turn 2 damaged
+    path.write_text('\n'.join(lines) + '\n')
+    again, _ = Tiny.study('damaged')   # checked at start, not on return
+    self.assertEqual(again.recovered['bob']['from_line'], 4)
+    aside = pathlib.Path(again.recovered['bob']['kept_aside'])
+    self.assertEqual(aside.read_text().splitlines(), lines[3:])
+    self.assertEqual(path.read_text().splitlines(), kept)
+    self.assertEqual(again.view('bob')['turn'], 1)  # continues, not reset
+
+  def test_adding_a_participant_keeps_the_existing_ones(self):
+    study, client = Tiny.study('grow')
+    _send(client, 'ann', study.view('ann'), 'red')
+    view = study.view('ann')
+    more, client = Tiny.study('grow', participants=['ann', 'bob', 'cy', 'dee'])
+    self.assertEqual(more.view('ann'), view)
+    self.assertEqual(more.view('dee')['turn'], 0)
 
   def test_study_report_command(self):
     study, client = Tiny.study('report')
@@ -427,6 +489,14 @@ class ReportTest(absltest.TestCase):
     (root / 'p.jsonl').write_text('{"event": "header"}\nnot json\n')
     with self.assertRaisesRegex(log_lib.LogError, 'p.jsonl, line 2'):
       report_lib.load(root)
+    # Beside an intact log, a damaged one is left out and listed.
+    _write_log(root / 'q.jsonl', 'q', [
+        _turn(0, 0, [1]),
+        {'event': 'end', 'instance': 0, 'turn': 0, 'found': True}])
+    runs = report_lib.load(root)
+    self.assertLen(runs.rows, 1)
+    self.assertLen(runs.damaged, 1)
+    self.assertIn('p.jsonl, line 2', runs.damaged[0])
     shutil.rmtree(root)
 
 

@@ -223,6 +223,8 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
       return refuse(f'Sign-in refused: {e.args[0]}')
     except study_lib.FeedbackError as e:
       return await page(pid, str(e), status=400)
+    except study_lib.Retry as e:
+      return await page(pid, str(e), status=500)
     return responses.RedirectResponse(f'/p/{pid}', status_code=303)
 
   @app.get('/media/{index}.gif')

@@ -32,6 +32,35 @@ class HumanRuns:
   sessions: np.ndarray         # [S] int composed-query indices
   unfinished: int              # instances begun and not ended
   errors: int                  # turns whose reasoning raised (retried)
+  damaged: tuple = ()          # 'path: why' of logs left out (unreadable)
+
+
+def _instances(path, head, events):
+  """``(finished instances, unfinished count, error count)`` of one log;
+  ``LogError`` naming the line when its turns are out of order."""
+  turns, ended, errors, rows, unfinished = {}, {}, 0, [], 0
+  for number, e in enumerate(events, 2):
+    kind = e.get('event')
+    if kind == 'turn':
+      expect = len(turns.setdefault(e['instance'], []))
+      if e['turn'] != expect:
+        raise log_lib.LogError(f'{path}, line {number}: turn {e["turn"]} '
+                               f'of instance {e["instance"]}, expected '
+                               f'turn {expect}')
+      turns[e['instance']].append(e)
+    elif kind == 'end':
+      ended[e['instance']] = e
+    elif kind == 'error':
+      errors += 1
+  for k, ts in sorted(turns.items()):
+    if k not in ended:
+      unfinished += 1
+      continue
+    rows.append({'participant': head['participant'], 'instance': k,
+                 'session': ts[0]['session'], 'target': ts[0]['target'],
+                 'reference': ts[0]['reference'], 'turns': ts,
+                 'found': ended[k]['found']})
+  return rows, unfinished, errors
 
 
 def load(log_dir) -> HumanRuns:
@@ -39,38 +68,28 @@ def load(log_dir) -> HumanRuns:
   paths = sorted(pathlib.Path(log_dir).glob('*.jsonl'))
   if not paths:
     raise FileNotFoundError(f'no study logs (*.jsonl) in {log_dir}')
-  header, rows, unfinished, errors = None, [], 0, 0
+  header, rows, unfinished, errors, damaged = None, [], 0, 0, []
   for path in paths:
-    head, events = log_lib.read_events(path)
-    shared = {k: v for k, v in head.items() if k not in ('participant',
-                                                          'event')}
-    if header is None:
-      header = shared
-    elif shared != header:
-      raise log_lib.LogError(f'{path}: written under another study '
-                             f'configuration than {paths[0]}')
-    turns, ended = {}, {}
-    for number, e in enumerate(events, 2):
-      kind = e.get('event')
-      if kind == 'turn':
-        expect = len(turns.setdefault(e['instance'], []))
-        if e['turn'] != expect:
-          raise log_lib.LogError(f'{path}, line {number}: turn {e["turn"]} '
-                                 f'of instance {e["instance"]}, expected '
-                                 f'turn {expect}')
-        turns[e['instance']].append(e)
-      elif kind == 'end':
-        ended[e['instance']] = e
-      elif kind == 'error':
-        errors += 1
-    for k, ts in sorted(turns.items()):
-      if k not in ended:
-        unfinished += 1
-        continue
-      rows.append({'participant': head['participant'], 'instance': k,
-                   'session': ts[0]['session'], 'target': ts[0]['target'],
-                   'reference': ts[0]['reference'], 'turns': ts,
-                   'found': ended[k]['found']})
+    try:  # a damaged log is left out of the table and listed
+      head, events = log_lib.read_events(path)
+      shared = {k: v for k, v in head.items()
+                if k not in ('participant', 'event', 'queue')}
+      if header is not None and shared != header:
+        raise log_lib.LogError(f'{path}: written under another study '
+                               f'configuration than the logs before it')
+      done, open_, failed = _instances(path, head, events)
+    except (log_lib.LogError, KeyError, TypeError) as e:
+      damaged.append(str(e) if isinstance(e, log_lib.LogError) else
+                     f'{path}: a line lacks a field ({type(e).__name__}: '
+                     f'{e})')
+      continue
+    header = shared if header is None else header
+    rows += done
+    unfinished += open_
+    errors += failed
+  if header is None:
+    raise log_lib.LogError(f'no readable study log in {log_dir}: ' +
+                           '; '.join(damaged))
   t = header['num_turns']
   displayed = np.full((len(rows), t + 1, LIST), -1, np.int32)
   for i, row in enumerate(rows):
@@ -81,7 +100,7 @@ def load(log_dir) -> HumanRuns:
       header=header, rows=rows, displayed=displayed,
       targets=np.array([r['target'] for r in rows], np.int64),
       sessions=np.array([r['session'] for r in rows], np.int64),
-      unfinished=unfinished, errors=errors)
+      unfinished=unfinished, errors=errors, damaged=tuple(damaged))
 
 
 def hits(displayed, targets) -> np.ndarray:

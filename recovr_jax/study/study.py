@@ -75,6 +75,23 @@ def assignments(config: StudyConfig, num_queries: int) -> dict:
           for j, p in enumerate(config.participants)}
 
 
+def _lock_dir(log_dir: pathlib.Path):
+  """An exclusive lock on ``log_dir`` for this process (a second study
+  server on the same directory is refused); returns the open lock file."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  log_dir.mkdir(parents=True, exist_ok=True)
+  lock = open(log_dir / '.study.lock', 'w')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    lock.close()
+    raise log_lib.LogError(
+        f'another study server is using {log_dir} (it holds '
+        f'{log_dir / ".study.lock"}); stop it, or give this one another '
+        '--output_dir') from e
+  return lock
+
+
 def _now():
   return datetime.datetime.now(datetime.timezone.utc).isoformat(
       timespec='milliseconds')
@@ -120,14 +137,27 @@ class Study:
     self.env, self.method, self.ctx, self.base = env, method, ctx, base
     self.config = config
     self.queues = assignments(config, len(env.target))
+    # A log is checked against what shapes its participant's lists: the
+    # run's identity, the study's settings and the participant's own queue
+    # (so adding participants keeps the existing ones).
     self.header = json.loads(json.dumps(dict(
-        identity, participants=list(config.participants),
-        instances=config.instances, seed=config.seed,
+        identity, instances=config.instances, seed=config.seed,
         method=method.name, num_turns=base.num_turns)))
     self.log_dir = pathlib.Path(config.log_dir).absolute()
     self._participants = {}
     self._lock = threading.Lock()      # the participants dict
     self._compute = threading.Lock()   # the method, reasoner and JAX
+    self._dir_lock = _lock_dir(self.log_dir)
+    self.recovered = {}   # participant -> what a damaged log lost
+    for pid in config.participants:  # every log checked now, not on return
+      if (self.log_dir / f'{pid}.jsonl').exists():
+        p = self.participant(pid)
+        if p.log.recovered:
+          self.recovered[pid] = p.log.recovered
+
+  def close(self):
+    """Releases the log directory (another server may then use it)."""
+    self._dir_lock.close()
 
   # -- participants -------------------------------------------------------
 
@@ -139,8 +169,9 @@ class Study:
       raise UnknownParticipant(f'{pid!r} is not a participant of this study')
     with self._lock:
       if pid not in self._participants:
-        log = log_lib.ParticipantLog(self.log_dir / f'{pid}.jsonl',
-                                     dict(self.header, participant=pid))
+        log = log_lib.ParticipantLog(
+            self.log_dir / f'{pid}.jsonl',
+            dict(self.header, participant=pid, queue=self.queues[pid]))
         self._participants[pid] = _Participant(log, self.queues[pid])
       return self._participants[pid]
 
@@ -171,7 +202,8 @@ class Study:
       raise log_lib.LogError(
           f'{self.log_dir / pid}.jsonl: replaying instance session '
           f'{instance.session}, turn {turn} gives another list than the one '
-          'logged; the log was written by another version of the code.')
+          'logged: the log was edited, or written by another version of the '
+          'code or its checkpoints.')
 
   def _log_turn(self, p, position, instance, record, raw, seconds,
                 participant_seconds):
@@ -247,6 +279,7 @@ class Study:
       except Exception as e:  # pylint: disable=broad-except
         logging.exception('participant %s, instance %d, turn %d raised',
                           pid, instance_index, turn + 1)
+        p.instance = None  # replayed from the log on the next view
         p.log.append({'event': 'error', 'instance': instance_index,
                       'session': instance.session, 'turn': turn + 1,
                       'raw_feedback': raw,
@@ -255,8 +288,15 @@ class Study:
         raise Retry('The system could not process this feedback (the error '
                     'is logged). Please submit it again.') from e
       seconds = time.perf_counter() - start
-      self._log_turn(p, instance_index, instance, record, raw, seconds,
-                     waited)
+      try:
+        self._log_turn(p, instance_index, instance, record, raw, seconds,
+                       waited)
+      except OSError as e:  # not saved: the participant stays where it was
+        logging.exception('participant %s: the log write failed', pid)
+        p.instance = None  # replayed from the log on the next view
+        raise Retry('Your feedback could not be saved (a storage error on '
+                    'the server; nothing was recorded). Please submit it '
+                    'again.') from e
       p.shown_at = time.perf_counter()
 
   def end(self, pid: str, instance_index: int, turn: int, found: bool):
@@ -271,11 +311,17 @@ class Study:
         raise FeedbackError('Give feedback, or choose "Found it"; an '
                             'instance ends without the target only after '
                             f'{instance.num_turns} turns.')
-      p.log.append({'event': 'end', 'instance': instance_index,
-                    'session': instance.session, 'turn': instance.turn,
-                    'found': bool(found),
-                    'top1': int(instance.shown[0]),
-                    'seconds_participant': round(
-                        time.perf_counter() - p.shown_at, 3),
-                    'time': _now()})
+      try:
+        p.log.append({'event': 'end', 'instance': instance_index,
+                      'session': instance.session, 'turn': instance.turn,
+                      'found': bool(found),
+                      'top1': int(instance.shown[0]),
+                      'seconds_participant': round(
+                          time.perf_counter() - p.shown_at, 3),
+                      'time': _now()})
+      except OSError as e:  # not saved: the instance goes on
+        logging.exception('participant %s: the log write failed', pid)
+        raise Retry('Your answer could not be saved (a storage error on the '
+                    'server; nothing was recorded). Please choose again.'
+                    ) from e
       p.instance = None

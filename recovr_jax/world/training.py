@@ -262,6 +262,9 @@ class Timer:
     rate = done / elapsed if elapsed > 0 else float('inf')
     left = (total - done) / rate if rate > 0 else 0.0
     extra = ' '.join(f'{k}={v:.4f}' for k, v in info.items())
+    if elapsed <= 0:  # the stage's first report: no rate yet
+      self._print(f'[{stage}] {done}/{total} {extra}'.rstrip())
+      return
     self._print(f'[{stage}] {done}/{total} {rate:.1f}/s '
                 f'elapsed {elapsed:.0f}s left {left:.0f}s {extra}'.rstrip())
 
