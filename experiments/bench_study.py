@@ -61,6 +61,9 @@ def serve(the_app):
 
 
 def _drive(client, the_study, user, pid, waits, starts):
+  client.get(f'/p/{pid}/join', params={'code': the_study.code(pid)},
+             follow_redirects=True).raise_for_status()   # the link
+  csrf = the_study.csrf(pid)
   while True:
     view = the_study.view(pid)
     if view['done']:
@@ -71,7 +74,7 @@ def _drive(client, the_study, user, pid, waits, starts):
       if fb.action == 'stop' or t == view['num_turns']:
         start = time.perf_counter()   # the next instance's turn 0
         client.post(f'/p/{pid}/end', data={
-            'instance': view['instance'], 'turn': t,
+            'instance': view['instance'], 'turn': t, 'csrf': csrf,
             'found': '1' if view['top1'] == view['target'] else '0'},
                     follow_redirects=True).raise_for_status()
         view = the_study.view(pid)
@@ -82,7 +85,8 @@ def _drive(client, the_study, user, pid, waits, starts):
         break
       start = time.perf_counter()
       r = client.post(f'/p/{pid}/feedback', data={
-          'instance': view['instance'], 'turn': t, 'feedback': fb.text},
+          'instance': view['instance'], 'turn': t, 'feedback': fb.text,
+          'csrf': csrf},
                       follow_redirects=True)
       r.raise_for_status()
       view = the_study.view(pid)
@@ -108,6 +112,7 @@ def _screenshot(port, pid, path, the_study, user):
   try:
     b.get(f'http://127.0.0.1:{port}/')
     b.find_element(By.ID, 'participant').send_keys(pid)
+    b.find_element(By.ID, 'code').send_keys(the_study.code(pid))
     b.find_element(By.ID, 'signin').click()
     for t in (1, 2):
       ui.WebDriverWait(b, 60).until(

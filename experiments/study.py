@@ -29,7 +29,11 @@ from recovr_jax.study import study as study_lib
 
 _HOST = flags.DEFINE_string(
     'host', '127.0.0.1', 'Address the study app listens on (127.0.0.1: '
-    'this machine only; 0.0.0.0 opens it to the network).')
+    'this machine only). Any other address needs --allow_remote.')
+_REMOTE = flags.DEFINE_bool(
+    'allow_remote', False,
+    'Let --host be an address other machines reach (every page shows its '
+    'target; participants still need their access codes).')
 _PORT = flags.DEFINE_integer('port', 8765, 'Port of the study app.')
 _PARTICIPANTS = flags.DEFINE_list(
     'participants', ['p01', 'p02', 'p03', 'p04', 'p05'],
@@ -103,11 +107,38 @@ def checked_config():
                          'directory')
   if not 1 <= _PORT.value <= 65535:
     raise app.UsageError(f'--port must be in 1..65535, got {_PORT.value}')
+  if not _is_loopback(_HOST.value) and not _REMOTE.value:
+    raise app.UsageError(
+        f'--host={_HOST.value} opens the study to the network (every page '
+        'shows its target); pass --allow_remote to mean it')
   try:
     runner.validate(config)
   except runner.ConfigError as e:
     raise app.UsageError(str(e)) from e
   return config
+
+
+def _is_loopback(host: str) -> bool:
+  import ipaddress  # pylint: disable=g-import-not-at-top
+  if host == 'localhost':
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+def check_port(host: str, port: int) -> None:
+  """``UsageError`` when ``host:port`` cannot be bound (before any model
+  loads)."""
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind((host, port))
+    except OSError as e:
+      raise app.UsageError(f'--host={host} --port={port} cannot be used '
+                           f'({e.strerror}); is another server on it?') from e
 
 
 def make_study(config, built=None, participants_are='human'):
@@ -156,6 +187,7 @@ def main(argv):
                            'constraints.txt -e ".[study]"') from e
   config = checked_config()
   study_config(config)  # participant errors before the models load
+  check_port(_HOST.value, _PORT.value)
   run.use_compilation_cache(config)
   study, media = make_study(config)
   import uvicorn  # pylint: disable=g-import-not-at-top
@@ -168,6 +200,15 @@ def main(argv):
     print(f'warning: participant {pid}: the log was damaged at line '
           f'{lost["from_line"]}; continuing from the lines before it, '
           f'{lost["lines"]} line(s) kept in {lost["kept_aside"]}', flush=True)
+  if not _is_loopback(_HOST.value):
+    print(f'warning: --host={_HOST.value}: the study is reachable from the '
+          'network (--allow_remote); only participants with their codes can '
+          'sign in', flush=True)
+  print(f'participant links (codes in {study.log_dir / study_lib.ACCESS_FILE}'
+        ', readable by you only):', flush=True)
+  for pid in study.queues:
+    print(f'  {pid}: http://{_HOST.value}:{_PORT.value}/p/{pid}/join?code='
+          f'{study.code(pid)}', flush=True)
   print(f'open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C stops; '
         'restarting continues every participant)', flush=True)
   uvicorn.run(app_lib.make_app(study, media), host=_HOST.value,
@@ -175,6 +216,7 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main, (('Study app', ['port', 'host', 'participants', 'instances',
-                                'frames_dir', 'video_size']),) +
+  cli.run(main, (('Study app', ['port', 'host', 'allow_remote',
+                                'participants', 'instances', 'frames_dir',
+                                'video_size']),) +
           run.HELP_GROUPS, run.HELP_DEFAULTS)

@@ -17,6 +17,7 @@ class BadFlagValueTest(parameterized.TestCase):
       ('run', ['--methods=bogus'], 'unknown --methods bogus; valid: recovr'),
       ('eval_reading', ['--noise_rates=2'], '--noise_rates: each must be in'),
       ('fidelity', ['--main_dir=/nonexistent'], '/nonexistent/metrics.json'),
+      ('study', ['--host=0.0.0.0'], 'pass --allow_remote to mean it'),
       ('train_adapter', ['--init_adapter=/nonexistent'],
        "--init_adapter: LoRA adapter '/nonexistent' has no adapter"),
   )
@@ -36,6 +37,23 @@ class BadFlagValueTest(parameterized.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class StudyPortTest(absltest.TestCase):
+
+  def test_a_busy_port_is_found_before_the_models_load(self):
+    import socket  # pylint: disable=g-import-not-at-top
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      s.listen()
+      port = s.getsockname()[1]
+      proc = subprocess.run(
+          [sys.executable, '-m', 'experiments.study', f'--port={port}',
+           f'--output_dir={self.create_tempdir().full_path}'], cwd=ROOT,
+          capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    self.assertIn(f'--port={port} cannot be used', proc.stderr)
+    self.assertNotIn('loading the environment', proc.stdout)
 
 
 class SeveralProblemsTest(absltest.TestCase):

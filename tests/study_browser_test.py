@@ -83,6 +83,7 @@ class BrowserTest(absltest.TestCase):
       ui.WebDriverWait(b, 60).until(lambda d: text in d.page_source)
     b.get(f'http://127.0.0.1:{self.port}/')
     b.find_element(By.ID, 'participant').send_keys('cy')
+    b.find_element(By.ID, 'code').send_keys(self.study.code('cy'))
     b.find_element(By.ID, 'signin').click()
     wait_for('Instance 1 of 2')
     images = b.find_elements(By.CSS_SELECTOR, 'img.video')

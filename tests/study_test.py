@@ -1,7 +1,9 @@
 """The human-feedback study: routes, logs, restart, bad input, Table 4."""
 
 import json
+import os
 import pathlib
+import re
 import shutil
 import tempfile
 
@@ -57,7 +59,27 @@ class Tiny:
       config = study_main.checked_config()
       study, media = study_main.make_study(config, cls.built)
     cls.studies[name] = study
-    return study, testclient.TestClient(app_lib.make_app(study, media))
+    return study, _Client(study, media)
+
+
+class _Client(testclient.TestClient):
+  """A browser for every participant of ``study``: signed in through their
+  links, and adding each page's CSRF token to its forms."""
+
+  def __init__(self, study, media=None, sign_in=True):
+    super().__init__(app_lib.make_app(study, media))
+    self.study = study
+    for pid in study.queues if sign_in else ():
+      r = self.get(f'/p/{pid}/join?code={study.code(pid)}',
+                   follow_redirects=False)
+      assert r.status_code == 303, r.text
+
+  def post(self, url, *args, data=None, **kwargs):  # pylint: disable=arguments-differ
+    m = re.fullmatch(r'/p/([\w-]+)/(feedback|end)', url)
+    if (m and isinstance(data, dict) and 'csrf' not in data and
+        m.group(1) in self.study.queues):
+      data = dict(data, csrf=self.study.csrf(m.group(1)))
+    return super().post(url, *args, data=data, **kwargs)
 
 
 def _send(client, pid, view, text):
@@ -74,20 +96,70 @@ def _log(study, pid):
 class StudyAppTest(absltest.TestCase):
 
   def test_signin(self):
-    _, client = Tiny.study('signin')
-    r = client.post('/signin', data={'participant': 'ann'},
+    study, _ = Tiny.study('signin')
+    client = _Client(study, sign_in=False)
+    r = client.post('/signin', data={'participant': 'ann',
+                                     'code': study.code('ann')},
                     follow_redirects=False)
     self.assertEqual(r.status_code, 303)
     self.assertEqual(r.headers['location'], '/p/ann')
-    for bad, why in (('zed', 'not a participant'), ('a b', 'letters'),
-                     ('../ann', 'letters'), ('', 'letters')):
-      r = client.post('/signin', data={'participant': bad})
+    self.assertEqual(client.get('/p/ann').status_code, 200)
+    for bad, code, why in (('zed', '', 'not a participant'),
+                           ('a b', '', 'letters'), ('../ann', '', 'letters'),
+                           ('', '', 'letters'),
+                           ('bob', study.code('ann'), 'access code'),
+                           ('bob', '', 'access code')):
+      r = client.post('/signin', data={'participant': bad, 'code': code})
       self.assertEqual(r.status_code, 403, bad)
       self.assertIn(why, r.text)
+    self.assertEqual(client.get('/p/bob').status_code, 403)  # not signed in
     self.assertEqual(client.get('/p/zed').status_code, 403)
     for path in ('/p/zed/feedback', '/p/zed/end', '/p/a%20b/feedback'):
       r = client.post(path, data={'instance': 0, 'turn': 0, 'feedback': ''})
       self.assertEqual(r.status_code, 403, path)
+
+  def test_no_one_in_without_the_code_and_no_forged_forms(self):
+    study, client = Tiny.study('security')
+    view = study.view('ann')
+    stranger = _Client(study, sign_in=False)
+    self.assertEqual(stranger.get('/p/ann').status_code, 403)
+    self.assertEqual(stranger.get('/media/0.gif').status_code, 403)
+    r = stranger.post('/p/ann/feedback', data={
+        'instance': 0, 'turn': 0, 'feedback': 'forged', 'csrf': 'x'})
+    self.assertEqual(r.status_code, 403)
+    # Signed in, but the form comes from another site or lacks the token.
+    r = client.post('/p/ann/feedback', data={
+        'instance': 0, 'turn': 0, 'feedback': 'evil'},
+                    headers={'Origin': 'http://evil.example'})
+    self.assertEqual(r.status_code, 403)
+    self.assertIn('another site', r.text)
+    r = client.post('/p/ann/feedback', data={
+        'instance': 0, 'turn': 0, 'feedback': 'evil', 'csrf': 'guess'})
+    self.assertEqual(r.status_code, 403)
+    r = client.post('/p/ann/feedback', data={  # bob's token on ann's form
+        'instance': 0, 'turn': 0, 'feedback': 'evil',
+        'csrf': study.csrf('bob')})
+    self.assertEqual(r.status_code, 403)
+    self.assertEqual(study.view('ann'), view)   # nothing logged
+    self.assertNotIn('evil', (study.log_dir / 'ann.jsonl').read_text())
+    self.assertNotIn('forged', (study.log_dir / 'ann.jsonl').read_text())
+    # A huge body is refused before it is read; control characters never
+    # reach the reasoner, the log or the page.
+    r = client.post('/p/ann/feedback', data={
+        'instance': 0, 'turn': 0, 'feedback': 'x' * 100_000})
+    self.assertEqual(r.status_code, 413)
+    self.assertEqual(_send(client, 'ann', view,
+                           'red\x00 ones\x1b[31m please').status_code, 303)
+    row = _log(study, 'ann')[-1]
+    self.assertEqual(row['raw_feedback'], 'red ones[31m please')
+    self.assertNotIn('\x1b', row['feedback'])
+    # The codes: 128-bit tokens in a file only its owner can read.
+    access = study.log_dir / study_lib.ACCESS_FILE
+    self.assertEqual(os.stat(access).st_mode & 0o777, 0o600)
+    codes = json.loads(access.read_text())['codes']
+    self.assertEqual(set(codes), {'ann', 'bob', 'cy'})
+    self.assertGreaterEqual(min(len(c) for c in codes.values()), 22)
+    self.assertLen(set(codes.values()), 3)
 
   def test_a_full_instance_of_three_turns_ending_with_found_it(self):
     study, client = Tiny.study('full')
@@ -406,7 +478,7 @@ class RealDataStudyTest(absltest.TestCase):
         compilation_cache=False, **files):
       config = study_main.checked_config()
       study, media = study_main.make_study(config)
-    client = testclient.TestClient(app_lib.make_app(study, media))
+    client = _Client(study, media)
     view = study.view('r1')
     page = client.get('/p/r1').text
     for video in (view['reference'], view['target']):

@@ -1,14 +1,22 @@
 """The study's web app: FastAPI with server-rendered HTML, no outside assets.
 
-Routes: ``/`` (sign-in), ``/p/<id>`` (the current instance), ``POST
-/p/<id>/feedback`` and ``POST /p/<id>/end`` (forms; answered with a
-redirect to ``/p/<id>`` once the turn is logged), ``/media/<index>.gif``
-(gallery video ``index`` as an animation). The page lists what appendix D.3
+Routes: ``/`` (sign-in with the participant id and access code),
+``/p/<id>/join?code=<code>`` (the participant's link), ``/p/<id>`` (the
+current instance), ``POST /p/<id>/feedback`` and ``POST /p/<id>/end``
+(forms; answered with a redirect to ``/p/<id>`` once the turn is logged),
+``/media/<index>.gif`` (gallery video ``index`` as an animation).
+
+Access: a participant's pages and forms need their access code (an
+unguessable token in ``<logs>/access.json``, readable by its owner only),
+kept in a same-site cookie after the link or the sign-in; every form
+carries a CSRF token, and a form posted from another origin is refused;
+request bodies are limited to ``MAX_BODY`` bytes. The page lists what appendix D.3
 lists: the reference video, the current top-ranked result, the initial
 modification text, the system's question, a feedback box, "Found it", the
 interaction history, and the target at the bottom as the search goal.
 """
 
+import hmac
 import html
 import urllib.parse
 
@@ -17,7 +25,15 @@ from fastapi import responses
 from starlette import concurrency
 
 from recovr_jax.study import log as log_lib
+from recovr_jax.study import session as session_lib
 from recovr_jax.study import study as study_lib
+
+MAX_BODY = 64 * 1024   # bytes of a form (the feedback is at most 1,000 chars)
+
+
+def _cookie(pid: str) -> str:
+  return f'recovr_study_{pid}'
+
 
 _STYLE = """
 body { font-family: sans-serif; max-width: 60rem; margin: 1rem auto;
@@ -55,6 +71,8 @@ def _signin(message: str = '') -> str:
 <form method="post" action="/signin">
 <label>Participant id <input name="participant" id="participant"
  autofocus required maxlength="64"></label>
+<label>Access code <input name="code" id="code" required maxlength="64"
+ type="password"></label>
 <button type="submit" id="signin">Start</button></form>""")
 
 
@@ -80,7 +98,8 @@ class _Renderer:
     return (f'<figure>{inner}<figcaption>{html.escape(label)} '
             f'({html.escape(vid)})</figcaption></figure>')
 
-  def instance(self, view: dict, message: str = '', text: str = '') -> str:
+  def instance(self, view: dict, message: str = '', text: str = '',
+               csrf: str = '') -> str:
     pid = html.escape(view['participant'])
     if view['done']:
       return _page('Done', f'<h1>Thank you, {pid}</h1><p id="done">All '
@@ -88,7 +107,8 @@ class _Renderer:
     last = view['turn'] >= view['num_turns']
     hidden = (f'<input type="hidden" name="instance" '
               f'value="{view["instance"]}"><input type="hidden" name="turn" '
-              f'value="{view["turn"]}">')
+              f'value="{view["turn"]}"><input type="hidden" name="csrf" '
+              f'value="{html.escape(csrf)}">')
     parts = [f'<h1>Instance {view["instance"] + 1} of {view["instances"]}'
              f'</h1><p>Participant {pid}: turn {view["turn"]} of '
              f'{view["num_turns"]} feedback turns.</p>']
@@ -138,7 +158,17 @@ class _Renderer:
 
 
 async def _form(request: fastapi.Request) -> dict:
-  body = (await request.body()).decode('utf-8', 'replace')
+  """The posted form, read up to ``MAX_BODY`` bytes (413 beyond)."""
+  length = request.headers.get('content-length', '0')
+  if not length.isdigit() or int(length) > MAX_BODY:
+    raise fastapi.HTTPException(413, f'a form is at most {MAX_BODY:,} bytes')
+  body = b''
+  async for chunk in request.stream():
+    body += chunk
+    if len(body) > MAX_BODY:
+      raise fastapi.HTTPException(413, f'a form is at most {MAX_BODY:,} '
+                                  'bytes')
+  body = body.decode('utf-8', 'replace')
   return {k: v[0] for k, v in urllib.parse.parse_qs(
       body, keep_blank_values=True).items()}
 
@@ -162,7 +192,46 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
     return responses.HTMLResponse(_signin(message), status_code=403)
 
   def page_of(pid, message, text):
-    return render.instance(study.view(pid), message, text)
+    return render.instance(study.view(pid), message, text, study.csrf(pid))
+
+  def signed_in(pid, request) -> bool:
+    return study.check_code(pid, request.cookies.get(_cookie(pid)))
+
+  def same_origin(request) -> bool:
+    """A POST's Origin (or Referer), when the browser sends one, names this
+    server."""
+    origin = request.headers.get('origin') or request.headers.get('referer')
+    if not origin:
+      return True
+    return urllib.parse.urlsplit(origin).netloc == request.headers.get('host')
+
+  async def checked_form(pid, request):
+    """The form of a participant's POST, or the refusal to answer."""
+    if not same_origin(request):
+      return None, refuse('Refused: the form was sent from another site.')
+    if not signed_in(pid, request):
+      return None, refuse('Sign in with your participant id and access code '
+                          '(or open your link).')
+    form = await _form(request)
+    if not hmac.compare_digest(form.get('csrf', '').encode(),
+                               study.csrf(pid).encode()):
+      return None, refuse('Refused: the form is not one this study showed '
+                          'you (reload your page).')
+    return form, None
+
+  def enter(pid, code):
+    """Signs ``pid`` in with ``code``: a redirect to their page that keeps
+    the code in a same-site cookie, or the refusal."""
+    try:
+      study.participant(pid)
+    except study_lib.UnknownParticipant as e:
+      return refuse(f'Sign-in refused: {e.args[0]}')
+    if not study.check_code(pid, code):
+      return refuse('Sign-in refused: the access code is not this '
+                    'participant\'s.')
+    response = responses.RedirectResponse(f'/p/{pid}', status_code=303)
+    response.set_cookie(_cookie(pid), code, httponly=True, samesite='strict')
+    return response
 
   async def page(pid, message='', text='', status=200):
     body = await concurrency.run_in_threadpool(page_of, pid, message, text)
@@ -182,15 +251,20 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
 
   @app.post('/signin')
   async def signin(request: fastapi.Request):
-    pid = (await _form(request)).get('participant', '').strip()
-    try:
-      study.participant(pid)
-    except study_lib.UnknownParticipant as e:
-      return refuse(f'Sign-in refused: {e.args[0]}')
-    return responses.RedirectResponse(f'/p/{pid}', status_code=303)
+    if not same_origin(request):
+      return refuse('Refused: the form was sent from another site.')
+    form = await _form(request)
+    return enter(form.get('participant', '').strip(), form.get('code', ''))
+
+  @app.get('/p/{pid}/join')
+  async def join(pid: str, code: str = ''):
+    return enter(pid, code)
 
   @app.get('/p/{pid}', response_class=responses.HTMLResponse)
-  async def instance_page(pid: str):
+  async def instance_page(pid: str, request: fastapi.Request):
+    if not signed_in(pid, request):
+      return refuse('Sign in with your participant id and access code (or '
+                    'open your link).')
     try:
       return await page(pid)
     except study_lib.UnknownParticipant as e:
@@ -198,8 +272,10 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
 
   @app.post('/p/{pid}/feedback')
   async def feedback(pid: str, request: fastapi.Request):
-    form = await _form(request)
-    raw = form.get('feedback', '')
+    form, refused = await checked_form(pid, request)
+    if refused is not None:
+      return refused
+    raw = session_lib.strip_controls(form.get('feedback', ''))
     try:
       await concurrency.run_in_threadpool(
           study.feedback, pid, _int(form, 'instance'), _int(form, 'turn'),
@@ -214,7 +290,9 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
 
   @app.post('/p/{pid}/end')
   async def end(pid: str, request: fastapi.Request):
-    form = await _form(request)
+    form, refused = await checked_form(pid, request)
+    if refused is not None:
+      return refused
     try:
       await concurrency.run_in_threadpool(
           study.end, pid, _int(form, 'instance'), _int(form, 'turn'),
@@ -228,7 +306,10 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
     return responses.RedirectResponse(f'/p/{pid}', status_code=303)
 
   @app.get('/media/{index}.gif')
-  async def animation(index: int):
+  async def animation(index: int, request: fastapi.Request):
+    if not any(study.check_code(pid, request.cookies.get(_cookie(pid)))
+               for pid in study.queues):
+      raise fastapi.HTTPException(403, 'sign in first')
     try:
       data = None if media is None else await concurrency.run_in_threadpool(
           media.animation, index)

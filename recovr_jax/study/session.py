@@ -9,6 +9,7 @@ says when the search is over).
 """
 
 import re
+import unicodedata
 
 import numpy as np
 
@@ -23,12 +24,20 @@ class FeedbackError(ValueError):
   """Feedback the study cannot take (empty or too long); nothing changes."""
 
 
+def strip_controls(raw: str) -> str:
+  """``raw`` without control or format characters (NUL, ESC, bidi
+  overrides, ...) other than tab and newline, as logged and shown."""
+  return ''.join(c for c in raw if c in '\t\n' or
+                 unicodedata.category(c)[0] != 'C')
+
+
 def clean_feedback(raw: str) -> str:
-  """The words a method reads: ``raw`` with runs of whitespace made one
-  space. Raises ``FeedbackError`` when empty or over 1,000 characters."""
+  """The words a method reads: ``raw`` without control characters, runs of
+  whitespace made one space. Raises ``FeedbackError`` when empty or over
+  1,000 characters."""
   if not isinstance(raw, str):
     raise FeedbackError('feedback must be text')
-  text = re.sub(r'\s+', ' ', raw).strip()
+  text = re.sub(r'\s+', ' ', strip_controls(raw)).strip()
   if not text:
     raise FeedbackError('Please write some feedback (it was empty).')
   if len(raw) > MAX_FEEDBACK_CHARS:

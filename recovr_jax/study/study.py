@@ -14,7 +14,11 @@ checked against the logged one.
 
 import dataclasses
 import datetime
+import hashlib
+import hmac
 import json
+import os
+import secrets
 import pathlib
 import re
 import threading
@@ -92,6 +96,40 @@ def _lock_dir(log_dir: pathlib.Path):
   return lock
 
 
+ACCESS_FILE = 'access.json'
+
+
+def _access(log_dir: pathlib.Path, participants) -> dict:
+  """``{'codes': {participant: code}, 'csrf_key': key}`` from
+  ``<log_dir>/access.json`` (readable by its owner only), created or
+  extended for new participants; codes are unguessable (128 bits)."""
+  path = log_dir / ACCESS_FILE
+  data = {'codes': {}, 'csrf_key': None}
+  if path.exists():
+    try:
+      data = json.loads(path.read_text())
+      if not (isinstance(data.get('codes'), dict) and
+              isinstance(data.get('csrf_key'), str)):
+        raise ValueError('expected codes and csrf_key')
+    except ValueError as e:
+      raise log_lib.LogError(f'{path} is unreadable ({e}); move it aside '
+                             '(the participants get new links)') from e
+  changed = data['csrf_key'] is None
+  data['csrf_key'] = data['csrf_key'] or secrets.token_hex(32)
+  for pid in participants:
+    if pid not in data['codes']:
+      data['codes'][pid] = secrets.token_urlsafe(16)
+      changed = True
+  if changed:
+    tmp = path.with_suffix('.tmp')
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, 'w') as f:
+      f.write(json.dumps(data, indent=1, sort_keys=True) + '\n')
+    tmp.replace(path)
+  os.chmod(path, 0o600)
+  return data
+
+
 def _now():
   return datetime.datetime.now(datetime.timezone.utc).isoformat(
       timespec='milliseconds')
@@ -148,12 +186,28 @@ class Study:
     self._lock = threading.Lock()      # the participants dict
     self._compute = threading.Lock()   # the method, reasoner and JAX
     self._dir_lock = _lock_dir(self.log_dir)
+    self._access = _access(self.log_dir, config.participants)
     self.recovered = {}   # participant -> what a damaged log lost
     for pid in config.participants:  # every log checked now, not on return
       if (self.log_dir / f'{pid}.jsonl').exists():
         p = self.participant(pid)
         if p.log.recovered:
           self.recovered[pid] = p.log.recovered
+
+  def code(self, pid: str) -> str:
+    """The participant's access code (their link: ``/p/<id>/join?code=``)."""
+    return self._access['codes'][pid]
+
+  def check_code(self, pid: str, code) -> bool:
+    """Whether ``code`` is participant ``pid``'s (constant time)."""
+    expected = self._access['codes'].get(pid)
+    return (isinstance(code, str) and expected is not None and
+            hmac.compare_digest(code.encode(), expected.encode()))
+
+  def csrf(self, pid: str) -> str:
+    """The token every form of ``pid``'s pages carries."""
+    return hmac.new(self._access['csrf_key'].encode(), pid.encode(),
+                    hashlib.sha256).hexdigest()
 
   def close(self):
     """Releases the log directory (another server may then use it)."""
