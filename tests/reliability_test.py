@@ -107,6 +107,15 @@ class ResumeIdentityTest(_OnABaseRun):
     self.assertFalse((copy / runner.INCOMPLETE).exists())
     self.assertEqual(results.load_run(copy)['config']['loop']['rrf_k'], 1.0)
 
+  def test_num_sessions_beyond_the_queries_is_recorded_as_run(self):
+    out = self.root / 'clamped'
+    _run(out, num_sessions=100_000)
+    resolved = json.loads((out / 'resolved_config.json').read_text())
+    ran = len((out / 'trajectories.jsonl').read_text().splitlines())
+    self.assertEqual(resolved['num_sessions'], ran)
+    self.assertLess(ran, 100_000)
+    self.assertEqual(resolved['num_sessions_requested'], 100_000)
+
   def test_a_changed_checkpoint_file_is_another_run(self):
     resolved = json.loads((self.base / 'resolved_config.json').read_text())
     files = resolved['files']
