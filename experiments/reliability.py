@@ -182,6 +182,50 @@ def cases(s: Scratch, clean: pathlib.Path):
   yield ('a truncated batch JSON', *_refused(
       rc, text, r'00001.json is unreadable or incomplete'))
 
+  ckpt = s.root / 'ckpt_unverified'
+  shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
+  flip_bytes(ckpt / 'composer', 1000, 400)
+  (ckpt / 'composer' / 'checksums.json').unlink()
+  rc, text, _ = s.run(s.root / 'unverified', f'--checkpoint_dir={ckpt}')
+  yield ('the composer\'s checksums.json deleted and 400 bytes flipped',
+         *_refused(rc, text, r'has no checksums\.json.*'
+                   '--allow_unverified_checkpoints'))
+  d = s.root / 'unverified_allowed'
+  rc, text, _ = s.run(d, f'--checkpoint_dir={ckpt}',
+                      '--allow_unverified_checkpoints')
+  listed = (d / 'resolved_config.json').exists() and 'unverified_checkpoints' \
+      in (d / 'resolved_config.json').read_text() and (
+          d / 'report.md').exists() and 'Unverified checkpoints' in (
+              d / 'report.md').read_text()
+  yield ('the same with --allow_unverified_checkpoints',
+         f'exit {rc}; resolved_config.json and report.md list the unverified '
+         f'checkpoint: {listed}', rc == 0 and listed)
+
+  d = s.copy(clean, 'edited_record')
+  path = d / 'batches' / 'recovr' / '00000.json'
+  path.write_text(path.read_text().replace('"sigma": "neg"', '"sigma": "pos"'
+                                           ).replace('"sigma": "neu"',
+                                                     '"sigma": "pos"'))
+  rc, text, _ = s.run(d)
+  yield ('a sigma edited in a batch\'s trajectory records', *_refused(
+      rc, text, r'00000.json: its sessions, records or counts do not match'))
+
+  d = s.root / 'clamped'
+  rc, text, _ = s.run(d, '--num_sessions=100000')
+  recorded = (d / 'resolved_config.json').exists() and '"num_sessions": 12' \
+      in (d / 'resolved_config.json').read_text()
+  yield ('`--num_sessions=100000` on 12 test queries',
+         f'exit {rc}; resolved_config.json records the 12 run: {recorded}',
+         rc == 0 and recorded)
+
+  rc, text, _ = s.run(s.root / 'many', '--batch_size=0', '--rrf_k=-1',
+                      '--methods=recovr,bogus', '--window=0')
+  lines = [l for l in text.splitlines() if ': error: ' in l]
+  yield ('four bad flags at once (`--batch_size=0 --rrf_k=-1 '
+         '--methods=recovr,bogus --window=0`)',
+         f'refused (exit {rc}) with {len(lines)} error lines',
+         rc != 0 and len(lines) == 4)
+
   rc, text, _ = s.run(s.root / 'seed1', '--world_seed=1')
   yield ('--world_seed=1 with the encoders trained on seed 0',
          *_refused(rc, text, r'% of this world\'s test combinations'))
@@ -226,6 +270,20 @@ def cases(s: Scratch, clean: pathlib.Path):
   yield ('SIGKILL after the first batch, then the same command',
          f'exit {rc}; outputs byte-identical to an uninterrupted run: '
          f'{_same(d, clean)}', rc == 0 and _same(d, clean))
+
+  d = s.copy(clean, 'killed_noresume')
+  shutil.rmtree(d / 'batches')  # the first batch seen is the new run's
+  proc = s.run(d, '--noresume', '--rrf_k=1', wait=False)
+  first_batch = d / 'batches' / 'recovr' / '00000.json'
+  while not first_batch.exists() and proc.poll() is None:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  stale = (d / 'metrics.json').exists()
+  marked = (d / 'INCOMPLETE').exists()
+  yield ('SIGKILL of a `--noresume --rrf_k=1` run over a finished one',
+         f'old metrics.json left beside the new settings: {stale}; '
+         f'INCOMPLETE marker: {marked}', not stale and marked)
 
 
 def _largest_file(directory: pathlib.Path) -> pathlib.Path:
