@@ -98,6 +98,27 @@ class ChatLMTest(absltest.TestCase):
                          for i in ids[len(prefix) + len(suffix):])
       self.assertEqual(text, expected)
 
+  def test_finished_rows_leave_the_batch_and_change_no_row(self):
+    """Rows that finish early are gathered out (batch 8 -> 4 -> 2 -> 1)
+    and a chunk of 5 runs at batch 8, not 16: every row decodes the tokens
+    it decodes alone."""
+    lm = _STATE['lm']
+    suffixes = [list(lm.vocab.encode(t)) for t in (
+        'Hello there, who', 'One', 'make it red please', 'x', 'two blue')]
+    budgets = [1, 2, 4, 7, 9]
+    gens = [constrained.free(lm.vocab, -1, k) for k in budgets]
+    texts, decoded = lm.decoder.generate(lm.params, 'compact', [], suffixes,
+                                         gens, batch_size=16, steps=10)
+    self.assertEqual(decoded, sum(budgets))
+    for suffix, k, text in zip(suffixes, budgets, texts):
+      alone, _ = lm.decoder.generate(
+          lm.params, 'compact', [], [suffix],
+          [constrained.free(lm.vocab, -1, k)], batch_size=1, steps=10)
+      self.assertEqual(text, alone[0])
+    self.assertEqual([constrained.batch_bucket(r, 16) for r in
+                      (1, 2, 3, 5, 9, 16)], [1, 2, 4, 8, 16, 16])
+    self.assertEqual(constrained.batch_bucket(5, 5), 5)
+
   def test_constrained_replies_follow_the_schema_on_adversarial_inputs(self):
     lm = _STATE['lm']
     for module in schemas.MODULES:

@@ -335,7 +335,14 @@ class Decoder:
           lambda x: jnp.broadcast_to(x, (batch,) + x.shape[1:])
           if x.ndim > 1 else x, cache)
 
+    @jax.jit
+    def take(cache, logits, rows):
+      """The cache and logits of batch rows ``rows`` (a smaller batch)."""
+      return (jax.tree.map(lambda x: x[rows] if x.ndim > 1 else x, cache),
+              logits[rows])
+
     self._prefill, self._step, self._tile = prefill, step, tile
+    self._take = take
     self._prefix = {}
 
   def prefix_cache(self, params, key, prefix_ids, length):
@@ -355,9 +362,13 @@ class Decoder:
                batch_size: int, steps: int, bucket: int = 16):
     """Replies (texts after each grammar's lead) for token-id ``suffixes``.
 
-    Every row runs ``grammars[i]`` (a started-fresh generator); rows are
-    padded to ``batch_size``. Returns the generated texts and the number of
-    tokens decoded (real rows only).
+    Every row runs ``grammars[i]`` (a started-fresh generator). Requests go
+    in chunks of ``batch_size``; a chunk runs at the smallest of
+    ``BATCH_BUCKETS`` (capped at ``batch_size``) that holds it, and once
+    half of its rows have finished the live ones are gathered into the
+    next smaller bucket (no work for finished rows; every row's tokens are
+    what it would decode alone). Returns the generated texts and the number
+    of tokens decoded (real rows only).
     """
     texts, decoded = [], 0
     for start in range(0, len(suffixes), batch_size):
@@ -372,16 +383,17 @@ class Decoder:
   def _generate_batch(self, params, key, prefix_ids, suffixes, gens,
                       batch_size, steps, bucket):
     n = len(suffixes)
+    size = batch_bucket(n, batch_size)
     p = len(prefix_ids)
     width = -(-max(len(s) for s in suffixes) // bucket) * bucket
     length = p + width + steps + 1
     length = -(-length // 128) * 128  # one step compile per 128 positions
     cache = self._tile(self.prefix_cache(params, (key, length), prefix_ids,
-                                         length), batch_size)
-    ids = np.zeros((batch_size, width), np.int32)
-    mask = np.zeros((batch_size, length), np.int32)
+                                         length), size)
+    ids = np.zeros((size, width), np.int32)
+    mask = np.zeros((size, length), np.int32)
     mask[:, :p] = 1
-    lengths = np.ones(batch_size, np.int32)
+    lengths = np.ones(size, np.int32)
     for i, s in enumerate(suffixes):
       ids[i, width - len(s):] = s
       mask[i, p + width - len(s):p + width] = 1
@@ -392,30 +404,50 @@ class Decoder:
                                   cache)
     mask[:, p + width:] = 1  # generated positions (the cache index limits)
     current = [next(g) for g in gens]
+    rows = list(range(n)) + [-1] * (size - n)   # batch row -> request
     out = [[] for _ in range(n)]
     decoded = 0
     for t in range(steps + 1):
-      live = [i for i in range(n) if current[i] is not None]
+      live = [j for j, i in enumerate(rows)
+              if i >= 0 and current[i] is not None]
       if not live:
         break
       if t == steps:
         raise RuntimeError(f'constrained decoding did not finish in {steps} '
                            'steps; the grammar bound is wrong')
-      content = np.zeros(batch_size, np.int32)
-      allowed = np.full((batch_size, MAX_IDS), -1, np.int32)
-      for i in live:
-        content[i] = current[i].content
-        allowed[i, :len(current[i].ids)] = current[i].ids
+      smaller = batch_bucket(len(live), batch_size)
+      if smaller < len(rows):  # gather the live rows into a smaller batch
+        take = live + [live[-1]] * (smaller - len(live))
+        cache, logits = self._take(cache, logits, np.asarray(take, np.int32))
+        mask, lengths = mask[take], lengths[take]
+        rows = [rows[j] for j in live] + [-1] * (smaller - len(live))
+        live = list(range(len(live)))
+      content = np.zeros(len(rows), np.int32)
+      allowed = np.full((len(rows), MAX_IDS), -1, np.int32)
+      for j in live:
+        step = current[rows[j]]
+        content[j] = step.content
+        allowed[j, :len(step.ids)] = step.ids
       positions = (p + lengths + t).astype(np.int32)
       token, logits, cache = self._step(params, logits, content, allowed,
                                         positions, mask, cache)
       token = np.asarray(token)
-      for i in live:
-        out[i].append(int(token[i]))
+      for j in live:
+        i = rows[j]
+        out[i].append(int(token[j]))
         decoded += 1
         try:
-          current[i] = gens[i].send(int(token[i]))
+          current[i] = gens[i].send(int(token[j]))
         except StopIteration:
           current[i] = None
     texts = [''.join(self.vocab.texts[k] or '' for k in row) for row in out]
     return texts, decoded
+
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def batch_bucket(rows: int, batch_size: int) -> int:
+  """The batch a chunk of ``rows`` live rows runs at: the smallest bucket
+  that holds them, at most ``batch_size``."""
+  return min([b for b in BATCH_BUCKETS if b >= rows] + [batch_size])
