@@ -166,7 +166,7 @@ def cases(s: Scratch, clean: pathlib.Path):
          'checksums match)', *_refused(rc, text, 'NaN or infinite values'))
 
   d = s.copy(clean, 'zeroed')
-  big = _largest_file(d / 'batches' / 'recovr' / '00000')
+  big = d / 'batches' / 'recovr' / '00000.npz'
   raw = bytearray(big.read_bytes())
   mid = len(raw) // 2
   raw[mid:mid + 100] = bytes(100)

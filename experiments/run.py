@@ -12,6 +12,7 @@ Outputs and metrics: README.md and docs/.
 """
 
 import pathlib
+import sys
 
 from absl import app
 from absl import flags
@@ -23,6 +24,7 @@ from experiments import data_flags
 from experiments import world_flags
 from recovr_jax import methods
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import distributed
 from recovr_jax.core import fusion
 from recovr_jax.experiment import resources
 from recovr_jax.experiment import runner
@@ -262,6 +264,17 @@ _PLATFORM = flags.DEFINE_enum(
     'platform', 'auto', list(resources.PLATFORMS),
     'Device to run on; a requested gpu or tpu that JAX cannot find is an '
     'error, not a CPU run.')
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None,
+    'Run as several processes (JAX\'s distributed runtime): host:port of '
+    'process 0, the same for every process; "auto" on a cluster JAX '
+    'detects itself (SLURM, TPU pods). experiments/launch.py starts local '
+    'processes. Each process runs its share of the batches; process 0 '
+    'writes the outputs.')
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', 1, 'Processes of the run (with --coordinator_address).')
+_PROCESS_ID = flags.DEFINE_integer(
+    'process_id', 0, 'This process, 0..--num_processes-1.')
 _SWEEP = flags.DEFINE_multi_string(
     'sweep', [],
     'One-factor-at-a-time sweep, repeatable: NAME=V1|V2|... runs every '
@@ -303,6 +316,8 @@ HELP_GROUPS = (
         'num_sessions', 'batch_size', 'simulation', 'jit_chunk_size',
         'session_shards', 'platform', 'cache_dir', 'compilation_cache',
         'resume', 'max_error_share', 'sweep']),
+    ('Several processes (docs/runner.md)', [
+        'coordinator_address', 'num_processes', 'process_id']),
     ('Outputs', ['output_dir', 'export_trec']),
 )
 # Defaults that come from the --benchmark preset, as --help shows them.
@@ -390,7 +405,9 @@ def run_config() -> config_lib.RunConfig:
       allow_unverified_checkpoints=_UNVERIFIED.value,
       resume=_RESUME.value, simulation=_SIMULATION.value,
       jit_chunk_size=_JIT_CHUNK.value, session_shards=_SESSION_SHARDS.value,
-      platform=_PLATFORM.value, flags_text=flags.FLAGS.flags_into_string())
+      platform=_PLATFORM.value, num_processes=_PROCESSES['count'],
+      process_id=_PROCESSES['id'], coordinator_address=_COORDINATOR.value,
+      flags_text=flags.FLAGS.flags_into_string())
   if world is not None:
     fields['world'] = world
   config = part(lambda: config_lib.RunConfig(**fields), None)
@@ -402,6 +419,28 @@ def run_config() -> config_lib.RunConfig:
         problems.extend(str(e).splitlines())
     raise app.UsageError('\n'.join(problems))
   return config
+
+
+_PROCESSES = {'count': 1, 'id': 0}
+
+
+def start_processes() -> None:
+  """Joins the run's processes (--coordinator_address) before JAX starts
+  its backend; checks the process flags first."""
+  n, pid = _NUM_PROCESSES.value, _PROCESS_ID.value
+  if n < 1:
+    raise app.UsageError(f'--num_processes must be >= 1, got {n}')
+  if not 0 <= pid < n:
+    raise app.UsageError(f'--process_id must be in 0..{n - 1}, got {pid}')
+  if n > 1 and not _COORDINATOR.value:
+    raise app.UsageError('--num_processes > 1 needs --coordinator_address '
+                         '(or start them with experiments/launch.py)')
+  try:
+    _PROCESSES['count'], _PROCESSES['id'] = distributed.initialize(
+        _COORDINATOR.value, n, pid)
+  except (RuntimeError, ValueError) as e:
+    raise app.UsageError(f'--coordinator_address={_COORDINATOR.value}: '
+                         f'cannot join the run\'s processes ({e})') from e
 
 
 def use_compilation_cache(config: config_lib.RunConfig):
@@ -436,10 +475,34 @@ def parse_sweep(specs):
 
 
 def main(argv):
+  try:
+    return _main(argv)
+  except BaseException as e:  # pylint: disable=broad-except
+    if _PROCESSES['count'] == 1:
+      raise
+    # One process of several: say why and leave at once (JAX's shutdown
+    # would wait minutes for the others); they stop at their next barrier
+    # or when experiments.launch sees this exit.
+    import os  # pylint: disable=g-import-not-at-top
+    import traceback  # pylint: disable=g-import-not-at-top
+    if isinstance(e, app.UsageError):
+      sys.stderr.write(''.join(f'experiments.run: error: {line}\n'
+                               for line in str(e).splitlines()))
+    else:
+      traceback.print_exc()
+    sys.stderr.write(f'process {_PROCESSES["id"]} of {_PROCESSES["count"]} '
+                     'stopped; the same command resumes\n')
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(1)  # pylint: disable=protected-access
+
+
+def _main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
   sweep = parse_sweep(_SWEEP.value)
+  start_processes()
   config = run_config()
   use_compilation_cache(config)
   try:

@@ -101,6 +101,10 @@ class RunConfig:
   jit_chunk_size: int = 64                 # 0: every session every turn
   session_shards: int = 1
   platform: str = 'auto'
+  # Several processes (experiment.distributed): process_id of num_processes.
+  num_processes: int = 1
+  process_id: int = 0
+  coordinator_address: str | None = None
   flags_text: str = ''                     # written to flags.txt
 
 

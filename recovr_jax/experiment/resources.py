@@ -20,10 +20,10 @@ def select_device(platform: str, flag: str = '--platform') -> jax.Device:
     raise ValueError(f'{flag}={platform!r}: valid choices are '
                      f'{", ".join(PLATFORMS)}')
   if platform == 'auto':
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]  # this process's (several: the run's)
   else:
     try:
-      devices = jax.devices(platform)
+      devices = jax.local_devices(backend=platform)
     except RuntimeError as e:
       devices = []
       reason = str(e).splitlines()[0]
@@ -42,7 +42,7 @@ def select_device(platform: str, flag: str = '--platform') -> jax.Device:
 
 def available_bytes(device: jax.Device | None = None) -> int | None:
   """Free memory of ``device`` (host RAM for a CPU), or None if unknown."""
-  device = device or jax.devices()[0]
+  device = device or jax.local_devices()[0]
   if device.platform != 'cpu':
     stats = device.memory_stats() or {}
     if 'bytes_limit' in stats:
@@ -70,7 +70,7 @@ def check_fits(needed: int, what: str, flag: str,
     raise ValueError(
         f'{what} needs about {needed / 2**30:.2f} GiB but only '
         f'{free / 2**30:.2f} GiB are free on '
-        f'{(device or jax.devices()[0]).platform}; lower {flag}')
+        f'{(device or jax.local_devices()[0]).platform}; lower {flag}')
 
 
 def session_batch_bytes(num_sessions: int, num_channels: int,

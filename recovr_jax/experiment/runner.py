@@ -20,8 +20,10 @@ import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
+from recovr_jax import storage
 from recovr_jax.core import retrieval
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import distributed
 from recovr_jax.experiment import profiling
 from recovr_jax.experiment import reporting
 from recovr_jax.experiment import resources
@@ -176,9 +178,9 @@ def _check_simulation(config) -> None:
           f'{", ".join(config_lib.SIMULATIONS)}')
   if config.session_shards > 1 and config.simulation != 'jit':
     _fail('--session_shards needs --simulation=jit')
-  if config.session_shards > len(jax.devices()):
+  if config.session_shards > len(jax.local_devices()):
     _fail(f'--session_shards={config.session_shards} but JAX sees '
-          f'{len(jax.devices())} device(s); on a CPU export XLA_FLAGS='
+          f'{len(jax.local_devices())} device(s); on a CPU export XLA_FLAGS='
           '--xla_force_host_platform_device_count=N first')
 
 
@@ -282,7 +284,7 @@ def _writable_dir(path, message: str) -> pathlib.Path:
   path = pathlib.Path(path).absolute()
   try:
     path.mkdir(parents=True, exist_ok=True)
-    probe = path / '.write_test'
+    probe = path / f'.write_test.{os.getpid()}'  # one per process
     probe.write_text('ok')
     probe.unlink()
   except OSError as e:
@@ -467,16 +469,20 @@ def _array_digest(displayed, top_scores) -> str:
 
 
 def _save_batch(out, method, b, result, sessions, errors, counts, identity):
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   arrays, records = _batch_paths(out, method, b)
   arrays.parent.mkdir(parents=True, exist_ok=True)
-  # The displayed lists go through orbax (absolute path, restore target);
-  # the records are JSON, with the run identity that made the batch and a
-  # checksum of the lists. Both are written before the marker file appears.
-  ckpt_dir = arrays.with_suffix('')
-  with ocp.StandardCheckpointer() as ckpt:
-    ckpt.save(ckpt_dir, {'displayed': result.displayed,
-                         'top_scores': result.top_scores}, force=True)
+  # The displayed lists are a NumPy archive (each process of a run writes
+  # its own batches, which orbax's global checkpoints do not allow); the
+  # records are JSON, with the run identity that made the batch and
+  # checksums of the lists and of the records. The archive is in place
+  # before the records file (the batch's marker) appears.
+  tmp_arrays = arrays.with_suffix('.npz.tmp')
+  with open(tmp_arrays, 'wb') as f:
+    np.savez(f, displayed=np.asarray(result.displayed, np.int32),
+             top_scores=np.asarray(result.top_scores, np.float32))
+    f.flush()
+    os.fsync(f.fileno())
+  tmp_arrays.replace(arrays)
   tmp = records.with_suffix('.tmp')
   body = {'sessions': sessions.tolist(), 'records': result.records,
           'errors': errors, 'reasoning_counts': counts}
@@ -502,7 +508,6 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
   (e.g. after ``--num_sessions`` changed: the batch is rerun). A batch of
   another run identity, with a wrong checksum or ids outside the gallery is
   an error naming the file."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   arrays, records = _batch_paths(out, method, b)
   if not records.exists():
     return None
@@ -526,21 +531,22 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
                        f'other settings; {fix}')
   if stored[1] != sessions.tolist():
     return None
-  target = {'displayed': jax.ShapeDtypeStruct(shape, np.int32),
-            'top_scores': jax.ShapeDtypeStruct(shape[:2], np.float32)}
   try:
-    with ocp.StandardCheckpointer() as ckpt:
-      restored = ckpt.restore(arrays.with_suffix(''), target)
+    with np.load(arrays, allow_pickle=False) as archive:
+      displayed = np.asarray(archive['displayed'])
+      top_scores = np.asarray(archive['top_scores'])
+    if (displayed.shape != tuple(shape) or
+        top_scores.shape != tuple(shape[:2])):
+      raise ValueError(f'shapes {displayed.shape} and {top_scores.shape}, '
+                       f'expected {tuple(shape)} and {tuple(shape[:2])}')
   except Exception as e:  # pylint: disable=broad-except
-    raise CorruptBatch(f'batch checkpoint {arrays.with_suffix("")} cannot '
-                       f'be restored ({type(e).__name__}: {e}); {fix}') from e
-  displayed = np.asarray(restored['displayed'])
-  top_scores = np.asarray(restored['top_scores'])
+    raise CorruptBatch(f'batch checkpoint {arrays} cannot be read '
+                       f'({type(e).__name__}: {e}); {fix}') from e
   if _array_digest(displayed, top_scores) != stored[2]:
-    raise CorruptBatch(f'batch checkpoint {arrays.with_suffix("")} does not '
-                       f'match its checksum in {records}; {fix}')
+    raise CorruptBatch(f'batch checkpoint {arrays} does not match its '
+                       f'checksum in {records}; {fix}')
   if displayed.min() < -1 or displayed.max() >= num_ids:
-    raise CorruptBatch(f'batch checkpoint {arrays.with_suffix("")} holds ids '
+    raise CorruptBatch(f'batch checkpoint {arrays} holds ids '
                        f'outside the gallery [0, {num_ids}); {fix}')
   return (host.BatchResult(displayed=displayed, top_scores=top_scores,
                            records=stored[3]), stored[4], stored[5])
@@ -550,6 +556,7 @@ def _load_batch(out, method, b, shape, sessions, identity, num_ids):
 # (each batch records its own), which methods (each has its own batches),
 # the report's bootstrap, where caches and outputs go, and bookkeeping.
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
+                    'num_processes', 'process_id', 'coordinator_address',
                     'unverified_checkpoints', 'allow_unverified_checkpoints',
                     'bootstrap_resamples',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
@@ -597,7 +604,8 @@ OUTPUT_FILES = ('metrics.json', 'metrics.csv', 'ranks.csv', 'tables.tex',
                 'report.md', 'bootstrap.json', 'bootstrap_also.json',
                 'failure_modes.json', 'rank_cap_firing.json',
                 'trajectories.jsonl', 'dropped_rows.json', 'profile.json',
-                'profile.md', 'plot_*.png', 'plot_*.pdf')
+                'profile.md', 'plot_*.png', 'plot_*.pdf',
+                'reasoner_speed.json', 'reader.json', 'user_phraser.json')
 INCOMPLETE = 'INCOMPLETE'
 
 
@@ -645,14 +653,22 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   out = validate(config)
   start = time.time()
   resolved = resolved_config(config)
-  lock = _claim(out, config, resolved)
+  # In a multi-process run process 0 holds the directory (and clears it on
+  # --noresume) before any process writes a batch.
+  lock = _claim(out, config, resolved) if config.process_id == 0 else None
+  distributed.barrier('directory claimed')
   profile = profiling.Profile()
   try:
     with profile.active():
       result = _run_claimed(config, built, out, start, resolved)
   finally:
-    lock.close()
-  _write_profile(out, profile)
+    if lock is not None:
+      lock.close()
+  if config.process_id == 0:
+    _write_profile(out, profile)
+  # Every process leaves together (JAX's shutdown barrier would time out
+  # while process 0 writes the outputs).
+  distributed.barrier('outputs written')
   return result
 
 
@@ -670,20 +686,68 @@ def _write_profile(out, profile):
       'profile.md)')
 
 
+def _compute_batch(config, built, method, b, batch, base, user, ctx, out,
+                   identity):
+  """Runs batch ``b`` of ``method`` and saves its checkpoint; returns
+  ``(result, errors, reasoning counts)``."""
+  env, reasoner = built.env, ctx.reasoner
+  shape = (len(batch), base.num_turns + 1, base.list_length)
+  errors = {}
+  before = reasoner.validity()
+  if built.sim_env is not None:
+    with profiling.part('jitted sessions'):
+      result = _run_jit(config, built.sim_env, method, batch, base, reasoner)
+  else:
+    try:
+      result = host.run_batch(env, method, batch, user, ctx, base)
+    except Exception as e:  # pylint: disable=broad-except
+      # A batch whose reasoning raises is run session by session, and the
+      # sessions that raise are recorded with their error.
+      logging.warning('batch %d of %s raised %r; retrying per session', b,
+                      method.name, e)
+      result = _per_session(env, method, batch, user, ctx, base, shape,
+                            errors)
+  counts = reporting.validity_counts(before, reasoner.validity())
+  with profiling.part('batch files (I/O)'):
+    _save_batch(out, method.name, b, result, batch, errors, counts, identity)
+  return result, errors, counts
+
+
+def _run_own_batches(config, built, out, batches, base, user, ctx, identity):
+  """A process of a multi-process run: the batches ``b`` with ``b %
+  num_processes == process_id`` of every method, run (or found finished)
+  and saved; process 0 then reads them all like a resume."""
+  env = built.env
+  for name in config.methods:
+    method = methods_lib.make(name, config.settings)
+    for b, batch in enumerate(batches):
+      if b % config.num_processes != config.process_id:
+        continue
+      shape = (len(batch), base.num_turns + 1, base.list_length)
+      if _load_batch(out, name, b, shape, batch, identity,
+                     env.searchable) is None:
+        _compute_batch(config, built, method, b, batch, base, user, ctx, out,
+                       identity)
+      print(f'process {config.process_id}: {name} batch {b + 1} of '
+            f'{len(batches)} done', flush=True)
+
+
 def _run_claimed(config, built, out, start, resolved):
   """``run`` once the directory is held and its batches are known to be
   this run's."""
-  (out / INCOMPLETE).write_text(
-      'This run has not finished: the outputs here (if any) are not all of '
-      'it. Rerun the same command to resume.\n')
-  (out / 'flags.txt').write_text(config.flags_text)
-  (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+  lead = config.process_id == 0   # the process that writes the outputs
+  if lead:
+    (out / INCOMPLETE).write_text(
+        'This run has not finished: the outputs here (if any) are not all '
+        'of it. Rerun the same command to resume.\n')
+    (out / 'flags.txt').write_text(config.flags_text)
+    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
   identity = resolved['identity']
   if built is None:
     with profiling.part('loading data and models'):
       built = build(config)
   env = built.env
-  if checksums.unverified():  # recorded beside the settings
+  if checksums.unverified() and lead:  # recorded beside the settings
     resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
     (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
     for item in checksums.unverified():
@@ -704,7 +768,7 @@ def _run_claimed(config, built, out, start, resolved):
   reasoner = ctx.reasoner
   total = len(env.target)
   num = min(config.num_sessions or total, total)
-  if config.num_sessions is not None and config.num_sessions > total:
+  if config.num_sessions is not None and config.num_sessions > total and lead:
     # Recorded as run: the config says how many sessions there were.
     print(f'--num_sessions={config.num_sessions}: the environment has '
           f'{total} test queries; running {total}', flush=True)
@@ -720,6 +784,11 @@ def _run_claimed(config, built, out, start, resolved):
     print(f'{len(env.dropped)} annotation rows dropped (--missing_ids=drop;'
           f' listed in {out / "dropped_rows.json"})', flush=True)
 
+  if config.num_processes > 1:  # each process its share, then process 0
+    _run_own_batches(config, built, out, batches, base, user, ctx, identity)
+    distributed.barrier('batches done')
+    if not lead:
+      return None
   progress = Progress(num * len(config.methods))
   displayed, trajectories, reasoning_counts, raised = {}, [], {}, {}
   speed = {}
@@ -735,26 +804,9 @@ def _run_claimed(config, built, out, start, resolved):
         loaded = _load_batch(out, name, b, shape, batch, identity,
                              env.searchable)
       if loaded is None:
-        errors = {}
         ran += len(batch)
-        before = reasoner.validity()
-        if built.sim_env is not None:
-          with profiling.part('jitted sessions'):
-            result = _run_jit(config, built.sim_env, method, batch, base,
-                              reasoner)
-        else:
-          try:
-            result = host.run_batch(env, method, batch, user, ctx, base)
-          except Exception as e:  # pylint: disable=broad-except
-            # A batch whose reasoning raises is run session by session,
-            # and the sessions that raise are recorded with their error.
-            logging.warning('batch %d of %s raised %r; retrying per session',
-                            b, name, e)
-            result = _per_session(env, method, batch, user, ctx, base, shape,
-                                  errors)
-        counts = reporting.validity_counts(before, reasoner.validity())
-        with profiling.part('batch files (I/O)'):
-          _save_batch(out, name, b, result, batch, errors, counts, identity)
+        result, errors, counts = _compute_batch(
+            config, built, method, b, batch, base, user, ctx, out, identity)
       else:
         result, errors, counts = loaded
       parts.append(result)
@@ -943,7 +995,8 @@ def _run_jit(config, sim_env, method, batch, base, reasoner):
   mesh = None
   if config.session_shards > 1:
     mesh = sharding.make_mesh(gallery_shards=1,
-                              session_shards=config.session_shards)
+                              session_shards=config.session_shards,
+                              devices=jax.local_devices())
   sim_config = jitted.sim_config(method, base, config.user, sim_env.composer,
                                  reasoner=config.reasoner,
                                  sigma=reasoner.sigma_rule)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax import storage
 from recovr_jax import pretrained
 from recovr_jax.experiment import profiling
 
@@ -287,11 +288,10 @@ def count_params(params) -> int:
 
 def save_params(directory, params, metadata: dict) -> None:
   """Writes ``params`` with orbax and ``metadata`` as JSON beside them."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   directory = pathlib.Path(directory).absolute()
   directory.mkdir(parents=True, exist_ok=True)
   path = directory / 'params'
-  with ocp.StandardCheckpointer() as ckpt:
+  with storage.local_checkpointer() as ckpt:
     ckpt.save(path, params, force=True)
   (directory / 'metadata.json').write_text(json.dumps(metadata, indent=2))
   checksums.write_manifest(directory)
@@ -305,16 +305,15 @@ def restore_params(directory, target):
     ValueError: the checkpoint's structure or shapes differ from ``target``
       (never a silent re-initialisation).
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   directory = pathlib.Path(directory).absolute()
   path = directory / 'params'
   if not path.exists():
     raise FileNotFoundError(f'no checkpoint at {path}; train one with '
                             'python -m experiments.train_world')
   checksums.verify_manifest(directory, 'encoder checkpoint')
-  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+  abstract = jax.tree.map(storage.local_struct, target)
   try:
-    with ocp.StandardCheckpointer() as ckpt:
+    with storage.local_checkpointer() as ckpt:
       restored = ckpt.restore(path, abstract)
   except Exception as e:  # orbax raises several types for a bad checkpoint
     raise ValueError(f'checkpoint {path} does not match the model '

@@ -1,0 +1,40 @@
+"""One run as several processes, on JAX's distributed runtime.
+
+``initialize`` joins the processes (``jax.distributed.initialize``; on CPU
+with gloo collectives); every process builds the same config and
+environment, runs its share of the batches (batch ``b`` on process ``b %
+num_processes``) and saves them as a resumed run would find them; after a
+``barrier``, process 0 reads every batch back and writes the outputs, so
+the outputs do not depend on the number of processes (tests/
+distributed_test.py). A process that dies stops the others at the next
+barrier with JAX's error naming it; the same command resumes from the
+batches saved.
+"""
+
+import jax
+
+
+def initialize(coordinator_address: str | None, num_processes: int,
+               process_id: int) -> tuple[int, int]:
+  """Joins the run's processes; returns ``(num_processes, process_id)``.
+
+  ``coordinator_address='auto'``: the cluster's own (SLURM, TPU pods:
+  ``jax.distributed.initialize()`` finds them). One process: nothing to
+  join."""
+  if coordinator_address is None and num_processes == 1:
+    return 1, 0
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  if coordinator_address == 'auto':
+    jax.distributed.initialize()
+  else:
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes,
+                               process_id=process_id)
+  return jax.process_count(), jax.process_index()
+
+
+def barrier(name: str) -> None:
+  """Waits until every process of the run reaches ``name`` (no-op alone)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
