@@ -7,7 +7,9 @@ one more ``lax.top_k``, whose lower-index-first tie rule then gives exactly
 the unsharded result, ties included. A gallery whose size does not divide by
 the number of shards is padded with rows that are never returned.
 
-Multi-host: call ``jax.distributed.initialize()`` on every host first; then
+Several processes (``experiment.distributed``): the runner gives each its
+``jax.local_devices()``. Global meshes: call ``jax.distributed.initialize()``
+on every host first; then
 ``jax.devices()`` lists all hosts' devices and ``make_mesh`` spans them. Each
 host must hold the same gallery rows for ``shard_gallery`` to place (or
 build the global array with ``jax.make_array_from_process_local_data``).
