@@ -11,11 +11,13 @@ import time
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tests import run_test
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
-        '--gallery_size=300', '--num_sessions=8', '--batch_size=3',
-        '--num_turns=2', '--bootstrap_resamples=100', '--methods=recovr',
-        '--nocompilation_cache']
+# The runner tests' tiny world, as command-line flags.
+TINY = [f'--{k}={v}' for k, v in run_test.TINY.items()
+        if not isinstance(v, bool)] + ['--nocompilation_cache',
+                                       '--methods=recovr']
 
 
 def _module(*args):
@@ -30,8 +32,8 @@ class TwoProcessesTest(parameterized.TestCase):
     root = pathlib.Path(tempfile.mkdtemp())
     flags = TINY + [f'--simulation={simulation}',
                     f'--cache_dir={root / "cache"}']
-    one = _module('experiments.run', *flags, f'--output_dir={root / "one"}')
-    self.assertEqual(one.returncode, 0, one.stderr[-3000:])
+    # One process: in this one (run_main puts its cache in root/cache).
+    run_test.run_main(root / 'one', methods=['recovr'], simulation=simulation)
     two = _module('experiments.launch', '--num_processes=2', '--',
                   *flags, f'--output_dir={root / "two"}')
     self.assertEqual(two.returncode, 0, two.stderr[-3000:])
