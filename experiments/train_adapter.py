@@ -297,6 +297,8 @@ def main(argv):
       elif (i + 1 - best['step']) >= _PATIENCE.value * _EVAL_EVERY.value:
         stopped = 'patience'
         break
+  if stopped == 'max_steps' and len(losses) < _MAX_STEPS.value:
+    stopped = f'interrupted after step {len(losses)}'
   train_seconds = time.time() - train_start
   peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   report = {

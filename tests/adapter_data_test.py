@@ -142,22 +142,20 @@ class AdapterRecipeTest(absltest.TestCase):
   def test_shipped_adapter_records_its_recipe(self):
     meta = chat_lm.adapter_meta()
     data = meta['data']
-    # The shipped adapter is still the first benchmark's (the v2 retraining
-    # is in progress: docs/reading.md): its record says so.
-    self.assertEqual(data['recipe'], 'requests-v1')
-    self.assertEqual(data['benchmark'], 'v1')
+    # The shipped adapter is trained on the default benchmark's sessions.
+    self.assertEqual(data['recipe'], rt.SESSION_RECIPE)
+    self.assertEqual(data['benchmark'], 'v2')
     self.assertEqual(data['split'], 'train')
-    self.assertEqual(data['targets']['reflect'], 'rules')
-    self.assertTrue(meta['prompt']['spelling_fixer'])
+    self.assertEqual(data['user']['phrasings'], 'train')
+    self.assertEqual(data['targets']['reflect'], 'simulator')
+    self.assertFalse(meta['prompt']['spelling_fixer'])
+    self.assertEqual(rt.check_adapter(meta, WORLD.config, USER), [])
+    # On the first benchmark a run is told what differs.
     v1 = dataclasses.replace(WORLD.config, renditions=1)
-    self.assertEqual(rt.check_adapter(meta, v1, simulated_user.UserConfig()),
-                     [])
-    # On the default benchmark a run is told what differs.
-    notes = rt.check_adapter(meta, WORLD.config, USER)
+    notes = rt.check_adapter(meta, v1, simulated_user.UserConfig())
     self.assertLen(notes, 2)
-    self.assertIn('1 rendition(s) per combination, this world has 4',
+    self.assertIn('4 rendition(s) per combination, this world has 1',
                   notes[0])
-    self.assertIn("template user speaking 'lexicon' words", notes[1])
 
   def test_the_v2_sessions_record_checks_clean_on_v2(self):
     meta = {'data': {'recipe': rt.SESSION_RECIPE, 'benchmark': 'v2',
@@ -171,8 +169,7 @@ class AdapterRecipeTest(absltest.TestCase):
     meta = chat_lm.adapter_meta()
     with self.assertRaisesRegex(ValueError, 'no training data'):
       rt.check_adapter({'prompt': meta['prompt']}, WORLD.config)
-    other = dataclasses.replace(WORLD.config, seed=WORLD.config.seed + 1,
-                                renditions=1)
+    other = dataclasses.replace(WORLD.config, seed=WORLD.config.seed + 1)
     with self.assertRaisesRegex(ValueError, r'seed \d+, test_share .* '
                                 r'\d+\.\d% of this world'):
       rt.check_adapter(meta, other)
