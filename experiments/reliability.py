@@ -67,10 +67,11 @@ def _same(a, b) -> bool:
 def _message(text: str) -> str:
   """The line of the output that carries the warning or the error (absl
   prints a refused run's message last, after the usage text)."""
-  for pattern in (r'(warning: .*)', r'FAILED: (.*)'):
+  for pattern in (r': error: (.*)', r'(warning: .*)', r'FAILED: (.*)'):
     found = re.findall(pattern, text)
     if found:
-      return found[-1].strip()
+      return '; '.join(f.strip() for f in found) if ': error: ' in \
+          pattern else found[-1].strip()
   lines = [line for line in text.strip().splitlines() if line.strip()]
   return lines[-1].strip() if lines else '(no output)'
 
