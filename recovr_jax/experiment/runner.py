@@ -1060,6 +1060,8 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
       failed.append(f'{name}={text}: {e}')
       rows.append((name, text, json.loads(
           (pathlib.Path(c.output_dir) / 'metrics.json').read_text())))
+  if config.process_id != 0:  # process 0 writes the sweep's table
+    return None
   num_turns = len(next(iter(rows[0][2].values()))['R@1'])
   lines = ['# Sweep (one factor at a time)', '',
            '| setting | method | ' + ' | '.join(
