@@ -31,6 +31,13 @@ def _name() -> str:
   return name
 
 
+def error_lines(e: app.UsageError) -> str:
+  """``e`` as the entry point's error lines, one per problem."""
+  name = _name()
+  lines = str(e).splitlines() or ['(no message)']
+  return ''.join(f'{name}: error: {line}\n' for line in lines)
+
+
 def grouped_help(doc: str, groups, defaults=None) -> str:
   """``doc`` and the flags of ``groups`` (``[(title, [flag names])]``), each
   with its help and default; ``defaults``: flag name -> the default to show
@@ -64,9 +71,6 @@ def run(main, groups=None, defaults=None) -> None:
     try:
       return main(argv)
     except app.UsageError as e:
-      name = _name()
-      lines = str(e).splitlines() or ['(no message)']
-      sys.stderr.write(''.join(f'{name}: error: {line}\n' for line in lines) +
-                       'Pass --helpshort to see the flags.\n')
+      sys.stderr.write(error_lines(e) + 'Pass --helpshort to see the flags.\n')
       sys.exit(e.exitcode if e.exitcode else 1)
   app.run(checked)

@@ -486,8 +486,7 @@ def main(argv):
     import os  # pylint: disable=g-import-not-at-top
     import traceback  # pylint: disable=g-import-not-at-top
     if isinstance(e, app.UsageError):
-      sys.stderr.write(''.join(f'experiments.run: error: {line}\n'
-                               for line in str(e).splitlines()))
+      sys.stderr.write(cli.error_lines(e))
     else:
       traceback.print_exc()
     sys.stderr.write(f'process {_PROCESSES["id"]} of {_PROCESSES["count"]} '
