@@ -34,6 +34,7 @@ from experiments import cli
 from experiments import run
 from experiments import study
 from recovr_jax.experiment import runner
+from recovr_jax.world import source as world_source
 
 _OUTPUT_JSON = flags.DEFINE_string('output_json', None,
                                    'Write the measurements here.')
@@ -134,7 +135,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   config = study.checked_config()
-  if config.data != 'world':
+  if not isinstance(config.data, world_source.WorldData):
     raise app.UsageError('bench_study scripts the embedded world\'s '
                          'simulated user: --data=world')
   run.use_compilation_cache(config)

@@ -28,6 +28,7 @@ from recovr_jax.experiment import runner
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.world import environment
 from recovr_jax.world import reasoner_training
+from recovr_jax.world import source as world_source
 
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'grounded'],
@@ -57,7 +58,7 @@ def main(argv):
                          f'{",".join(_NOISE.value)}')
   logging.set_verbosity(logging.WARNING)
   config = run.run_config()
-  if config.data != 'world':
+  if not isinstance(config.data, world_source.WorldData):
     raise app.UsageError('eval_reading reads the embedded world\'s '
                          'simulated user: --data=world')
   if config.simulation != 'host':
@@ -72,7 +73,7 @@ def main(argv):
     try:
       for note in reasoner_training.check_adapter(
           chat_lm.adapter_meta(config.reasoner_adapter or
-                               chat_lm.DEFAULT_ADAPTER_DIR), config.world, config.user,
+                               chat_lm.DEFAULT_ADAPTER_DIR), config.data.world, config.user,
           config.allow_other_world_encoders):
         print(f'warning: smollm2_world: {note}', flush=True)
     except (ValueError, OSError) as e:

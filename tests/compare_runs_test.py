@@ -13,6 +13,7 @@ from absl.testing import flagsaver
 
 from experiments import compare_runs
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.real import source as real_source
 from recovr_jax.experiment import runner
 
 
@@ -64,8 +65,8 @@ class CompareRunsTest(absltest.TestCase):
   def test_grounded_reasoner_refused_on_real_data(self):
     c = config_lib.RunConfig(methods=('recovr',),
                              output_dir=tempfile.mkdtemp(),
-                             data='webvid_covr', reasoner='grounded',
-                             captions='oracle')
+                             data=real_source.RealData(),
+                             reasoner='grounded')
     with self.assertRaisesRegex(runner.ConfigError, '--reasoner=grounded'):
       runner.validate(c)
 

@@ -1,11 +1,11 @@
-"""Tests for recovr_jax.experiment.profiling."""
+"""Tests for recovr_jax.profiling."""
 
 import time
 
 from absl.testing import absltest
 import jax.numpy as jnp
 
-from recovr_jax.experiment import profiling
+from recovr_jax import profiling
 
 
 class ProfileTest(absltest.TestCase):

@@ -122,8 +122,10 @@ class ResumeIdentityTest(_OnABaseRun):
     self.assertEqual(set(files), {'checkpoint_dir', 'text_encoder'})
     for entry in files.values():
       self.assertLen(entry['sha256'], 64)
-    for key in ('user_seed', 'batch_size', 'num_sessions', 'checkpoint_dir'):
+    for key in ('user_seed', 'batch_size', 'num_sessions', 'data'):
       self.assertIn(key, resolved)
+    self.assertEqual(resolved['data']['source'], 'world')
+    self.assertIn('checkpoint_dir', resolved['data'])
 
   def test_environment_block_and_portable_paths(self):
     resolved = json.loads((self.base / 'resolved_config.json').read_text())

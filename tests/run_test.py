@@ -11,17 +11,20 @@ from absl.testing import flagsaver
 import numpy as np
 
 from experiments import run
+from experiments import source_flags
 from recovr_jax import methods
 from recovr_jax.core import demotion
 from recovr_jax.experiment import resources
 from recovr_jax.experiment import runner
 from recovr_jax.protocol import ranking
+from recovr_jax.real import source as real_source
 from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders
 from recovr_jax.world import environment
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
+from recovr_jax.world import source as world_source
 from recovr_jax.world import training
 from tests import jitted_test
 
@@ -39,6 +42,9 @@ def run_main(output_dir, **overrides):
   values = dict(TINY, output_dir=str(output_dir),
                 cache_dir=str(pathlib.Path(output_dir).parent / 'cache'))
   values.update(overrides)
+  if values.get('data') == 'webvid_covr':  # the world's flags are refused
+    for name in source_flags.FLAGS['world']:
+      values.pop(name, None)
   with flagsaver.flagsaver(**values):
     return run.main(['run'])
 
@@ -353,23 +359,25 @@ class BenchmarkPresetTest(absltest.TestCase):
     flags.FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(benchmark='v1', methods=['recovr']):
       v1 = run.run_config()
-    self.assertEqual((v1.captions, v1.user.style, v1.user.language,
-                      v1.world.renditions, v1.checkpoint_dir),
+    self.assertEqual((v1.data.captions, v1.user.style, v1.user.language,
+                      v1.data.world.renditions, v1.data.checkpoint_dir),
                      ('oracle', 'template', 'lexicon', 1, None))
     with flagsaver.flagsaver(methods=['recovr']):  # the default: v2
       v2 = run.run_config()
-    self.assertEqual((v2.captions, v2.user.style, v2.user.language,
-                      v2.world.renditions, v2.checkpoint_dir),
+    self.assertEqual((v2.data.captions, v2.user.style, v2.user.language,
+                      v2.data.world.renditions, v2.data.checkpoint_dir),
                      ('model', 'paper', 'own', 4,
                       encoders.RENDITIONS_CHECKPOINT_DIR))
     with flagsaver.flagsaver(methods=['recovr'], captions='oracle',
                              renditions=2):
       mixed = run.run_config()
-    self.assertEqual((mixed.captions, mixed.world.renditions,
+    self.assertEqual((mixed.data.captions, mixed.data.world.renditions,
                       mixed.user.style), ('oracle', 2, 'paper'))
+    self.assertEqual(v2.data, world_source.WorldData.v2())
+    self.assertEqual(v1.data, world_source.WorldData.v1())
     with flagsaver.flagsaver(methods=['recovr'], data='webvid_covr'):
       real = run.run_config()  # the world's presets do not apply
-    self.assertEqual(real.captions, 'oracle')
+    self.assertEqual(real.data, real_source.RealData())
 
   def test_default_run_reads_only_model_captions(self):
     flags.FLAGS.mark_as_parsed()
@@ -382,9 +390,12 @@ class BenchmarkPresetTest(absltest.TestCase):
       built = runner.build(config)
       runner.run(config, built)
     resolved = json.loads((root / 'v2' / 'resolved_config.json').read_text())
-    self.assertEqual((resolved['captions'], resolved['user']['language'],
-                      resolved['world']['renditions']), ('model', 'own', 4))
-    world = world_lib.make_world(config.world)
+    self.assertEqual((resolved['data']['source'],
+                      resolved['data']['captions'],
+                      resolved['user']['language'],
+                      resolved['data']['world']['renditions']),
+                     ('world', 'model', 'own', 4))
+    world = world_lib.make_world(config.data.world)
     truth = world.gallery_captions
     self.assertLen(built.env.captions, len(truth))
     # What the system reads of the gallery is the captioner's, which is
@@ -401,10 +412,11 @@ class BenchmarkPresetTest(absltest.TestCase):
                                 'missing: config.json'):
       run_main(root / 'a', methods=['recovr'], captions='model',
                captioner_checkpoint=str(root))
-    with self.assertRaisesRegex(Exception, '--captions=model needs '
-                                '--data=world'):
-      run_main(root / 'b', methods=['recovr'], captions='model',
-               data='webvid_covr')
+    with self.assertRaisesRegex(Exception, '--captions is for --data=world, '
+                                'not --data=webvid_covr'):
+      with flagsaver.flagsaver(output_dir=str(root / 'b'), methods=['recovr'],
+                               captions='model', data='webvid_covr'):
+        run.main(['run'])
 
 
 class TransplantTest(absltest.TestCase):

@@ -46,10 +46,11 @@ class BrowserTest(absltest.TestCase):
     from selenium import webdriver  # pylint: disable=g-import-not-at-top
     from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
     self.study, _ = study_test.Tiny.study('browser')
-    media = None
-    if study_test.Tiny.built.world is not None:
-      from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
-      media = media_lib.world_media(study_test.Tiny.built.world, 160)
+    from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+    built = study_test.Tiny.built
+    frames_of = config_lib.source(study_test.Tiny.config).frames(built)
+    media = media_lib.Media(len(built.env.gallery), frames_of, 160)
     self.port = _free_port()
     self.server = uvicorn.Server(uvicorn.Config(
         app_lib.make_app(self.study, media), host='127.0.0.1',

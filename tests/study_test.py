@@ -491,8 +491,8 @@ class RealDataStudyTest(absltest.TestCase):
                      303)
     self.assertLen(_log(study, 'r1')[-1]['top10'], 5)
     with flagsaver.flagsaver(frames_dir=str(root / 'frames')):
-      with self.assertRaisesRegex(Exception, '--frames_dir is for '
-                                  '--data=webvid_covr'):
+      with self.assertRaisesRegex(Exception, '--frames_dir is for .*, not '
+                                  '--data=world'):
         study_main.checked_config()
 
 

@@ -9,29 +9,22 @@ import dataclasses
 
 from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import ranking
-from recovr_jax.world import encoders
-from recovr_jax.world import generator as world_lib
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.real import source as real_source
 from recovr_jax.world import simulated_user
+from recovr_jax.world import source as world_source
 
-DATA = ('world', 'webvid_covr')
-# The embedded benchmarks: the flag values --benchmark sets unless a flag is
-# given explicitly. v2 (the default) is the one with no oracle:
-# several renditions per combination with encoders trained for them,
-# captions written by the captioning VLM, and the paper's user in its own
-# words. v1 is the first benchmark, kept for comparison: one
-# video per combination, ground-truth captions, the template user speaking
-# the rules reasoner's lexicon.
-BENCHMARKS = {
-    'v2': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
-           'captions': 'model', 'user_style': 'paper',
-           'user_language': 'own'},
-    'v1': {'renditions': 1, 'checkpoint_dir': None, 'captions': 'oracle',
-           'user_style': 'template', 'user_language': 'lexicon'},
+# The data sources, looked up by name (--data): each its config type and
+# its ``protocol.source.Source``.
+SOURCES = {
+    world_source.WorldData.NAME: (world_source.WorldData,
+                                  world_source.WorldSource),
+    real_source.RealData.NAME: (real_source.RealData, real_source.RealSource),
 }
-DEFAULT_BENCHMARK = 'v2'
-# model: Progress Memory holds the captioning VLM's captions; oracle: the
-# world's ground-truth captions (an ablation: the system sees the truth).
-CAPTIONS = ('oracle', 'model')
+DATA = tuple(SOURCES)
+# The embedded benchmarks (constructors of the world's config).
+BENCHMARKS = world_source.BENCHMARKS
+DEFAULT_BENCHMARK = world_source.DEFAULT_BENCHMARK
 SIMULATIONS = ('host', 'jit')
 
 
@@ -40,28 +33,13 @@ class RunConfig:
   """Everything one run reads."""
   methods: tuple[str, ...]
   output_dir: str
-  data: str = 'world'
-  world: world_lib.WorldConfig = world_lib.WorldConfig()
-  checkpoint_dir: str | None = None       # world encoders (None: shipped)
-  annotations: str | None = None          # webvid_covr CSV
-  gallery_embeddings: str | None = None   # webvid_covr .npz/.safetensors
-  clip_dir: str | None = None             # webvid_covr CLIP directory
-  # webvid_covr: L2-normalise embedding rows (False: raw dot products).
-  normalize_rows: bool = True
-  # webvid_covr: references outside the gallery, their own file.
-  reference_embeddings: str | None = None
-  # webvid_covr: precomputed turn-0 composed queries, one per CSV row.
-  query_embeddings: str | None = None
-  # webvid_covr: an annotation id in no embedding file: 'error' or 'drop'.
-  missing_ids: str = 'error'
-  # webvid_covr: who words the caption user's feedback: 'none' (its own
-  # rules) or 'smollm2' (SmolLM2-135M-Instruct, real.caption_user.LMPhraser).
-  user_phraser: str = 'none'
+  # The data source's own config (world_source.WorldData or
+  # real_source.RealData); ``source(config)`` is its Source.
+  data: world_source.WorldData | real_source.RealData = (
+      world_source.WorldData())
   # TREC run files (per method and turn) and qrels in <output_dir>/trec.
   export_trec: bool = False
   cache_dir: str | None = 'cache'         # Progress Memory cache
-  captions: str = 'model'                 # world: one of CAPTIONS
-  captioner_checkpoint: str | None = None  # world: None = shipped
   reasoner: str = 'rules'
   reasoner_checkpoint: str | None = None
   reasoner_adapter: str | None = None      # smollm2_world: None = shipped
@@ -106,6 +84,28 @@ class RunConfig:
   process_id: int = 0
   coordinator_address: str | None = None
   flags_text: str = ''                     # written to flags.txt
+
+  def chat_options(self) -> dict | None:
+    """The chat-LM reasoner's options (``reasoning.chat_lm.make``), or None
+    for another reasoner."""
+    if self.reasoner not in ('smollm2', 'smollm2_world'):
+      return None
+    return {'few_shot': self.few_shot, 'wording': self.prompt_wording,
+            'dtype': self.reasoner_dtype,
+            'constrained_decoding': self.constrained_decoding,
+            'batch_size': self.reasoner_batch,
+            'adapter': self.reasoner_adapter}
+
+
+def source(config: RunConfig) -> source_lib.Source:
+  """The ``Source`` of ``config.data`` (a new one per call: it may keep
+  what its user made for ``extra_outputs``)."""
+  for config_type, source_type in SOURCES.values():
+    if isinstance(config.data, config_type):
+      return source_type(config.data)
+  raise ValueError(f'RunConfig.data is a {type(config.data).__name__}; '
+                   f'expected one of '
+                   f'{", ".join(c.__name__ for c, _ in SOURCES.values())}')
 
 
 # Sweepable settings: name -> (section of RunConfig or None, field).
@@ -152,13 +152,3 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
         config.settings, ask=ask))
   sub = dataclasses.replace(getattr(config, section), **{field: value})
   return dataclasses.replace(config, **{section: sub})
-
-
-def chat_options(config: RunConfig) -> dict:
-  """The chat-LM reasoner's options (``reasoning.chat_lm.make``) of a
-  run's flags."""
-  return {'few_shot': config.few_shot, 'wording': config.prompt_wording,
-          'dtype': config.reasoner_dtype,
-          'constrained_decoding': config.constrained_decoding,
-          'batch_size': config.reasoner_batch,
-          'adapter': config.reasoner_adapter}

@@ -7,13 +7,19 @@ a retrained checkpoint or an edited CSV is a different run, not a silent
 mix of batches.
 """
 
+import dataclasses
 import datetime
+import hashlib
 import importlib.metadata
+import json
 import pathlib
 import platform
 import subprocess
 
+import jax
+
 from recovr_jax import checksums
+from recovr_jax.experiment import config as config_lib
 
 path_digest = checksums.path_digest
 # The repository (or the installed package's parent directory).
@@ -25,30 +31,15 @@ PACKAGES = ('recovr_jax', 'jax', 'jaxlib', 'flax', 'optax',
 
 def input_paths(config) -> dict[str, str]:
   """Name -> path of every file or directory ``config`` reads that can
-  change its numbers (defaults resolved)."""
-  paths = {}
-  if config.data == 'world':
-    from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
-    paths['checkpoint_dir'] = (config.checkpoint_dir or
-                               encoders.DEFAULT_CHECKPOINT_DIR)
-    paths['text_encoder'] = encoders.minilm_path()
-    if config.captions == 'model':
-      from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
-      paths['captioner_checkpoint'] = (config.captioner_checkpoint or
-                                       captioner.DEFAULT_CAPTIONER_DIR)
-    if config.reasoner == 'flax_lm':
-      from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
-      paths['reasoner_checkpoint'] = (config.reasoner_checkpoint or
-                                      reasoner_training.DEFAULT_REASONER_DIR)
-  else:
-    for name in ('annotations', 'gallery_embeddings', 'clip_dir',
-                 'reference_embeddings', 'query_embeddings',
-                 'reasoner_checkpoint'):
-      if getattr(config, name):
-        paths[name] = getattr(config, name)
-  if config.user_phraser == 'smollm2':
-    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
-    paths['user_phraser_gguf'] = str(gguf_llama.find_smollm2())
+  change its numbers (defaults resolved): its data source's, then the
+  reasoner's."""
+  source = config_lib.source(config)
+  paths = source.input_paths(config)
+  if config.reasoner == 'flax_lm':
+    checkpoint = (config.reasoner_checkpoint or
+                  source.default_reasoner_checkpoint('flax_lm'))
+    if checkpoint:
+      paths['reasoner_checkpoint'] = checkpoint
   if config.reasoner in ('smollm2', 'smollm2_world'):
     from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
     from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
@@ -104,7 +95,6 @@ def environment() -> dict:
   """Where and with what a run ran: package versions, Python, the JAX
   backend and devices, the git commit (and whether the tree had uncommitted
   changes) and the date. Not part of a run's identity."""
-  import jax  # pylint: disable=g-import-not-at-top
   versions = {}
   for name in PACKAGES:
     try:
@@ -124,3 +114,48 @@ def environment() -> dict:
       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
           timespec='seconds'),
   }
+
+
+# RunConfig fields that do not shape a batch's lists: how many sessions
+# (each batch records its own), which methods (each has its own batches),
+# the report's bootstrap, where caches and outputs go, and bookkeeping.
+_NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
+                    'num_processes', 'process_id', 'coordinator_address',
+                    'unverified_checkpoints', 'allow_unverified_checkpoints',
+                    'bootstrap_resamples',
+                    'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
+                    'resume', 'flags_text', 'max_error_share',
+                    'allow_other_world_encoders', 'export_trec',
+                    'environment')
+
+
+def resolved_config(config: config_lib.RunConfig) -> dict:
+  """Everything that shapes the run's numbers, with content hashes of the
+  files and directories it reads, and ``identity``: the hash of the part
+  that shapes a batch's lists (each batch checkpoint records it)."""
+  resolved = json.loads(json.dumps(dataclasses.asdict(config)))
+  resolved['data'] = {'source': config.data.NAME, **resolved['data']}
+  for name in ('output_dir', 'flags_text', 'resume'):
+    resolved.pop(name)
+  resolved['files'] = input_hashes(config)
+  resolved['backend'] = jax.default_backend()
+  shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
+  # Files by content: the same inputs elsewhere are the same run.
+  shaping['files'] = {k: v['sha256'] for k, v in resolved['files'].items()}
+  resolved['identity'] = hashlib.sha256(
+      json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:20]
+  resolved['environment'] = environment()
+  return resolved
+
+
+def differences(old: dict, new: dict, prefix='') -> list[str]:
+  out = []
+  for key in sorted(set(old) | set(new)):
+    if key in _NOT_IN_IDENTITY or key == 'identity':
+      continue
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      out += differences(a, b, f'{prefix}{key}.')
+    elif a != b:
+      out.append(f'{prefix}{key}: {a!r} -> {b!r}')
+  return out

@@ -39,7 +39,6 @@ import dataclasses
 import numpy as np
 
 from recovr_jax import methods
-from recovr_jax.experiment import config as config_lib
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.world import environment as world_env
@@ -215,11 +214,10 @@ def evaluate(built, config, backend: str, noise_rate: float, num_sessions):
   """The reading metrics of ``backend`` at ``noise_rate`` on the first
   ``num_sessions`` test queries of ``built``'s environment."""
   env = built.env
-  chat_options = (config_lib.chat_options(config)
-                  if backend in ('smollm2', 'smollm2_world') else None)
+  chat_options = dataclasses.replace(config, reasoner=backend).chat_options()
   reasoner = world_env.make_reasoner(
       backend, config.reasoner_checkpoint, chat_options=chat_options,
-      world_config=config.world, encode_text=env.encode_text)
+      world_config=config.data.world, encode_text=env.encode_text)
   user = dataclasses.replace(config.user, noise_rate=noise_rate)
   sessions = np.arange(min(num_sessions, len(env.target)))
   turns, intents, reflects = collect(env, reasoner, user, config.user_seed,

@@ -61,14 +61,7 @@ class Settings:
                        f'{self.question_candidates}')
 
 
-@dataclasses.dataclass(frozen=True)
-class Shown:
-  """The lists just ranked for the sessions that gave feedback."""
-  sessions: np.ndarray     # [B] int rows of the batch
-  ids: np.ndarray          # [B, K] int32 displayed lists
-  scores: np.ndarray       # [B, K] float32 their fused scores
-  asked: np.ndarray        # [B] int questions asked so far per session
-
+Shown = plan_lib.Shown  # the protocol's; methods read it
 
 
 class Method(abc.ABC):

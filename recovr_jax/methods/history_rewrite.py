@@ -6,12 +6,9 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
-from recovr_jax.methods import recovr
 from recovr_jax.protocol import plan as plan_lib
-from recovr_jax.world import simulated_user
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +29,11 @@ class JaxForm:
 
   def step(self, state, obs):
     mentions = jnp.where(obs.mentions >= 0, obs.mentions, state['mentions'])
-    sigma = jnp.where(obs.action == simulated_user.REWRITE,
-                      demotion.SIGMA_NEG, demotion.SIGMA_NEU).astype(jnp.int32)
-    plan = recovr.JaxPlan(
+    sigma = ivr.jax_action_sigma(obs.action)
+    plan = plan_lib.JaxPlan(
         search=jnp.full_like(mentions, -1), edit=mentions, use_search=False,
         use_edit=True, sigma=sigma, anchor=obs.reference,
-        avoid=jnp.zeros((mentions.shape[0], recovr.MAX_VALUES), bool))
+        avoid=jnp.zeros((mentions.shape[0], obs.num_values), bool))
     return {'mentions': mentions}, plan
 
   def penalty(self, avoid, caption_attrs):

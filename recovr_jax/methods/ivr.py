@@ -11,10 +11,8 @@ import numpy as np
 
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
-from recovr_jax.methods import recovr
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import schemas
-from recovr_jax.world import simulated_user
 
 SEPARATOR = ' [SEP] '
 # The sigma a single-list method reports, from the user's action (paper
@@ -31,7 +29,7 @@ def action_sigma(actions):
 
 def jax_action_sigma(action):
   """``ACTION_SIGMA`` of a ``simulated_user`` action index (traced)."""
-  return jnp.where(action == simulated_user.REWRITE, demotion.SIGMA_NEG,
+  return jnp.where(action == plan_lib.REWRITE, demotion.SIGMA_NEG,
                    demotion.SIGMA_NEU).astype(jnp.int32)
 
 
@@ -39,11 +37,11 @@ def single_list_plan(obs, edit_embedding, anchor=None):
   """A jitted single-list plan: ``edit_embedding [D]`` composed with
   ``anchor`` (default ``v_ref``), sigma from the action."""
   none = jnp.full(obs.mentions.shape, -1, jnp.int32)
-  return recovr.JaxPlan(
+  return plan_lib.JaxPlan(
       search=none, edit=none, use_search=False, use_edit=True,
       sigma=jax_action_sigma(obs.action),
       anchor=obs.reference if anchor is None else anchor,
-      avoid=jnp.zeros((none.shape[0], recovr.MAX_VALUES), bool),
+      avoid=jnp.zeros((none.shape[0], obs.num_values), bool),
       edit_embedding=edit_embedding)
 
 

@@ -24,7 +24,6 @@ from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
-from recovr_jax.world import generator as world_lib
 
 
 class ReCoVR(base.Method):
@@ -186,7 +185,7 @@ class JaxForm:
     init_search = start.init_search
     none = jnp.full_like(init_search, -1)
     search = init_search if self.t2v else none
-    avoid = jnp.zeros((init_search.shape[0], MAX_VALUES), bool)
+    avoid = jnp.zeros((init_search.shape[0], start.num_values), bool)
     return {'keep': none, 'avoid': avoid}, search
 
   def step(self, state, obs):
@@ -236,7 +235,7 @@ class JaxForm:
                                   demotion.SIGMA_NEU)).astype(jnp.int32)
     if self.reflection:
       new_keep = jnp.where(named, mentions, keep)
-      values = jnp.arange(MAX_VALUES)
+      values = jnp.arange(avoid.shape[1])
       kept = (values[None, :] == new_keep[:, None])
       rejected = (values[None, :] == shown[:, None]) & (
           (changes >= 0) & (shown >= 0))[:, None]
@@ -267,23 +266,7 @@ def _holds(avoid, values):
 
 _entropy = jax.jit(jax.vmap(asking.normalized_entropy, in_axes=(0, None)))
 
-# Values per attribute the jitted state holds (the embedded world's widest).
-MAX_VALUES = max(world_lib.NUM_VALUES)
-
-
-@dataclasses.dataclass(frozen=True)
-class JaxPlan:
-  """A jitted turn plan: channel texts as partial assignments."""
-  search: jnp.ndarray   # [A] int32 the T2V query's assignment
-  edit: jnp.ndarray     # [A] int32 the edit's assignment (all -1: empty)
-  use_search: bool      # the method uses the T2V channel
-  use_edit: bool        # the method uses the CoVR channel
-  sigma: jnp.ndarray    # [] int32
-  anchor: jnp.ndarray   # [] int32 gallery id the edit is composed with
-  avoid: jnp.ndarray    # [A, V] bool avoided values this turn's lists use
-  # None: the edit is ``edit``'s phrase; else the edit text's embedding
-  # ``[D]`` itself (a method that encodes the user's words).
-  edit_embedding: jnp.ndarray | None = None
+JaxPlan = plan_lib.JaxPlan  # the protocol's
 
 
 VARIANTS = {

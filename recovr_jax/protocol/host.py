@@ -15,9 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import profiling
 from recovr_jax.core import demotion
-from recovr_jax.experiment import profiling
-from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session as session_lib
@@ -165,7 +164,7 @@ class HostDriver:
 
   def ask(self, carry, active):
     rows = np.flatnonzero(active)
-    shown = methods_base.Shown(
+    shown = plan_lib.Shown(
         sessions=rows, ids=np.asarray(carry.ranking.shown_ids)[rows],
         scores=np.asarray(carry.ranking.shown_scores)[rows],
         asked=carry.asked[rows])
@@ -200,7 +199,7 @@ class HostDriver:
     return out
 
 
-def begin(env: Environment, method: methods_base.Method,
+def begin(env: Environment, method,
           sessions: np.ndarray, user, ctx: plan_lib.Context,
           base: ranking.LoopConfig, driver_class=None):
   """Turn 0 of ``sessions``: ``(driver, carry, records)``, where ``records``
@@ -241,7 +240,7 @@ def feedback_turn(driver: HostDriver, carry: _Carry, turn: int):
   return dataclasses.replace(carry, questions=carry.new_questions), rows
 
 
-def run_batch(env: Environment, method: methods_base.Method,
+def run_batch(env: Environment, method,
               sessions: np.ndarray, user, ctx: plan_lib.Context,
               base: ranking.LoopConfig) -> BatchResult:
   """Runs ``method`` on the composed queries ``sessions`` (indices).

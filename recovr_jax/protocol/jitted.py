@@ -39,7 +39,6 @@ import numpy as np
 
 from recovr_jax.core import demotion
 from recovr_jax.core import sharding
-from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import host
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session as session_lib
@@ -138,8 +137,8 @@ class Unsupported(ValueError):
     self.flag = flag
 
 
-def check_supported(method: methods_base.Method,
-                    user: simulated_user.UserConfig, ask_mode: str = 'never'):
+def check_supported(method, user: simulated_user.UserConfig,
+                    ask_mode: str = 'never'):
   """Raises ``Unsupported`` naming what the jitted mode cannot run."""
   if method.jax_form is None:
     raise Unsupported('--methods', (
@@ -277,6 +276,9 @@ class JaxObservation:
   # [] int32 the reasoner's reading of the user's decision from the words
   # (``frames.LABELS`` index; -1 none).
   label: jax.Array = None
+  # V: values per attribute the environment's assignments range over (the
+  # width of a plan's ``avoid [A, V]``).
+  num_values: int = dataclasses.field(default=0, metadata=dict(static=True))
 
 
 def _channel_codes(plan):
@@ -295,6 +297,8 @@ class JaxStart:
   init_search: jax.Array         # [A] the T2V initializer's assignment
   modification_attrs: jax.Array  # [A] the modification text, parsed
   modification: jax.Array        # [D] the modification text, encoded
+  # V: values per attribute (the width of a plan's ``avoid [A, V]``).
+  num_values: int = dataclasses.field(default=0, metadata=dict(static=True))
 
 
 def _session_start(config: SimConfig, shared: _Shared, query):
@@ -304,7 +308,8 @@ def _session_start(config: SimConfig, shared: _Shared, query):
   method_state, search = config.form.init(JaxStart(
       init_search=arrays.init_search[query],
       modification_attrs=arrays.modification_attrs[query],
-      modification=arrays.modification[query]))
+      modification=arrays.modification[query],
+      num_values=arrays.asked_with_value.shape[1]))
   search_code = phrase_table.code(search) * config.form.t2v
   covr = compose(config.composer, shared.composer_params,
                  arrays.gallery[ref], arrays.modification[query])
@@ -382,7 +387,8 @@ class _JitDriver:
         reference=self.reference, action=action, word=word,
         word_found=found, utterance=utterance, dialogue=dialogue,
         dialogue_parent=carry.dialogue, dialogue_node=node,
-        dialogue_found=dialogue_found, asked=carry.question, label=label)
+        dialogue_found=dialogue_found, asked=carry.question, label=label,
+        num_values=arrays.asked_with_value.shape[1])
 
   def plan(self, carry, obs, active):
     method_state, plan = self.config.form.step(carry.method, obs)
@@ -605,7 +611,7 @@ def _over_sessions(config, chunk_size, mesh):
       out_specs=split, check_vma=False))
 
 
-def sim_config(method: methods_base.Method, base: ranking.LoopConfig,
+def sim_config(method, base: ranking.LoopConfig,
                user: simulated_user.UserConfig, composer,
                reasoner: str = 'rules', sigma: str = 'rules') -> SimConfig:
   """``reasoner``: the host backend whose reading the jitted mode

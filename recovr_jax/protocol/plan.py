@@ -13,11 +13,16 @@ Channels: ``T2V`` (index 0) and ``COVR`` (index 1), DESIGN section 1.
 import dataclasses
 from collections.abc import Callable, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import demotion
 
 T2V, COVR = 0, 1
+# The user's decisions (a simulated user's and a participant's), and their
+# indices in jitted traces.
+ACTIONS = ('stop', 'modify', 'rewrite', 'answer')
+STOP, MODIFY, REWRITE, ANSWER = range(4)  # indices into ACTIONS
 NUM_CHANNELS = 2
 SIGMA = {'neg': demotion.SIGMA_NEG, 'neu': demotion.SIGMA_NEU,
          'pos': demotion.SIGMA_POS}
@@ -91,3 +96,27 @@ class Feedback:
   action: str                 # stop, modify, rewrite or answer
   text: str                   # what the user says ('' when stopping)
   mentioned: dict[int, int]   # attribute -> value the text names (pre-noise)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+  """The lists just ranked for the sessions that gave feedback."""
+  sessions: np.ndarray     # [B] int rows of the batch
+  ids: np.ndarray          # [B, K] int32 displayed lists
+  scores: np.ndarray       # [B, K] float32 their fused scores
+  asked: np.ndarray        # [B] int questions asked so far per session
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxPlan:
+  """A jitted turn plan: channel texts as partial assignments."""
+  search: jnp.ndarray   # [A] int32 the T2V query's assignment
+  edit: jnp.ndarray     # [A] int32 the edit's assignment (all -1: empty)
+  use_search: bool      # the method uses the T2V channel
+  use_edit: bool        # the method uses the CoVR channel
+  sigma: jnp.ndarray    # [] int32
+  anchor: jnp.ndarray   # [] int32 gallery id the edit is composed with
+  avoid: jnp.ndarray    # [A, V] bool avoided values this turn's lists use
+  # None: the edit is ``edit``'s phrase; else the edit text's embedding
+  # ``[D]`` itself (a method that encodes the user's words).
+  edit_embedding: jnp.ndarray | None = None

@@ -126,7 +126,6 @@ def caption_user(user, captions):
     del question  # the caption user does not answer questions
     return user.respond(session, turn, target, shown, captions[target],
                         captions[shown])
-  respond.phrase = user.phrase  # its counts go to the run's outputs
   return respond
 
 

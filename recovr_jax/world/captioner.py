@@ -28,7 +28,7 @@ import optax
 
 from recovr_jax import checksums
 from recovr_jax import pretrained
-from recovr_jax.experiment import profiling
+from recovr_jax import profiling
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon

@@ -24,7 +24,7 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax import storage
 from recovr_jax import pretrained
-from recovr_jax.experiment import profiling
+from recovr_jax import profiling
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train_world).

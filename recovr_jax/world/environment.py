@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.experiment import profiling
+from recovr_jax import profiling
 from recovr_jax.protocol import host
 from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders

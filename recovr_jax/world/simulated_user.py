@@ -41,7 +41,7 @@ from recovr_jax.world import lexicon
 from recovr_jax.world import user_language
 from recovr_jax.world import generator as world_lib
 
-ACTIONS = ('stop', 'modify', 'rewrite', 'answer')
+ACTIONS = plan.ACTIONS  # the protocol's
 POLICIES = ('mixed', 'modify_only', 'rewrite_only')
 # template: Modify names a random non-empty subset of the differences,
 #   Rewrite 2-5 of the 7 attributes (the first benchmark's user).
@@ -53,7 +53,8 @@ STYLES = ('template', 'paper')
 # own: the user's own bank (world.user_language), partly unknown to it.
 LANGUAGES = ('lexicon', 'own')
 DRAWS = ('numpy', 'jax')
-STOP, MODIFY, REWRITE, ANSWER = range(4)  # indices into ACTIONS
+STOP, MODIFY, REWRITE, ANSWER = (plan.STOP, plan.MODIFY, plan.REWRITE,
+                                 plan.ANSWER)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recovr_jax.experiment import profiling
+from recovr_jax import profiling
 from recovr_jax.world import encoders
 from recovr_jax.core import metrics
 from recovr_jax.core import retrieval

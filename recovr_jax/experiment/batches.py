@@ -1,0 +1,231 @@
+"""A run's batches: computing one (host or jitted driver), its checkpoint
+files, and a resume that checks them.
+
+Each finished batch is a NumPy archive of its displayed lists and a JSON
+file of its sessions, trajectory records, errors and reasoning counts, with
+the run identity that made it and checksums of both; a repeated run loads
+it instead of running it again, or refuses it naming the file.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from recovr_jax import methods as methods_lib
+from recovr_jax.experiment import checks
+from recovr_jax.experiment import reporting
+from recovr_jax.profiling import part as profiled
+from recovr_jax.protocol import host
+
+
+class Progress:
+  """Sessions done, rate and time left, at least every 10 seconds."""
+
+  def __init__(self, total: int):
+    self.total = total
+    self.done = 0
+    self.start = time.time()
+    self.last = 0.0
+
+  def update(self, n: int, label: str):
+    self.done += n
+    now = time.time()
+    if now - self.last >= 10 or self.done == self.total:
+      self.last = now
+      rate = self.done / max(now - self.start, 1e-9)
+      left = (self.total - self.done) / rate if rate else 0
+      print(f'[{label}] {self.done}/{self.total} session-runs, {rate:.1f}/s, '
+            f'{left:.0f}s left', flush=True)
+
+
+def paths(out: pathlib.Path, method: str, b: int):
+  base = out / 'batches' / method
+  return base / f'{b:05d}.npz', base / f'{b:05d}.json'
+
+
+def _array_digest(displayed, top_scores) -> str:
+  h = hashlib.sha256()
+  for a in (displayed, top_scores):
+    a = np.ascontiguousarray(a)
+    h.update(f'{a.dtype}{a.shape}'.encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+def save(out, method, b, result, sessions, errors, counts, identity):
+  arrays, records = paths(out, method, b)
+  arrays.parent.mkdir(parents=True, exist_ok=True)
+  # The displayed lists are a NumPy archive (each process of a run writes
+  # its own batches, which orbax's global checkpoints do not allow); the
+  # records are JSON, with the run identity that made the batch and
+  # checksums of the lists and of the records. The archive is in place
+  # before the records file (the batch's marker) appears.
+  tmp_arrays = arrays.with_suffix('.npz.tmp')
+  with open(tmp_arrays, 'wb') as f:
+    np.savez(f, displayed=np.asarray(result.displayed, np.int32),
+             top_scores=np.asarray(result.top_scores, np.float32))
+    f.flush()
+    os.fsync(f.fileno())
+  tmp_arrays.replace(arrays)
+  tmp = records.with_suffix('.tmp')
+  body = {'sessions': sessions.tolist(), 'records': result.records,
+          'errors': errors, 'reasoning_counts': counts}
+  tmp.write_text(json.dumps({
+      'identity': identity,
+      'checksum': _array_digest(result.displayed, result.top_scores),
+      'records_checksum': _json_digest(body), **body}))
+  tmp.replace(records)
+
+
+def _json_digest(body: dict) -> str:
+  """SHA-256 of ``body`` as canonical JSON (what a batch resumes besides
+  its lists: sessions, trajectory records, errors, reasoning counts)."""
+  return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+class CorruptBatch(checks.ConfigError):
+  """A batch checkpoint that fails its checks; the message names it."""
+
+
+def load(out, method, b, shape, sessions, identity, num_ids):
+  """A finished batch, or ``None`` when there is none for these sessions
+  (e.g. after ``--num_sessions`` changed: the batch is rerun). A batch of
+  another run identity, with a wrong checksum or ids outside the gallery is
+  an error naming the file."""
+  arrays, records = paths(out, method, b)
+  if not records.exists():
+    return None
+  fix = 'rerun with --noresume (or delete it) to recompute it'
+  try:
+    meta = json.loads(records.read_text())
+    stored = (meta['identity'], meta['sessions'], meta['checksum'],
+              meta['records'], meta['errors'], meta['reasoning_counts'])
+    body = {k: meta[k] for k in ('sessions', 'records', 'errors',
+                                 'reasoning_counts')}
+    written = meta['records_checksum']
+  except (ValueError, KeyError, TypeError) as e:
+    raise CorruptBatch(f'batch checkpoint {records} is unreadable or '
+                       f'incomplete ({type(e).__name__}: {e}); {fix}') from e
+  if _json_digest(body) != written:
+    raise CorruptBatch(f'batch checkpoint {records}: its sessions, records '
+                       f'or counts do not match their checksum (edited or '
+                       f'corrupted); {fix}')
+  if stored[0] != identity:
+    raise CorruptBatch(f'batch checkpoint {records} was made by a run with '
+                       f'other settings; {fix}')
+  if stored[1] != sessions.tolist():
+    return None
+  try:
+    with np.load(arrays, allow_pickle=False) as archive:
+      displayed = np.asarray(archive['displayed'])
+      top_scores = np.asarray(archive['top_scores'])
+    if (displayed.shape != tuple(shape) or
+        top_scores.shape != tuple(shape[:2])):
+      raise ValueError(f'shapes {displayed.shape} and {top_scores.shape}, '
+                       f'expected {tuple(shape)} and {tuple(shape[:2])}')
+  except Exception as e:  # pylint: disable=broad-except
+    raise CorruptBatch(f'batch checkpoint {arrays} cannot be read '
+                       f'({type(e).__name__}: {e}); {fix}') from e
+  if _array_digest(displayed, top_scores) != stored[2]:
+    raise CorruptBatch(f'batch checkpoint {arrays} does not match its '
+                       f'checksum in {records}; {fix}')
+  if displayed.min() < -1 or displayed.max() >= num_ids:
+    raise CorruptBatch(f'batch checkpoint {arrays} holds ids '
+                       f'outside the gallery [0, {num_ids}); {fix}')
+  return (host.BatchResult(displayed=displayed, top_scores=top_scores,
+                           records=stored[3]), stored[4], stored[5])
+
+
+def compute(config, built, method, b, batch, base, user, ctx, out, identity):
+  """Runs batch ``b`` of ``method`` and saves its checkpoint; returns
+  ``(result, errors, reasoning counts)``."""
+  env, reasoner = built.env, ctx.reasoner
+  shape = (len(batch), base.num_turns + 1, base.list_length)
+  errors = {}
+  before = reasoner.validity()
+  if built.sim_env is not None:
+    with profiled('jitted sessions'):
+      result = _run_jit(config, built.sim_env, method, batch, base, reasoner)
+  else:
+    try:
+      result = host.run_batch(env, method, batch, user, ctx, base)
+    except Exception as e:  # pylint: disable=broad-except
+      # A batch whose reasoning raises is run session by session, and the
+      # sessions that raise are recorded with their error.
+      logging.warning('batch %d of %s raised %r; retrying per session', b,
+                      method.name, e)
+      result = _per_session(env, method, batch, user, ctx, base, shape,
+                            errors)
+  counts = reporting.validity_counts(before, reasoner.validity())
+  with profiled('batch files (I/O)'):
+    save(out, method.name, b, result, batch, errors, counts, identity)
+  return result, errors, counts
+
+
+def run_own_share(config, built, out, batches, base, user, ctx, identity):
+  """A process of a multi-process run: the batches ``b`` with ``b %
+  num_processes == process_id`` of every method, run (or found finished)
+  and saved; process 0 then reads them all like a resume."""
+  env = built.env
+  for name in config.methods:
+    method = methods_lib.make(name, config.settings)
+    for b, batch in enumerate(batches):
+      if b % config.num_processes != config.process_id:
+        continue
+      shape = (len(batch), base.num_turns + 1, base.list_length)
+      if load(out, name, b, shape, batch, identity, env.searchable) is None:
+        compute(config, built, method, b, batch, base, user, ctx, out,
+                identity)
+      print(f'process {config.process_id}: {name} batch {b + 1} of '
+            f'{len(batches)} done', flush=True)
+
+
+def _run_jit(config, sim_env, method, batch, base, reasoner):
+  """``method`` on ``batch`` in the jitted driver, reading the words as
+  ``reasoner`` (rules, or grounded: its reader and its sigma rule)."""
+  from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+  mesh = None
+  if config.session_shards > 1:
+    mesh = sharding.make_mesh(gallery_shards=1,
+                              session_shards=config.session_shards,
+                              devices=jax.local_devices())
+  sim_config = jitted.sim_config(method, base, config.user, sim_env.composer,
+                                 reasoner=config.reasoner,
+                                 sigma=reasoner.sigma_rule)
+  # Made here with the reasoner's reader; jitted.run finds it by key.
+  label = None
+  if getattr(reasoner, 'frames', None) is not None:
+    from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
+    label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
+  jitted.word_table(sim_env, sim_config, config.user_seed,
+                    parse=reasoner.reader.parse, label=label)
+  trace = jitted.run(sim_env, sim_config, batch, config.user_seed,
+                     log=lambda msg: print(f'[{method.name}] {msg}',
+                                           flush=True),
+                     chunk_size=config.jit_chunk_size or None, mesh=mesh)
+  return jitted.batch_result(sim_env, trace,
+                             jitted.word_table(sim_env, sim_config,
+                                               config.user_seed))
+
+
+def _per_session(env, method, batch, user, ctx, base, shape, errors):
+  displayed = np.full(shape, -1, np.int32)
+  top_scores = np.full(shape[:2], -np.inf, np.float32)
+  records = []
+  for i, sess in enumerate(batch):
+    try:
+      r = host.run_batch(env, method, np.array([sess]), user, ctx, base)
+      displayed[i], top_scores[i] = r.displayed[0], r.top_scores[0]
+      records.append(r.records[0])
+    except Exception as e:  # pylint: disable=broad-except
+      errors[str(i)] = f'{type(e).__name__}: {e}'
+      records.append([])
+  return host.BatchResult(displayed=displayed, top_scores=top_scores,
+                          records=records)

@@ -1,0 +1,218 @@
+"""Everything about a run that can be checked before any work.
+
+``validate(config)`` finds every independent problem of a ``RunConfig``
+(the run-wide settings here, the data source's own through its ``Source``)
+and raises one ``ConfigError`` with a line each; the front ends print them.
+"""
+
+import os
+import pathlib
+
+import jax
+
+from recovr_jax import checksums
+from recovr_jax import methods as methods_lib
+from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import resources
+
+
+class RunFailed(RuntimeError):
+  """A run that finished and wrote its outputs but must not pass: too
+  many sessions raised."""
+
+
+class ConfigError(ValueError):
+  """A setting that cannot run, found before any work; the message names
+  the flag to change."""
+
+
+def fail(msg):
+  raise ConfigError(msg)
+
+
+def validate(config: config_lib.RunConfig,
+             create: bool = True) -> pathlib.Path | None:
+  """Everything that can be checked before any work; returns the output
+  directory (created and writable; with ``create=False`` neither it nor
+  --cache_dir is created and ``None`` is returned). Every independent
+  problem is found before the one ``ConfigError`` (a line each) is
+  raised."""
+  problems = []
+  checksums.allow_unverified(config.allow_unverified_checkpoints)
+
+  def check(fn, *args):
+    try:
+      fn(*args)
+      return True
+    except ConfigError as e:
+      problems.append(str(e))
+      return False
+
+  methods_ok = check(_check_methods, config)
+  for name, value in (('batch_size', config.batch_size),
+                      ('bootstrap_resamples', config.bootstrap_resamples),
+                      ('session_shards', config.session_shards)):
+    check(_at_least, name, value, 1)
+  check(_at_least, 'jit_chunk_size', config.jit_chunk_size, 0)
+  if config.num_sessions is not None:
+    check(_at_least, 'num_sessions', config.num_sessions, 1)
+  check(_at_least, 'rrf_k', config.loop.rrf_k, 0)
+  if not 0.0 <= config.max_error_share <= 1.0:
+    problems.append('--max_error_share must be in [0, 1], got '
+                    f'{config.max_error_share}')
+  try:
+    source = config_lib.source(config)
+  except ValueError as e:
+    source = None
+    problems.append(str(e))
+  if source is not None:
+    problems.extend(source.problems(config, create))
+  check(_check_simulation, config)
+  if source is not None:
+    check(_check_reasoner, config, source)
+  if not config.output_dir or not str(config.output_dir).strip():
+    problems.append('--output_dir is empty; name a directory for the '
+                    'outputs')
+  if config.cache_dir and create:
+    check(writable_dir, config.cache_dir,
+          '--cache_dir {} cannot be used as a directory: {}')
+  try:
+    resources.select_device(config.platform)
+  except ValueError as e:
+    problems.append(str(e))
+  if config.simulation == 'jit' and methods_ok and source is not None:
+    check(check_jit, config, source)
+  if problems:
+    raise ConfigError('\n'.join(problems))
+  if not create:
+    return None
+  return writable_dir(config.output_dir,
+                      '--output_dir {} cannot be written: {}')
+
+
+def _at_least(name: str, value, least) -> None:
+  if value < least:
+    fail(f'--{name} must be >= {least}, got {value}')
+
+
+def _check_methods(config) -> None:
+  unknown = [m for m in config.methods if m not in methods_lib.REGISTRY]
+  if unknown or not config.methods:
+    fail(f'unknown --methods {", ".join(unknown) or "(none)"}; valid: '
+         f'{", ".join(methods_lib.names())}')
+  if len(set(config.methods)) != len(config.methods):
+    fail('--methods lists a method twice')
+  if config.bootstrap_baseline != 'strongest' and (
+      config.bootstrap_baseline not in methods_lib.REGISTRY):
+    fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '
+         f'valid: strongest, {", ".join(methods_lib.names())}')
+  also = [m for m in config.bootstrap_also if m not in config.methods]
+  if also or (config.bootstrap_also and 'recovr' not in config.methods):
+    fail('--bootstrap_also compares recovr with methods of --methods; '
+         f'not in --methods: {", ".join(also or ["recovr"])}')
+
+
+def _check_simulation(config) -> None:
+  if config.simulation not in config_lib.SIMULATIONS:
+    fail(f'unknown --simulation {config.simulation!r}; valid: '
+         f'{", ".join(config_lib.SIMULATIONS)}')
+  if config.session_shards > 1 and config.simulation != 'jit':
+    fail('--session_shards needs --simulation=jit')
+  if config.session_shards > len(jax.local_devices()):
+    fail(f'--session_shards={config.session_shards} but JAX sees '
+         f'{len(jax.local_devices())} device(s); on a CPU export XLA_FLAGS='
+         '--xla_force_host_platform_device_count=N first')
+
+
+def _check_reasoner(config, source) -> None:
+  """--reasoner and its checkpoints, before any model loads."""
+  if config.reasoner not in source.REASONERS:
+    fail(f'--reasoner={config.reasoner} is not offered on '
+         f'--data={source.NAME}; valid there: {", ".join(source.REASONERS)}')
+  if config.reasoner_checkpoint and not os.path.isdir(
+      config.reasoner_checkpoint):
+    fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
+         'directory')
+  if config.reasoner_adapter and config.reasoner != 'smollm2_world':
+    fail(f'--reasoner_adapter is for --reasoner=smollm2_world, not '
+         f'--reasoner={config.reasoner}')
+  if config.reasoner in ('smollm2', 'smollm2_world'):
+    _check_chat(config, source)
+  if config.reasoner == 'flax_lm':
+    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
+    directory = (config.reasoner_checkpoint or
+                 source.default_reasoner_checkpoint('flax_lm'))
+    if directory is None:
+      fail(f'--reasoner=flax_lm on --data={source.NAME} needs '
+           '--reasoner_checkpoint (the shipped reasoner knows only the '
+           'world\'s words)')
+    try:  # before any model loads
+      flax_lm.check_model_dir(directory)
+    except (FileNotFoundError, ValueError) as e:
+      fail(f'--reasoner_checkpoint: {e}')
+
+
+def _check_chat(config, source) -> None:
+  """The chat-LM reasoners' inputs, before any model loads."""
+  from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+  if config.reasoner_batch < 1:
+    fail('--reasoner_batch must be >= 1')
+  if config.few_shot is not None and config.few_shot < 0:
+    fail('--few_shot must be >= 0')
+  if config.few_shot and not source.FEW_SHOT:
+    fail(f'--few_shot: --data={source.NAME} has no examples to draw; use 0')
+  if config.reasoner_checkpoint:
+    if not chat_lm.is_chat_checkpoint(config.reasoner_checkpoint):
+      fail(f'--reasoner_checkpoint {config.reasoner_checkpoint}: not a '
+           'Llama directory with a chat template (config.json, '
+           'tokenizer_config.json); experiments/convert_gguf.py writes one')
+  else:
+    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+    problem = gguf_llama.smollm2_problem()
+    if problem:
+      fail(f'--reasoner={config.reasoner}: {problem}')
+  if config.reasoner == 'smollm2_world':
+    adapter = pathlib.Path(config.reasoner_adapter or
+                           chat_lm.DEFAULT_ADAPTER_DIR)
+    if not (adapter / 'adapter.json').is_file():
+      fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing '
+           '(no adapter.json); experiments/train_adapter.py writes it')
+    from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+    try:  # its files, tensor names and factors, before any model loads
+      lora.load(adapter)
+    except (OSError, ValueError) as e:
+      fail(f'--reasoner=smollm2_world: {e}')
+    problems = source.reasoner_problems(config)
+    if problems:
+      fail('\n'.join(problems))
+
+
+def writable_dir(path, message: str) -> pathlib.Path:
+  """``path`` as an absolute directory, created and probed for writing;
+  ``message.format(path, error)`` when it cannot be."""
+  path = pathlib.Path(path).absolute()
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / f'.write_test.{os.getpid()}'  # one per process
+    probe.write_text('ok')
+    probe.unlink()
+  except OSError as e:
+    fail(message.format(path, e))
+  return path
+
+
+def check_jit(config, source) -> None:
+  """What --simulation=jit cannot run, named by flag."""
+  from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+  if not source.JITTED:
+    fail(f'--simulation=jit cannot run on --data={source.NAME} yet (its '
+         'user has no jitted form); use --simulation=host')
+  if config.reasoner not in ('rules', 'grounded'):
+    fail('--simulation=jit needs --reasoner=rules or grounded')
+  for name in config.methods:
+    try:
+      jitted.check_supported(methods_lib.make(name, config.settings),
+                             config.user, config.settings.ask.mode)
+    except jitted.Unsupported as e:
+      fail(f'--simulation=jit: {e}; change {e.flag} or use '
+           '--simulation=host')

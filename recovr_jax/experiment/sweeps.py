@@ -1,0 +1,68 @@
+"""Sweeps: one factor at a time, each value a run of its own directory."""
+
+import dataclasses
+import json
+import os
+import pathlib
+
+from recovr_jax.experiment import checks
+from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import runner
+
+
+def sweep(config: config_lib.RunConfig, settings) -> str:
+  """Runs every ``(name, [values])`` of ``settings`` one factor at a time,
+  each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
+  ``(text, parsed)`` pairs. Every setting is checked before the first run."""
+  configs = []
+  for name, values in settings:
+    for text, value in values:
+      try:
+        c = config_lib.with_setting(config, name, value)
+        c = dataclasses.replace(
+            c, output_dir=os.path.join(config.output_dir, f'{name}={text}'),
+            flags_text=config.flags_text + f'# sweep setting: --{name}={text}\n')
+        _check_setting(c)
+      except ValueError as e:
+        checks.fail(f'--sweep {name}={text}: {e}')
+      configs.append((name, text, c))
+  checks.validate(config)  # the sweep's own directory, once its settings are good
+  built, rows, failed = None, [], []
+  for name, text, c in configs:
+    print(f'== sweep {name}={text}', flush=True)
+    if built is None:
+      built = runner.build(c)
+    try:
+      rows.append((name, text, runner.run(c, built)))
+    except checks.RunFailed as e:  # its outputs are written; the sweep goes on
+      failed.append(f'{name}={text}: {e}')
+      rows.append((name, text, json.loads(
+          (pathlib.Path(c.output_dir) / 'metrics.json').read_text())))
+  if config.process_id != 0:  # process 0 writes the sweep's table
+    return None
+  num_turns = len(next(iter(rows[0][2].values()))['R@1'])
+  lines = ['# Sweep (one factor at a time)', '',
+           '| setting | method | ' + ' | '.join(
+               f'R@1 T{t}' for t in range(num_turns)) +
+           f' | gain T0->T{num_turns - 1} | BRI last |',
+           '|---|---|' + '---:|' * (num_turns + 2)]
+  for name, text, per_method in rows:
+    for method, m in per_method.items():
+      r1 = m['R@1']
+      lines.append(f'| {name}={text} | {method} | ' + ' | '.join(
+          f'{100 * v:.1f}' for v in r1) +
+                   f" | {100 * (r1[-1] - r1[0]):+.1f} | {m['BRI'][-1]:.3f} |")
+  summary = '\n'.join(lines) + '\n'
+  pathlib.Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+  (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)
+  print(summary)
+  if failed:
+    raise checks.RunFailed('; '.join(failed))
+  return summary
+
+
+def _check_setting(config):
+  """What a setting adds to the checks (without creating its output
+  directory)."""
+  if config.simulation == 'jit':
+    checks.check_jit(config, config_lib.source(config))

@@ -1,0 +1,109 @@
+"""A data source: what a run needs from the generated world or real files.
+
+The runner asks its source and never tests which one it is (big_vision's
+``DataSource``, looked up by name, is the model). A source is made from its
+own typed config (``RunConfig.data``: ``world.source.WorldData`` or
+``real.source.RealData``) and answers for
+
+* the run's input checks (``problems``, before anything loads) and the
+  files whose contents make the run's identity (``input_paths``);
+* the queries, Progress Memory and encoders (``build`` ->
+  ``host.Environment``), and what to keep after a run (``save_caches``);
+* the simulated user and the reasoners it offers (``user``, ``reasoner``,
+  ``REASONERS``, ``checks_reasoner``);
+* the study's videos (``frames``) and what a run's outputs add
+  (``extra_outputs``).
+
+``run`` below is the run's ``experiment.config.RunConfig``; the protocol
+reads only its generic fields (reasoner, user, seeds, cache directory).
+"""
+
+import abc
+import dataclasses
+
+from recovr_jax.protocol import host
+
+
+class SourceError(ValueError):
+  """Inputs of a source that cannot be read; the message names the file,
+  row or column and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """A source's environment with what runs on it (a sweep's runs share it)."""
+  env: host.Environment
+  sim_env: object = None   # protocol.jitted.SimEnvironment, jit runs only
+  extra: object = None     # the source's own (e.g. the generated world)
+
+
+class Source(abc.ABC):
+  """One data source of a run; subclasses set ``NAME`` and ``REASONERS``."""
+
+  NAME: str = ''
+  # The --reasoner backends this source offers.
+  REASONERS: tuple[str, ...] = ()
+  # The jitted driver (--simulation=jit) can run on it.
+  JITTED: bool = False
+  # It renders its own study media (no --frames_dir).
+  OWN_MEDIA: bool = False
+  # --few_shot examples exist (drawn from its training split).
+  FEW_SHOT: bool = False
+  # Files ``extra_outputs`` may write (a fresh run removes them).
+  OUTPUT_FILES: tuple[str, ...] = ()
+
+  def __init__(self, config):
+    self.config = config   # the source's own typed config
+
+  @abc.abstractmethod
+  def problems(self, run, create: bool) -> list[str]:
+    """Every problem of the source's settings, a line each, found before any
+    model loads (``create``: the run will write, so caches may be made)."""
+
+  @abc.abstractmethod
+  def input_paths(self, run) -> dict[str, str]:
+    """Name -> path of every file or directory the source reads that can
+    change a run's numbers (defaults resolved)."""
+
+  @abc.abstractmethod
+  def build(self, run) -> Built:
+    """Loads the queries, Progress Memory and encoders (the expensive
+    part); ``SourceError`` for inputs that cannot be read."""
+
+  @abc.abstractmethod
+  def user(self, run, env: host.Environment):
+    """The host driver's user function
+    ``respond(session, turn, target, shown, question) -> Feedback``."""
+
+  @abc.abstractmethod
+  def reasoner(self, run, env: host.Environment):
+    """The reasoner of ``run.reasoner`` on this source."""
+
+  def reasoner_problems(self, run) -> list[str]:
+    """What the source adds to the reasoner's checks (e.g. an adapter's
+    recorded training data), before any model loads."""
+    del run
+    return []
+
+  def default_reasoner_checkpoint(self, backend: str) -> str | None:
+    """The checkpoint ``backend`` loads when none is given (None: one must
+    be given)."""
+    del backend
+    return None
+
+  def save_caches(self, built: Built) -> None:
+    """Keeps what a later run can reuse (e.g. text embeddings)."""
+    del built
+
+  def frames(self, built: Built):
+    """``frames_of(index) -> [F, H, W, 3]`` of the gallery's videos when
+    the source renders them itself (``OWN_MEDIA``; the study shows them),
+    else None."""
+    del built
+    return None
+
+  def extra_outputs(self) -> dict[str, tuple[dict, str]]:
+    """File name -> (JSON content, printed line) that a finished run adds
+    for the user ``user()`` made (e.g. how often a phrasing model fell
+    back)."""
+    return {}

@@ -1,0 +1,137 @@
+"""WebVid-CoVR-style files as a run's data source (``--data=webvid_covr``).
+
+``RealData`` is its config; ``RealSource`` answers the runner's questions
+(``protocol.source.Source``). No text here goes through the embedded
+world's lexicon.
+"""
+
+import dataclasses
+import os
+from typing import ClassVar
+
+from recovr_jax.protocol import source as source_lib
+
+MISSING_IDS = ('error', 'drop')
+PHRASERS = ('none', 'smollm2')
+
+
+@dataclasses.dataclass(frozen=True)
+class RealData:
+  """The files of a real-data run."""
+  NAME: ClassVar[str] = 'webvid_covr'
+  annotations: str | None = None          # the CSV (pth1, pth2, edit, ...)
+  gallery_embeddings: str | None = None   # .npz / .safetensors
+  clip_dir: str | None = None             # the CLIP that embedded them
+  # L2-normalise embedding rows (False: raw dot products).
+  normalize_rows: bool = True
+  # References outside the gallery, their own file.
+  reference_embeddings: str | None = None
+  # Precomputed turn-0 composed queries, one per CSV row.
+  query_embeddings: str | None = None
+  # An annotation id in no embedding file: 'error' or 'drop'.
+  missing_ids: str = 'error'
+  # Who words the caption user's feedback: 'none' (its own rules) or
+  # 'smollm2' (SmolLM2-135M-Instruct, real.caption_user.LMPhraser).
+  user_phraser: str = 'none'
+
+
+class RealSource(source_lib.Source):
+  """Annotation CSV, precomputed gallery embeddings, a local CLIP, the
+  caption user and the free-text reasoners."""
+
+  NAME = 'webvid_covr'
+  REASONERS = ('rules', 'flax_lm', 'smollm2', 'smollm2_world')
+  OUTPUT_FILES = ('user_phraser.json',)
+
+  def __init__(self, config):
+    super().__init__(config)
+    self._phrase = None   # user()'s phrasing model, for extra_outputs()
+
+  def problems(self, run, create):
+    del run, create
+    c = self.config
+    out = []
+    if c.missing_ids not in MISSING_IDS:
+      out.append(f'--missing_ids must be error or drop, got {c.missing_ids!r}')
+    if c.user_phraser not in PHRASERS:
+      out.append(f'--user_phraser must be none or smollm2, got '
+                 f'{c.user_phraser!r}')
+    elif c.user_phraser == 'smollm2':
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+      problem = gguf_llama.smollm2_problem()
+      if problem:
+        out.append(f'--user_phraser=smollm2: {problem}')
+    missing = [f'--{name}' for name in ('annotations', 'gallery_embeddings',
+                                        'clip_dir') if not getattr(c, name)]
+    if missing:
+      out.append(f'--data=webvid_covr needs {", ".join(missing)}')
+    absent = [f'--{name} {getattr(c, name)}'
+              for name in ('annotations', 'gallery_embeddings',
+                           'reference_embeddings', 'query_embeddings')
+              if getattr(c, name) and not os.path.isfile(getattr(c, name))]
+    if absent:
+      out.append(f'{"; ".join(absent)}: no such file')
+    if c.clip_dir:
+      from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
+      try:
+        clip_encoder.check_clip_dir(c.clip_dir)
+      except FileNotFoundError as e:
+        out.append(f'--clip_dir: {e}')
+    return out
+
+  def input_paths(self, run):
+    del run
+    paths = {name: getattr(self.config, name)
+             for name in ('annotations', 'gallery_embeddings', 'clip_dir',
+                          'reference_embeddings', 'query_embeddings')
+             if getattr(self.config, name)}
+    if self.config.user_phraser == 'smollm2':
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+      paths['user_phraser_gguf'] = str(gguf_llama.find_smollm2())
+    return paths
+
+  def build(self, run):
+    del run
+    from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    c = self.config
+    try:
+      env = environment.real_environment(
+          c.annotations, c.gallery_embeddings, c.clip_dir,
+          normalize_rows=c.normalize_rows,
+          reference_embeddings=c.reference_embeddings,
+          query_embeddings=c.query_embeddings, missing_ids=c.missing_ids)
+    except ValueError as e:  # the message names the file, row or column
+      raise source_lib.SourceError(str(e)) from e
+    return source_lib.Built(env=env)
+
+  def user(self, run, env):
+    from recovr_jax.real import caption_user  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    phrase = None
+    if self.config.user_phraser == 'smollm2':
+      from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
+      phrase = caption_user.LMPhraser(
+          chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
+          seed=run.user_seed)
+    self._phrase = phrase  # its counts go to the run's outputs
+    return environment.caption_user(
+        caption_user.CaptionUser(drop_rate=run.user.drop_rate,
+                                 seed=run.user_seed, phrase=phrase),
+        env.captions)
+
+  def reasoner(self, run, env):
+    del env
+    from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
+    return environment.make_reasoner(run.reasoner, run.reasoner_checkpoint,
+                                     chat_options=run.chat_options())
+
+  def extra_outputs(self):
+    phrase = self._phrase
+    if phrase is None or not phrase.calls:
+      return {}
+    counts = {'calls': phrase.calls, 'fallbacks_to_rules': phrase.fallbacks}
+    return {'user_phraser.json': (
+        counts, f'user phraser: {phrase.fallbacks} of {phrase.calls} '
+        'replies were empty or copied the target caption and fell back to '
+        'the rules user\'s words')}

@@ -1,0 +1,227 @@
+"""The generated world as a run's data source (``--data=world``).
+
+``WorldData`` is its config; the embedded benchmarks are its constructors
+(``WorldData.v2()``, the default, and ``WorldData.v1()``). ``WorldSource``
+answers the runner's questions (``protocol.source.Source``).
+"""
+
+import dataclasses
+import json
+import logging
+import pathlib
+from typing import ClassVar
+
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.world import encoders
+from recovr_jax.world import generator as world_lib
+
+# model: Progress Memory holds the captioning VLM's captions; oracle: the
+# world's ground-truth captions (an ablation: the system sees the truth).
+CAPTIONS = ('oracle', 'model')
+# The embedded benchmarks. v2 (the default) is the one with no oracle:
+# several renditions per combination with encoders trained for them,
+# captions written by the captioning VLM, and the paper's user in its own
+# words. v1 is the first benchmark, kept for comparison: one video per
+# combination, ground-truth captions, the template user speaking the rules
+# reasoner's lexicon. The user's fields are the simulated user's
+# (``simulated_user.UserConfig``), which the run holds.
+BENCHMARKS = {
+    'v2': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
+           'captions': 'model', 'user_style': 'paper',
+           'user_language': 'own'},
+    'v1': {'renditions': 1, 'checkpoint_dir': None, 'captions': 'oracle',
+           'user_style': 'template', 'user_language': 'lexicon'},
+}
+DEFAULT_BENCHMARK = 'v2'
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldData:
+  """The world a run generates and the checkpoints it reads."""
+  NAME: ClassVar[str] = 'world'
+  world: world_lib.WorldConfig = world_lib.WorldConfig()
+  checkpoint_dir: str | None = None        # encoders (None: shipped v1)
+  captions: str = 'model'                  # one of CAPTIONS
+  captioner_checkpoint: str | None = None  # None: the shipped captioner
+
+  @classmethod
+  def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
+             world_fields: dict | None = None, **fields) -> 'WorldData':
+    """The ``benchmark`` preset; ``world_fields`` (of ``WorldConfig``) and
+    ``fields`` given override it."""
+    if benchmark not in BENCHMARKS:
+      raise ValueError(f'unknown benchmark {benchmark!r}; valid: '
+                       f'{", ".join(BENCHMARKS)}')
+    preset = BENCHMARKS[benchmark]
+    world = world_lib.WorldConfig(
+        **{'renditions': preset['renditions'], **(world_fields or {})})
+    return cls(world=world, **{'checkpoint_dir': preset['checkpoint_dir'],
+                               'captions': preset['captions'], **fields})
+
+  @classmethod
+  def v2(cls, **fields) -> 'WorldData':
+    return cls.preset('v2', **fields)
+
+  @classmethod
+  def v1(cls, **fields) -> 'WorldData':
+    return cls.preset('v1', **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Extra:
+  world: object          # the generated world
+  text: object           # encoders.TextEncoder
+  text_cache: object     # where its embeddings are kept across runs
+
+
+class WorldSource(source_lib.Source):
+  """The generated world, its encoders, captioner, user and reasoners."""
+
+  NAME = 'world'
+  REASONERS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world')
+  JITTED = True
+  OWN_MEDIA = True
+  FEW_SHOT = True
+
+  def problems(self, run, create):
+    del create
+    out = []
+    if self.config.captions not in CAPTIONS:
+      out.append(f'unknown --captions {self.config.captions!r}; valid: '
+                 f'{", ".join(CAPTIONS)}')
+    elif self.config.captions == 'model':
+      from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
+      try:
+        captioner.check_dir(self.config.captioner_checkpoint or
+                            captioner.DEFAULT_CAPTIONER_DIR)
+      except FileNotFoundError as e:
+        out.append(f'--captioner_checkpoint: {e}')
+    problem = self._seed_problem(run)
+    if problem:
+      out.append(problem)
+    return out
+
+  def _seed_problem(self, run) -> str | None:
+    """Encoders trained on another world's split have seen this world's
+    test combinations: refused unless --allow_other_world_encoders, with
+    the overlap stated."""
+    checkpoint = pathlib.Path(self.config.checkpoint_dir or
+                              encoders.DEFAULT_CHECKPOINT_DIR)
+    try:
+      trained = encoders.load_metadata(checkpoint / 'video_encoder')[
+          'world_config']
+    except (FileNotFoundError, KeyError, ValueError) as e:
+      return (f'--checkpoint_dir {checkpoint}: cannot read the world the '
+              f'encoders were trained on ({e})')
+    world = self.config.world
+    theirs = (trained['seed'], trained['test_share'])
+    if theirs == (world.seed, world.test_share):
+      return None
+    ours = world_lib.test_split(world.seed, world.test_share)
+    seen = ~world_lib.test_split(*theirs)
+    overlap = float((ours & seen).sum() / ours.sum())
+    message = (f'the encoders in {checkpoint} were trained on the world with '
+               f'seed {theirs[0]}, test_share {theirs[1]}; '
+               f'{100 * overlap:.1f}% of this world\'s test combinations '
+               '(--world_seed / --test_share) are in their training split')
+    if not run.allow_other_world_encoders:
+      return (message + '; train encoders for this world (python -m '
+              'experiments.train_world --world_seed=...) or pass '
+              '--allow_other_world_encoders to accept the leak')
+    logging.warning('%s (accepted: --allow_other_world_encoders)', message)
+    print(f'warning: {message} (accepted)', flush=True)
+    return None
+
+  def default_reasoner_checkpoint(self, backend):
+    if backend == 'flax_lm':
+      from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+      return reasoner_training.DEFAULT_REASONER_DIR
+    return None
+
+  def reasoner_problems(self, run):
+    """The smollm2_world adapter's recorded world split and benchmark."""
+    if run.reasoner != 'smollm2_world':
+      return []
+    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+    adapter = pathlib.Path(run.reasoner_adapter or chat_lm.DEFAULT_ADAPTER_DIR)
+    try:
+      meta = json.loads((adapter / 'adapter.json').read_text())
+      notes = reasoner_training.check_adapter(
+          meta, self.config.world, run.user, run.allow_other_world_encoders)
+    except (OSError, ValueError) as e:
+      return [f'--reasoner=smollm2_world: {adapter / "adapter.json"}: {e}']
+    for note in notes:
+      logging.warning('--reasoner=smollm2_world: %s', note)
+      print(f'warning: --reasoner=smollm2_world: {note}', flush=True)
+    return []
+
+  def input_paths(self, run):
+    paths = {'checkpoint_dir': (self.config.checkpoint_dir or
+                                encoders.DEFAULT_CHECKPOINT_DIR),
+             'text_encoder': encoders.minilm_path()}
+    if self.config.captions == 'model':
+      from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
+      paths['captioner_checkpoint'] = (self.config.captioner_checkpoint or
+                                       captioner.DEFAULT_CAPTIONER_DIR)
+    return paths
+
+  def build(self, run):
+    from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import training  # pylint: disable=g-import-not-at-top
+    world = world_lib.make_world(self.config.world)
+    checkpoint = self.config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
+    video, composer = training.load_world_models(checkpoint, world)
+    text = encoders.TextEncoder()
+    text_cache = None
+    if run.cache_dir:  # the embeddings of earlier runs' texts
+      text_cache = text.cache_path(run.cache_dir)
+      text.load_cache(text_cache)
+    writer = None
+    if self.config.captions == 'model':
+      from recovr_jax.world import captioner  # pylint: disable=g-import-not-at-top
+      writer = captioner.Captioner(self.config.captioner_checkpoint or
+                                   captioner.DEFAULT_CAPTIONER_DIR)
+    env = environment.world_environment(world, text, video, composer,
+                                        cache_dir=run.cache_dir or None,
+                                        captioner=writer)
+    return source_lib.Built(env=env, extra=_Extra(world, text, text_cache))
+
+  def save_caches(self, built):
+    if built.extra.text_cache is not None:
+      built.extra.text.save_cache(built.extra.text_cache)
+
+  def user(self, run, env):
+    from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import simulated_user  # pylint: disable=g-import-not-at-top
+    return environment.attribute_user(
+        simulated_user.SimulatedUser(run.user, seed=run.user_seed),
+        env.attributes)
+
+  def reasoner(self, run, env):
+    from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
+    return environment.make_reasoner(
+        run.reasoner, run.reasoner_checkpoint, chat_options=run.chat_options(),
+        world_config=self.config.world, encode_text=env.encode_text)
+
+  def frames(self, built):
+    """The gallery's videos rendered as the encoders saw them (same keys,
+    frames and size)."""
+    import jax  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    world = built.extra.world
+    wc = world.config
+    keys, scenes = world.gallery_keys()
+    attrs = world.gallery_attributes
+
+    @jax.jit
+    def render(a, key, scene):
+      return world_lib.render(a, key, num_frames=wc.num_frames,
+                              image_size=wc.image_size,
+                              pixel_noise=wc.pixel_noise, scene_key=scene)
+
+    def frames_of(index):
+      scene = None if scenes is None else scenes[index]
+      return np.asarray(render(attrs[index], keys[index], scene))
+
+    return frames_of
