@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image
 
 from experiments import embed_videos
+from recovr_jax.core import vectors
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
 from recovr_jax.world import encoders
@@ -107,7 +108,7 @@ class RealDataPathTest(absltest.TestCase):
     index = gallery.index()
     encoder = clip_encoder.ClipEncoder(str(self.clip_dir))
     reference = gallery.video[[index[r] for r in ann.reference]]
-    queries = np.asarray(encoders.sum_composer(
+    queries = np.asarray(vectors.sum_composer(
         reference, encoder.encode_text(ann.edit)))
     ref_ids = np.array([index[r] for r in ann.reference], np.int32)
     ids, _ = retrieve(queries, gallery.video, 4, exclude=ref_ids)

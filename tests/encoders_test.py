@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax.core import vectors
 from recovr_jax.world import encoders
 from recovr_jax.world import progress_memory
 from recovr_jax.world import training
@@ -93,7 +94,7 @@ class ModelsTest(absltest.TestCase):
     comp = encoders.Composer()
     cparams = comp.init(jax.random.key(2), ref, edit)
     self.assertEqual(comp.apply(cparams, ref, edit).shape, (2, 384))
-    summed = encoders.sum_composer(ref, edit)
+    summed = vectors.sum_composer(ref, edit)
     np.testing.assert_allclose(summed, (ref + edit) / jnp.linalg.norm(
         ref + edit, axis=-1, keepdims=True), rtol=1e-5)
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import methods
+from recovr_jax.core import vectors
 from recovr_jax.protocol import host
 from recovr_jax.protocol import jitted as simulation
 from recovr_jax.protocol import plan
@@ -52,7 +53,7 @@ def tiny_environment(composer):
              ).astype(np.float32)
   if composer == 'sum':
     model, params = 'sum', None
-    compose = lambda r, e: np.asarray(encoders.sum_composer(r, e))
+    compose = lambda r, e: np.asarray(vectors.sum_composer(r, e))
   else:
     model = encoders.Composer(hidden=64)
     params = model.init(jax.random.key(0), jnp.zeros((1, DIM)),

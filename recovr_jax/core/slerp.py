@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from recovr_jax.core import checks
+from recovr_jax.core import vectors
 
 MERLIN_ALPHA = 0.8
 _PARALLEL_EPS = 1e-6  # sin(theta) below this: the inputs are (anti)parallel
@@ -37,8 +38,8 @@ def slerp(prev, new, alpha=MERLIN_ALPHA):
 
 @jax.jit
 def _slerp(prev, new, alpha):
-  prev = _normalise(prev.astype(jnp.float32))
-  new = _normalise(new.astype(jnp.float32))
+  prev = vectors.normalize(prev.astype(jnp.float32))
+  new = vectors.normalize(new.astype(jnp.float32))
   theta = jnp.arccos(jnp.clip(jnp.dot(new, prev), -1.0, 1.0))
   sin_theta = jnp.sin(theta)
   degenerate = sin_theta < _PARALLEL_EPS
@@ -48,6 +49,3 @@ def _slerp(prev, new, alpha):
   return jnp.where(degenerate, prev, out)
 
 
-def _normalise(x):
-  norm = jnp.linalg.norm(x)
-  return x / jnp.where(norm > 0, norm, 1.0)

@@ -39,6 +39,7 @@ import numpy as np
 
 from recovr_jax.core import demotion
 from recovr_jax.core import sharding
+from recovr_jax.core import vectors
 from recovr_jax.protocol import host
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session as session_lib
@@ -46,7 +47,6 @@ from recovr_jax.protocol import words as words_lib
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
-from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from recovr_jax.world import phrase_table
@@ -224,7 +224,7 @@ def compose(composer, params, reference, edit):
   """``composer`` (a flax Module, or 'sum') as a pure function of
   ``[..., D]`` inputs."""
   if isinstance(composer, str) and composer == 'sum':
-    return encoders.sum_composer(reference, edit)
+    return vectors.sum_composer(reference, edit)
   return composer.apply(params, reference, edit)
 
 

@@ -16,15 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import pretrained
+from recovr_jax.core import vectors
 
 # CLIP's image normalisation, used when the directory has no
 # preprocessor_config.json.
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-
-def _normalise(x):
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def check_clip_dir(model_dir) -> None:
@@ -86,7 +83,7 @@ class ClipEncoder:
     model = self._model
 
     def text_features(params, ids, mask):
-      return _normalise(model.get_text_features(
+      return vectors.normalize(model.get_text_features(
           input_ids=ids, attention_mask=mask, params=params))
 
     def frame_features(params, frames):  # [n, H, W, 3] float in [0, 1]
@@ -95,7 +92,7 @@ class ClipEncoder:
       frames = jax.image.resize(frames, (n, size, size, 3), 'bilinear')
       frames = (frames - self._mean) / self._std
       pixels = jnp.transpose(frames, (0, 3, 1, 2))  # CLIP takes NCHW
-      return _normalise(model.get_image_features(pixel_values=pixels,
+      return vectors.normalize(model.get_image_features(pixel_values=pixels,
                                                  params=params))
 
     self._text = jax.jit(text_features)

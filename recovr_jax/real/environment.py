@@ -7,6 +7,7 @@ words.
 
 import numpy as np
 
+from recovr_jax.core import vectors
 from recovr_jax.protocol import host
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
@@ -115,9 +116,9 @@ def real_environment(annotations: str, gallery_embeddings: str,
 
 
 def sum_composer(reference, edit):
-  """The training-free composer: the normalised sum (CLIP has none)."""
-  out = np.asarray(reference, np.float32) + np.asarray(edit, np.float32)
-  return out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
+  """The training-free composer (CLIP has none): the normalised sum."""
+  return np.asarray(vectors.sum_composer(np.asarray(reference, np.float32),
+                                         np.asarray(edit, np.float32)))
 
 
 def caption_user(user, captions):

@@ -25,6 +25,7 @@ from recovr_jax import checksums
 from recovr_jax import storage
 from recovr_jax import pretrained
 from recovr_jax import profiling
+from recovr_jax.core import vectors as vectors_lib
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train_world).
@@ -64,10 +65,6 @@ def quiet_transformers():
     hf_logging.set_verbosity(level)
 
 
-def _normalise(x, axis=-1):
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=axis, keepdims=True), 1e-12)
-
-
 class TextEncoder:
   """A frozen sentence encoder with a cache keyed by text.
 
@@ -105,7 +102,7 @@ class TextEncoder:
       m = mask[..., None].astype(hidden.dtype)
       pooled = jnp.sum(hidden * m, axis=1) / jnp.maximum(
           jnp.sum(m, axis=1), 1e-9)
-      return _normalise(pooled)
+      return vectors_lib.normalize(pooled)
 
     self._encode = jax.jit(encode)
 
@@ -255,14 +252,14 @@ class VideoEncoder(nn.Module):
     x = x.reshape(b, f - 1, -1)
     x = nn.relu(nn.Dense(self.hidden)(x))
     x = jnp.mean(x, axis=1)  # temporal pooling
-    return _normalise(nn.Dense(self.dim)(x))
+    return vectors_lib.normalize(nn.Dense(self.dim)(x))
 
 
 class Composer(nn.Module):
   """``(reference [B, D], edit [B, D]) -> [B, D]`` composed target query.
 
   A residual MLP: the composed query is the normalised sum of reference, edit
-  and a learned correction, so it starts out as ``sum_composer``.
+  and a learned correction, so it starts out as ``vectors_lib.sum_composer``.
   """
   hidden: int = 1024
 
@@ -271,12 +268,7 @@ class Composer(nn.Module):
     x = jnp.concatenate([reference, edit, reference * edit], axis=-1)
     x = nn.relu(nn.Dense(self.hidden)(x))
     x = nn.relu(nn.Dense(self.hidden)(x))
-    return _normalise(reference + edit + nn.Dense(reference.shape[-1])(x))
-
-
-def sum_composer(reference, edit):
-  """The training-free composer: the normalised sum."""
-  return _normalise(jnp.asarray(reference) + jnp.asarray(edit))
+    return vectors_lib.normalize(reference + edit + nn.Dense(reference.shape[-1])(x))
 
 
 def count_params(params) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from recovr_jax import profiling
+from recovr_jax.core import vectors
 from recovr_jax.world import encoders
 from recovr_jax.core import metrics
 from recovr_jax.core import retrieval
@@ -349,7 +350,7 @@ def evaluate_world(world, text, video_params, composer_params,
   edit = text(test.edit)
   composed = np.asarray(encoders.Composer().apply(composer_params, reference,
                                                   edit))
-  summed = np.asarray(encoders.sum_composer(reference, edit))
+  summed = np.asarray(vectors.sum_composer(reference, edit))
   exclude = np.asarray(test.reference, np.int32)
   composer_ranks = ranks_of(composed, memory.video, test.target, exclude)
   unmentioned = np.asarray(test.unmentioned).any(axis=1)
