@@ -70,6 +70,20 @@ _CAPTIONER = flags.DEFINE_string(
     'experiments/train_captioner.py writes one).')
 
 
+_OTHER_WORLD = flags.DEFINE_bool(
+    'allow_other_world_encoders', False,
+    'world: run even when the encoders (--checkpoint_dir) were trained on '
+    'a world with another --world_seed or --test_share, whose training '
+    'split holds some of this world\'s test combinations (the overlap is '
+    'printed). Off: such a run is refused.')
+
+_UNVERIFIED = flags.DEFINE_bool(
+    'allow_unverified_checkpoints', False,
+    'Load checkpoint directories that have no checksums.json (their files '
+    'cannot be verified); each one is listed in resolved_config.json and '
+    'report.md. Off: such a directory is refused.')
+
+
 # Each source's flags (the world's generator flags are world_flags').
 FLAGS = {
     'world': ['benchmark', 'checkpoint_dir', 'captions',
@@ -133,6 +147,12 @@ def data_config():
   if wrong:
     raise ValueError('\n'.join(wrong))
   return _CONSTRUCTORS[name]()
+
+
+def permissions() -> dict:
+  """``RunConfig``'s permissions to read what a run would refuse."""
+  return dict(allow_other_world_encoders=_OTHER_WORLD.value,
+              allow_unverified_checkpoints=_UNVERIFIED.value)
 
 
 def user_preset(field: str, value):

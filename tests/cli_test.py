@@ -99,9 +99,10 @@ class GroupedHelpTest(absltest.TestCase):
     grouped = [n for _, names in run.HELP_GROUPS for n in names]
     self.assertLen(set(grouped), len(grouped))  # none twice
     by_module = flags.FLAGS.flags_by_module_dict()
-    defined = {f.name for m in ('experiments.run', 'experiments.source_flags',
-                         'experiments.world_flags')
-               for f in by_module[m]}
+    modules = ('source_flags', 'protocol_flags', 'reasoner_flags',
+               'user_flags', 'running_flags', 'world_flags')
+    defined = {f.name for m in modules
+               for f in by_module[f'experiments.{m}']}
     defined |= {'annotations', 'clip_dir', 'missing_ids'}  # data_flags'
     self.assertEqual(set(grouped), defined)
     for name in grouped:  # every name is a flag
