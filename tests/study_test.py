@@ -224,6 +224,23 @@ class StudyAppTest(absltest.TestCase):
     self.assertEqual(r.status_code, 400)
     self.assertEqual(study.view('bob'), view)
 
+  def test_a_log_whose_lists_differ_is_refused_at_start(self):
+    study, client = Tiny.study('replay')
+    _send(client, 'bob', study.view('bob'), 'red please')
+    view = study.view('bob')
+    path = study.log_dir / 'bob.jsonl'
+    good = path.read_text()
+    rows = _log(study, 'bob')
+    rows[-1]['top10'] = rows[-1]['top10'][::-1]  # another list than replayed
+    path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    with self.assertRaisesRegex(app.UsageError, 'bob.jsonl: replaying '
+                                'instance session .* turn 1 gives another '
+                                'list.*\nRestore those logs'):
+      Tiny.study('replay')   # at start, not when bob returns
+    path.write_text(good)
+    again, _ = Tiny.study('replay')  # the lock was released
+    self.assertEqual(again.view('bob'), view)
+
   def test_resume_after_a_restart_replays_the_log(self):
     study, client = Tiny.study('restart')
     for text in ('red please', 'now squares'):

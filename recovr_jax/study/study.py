@@ -193,6 +193,26 @@ class Study:
         p = self.participant(pid)
         if p.log.recovered:
           self.recovered[pid] = p.log.recovered
+    self._replay_all()
+
+  def _replay_all(self):
+    """Replays every participant's unfinished instance now, so a log whose
+    lists this code no longer gives is refused when the server starts (with
+    every such log named), not with an error when the participant
+    returns."""
+    problems = []
+    for pid, p in self._participants.items():
+      if p.position < len(p.queue) and p.turns(p.position):
+        try:
+          self._instance(pid, p)
+        except log_lib.LogError as e:
+          problems.append(str(e))
+    if problems:
+      self.close()
+      raise log_lib.LogError(
+          '\n'.join(problems) + '\nRestore those logs, or run the code and '
+          'checkpoints that wrote them (their finished instances still go '
+          'into study_report); or give those participants other ids.')
 
   def code(self, pid: str) -> str:
     """The participant's access code (their link: ``/p/<id>/join?code=``)."""
@@ -257,7 +277,7 @@ class Study:
           f'{self.log_dir / pid}.jsonl: replaying instance session '
           f'{instance.session}, turn {turn} gives another list than the one '
           'logged: the log was edited, or written by another version of the '
-          'code or its checkpoints.')
+          'code or its checkpoints')
 
   def _log_turn(self, p, position, instance, record, raw, seconds,
                 participant_seconds):
