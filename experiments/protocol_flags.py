@@ -68,11 +68,20 @@ _ASK_BUDGET = flags.DEFINE_integer(
     'ask_budget', 5, 'Questions per session (5: one with every list after '
     'turn 0 when T = 5).')
 
+_UNREFLECTED = flags.DEFINE_enum(
+    'unreflected_rank_cap', 'neutral', list(methods_base.UNREFLECTED_RANK_CAPS),
+    'Rank-cap of the ReCoVR variants without State Reflection '
+    '(no_reflection, ...): neutral caps the top-1 just rejected at '
+    'kappa_neu (sigma neutral); stagnation, the paper\'s reading ("can only '
+    'react to stagnation"), gives it no cap of its own, so only top-1s shown '
+    'before it are demoted (DESIGN section 3).')
+
 HELP_GROUP = ('Methods and the protocol', [
     'methods', 'num_turns', 'list_length', 'window', 'rrf_k', 'recency',
     'gamma', 'kappa_neg', 'kappa_neu', 'kappa_pos', 'rank_cap_placement',
-    'avoid_penalty', 'question_tau', 'merlin_alpha', 'ask_mode',
-    'ask_threshold', 'ask_tau', 'ask_budget'])
+    'avoid_penalty', 'question_tau', 'merlin_alpha',
+    'unreflected_rank_cap', 'ask_mode', 'ask_threshold', 'ask_tau',
+    'ask_budget'])
 
 
 def method_names() -> tuple[str, ...]:
@@ -97,4 +106,5 @@ def ask() -> asking.AskPolicy:
 def settings(ask_policy: asking.AskPolicy) -> methods_base.Settings:
   return methods_base.Settings(
       merlin_alpha=_ALPHA.value, avoid_penalty=_AVOID.value,
-      question_tau=_QUESTION_TAU.value, ask=ask_policy)
+      question_tau=_QUESTION_TAU.value, ask=ask_policy,
+      unreflected_rank_cap=_UNREFLECTED.value)

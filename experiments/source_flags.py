@@ -90,7 +90,7 @@ FLAGS = {
               'captioner_checkpoint', 'allow_other_world_encoders',
               'world_seed', 'test_share', 'renditions', 'gallery_size',
               'num_test_triplets', 'num_train_triplets', 'unmentioned_share',
-              'max_unmentioned', 'num_frames', 'pixel_noise'],
+              'max_unmentioned', 'num_frames', 'pixel_noise', 'scene_shared'],
     'webvid_covr': ['annotations', 'gallery_embeddings', 'clip_dir',
                     'reference_embeddings', 'query_embeddings',
                     'normalize_rows', 'missing_ids', 'user_phraser'],

@@ -37,6 +37,13 @@ _RENDITIONS = flags.DEFINE_integer(
     'words name and differ in layout and texture; a triplet\'s reference '
     'and target share a scene.')
 
+_SCENE_SHARED = flags.DEFINE_float(
+    'scene_shared', _DEFAULT.scene_shared,
+    'Probability that a test triplet\'s target is in its reference\'s scene '
+    '(rendition); else another scene. 1.0 (the default) as a CoVR target '
+    'keeps its reference\'s scene; the benchmark family also uses 0.5 and '
+    '0.0 (docs/benchmark.md). Needs --renditions >= 2 below 1.0.')
+
 
 def world_config(**overrides) -> world_lib.WorldConfig:
   """The ``WorldConfig`` of the flags (validated by ``WorldConfig``), with
@@ -55,7 +62,8 @@ def world_fields() -> dict:
       num_test_triplets=_TEST_TRIPLETS.value,
       num_train_triplets=_TRAIN_TRIPLETS.value,
       unmentioned_share=_UNMENTIONED.value,
-      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value)
+      max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value,
+      scene_shared=_SCENE_SHARED.value)
   if not flags.FLAGS['renditions'].using_default_value:
     fields['renditions'] = _RENDITIONS.value
   return fields

@@ -202,6 +202,29 @@ class RenditionsTest(absltest.TestCase):
   def test_bad_renditions(self):
     with self.assertRaisesRegex(ValueError, 'renditions must be in 1..16'):
       dataclasses.replace(SMALL, renditions=0)
+    with self.assertRaisesRegex(ValueError, 'scene_shared must be in'):
+      dataclasses.replace(SMALL, renditions=4, scene_shared=1.5)
+    with self.assertRaisesRegex(ValueError, 'needs renditions >= 2'):
+      dataclasses.replace(SMALL, scene_shared=0.5)
+
+  def test_scene_shared_moves_only_the_targets_scene(self):
+    base = dataclasses.replace(SMALL, num_test_triplets=60,
+                               gallery_size=600, renditions=4)
+    shared = _world(base)
+    for p, low, high in ((0.0, 0.0, 0.0), (0.5, 0.3, 0.7)):
+      world = _world(dataclasses.replace(base, scene_shared=p))
+      t, s = world.test, shared.test
+      # The same gallery, references, combinations and edits.
+      np.testing.assert_array_equal(world.gallery_combos,
+                                    shared.gallery_combos)
+      self.assertEqual(world.gallery_captions, shared.gallery_captions)
+      np.testing.assert_array_equal(t.reference, s.reference)
+      self.assertEqual(t.edit, s.edit)
+      np.testing.assert_array_equal(world.gallery_combos[t.target],
+                                    shared.gallery_combos[s.target])
+      same = np.mean(world.gallery_scenes[t.reference] ==
+                     world.gallery_scenes[t.target])
+      self.assertBetween(same, low, high)
 
 
 if __name__ == '__main__':

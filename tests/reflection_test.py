@@ -178,6 +178,52 @@ class PlacementTest(absltest.TestCase):
       self.assertTrue(bool(state.fired[1]))
 
 
+class UnreflectedRankCapTest(absltest.TestCase):
+  """The paper's reading of rank-cap without State Reflection: only
+  stagnation demotes (DESIGN section 3)."""
+
+  def test_just_rejected_top1_keeps_its_place_until_it_stagnates(self):
+    gallery = jnp.eye(8, dtype=jnp.float32)
+    q = np.zeros((2, 8), np.float32)
+    q[:, :4] = [1.0, 0.9, 0.8, 0.7]  # video 0 first in both channels
+    inputs = ranking.TurnInputs(queries=jnp.asarray(q),
+                                valid=jnp.array([True, True]),
+                                exclude=jnp.array(-1),
+                                sigma=jnp.array(demotion.SIGMA_NEU),
+                                stop=jnp.array(False))
+    top1 = {}
+    for reading in (True, False):
+      config = ranking.LoopConfig(num_turns=2, window=3, list_length=6,
+                                  cap_just_rejected=reading)
+      state = jax.jit(ranking.start_step, static_argnums=0)(
+          config, gallery, ranking.init_state(config), inputs)
+      turns = []
+      for _ in range(2):
+        state = jax.jit(ranking.turn_step, static_argnums=0)(
+            config, gallery, state, inputs)
+        turns.append(int(state.shown_ids[0]))
+      top1[reading] = turns
+    # Today's reading: rejected at turn 1, capped at kappa_neu at once.
+    self.assertNotEqual(top1[True][0], 0)
+    # The paper's: shown again at turn 1 (no cap of its own); at turn 2 it
+    # has stagnated (top-1 twice) and the earlier showing demotes it.
+    self.assertEqual(top1[False], [0, top1[False][1]])
+    self.assertNotEqual(top1[False][1], 0)
+
+  def test_only_methods_without_reflection_change(self):
+    paper = base.Settings(unreflected_rank_cap='stagnation')
+    loop = ranking.LoopConfig()
+    self.assertFalse(methods.make('no_reflection', paper).ranking(loop)
+                     .cap_just_rejected)
+    self.assertTrue(methods.make('no_reflection').ranking(loop)
+                    .cap_just_rejected)
+    for name in ('recovr', 'no_keep', 'umivr_rankcap'):
+      self.assertTrue(methods.make(name, paper).ranking(loop)
+                      .cap_just_rejected, name)
+    with self.assertRaisesRegex(ValueError, 'unreflected_rank_cap must be'):
+      base.Settings(unreflected_rank_cap='never')
+
+
 class FiringTest(absltest.TestCase):
 
   def test_firing_statistics_match_a_plain_count(self):

@@ -119,6 +119,7 @@ SWEEPABLE = {
     'merlin_alpha': ('settings', 'merlin_alpha'),
     'avoid_penalty': ('settings', 'avoid_penalty'),
     'question_tau': ('settings', 'question_tau'),
+    'unreflected_rank_cap': ('settings', 'unreflected_rank_cap'),
     'noise_rate': ('user', 'noise_rate'), 'drop_rate': ('user', 'drop_rate'),
     'user_policy': ('user', 'policy'),
     'modify_threshold': ('user', 'modify_threshold'),

@@ -23,7 +23,8 @@ OUTPUT_FILES = ('metrics.json', 'metrics.csv', 'ranks.csv', 'tables.tex',
                 'failure_modes.json', 'rank_cap_firing.json',
                 'trajectories.jsonl', 'dropped_rows.json', 'profile.json',
                 'profile.md', 'plot_*.png', 'plot_*.pdf',
-                'reasoner_speed.json', 'reader.json')
+                'reasoner_speed.json', 'reader.json',
+                't2v_ceiling.json')
 INCOMPLETE = 'INCOMPLETE'
 
 
@@ -85,7 +86,46 @@ def write_reasoner_notes(out, speed, reasoner) -> None:
           flush=True)
 
 
-def write(config, out, env, sessions, collected, start):
+def t2v_ceiling(env, captions: dict, sessions, list_length: int,
+                num_resamples: int, seed: int) -> dict:
+  """The T2V ceiling of a run's sessions: for each kind of ``captions``
+  (``Source.target_captions``), the gallery searched with the target's own
+  caption (its reference excluded), R@1/5/10 with 95% session-bootstrap
+  intervals. A diagnostic of the benchmark: no method reads a target."""
+  from recovr_jax.core import retrieval  # pylint: disable=g-import-not-at-top
+  targets = np.asarray(env.target)[sessions]
+  references = np.asarray(env.reference)[sessions]
+  gallery = np.asarray(env.gallery, np.float32)[:env.searchable]
+  out = {}
+  for kind, texts in captions.items():
+    queries = np.asarray(env.encode_text([texts[t] for t in targets]),
+                         np.float32)
+    ids, _ = retrieval.retrieve(queries, gallery, list_length,
+                                exclude=references)
+    shown = np.asarray(ids)[:, None, :]   # one turn
+    m = reporting.method_metrics(shown, targets)
+    iv = reporting.intervals(shown, targets, num_resamples, seed)
+    out[kind] = {key: {'value': m[key][0], 'lower': iv[key]['lower'][0],
+                       'upper': iv[key]['upper'][0]}
+                 for key in ('R@1', 'R@5', 'R@10')}
+  return out
+
+
+def ceiling_markdown(ceiling: dict) -> str:
+  lines = ['## T2V ceiling', '',
+           'The gallery searched with the target\'s own caption (reference '
+           'excluded): how far words alone can find the target. No method '
+           'reads it.', '', '| target caption | R@1 | R@5 | R@10 |',
+           '|---|---:|---:|---:|']
+  for kind, row in ceiling.items():
+    lines.append(f'| {kind} | ' + ' | '.join(
+        f'{100 * row[k]["value"]:.1f} [{100 * row[k]["lower"]:.1f}, '
+        f'{100 * row[k]["upper"]:.1f}]' for k in ('R@1', 'R@5', 'R@10')) +
+                 ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def write(config, out, env, sessions, collected, start, ceiling=None):
   """Every output of a finished run (``collected``: ``runner.Collected``);
   returns the per-method metrics. ``RunFailed`` after writing them when
   more sessions raised than --max_error_share allows."""
@@ -163,6 +203,9 @@ def write(config, out, env, sessions, collected, start):
   for interval in also.values():
     report += reporting.bootstrap_markdown(interval) + '\n'
 
+  if ceiling:
+    (out / 't2v_ceiling.json').write_text(reporting.dumps(ceiling))
+    report += '\n' + ceiling_markdown(ceiling)
   report += '\n' + reporting.errors_markdown(raised, len(sessions))
   unverified = checksums.unverified()
   if unverified:

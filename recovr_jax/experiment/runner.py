@@ -196,7 +196,11 @@ def _run_claimed(config, built, out, start, resolved):
   with profiling.part('text embedding cache (I/O)'):
     source.save_caches(built)
   with profiling.part('metrics, bootstrap and report'):
-    return outputs.write(config, out, env, sessions, collected, start)
+    ceiling = outputs.t2v_ceiling(
+        env, source.target_captions(built), sessions, base.list_length,
+        config.bootstrap_resamples, config.seed)
+    return outputs.write(config, out, env, sessions, collected, start,
+                         ceiling)
 
 
 def _check_batch_fits(config, env, base):

@@ -35,6 +35,7 @@ MERLIN_ALPHA = 0.8
 AVOID_PENALTY = 0.1
 # Softmax temperature of UMIVR's question rule over top-K similarities.
 QUESTION_TAU = 0.05
+UNREFLECTED_RANK_CAPS = ('neutral', 'stagnation')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +46,10 @@ class Settings:
   question_candidates: int = 10   # top results the Question Asker reads
   avoid_penalty: float = AVOID_PENALTY
   question_tau: float = QUESTION_TAU
+  # Rank-cap of a method without State Reflection (DESIGN section 3):
+  # 'neutral' caps the top-1 just rejected at kappa_neu (sigma neutral);
+  # 'stagnation' (the paper's reading) gives it no cap of its own.
+  unreflected_rank_cap: str = 'neutral'
 
   def __post_init__(self):
     if not (math.isfinite(self.avoid_penalty) and self.avoid_penalty >= 0):
@@ -56,6 +61,10 @@ class Settings:
     if not 0.0 <= self.merlin_alpha <= 1.0:  # NaN fails too
       raise ValueError('merlin_alpha must be in [0, 1], got '
                        f'{self.merlin_alpha}')
+    if self.unreflected_rank_cap not in UNREFLECTED_RANK_CAPS:
+      raise ValueError('unreflected_rank_cap must be one of '
+                       f'{", ".join(UNREFLECTED_RANK_CAPS)}, got '
+                       f'{self.unreflected_rank_cap!r}')
     if self.question_candidates < 1:
       raise ValueError('question_candidates must be >= 1, got '
                        f'{self.question_candidates}')

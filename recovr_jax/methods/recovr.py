@@ -60,6 +60,16 @@ class ReCoVR(base.Method):
                             ask=settings.ask,
                             candidates=settings.question_candidates)
 
+  def ranking(self, base_config):
+    """The base core; without State Reflection under the paper's reading
+    (``Settings.unreflected_rank_cap='stagnation'``) the top-1 just
+    rejected gets no cap of its own."""
+    config = super().ranking(base_config)
+    if (not self.reflection and
+        self.settings.unreflected_rank_cap == 'stagnation'):
+      config = dataclasses.replace(config, cap_just_rejected=False)
+    return config
+
   def init(self, ctx, start):
     s, d = start.covr_query.shape
     plan = plan_lib.empty_plan(s, d)

@@ -46,6 +46,10 @@ class LoopConfig:
   # 'all': every ring list and the fused list; 'current': the current
   # turn's lists before fusion only (DESIGN section 3).
   rank_cap_placement: str = 'all'
+  # False: the top-1 just rejected gets no cap of its own; only top-1s shown
+  # before it are demoted (the paper's reading of rank-cap without State
+  # Reflection: it "can only react to stagnation"; DESIGN section 3).
+  cap_just_rejected: bool = True
   num_ids: int | None = None    # gallery size, for the one-pass id sort
 
   def __post_init__(self):
@@ -155,6 +159,10 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
   if config.rank_cap:
     demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
                                          kappa=config.kappa)
+    if not config.cap_just_rejected:  # its own entry (age 0) left out
+      just = jnp.arange(state.top1.shape[0]) == turn - 1
+      demote = jnp.where(just, -1, demote)
+      caps = jnp.where(just, 0, caps)
   else:
     demote = jnp.full(state.top1.shape, -1, jnp.int32)
     caps = jnp.zeros(state.top1.shape, jnp.int32)

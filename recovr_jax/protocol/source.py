@@ -11,8 +11,9 @@ own typed config (``RunConfig.data``: ``world.source.WorldData`` or
   ``host.Environment``), and what to keep after a run (``save_caches``);
 * the simulated user and the reasoners it offers (``user``, ``reasoner``,
   ``REASONERS``, ``checks_reasoner``);
-* the study's videos (``frames``) and what a run's outputs add
-  (``extra_outputs``).
+* the study's videos (``frames``), what a run's outputs add
+  (``extra_outputs``) and the captions of its T2V ceiling
+  (``target_captions``).
 
 ``run`` below is the run's ``experiment.config.RunConfig``; the protocol
 reads only its generic fields (reasoner, user, seeds, cache directory).
@@ -90,6 +91,12 @@ class Source(abc.ABC):
     be given)."""
     del backend
     return None
+
+  def target_captions(self, built: Built) -> dict[str, tuple[str, ...]]:
+    """Kind -> ``[N]`` captions of the gallery's videos whose T2V search,
+    given the target's caption, is the run's T2V ceiling (a diagnostic
+    beside the results; no method reads it)."""
+    return {'gallery caption': tuple(built.env.captions)}
 
   def save_caches(self, built: Built) -> None:
     """Keeps what a later run can reuse (e.g. text embeddings)."""

@@ -123,6 +123,11 @@ class WorldConfig:
                                    # (None: all), each in `renditions`
   renditions: int = 1              # gallery videos per combination: scenes
                                    # (layout, texture) words do not name
+  # Probability that a test triplet's target is in its reference's scene
+  # (1.0: always, as a CoVR target keeps its reference's scene; otherwise
+  # another of the `renditions` scenes). A benchmark-family axis: the
+  # scene is what no word names, so sharing it favours reference anchors.
+  scene_shared: float = 1.0
 
 
   def __post_init__(self):
@@ -145,6 +150,13 @@ class WorldConfig:
       raise ValueError(f'gallery_size must be >= 1, got {self.gallery_size}')
     if not 1 <= self.renditions <= 16:
       raise ValueError(f'renditions must be in 1..16, got {self.renditions}')
+    if not 0.0 <= self.scene_shared <= 1.0:  # NaN fails too
+      raise ValueError(f'scene_shared must be in [0, 1], got '
+                       f'{self.scene_shared}')
+    if self.scene_shared < 1.0 and self.renditions < 2:
+      raise ValueError(f'scene_shared={self.scene_shared} needs renditions '
+                       f'>= 2 (one rendition is one scene), got '
+                       f'{self.renditions}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -445,16 +457,29 @@ def make_world(config: WorldConfig = WorldConfig()) -> World:
               for g, (c, s) in enumerate(zip(gallery, gallery_scenes))}
   scene = (np.zeros(len(test.target), np.int64) if r == 1 else
            rng.integers(r, size=len(test.target)))
+  target_scene = _target_scenes(config, scene)
   test = dataclasses.replace(
       test, reference=np.array([position[int(c), int(s)]
                                 for c, s in zip(test.reference, scene)]),
       target=np.array([position[int(c), int(s)]
-                       for c, s in zip(test.target, scene)]))
+                       for c, s in zip(test.target, target_scene)]))
   captions = tuple(caption(rng, combos[c]) for c in gallery)
   return World(config=config, combos=combos, is_test=is_test,
                gallery_combos=gallery.astype(np.int64),
                gallery_scenes=gallery_scenes.astype(np.int64),
                gallery_captions=captions, test=test, train=train)
+
+
+def _target_scenes(config: WorldConfig, scene: np.ndarray) -> np.ndarray:
+  """``[Q]`` each target's scene: its reference's with probability
+  ``scene_shared``, else one of the others, uniformly. Drawn from a stream
+  of its own, so the default (1.0) world is the one it always was."""
+  if config.scene_shared >= 1.0:
+    return scene
+  rng = np.random.default_rng([config.seed, 0x5CE4E])
+  other = (scene + rng.integers(1, config.renditions, size=len(scene))) % (
+      config.renditions)
+  return np.where(rng.random(len(scene)) < config.scene_shared, scene, other)
 
 
 def hard_negative_counts(world: World) -> np.ndarray:

@@ -187,6 +187,14 @@ class WorldSource(source_lib.Source):
                                         captioner=writer)
     return source_lib.Built(env=env, extra=_Extra(world, text, text_cache))
 
+  def target_captions(self, built):
+    """The world's true captions, and the captioner's when the run reads
+    them."""
+    out = {'true caption': tuple(built.extra.world.gallery_captions)}
+    if self.config.captions == 'model':
+      out['model caption'] = tuple(built.env.captions)
+    return out
+
   def save_caches(self, built):
     if built.extra.text_cache is not None:
       built.extra.text.save_cache(built.extra.text_cache)

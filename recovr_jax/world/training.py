@@ -311,7 +311,10 @@ def gallery_memory(world, video_params, text, cache_dir=None,
   world's ground-truth captions (the oracle ablation).
   """
   from recovr_jax.world import progress_memory  # pylint: disable=g-import-not-at-top
-  parts = dict(world=dataclasses.asdict(world.config),
+  # The gallery does not depend on which scene a target is in.
+  gallery_world = {k: v for k, v in dataclasses.asdict(world.config).items()
+                   if k != 'scene_shared'}
+  parts = dict(world=gallery_world,
                video=progress_memory.params_fingerprint(video_params),
                text=text.fingerprint)
   if captioner is not None:
