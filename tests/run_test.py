@@ -292,6 +292,9 @@ class RunnerTest(absltest.TestCase):
                        [t['top10'] for t in j['turns']])
       self.assertEqual([t['action'] for t in h['turns']],
                        [t['action'] for t in j['turns']])
+      # Turn 0 holds the modification text under both drivers.
+      self.assertEqual(h['turns'][0]['feedback'], j['turns'][0]['feedback'])
+      self.assertTrue(j['turns'][0]['feedback'])
 
   def test_jit_and_device_errors_name_the_flag(self):
     methods.register('host_only', _host_only)

@@ -212,7 +212,8 @@ def _run_jit(config, sim_env, method, batch, base, reasoner):
                      chunk_size=config.jit_chunk_size or None, mesh=mesh)
   return jitted.batch_result(sim_env, trace,
                              jitted.word_table(sim_env, sim_config,
-                                               config.user_seed))
+                                               config.user_seed),
+                             sessions=batch)
 
 
 def _per_session(env, method, batch, user, ctx, base, shape, errors):

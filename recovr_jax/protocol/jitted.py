@@ -741,15 +741,18 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
 
 
 def batch_result(env: SimEnvironment, trace: SimTrace,
-                 table: words_lib.WordTable | None = None
-                 ) -> host.BatchResult:
+                 table: words_lib.WordTable | None = None,
+                 sessions=None) -> host.BatchResult:
   """The host loop's ``BatchResult``; records hold what the reasoner read
   (``mentioned``: what the user named, unless its words were tabulated) and,
-  with ``table``, the words (``feedback``)."""
+  with ``table``, the words (``feedback``). With the batch's ``sessions``
+  turn 0 holds the modification text as ``feedback``, as the host's does."""
   names = world_lib.ATTRIBUTES
   records = []
   for i in range(trace.displayed.shape[0]):
-    rows = [{'turn': 0, 'action': None, 'feedback': None, 'sigma': None,
+    first = (None if sessions is None else
+             env.modification_texts[int(sessions[i])])
+    rows = [{'turn': 0, 'action': None, 'feedback': first, 'sigma': None,
              'question': None, 'asked': None}]
     for t in range(trace.active.shape[1]):
       if not trace.active[i, t]:
