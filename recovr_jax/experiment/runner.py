@@ -9,13 +9,11 @@ work), ``batches`` (computing, saving and resuming a batch), ``outputs``
 """
 
 import dataclasses
-import hashlib
 import json
 import pathlib
 import shutil
 import time
 
-import jax
 import numpy as np
 
 from recovr_jax import checksums

@@ -22,7 +22,6 @@ import abc
 import dataclasses
 import math
 
-import numpy as np
 
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
