@@ -15,7 +15,10 @@ Anchors, timed in the same process: memory bandwidth (a jitted sum over a
   Question Asker answering ``--sessions`` sessions' requests of one turn
   (drawn on the train split as ``reasoner_training.sample_sessions`` draws
   them, world literals for the Reflector, as ``--reasoner=smollm2_world``
-  runs), timed after a warm-up, divided by the sessions: seconds per turn.
+  runs), timed after a warm-up, divided by the sessions: seconds per turn,
+  at each of ``--reasoner_batches`` (sessions per generation call), split
+  into prompt prefill and decoding steps, with the prefill's floor (its
+  FLOPs, without the vocabulary head, at the measured matmul rate).
 
 Targets (issue 25): <= 0.35 s of reasoning per ReCoVR turn and a batch-16
 step at >= 60% of the measured matmul rate.
@@ -36,8 +39,12 @@ _OUT = flags.DEFINE_string('output_json', 'results/bench_lm.json',
                            'Where to write the results.')
 _CACHE_LENGTH = flags.DEFINE_integer('cache_length', 512,
                                      'Cache length of the step timings.')
-_SESSIONS = flags.DEFINE_integer('sessions', 16,
+_SESSIONS = flags.DEFINE_integer('sessions', 64,
                                  'Sessions of the per-turn timing.')
+_BATCHES = flags.DEFINE_list(
+    'reasoner_batches', ['16', '64'],
+    'Sessions per generation call (--reasoner_batch) of the per-turn '
+    'timings.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repeats (median).')
 _BANDWIDTH_MB = flags.DEFINE_integer('bandwidth_mb', 512,
                                      'Array size of the bandwidth anchor.')
@@ -61,17 +68,23 @@ def anchors(repeats: int) -> dict:
           'bandwidth_array_mb': _BANDWIDTH_MB.value, 'matmul_n': n}
 
 
+def lm_params(config) -> int:
+  """Non-embedding parameters plus the vocabulary head (what a token's
+  forward pass multiplies by)."""
+  hidden, heads = config.hidden_size, config.num_attention_heads
+  kv, head_dim = config.num_key_value_heads, hidden // heads
+  per_layer = (hidden * heads * head_dim + 2 * hidden * kv * head_dim +
+               heads * head_dim * hidden + 3 * hidden * config.intermediate_size)
+  return config.num_hidden_layers * per_layer + config.vocab_size * hidden
+
+
 def step_costs(config, batch: int, length: int) -> tuple[float, float]:
   """``(flops, bytes)`` of one cached decoding step (float32)."""
   hidden, layers = config.hidden_size, config.num_hidden_layers
-  heads = config.num_attention_heads
+  head_dim = hidden // config.num_attention_heads
   kv = config.num_key_value_heads
-  head_dim = hidden // heads
-  inter, vocab = config.intermediate_size, config.vocab_size
-  per_layer = (hidden * heads * head_dim + 2 * hidden * kv * head_dim +
-               heads * head_dim * hidden + 3 * hidden * inter)
-  weights = layers * per_layer + vocab * hidden     # the head is tied
-  flops = batch * (2 * weights + layers * 4 * length * heads * head_dim)
+  weights = lm_params(config)                       # the head is tied
+  flops = batch * (2 * weights + layers * 4 * length * hidden)
   cache = 2 * layers * length * kv * head_dim * 4   # per row, float32
   return float(flops), float(weights * 4 + batch * cache)
 
@@ -83,6 +96,13 @@ def main(argv):
                _MATMUL_N):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
+  try:
+    batches = [int(b) for b in _BATCHES.value]
+  except ValueError:
+    batches = []
+  if not batches or min(batches) < 1:
+    raise app.UsageError('--reasoner_batches must be integers >= 1, got '
+                         f'{",".join(_BATCHES.value)!r}')
   bench_common.full_speed_blas()
   from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import constrained  # pylint: disable=g-import-not-at-top
@@ -103,11 +123,11 @@ def main(argv):
       str(gguf_llama.ensure_converted()), rules.RulesReasoner(lexicon),
       system=chat_lm.adapter_meta(adapter)['prompt']['system'],
       adapter=adapter, reflect_literals=literals,
-      batch_size=_SESSIONS.value)
+      batch_size=max(batches))
   decoder, config = lm.decoder, lm.config
   length = _CACHE_LENGTH.value
   steps = []
-  for batch in (1, 2, 4, 8, 16):
+  for batch in (1, 2, 4, 8, 16, 64):
     bench_common.log(f'decoding step at batch {batch}')
     cache = decoder.init_cache(batch, length)
     logits = jnp.zeros((batch, config.vocab_size), jnp.float32)
@@ -147,24 +167,60 @@ def main(argv):
                                             num_turns=1)
   requests = {m: [r for k, r, _ in pairs if k == m]
               for m in ('intent', 'reflect', 'question')}
-  for module, reqs in requests.items():  # warm-up: compiles
-    lm.complete(module, reqs)
-  timed = []
-  for _ in range(repeats):
+  prefill = decoder._prefill  # pylint: disable=protected-access
+  split = {'prefill_s': 0.0, 'prefill_tokens': 0}
+
+  def timed_prefill(*args):  # the prompts' share of a turn
     start = time.perf_counter()
-    for module, reqs in requests.items():
+    out = jax.block_until_ready(prefill(*args))
+    split['prefill_s'] += time.perf_counter() - start
+    split['prefill_tokens'] += int(np.asarray(args[1]).size)
+    return out
+
+  decoder._prefill = timed_prefill  # pylint: disable=protected-access
+  per_batch = []
+  for reasoner_batch in batches:
+    lm.batch_size = reasoner_batch
+    bench_common.log(f'one turn of {_SESSIONS.value} sessions at '
+                     f'--reasoner_batch={reasoner_batch}')
+    for module, reqs in requests.items():  # warm-up: compiles
       lm.complete(module, reqs)
-    timed.append(time.perf_counter() - start)
-  per_turn = float(np.median(timed)) / _SESSIONS.value
+    timed, prefills, tokens = [], [], []
+    for _ in range(repeats):
+      split.update(prefill_s=0.0, prefill_tokens=0)
+      start = time.perf_counter()
+      for module, reqs in requests.items():
+        lm.complete(module, reqs)
+      timed.append(time.perf_counter() - start)
+      prefills.append(split['prefill_s'])
+      tokens.append(split['prefill_tokens'])
+    i = int(np.argsort(timed)[len(timed) // 2])  # the median repeat
+    # A prompt token multiplies by every weight but the vocabulary head
+    # (only the last position's logits are computed).
+    flops = (2 * (lm_params(config) - config.vocab_size * config.hidden_size)
+             * tokens[i])
+    per_batch.append({
+        'reasoner_batch': reasoner_batch,
+        'seconds_per_turn': timed[i] / _SESSIONS.value,
+        'prefill_s_per_turn': prefills[i] / _SESSIONS.value,
+        'decode_s_per_turn': (timed[i] - prefills[i]) / _SESSIONS.value,
+        'prefill_tokens_per_turn': tokens[i] / _SESSIONS.value,
+        'prefill_floor_s_per_turn': flops / (limits['matmul_gflop_s'] * 1e9)
+                                    / _SESSIONS.value})
+  best = min(per_batch, key=lambda r: r['seconds_per_turn'])
+  batch16 = next(s for s in steps if s['batch'] == 16)
+  per_turn = best['seconds_per_turn']
   results = {
       'limits': limits, 'steps': steps,
       'turn': {'sessions': _SESSIONS.value,
                'requests': {m: len(r) for m, r in requests.items()},
-               'seconds_per_turn': per_turn, 'target_s': 0.35,
-               'met': per_turn <= 0.35},
-      'batch16_step_share_of_matmul': steps[-1]['share_of_matmul'],
+               'by_reasoner_batch': per_batch,
+               'seconds_per_turn': per_turn,
+               'reasoner_batch': best['reasoner_batch'],
+               'target_s': 0.35, 'met': per_turn <= 0.35},
+      'batch16_step_share_of_matmul': batch16['share_of_matmul'],
       'step_target_share': 0.6,
-      'step_target_met': steps[-1]['share_of_matmul'] >= 0.6,
+      'step_target_met': batch16['share_of_matmul'] >= 0.6,
       'repeats': repeats}
   bench_common.write_results(_OUT.value, results)
   print(f'bandwidth {limits["bandwidth_gb_s"]:.1f} GB/s, matmul '
@@ -173,8 +229,13 @@ def main(argv):
     print(f'batch {s["batch"]:2d}: {1e3 * s["seconds"]:7.1f} ms/step, '
           f'{100 * s["share_of_matmul"]:5.1f}% of the matmul rate, '
           f'{100 * s["share_of_bandwidth"]:5.1f}% of the bandwidth')
-  print(f'reasoning per ReCoVR turn: {per_turn:.3f} s (target 0.35 s; '
-        f'{_SESSIONS.value} sessions, intent + reflect + question)')
+  for r in per_batch:
+    print(f'reasoning per ReCoVR turn at --reasoner_batch='
+          f'{r["reasoner_batch"]}: {r["seconds_per_turn"]:.3f} s (prefill '
+          f'{r["prefill_s_per_turn"]:.3f} s of {r["prefill_tokens_per_turn"]:.0f}'
+          f' tokens, its floor {r["prefill_floor_s_per_turn"]:.3f} s; '
+          f'decoding {r["decode_s_per_turn"]:.3f} s); target 0.35 s, '
+          f'{_SESSIONS.value} sessions, intent + reflect + question')
 
 
 if __name__ == '__main__':

@@ -52,7 +52,7 @@ _CONSTRAINED = flags.DEFINE_bool(
     'fallback (counted in report.md).')
 
 _LM_BATCH = flags.DEFINE_integer(
-    'reasoner_batch', 16, 'smollm2*: sessions per generation call.')
+    'reasoner_batch', 64, 'smollm2*: sessions per generation call.')
 
 HELP_GROUP = ('Reasoner (docs/reasoning.md)', [
     'reasoner', 'reasoner_checkpoint', 'reasoner_adapter', 'prompt_wording',

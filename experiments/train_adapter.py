@@ -180,7 +180,9 @@ def main(argv):
   print(f'{len(ids)} training sequences, {len(v_ids)} validation '
         f'({skipped} and {v_skipped} longer than --max_length='
         f'{_MAX_LENGTH.value} left out)', flush=True)
-  params = lm.params
+  # The checkpoint's own parameter tree (lm.params is the decoding
+  # layout); the reasoner above has verified the checkpoint.
+  params = chat_lm.load_params(base, config)
   del lm
   body = modeling_flax_llama.FlaxLlamaModule(config)
   adapter = (lora.init(params, _RANK.value, seed=_SEED.value)

@@ -16,7 +16,6 @@ import tempfile
 
 from absl.testing import absltest
 import chex
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,6 +23,7 @@ from recovr_jax import checksums
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import constrained
 from recovr_jax.reasoning import gguf_llama
+from recovr_jax.reasoning import llama_decode
 from recovr_jax.reasoning import lora
 from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import rules
@@ -98,6 +98,75 @@ class ChatLMTest(absltest.TestCase):
                          for i in ids[len(prefix) + len(suffix):])
       self.assertEqual(text, expected)
 
+  def test_decoding_layout_computes_the_transformers_logits(self):
+    """llama_decode (weights [out, in], a head-major cache that grows)
+    gives FlaxLlamaForCausalLM's logits: a left-padded prefill of two rows,
+    then three cached steps, the cache grown in between."""
+    lm = _STATE['lm']
+    model, params = _STATE['model'], _STATE['params']
+    shape = llama_decode.Shape.of(model.config)
+    rows = [list(lm.vocab.encode('Hello there, who are')),
+            list(lm.vocab.encode('One two'))]
+    width, length = 8, 128
+    ids = np.zeros((2, width), np.int32)
+    mask = np.zeros((2, length), np.int32)
+    for i, r in enumerate(rows):
+      ids[i, width - len(r):] = r
+      mask[i, width - len(r):width] = 1
+    pos = np.maximum(np.cumsum(mask[:, :width], axis=1) - 1, 0)
+    cache = llama_decode.init_cache(shape, 2, length)
+    hidden, cache = llama_decode.forward(shape, lm.params, ids, mask, pos,
+                                         cache)
+    cache = llama_decode.grow(cache, 2 * length)
+    mask = np.pad(mask, ((0, 0), (0, length)))
+    mask[:, width:] = 1
+    for t in range(4):
+      got = np.asarray(llama_decode.logits(lm.params, hidden[:, -1]))
+      for i, r in enumerate(rows):
+        want = model(np.asarray([r]), params=params).logits[0, -1]
+        np.testing.assert_allclose(got[i], want, atol=2e-4, rtol=1e-4)
+        r.append(int(np.argmax(want)))
+      if t == 3:
+        break
+      step = np.asarray([[r[-1]] for r in rows], np.int32)
+      positions = np.asarray([[len(r) - 1] for r in rows], np.int32)
+      hidden, cache = llama_decode.forward(shape, lm.params, step, mask,
+                                           positions, cache)
+    self.assertEqual(int(cache['index']), width + 3)
+
+  def test_a_prompt_read_by_two_modules_is_prefilled_once(self):
+    """Without a system message (as smollm2_world is prompted) the Intent
+    Decomposer and State Reflector read the same prompt: the second call
+    prefills only its lead, and replies as it does from scratch."""
+    lm = copy.copy(_STATE['lm'])
+    lm.system = False
+    memory = schemas.SessionMemory(keep=('colour: red',), avoid=())
+    pairs = [('make it red', 'two blue circles'),
+             ('no, squares please', 'a green square')]
+    widths = []
+    prefill = lm.decoder._prefill
+
+    def counting(params, ids, *args):
+      widths.append(np.asarray(ids).shape[1])
+      return prefill(params, ids, *args)
+
+    lm.decoder._prefill = counting
+    try:
+      lm.complete('intent', [schemas.IntentRequest(f, c, memory)
+                             for f, c in pairs])
+      lead = len(lm.vocab.encode('{"sigma": "'))
+      widths.clear()
+      reflect = [schemas.ReflectRequest(f, c, memory) for f, c in pairs]
+      shared = lm.complete('reflect', reflect)
+      self.assertEqual(widths, [lead])
+      lm.decoder._prompts.clear()
+      widths.clear()
+      self.assertEqual(lm.complete('reflect', reflect), shared)
+      self.assertGreater(max(widths), lead)
+    finally:
+      lm.decoder._prefill = prefill
+      lm.decoder._prompts.clear()
+
   def test_finished_rows_leave_the_batch_and_change_no_row(self):
     """Rows that finish early are gathered out (batch 8 -> 4 -> 2 -> 1)
     and a chunk of 5 runs at batch 8, not 16: every row decodes the tokens
@@ -116,7 +185,9 @@ class ChatLMTest(absltest.TestCase):
           [constrained.free(lm.vocab, -1, k)], batch_size=1, steps=10)
       self.assertEqual(text, alone[0])
     self.assertEqual([constrained.batch_bucket(r, 16) for r in
-                      (1, 2, 3, 5, 9, 16)], [1, 2, 4, 8, 16, 16])
+                      (1, 2, 3, 5, 9, 13, 16)], [1, 2, 4, 8, 12, 16, 16])
+    self.assertEqual([constrained.batch_bucket(r, 64) for r in
+                      (17, 25, 38, 50)], [24, 32, 48, 64])
     self.assertEqual(constrained.batch_bucket(5, 5), 5)
 
   def test_constrained_replies_follow_the_schema_on_adversarial_inputs(self):
@@ -402,7 +473,8 @@ class ChatLMTest(absltest.TestCase):
     chex.assert_trees_all_close(loaded, _STATE['params'])
     lm = chat_lm.ChatLMReasoner(str(d), rules.RulesReasoner(lexicon),
                                 batch_size=4, dtype='bfloat16', limits=LIMITS)
-    self.assertEqual(jax.tree.leaves(lm.params)[0].dtype, jnp.bfloat16)
+    self.assertEqual(lm.params['layers'][0]['q'].dtype, jnp.bfloat16)
+    self.assertEqual(lm.params['head'].dtype, jnp.bfloat16)
     for obj in lm.question(_requests('question')[:2]):
       schemas.validate('question', obj)
     with self.assertRaisesRegex(ValueError, 'dtype must be one of'):

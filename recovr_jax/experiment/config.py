@@ -48,7 +48,7 @@ class RunConfig:
   few_shot: int | None = None              # None: 3 (smollm2), 0 (_world)
   reasoner_dtype: str = 'float32'          # or 'bfloat16'
   constrained_decoding: bool = True
-  reasoner_batch: int = 16                 # sessions per generation call
+  reasoner_batch: int = 64                 # sessions per generation call
   num_sessions: int | None = None         # None: every test triplet
   batch_size: int = 100
   loop: ranking.LoopConfig = ranking.LoopConfig()

@@ -20,13 +20,13 @@ import pathlib
 import sys
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax.reasoning import constrained
 from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import llama_decode
 from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import schemas
 
@@ -105,9 +105,6 @@ class ChatLMReasoner(flax_lm.LMReasoner):
         ``None``: free-text items (real data).
     """
     from transformers import AutoTokenizer, LlamaConfig  # pylint: disable=g-import-not-at-top,g-multiple-import
-    from transformers.models.llama import modeling_flax_llama  # pylint: disable=g-import-not-at-top
-    from third_party import transformers_flax_llama  # pylint: disable=g-import-not-at-top
-    transformers_flax_llama.install()  # the rotary base from the config
     if dtype not in DTYPES:
       raise ValueError(f'dtype must be one of {DTYPES}, got {dtype!r}')
     if wording not in prompts.WORDINGS:
@@ -128,7 +125,6 @@ class ChatLMReasoner(flax_lm.LMReasoner):
       params = lora.merge(params, adapter_params)
     checksums.check_finite(params, f'reasoner checkpoint {model_dir}')
     jdtype = jnp.bfloat16 if dtype == 'bfloat16' else jnp.float32
-    self.params = jax.tree.map(lambda x: jnp.asarray(x, jdtype), params)
     self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if not self.tokenizer.chat_template:
       raise ValueError(f'reasoner checkpoint {model_dir!r}: the tokenizer '
@@ -150,29 +146,23 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     self.timing = collections.Counter()
     self._reported = 0.0  # generation seconds at the last progress line
 
-    # The attention installed above never reads upstream's stored
-    # [max_position_embeddings]^2 causal mask, so XLA drops it.
-    body = modeling_flax_llama.FlaxLlamaModule(self.config, dtype=jdtype)
+    # Decoding runs llama_decode's layout of the same computation (weights
+    # as [out, in], a head-major cache); tests check it against
+    # transformers' FlaxLlamaForCausalLM.
+    shape = llama_decode.Shape.of(self.config)
+    self.params = llama_decode.prepare(params, shape, jdtype)
+    del params
 
     def apply_fn(params, ids, mask, positions, cache):
-      out, variables = body.apply(
-          {'params': params['model'], 'cache': cache}, ids, mask, positions,
-          deterministic=True, init_cache=False, mutable=['cache'])
-      return out[0], variables['cache']
-
-    def head_fn(params, hidden):
-      return (hidden @ params['lm_head']['kernel']).astype(jnp.float32)
+      return llama_decode.forward(shape, params, ids, mask, positions, cache)
 
     def init_cache(batch, length):
-      shapes = jax.eval_shape(lambda: body.init(
-          jax.random.PRNGKey(0), jnp.ones((batch, length), jnp.int32),
-          jnp.ones((batch, length), jnp.int32),
-          jnp.zeros((batch, length), jnp.int32), init_cache=True))['cache']
-      return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+      return llama_decode.init_cache(shape, batch, length, jdtype)
 
     self.vocab = constrained.Vocabulary(self.tokenizer, self.config.vocab_size)
-    self.decoder = constrained.Decoder(apply_fn, head_fn, init_cache,
-                                       self.vocab)
+    self.decoder = constrained.Decoder(apply_fn, llama_decode.logits,
+                                       init_cache, self.vocab,
+                                       llama_decode.grow)
 
   def _prompt(self, module, request):
     request = self.preprocess(request) if self.preprocess else request
@@ -204,14 +194,24 @@ class ChatLMReasoner(flax_lm.LMReasoner):
         gen = constrained.free(self.vocab, self.tokenizer.eos_token_id, steps)
       leads.append(lead)
       grammars.append(gen)
-    suffixes = [list(enc(s + lead)) for (_, s), lead in zip(rendered, leads)]
+    # The lead apart from the prompt when the tokenizer splits there (it
+    # does for SmolLM2's), so a prompt read by two modules runs once.
+    lead_ids = list(enc(leads[0])) if leads[0] else []
+    suffixes = [list(enc(s)) for _, s in rendered]
+    if len(set(leads)) > 1 or any(
+        list(enc(s + lead)) != ids + lead_ids
+        for (_, s), lead, ids in zip(rendered, leads, suffixes)):
+      lead_ids = []
+      suffixes = [list(enc(s + lead)) for (_, s), lead in zip(rendered,
+                                                             leads)]
     start = time.perf_counter()
     texts, decoded = self.decoder.generate(
         self.params, (module, self.wording, prefix), prefix_ids, suffixes,
-        grammars, self.batch_size, steps + 1)
+        grammars, self.batch_size, steps + 1, lead=lead_ids)
     self.timing['seconds'] += time.perf_counter() - start
     self.timing['decoded_tokens'] += decoded
-    self.timing['prompt_tokens'] += sum(map(len, suffixes))
+    self.timing['prompt_tokens'] += sum(len(x) + len(lead_ids)
+                                        for x in suffixes)
     self.timing['requests'] += len(requests)
     self._report_progress()
     eos = self.tokenizer.eos_token

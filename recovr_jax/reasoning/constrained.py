@@ -20,6 +20,7 @@ the batch, prefills the per-request suffixes (left-padded; positions stay
 contiguous) and then decodes one token per step for every row.
 """
 
+import collections
 import dataclasses
 import functools
 
@@ -298,14 +299,29 @@ def max_steps(module: str, limits: Limits = Limits(),
           bound('}', longest[:limits.list_items]))
 
 
-class Decoder:
-  """Batched constrained greedy decoding through a Flax Llama/GPT module.
+CACHE_ROUND = 128  # cache lengths are multiples of this (one compile each)
+PREFIX_ROUND = 16  # a shared prompt start is cut to a multiple of this
+PREFIX_CACHES = 16  # prefix caches kept (least recently used dropped)
 
-  ``apply_fn(params, ids, mask, positions, cache) -> (hidden, cache)`` runs
-  the transformer body with a cache; ``head_fn(params, hidden) -> logits``.
+
+def cache_length(filled: int) -> int:
+  """The cache length that holds ``filled`` positions."""
+  return -(-filled // CACHE_ROUND) * CACHE_ROUND
+
+
+class Decoder:
+  """Batched constrained greedy decoding through a causal LM with a cache.
+
+  ``apply_fn(params, ids, mask, positions, cache) -> (hidden, cache)``
+  runs the model on new tokens; ``head_fn(params, hidden) -> logits``;
+  ``init_cache_fn(batch, length)``; ``grow_fn(cache, length)``: the cache
+  with room for ``length`` positions. A batch starts with a cache that
+  holds its prompts and grows by ``CACHE_ROUND`` positions when full, so
+  attention runs over little more than the filled part.
   """
 
-  def __init__(self, apply_fn, head_fn, init_cache_fn, vocab: Vocabulary):
+  def __init__(self, apply_fn, head_fn, init_cache_fn, vocab: Vocabulary,
+               grow_fn):
     self.vocab = vocab
     self.init_cache = init_cache_fn
     masks = jnp.asarray(vocab.masks)
@@ -343,11 +359,25 @@ class Decoder:
 
     self._prefill, self._step, self._tile = prefill, step, tile
     self._take = take
-    self._prefix = {}
+    self._grow = jax.jit(grow_fn, static_argnums=1)
+    self._copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
+    self._prompts, self._prompts_next = {}, {}
+    self._prefix = collections.OrderedDict()
+
+  def _room(self, cache, mask, filled):
+    """The cache and mask grown to hold ``filled`` positions (new mask
+    columns 1: generated positions)."""
+    longer = cache_length(filled)
+    return (self._grow(cache, longer),
+            np.pad(mask, ((0, 0), (0, longer - mask.shape[1])),
+                   constant_values=1))
 
   def prefix_cache(self, params, key, prefix_ids, length):
-    """The cache after the shared prefix (batch 1), computed once per key."""
-    if key not in self._prefix:
+    """The cache after the shared prefix (batch 1), computed once per key
+    (the ``PREFIX_CACHES`` most recently used are kept)."""
+    if key in self._prefix:
+      self._prefix.move_to_end(key)
+    else:
       cache = self.init_cache(1, length)
       if prefix_ids:
         ids = np.asarray([prefix_ids], np.int32)
@@ -356,10 +386,12 @@ class Decoder:
         pos = np.arange(len(prefix_ids), dtype=np.int32)[None]
         _, cache = self._prefill(params, ids, mask, pos, cache)
       self._prefix[key] = cache
+      while len(self._prefix) > PREFIX_CACHES:
+        self._prefix.popitem(last=False)
     return self._prefix[key]
 
   def generate(self, params, key, prefix_ids, suffixes, grammars,
-               batch_size: int, steps: int, bucket: int = 16):
+               batch_size: int, steps: int, bucket: int = 16, lead=()):
     """Replies (texts after each grammar's lead) for token-id ``suffixes``.
 
     Every row runs ``grammars[i]`` (a started-fresh generator). Requests go
@@ -369,39 +401,77 @@ class Decoder:
     next smaller bucket (no work for finished rows; every row's tokens are
     what it would decode alone). Returns the generated texts and the number
     of tokens decoded (real rows only).
+
+    The tokens every suffix starts with (cut to a multiple of
+    ``PREFIX_ROUND``, each suffix keeping one) join the prefix: they run
+    once at batch 1, and their cache is kept for the next call.
+
+    ``lead``: token ids that follow every suffix (a reply's forced
+    opening). The cache after the prompts is then kept until the next call,
+    which skips their prefill when its prompts are the same (ReCoVR's
+    Intent Decomposer and State Reflector read the same prompt and differ
+    in the lead).
     """
+    shared = _common_start(suffixes)
+    shared -= shared % PREFIX_ROUND
+    if shared:
+      prefix_ids = list(prefix_ids) + list(suffixes[0][:shared])
+      key = (key, tuple(suffixes[0][:shared]))
+      suffixes = [s[shared:] for s in suffixes]
     texts, decoded = [], 0
     for start in range(0, len(suffixes), batch_size):
       chunk = suffixes[start:start + batch_size]
       gens = grammars[start:start + batch_size]
       out, n = self._generate_batch(params, key, prefix_ids, chunk, gens,
-                                    batch_size, steps, bucket)
+                                    batch_size, steps, bucket, tuple(lead))
       texts.extend(out)
       decoded += n
+    self._prompts, self._prompts_next = self._prompts_next, {}
     return texts, decoded
 
   def _generate_batch(self, params, key, prefix_ids, suffixes, gens,
-                      batch_size, steps, bucket):
+                      batch_size, steps, bucket, lead):
     n = len(suffixes)
     size = batch_bucket(n, batch_size)
     p = len(prefix_ids)
     width = -(-max(len(s) for s in suffixes) // bucket) * bucket
-    length = p + width + steps + 1
-    length = -(-length // 128) * 128  # one step compile per 128 positions
-    cache = self._tile(self.prefix_cache(params, (key, length), prefix_ids,
-                                         length), size)
-    ids = np.zeros((size, width), np.int32)
-    mask = np.zeros((size, length), np.int32)
-    mask[:, :p] = 1
+    length = cache_length(p + width + 1)  # grows while decoding
     lengths = np.ones(size, np.int32)
-    for i, s in enumerate(suffixes):
-      ids[i, width - len(s):] = s
-      mask[i, p + width - len(s):p + width] = 1
-      lengths[i] = len(s)
-    mask[n:, p + width - 1] = 1  # padding rows: one real token
-    pos = np.maximum(np.cumsum(mask[:, p:p + width], axis=1) - 1, 0) + p
-    logits, cache = self._prefill(params, ids, mask, pos.astype(np.int32),
-                                  cache)
+    lengths[:n] = [len(s) for s in suffixes]
+    ident = (tuple(prefix_ids), length, size,
+             tuple(tuple(s) for s in suffixes))
+    if ident in self._prompts:  # the previous call's prompts: reuse
+      cache, logits, mask = self._prompts[ident]
+      self._prompts_next[ident] = (cache, logits, mask)
+      cache, logits = self._copy((cache, logits))
+      mask = mask.copy()
+    else:
+      cache = self._tile(self.prefix_cache(params, (key, length), prefix_ids,
+                                           length), size)
+      ids = np.zeros((size, width), np.int32)
+      mask = np.zeros((size, length), np.int32)
+      mask[:, :p] = 1
+      for i, s in enumerate(suffixes):
+        ids[i, width - len(s):] = s
+        mask[i, p + width - len(s):p + width] = 1
+      mask[n:, p + width - 1] = 1  # padding rows: one real token
+      pos = np.maximum(np.cumsum(mask[:, p:p + width], axis=1) - 1, 0) + p
+      logits, cache = self._prefill(params, ids, mask, pos.astype(np.int32),
+                                    cache)
+      if lead:  # kept for a next call with the same prompts
+        self._prompts_next[ident] = (self._copy((cache, logits)) +
+                                     (mask.copy(),))
+    if lead:  # the reply's forced opening, the same for every row
+      k = len(lead)
+      if p + width + k > mask.shape[1]:
+        cache, mask = self._room(cache, mask, p + width + k)
+      mask[:, p + width:p + width + k] = 1
+      positions = (p + lengths)[:, None] + np.arange(k)[None]
+      logits, cache = self._prefill(
+          params, np.tile(np.asarray(lead, np.int32), (size, 1)), mask,
+          positions.astype(np.int32), cache)
+      width += k
+      lengths = lengths + k
     mask[:, p + width:] = 1  # generated positions (the cache index limits)
     current = [next(g) for g in gens]
     rows = list(range(n)) + [-1] * (size - n)   # batch row -> request
@@ -429,6 +499,8 @@ class Decoder:
         content[j] = step.content
         allowed[j, :len(step.ids)] = step.ids
       positions = (p + lengths + t).astype(np.int32)
+      if p + width + t + 1 > mask.shape[1]:  # full: room for more steps
+        cache, mask = self._room(cache, mask, p + width + t + 1)
       token, logits, cache = self._step(params, logits, content, allowed,
                                         positions, mask, cache)
       token = np.asarray(token)
@@ -444,7 +516,22 @@ class Decoder:
     return texts, decoded
 
 
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+def _common_start(rows) -> int:
+  """How many leading tokens all ``rows`` share, leaving each at least
+  one."""
+  if not rows:
+    return 0
+  n = min(len(r) for r in rows) - 1
+  first = rows[0]
+  for r in rows[1:]:
+    i = 0
+    while i < n and r[i] == first[i]:
+      i += 1
+    n = i
+  return max(n, 0)
+
+
+BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def batch_bucket(rows: int, batch_size: int) -> int:
