@@ -11,6 +11,9 @@ Anchors, timed in the same process: memory bandwidth (a jitted sum over a
   the non-embedding parameters x batch, plus attention over the cache and
   the vocabulary head) as a share of the matmul rate, and its bytes (the
   weights once, the cache per row) as a share of the bandwidth;
+* the model's 30 gate projections alone at 16 and 64 rows, as ``X @ W``
+  and as ``W @ X``: the rate XLA's CPU dot reaches on these shapes (the
+  ceiling of a decoding step's share of the matmul rate);
 * reasoning per ReCoVR turn: the Intent Decomposer, State Reflector and
   Question Asker answering ``--sessions`` sessions' requests of one turn
   (drawn on the train split as ``reasoner_training.sample_sessions`` draws
@@ -52,6 +55,10 @@ _MATMUL_N = flags.DEFINE_integer('matmul_n', 2048,
                                  'Square size of the matmul anchor.')
 _ADAPTER = flags.DEFINE_string(
     'adapter', None, 'LoRA adapter (default: the shipped smollm2_world).')
+_PROJECTIONS_ONLY = flags.DEFINE_boolean(
+    'projections_only', False,
+    'Measure the anchors and the gate projections alone (about a minute) '
+    'and write only those.')
 
 
 def anchors(repeats: int) -> dict:
@@ -66,6 +73,31 @@ def anchors(repeats: int) -> dict:
   return {'bandwidth_gb_s': x.nbytes / t / 1e9,
           'matmul_gflop_s': 2 * n ** 3 / tm / 1e9,
           'bandwidth_array_mb': _BANDWIDTH_MB.value, 'matmul_n': n}
+
+
+def projection_chain(kernels, rows: int, repeats: int) -> dict:
+  """Time of the model's gate projections alone, one after another (no
+  attention, no norms), for ``rows`` rows in both operand orders: ``X @ W``
+  (``[rows, in] @ [in, out]``, the transformers layout) and ``W @ X``
+  (``[out, in] @ [in, rows]``, ``llama_decode``'s). Returns GFLOP/s of
+  each: what XLA's CPU dot reaches on these shapes here."""
+  outer = [jnp.asarray(np.ascontiguousarray(np.asarray(k).T)) for k in kernels]
+  flops = 2 * rows * sum(int(np.prod(k.shape)) for k in kernels)
+
+  def x_w(x, ws):
+    return sum(jnp.sum(x @ w) for w in ws)
+
+  def w_x(x, ws):
+    return sum(jnp.sum(w @ x.T) for w in ws)
+
+  x = jnp.ones((rows, kernels[0].shape[1]), jnp.float32)
+  out = {'rows': rows}
+  for name, fn, ws in (('x_at_w', x_w, outer), ('w_at_x', w_x, kernels)):
+    jitted = jax.jit(fn)
+    seconds, _ = bench_common.timings(lambda f=jitted, w=ws: f(x, w),
+                                      repeats * 4)
+    out[f'{name}_gflop_s'] = flops / seconds / 1e9
+  return out
 
 
 def lm_params(config) -> int:
@@ -124,6 +156,21 @@ def main(argv):
       system=chat_lm.adapter_meta(adapter)['prompt']['system'],
       adapter=adapter, reflect_literals=literals,
       batch_size=max(batches))
+  bench_common.log('the gate projections alone, both operand orders')
+  gates = [layer['gate'] for layer in lm.params['layers']]
+  chains = [projection_chain(gates, rows, repeats) for rows in (16, 64)]
+  for c in chains:
+    for name in ('x_at_w', 'w_at_x'):
+      c[f'{name}_share_of_matmul'] = (c[f'{name}_gflop_s'] /
+                                      limits['matmul_gflop_s'])
+  for c in chains:
+    print(f'gate projections alone, {c["rows"]} rows: X @ W '
+          f'{100 * c["x_at_w_share_of_matmul"]:.0f}%, W @ X '
+          f'{100 * c["w_at_x_share_of_matmul"]:.0f}% of the matmul rate')
+  if _PROJECTIONS_ONLY.value:
+    bench_common.write_results(_OUT.value, {
+        'limits': limits, 'projection_chains': chains, 'repeats': repeats})
+    return
   decoder, config = lm.decoder, lm.config
   length = _CACHE_LENGTH.value
   steps = []
@@ -211,7 +258,7 @@ def main(argv):
   batch16 = next(s for s in steps if s['batch'] == 16)
   per_turn = best['seconds_per_turn']
   results = {
-      'limits': limits, 'steps': steps,
+      'limits': limits, 'steps': steps, 'projection_chains': chains,
       'turn': {'sessions': _SESSIONS.value,
                'requests': {m: len(r) for m, r in requests.items()},
                'by_reasoner_batch': per_batch,

@@ -17,7 +17,9 @@ once from the vocabulary.
 
 Generation runs the shared prompt prefix once (batch 1), copies its cache to
 the batch, prefills the per-request suffixes (left-padded; positions stay
-contiguous) and then decodes one token per step for every row.
+contiguous) and the reply's lead (a prompt the previous call prefilled is
+not prefilled again), then decodes one token per step for every row; the
+cache grows when full.
 """
 
 import collections
