@@ -25,6 +25,7 @@ cache grows when full.
 import collections
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -523,14 +524,8 @@ def _common_start(rows) -> int:
   one."""
   if not rows:
     return 0
-  n = min(len(r) for r in rows) - 1
-  first = rows[0]
-  for r in rows[1:]:
-    i = 0
-    while i < n and r[i] == first[i]:
-      i += 1
-    n = i
-  return max(n, 0)
+  return max(min(len(os.path.commonprefix(rows)),
+                 min(len(r) for r in rows) - 1), 0)
 
 
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
