@@ -1,17 +1,22 @@
-"""The paper's qualitative claims, checked against a run's outputs.
+"""The paper's claims, each with its 95% interval and a verdict.
 
-  python -m experiments.fidelity --main_dir=out/main --degraded_dir=out/degraded
+  for s in 1.0 0.5 0.0; do
+    python -m experiments.run --flagfile=experiments/flagfiles/fidelity \\
+        --scene_shared=$s --output_dir=out/fidelity/scene_shared=$s
+  done
+  python -m experiments.fidelity --output_md=fidelity.md \\
+      --output_json=fidelity.json
 
-``--main_dir``: a run of ``flagfiles/main`` (its ``metrics.json``,
-``failure_modes.json`` and ``rank_cap_firing.json``); ``--degraded_dir``: a run of ``flagfiles/degraded``
-(one subdirectory per setting). Prints, and with ``--output_md`` writes, one
-row per claim: what the paper reports, what the run gives, and whether the
-claim's direction holds (the numbers themselves are not expected to match:
-the world is not WebVid-CoVR). A claim whose rows are missing from the run is
-an error naming them, not a skipped row.
+Every checkable claim of the paper's text (``recovr_jax.experiment.
+paper_claims``: the sentence, where it stands, the paper's number) is read
+off each family member's runs as paired comparisons on the same sessions:
+reproduced, contradicted, inconclusive (its interval holds the boundary),
+untestable here (with the reason) or not run (its runs are missing from the
+directory). A member directory holds ``main/``, ``stagnation/``,
+``degraded/<setting>/`` and ``sensitivity/<setting>/`` as
+``experiments.run --suite=fidelity`` writes them; ``main/`` is required.
 """
 
-import json
 import pathlib
 
 from absl import app
@@ -19,200 +24,138 @@ from absl import flags
 
 from experiments import cli
 from experiments import outputs
+from recovr_jax.experiment import claims as claims_lib
+from recovr_jax.experiment import paper_claims
 
-_MAIN = flags.DEFINE_string('main_dir', 'out/main',
-                            'A run of experiments/flagfiles/main.')
-_DEGRADED = flags.DEFINE_string('degraded_dir', 'out/degraded',
-                                'A run of experiments/flagfiles/degraded.')
-
-PLAIN_BASELINES = ('ivr', 'merlin', 'umivr', 'history_rewrite')
-TRANSPLANTS = ('ivr_rankcap', 'umivr_rankcap')  # Table 6
-# Paper Table 3's rows as this library names them (reflection = State
-# Reflection, cap = rank-cap).
-TABLE3 = ('intent_only', 'no_rankcap', 'no_reflection', 'covr_only',
-          't2v_only', 'recovr')
-TABLE5 = ('recovr', 'static_rrf', 'uniform_rrf', 'penalty_rrf', 'sim_max',
-          'sim_sum')
-# The degraded settings the paper calls genuinely degraded (Table 20).
-DEGRADED = ('noise_rate=0.1', 'noise_rate=0.2', 'drop_rate=0.3',
-            'user_policy=modify_only')
-
-
-def _load(path: pathlib.Path) -> dict:
-  if not path.is_file():
-    raise app.UsageError(f'{path} does not exist (run the flagfile first)')
-  return json.loads(path.read_text())
+_DIRS = flags.DEFINE_list(
+    'fidelity_dirs',
+    [f'out/fidelity/scene_shared={s}' for s in ('1.0', '0.5', '0.0')],
+    'Family members: each a directory written by experiments.run '
+    '--suite=fidelity (the setting is named by the directory).')
+_RESAMPLES = flags.DEFINE_integer(
+    'fidelity_resamples', 10_000,
+    'Session resamples per run group (the same for every method and setting '
+    'of the group).')
+_SEED = flags.DEFINE_integer('fidelity_seed', 0,
+                             'Seed of the resampled sessions.')
+_JSON = flags.DEFINE_string('output_json', None,
+                            'Also write every row and check (JSON) here.')
 
 
-def _need(table: dict, names, where: str) -> None:
-  missing = [n for n in names if n not in table]
-  if missing:
-    raise app.UsageError(f'{where} lacks {", ".join(missing)}')
+def evidence(member: pathlib.Path, num_resamples: int,
+             seed: int) -> tuple[claims_lib.Evidence, bool]:
+  """The ``Evidence`` of a member directory, and whether it holds the
+  paper's reading of the no-reflection ablation (``stagnation/``)."""
+  if not (member / 'main').is_dir():
+    raise app.UsageError(f'{member / "main"} does not exist: run '
+                         'experiments.run --flagfile=experiments/flagfiles/'
+                         f'fidelity --output_dir={member} first')
+  main = {'main': claims_lib.load(member / 'main')}
+  stagnation = (member / 'stagnation').is_dir()
+  if stagnation:
+    main['stagnation'] = claims_lib.load(member / 'stagnation')
+  groups = {'main': main}
+  for group in ('degraded', 'sensitivity'):
+    if (member / group).is_dir():
+      groups[group] = {p.name: claims_lib.load(p)
+                       for p in sorted((member / group).iterdir())
+                       if p.is_dir()}
+  return claims_lib.Evidence(groups, num_resamples, seed), stagnation
 
 
-def _pct(x: float) -> str:
-  return f'{100 * x:.1f}'
+def _fmt(check) -> str:
+  if check['kind'] == 'never':
+    return f"{check['label']}: {check['value']:.0f}"
+  scale, digits = ((100, 1) if check['unit'] == 'points' else (1, 3))
+  v, lo, hi = (scale * check[k] for k in ('value', 'lower', 'upper'))
+  return f"{check['label']}: {v:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
-def claims(metrics: dict, failures: dict, degraded: dict,
-           firing: dict) -> list[tuple]:
-  """``[(claim, paper, ours, holds)]``; ``metrics``/``failures``/
-  ``firing``: a main run's JSON; ``degraded``: setting -> that setting's
-  ``metrics.json``."""
-  _need(metrics, PLAIN_BASELINES + TRANSPLANTS + TABLE3 + TABLE5,
-        'metrics.json')
-  _need(failures, ('recovr', 'umivr'), 'failure_modes.json')
-  _need(firing, ('recovr',), 'rank_cap_firing.json')
-  _need(degraded, ('noise_rate=0.0',) + DEGRADED + (
-      'user_policy=rewrite_only',), 'the degraded run')
-  r1 = {m: v['R@1'] for m, v in metrics.items()}
-  turns = range(1, len(r1['recovr']))
-  last = len(r1['recovr']) - 1
-  rows = []
-
-  best = [max(r1[b][t] for b in PLAIN_BASELINES) for t in range(last + 1)]
-  margin = [r1['recovr'][t] - best[t] for t in range(last + 1)]
-  rows.append((
-      'R@1 margin over the strongest plain baseline widens from turn 1 to '
-      'turn 5', '7.2 -> 15.2',
-      f'{100 * margin[1]:+.1f} -> {100 * margin[last]:+.1f}',
-      0 < margin[1] < margin[last]))
-
-  rec, um = failures['recovr'], failures['umivr']
-  rows.append((
-      'after a failed turn ReCoVR recovers more often than UMIVR, above its '
-      'own improvement rate; UMIVR below its own',
-      '88.15 (base 79.77) vs 30.12 (base 45.75)',
-      f"{_pct(rec['recovery']['rate'])} (base "
-      f"{_pct(rec['improvement']['rate'])}) vs {_pct(um['recovery']['rate'])}"
-      f" (base {_pct(um['improvement']['rate'])})",
-      rec['recovery']['rate'] > um['recovery']['rate'] and
-      rec['recovery']['rate'] > rec['improvement']['rate'] and
-      um['recovery']['rate'] < um['improvement']['rate']))
-  rows.append((
-      'ReCoVR stagnates less than UMIVR', '20.23 vs 54.25',
-      f"{_pct(rec['stagnation']['rate'])} vs {_pct(um['stagnation']['rate'])}",
-      rec['stagnation']['rate'] < um['stagnation']['rate']))
-
-  others = [m for m in TABLE3 if m != 'recovr']
-  full_best = all(r1['recovr'][t] >= max(r1[m][t] for m in others)
-                  for t in turns)
-  rows.append((
-      'Table 3: the full model has the best R@1 at every turn',
-      'yes', ', '.join(f'T{t} {_pct(r1["recovr"][t])} vs '
-                       f'{_pct(max(r1[m][t] for m in others))}'
-                       for t in (1, last)), full_best))
-  cap_gain = r1['no_reflection'][last] - r1['intent_only'][last]
-  reflection_gain = r1['no_rankcap'][last] - r1['intent_only'][last]
-  rows.append((
-      'Table 3: rank-cap gives the larger single gain over dual routing '
-      '(turn 5)', 'yes', f'rank-cap {100 * cap_gain:+.1f}, State Reflection '
-      f'{100 * reflection_gain:+.1f}', cap_gain > reflection_gain))
-  rows.append((
-      'Table 3: adding State Reflection to dual routing + rank-cap improves '
-      'R@1 at every turn', 'yes', ', '.join(
-          f'T{t} {100 * (r1["recovr"][t] - r1["no_reflection"][t]):+.1f}'
-          for t in turns),
-      all(r1['recovr'][t] > r1['no_reflection'][t] for t in turns)))
-  rows.append((
-      'Table 3: CoVR channel + reflection + rank-cap beats every plain '
-      'baseline at every feedback turn', 'yes', ', '.join(
-          f'T{t} {100 * (r1["covr_only"][t] - best[t]):+.1f}'
-          for t in turns),
-      all(r1['covr_only'][t] > best[t] for t in turns)))
-
-  ivr_gain = r1['ivr_rankcap'][last] - r1['ivr'][last]
-  umivr_gain = r1['umivr_rankcap'][last] - r1['umivr'][last]
-  rows.append((
-      'Table 6: transplanting rank-cap improves IVR and UMIVR at turn 5',
-      '+8.57, +8.14', f'{100 * ivr_gain:+.1f}, {100 * umivr_gain:+.1f}',
-      ivr_gain > 0 and umivr_gain > 0))
-  gap = [r1['recovr'][t] - r1['umivr_rankcap'][t] for t in range(last + 1)]
-  rows.append((
-      'Table 6: ReCoVR above UMIVR + rank-cap at every feedback turn, the gap '
-      'growing from turn 1 to turn 5', '1.49 -> 7.04',
-      f'{100 * gap[1]:+.1f} -> {100 * gap[last]:+.1f}',
-      all(gap[t] > 0 for t in turns) and gap[1] < gap[last]))
-  fired, improved = firing['recovr']['fired'], firing['recovr']['improved']
-  rows.append((
-      'A.4: rank-cap fires in about half of ReCoVR\'s active transitions and '
-      'most firing transitions improve the target rank the same turn',
-      '49.20, 76.57', f"{_pct(fired['rate'])}, {_pct(improved['rate'])}",
-      improved['rate'] > 0.5))
-
-  fusion = [m for m in TABLE5 if m != 'recovr']
-  rows.append((
-      'Table 5: TW-RRF has the best R@1 from turn 2 on', 'yes', ', '.join(
-          f'T{t} {100 * (r1["recovr"][t] - max(r1[m][t] for m in fusion)):+.1f}'
-          for t in range(2, last + 1)),
-      all(r1['recovr'][t] >= max(r1[m][t] for m in fusion)
-          for t in range(2, last + 1))))
-  rows.append((
-      'Table 5: Static-RRF ahead at turn 1, behind at turn 5', 'yes',
-      f'T1 {100 * (r1["static_rrf"][1] - r1["recovr"][1]):+.1f}, T{last} '
-      f'{100 * (r1["static_rrf"][last] - r1["recovr"][last]):+.1f}',
-      r1['static_rrf'][1] > r1['recovr'][1] and
-      r1['static_rrf'][last] < r1['recovr'][last]))
-  rows.append((
-      'Table 5: Penalty-RRF below Uniform-RRF and TW-RRF at turn 5', 'yes',
-      f'{_pct(r1["penalty_rrf"][last])} vs {_pct(r1["uniform_rrf"][last])}, '
-      f'{_pct(r1["recovr"][last])}',
-      r1['penalty_rrf'][last] < min(r1['uniform_rrf'][last],
-                                    r1['recovr'][last])))
-  rows.append((
-      'Table 5: SimMax and SimSum below TW-RRF at every turn', 'yes',
-      ', '.join(f'T{t} {_pct(r1["sim_max"][t])}/{_pct(r1["sim_sum"][t])} vs '
-                f'{_pct(r1["recovr"][t])}' for t in (1, last)),
-      all(max(r1['sim_max'][t], r1['sim_sum'][t]) < r1['recovr'][t]
-          for t in turns)))
-
-  d = {s: m['recovr']['R@1'] for s, m in degraded.items()}
-  u = {s: m['umivr']['R@1'] for s, m in degraded.items()}
-  modify, clean = d['user_policy=modify_only'][-1], d['noise_rate=0.0'][-1]
-  rewrite = d['user_policy=rewrite_only'][-1]
-  rows.append((
-      'ReCoVR at turn 5: modify-only < clean (mixed) < rewrite-only',
-      '86.15 < clean < 92.14',
-      f'{_pct(modify)} < {_pct(clean)} < {_pct(rewrite)}',
-      modify < clean < rewrite))
-  gain = {s: d[s][-1] - d[s][0] for s in DEGRADED}
-  ugain = {s: u[s][-1] - u[s][0] for s in DEGRADED}
-  rows.append((
-      'interactive gain T0 -> T5 under degraded feedback: ReCoVR\'s band '
-      'above UMIVR\'s', '31.85-34.98 vs 9.75-20.47',
-      f'{_pct(min(gain.values()))}-{_pct(max(gain.values()))} vs '
-      f'{_pct(min(ugain.values()))}-{_pct(max(ugain.values()))}',
-      min(gain.values()) > max(ugain.values())))
-  within = max(clean - d[s][-1] for s in DEGRADED[:3])
-  rows.append((
-      'under noise and dropping ReCoVR\'s turn-5 R@1 stays within 1.49 '
-      'points of clean', '<= 1.49', f'at most {100 * within:.1f} below',
-      within <= 0.0149))
-  return rows
+def _ours(row) -> str:
+  if row['verdict'] in ('untestable', 'not run'):
+    return row['why']
+  shown = row['checks']
+  # A claim over many turns and baselines: its decisive checks first.
+  order = {'contradicted': 0, 'inconclusive': 1, 'reproduced': 2}
+  shown = sorted(shown, key=lambda c: order[c['verdict']])
+  text = '; '.join(_fmt(c) for c in shown[:3])
+  if len(shown) > 3:
+    counts = {v: sum(c['verdict'] == v for c in shown) for v in order}
+    text += (f' (+{len(shown) - 3} more; of {len(shown)}: '
+             + ', '.join(f'{n} {v}' for v, n in counts.items() if n) + ')')
+  return text
 
 
-def markdown(rows) -> str:
-  lines = ['| claim | paper | this run | holds |', '|---|---|---|---|']
-  for claim, paper, ours, holds in rows:
-    lines.append(f'| {claim} | {paper} | {ours} | '
-                 f'{"reproduced" if holds else "not reproduced"} |')
+def markdown(results: dict) -> str:
+  """``results``: member -> rows. A summary, then one table per member."""
+  lines = ['# The paper\'s claims', '',
+           '95% paired session-bootstrap intervals; differences in points '
+           '(R@K, rates), log rank (BRI) or turns. Verdicts: reproduced (the '
+           'interval on the paper\'s side of its boundary), contradicted (on '
+           'the other side), inconclusive (holds it). Margins: '
+           f'{100 * claims_lib.MARGIN_POINTS:g} points, BRI '
+           f'{claims_lib.MARGIN_BRI:g}.', '',
+           '| setting | ' + ' | '.join(claims_lib.VERDICTS) + ' |',
+           '|---|' + '---:|' * len(claims_lib.VERDICTS)]
+  for member, rows in results.items():
+    counts = claims_lib.summary(rows)
+    lines.append(f'| {member} | ' + ' | '.join(
+        str(counts[v]) for v in claims_lib.VERDICTS) + ' |')
+  keys = [r['key'] + r['reading'] for r in next(iter(results.values()))]
+  verdicts = {m: {r['key'] + r['reading']: r['verdict'] for r in rows}
+              for m, rows in results.items()}
+  changed = [k for k in keys
+             if len({verdicts[m].get(k) for m in results}) > 1]
+  if len(results) > 1:
+    lines += ['', f'Claims whose verdict changes across the family: '
+              f'{len(changed)}.']
+    if changed:
+      lines += ['', '| claim | ' + ' | '.join(results) + ' |',
+                '|---|' + '---|' * len(results)]
+      lines += [f'| {k} | ' + ' | '.join(verdicts[m].get(k, '')
+                                         for m in results) + ' |'
+                for k in changed]
+  for member, rows in results.items():
+    lines += ['', f'## {member}', '',
+              '| claim | where | the paper says | paper | this run | verdict |',
+              '|---|---|---|---|---|---|']
+    for r in rows:
+      quote = r['quote'] + (f' (reading: {r["reading"]})' if r['reading']
+                            else '') + (f' *[{r["note"]}]*' if r['note']
+                                        else '')
+      lines.append(f"| {r['key']} | {r['where']} | {quote} | {r['paper']} | "
+                   f"{_ours(r)} | **{r['verdict']}** |")
   return '\n'.join(lines) + '\n'
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  main_dir, degraded_dir = pathlib.Path(_MAIN.value), pathlib.Path(
-      _DEGRADED.value)
-  metrics = _load(main_dir / 'metrics.json')
-  failures = _load(main_dir / 'failure_modes.json')
-  firing = _load(main_dir / 'rank_cap_firing.json')
-  if not degraded_dir.is_dir():
-    raise app.UsageError(f'--degraded_dir {degraded_dir} does not exist')
-  degraded = {p.name: _load(p / 'metrics.json')
-              for p in sorted(degraded_dir.iterdir()) if p.is_dir()}
-  table = markdown(claims(metrics, failures, degraded, firing))
-  outputs.write_markdown(table)
+  if _RESAMPLES.value < 1:
+    raise app.UsageError(f'--fidelity_resamples must be >= 1, got '
+                         f'{_RESAMPLES.value}')
+  members = [pathlib.Path(d) for d in _DIRS.value]
+  if not members:
+    raise app.UsageError('--fidelity_dirs is empty')
+  for m in members:
+    if not m.is_dir():
+      raise app.UsageError(f'--fidelity_dirs: {m} does not exist')
+  results = {}
+  for m in members:
+    try:
+      ev, stagnation = evidence(m, _RESAMPLES.value, _SEED.value)
+      results[m.name] = claims_lib.evaluate(
+          paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
+    except (FileNotFoundError, ValueError) as e:
+      raise app.UsageError(f'{m}: {e}') from e
+  outputs.write_markdown(markdown(results))
+  if _JSON.value:
+    outputs.write_json(_JSON.value, {
+        'margins': {'points': claims_lib.MARGIN_POINTS,
+                    'bri': claims_lib.MARGIN_BRI},
+        'bootstrap_resamples': _RESAMPLES.value, 'seed': _SEED.value,
+        'summary': {m: claims_lib.summary(r) for m, r in results.items()},
+        'rows': results})
 
 
 if __name__ == '__main__':

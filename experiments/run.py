@@ -116,11 +116,14 @@ def _main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
   sweep = running_flags.sweep_settings()
+  suite = running_flags.suite_parts()
   running_flags.start_processes()
   config = run_config()
   running_flags.use_compilation_cache(config)
   try:
-    if sweep:
+    if suite is not None:
+      sweeps.run_parts(config, suite)
+    elif sweep:
       sweeps.sweep(config, sweep)
     else:
       runner.run(config)

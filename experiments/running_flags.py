@@ -10,6 +10,7 @@ import jax
 
 from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import distributed
+from recovr_jax.experiment import paper_claims
 from recovr_jax.experiment import resources
 
 _RESAMPLES = flags.DEFINE_integer('bootstrap_resamples', 10_000,
@@ -86,6 +87,15 @@ _SWEEP = flags.DEFINE_multi_string(
     f'NAME=V, and writes sweep.md. Sweepable: '
     f'{", ".join(config_lib.SWEEPABLE)}.')
 
+SUITES = {'fidelity': paper_claims.FIDELITY_PARTS}
+_SUITE = flags.DEFINE_enum(
+    'suite', None, list(SUITES),
+    'Run a named set of configurations, each in its own subdirectory of '
+    '--output_dir, with the other flags fixed (the suite sets --methods). '
+    'fidelity: every run experiments.fidelity reads (the main methods, the '
+    'paper\'s reading of the no-reflection ablation, the degraded users, '
+    'the sensitivity settings); docs/benchmark.md lists them.')
+
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None,
     'Run as several processes (JAX\'s distributed runtime): host:port of '
@@ -115,7 +125,7 @@ HELP_GROUPS = (
     ('Running', [
         'num_sessions', 'batch_size', 'simulation', 'jit_chunk_size',
         'session_shards', 'platform', 'cache_dir', 'compilation_cache',
-        'resume', 'max_error_share', 'sweep']),
+        'resume', 'max_error_share', 'sweep', 'suite']),
     ('Several processes (docs/runner.md)', [
         'coordinator_address', 'num_processes', 'process_id']),
     ('Outputs', ['output_dir', 'export_trec']),
@@ -145,6 +155,22 @@ def fields() -> dict:
 def sweep_settings():
   """The --sweep settings, parsed and checked."""
   return parse_sweep(_SWEEP.value)
+
+
+def suite_parts():
+  """The --suite's parts with their values parsed (``None`` without
+  --suite); it excludes --sweep and --methods."""
+  if _SUITE.value is None:
+    return None
+  clash = [f'--{n}' for n in ('sweep', 'methods') if flags.FLAGS[n].present]
+  if clash:
+    raise app.UsageError(f'--suite={_SUITE.value} sets the methods and '
+                         f'settings of each run; drop {" and ".join(clash)}')
+  parts = []
+  for sub, methods, settings in SUITES[_SUITE.value]:
+    parts.append((sub, methods, [(n, text, flags.FLAGS[n].parser.parse(text))
+                                 for n, text in settings]))
+  return parts
 
 
 def processes() -> tuple[int, int]:

@@ -15,8 +15,10 @@ class BadFlagValueTest(parameterized.TestCase):
 
   @parameterized.parameters(
       ('run', ['--methods=bogus'], 'unknown --methods bogus; valid: recovr'),
+      ('run', ['--suite=fidelity', '--methods=recovr'], 'drop --methods'),
       ('eval_reading', ['--noise_rates=2'], '--noise_rates: each must be in'),
-      ('fidelity', ['--main_dir=/nonexistent'], '/nonexistent/metrics.json'),
+      ('fidelity', ['--fidelity_dirs=/nonexistent'],
+       '--fidelity_dirs: /nonexistent does not exist'),
       ('study', ['--host=0.0.0.0'], 'pass --allow_remote to mean it'),
       ('train_adapter', ['--init_adapter=/nonexistent'],
        "--init_adapter: LoRA adapter '/nonexistent' has no adapter"),

@@ -245,6 +245,25 @@ class RunnerTest(absltest.TestCase):
           if turn['action'] != 'stopped':
             self.assertEqual(turn['sigma'], 'neu')
 
+  def test_a_suite_runs_each_part_with_its_methods_and_settings(self):
+    from recovr_jax.experiment import claims  # pylint: disable=g-import-not-at-top
+    from recovr_jax.experiment import sweeps  # pylint: disable=g-import-not-at-top
+    out = self.root / 'suite'
+    with flagsaver.flagsaver(**dict(TINY, output_dir=str(out),
+                                    cache_dir=str(self.root / 'cache'))):
+      config = run.run_config()
+    with self.assertRaisesRegex(Exception, 'suite part bad: .*rrf_k'):
+      sweeps.run_parts(config, [('ok', ('recovr',), []),
+                                ('bad', ('recovr',), [('rrf_k', '-1', -1.0)])])
+    self.assertFalse((out / 'ok').exists())  # checked before any run
+    sweeps.run_parts(config, [
+        ('a', ('recovr',), []),
+        ('b/noisy', ('ivr', 'umivr'), [('noise_rate', '0.1', 0.1)])])
+    self.assertEqual(set(claims.load(out / 'a').ranks), {'recovr'})
+    self.assertEqual(set(claims.load(out / 'b/noisy').ranks), {'ivr', 'umivr'})
+    resolved = json.loads((out / 'b/noisy/resolved_config.json').read_text())
+    self.assertEqual(resolved['user']['noise_rate'], 0.1)
+
   def test_a_raising_reasoner_is_recorded_not_fatal(self):
     class Raising(rules.RulesReasoner):
       def intent(self, requests):

@@ -66,3 +66,38 @@ def _check_setting(config):
   directory)."""
   if config.simulation == 'jit':
     checks.check_jit(config, config_lib.source(config))
+
+
+def run_parts(config: config_lib.RunConfig, parts) -> None:
+  """Runs a suite: each ``(subdirectory, methods, [(name, text, value)])``
+  of ``parts`` in ``output_dir/subdirectory`` with those methods and
+  sweepable settings (values parsed). Every part is checked before the
+  first runs; the data source is built once (the settings leave it as it
+  is). A part that fails still writes its outputs and the suite goes on;
+  ``RunFailed`` at the end names the failed parts."""
+  configs = []
+  for sub, methods, settings in parts:
+    c = dataclasses.replace(
+        config, methods=tuple(methods), bootstrap_also=(),
+        output_dir=os.path.join(config.output_dir, sub),
+        flags_text=config.flags_text + f'# suite part: {sub}\n')
+    try:
+      for name, _, value in settings:
+        c = config_lib.with_setting(c, name, value)
+      checks.validate(c, create=False)
+    except (ValueError, checks.ConfigError) as e:
+      checks.fail(f'suite part {sub}: {e}')
+    configs.append((sub, c))
+  checks.validate(config)
+  built, failed = None, []
+  for i, (sub, c) in enumerate(configs):
+    print(f'== part {i + 1} of {len(configs)}: {sub} '
+          f'({", ".join(c.methods)})', flush=True)
+    if built is None:
+      built = runner.build(c)
+    try:
+      runner.run(c, built)
+    except checks.RunFailed as e:
+      failed.append(f'{sub}: {e}')
+  if failed:
+    raise checks.RunFailed('; '.join(failed))
