@@ -76,7 +76,8 @@ def _ours(row) -> str:
     return row['why']
   shown = row['checks']
   # A claim over many turns and baselines: its decisive checks first.
-  order = {'contradicted': 0, 'inconclusive': 1, 'reproduced': 2}
+  order = {'contradicted': 0, 'inconclusive': 1, 'reproduced': 2,
+           'untestable': 3}
   shown = sorted(shown, key=lambda c: order[c['verdict']])
   text = '; '.join(_fmt(c) for c in shown[:3])
   if len(shown) > 3:

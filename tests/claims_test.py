@@ -50,6 +50,10 @@ class VerdictTest(absltest.TestCase):
                      'reproduced')
     self.assertEqual(_verdict(_claim('greater', a='b', b='a'), far)
                      ['verdict'], 'contradicted')
+    identical = {'a': far['a'], 'b': far['a']}
+    row = _verdict(_claim('greater'), identical)
+    self.assertEqual(row['verdict'], 'untestable')
+    self.assertIn('agree on every session', fidelity.markdown({'m': [row]}))
     same = {'a': _hits(0.5), 'b': _hits(0.5)}
     row = _verdict(_claim('greater'), same)
     self.assertEqual(row['verdict'], 'inconclusive')
@@ -115,6 +119,9 @@ class VerdictTest(absltest.TestCase):
                      'inconclusive')
     self.assertEqual(claims.combine(['inconclusive', 'contradicted',
                                      'reproduced']), 'contradicted')
+    self.assertEqual(claims.combine(['untestable', 'reproduced']),
+                     'reproduced')
+    self.assertEqual(claims.combine(['untestable'] * 2), 'untestable')
     with self.assertRaises(ValueError):
       claims.combine([])
 

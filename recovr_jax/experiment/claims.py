@@ -15,9 +15,15 @@ setting of a run group, as in the paper's appendix A.3). A check's verdict:
 * ``never`` (a property that holds by construction): reproduced when the
   pooled count is zero, contradicted otherwise.
 
-A claim is reproduced when every check is, contradicted when any check is,
-inconclusive otherwise; untestable when this setting cannot test it (the
-reason is given). The margins are fixed here, before any result:
+A ``greater`` check whose two sides agree on every session (the difference
+and its interval exactly zero: e.g. R@1 at turn 1 with and without State
+Reflection, which only moves ranks below the top under the default
+placement) is untestable in that run, not inconclusive.
+
+A claim is reproduced when every check (untestable ones aside) is,
+contradicted when any check is, inconclusive otherwise; untestable when
+this setting cannot test it (the reason is given) or none of its checks
+can be decided. The margins are fixed here, before any result:
 ``MARGIN_POINTS`` is 1.5 times the expected half-width of a paired R@1
 interval at 2,000 sessions, so an equivalence can be decided at that size.
 
@@ -359,6 +365,8 @@ class View:
 def _check_verdict(check: Check, value, lower, upper, evidence) -> str:
   d = check.margin
   if check.kind == 'greater':
+    if value == lower == upper == 0:  # the same value on every session
+      return 'untestable'
     return ('reproduced' if lower > 0 else 'contradicted' if upper < 0
             else 'inconclusive')
   if check.kind == 'at_least':
@@ -379,6 +387,9 @@ def combine(verdicts) -> str:
   verdicts = list(verdicts)
   if not verdicts:
     raise ValueError('a claim needs at least one check')
+  verdicts = [v for v in verdicts if v != 'untestable'] or ['untestable']
+  if verdicts == ['untestable']:
+    return 'untestable'
   if all(v == 'reproduced' for v in verdicts):
     return 'reproduced'
   return 'contradicted' if 'contradicted' in verdicts else 'inconclusive'
@@ -419,6 +430,8 @@ def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None):
             unit=check.quantity.unit, kind=check.kind, margin=check.margin,
             verdict=_check_verdict(check, value, lower, upper, evidence)))
       row['verdict'] = combine(c['verdict'] for c in row['checks'])
+      if row['verdict'] == 'untestable':
+        row['why'] = 'the compared sides agree on every session'
       rows.append(row)
   return rows
 
