@@ -12,14 +12,19 @@ batch and compares the resumed outputs byte for byte. Exits non-zero if any
 case does not behave as expected.
 """
 
+import http.client
+import itertools
+import json
 import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 from absl import app
 from absl import flags
@@ -29,6 +34,11 @@ from experiments import cli
 from experiments import outputs
 
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
+GROUPS = ('runner', 'study', 'importer', 'lora')
+_GROUPS = flags.DEFINE_multi_enum(
+    'cases', list(GROUPS), GROUPS,
+    'Which groups of cases to try (repeatable): the runner, the study app, '
+    'the CoVR importer, LoRA adapters.')
 
 TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
         '--gallery_size=300', '--num_sessions=12', '--batch_size=5',
@@ -287,6 +297,205 @@ def cases(s: Scratch, clean: pathlib.Path):
          f'INCOMPLETE marker: {marked}', not stale and marked)
 
 
+STUDY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
+         '--gallery_size=300', '--participants=ann,bob', '--instances=2']
+
+
+class _Server:
+  """``python -m experiments.study`` in a subprocess on a free port, read
+  until it serves (or exits: ``self.rc``)."""
+
+  def __init__(self, s: Scratch, out, *args):
+    with socket.socket() as sock:
+      sock.bind(('127.0.0.1', 0))
+      self.port = sock.getsockname()[1]
+    self.proc = subprocess.Popen(
+        [sys.executable, '-m', 'experiments.study', *STUDY,
+         f'--cache_dir={s.cache}', f'--output_dir={out}',
+         f'--port={self.port}', *args], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    self.text, self.rc = '', None
+    for line in self.proc.stdout:
+      self.text += line
+      if line.startswith('open http'):
+        break
+    else:
+      self.rc = self.proc.wait()
+      return
+    for _ in range(200):  # until uvicorn accepts
+      try:
+        socket.create_connection(('127.0.0.1', self.port), 0.2).close()
+        break
+      except OSError:
+        time.sleep(0.1)
+
+  def request(self, method, path, body=None, headers=None):
+    conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=60)
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    out = (r.status, r.read().decode(errors='replace'), r.getheader(
+        'set-cookie') or '')
+    conn.close()
+    return out
+
+  def stop(self):
+    if self.rc is None:
+      self.proc.terminate()
+      self.proc.wait()
+      self.proc.stdout.close()
+
+
+def _form(fields) -> tuple[str, dict]:
+  return urllib.parse.urlencode(fields), {
+      'Content-Type': 'application/x-www-form-urlencoded'}
+
+
+def study_cases(s: Scratch):
+  """The study app: access, forged forms, limits, a second server, remote
+  binding, a damaged log."""
+  out = s.root / 'study'
+  server = _Server(s, out)
+  if server.rc is not None:
+    yield 'the study server starts', f'exit {server.rc}: {_message(server.text)}', False
+    return
+  try:
+    access = json.loads((out / 'logs' / 'access.json').read_text())
+    mode = (out / 'logs' / 'access.json').stat().st_mode & 0o777
+    yield ('the participants\' access codes on disk',
+           f'access.json mode {mode:o}', mode == 0o600)
+    status, body, _ = server.request('GET', '/p/ann')
+    yield ('a participant\'s page without signing in',
+           f'HTTP {status}; shows a video: {"<video" in body or ".gif" in body}',
+           status == 403 and '.gif' not in body)
+    status, _, cookie = server.request('GET', '/p/ann/join?code=guess')
+    yield 'signing in with a guessed code', f'HTTP {status}', status == 403
+    status, _, cookie = server.request(
+        'GET', f'/p/ann/join?code={access["codes"]["ann"]}')
+    cookie = cookie.split(';')[0]
+    _, page, _ = server.request('GET', '/p/ann', headers={'Cookie': cookie})
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    view = {k: re.search(rf'name="{k}" value="(\d+)"', page).group(1)
+            for k in ('instance', 'turn')}
+    log = out / 'logs' / 'ann.jsonl'
+    before = log.read_bytes()
+
+    def post(fields, **headers):
+      body, h = _form(fields)
+      return server.request('POST', '/p/ann/feedback', body, {
+          **h, 'Cookie': cookie, **headers})[0]
+
+    good = dict(view, feedback='red', csrf=csrf)
+    status = post(good, Origin='http://evil.example')
+    yield ('a signed-in participant\'s form posted from another site',
+           f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
+           status == 403 and log.read_bytes() == before)
+    status = post(dict(good, csrf='forged'))
+    yield ('a form without this study\'s CSRF token',
+           f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
+           status == 403 and log.read_bytes() == before)
+    bob = f'{cookie.split("=")[0]}={access["codes"]["bob"]}'
+    status = post(good, Cookie=bob)
+    yield ('ann\'s form sent with bob\'s access code',
+           f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
+           status == 403 and log.read_bytes() == before)
+    status = post(dict(good, feedback='x' * 2_000_000))
+    yield ('a 2 MB feedback', f'HTTP {status}; log unchanged: '
+           f'{log.read_bytes() == before}',
+           status == 413 and log.read_bytes() == before)
+    status = post(dict(good, feedback='red\x00\x1b[31m'))
+    last = json.loads(log.read_text().splitlines()[-1])
+    clean = '\x00' not in json.dumps(last) and '\x1b' not in last.get(
+        'feedback', '')
+    yield ('a feedback with NUL and ESC characters',
+           f'HTTP {status}; logged without them: {clean}',
+           status == 303 and clean)
+    second = _Server(s, out)
+    second.stop()
+    yield ('a second study server on the same output directory',
+           *_refused(second.rc, second.text, 'another study server'))
+  finally:
+    server.stop()
+  remote = _Server(s, s.root / 'study_remote', '--host=0.0.0.0')
+  remote.stop()
+  yield ('`--host=0.0.0.0` without --allow_remote',
+         *_refused(remote.rc, remote.text, 'allow_remote'))
+  lines = log.read_text().splitlines()
+  lines[-1] = lines[-1][:20] + '\x00' + lines[-1][20:]
+  log.write_text('\n'.join(lines) + '\n')
+  again = _Server(s, out)
+  try:
+    status, page, _ = again.request('GET', '/p/ann',
+                                    headers={'Cookie': cookie})
+    warned = 'was damaged at line' in again.text
+    yield ('a damaged last line in a participant\'s log, then a restart',
+           f'warning at start: {warned}; participant page HTTP {status}',
+           again.rc is None and warned and status == 200)
+  finally:
+    again.stop()
+
+
+def importer_cases(s: Scratch):
+  """``experiments.import_covr`` on crafted ``.pth`` headers."""
+  from recovr_jax.real import torch_files  # pylint: disable=g-import-not-at-top
+  data = np.arange(12, dtype=np.float32)
+  for name, header in (('a negative stride', (0, (4,), (-1,))),
+                       ('stride 0 over a 1 GiB size', (0, (1 << 28,), (0,))),
+                       ('a stride far past the storage', (0, (3, 4),
+                                                          (4, 1 << 28))),
+                       ('a negative offset', (-4, (2,), (1,)))):
+    root = s.root / f'import_{abs(hash(name))}'
+    (root / 'emb' / '00').mkdir(parents=True)
+    (root / 'ann.csv').write_text(
+        'pth1,pth2,edit,txt1,txt2\n00/r,00/t,make it red,a,b\n')
+    torch_files.save(root / 'emb' / '00' / 'r.pth', data.reshape(3, 4))
+    torch_files.save(root / 'emb' / '00' / 't.pth', data, header=header)
+    out = root / 'g.npz'
+    done = subprocess.run(
+        [sys.executable, '-m', 'experiments.import_covr',
+         f'--embeddings_dir={root / "emb"}', f'--annotations={root / "ann.csv"}',
+         f'--output={out}', f'--reference_output={root / "r.npz"}'],
+        capture_output=True, text=True, check=False)
+    outcome, ok = _refused(done.returncode, done.stdout + done.stderr,
+                           r't\.pth')
+    yield (f'import_covr: a feature file with {name}',
+           outcome + f'; output written: {out.exists()}',
+           ok and done.returncode == 1 and not out.exists())
+
+
+def lora_cases(s: Scratch):
+  """A LoRA adapter whose tensors adapt nothing the model has."""
+  from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+  from recovr_jax import checksums  # pylint: disable=g-import-not-at-top
+  shipped = pathlib.Path(__file__).resolve().parents[1] / 'recovr_jax' / \
+      'checkpoints' / 'smollm2_world'
+  for name, edit, pattern in (
+      ('a projection renamed (q_proj -> qproj)', 'rename',
+       r'adapter\.safetensors: tensor 0/qproj: not a Llama projection'),
+      ('a layer the model does not have', 'layer',
+       r'tensor 99/\.\.\.: the model has 30 layers'),
+      ('adapter.safetensors deleted', 'delete',
+       'has no adapter.safetensors')):
+    d = s.root / f'lora_{edit}'
+    shutil.copytree(shipped, d)
+    path = d / 'adapter.safetensors'
+    if edit == 'delete':
+      path.unlink()
+    else:
+      tensors = st.load_file(str(path))
+      for key in [k for k in tensors if k.startswith('0/q_proj/')]:
+        new = (key.replace('q_proj', 'qproj') if edit == 'rename' else
+               key.replace('0/', '99/', 1))
+        tensors[new] = tensors.pop(key)
+      st.save_file(tensors, str(path))
+    checksums.write_manifest(d)
+    rc, text, secs = s.run(s.root / f'lora_run_{edit}',
+                           '--reasoner=smollm2_world',
+                           f'--reasoner_adapter={d}')
+    outcome, ok = _refused(rc, text, pattern)
+    yield (f'--reasoner_adapter: {name}', outcome + f' after {secs:.0f} s '
+           '(before any model loads)', ok and 'Traceback' not in text)
+
+
 def _largest_file(directory: pathlib.Path) -> pathlib.Path:
   return max((p for p in directory.rglob('*') if p.is_file()),
              key=lambda p: p.stat().st_size)
@@ -329,7 +538,10 @@ def main(argv):
   print(f'clean reference run: {secs:.0f} s', flush=True)
   rows = []
   repo = str(pathlib.Path(__file__).resolve().parents[1])
-  for case, outcome, ok in cases(s, clean):
+  groups = {'runner': lambda: cases(s, clean), 'study': lambda: study_cases(s),
+            'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s)}
+  for case, outcome, ok in itertools.chain.from_iterable(
+      groups[g]() for g in GROUPS if g in _GROUPS.value):
     outcome = outcome.replace(str(root), '<scratch>').replace(repo, '<repo>')
     print(f'[{"ok" if ok else "UNEXPECTED"}] {case}: {outcome}', flush=True)
     rows.append((case, outcome, ok))

@@ -90,6 +90,18 @@ class LoraCheckTest(absltest.TestCase):
                                 'a and b, has a'):
       lora.check(adapter, 'x')
 
+  def test_the_installed_smollm2_is_checked_from_its_header(self):
+    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+    config = chat_lm.model_config()  # the GGUF's header: no weights read
+    self.assertEqual((config.num_hidden_layers, config.hidden_size,
+                      config.num_key_value_heads), (30, 576, 3))
+    shipped = lora.load(chat_lm.DEFAULT_ADAPTER_DIR)
+    lora.check(shipped, 'shipped', config)
+    shipped['layers']['30'] = shipped['layers']['0']
+    with self.assertRaisesRegex(ValueError, 'tensor 30/...: the model has 30 '
+                                'layers'):
+      lora.check(shipped, 'shipped', config)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -178,8 +178,9 @@ def _check_chat(config, source) -> None:
       fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing '
            '(no adapter.json); experiments/train_adapter.py writes it')
     from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
-    try:  # its files, tensor names and factors, before any model loads
-      lora.load(adapter)
+    try:  # its files, tensors, layers and shapes, before any model loads
+      lora.check(lora.load(adapter), f'LoRA adapter {adapter}',
+                 chat_lm.model_config(config.reasoner_checkpoint))
     except (OSError, ValueError) as e:
       fail(f'--reasoner=smollm2_world: {e}')
     problems = source.reasoner_problems(config)

@@ -277,6 +277,17 @@ def adapter_meta(directory: str = DEFAULT_ADAPTER_DIR) -> dict:
   return json.loads((pathlib.Path(directory) / 'adapter.json').read_text())
 
 
+def model_config(checkpoint=None):
+  """The ``LlamaConfig`` of a chat checkpoint directory, or of the installed
+  SmolLM2 GGUF (read from its header) when ``checkpoint`` is None; no
+  weights are read."""
+  from transformers import LlamaConfig  # pylint: disable=g-import-not-at-top
+  if checkpoint:
+    return LlamaConfig.from_pretrained(checkpoint)
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  return LlamaConfig(**gguf_llama.header_config(gguf_llama.find_smollm2()))
+
+
 def make(backend: str, fallback, checkpoint=None, examples=None,
          few_shot: int | None = None, wording: int = 1,
          dtype: str = 'float32', constrained_decoding: bool = True,

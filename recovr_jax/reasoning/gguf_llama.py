@@ -102,33 +102,15 @@ def unpermute(weight: np.ndarray, num_heads: int) -> np.ndarray:
           .swapaxes(1, 2).reshape(weight.shape))
 
 
-def read(path) -> tuple[dict, dict, dict]:
-  """``(config, tensors, vocab)`` of a Llama GGUF file.
-
-  ``config``: transformers ``LlamaConfig`` keyword arguments; ``tensors``:
-  transformers parameter name -> float32 array in PyTorch layout; ``vocab``:
-  tokens, merges, token types, special token ids and the chat template.
-
-  Raises:
-    FileNotFoundError: no such file.
-    GGUFError: not a GGUF file, not a Llama, or a tensor type the ``gguf``
-      package cannot dequantize (each names the file).
-  """
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f'GGUF file {path} does not exist')
-  gguf = _gguf()
-  try:
-    reader = gguf.GGUFReader(str(path))
-  except Exception as e:  # pylint: disable=broad-except
-    raise GGUFError(f'{path} is not a readable GGUF file ({e})') from e
+def _config(reader, path) -> dict:
+  """``LlamaConfig`` keyword arguments from a GGUF file's header."""
   arch = _field(reader, 'general.architecture', path)
   if arch != 'llama':
     raise GGUFError(f'{path}: architecture {arch!r} is not supported (only '
                     'llama)')
   num_heads = int(_field(reader, 'llama.attention.head_count', path))
   num_kv = int(_field(reader, 'llama.attention.head_count_kv', path))
-  vocab_tokens = list(_field(reader, 'tokenizer.ggml.tokens', path))
+  vocab_tokens = _field(reader, 'tokenizer.ggml.tokens', path)
   config = {
       'vocab_size': len(vocab_tokens),
       'hidden_size': int(_field(reader, 'llama.embedding_length', path)),
@@ -148,6 +130,45 @@ def read(path) -> tuple[dict, dict, dict]:
                                  path)),
       'tie_word_embeddings': True,
   }
+  return config
+
+
+def header_config(path) -> dict:
+  """``LlamaConfig`` keyword arguments of a Llama GGUF file, from its header
+  alone (no tensor is read; e.g. to check a LoRA adapter against the model
+  before it loads)."""
+  return _config(_open(path), path)
+
+
+def _open(path):
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'GGUF file {path} does not exist')
+  try:
+    return _gguf().GGUFReader(str(path))
+  except Exception as e:  # pylint: disable=broad-except
+    raise GGUFError(f'{path} is not a readable GGUF file ({e})') from e
+
+
+def read(path) -> tuple[dict, dict, dict]:
+  """``(config, tensors, vocab)`` of a Llama GGUF file.
+
+  ``config``: transformers ``LlamaConfig`` keyword arguments; ``tensors``:
+  transformers parameter name -> float32 array in PyTorch layout; ``vocab``:
+  tokens, merges, token types, special token ids and the chat template.
+
+  Raises:
+    FileNotFoundError: no such file.
+    GGUFError: not a GGUF file, not a Llama, or a tensor type the ``gguf``
+      package cannot dequantize (each names the file).
+  """
+  path = pathlib.Path(path)
+  gguf = _gguf()
+  reader = _open(path)
+  config = _config(reader, path)
+  num_heads = config['num_attention_heads']
+  num_kv = config['num_key_value_heads']
+  vocab_tokens = list(_field(reader, 'tokenizer.ggml.tokens', path))
   tensors = {}
   for t in reader.tensors:
     try:
