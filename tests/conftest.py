@@ -3,11 +3,38 @@ freed when the process's memory maps grow large."""
 
 import gc
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# The suite is compile-bound (most of its time is XLA compiling small
+# programs it then runs for milliseconds): LLVM's optimisations are turned
+# off for the test process and the runs it starts (the environment is
+# inherited). They change how fast a program runs, not what it computes;
+# the benchmarks under experiments/ run with XLA's defaults.
+_FAST_COMPILE = ('--xla_backend_optimization_level=0 '
+                 '--xla_llvm_disable_expensive_passes=true')
+if _FAST_COMPILE not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' +
+                             _FAST_COMPILE).strip()
+# One persistent compilation cache for the whole session (the test process,
+# pytest-xdist's workers and every run a test starts inherit it): a program
+# compiled once is loaded, not compiled, by the next process that needs it.
+# Removed when the session ends.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(
+      prefix='recovr-tests-xla-')
+  os.environ['RECOVR_TESTS_OWN_XLA_CACHE'] = str(os.getpid())
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.5')
+
+
+def pytest_sessionfinish(session, exitstatus):  # pylint: disable=unused-argument
+  if os.environ.get('RECOVR_TESTS_OWN_XLA_CACHE') == str(os.getpid()):
+    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 # absltest's helpers (create_tempfile, flagsaver) read absl flags: parsed
 # once here, so a test does not depend on an earlier test in the same

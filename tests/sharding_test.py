@@ -72,7 +72,9 @@ def run_checks():
 class ShardingTest(absltest.TestCase):
 
   def test_sharded_equals_unsharded_on_8_cpu_devices(self):
-    env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+    env = dict(os.environ, XLA_FLAGS=(
+        os.environ.get('XLA_FLAGS', '') +
+        ' --xla_force_host_platform_device_count=8').strip(),
                JAX_PLATFORMS='cpu')
     proc = subprocess.run(
         [sys.executable, '-c',

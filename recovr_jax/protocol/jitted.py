@@ -696,13 +696,20 @@ def run(env: SimEnvironment, config: SimConfig, sessions, seed: int,
     shards = mesh.shape[sharding.SESSION_AXIS]
     padded = jnp.concatenate([queries, jnp.broadcast_to(
         queries[-1:], (-len(queries) % shards,))])
+  # Room in the tables for as many entries as these sessions have user
+  # turns (or as the table holds), so the passes below share one compiled
+  # program, and a rerun of the same sessions the program of the first.
+  turns = len(queries) * config.loop.num_turns
+  least_words = 0 if table is None else max(len(table), turns)
+  least_nodes = 0 if dialogues is None else max(len(dialogues), turns)
   # Each pass settles at least one more turn of every session: its words
   # (when tabulated), its dialogue, then the phrases its plan needs.
   for attempt in range(3 * config.loop.num_turns + 4):
     index, rows = env.table.arrays()
-    words = words_lib.empty_arrays() if table is None else table.arrays()
+    words = (words_lib.empty_arrays() if table is None
+             else table.arrays(least_words))
     dialogue_arrays = (words_lib.empty_dialogues() if dialogues is None
-                       else dialogues.arrays())
+                       else dialogues.arrays(least_nodes))
     if mesh is None:
       trace = simulate(config, env.arrays, index, rows, env.composer_params,
                        queries, seed_key, words, dialogue_arrays,

@@ -141,13 +141,15 @@ class WordTable:
       self._embedding.update(zip(keys, vectors))
     self._arrays = None
 
-  def arrays(self):
+  def arrays(self, least: int = 0):
     """``(keys [C] int32 sorted, mentions [C, A] int32, negative [C]
     bool, embedding [C, D] float32, label [C] int32)`` (``D`` 1, zeros,
-    without ``encode_text``; label -1 without a label reader), padded to a power-of-two capacity ``C`` (so the
-    jitted run recompiles only when the table outgrows it)."""
-    if self._arrays is None:
-      capacity = _capacity(len(self._entries))
+    without ``encode_text``; label -1 without a label reader), padded to a
+    power-of-two capacity ``C`` of at least ``least`` entries (so the
+    jitted run recompiles only when the table outgrows it: a run asks for
+    room for every turn it can add)."""
+    capacity = _capacity(max(len(self._entries), least))
+    if self._arrays is None or self._arrays[0].shape[0] != capacity:
       keys = np.full(capacity, _EMPTY_KEY, np.int32)
       mentions = np.full((capacity, NUM_ATTRIBUTES), -1, np.int32)
       negative = np.zeros(capacity, bool)
@@ -233,13 +235,16 @@ class DialogueTable:
       self._arrays = None
     return len(new)
 
-  def arrays(self):
+  def arrays(self, least: int = 0):
     """``(parent [H], word [H], node [H] int32, rows [R, D] float32)``:
     an open-addressing hash table of ``H`` slots (a power of two, at most
     half full; empty slots have word ``-1``) and the nodes' embeddings
-    (node ``n``'s is row ``n - Q``)."""
-    if self._arrays is None:
-      slots = _capacity(2 * len(self._children) + 2)
+    (node ``n``'s is row ``n - Q``), with room for at least ``least``
+    nodes (as ``WordTable.arrays``)."""
+    size = max(len(self._children), least)
+    slots, capacity = _capacity(2 * size + 2), _capacity(size)
+    if self._arrays is None or (self._arrays[0].shape[0],
+                                self._arrays[3].shape[0]) != (slots, capacity):
       parent = np.zeros(slots, np.int32)
       word = np.full(slots, -1, np.int32)
       node = np.zeros(slots, np.int32)
@@ -248,7 +253,7 @@ class DialogueTable:
         while word[i] != -1:
           i = (i + 1) & (slots - 1)
         parent[i], word[i], node[i] = p, w, n
-      rows = np.zeros((_capacity(len(self._rows)), self._dim), np.float32)
+      rows = np.zeros((capacity, self._dim), np.float32)
       if self._rows:
         rows[:len(self._rows)] = np.stack(self._rows)
       self._arrays = tuple(jnp.asarray(x) for x in (parent, word, node, rows))
