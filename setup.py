@@ -26,7 +26,7 @@ setuptools.setup(
         'chex>=0.1.88',
     ],
     extras_require={
-        'test': ['pytest>=8.0', 'pillow>=10.0',
+        'test': ['pytest>=8.0', 'pytest-xdist>=3.5', 'pillow>=10.0',
                  'fastapi>=0.110', 'pandas>=2.0',
                  'uvicorn>=0.29', 'httpx>=0.27', 'selenium>=4.20'],
         # The human-feedback study app (experiments/study.py): FastAPI for
