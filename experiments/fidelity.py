@@ -17,6 +17,7 @@ directory). A member directory holds ``main/``, ``stagnation/``,
 ``experiments.run --suite=fidelity`` writes them; ``main/`` is required.
 """
 
+import json
 import pathlib
 
 from absl import app
@@ -31,28 +32,35 @@ _DIRS = flags.DEFINE_list(
     'fidelity_dirs',
     [f'out/fidelity/scene_shared={s}' for s in ('1.0', '0.5', '0.0')],
     'Family members: each a directory written by experiments.run '
-    '--suite=fidelity (the setting is named by the directory).')
+    '--suite=fidelity, or the .npz --save_sessions_dir wrote of one (the '
+    'setting is named by the directory or file).')
 _RESAMPLES = flags.DEFINE_integer(
     'fidelity_resamples', 10_000,
     'Session resamples per run group (the same for every method and setting '
     'of the group).')
 _SEED = flags.DEFINE_integer('fidelity_seed', 0,
                              'Seed of the resampled sessions.')
+_SAVE = flags.DEFINE_string(
+    'save_sessions_dir', None,
+    'Also write each member\'s per-session outcomes (what the claims read: '
+    'target ranks, top-1 codes, rank-cap firing; with the runs\' resolved '
+    'configs) to DIR/<member>.npz, which --fidelity_dirs reads back.')
 _JSON = flags.DEFINE_string('output_json', None,
                             'Also write every row and check (JSON) here.')
 
 
-def evidence(member: pathlib.Path, num_resamples: int,
-             seed: int) -> tuple[claims_lib.Evidence, bool]:
-  """The ``Evidence`` of a member directory, and whether it holds the
-  paper's reading of the no-reflection ablation (``stagnation/``)."""
+def groups_of(member: pathlib.Path) -> tuple[dict, dict]:
+  """``(groups, meta)`` of a family member: a directory written by
+  ``experiments.run --suite=fidelity``, or the ``.npz`` that
+  ``--save_sessions_dir`` wrote of one (``claims.save_groups``)."""
+  if member.suffix == '.npz':
+    return claims_lib.load_groups(member)
   if not (member / 'main').is_dir():
     raise app.UsageError(f'{member / "main"} does not exist: run '
                          'experiments.run --flagfile=experiments/flagfiles/'
                          f'fidelity --output_dir={member} first')
   main = {'main': claims_lib.load(member / 'main')}
-  stagnation = (member / 'stagnation').is_dir()
-  if stagnation:
+  if (member / 'stagnation').is_dir():
     main['stagnation'] = claims_lib.load(member / 'stagnation')
   groups = {'main': main}
   for group in ('degraded', 'sensitivity'):
@@ -60,6 +68,20 @@ def evidence(member: pathlib.Path, num_resamples: int,
       groups[group] = {p.name: claims_lib.load(p)
                        for p in sorted((member / group).iterdir())
                        if p.is_dir()}
+  meta = {}
+  for config in sorted(member.glob('**/resolved_config.json')):
+    meta[str(config.parent.relative_to(member))] = json.loads(
+        config.read_text())
+  return groups, {'member': member.name, 'resolved_configs': meta}
+
+
+def evidence(groups: dict, num_resamples: int,
+             seed: int) -> tuple[claims_lib.Evidence, bool]:
+  """The ``Evidence`` of a member's groups, and whether it holds the
+  paper's reading of the no-reflection ablation (``stagnation``)."""
+  if 'main' not in groups.get('main', {}):
+    raise ValueError('no main run (main/)')
+  stagnation = 'stagnation' in groups['main']
   return claims_lib.Evidence(groups, num_resamples, seed), stagnation
 
 
@@ -139,13 +161,21 @@ def main(argv):
   if not members:
     raise app.UsageError('--fidelity_dirs is empty')
   for m in members:
-    if not m.is_dir():
+    if not m.exists():
       raise app.UsageError(f'--fidelity_dirs: {m} does not exist')
+    if not (m.is_dir() or (m.suffix == '.npz' and m.is_file())):
+      raise app.UsageError(f'--fidelity_dirs: {m} is neither a run '
+                           'directory nor a .npz file')
   results = {}
   for m in members:
+    name = m.stem if m.suffix == '.npz' else m.name
     try:
-      ev, stagnation = evidence(m, _RESAMPLES.value, _SEED.value)
-      results[m.name] = claims_lib.evaluate(
+      groups, meta = groups_of(m)
+      if _SAVE.value:
+        claims_lib.save_groups(pathlib.Path(_SAVE.value) / f'{name}.npz',
+                               groups, meta)
+      ev, stagnation = evidence(groups, _RESAMPLES.value, _SEED.value)
+      results[name] = claims_lib.evaluate(
           paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
     except (FileNotFoundError, ValueError) as e:
       raise app.UsageError(f'{m}: {e}') from e

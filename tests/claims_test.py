@@ -4,6 +4,7 @@ import json
 import re
 
 from absl.testing import absltest
+from absl.testing import flagsaver
 import chex
 import numpy as np
 
@@ -177,6 +178,30 @@ class StatisticsTest(absltest.TestCase):
       claims.load(self.create_tempdir().full_path)
 
 
+  def test_saved_groups_read_back_the_same(self):
+    groups = {'main': {'main': _run({m: RNG.integers(1, 102, (S, T + 1))
+                                     for m in ('a', 'b')},
+                                    fired={'a': RNG.random((S, T + 1)) < .5})},
+              'sensitivity': {'window=1': _run({'a': _hits(0.3)})}}
+    path = self.create_tempdir().full_path + '/member.npz'
+    claims.save_groups(path, groups, {'member': 'm'})
+    back, meta = claims.load_groups(path)
+    self.assertEqual(meta, {'member': 'm'})
+    self.assertEqual({g: set(r) for g, r in back.items()},
+                     {g: set(r) for g, r in groups.items()})
+    for g, runs in groups.items():
+      for name, run in runs.items():
+        chex.assert_trees_all_equal(
+            (run.sessions, run.ranks, run.top1, run.fired),
+            (back[g][name].sessions, back[g][name].ranks, back[g][name].top1,
+             back[g][name].fired))
+    with self.assertRaisesRegex(ValueError, 'may not hold'):
+      claims.save_groups(path, {'main': {'a/b': groups['main']['main']}})
+    bad = self.create_tempdir().create_file('x.npz', 'not a zip').full_path
+    with self.assertRaisesRegex(ValueError, 'x.npz: not a file of'):
+      claims.load_groups(bad)
+
+
 def _full_evidence():
   rank = lambda: RNG.integers(1, 102, (S, T + 1))
   runs = lambda names: _run({m: rank() for m in names}, fired={
@@ -266,6 +291,37 @@ class PaperClaimsTest(absltest.TestCase):
     self.assertIn(f"| {one[0]['key']} | {one[0]['verdict']} | "
                   f"{other[0]['verdict']} |", table)
     self.assertEqual(table.count(f"| {one[0]['key']} | "), 3)
+
+
+  def test_the_command_reads_a_member_directory_or_its_saved_sessions(self):
+    member = self.create_tempdir('scene_shared=1.0')
+    sessions, targets = np.arange(40), RNG.integers(0, 30, 40)
+    displayed = {m: RNG.integers(0, 30, (40, T + 1, 10))
+                 for m in paper_claims.MAIN_METHODS}
+    main = member.mkdir('main')
+    main.create_file('ranks.csv', reporting.ranks_csv(displayed, sessions,
+                                                      targets))
+    main.create_file('trajectories.jsonl', ''.join(
+        json.dumps({'method': m, 'session': int(s), 'turns': [{}] * (T + 1)})
+        + '\n' for m in displayed for s in sessions))
+    main.create_file('resolved_config.json', '{"seed": 0}')
+    out = self.create_tempdir()
+    saved = out.full_path + '/sessions'
+    with flagsaver.flagsaver(fidelity_dirs=[member.full_path],
+                             fidelity_resamples=50, save_sessions_dir=saved,
+                             output_json=out.full_path + '/a.json',
+                             output_md=out.full_path + '/a.md'):
+      fidelity.main(['fidelity'])
+    with flagsaver.flagsaver(
+        fidelity_dirs=[saved + '/scene_shared=1.0.npz'],
+        fidelity_resamples=50, output_json=out.full_path + '/b.json',
+        output_md=out.full_path + '/b.md'):
+      fidelity.main(['fidelity'])
+    a, b = (json.load(open(f'{out.full_path}/{x}.json')) for x in 'ab')
+    self.assertEqual(a, b)
+    self.assertIn('scene_shared=1.0', a['rows'])
+    _, meta = claims.load_groups(saved + '/scene_shared=1.0.npz')
+    self.assertEqual(meta['resolved_configs'], {'main': {'seed': 0}})
 
 
 if __name__ == '__main__':

@@ -123,6 +123,64 @@ def load(directory) -> Run:
   return Run(sessions=sessions, ranks=ranks, top1=top1, fired=fired)
 
 
+def save_groups(path, groups: dict, meta: dict | None = None) -> None:
+  """Writes ``groups`` (group -> run name -> ``Run``) to one compressed
+  ``.npz``: the per-session outcomes the claims read, so a family member
+  can be evaluated again (and committed) without its run directories.
+  ``meta``: JSON-able provenance kept beside them (e.g. the runs' configs)."""
+  arrays = {'meta': np.asarray(json.dumps(meta or {}, sort_keys=True))}
+  for group, runs in groups.items():
+    for name, run in runs.items():
+      for part in ('/', ' '):
+        if part in group + name:
+          raise ValueError(f'group {group!r} / run {name!r}: names may not '
+                           f'hold {part!r}')
+      prefix = f'{group}/{name}/'
+      arrays[prefix + 'sessions'] = np.asarray(run.sessions, np.int64)
+      for field in ('ranks', 'top1', 'fired'):
+        for method, x in getattr(run, field).items():
+          arrays[f'{prefix}{field}/{method}'] = np.asarray(x)
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(path.name + '.tmp.npz')
+  np.savez_compressed(tmp, **arrays)
+  tmp.replace(path)
+
+
+def load_groups(path) -> tuple[dict, dict]:
+  """``(groups, meta)`` of a file ``save_groups`` wrote."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'{path} does not exist')
+  try:
+    data = np.load(path, allow_pickle=False)
+    keys = list(data.keys())
+  except (OSError, ValueError) as e:
+    raise ValueError(f'{path}: not a file of claims.save_groups ({e})') from e
+  if 'meta' not in keys:
+    raise ValueError(f'{path}: no "meta" entry; not a file of '
+                     'claims.save_groups')
+  parts = collections.defaultdict(lambda: collections.defaultdict(dict))
+  for key in keys:
+    if key == 'meta':
+      continue
+    bits = key.split('/')
+    if len(bits) == 3 and bits[2] == 'sessions':
+      parts[(bits[0], bits[1])]['sessions'] = data[key]
+    elif len(bits) == 4 and bits[2] in ('ranks', 'top1', 'fired'):
+      parts[(bits[0], bits[1])][bits[2]][bits[3]] = data[key]
+    else:
+      raise ValueError(f'{path}: unexpected entry {key!r}')
+  groups = collections.defaultdict(dict)
+  for (group, name), fields in sorted(parts.items()):
+    if 'sessions' not in fields:
+      raise ValueError(f'{path}: run {group}/{name} has no sessions')
+    groups[group][name] = Run(
+        sessions=fields['sessions'], ranks=dict(fields['ranks']),
+        top1=dict(fields['top1']), fired=dict(fields['fired']))
+  return dict(groups), json.loads(str(data['meta']))
+
+
 def transitions(ranks, top1) -> dict:
   """Per-session failure-mode counts: mode -> ``(count [S], total [S])``
   over active transitions, as ``metrics.failure_modes`` pools them."""
