@@ -47,7 +47,7 @@ from recovr_jax.core import metrics
 from recovr_jax.core import sharding
 from recovr_jax.experiment import resources
 from recovr_jax.protocol import host as host_driver
-from recovr_jax.protocol import jitted as simulation
+from recovr_jax.world import jitted as simulation
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking

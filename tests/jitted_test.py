@@ -12,7 +12,7 @@ import numpy as np
 from recovr_jax import methods
 from recovr_jax.core import vectors
 from recovr_jax.protocol import host
-from recovr_jax.protocol import jitted as simulation
+from recovr_jax.world import jitted as simulation
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
@@ -212,7 +212,7 @@ class JitEqualsHostTest(parameterized.TestCase):
           # tabulated words, what the user said).
           for key in {'search', 'edit'} & set(hr):
             self.assertEqual(hr[key], jr[key])
-          if config.words:
+          if config.face.words:
             self.assertEqual(hr['feedback'], jr['feedback'])
     # The methods that ask every turn get answers.
     self.assertEqual(answers > 0, method.asks_every_turn)
@@ -240,7 +240,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     method = methods.make(name, NO_ASK)
     host_result, trace, config = run_both(env, sim_env, method, user_config,
                                           chunk_size, seed=3)
-    self.assertTrue(config.words)
+    self.assertTrue(config.face.words)
     table = simulation.word_table(sim_env, config, 3)
     jit = simulation.batch_result(sim_env, trace, table)
     misread = 0
@@ -254,9 +254,9 @@ class JitEqualsHostTest(parameterized.TestCase):
         for key in {'search', 'edit'} & set(hr):
           self.assertEqual(hr[key], jr[key])
         named = {a: int(world.gallery_attributes[world.test.target[i], a])
-                 for a in np.flatnonzero(trace.word[i, t] >= 0 and
+                 for a in np.flatnonzero(trace.own['word'][i, t] >= 0 and
                                          simulation.words_lib.decode(
-                                             trace.word[i, t], 4)[3])}
+                                             trace.own['word'][i, t], 4)[3])}
         misread += lexicon.parse(hr['feedback']) != named
     # The words are read differently from what was named, sometimes.
     self.assertGreater(misread, 0)
@@ -327,12 +327,10 @@ class JitEqualsHostTest(parameterized.TestCase):
       init = step = None
 
     with self.assertRaisesRegex(ValueError, 'host loop'):
-      simulation.check_supported(HostOnly(), simulated_user.UserConfig())
+      simulation.check_supported(HostOnly())
     # Every registered method, questions, noise and the user's own words.
     for name in methods.names():
-      simulation.check_supported(
-          methods.make(name), simulated_user.UserConfig(
-              noise_rate=0.1, language='own'), 'entropy')
+      simulation.check_supported(methods.make(name))
     with self.assertRaisesRegex(ValueError, 'more than .* queries'):
       simulation.words_lib.check_capacity(10 ** 6, 5)
     with self.assertRaisesRegex(ValueError, 'user draws'):
@@ -385,10 +383,11 @@ class GroundedReaderJitTest(absltest.TestCase):
       config = simulation.sim_config(method, base, user_config,
                                      sim_env.composer, reasoner='grounded',
                                      sigma=sigma)
-      self.assertTrue(config.words)
+      self.assertTrue(config.face.words)
       with self.assertRaisesRegex(ValueError, 'parse'):
         simulation.word_table(sim_env, dataclasses.replace(
-            config, reasoner='other'), 3)
+            config, face=dataclasses.replace(config.face, reasoner='other')),
+            3)
       table = simulation.word_table(sim_env, config, 3, parse=reader.parse,
                                     label=label)
       trace = simulation.run(sim_env, config, sessions, seed=3, chunk_size=7)

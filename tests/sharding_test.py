@@ -45,7 +45,7 @@ def run_checks():
   import functools  # pylint: disable=g-import-not-at-top
   from recovr_jax import methods  # pylint: disable=g-import-not-at-top
   from recovr_jax.core import fusion  # pylint: disable=g-import-not-at-top
-  from recovr_jax.protocol import jitted as simulation  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import jitted as simulation  # pylint: disable=g-import-not-at-top
   from recovr_jax.protocol import ranking as session  # pylint: disable=g-import-not-at-top
   from recovr_jax.world import simulated_user as simulator  # pylint: disable=g-import-not-at-top
   from tests import jitted_test as simulation_test  # pylint: disable=g-import-not-at-top

@@ -19,6 +19,7 @@ import numpy as np
 
 from recovr_jax import methods as methods_lib
 from recovr_jax.experiment import checks
+from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import reporting
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import host
@@ -151,7 +152,7 @@ def compute(config, built, method, b, batch, base, user, ctx, out, identity):
   before = reasoner.validity()
   if built.sim_env is not None:
     with profiled('jitted sessions'):
-      result = _run_jit(config, built.sim_env, method, batch, base, reasoner)
+      result = _run_jit(config, built, method, batch, base, reasoner)
   else:
     try:
       result = host.run_batch(env, method, batch, user, ctx, base)
@@ -186,34 +187,18 @@ def run_own_share(config, built, out, batches, base, user, ctx, identity):
             f'{len(batches)} done', flush=True)
 
 
-def _run_jit(config, sim_env, method, batch, base, reasoner):
+def _run_jit(config, built, method, batch, base, reasoner):
   """``method`` on ``batch`` in the jitted driver, reading the words as
   ``reasoner`` (rules, or grounded: its reader and its sigma rule)."""
   from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
-  from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
   mesh = None
   if config.session_shards > 1:
     mesh = sharding.make_mesh(gallery_shards=1,
                               session_shards=config.session_shards,
                               devices=jax.local_devices())
-  sim_config = jitted.sim_config(method, base, config.user, sim_env.composer,
-                                 reasoner=config.reasoner,
-                                 sigma=reasoner.sigma_rule)
-  # Made here with the reasoner's reader; jitted.run finds it by key.
-  label = None
-  if getattr(reasoner, 'frames', None) is not None:
-    from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
-    label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
-  jitted.word_table(sim_env, sim_config, config.user_seed,
-                    parse=reasoner.reader.parse, label=label)
-  trace = jitted.run(sim_env, sim_config, batch, config.user_seed,
-                     log=lambda msg: print(f'[{method.name}] {msg}',
-                                           flush=True),
-                     chunk_size=config.jit_chunk_size or None, mesh=mesh)
-  return jitted.batch_result(sim_env, trace,
-                             jitted.word_table(sim_env, sim_config,
-                                               config.user_seed),
-                             sessions=batch)
+  return config_lib.source(config).run_jitted(
+      config, built, method, batch, base, reasoner,
+      log=lambda msg: print(f'[{method.name}] {msg}', flush=True), mesh=mesh)
 
 
 def _per_session(env, method, batch, user, ctx, base, shape, errors):

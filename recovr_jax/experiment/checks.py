@@ -212,8 +212,7 @@ def check_jit(config, source) -> None:
     fail('--simulation=jit needs --reasoner=rules or grounded')
   for name in config.methods:
     try:
-      jitted.check_supported(methods_lib.make(name, config.settings),
-                             config.user, config.settings.ask.mode)
+      jitted.check_supported(methods_lib.make(name, config.settings))
     except jitted.Unsupported as e:
       fail(f'--simulation=jit: {e}; change {e.flag} or use '
            '--simulation=host')

@@ -52,8 +52,8 @@ def build(config: config_lib.RunConfig) -> source_lib.Built:
   except source_lib.SourceError as e:
     _fail(str(e))
   if config.simulation == 'jit':
-    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
-    built = dataclasses.replace(built, sim_env=jitted.prepare(built.env))
+    built = dataclasses.replace(
+        built, sim_env=config_lib.source(config).jitted_environment(built))
   return built
 
 

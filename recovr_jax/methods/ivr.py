@@ -12,6 +12,7 @@ import numpy as np
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
 
 SEPARATOR = ' [SEP] '
@@ -69,9 +70,46 @@ class JaxForm:
   def step(self, state, obs):
     return state, single_list_plan(obs, obs.dialogue)
 
+  def jax_question(self, state, shown_ids, shown_scores, asked, reference,
+                   memory, active):
+    """``'split'``: UMIVR's most informative split of the top
+    ``candidates``; ``'shown'``: IVR-QA's question about the shown top
+    result (``jax_caption_question``). Returns ``(attribute the user reads
+    in it or -1, 1 when asked)``."""
+    del state
+    if self.question == 'split':
+      k = self.candidates
+      ids, scores = shown_ids[:k], shown_scores[:k]
+      values = jnp.where(ids[:, None] >= 0,
+                         memory.caption_attrs[jnp.maximum(ids, 0)], -1)
+      h = asking.expected_split_entropy(
+          jnp.where(ids >= 0, scores, -jnp.inf).astype(jnp.float32),
+          values.T, self.tau)
+      question = memory.asked_plain[jnp.argmin(h)]
+    else:
+      question = jax_caption_question(
+          memory, shown_ids[0] if self.question == 'shown' else reference,
+          asked)
+    return (jnp.where(active, question, -1).astype(jnp.int32),
+            active.astype(jnp.int32))
+
   def penalty(self, avoid, caption_attrs):
     del avoid, caption_attrs
     return None
+
+
+def jax_caption_question(memory, video, asked):
+  """IVR-QA's question about ``video``'s caption, as the attribute the user
+  reads in it: about the ``asked % n``-th attribute it states, saying its
+  value (``caption_questions``), or the open question when it states none."""
+  values = memory.caption_attrs[video]
+  stated = values >= 0
+  count = jnp.sum(stated)
+  nth = asked % jnp.maximum(count, 1)
+  a = jnp.argmax(stated & (jnp.cumsum(stated) == nth + 1))
+  return jnp.where(count > 0,
+                   memory.asked_with_value[a, jnp.maximum(values[a], 0)],
+                   memory.asked_open)
 
 
 def caption_questions(ctx, videos, asked):

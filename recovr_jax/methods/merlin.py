@@ -35,6 +35,14 @@ class JaxForm:
     text = slerp.slerp(state['text'], obs.utterance, self.alpha)
     return {'text': text}, ivr.single_list_plan(obs, text)
 
+  def jax_question(self, state, shown_ids, shown_scores, asked, reference,
+                   memory, active):
+    """About the reference video's caption (IVR-QA's question)."""
+    del state, shown_ids, shown_scores
+    question = ivr.jax_caption_question(memory, reference, asked)
+    return (jnp.where(active, question, -1).astype(jnp.int32),
+            active.astype(jnp.int32))
+
   def penalty(self, avoid, caption_attrs):
     del avoid, caption_attrs
     return None

@@ -190,7 +190,7 @@ class JaxForm:
   sigma_rule: str = 'rules'
 
   def init(self, start):
-    """``start``: a ``protocol.jitted.JaxStart``; ReCoVR reads the T2V
+    """``start``: a ``plan.JaxStart``; ReCoVR reads the T2V
     initializer's assignment ``init_search [A]``."""
     init_search = start.init_search
     none = jnp.full_like(init_search, -1)
@@ -258,6 +258,36 @@ class JaxForm:
                    anchor=obs.shown if self.dynamic_anchor else obs.reference,
                    avoid=read_avoid)
     return new_state, plan
+
+  def jax_question(self, state, shown_ids, shown_scores, asked, reference,
+                   memory, active):
+    """The Question Asker after a ranking (``question='asker'``):
+    AskStream's gate (``asking.should_ask``) and the rules reasoner's
+    question, the attribute not kept yet whose values are the most uncertain
+    (entropy of their counts) among the top ``candidates``' captions.
+    Returns ``(attribute the user reads in it or -1, 1 when asked)``."""
+    del reference
+    policy = self.ask
+    ask = active & (asked < policy.budget)
+    if policy.mode == 'entropy':
+      ask &= asking.normalized_entropy(shown_scores,
+                                       policy.tau) > policy.threshold
+    ids = shown_ids[:self.candidates]
+    values = jnp.where(ids[:, None] >= 0,
+                       memory.caption_attrs[jnp.maximum(ids, 0)], -1)  # [k, A]
+    num_values = memory.asked_with_value.shape[1]
+    counts = jnp.sum(values.T[:, :, None] == jnp.arange(num_values),
+                     axis=1)                                      # [A, V]
+    counts = jnp.sort(counts, axis=1)  # the host sums them in sorted order
+    total = jnp.sum(counts, axis=1, keepdims=True)
+    share = counts / jnp.maximum(total, 1)
+    h = -jnp.sum(jnp.where(counts > 0, share * jnp.log(
+        jnp.where(counts > 0, share, 1.0)), 0.0), axis=1)
+    fixed = state['keep'] >= 0
+    best = jnp.where(fixed.all(), 0,
+                     jnp.argmax(jnp.where(fixed, -jnp.inf, h)))
+    question = jnp.where(ask, memory.asked_plain[best], -1).astype(jnp.int32)
+    return question, ask.astype(jnp.int32)
 
   def penalty(self, avoid, caption_attrs):
     """``[N]`` float32: ``avoid_penalty`` per avoided value each caption

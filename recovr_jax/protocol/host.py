@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import profiling
-from recovr_jax.core import demotion
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session as session_lib
@@ -185,15 +184,12 @@ class HostDriver:
     fired = np.asarray(carry.ranking.fired)
     for i in range(len(self.sessions)):
       if i in fb.responses:
-        rec = {'turn': int(turns[i]),
-               'action': fb.responses[i].action,
-               'feedback': fb.responses[i].text,
-               'sigma': demotion.SIGMAS[plan.sigma[i]],
-               'rank_cap_fired': bool(fired[i, turns[i]]),
-               'question': carry.questions[i], **plan.records[i]}
+        rec = plan_lib.turn_record(
+            int(turns[i]), fb.responses[i].action, fb.responses[i].text,
+            plan.sigma[i], fired[i, turns[i]], carry.questions[i],
+            **plan.records[i])
       else:
-        rec = {'turn': int(turns[i]), 'action': 'stopped',
-               'feedback': '', 'sigma': None, 'question': None}
+        rec = plan_lib.stopped_record(int(turns[i]))
       rec['asked'] = carry.new_questions[i]
       out.append(rec)
     return out
@@ -228,8 +224,7 @@ def begin(env: Environment, method,
   carry = _Carry(ranking=states, method_state=method_state,
                  questions=[None] * s, asked=np.zeros(s, int),
                  new_questions=[None] * s)
-  records = [{'turn': 0, 'action': None, 'feedback': mods[i],
-              'sigma': None, 'question': None} for i in range(s)]
+  records = [plan_lib.start_record(mods[i]) for i in range(s)]
   return driver, carry, records
 
 

@@ -13,6 +13,7 @@ Channels: ``T2V`` (index 0) and ``COVR`` (index 1), DESIGN section 1.
 import dataclasses
 from collections.abc import Callable, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -98,6 +99,33 @@ class Feedback:
   mentioned: dict[int, int]   # attribute -> value the text names (pre-noise)
 
 
+def start_record(modification: str) -> dict:
+  """A session's turn-0 trajectory record (both drivers)."""
+  return {'turn': 0, 'action': None, 'feedback': modification,
+          'sigma': None, 'question': None}
+
+
+def turn_record(turn: int, action: str, feedback, sigma: int,
+                rank_cap_fired: bool, question, **fields) -> dict:
+  """A feedback turn's trajectory record (both drivers): the user's
+  ``action`` and words (``feedback``; None where the jitted driver did not
+  tabulate them), the ``sigma`` used, whether rank-cap fired, the question
+  the user answered (its text; None where the jitted driver knows only its
+  attribute, ``question_attribute``), then the driver's and method's own
+  ``fields``. The driver adds ``asked`` (the question shown with the new
+  list)."""
+  return {'turn': turn, 'action': action, 'feedback': feedback,
+          'sigma': demotion.SIGMAS[int(sigma)],
+          'rank_cap_fired': bool(rank_cap_fired), 'question': question,
+          **fields}
+
+
+def stopped_record(turn: int) -> dict:
+  """The record of a turn after the user stopped (both drivers)."""
+  return {'turn': turn, 'action': 'stopped', 'feedback': '', 'sigma': None,
+          'question': None}
+
+
 @dataclasses.dataclass(frozen=True)
 class Shown:
   """The lists just ranked for the sessions that gave feedback."""
@@ -120,3 +148,59 @@ class JaxPlan:
   # None: the edit is ``edit``'s phrase; else the edit text's embedding
   # ``[D]`` itself (a method that encodes the user's words).
   edit_embedding: jnp.ndarray | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JaxStart:
+  """What a jitted method reads at turn 0 (one session)."""
+  init_search: jax.Array         # [A] the T2V initializer's assignment
+  modification_attrs: jax.Array  # [A] the modification text, parsed
+  modification: jax.Array        # [D] the modification text, encoded
+  # V: values per attribute (the width of a plan's ``avoid [A, V]``).
+  num_values: int = dataclasses.field(default=0, metadata=dict(static=True))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JaxObservation:
+  """What a jitted method observes at a feedback turn (one session)."""
+  mentions: jax.Array     # [A] int32 values the feedback names, -1 none
+  negative: jax.Array     # [] bool, a rejection marker in the words
+  shown_attrs: jax.Array  # [A] int32 the shown video's caption, parsed
+  shown: jax.Array        # [] int32 gallery id of the shown top-1
+  reference: jax.Array    # [] int32 v_ref
+  action: jax.Array       # [] int32 the user's action (``ACTIONS`` index)
+  utterance: jax.Array    # [D'] the words' embedding (methods that need it)
+  dialogue: jax.Array     # [D'] the dialogue's embedding (likewise)
+  asked: jax.Array        # [] int32 the question's attribute (-1 none)
+  # [] int32 the reasoner's reading of the user's decision from the words
+  # (``frames.LABELS`` index; -1 none).
+  label: jax.Array = None
+  # V: values per attribute the environment's assignments range over (the
+  # width of a plan's ``avoid [A, V]``).
+  num_values: int = dataclasses.field(default=0, metadata=dict(static=True))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JaxMemory:
+  """What a jitted method's question rule reads: the gallery's captions
+  parsed, and the attribute the user reads in each question the reasoner
+  can ask (-1: none)."""
+  caption_attrs: jax.Array     # [N, A] int32 (-1: the caption states none)
+  asked_with_value: jax.Array  # [A, V] about attribute a, saying value v
+  asked_plain: jax.Array       # [A] about attribute a alone
+  asked_open: jax.Array        # [] the open question
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JaxData:
+  """What every session of a run reads (replicated over devices)."""
+  gallery: jax.Array          # [N, D] float32 video embeddings
+  memory: JaxMemory  # what the methods' question rules read
+  reference: jax.Array        # [Q] int32 gallery ids
+  target: jax.Array           # [Q] int32 gallery ids (the stop rule's)
+  modification: jax.Array     # [Q, D] float32 modification texts, encoded
+  own: object = None          # the source's own arrays (its face reads them)

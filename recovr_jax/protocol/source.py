@@ -34,7 +34,7 @@ class SourceError(ValueError):
 class Built:
   """A source's environment with what runs on it (a sweep's runs share it)."""
   env: host.Environment
-  sim_env: object = None   # protocol.jitted.SimEnvironment, jit runs only
+  sim_env: object = None   # its protocol.jitted.Environment, jit runs only
   extra: object = None     # the source's own (e.g. the generated world)
 
 
@@ -108,6 +108,18 @@ class Source(abc.ABC):
     else None."""
     del built
     return None
+
+  def jitted_environment(self, built: Built):
+    """The ``protocol.jitted.Environment`` of ``built`` (``JITTED``
+    sources only)."""
+    raise NotImplementedError(f'--data={self.NAME} has no jitted face')
+
+  def run_jitted(self, run, built: Built, method, sessions, loop, reasoner,
+                 log=None, mesh=None) -> host.BatchResult:
+    """``method`` on ``sessions`` in the jitted driver (``loop``: the
+    run's ``ranking.LoopConfig``; ``reasoner``: the run's, whose reading of
+    the user's words the face reproduces)."""
+    raise NotImplementedError(f'--data={self.NAME} has no jitted face')
 
   def extra_outputs(self) -> dict[str, tuple[dict, str]]:
     """File name -> (JSON content, printed line) that a finished run adds

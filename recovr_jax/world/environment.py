@@ -4,7 +4,6 @@ import json
 import pathlib
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import profiling

@@ -21,7 +21,8 @@ Each session's draws come from its own generator, seeded by
 ``(seed, session, turn)``, so they do not depend on the method under test.
 Two sources of draws: ``numpy`` (the default) and ``jax``, where the
 decision (action, named attributes, prefix) comes from ``decide``, the same
-pure function the jitted driver (``recovr_jax.protocol.jitted``) runs
+pure function the jitted driver (``recovr_jax.protocol.jitted``, through
+``world.jitted``) runs
 inside ``lax.scan``; host and jitted runs with ``jax`` draws are identical.
 Degradations: surface noise (character and word perturbations at a rate),
 constraint dropping (each mentioned attribute dropped with a probability),
@@ -226,7 +227,7 @@ class SimulatedUser:
     """What ``respond`` says under ``draws='jax'`` once ``decide`` has
     returned ``(action, named, prefix)`` (its text draws are NumPy's,
     seeded by ``(seed, session, turn)`` like ``respond``'s): the jitted
-    driver's tabulated words (``protocol.jitted.WordTable``)."""
+    driver's tabulated words (``world.words.WordTable``)."""
     return self._text(self.rng(session, turn), ACTIONS[int(action)],
                       [int(a) for a in np.flatnonzero(np.asarray(named))],
                       np.asarray(target_attrs), _REWRITE_PREFIX[int(prefix)])

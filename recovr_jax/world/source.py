@@ -212,6 +212,28 @@ class WorldSource(source_lib.Source):
         run.reasoner, run.reasoner_checkpoint, chat_options=run.chat_options(),
         world_config=self.config.world, encode_text=env.encode_text)
 
+  def jitted_environment(self, built):
+    from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
+    return jitted.prepare(built.env)
+
+  def run_jitted(self, run, built, method, sessions, loop, reasoner,
+                 log=None, mesh=None):
+    from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
+    sim_env = built.sim_env
+    sim_config = jitted.sim_config(method, loop, run.user, sim_env.composer,
+                                   reasoner=run.reasoner,
+                                   sigma=reasoner.sigma_rule)
+    # Made here with the reasoner's reader; jitted.run finds it by key.
+    label = None
+    if getattr(reasoner, 'frames', None) is not None:
+      from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
+      label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
+    table = jitted.word_table(sim_env, sim_config, run.user_seed,
+                              parse=reasoner.reader.parse, label=label)
+    trace = jitted.run(sim_env, sim_config, sessions, run.user_seed, log=log,
+                       chunk_size=run.jit_chunk_size or None, mesh=mesh)
+    return jitted.batch_result(sim_env, trace, table, sessions=sessions)
+
   def frames(self, built):
     """The gallery's videos rendered as the encoders saw them (same keys,
     frames and size)."""

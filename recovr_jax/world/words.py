@@ -282,24 +282,26 @@ def lookup_dialogue(tables, num_queries: int, parent, word):
   return found, node, jnp.where(found, rows[row], 0.0)
 
 
-def first_missing(trace, dialogues: bool):
+def first_missing(active, own: dict, dialogues: bool):
   """Per session, the first active turn whose word (or, with
   ``dialogues``, dialogue) a table lacked: ``(word keys, (parent, word)
   pairs)`` to add (later turns of that session ran on placeholders and are
-  ignored)."""
-  active = np.asarray(trace.active)
-  missing = active & ~np.asarray(trace.word_found)
+  ignored). ``active [S, T]`` and ``own`` (the face's record outputs) of a
+  ``jitted.SimTrace``."""
+  active = np.asarray(active)
+  word_found = np.asarray(own['word_found'])
+  missing = active & ~word_found
   if dialogues:
-    missing |= active & ~np.asarray(trace.dialogue_found)
+    missing |= active & ~np.asarray(own['dialogue_found'])
   keys, pairs = [], []
   for s in range(missing.shape[0]):
     turns = np.flatnonzero(missing[s])
     if not len(turns):
       continue
     t = turns[0]
-    if not trace.word_found[s, t]:
-      keys.append(int(trace.word[s, t]))
+    if not word_found[s, t]:
+      keys.append(int(own['word'][s, t]))
     else:
-      pairs.append((int(trace.dialogue_parent[s, t]), int(trace.word[s, t])))
+      pairs.append((int(own['dialogue_parent'][s, t]),
+                    int(own['word'][s, t])))
   return keys, pairs
-
