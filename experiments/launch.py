@@ -15,6 +15,7 @@ process 0 (or ``auto`` where JAX detects the cluster itself, as on SLURM;
 docs/runner.md has a SLURM script).
 """
 
+import itertools
 import pathlib
 import signal
 import socket
@@ -71,11 +72,17 @@ def launch(num: int, args, module: str = 'experiments.run') -> int:
   old = {s: signal.signal(s, forward) for s in (signal.SIGINT,
                                                 signal.SIGTERM)}
   try:
-    while True:
+    seen = {}  # process -> (poll when it was first seen failed, its code)
+    for tick in itertools.count():
       codes = [p.poll() for p in procs]
-      failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-      if failed:
-        i, code = failed[0]
+      for i, c in enumerate(codes):
+        if c not in (None, 0) and i not in seen:
+          seen[i] = (tick, c)
+      if seen:
+        # The first to fail; among those seen together, one killed by a
+        # signal (the others' errors are then its consequences).
+        i = min(seen, key=lambda j: (seen[j][0], seen[j][1] >= 0, j))
+        code = seen[i][1]
         for p in procs:
           if p.poll() is None:
             p.terminate()
@@ -85,11 +92,12 @@ def launch(num: int, args, module: str = 'experiments.run') -> int:
           except subprocess.TimeoutExpired:
             p.kill()
         where = 'above' if i == 0 else str(logs / f'process_{i}.log')
-        print(f'experiments.launch: process {i} of {num} exited with code '
-              f'{code} (its output: {where}); the others were stopped. The '
-              'same command resumes from the saved batches.',
-              file=sys.stderr, flush=True)
-        return code
+        how = (f'was killed by signal {-code} ({signal.Signals(-code).name})'
+               if code < 0 else f'exited with code {code}')
+        print(f'experiments.launch: process {i} of {num} {how} (its output: '
+              f'{where}); the others were stopped. The same command resumes '
+              'from the saved batches.', file=sys.stderr, flush=True)
+        return code if code > 0 else 128 - code
       if all(c == 0 for c in codes):
         return 0
       time.sleep(0.2)

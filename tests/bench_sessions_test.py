@@ -67,5 +67,31 @@ class BenchMethodsTest(absltest.TestCase):
     self.assertIn('blas', json.dumps(result['machine']).lower())
 
 
+
+class BenchDistributedTest(absltest.TestCase):
+
+  def test_tiny_gallery_split_over_two_processes(self):
+    out = pathlib.Path(tempfile.mkdtemp()) / 'bench.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bench_distributed',
+         '--parts=gallery', '--gallery_rows=5000', '--d=16', '--b=4',
+         '--k=10', '--repeats=1', f'--output_json={out}'],
+        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+        capture_output=True, text=True, timeout=600)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    result = json.loads(out.read_text())['gallery']
+    self.assertTrue(result['lists_equal'])
+    self.assertEqual([r['rows_held'] for r in result['by_processes']['2']],
+                     [2500, 2500])
+    self.assertEqual(result['by_processes']['1'][0]['rows_held'], 5000)
+
+  def test_bad_flags(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bench_distributed',
+         '--processes=1,0'], cwd=ROOT, capture_output=True, text=True,
+        timeout=300)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('--processes must be >= 1', proc.stderr)
+
 if __name__ == '__main__':
   absltest.main()

@@ -1,15 +1,17 @@
 """One run as two processes on JAX's distributed runtime (gloo on CPU):
 the outputs equal the one-process run's byte for byte, for the host and
-the jitted driver; the launcher stops every process when one fails."""
+the jitted driver; the launcher stops every process when one fails or is
+killed, naming it, and the same command resumes from the saved batches."""
 
+import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 from absl.testing import absltest
-from absl.testing import parameterized
 
 from tests import run_test
 
@@ -25,25 +27,90 @@ def _module(*args):
                         capture_output=True, text=True, timeout=900)
 
 
-class TwoProcessesTest(parameterized.TestCase):
+def _pid_of(process_id: int, marker: str) -> int:
+  """The pid of ``experiments.run`` process ``process_id`` of the launch
+  whose command line holds ``marker`` (its output directory)."""
+  for proc in pathlib.Path('/proc').iterdir():
+    try:
+      cmd = (proc / 'cmdline').read_bytes().split(b'\0')
+    except OSError:
+      continue
+    args = [a.decode(errors='replace') for a in cmd]
+    if (f'--process_id={process_id}' in args
+        and any(marker in a for a in args) and 'experiments.run' in args):
+      return int(proc.name)
+  raise AssertionError(f'no process {process_id} with {marker} running')
 
-  @parameterized.parameters('host', 'jit')
-  def test_two_processes_equal_one(self, simulation):
-    root = pathlib.Path(tempfile.mkdtemp())
-    flags = TINY + [f'--simulation={simulation}',
-                    f'--cache_dir={root / "cache"}']
+
+def _wait_for(path: pathlib.Path, text: str, proc, timeout=600):
+  start = time.time()
+  while time.time() - start < timeout:
+    if path.exists() and text in path.read_text():
+      return
+    if proc.poll() is not None:
+      raise AssertionError(f'the launch ended ({proc.returncode}) before '
+                           f'{path} said {text!r}')
+    time.sleep(0.05)
+  raise AssertionError(f'{path} did not say {text!r} in {timeout} s')
+
+
+class TwoProcessesTest(absltest.TestCase):
+
+  def _one(self, root, simulation, **flags):
     # One process: in this one (run_main puts its cache in root/cache).
-    run_test.run_main(root / 'one', methods=['recovr'], simulation=simulation)
-    two = _module('experiments.launch', '--num_processes=2', '--',
-                  *flags, f'--output_dir={root / "two"}')
-    self.assertEqual(two.returncode, 0, two.stderr[-3000:])
+    run_test.run_main(root / 'one', methods=['recovr'], simulation=simulation,
+                      **flags)
+
+  def _assert_equal_outputs(self, root):
     for name in ('metrics.json', 'trajectories.jsonl', 'bootstrap.json'):
       self.assertEqual((root / 'one' / name).read_bytes(),
                        (root / 'two' / name).read_bytes(), name)
+    self.assertFalse((root / 'two' / 'INCOMPLETE').exists())
+
+  def test_two_processes_equal_one_jitted(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    self._one(root, 'jit')
+    two = _module('experiments.launch', '--num_processes=2', '--', *TINY,
+                  '--simulation=jit', f'--cache_dir={root / "cache"}',
+                  f'--output_dir={root / "two"}')
+    self.assertEqual(two.returncode, 0, two.stderr[-3000:])
+    self._assert_equal_outputs(root)
     # Process 1 ran its share of the batches (1 of 0, 1, 2).
     self.assertIn('process 1: recovr batch 2 of 3 done',
                   (root / 'two' / 'process_1.log').read_text())
-    self.assertFalse((root / 'two' / 'INCOMPLETE').exists())
+
+  def test_a_killed_process_is_named_and_the_same_command_resumes(self):
+    # Host driver, 12 batches of one session: process 1 runs the odd ones
+    # and is killed once its first is saved (5 of its batches are left, so
+    # no process can have reached the outputs).
+    root = pathlib.Path(tempfile.mkdtemp())
+    self._one(root, 'host', batch_size=1)
+    args = [sys.executable, '-m', 'experiments.launch', '--num_processes=2',
+            '--', *[f for f in TINY if not f.startswith('--batch_size=')],
+            '--batch_size=1', '--simulation=host',
+            f'--cache_dir={root / "cache"}', f'--output_dir={root / "two"}']
+    log = root / 'two' / 'process_1.log'
+    with open(root / 'launch.out', 'w') as out, \
+        open(root / 'launch.err', 'w') as err:
+      launch = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=err)
+      try:
+        _wait_for(log, 'process 1: recovr batch 2 of 12 done', launch)
+        os.kill(_pid_of(1, str(root / 'two')), signal.SIGKILL)
+        launch.wait(timeout=300)
+      finally:
+        if launch.poll() is None:
+          launch.kill()
+    self.assertEqual(launch.returncode, 128 + 9)
+    self.assertIn('process 1 of 2 was killed by signal 9 (SIGKILL)',
+                  (root / 'launch.err').read_text())
+    self.assertFalse((root / 'two' / 'metrics.json').exists())
+    # The same command resumes: process 1 finds its saved batch.
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)
+    self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+    self.assertIn('process 1: recovr batch 2 of 12 found saved',
+                  log.read_text())
+    self._assert_equal_outputs(root)
 
 
 class LaunchTest(absltest.TestCase):

@@ -69,6 +69,43 @@ def run_checks():
   print('sharding checks passed')
 
 
+def run_process_checks(port: int, process_id: int, devices: int):
+  """One of two processes: each holds only its rows of a gallery with ties;
+  the retrieval over the mesh of both processes' devices equals the
+  unsharded one on each process."""
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(coordinator_address=f'127.0.0.1:{port}',
+                             num_processes=2, process_id=process_id)
+  from recovr_jax import retrieve  # pylint: disable=g-import-not-at-top
+  assert len(jax.devices()) == 2 * devices, jax.devices()
+  rng = np.random.default_rng(0)
+  n, b, k = 1001, 6, 10
+  # Small integers: exact scores, so ties are real ties.
+  gallery = rng.integers(-2, 3, (n, 8)).astype(np.float32)
+  queries = rng.integers(-2, 3, (b, 8)).astype(np.float32)
+  exclude = rng.integers(-1, n, b).astype(np.int32)
+  mesh = sharding.make_mesh(gallery_shards=2 * devices)
+  start, stop = sharding.process_rows(n, mesh)
+  assert (start, stop) == ((0, 501) if process_id == 0 else (501, 1001)) or (
+      devices > 1), (start, stop)
+  sharded, num_valid = sharding.shard_gallery_rows(gallery[start:stop], mesh,
+                                                   n)
+  ids, scores = sharding.sharded_retrieve(queries, sharded, k, mesh=mesh,
+                                          num_valid=num_valid,
+                                          exclude=exclude)
+  want_ids, want_scores = retrieve(queries, gallery, k, exclude=exclude)
+  np.testing.assert_array_equal(np.asarray(ids), np.asarray(want_ids))
+  np.testing.assert_array_equal(np.asarray(scores), np.asarray(want_scores))
+  try:
+    sharding.shard_gallery_rows(gallery[:3], mesh, n)
+  except ValueError as e:
+    assert f'holds gallery rows [{start}, {stop})' in str(e), e
+  else:
+    raise AssertionError('wrong row count accepted')
+  print(f'process {process_id}: rows [{start}, {stop}) checks passed')
+
+
 class ShardingTest(absltest.TestCase):
 
   def test_sharded_equals_unsharded_on_8_cpu_devices(self):
@@ -82,6 +119,25 @@ class ShardingTest(absltest.TestCase):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn('sharding checks passed', proc.stdout)
+
+  def test_a_gallery_split_over_two_processes(self):
+    # Each process holds only its rows (one and two CPU devices each).
+    from experiments import launch  # pylint: disable=g-import-not-at-top
+    for devices in (1, 2):
+      port = launch.free_port()
+      env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=(
+          os.environ.get('XLA_FLAGS', '') +
+          f' --xla_force_host_platform_device_count={devices}').strip())
+      procs = [subprocess.Popen(
+          [sys.executable, '-c', 'from tests.sharding_test import '
+           f'run_process_checks; run_process_checks({port}, {i}, {devices})'],
+          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          text=True) for i in range(2)]
+      for i, p in enumerate(procs):
+        out, err = p.communicate(timeout=600)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn(f'process {i}: rows', out)
+        self.assertIn('checks passed', out)
 
   def test_mesh_needs_enough_devices(self):
     with self.assertRaisesRegex(ValueError, 'needs 64 devices'):

@@ -9,10 +9,12 @@ the number of shards is padded with rows that are never returned.
 
 Several processes (``experiment.distributed``): the runner gives each its
 ``jax.local_devices()``. Global meshes: call ``jax.distributed.initialize()``
-on every host first; then
-``jax.devices()`` lists all hosts' devices and ``make_mesh`` spans them. Each
-host must hold the same gallery rows for ``shard_gallery`` to place (or
-build the global array with ``jax.make_array_from_process_local_data``).
+on every process first; then ``jax.devices()`` lists every process's devices
+and ``make_mesh`` spans them. ``shard_gallery`` places a gallery every
+process holds whole; ``shard_gallery_rows`` one of which each process holds
+only its own rows (``process_rows``), so a gallery larger than one machine's
+memory can be searched; ``sharded_retrieve`` then takes the same queries on
+every process and returns the same lists on every process.
 """
 
 import functools
@@ -64,6 +66,52 @@ def shard_gallery(gallery, mesh: Mesh):
   return jax.device_put(gallery, NamedSharding(mesh, P(GALLERY_AXIS, None))), n
 
 
+def process_rows(num_rows: int, mesh: Mesh) -> tuple[int, int]:
+  """``(start, stop)``: the gallery rows this process holds for
+  ``shard_gallery_rows`` (its devices' shards of the padded gallery; rows
+  ``>= num_rows`` are padding it need not hold). The gallery axis must list
+  each process's devices together (``make_mesh`` over ``jax.devices()``
+  does)."""
+  num_rows = checks.positive_int('num_rows', num_rows)
+  shards = mesh.shape[GALLERY_AXIS]
+  per_shard = -(-num_rows // shards)
+  mine = [g for g in range(shards)
+          if mesh.devices[0, g].process_index == jax.process_index()]
+  if not mine:
+    raise ValueError(f'process {jax.process_index()} has no device on the '
+                     "mesh's gallery axis")
+  if mine != list(range(mine[0], mine[-1] + 1)):
+    raise ValueError(f'process {jax.process_index()}\'s devices are not '
+                     f'together on the gallery axis (shards {mine})')
+  return (min(mine[0] * per_shard, num_rows),
+          min((mine[-1] + 1) * per_shard, num_rows))
+
+
+def shard_gallery_rows(rows, mesh: Mesh, num_rows: int):
+  """Places a gallery of which this process holds only ``rows``, the block
+  ``process_rows(num_rows, mesh)``, every process passing its own.
+
+  Returns:
+    ``(sharded [N', D] array, num_rows)`` as ``shard_gallery`` does.
+  """
+  rows = checks.array('rows', rows, 2, 'float')
+  checks.finite('rows', rows)
+  start, stop = process_rows(num_rows, mesh)
+  if rows.shape[0] != stop - start:
+    raise ValueError(f'rows: process {jax.process_index()} holds gallery '
+                     f'rows [{start}, {stop}) of {num_rows}, so it passes '
+                     f'{stop - start} rows; got {rows.shape[0]}')
+  shards = mesh.shape[GALLERY_AXIS]
+  per_shard = -(-num_rows // shards)
+  held = sum(d.process_index == jax.process_index()
+             for d in mesh.devices[0]) * per_shard
+  local = np.zeros((held, rows.shape[1]), np.float32)
+  local[:stop - start] = rows
+  sharding = NamedSharding(mesh, P(GALLERY_AXIS, None))
+  return jax.make_array_from_process_local_data(
+      sharding, local, (per_shard * shards, rows.shape[1])), num_rows
+
+
 def sharded_retrieve(queries, gallery, k: int, *, mesh: Mesh, num_valid: int,
                      exclude=None, block_size: int = retrieval.DEFAULT_BLOCK_SIZE):
   """``retrieve`` over a gallery placed by ``shard_gallery``.
@@ -97,9 +145,16 @@ def sharded_retrieve(queries, gallery, k: int, *, mesh: Mesh, num_valid: int,
   exclude = jnp.pad(jnp.asarray(exclude, jnp.int32), (0, padded_b - b),
                     constant_values=-1)
   shard_rows = gallery.shape[0] // mesh.shape[GALLERY_AXIS]
+  if jax.process_count() > 1:  # global inputs, the same on every process
+    queries, exclude = (jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P()), np.asarray(x)) for x in (queries, exclude))
   ids, scores = _sharded(queries, gallery, exclude, mesh=mesh, k=k,
                          block_size=min(block_size, shard_rows),
                          num_valid=num_valid)
+  if jax.process_count() > 1:  # the merged lists, on every process
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    ids, scores = (multihost_utils.process_allgather(x, tiled=True)
+                   for x in (ids, scores))
   return ids[:b], scores[:b]
 
 

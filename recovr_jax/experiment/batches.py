@@ -180,11 +180,13 @@ def run_own_share(config, built, out, batches, base, user, ctx, identity):
       if b % config.num_processes != config.process_id:
         continue
       shape = (len(batch), base.num_turns + 1, base.list_length)
+      state = 'found saved'
       if load(out, name, b, shape, batch, identity, env.searchable) is None:
         compute(config, built, method, b, batch, base, user, ctx, out,
                 identity)
+        state = 'done'
       print(f'process {config.process_id}: {name} batch {b + 1} of '
-            f'{len(batches)} done', flush=True)
+            f'{len(batches)} {state}', flush=True)
 
 
 def _run_jit(config, built, method, batch, base, reasoner):
