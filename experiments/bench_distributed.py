@@ -50,9 +50,9 @@ _PROCESSES = flags.DEFINE_list('processes', ['1', '2', '4'],
 _METHODS = flags.DEFINE_list(
     'bench_methods', ['recovr', 'ivr', 'merlin', 'umivr', 'history_rewrite'],
     "The run's --methods (default: main's five).")
-_SESSIONS = flags.DEFINE_integer('bench_sessions', 120,
+_SESSIONS = flags.DEFINE_integer('bench_sessions', 600,
                                  "The run's --num_sessions.")
-_BATCH = flags.DEFINE_integer('bench_batch_size', 20,
+_BATCH = flags.DEFINE_integer('bench_batch_size', 50,
                               "The run's --batch_size (batches are what "
                               'processes split).')
 _RUN_FLAGS = flags.DEFINE_list(
