@@ -142,8 +142,24 @@ class ResumeIdentityTest(_OnABaseRun):
     path = resolved['files']['checkpoint_dir']['path']
     self.assertFalse(pathlib.Path(path).is_absolute(), path)
     self.assertTrue(path.startswith('recovr_jax/checkpoints'), path)
-    # Not part of the identity: a run on another day resumes.
+    # No path of the repository anywhere, the default benchmark's data
+    # config included (the identity holds it: the same inputs in another
+    # checkout are the same run).
+    from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.experiment import integrity  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import source as world_source  # pylint: disable=g-import-not-at-top
+    self.assertTrue(pathlib.Path(
+        world_source.WorldData.v2().checkpoint_dir).is_absolute())
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    default = integrity.resolved_config(config_lib.RunConfig(
+        methods=('recovr',), output_dir=str(self.base),
+        data=world_source.WorldData.v2()))
+    self.assertEqual(default['data']['checkpoint_dir'],
+                     'recovr_jax/checkpoints/world_renditions')
+    for r in (resolved, default):
+      self.assertNotIn(root, json.dumps(
+          {k: v for k, v in r.items() if k != 'environment'}))
+    # Not part of the identity: a run on another day resumes.
     self.assertEqual(integrity.portable(self.base / 'x.json', self.base),
                      '<output_dir>/x.json')
     self.assertEqual(integrity.portable('/nonexistent/abs'), '/nonexistent/abs')

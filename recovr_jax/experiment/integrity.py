@@ -134,7 +134,12 @@ def resolved_config(config: config_lib.RunConfig) -> dict:
   files and directories it reads, and ``identity``: the hash of the part
   that shapes a batch's lists (each batch checkpoint records it)."""
   resolved = json.loads(json.dumps(dataclasses.asdict(config)))
-  resolved['data'] = {'source': config.data.NAME, **resolved['data']}
+  # Paths as ``portable`` writes them: the same inputs elsewhere are the
+  # same run.
+  resolved['data'] = {'source': config.data.NAME, **{
+      k: (portable(v, config.output_dir)
+          if isinstance(v, str) and pathlib.Path(v).is_absolute() else v)
+      for k, v in resolved['data'].items()}}
   for name in ('output_dir', 'flags_text', 'resume'):
     resolved.pop(name)
   resolved['files'] = input_hashes(config)
