@@ -28,6 +28,14 @@ def run_benchmark(test, module, args):
   return json.loads((out / 'bench.json').read_text())
 
 
+def assert_refused(test, module, flag, message):
+  """``experiments.<module> <flag>`` exits non-zero saying ``message``."""
+  proc = subprocess.run([sys.executable, '-m', f'experiments.{module}', flag],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  test.assertNotEqual(proc.returncode, 0)
+  test.assertIn(message, proc.stderr)
+
+
 class BenchSessionsTest(absltest.TestCase):
 
   def test_tiny_run(self):
@@ -45,12 +53,8 @@ class BenchSessionsTest(absltest.TestCase):
     self.assertLen(result['r_at_1']['jit (jax draws)'], 3)
 
   def test_bad_flags(self):
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.bench_sessions',
-         '--gallery_size=10'], cwd=ROOT, capture_output=True, text=True,
-        timeout=300)
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertIn('--gallery_size must be in 1000..', proc.stderr)
+    assert_refused(self, 'bench_sessions', '--gallery_size=10',
+                   '--gallery_size must be in 1000..')
 
 
 
@@ -86,12 +90,8 @@ class BenchDistributedTest(absltest.TestCase):
     self.assertEqual(result['by_processes']['1'][0]['rows_held'], 5000)
 
   def test_bad_flags(self):
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.bench_distributed',
-         '--processes=1,0'], cwd=ROOT, capture_output=True, text=True,
-        timeout=300)
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertIn('--processes must be >= 1', proc.stderr)
+    assert_refused(self, 'bench_distributed', '--processes=1,0',
+                   '--processes must be >= 1')
 
 if __name__ == '__main__':
   absltest.main()
