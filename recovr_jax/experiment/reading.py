@@ -41,12 +41,13 @@ import numpy as np
 from recovr_jax import methods
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.reasoning import frames
 from recovr_jax.world import environment as world_env
 from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
 from recovr_jax.world import user_language
 
-SIGMA_OF_ACTION = {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'}
+SIGMA_OF_ACTION = frames.SIGMA  # the paper's sigma of the user's decision
 SIGMAS = ('neg', 'neu', 'pos')
 COLUMNS = ('train', 'held_out', 'all')
 

@@ -18,6 +18,7 @@ import optax
 
 from recovr_jax import checksums
 from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 from recovr_jax.world import generator as world_lib
@@ -319,7 +320,7 @@ class TeacherReasoner(rules.RulesReasoner):
   ``neg``); keep and avoid as the rules write them, so a memory keeps one
   value per attribute and never avoids a kept one."""
 
-  _SIGMA = {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'}
+  _SIGMA = frames.SIGMA  # the paper's sigma of the user's decision
 
   def __init__(self):
     super().__init__(lexicon, reader=self)
