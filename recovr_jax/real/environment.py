@@ -9,6 +9,7 @@ import numpy as np
 
 from recovr_jax.core import vectors
 from recovr_jax.protocol import host
+from recovr_jax.real import callables
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
 from recovr_jax.reasoning import rules
@@ -18,7 +19,9 @@ def real_environment(annotations: str, gallery_embeddings: str,
                      clip_dir: str, *, normalize_rows: bool = True,
                      reference_embeddings: str | None = None,
                      query_embeddings: str | None = None,
-                     missing_ids: str = 'error') -> host.Environment:
+                     missing_ids: str = 'error',
+                     text_encoder: str | None = None,
+                     composer: str | None = None) -> host.Environment:
   """The environment of an annotation CSV, precomputed gallery embeddings
   and the local CLIP that embedded them (for the text side).
 
@@ -34,6 +37,9 @@ def real_environment(annotations: str, gallery_embeddings: str,
     missing_ids: ``error`` (an id in no file stops the load, naming the row
       and column) or ``drop`` (its rows are dropped and listed in the
       environment's ``dropped``).
+    text_encoder, composer: ``module:function`` callables
+      (``real.callables``) instead of ``clip_dir``'s text encoder and the
+      normalised sum; ``clip_dir`` is then not read.
   """
   if missing_ids not in ('error', 'drop'):
     raise ValueError(f'--missing_ids must be error or drop, got '
@@ -92,6 +98,25 @@ def real_environment(annotations: str, gallery_embeddings: str,
   if query_embeddings:
     query = data.load_query_embeddings(query_embeddings, ann, dim,
                                        normalize=normalize_rows)[keep]
+  if text_encoder:
+    encode_text = callables.text_encoder(text_encoder, dim)
+  else:
+    encode_text = _clip_text(clip_dir, dim)
+  compose = (callables.composer(composer, dim) if composer
+             else sum_composer)
+
+  return host.Environment(
+      gallery=np.concatenate(video).astype(np.float32),
+      captions=tuple(captions), attributes=None,
+      reference=np.array([index[ann.reference[i]] for i in keep]),
+      target=np.array([index[ann.target[i]] for i in keep]),
+      modification=tuple(ann.edit[i] for i in keep), encode_text=encode_text,
+      compose=compose, video_ids=tuple(ids), num_searchable=searchable,
+      query_embeddings=query, dropped=tuple(dropped))
+
+
+def _clip_text(clip_dir: str, dim: int):
+  """``encode_text`` of the local CLIP's text side, cached by text."""
   clip = clip_encoder.ClipEncoder(clip_dir)
   if clip.dim != dim:
     raise ValueError(f'--gallery_embeddings has dimension {dim} but the '
@@ -105,14 +130,7 @@ def real_environment(annotations: str, gallery_embeddings: str,
     return np.stack([cache[t] for t in texts]) if texts else np.zeros(
         (0, clip.dim), np.float32)
 
-  return host.Environment(
-      gallery=np.concatenate(video).astype(np.float32),
-      captions=tuple(captions), attributes=None,
-      reference=np.array([index[ann.reference[i]] for i in keep]),
-      target=np.array([index[ann.target[i]] for i in keep]),
-      modification=tuple(ann.edit[i] for i in keep), encode_text=encode_text,
-      compose=sum_composer, video_ids=tuple(ids), num_searchable=searchable,
-      query_embeddings=query, dropped=tuple(dropped))
+  return encode_text
 
 
 def sum_composer(reference, edit):

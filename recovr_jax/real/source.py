@@ -33,6 +33,10 @@ class RealData:
   # Who words the caption user's feedback: 'none' (its own rules) or
   # 'smollm2' (SmolLM2-135M-Instruct, real.caption_user.LMPhraser).
   user_phraser: str = 'none'
+  # The user's own text encoder and composer (``module:function``;
+  # ``real.callables``), instead of clip_dir's text side and the sum.
+  text_encoder: str | None = None
+  composer: str | None = None
 
 
 class RealSource(source_lib.Source):
@@ -61,17 +65,27 @@ class RealSource(source_lib.Source):
       problem = gguf_llama.smollm2_problem()
       if problem:
         out.append(f'--user_phraser=smollm2: {problem}')
-    missing = [f'--{name}' for name in ('annotations', 'gallery_embeddings',
-                                        'clip_dir') if not getattr(c, name)]
+    missing = [f'--{name}' for name in ('annotations', 'gallery_embeddings')
+               if not getattr(c, name)]
+    if not c.clip_dir and not c.text_encoder:
+      missing.append('--clip_dir or --text_encoder')
     if missing:
       out.append(f'--data=webvid_covr needs {", ".join(missing)}')
+    from recovr_jax.real import callables  # pylint: disable=g-import-not-at-top
+    for flag, spec in (('--text_encoder', c.text_encoder),
+                       ('--composer', c.composer)):
+      if spec:
+        try:
+          callables.module_file(spec, flag)
+        except ValueError as e:
+          out.append(str(e))
     absent = [f'--{name} {getattr(c, name)}'
               for name in ('annotations', 'gallery_embeddings',
                            'reference_embeddings', 'query_embeddings')
               if getattr(c, name) and not os.path.isfile(getattr(c, name))]
     if absent:
       out.append(f'{"; ".join(absent)}: no such file')
-    if c.clip_dir:
+    if c.clip_dir and not c.text_encoder:
       from recovr_jax.real import clip_encoder  # pylint: disable=g-import-not-at-top
       try:
         clip_encoder.check_clip_dir(c.clip_dir)
@@ -88,6 +102,13 @@ class RealSource(source_lib.Source):
     if self.config.user_phraser == 'smollm2':
       from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       paths['user_phraser_gguf'] = str(gguf_llama.find_smollm2())
+    if self.config.text_encoder:  # its code, not the CLIP's, encodes text
+      paths.pop('clip_dir', None)
+    from recovr_jax.real import callables  # pylint: disable=g-import-not-at-top
+    for name in ('text_encoder', 'composer'):
+      spec = getattr(self.config, name)
+      if spec and callables.module_file(spec, f'--{name}'):
+        paths[f'{name}_module'] = callables.module_file(spec, f'--{name}')
     return paths
 
   def build(self, run):
@@ -99,7 +120,8 @@ class RealSource(source_lib.Source):
           c.annotations, c.gallery_embeddings, c.clip_dir,
           normalize_rows=c.normalize_rows,
           reference_embeddings=c.reference_embeddings,
-          query_embeddings=c.query_embeddings, missing_ids=c.missing_ids)
+          query_embeddings=c.query_embeddings, missing_ids=c.missing_ids,
+          text_encoder=c.text_encoder, composer=c.composer)
     except ValueError as e:  # the message names the file, row or column
       raise source_lib.SourceError(str(e)) from e
     return source_lib.Built(env=env)
