@@ -13,7 +13,8 @@ setuptools.setup(
     packages=setuptools.find_packages(
         include=['recovr_jax', 'recovr_jax.*', 'third_party', 'third_party.*']),
     # The trained world checkpoints ship inside the package.
-    package_data={'recovr_jax': ['checkpoints/**/*']},
+    package_data={'recovr_jax': ['checkpoints/**/*',
+                                 'study/templates/*.html']},
     python_requires='>=3.11',
     install_requires=[
         'jax>=0.5.0',
@@ -27,11 +28,13 @@ setuptools.setup(
     ],
     extras_require={
         'test': ['pytest>=8.0', 'pytest-xdist>=3.5', 'pillow>=10.0',
-                 'fastapi>=0.110', 'pandas>=2.0',
+                 'fastapi>=0.110', 'jinja2>=3.1', 'pandas>=2.0',
                  'uvicorn>=0.29', 'httpx>=0.27', 'selenium>=4.20'],
         # The human-feedback study app (experiments/study.py): FastAPI for
-        # routes and forms, uvicorn to serve it, Pillow for the animations.
-        'study': ['fastapi>=0.110', 'uvicorn>=0.29', 'pillow>=10.0'],
+        # routes and forms, uvicorn to serve it, Pillow for the animations,
+        # Jinja2 for the pages (autoescaped templates).
+        'study': ['fastapi>=0.110', 'uvicorn>=0.29', 'pillow>=10.0',
+                  'jinja2>=3.1'],
         # Reading frame images of real videos (experiments/embed_videos.py).
         'real': ['pillow>=10.0'],
         # PNG plots of the runner's per-turn metrics.

@@ -64,7 +64,7 @@ class BrowserTest(absltest.TestCase):
     options = webdriver.ChromeOptions()
     options.binary_location = chrome
     for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
-                '--disable-gpu', '--window-size=1000,1500'):
+                '--disable-gpu', '--window-size=1280,800'):
       options.add_argument(arg)
     self.browser = webdriver.Chrome(service=service.Service(driver),
                                     options=options)
@@ -92,12 +92,29 @@ class BrowserTest(absltest.TestCase):
     for img in images:  # each animation arrived and decoded
       self.assertGreater(b.execute_script(
           'return arguments[0].naturalWidth', img), 0)
+    visible = ('const r = document.querySelector(arguments[0])'
+               '.getBoundingClientRect(); return r.top >= 0 && r.bottom <= '
+               'window.innerHeight && r.right <= window.innerWidth;')
+    no_sideways = ('return document.documentElement.scrollWidth <= '
+                   'window.innerWidth;')
+    for width, height in ((1280, 800), (390, 844)):
+      b.set_window_size(width, height)
+      b.execute_script('window.scrollTo(0, 0)')
+      for figure in ('#current img', '#goal img'):  # above the fold
+        self.assertTrue(b.execute_script(visible, figure), (width, figure))
+      self.assertTrue(b.execute_script(no_sideways), width)
+    b.set_window_size(1280, 800)
+    self.assertEqual(b.find_element(By.CSS_SELECTOR, 'label[for=feedback]')
+                     .tag_name, 'label')
     words = ['make them red', 'no. I want circles', 'bigger please']
     for t, text in enumerate(words, 1):
       box = b.find_element(By.ID, 'feedback')
       box.send_keys(text)
       b.find_element(By.ID, 'send').click()
-      wait_for(f'turn {t} of 3')
+      wait_for('last look' if t == 3 else f'feedback {t + 1} of 3')
+    # The last look asks nothing (no feedback could answer it).
+    self.assertEmpty(b.find_elements(By.ID, 'question'))
+    self.assertEmpty(b.find_elements(By.ID, 'feedback'))
     history = b.find_element(By.ID, 'history').text
     for text in words:
       self.assertIn(text, history)

@@ -123,7 +123,7 @@ class StudyAppTest(absltest.TestCase):
     view = study.view('ann')
     stranger = _Client(study, sign_in=False)
     self.assertEqual(stranger.get('/p/ann').status_code, 403)
-    self.assertEqual(stranger.get('/media/0.gif').status_code, 403)
+    self.assertEqual(stranger.get('/v/ann/0.gif').status_code, 403)
     r = stranger.post('/p/ann/feedback', data={
         'instance': 0, 'turn': 0, 'feedback': 'forged', 'csrf': 'x'})
     self.assertEqual(r.status_code, 403)
@@ -165,12 +165,21 @@ class StudyAppTest(absltest.TestCase):
     study, client = Tiny.study('full')
     page = client.get('/p/ann').text
     view = study.view('ann')
-    # Appendix D.3's parts, the target last.
-    for part in ('Reference video', 'Current top-ranked result',
-                 'id="modification"', 'id="feedback"', 'id="found"'):
+    # Appendix D.3's parts; the target beside the current result, first.
+    for part in ('Reference video', 'Current top result', 'Target video',
+                 'id="modification"', '<label for="feedback">',
+                 'id="feedback"', 'id="found"', 'Instance 1 of 2'):
       self.assertIn(part, page)
-    self.assertIn(f'/media/{view["reference"]}.gif', page)
-    self.assertGreater(page.index('Search goal'), page.index('id="found"'))
+    self.assertLess(page.index('id="goal"'), page.index('id="feedback"'))
+    self.assertLess(page.index('id="current"'), page.index('id="goal"'))
+    # No video id or gallery index on the page: opaque per-participant URLs.
+    media = re.findall(r'src="(/v/ann/[0-9a-f]{24}\.gif)"', page)
+    self.assertLen(set(media), len({view['top1'], view['target'],
+                                    view['reference']}))
+    ids = study.env.video_ids
+    for video in (view['reference'], view['target'], view['top1']):
+      self.assertNotIn(ids[video], page)
+      self.assertNotIn(f'/{video}.gif', page)
     words = ['make them red', 'no. I want circles on sand',
              'bigger and moving left']
     for t, text in enumerate(words):
@@ -284,13 +293,20 @@ class StudyAppTest(absltest.TestCase):
     self.assertLen(_log(study, 'cy'), lines)
     self.assertEqual(_send(client, 'cy', study.view('cy'),
                            'y' * 1000).status_code, 303)  # at the limit
-    # Media: benchmark videos by index only.
-    n = len(study.env.gallery)
-    self.assertEqual(client.get(f'/media/{n - 1}.gif').headers[
-        'content-type'], 'image/gif')
-    for path in (f'/media/{n}.gif', '/media/-1.gif', '/media/a.gif',
-                 '/media/..%2F..%2Fetc%2Fpasswd', '/media/../setup.py',
-                 '/media/%2e%2e/%2e%2e/setup.py'):
+    # Media: only the videos a participant's pages showed, by their token.
+    shown = re.findall(r'src="(/v/cy/[0-9a-f]{24}\.gif)"',
+                       client.get('/p/cy').text)
+    self.assertNotEmpty(shown)
+    self.assertEqual(client.get(shown[0]).headers['content-type'],
+                     'image/gif')
+    other = _Client(study, sign_in=False)
+    other.get(f'/p/ann/join?code={study.code("ann")}')
+    self.assertEqual(other.get(shown[0]).status_code, 403)  # cy's token
+    self.assertEqual(other.get(shown[0].replace('/cy/', '/ann/')).status_code,
+                     404)  # not shown to ann under that token
+    for path in ('/v/cy/0.gif', '/v/cy/-1.gif', '/v/cy/a.gif',
+                 '/v/cy/..%2F..%2Fetc%2Fpasswd', '/v/../setup.py',
+                 '/media/0.gif', '/v/cy/%2e%2e/%2e%2e/setup.py'):
       self.assertIn(client.get(path).status_code, (404, 422), path)
 
   def test_two_participants_keep_separate_state(self):
@@ -498,12 +514,15 @@ class RealDataStudyTest(absltest.TestCase):
     client = _Client(study, media)
     view = study.view('r1')
     page = client.get('/p/r1').text
+    shown = re.findall(r'src="(/v/r1/[0-9a-f]{24}\.gif)"', page)
     for video in (view['reference'], view['target']):
-      if video % 2 == 0:
-        self.assertIn(f'/media/{video}.gif', page)
-      else:
+      self.assertNotIn(f'v{video}<', page)  # the real id is not shown
+      if video % 2 == 0:  # frames: an animation under a token
+        self.assertNotEmpty(shown)
+      else:  # no frames: the caption stands in
         self.assertIn(f'video number {video}', page)
-        self.assertEqual(client.get(f'/media/{video}.gif').status_code, 404)
+    for src in shown:
+      self.assertEqual(client.get(src).status_code, 200)
     self.assertEqual(_send(client, 'r1', view, 'more different').status_code,
                      303)
     self.assertLen(_log(study, 'r1')[-1]['top10'], 5)

@@ -4,24 +4,32 @@ Routes: ``/`` (sign-in with the participant id and access code),
 ``/p/<id>/join?code=<code>`` (the participant's link), ``/p/<id>`` (the
 current instance), ``POST /p/<id>/feedback`` and ``POST /p/<id>/end``
 (forms; answered with a redirect to ``/p/<id>`` once the turn is logged),
-``/media/<index>.gif`` (gallery video ``index`` as an animation).
+``/v/<id>/<token>.gif`` (a video the participant's page showed, as an
+animation, under an opaque per-participant token; pages are Jinja2
+templates in ``templates/``).
 
 Access: a participant's pages and forms need their access code (an
 unguessable token in ``<logs>/access.json``, readable by its owner only),
 kept in a same-site cookie after the link or the sign-in; every form
 carries a CSRF token, and a form posted from another origin is refused;
 request bodies are limited to ``MAX_BODY`` bytes. The page lists what appendix D.3
-lists: the reference video, the current top-ranked result, the initial
-modification text, the system's question, a feedback box, "Found it", the
-interaction history, and the target at the bottom as the search goal.
+lists: the current top-ranked result beside the target (the search goal),
+the system's question (none on the last look, where it could not be
+answered), a labelled feedback box, "Found it", the reference video and
+the initial modification text, and the interaction history; no video id
+or gallery index appears on it.
 """
 
+import hashlib
 import hmac
-import html
+import pathlib
+import threading
 import urllib.parse
 
 import fastapi
 from fastapi import responses
+import jinja2
+import markupsafe
 from starlette import concurrency
 
 from recovr_jax.study import log as log_lib
@@ -35,126 +43,74 @@ def _cookie(pid: str) -> str:
   return f'recovr_study_{pid}'
 
 
-_STYLE = """
-body { font-family: sans-serif; max-width: 60rem; margin: 1rem auto;
-       padding: 0 1rem; color: #222; }
-section { border: 1px solid #ccc; border-radius: 6px; padding: .6rem 1rem;
-          margin: .8rem 0; }
-.row { display: flex; gap: 1.5rem; flex-wrap: wrap; }
-figure { margin: 0; }
-figcaption { font-size: .8rem; color: #555; }
-img.video { image-rendering: pixelated; border: 1px solid #999; }
-img.small { width: 64px; height: 64px; image-rendering: pixelated; }
-.caption { max-width: 16rem; font-style: italic; }
-.question { background: #eef5ff; }
-.message { background: #fff1e6; border-color: #f0a060; }
-.goal { background: #f3fff0; }
-textarea { width: 100%; box-sizing: border-box; }
-table { border-collapse: collapse; width: 100%; }
-td, th { border-bottom: 1px solid #ddd; padding: .3rem; text-align: left;
-         vertical-align: top; }
-button { font-size: 1rem; margin: .3rem .5rem .3rem 0; }
-"""
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(pathlib.Path(__file__).parent /
+                                   'templates'),
+    autoescape=True, undefined=jinja2.StrictUndefined)
 
 
-def _page(title: str, body: str) -> str:
-  return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-          f'<title>{html.escape(title)}</title><style>{_STYLE}</style>'
-          f'</head><body>{body}</body></html>')
+def _page(template: str, **values) -> str:
+  return _TEMPLATES.get_template(template).render(**values)
 
 
 def _signin(message: str = '') -> str:
-  note = (f'<section class="message" id="message">{html.escape(message)}'
-          '</section>' if message else '')
-  return _page('Sign in', f"""
-<h1>Composed video retrieval study</h1>{note}
-<form method="post" action="/signin">
-<label>Participant id <input name="participant" id="participant"
- autofocus required maxlength="64"></label>
-<label>Access code <input name="code" id="code" required maxlength="64"
- type="password"></label>
-<button type="submit" id="signin">Start</button></form>""")
+  return _page('signin.html', title='Sign in', message=message)
 
 
 class _Renderer:
-  """HTML of a study view (``Study.view``)."""
+  """HTML of a study view (``Study.view``). Videos are shown under opaque
+  per-participant URLs (``/v/<pid>/<token>.gif``), never by gallery index
+  or video id: an id can name the target's combination or scene."""
 
-  def __init__(self, env, media):
-    self.env, self.media = env, media
+  def __init__(self, env, media, key: bytes):
+    self.env, self.media, self._key = env, media, key
+    self._tokens = {}   # pid -> token -> gallery index
+    self._lock = threading.Lock()
 
-  def video(self, index: int, label: str, small: bool = False) -> str:
-    vid = (self.env.video_ids[index] if self.env.video_ids
-           else f'video {index}')
+  def token(self, pid: str, index: int) -> str:
+    token = hmac.new(self._key, f'{pid}/{index}'.encode(),
+                     hashlib.sha256).hexdigest()[:24]
+    with self._lock:
+      self._tokens.setdefault(pid, {})[token] = int(index)
+    return token
+
+  def index(self, pid: str, token: str) -> int | None:
+    """The gallery index behind a token this participant was shown."""
+    with self._lock:
+      return self._tokens.get(pid, {}).get(token)
+
+  def video(self, pid: str, index: int) -> dict:
     if self.media is not None and self.media.animation(index) is not None:
-      size = '' if small else f' width="{self.media.size}"'
-      cls = 'small' if small else 'video'
-      inner = (f'<img class="{cls}" src="/media/{index}.gif"{size} '
-               f'alt="{html.escape(label)}: {html.escape(vid)}">')
-    else:  # no frames: the caption stands in
-      inner = (f'<div class="caption">{html.escape(self.env.captions[index])}'
-               '</div>')
-    if small:
-      return inner
-    return (f'<figure>{inner}<figcaption>{html.escape(label)} '
-            f'({html.escape(vid)})</figcaption></figure>')
+      return {'src': f'/v/{urllib.parse.quote(pid)}/'
+                     f'{self.token(pid, index)}.gif'}
+    return {'src': None, 'caption': self.env.captions[index]}
 
   def instance(self, view: dict, message: str = '', text: str = '',
                csrf: str = '') -> str:
-    pid = html.escape(view['participant'])
+    pid = view['participant']
     if view['done']:
-      return _page('Done', f'<h1>Thank you, {pid}</h1><p id="done">All '
-                   f'{view["instances"]} instances are done.</p>')
+      return _page('done.html', title='Done', participant=pid,
+                   instances=view['instances'])
     last = view['turn'] >= view['num_turns']
-    hidden = (f'<input type="hidden" name="instance" '
-              f'value="{view["instance"]}"><input type="hidden" name="turn" '
-              f'value="{view["turn"]}"><input type="hidden" name="csrf" '
-              f'value="{html.escape(csrf)}">')
-    parts = [f'<h1>Instance {view["instance"] + 1} of {view["instances"]}'
-             f'</h1><p>Participant {pid}: turn {view["turn"]} of '
-             f'{view["num_turns"]} feedback turns.</p>']
-    if message:
-      parts.append(f'<section class="message" id="message">'
-                   f'{html.escape(message)}</section>')
-    parts.append(
-        '<section><h2>Query</h2><div class="row">' +
-        self.video(view['reference'], 'Reference video') +
-        self.video(view['top1'], 'Current top-ranked result') +
-        '</div><p>Initial modification: <b id="modification">'
-        f'{html.escape(view["modification"])}</b></p></section>')
-    if view['question']:
-      parts.append('<section class="question"><h2>System question</h2>'
-                   f'<p id="question">{html.escape(view["question"])}</p>'
-                   '</section>')
-    found = (f'<form method="post" action="/p/{pid}/end">{hidden}'
-             '<input type="hidden" name="found" value="1">'
-             '<button type="submit" id="found">Found it</button></form>')
-    if last:
-      parts.append(
-          '<section><h2>Last turn</h2><p>Is the top-ranked result the '
-          f'target?</p>{found}<form method="post" action="/p/{pid}/end">'
-          f'{hidden}<input type="hidden" name="found" value="0">'
-          '<button type="submit" id="not-found">Not found: next instance'
-          '</button></form></section>')
-    else:
-      parts.append(
-          f'<section><h2>Your feedback</h2><form method="post" '
-          f'action="/p/{pid}/feedback">{hidden}<textarea name="feedback" '
-          'id="feedback" rows="3" maxlength="1000" placeholder="How should '
-          'the result change? Answer the question or describe the target.">'
-          f'{html.escape(text)}</textarea><button type="submit" id="send">'
-          f'Send feedback</button></form>{found}</section>')
-    if view['history']:
-      rows = ''.join(
-          f'<tr><td>{h["turn"]}</td><td>{html.escape(h["question"] or "")}'
-          f'</td><td>{html.escape(h["feedback"] or "")}</td><td>'
-          f'{self.video(h["top1"], "top result", small=True)}</td></tr>'
-          for h in view['history'])
-      parts.append('<section><h2>History</h2><table id="history"><tr><th>'
-                   'Turn</th><th>Question</th><th>Your feedback</th><th>Top '
-                   f'result</th></tr>{rows}</table></section>')
-    parts.append('<section class="goal"><h2>Search goal (target video)</h2>' +
-                 self.video(view['target'], 'Target') + '</section>')
-    return _page(f'Instance {view["instance"] + 1}', ''.join(parts))
+    hidden = markupsafe.Markup(
+        '<input type="hidden" name="instance" value="{}"><input type="hidden"'
+        ' name="turn" value="{}"><input type="hidden" name="csrf" value="{}">'
+    ).format(view['instance'], view['turn'], csrf)
+    quoted = urllib.parse.quote(pid)
+    return _page(
+        'instance.html', title=f'Instance {view["instance"] + 1}',
+        instance=view['instance'] + 1, instances=view['instances'],
+        turn=view['turn'] + 1, num_turns=view['num_turns'], last=last,
+        message=message, text=text, hidden=hidden,
+        feedback_url=f'/p/{quoted}/feedback', end_url=f'/p/{quoted}/end',
+        top1=self.video(pid, view['top1']),
+        target=self.video(pid, view['target']),
+        reference=self.video(pid, view['reference']),
+        modification=view['modification'],
+        # A question on the last look could not be answered.
+        question=None if last else view['question'],
+        history=[dict(h, top1=self.video(pid, h['top1']))
+                 for h in view['history']])
 
 
 async def _form(request: fastapi.Request) -> dict:
@@ -186,7 +142,7 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
   video is shown by its caption)."""
   app = fastapi.FastAPI(title='recovr_jax study', docs_url=None,
                         redoc_url=None, openapi_url=None)
-  render = _Renderer(study.env, media)
+  render = _Renderer(study.env, media, study.csrf('/media').encode())
 
   def refuse(message):
     return responses.HTMLResponse(_signin(message), status_code=403)
@@ -241,8 +197,7 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
   async def damaged_log(request, e):
     del request
     return responses.HTMLResponse(
-        _page('Study log error', '<h1>The study cannot continue this '
-              f'participant</h1><p id="message">{html.escape(str(e))}</p>'),
+        _page('error.html', title='Study log error', message=str(e)),
         status_code=500)
 
   @app.get('/', response_class=responses.HTMLResponse)
@@ -305,19 +260,19 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
       return await page(pid, str(e), status=500)
     return responses.RedirectResponse(f'/p/{pid}', status_code=303)
 
-  @app.get('/media/{index}.gif')
-  async def animation(index: int, request: fastapi.Request):
-    if not any(study.check_code(pid, request.cookies.get(_cookie(pid)))
-               for pid in study.queues):
+  @app.get('/v/{pid}/{token}.gif')
+  async def animation(pid: str, token: str, request: fastapi.Request):
+    if not signed_in(pid, request):
       raise fastapi.HTTPException(403, 'sign in first')
-    try:
-      data = None if media is None else await concurrency.run_in_threadpool(
-          media.animation, index)
-    except KeyError as e:
-      raise fastapi.HTTPException(404, 'no such video') from e
+    index = render.index(pid, token)
+    if index is None:  # not a video this participant's pages showed
+      raise fastapi.HTTPException(404, 'no such video')
+    data = None if media is None else await concurrency.run_in_threadpool(
+        media.animation, index)
     if data is None:
       raise fastapi.HTTPException(404, 'no frames for this video')
     return responses.Response(data, media_type='image/gif',
-                              headers={'Cache-Control': 'max-age=3600'})
+                              headers={'Cache-Control': 'private, '
+                                       'max-age=3600'})
 
   return app
