@@ -19,6 +19,7 @@ two turns, and saves the page.
 import json
 import logging
 import pathlib
+import re
 import shutil
 import socket
 import statistics
@@ -61,10 +62,19 @@ def serve(the_app):
   return server, port
 
 
+def _media(client, page: str):
+  """Fetches every video a page shows (its opaque URLs)."""
+  for src in sorted(set(re.findall(r'src="(/v/[^"]+\.gif)"', page))):
+    client.get(src).raise_for_status()
+
+
 def _drive(client, the_study, user, pid, waits, starts):
   client.get(f'/p/{pid}/join', params={'code': the_study.code(pid)},
              follow_redirects=True).raise_for_status()   # the link
   csrf = the_study.csrf(pid)
+  if the_study.view(pid).get('stage') == 'consent':
+    client.post(f'/p/{pid}/consent', data={'agree': '1', 'csrf': csrf},
+                follow_redirects=True).raise_for_status()
   while True:
     view = the_study.view(pid)
     if view['done']:
@@ -74,14 +84,14 @@ def _drive(client, the_study, user, pid, waits, starts):
       fb = user(s, t + 1, view['target'], view['top1'], view['question'])
       if fb.action == 'stop' or t == view['num_turns']:
         start = time.perf_counter()   # the next instance's turn 0
-        client.post(f'/p/{pid}/end', data={
+        r = client.post(f'/p/{pid}/end', data={
             'instance': view['instance'], 'turn': t, 'csrf': csrf,
             'found': '1' if view['top1'] == view['target'] else '0'},
-                    follow_redirects=True).raise_for_status()
+                        follow_redirects=True)
+        r.raise_for_status()
         view = the_study.view(pid)
         if not view['done']:
-          for video in ('reference', 'top1', 'target'):
-            client.get(f'/media/{view[video]}.gif').raise_for_status()
+          _media(client, r.text)
           starts.append(time.perf_counter() - start)
         break
       start = time.perf_counter()
@@ -91,7 +101,7 @@ def _drive(client, the_study, user, pid, waits, starts):
                       follow_redirects=True)
       r.raise_for_status()
       view = the_study.view(pid)
-      client.get(f'/media/{view["top1"]}.gif').raise_for_status()
+      _media(client, r.text)
       waits.append(time.perf_counter() - start)
 
 
@@ -107,7 +117,7 @@ def _screenshot(port, pid, path, the_study, user):
   options = webdriver.ChromeOptions()
   options.binary_location = chrome
   for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
-              '--window-size=1000,1500'):
+              '--window-size=1280,800'):
     options.add_argument(arg)
   b = webdriver.Chrome(service=service.Service(driver), options=options)
   try:
@@ -115,16 +125,19 @@ def _screenshot(port, pid, path, the_study, user):
     b.find_element(By.ID, 'participant').send_keys(pid)
     b.find_element(By.ID, 'code').send_keys(the_study.code(pid))
     b.find_element(By.ID, 'signin').click()
+    if the_study.view(pid).get('stage') == 'consent':
+      ui.WebDriverWait(b, 60).until(lambda d: 'id="agree"' in d.page_source)
+      b.find_element(By.ID, 'agree').click()
     for t in (1, 2):
       ui.WebDriverWait(b, 60).until(
-          lambda d, t=t: f'turn {t - 1} of' in d.page_source)
+          lambda d, t=t: f'feedback {t} of' in d.page_source)
       view = the_study.view(pid)
       fb = user(view['session'], t, view['target'], view['top1'],
                 view['question'])
       b.find_element(By.ID, 'feedback').send_keys(
           fb.text or 'that is it, but brighter')
       b.find_element(By.ID, 'send').click()
-    ui.WebDriverWait(b, 60).until(lambda d: 'turn 2 of' in d.page_source)
+    ui.WebDriverWait(b, 60).until(lambda d: 'feedback 3 of' in d.page_source)
     time.sleep(1.0)  # the animations decode
     b.save_screenshot(path)
   finally:

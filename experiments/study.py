@@ -43,6 +43,12 @@ _PARTICIPANTS = flags.DEFINE_list(
     'the test split, so no two share an instance.')
 _INSTANCES = flags.DEFINE_integer(
     'instances', 20, 'Composed queries per participant (paper: 20).')
+_FLOW = flags.DEFINE_bool(
+    'participant_flow', True,
+    'Instructions and consent (logged) before the first instance, one '
+    'practice instance (its own query, left out of Table 4) and a debrief '
+    'with a completion code at the end. Off: straight to the instances '
+    '(an experimenter instructs in person).')
 _FRAMES_DIR = flags.DEFINE_string(
     'frames_dir', None,
     '--data=webvid_covr: <frames_dir>/<video id>/ frame images shown as '
@@ -68,7 +74,7 @@ def study_config(config) -> study_lib.StudyConfig:
   return study_lib.StudyConfig(
       participants=participants, instances=_INSTANCES.value,
       log_dir=str(pathlib.Path(config.output_dir).absolute() / 'logs'),
-      seed=config.seed)
+      seed=config.seed, flow=_FLOW.value)
 
 
 def run_config():
@@ -212,6 +218,9 @@ def main(argv):
   for pid in study.queues:
     print(f'  {pid}: http://{_HOST.value}:{_PORT.value}/p/{pid}/join?code='
           f'{study.code(pid)}', flush=True)
+  print(f'administration (who has finished, damaged logs, Table 4): '
+        f'http://{_HOST.value}:{_PORT.value}/admin/join?token='
+        f'{study.admin_token()}', flush=True)
   print(f'open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C stops; '
         'restarting continues every participant)', flush=True)
   uvicorn.run(app_lib.make_app(study, media), host=_HOST.value,

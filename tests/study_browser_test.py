@@ -1,4 +1,6 @@
-"""The study page in a real browser: headless Chromium through one instance.
+"""The study in a real browser: headless Chromium through the whole flow
+(instructions and consent, the practice instance, the instances, the
+debrief), with the layout checked at 1280x800 and 390 px.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
 them and sets ``RECOVR_REQUIRE_BROWSER=1``, under which a missing browser
@@ -45,7 +47,7 @@ class BrowserTest(absltest.TestCase):
     import uvicorn  # pylint: disable=g-import-not-at-top
     from selenium import webdriver  # pylint: disable=g-import-not-at-top
     from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
-    self.study, _ = study_test.Tiny.study('browser')
+    self.study, _ = study_test.Tiny.study('browser', participant_flow=True)
     from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
     built = study_test.Tiny.built
@@ -77,6 +79,7 @@ class BrowserTest(absltest.TestCase):
 
   def test_one_instance_in_chromium(self):
     from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.common.keys import Keys  # pylint: disable=g-import-not-at-top
     from selenium.webdriver.support import ui  # pylint: disable=g-import-not-at-top
     b = self.browser
 
@@ -86,12 +89,18 @@ class BrowserTest(absltest.TestCase):
     b.find_element(By.ID, 'participant').send_keys('cy')
     b.find_element(By.ID, 'code').send_keys(self.study.code('cy'))
     b.find_element(By.ID, 'signin').click()
-    wait_for('Instance 1 of 2')
+    wait_for('id="consent-text"')   # instructions and consent first
+    self.assertIn('practice', b.find_element(By.ID, 'instructions').text)
+    b.find_element(By.ID, 'agree').click()
+    wait_for('Practice video (not counted)')
     images = b.find_elements(By.CSS_SELECTOR, 'img.video')
     self.assertLen(images, 3)   # reference, top result, target
     for img in images:  # each animation arrived and decoded
       self.assertGreater(b.execute_script(
           'return arguments[0].naturalWidth', img), 0)
+      alt = img.get_attribute('alt')
+      self.assertIn(alt, ('Current top result', 'Target video (your goal)',
+                          'Reference video'))
     visible = ('const r = document.querySelector(arguments[0])'
                '.getBoundingClientRect(); return r.top >= 0 && r.bottom <= '
                'window.innerHeight && r.right <= window.innerWidth;')
@@ -106,11 +115,12 @@ class BrowserTest(absltest.TestCase):
     b.set_window_size(1280, 800)
     self.assertEqual(b.find_element(By.CSS_SELECTOR, 'label[for=feedback]')
                      .tag_name, 'label')
+    # Keyboard only: type, then submit the form with Enter on the button.
     words = ['make them red', 'no. I want circles', 'bigger please']
     for t, text in enumerate(words, 1):
       box = b.find_element(By.ID, 'feedback')
       box.send_keys(text)
-      b.find_element(By.ID, 'send').click()
+      b.find_element(By.ID, 'send').send_keys(Keys.ENTER)
       wait_for('last look' if t == 3 else f'feedback {t + 1} of 3')
     # The last look asks nothing (no feedback could answer it).
     self.assertEmpty(b.find_elements(By.ID, 'question'))
@@ -122,11 +132,23 @@ class BrowserTest(absltest.TestCase):
         pathlib.Path(tempfile.mkdtemp()) / 'study.png')
     self.assertTrue(b.save_screenshot(shot))
     self.assertEqual(pathlib.Path(shot).read_bytes()[:4], b'\x89PNG')
-    b.find_element(By.ID, 'found').click()
-    wait_for('Instance 2 of 2')
-    events = [e['event'] for e in study_test._log(self.study, 'cy')]  # pylint: disable=protected-access
-    self.assertEqual(events, ['header'] + ['turn'] * 4 + ['end', 'turn'])
-
+    b.find_element(By.ID, 'not-found').click()
+    for k in (1, 2):   # the counted instances
+      wait_for(f'Instance {k} of 2')
+      b.find_element(By.ID, 'found').click()
+    wait_for('id="debrief"')
+    self.assertEqual(b.find_element(By.ID, 'completion-code').text,
+                     self.study.completion_code('cy'))
+    # No video id anywhere the participant was.
+    ids = self.study.env.video_ids
+    events = study_test._log(self.study, 'cy')  # pylint: disable=protected-access
+    self.assertEqual([e['event'] for e in events],
+                     ['header', 'consent'] + ['turn'] * 4 +
+                     ['end', 'turn', 'end', 'turn', 'end'])
+    for e in events:
+      if e['event'] == 'turn':
+        for video in (e['reference'], e['target']):
+          self.assertNotIn(ids[video], b.page_source)
 
 if __name__ == '__main__':
   absltest.main()

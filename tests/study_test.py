@@ -1,5 +1,6 @@
 """The human-feedback study: routes, logs, restart, bad input, Table 4."""
 
+import hashlib
 import json
 import os
 import pathlib
@@ -24,7 +25,9 @@ from recovr_jax.study import study as study_lib
 
 TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20,
             gallery_size=300, participants=['ann', 'bob', 'cy'],
-            instances=2, bootstrap_resamples=200, compilation_cache=False)
+            instances=2, bootstrap_resamples=200, compilation_cache=False,
+            # The participant flow has its own tests (ParticipantFlowTest).
+            participant_flow=False)
 
 
 class Tiny:
@@ -496,6 +499,78 @@ class SameLoopTest(absltest.TestCase):
                                   simulated.displayed[:, :, :10])
 
 
+class ParticipantFlowTest(absltest.TestCase):
+  """Instructions and consent, a practice instance, the debrief with its
+  completion code, and the administration view."""
+
+  def test_consent_practice_instances_debrief_and_admin(self):
+    study, client = Tiny.study('flow', participant_flow=True)
+    page = client.get('/p/ann').text
+    for part in ('id="instructions"', 'id="consent-text"', 'id="agree"',
+                 'id="decline"', 'practice'):
+      self.assertIn(part, page)
+    self.assertNotIn('.gif', page)  # nothing of the study before consent
+    self.assertEqual(study.view('ann')['stage'], 'consent')
+    # No feedback before consent.
+    r = client.post('/p/ann/feedback', data={'instance': 0, 'turn': 0,
+                                             'feedback': 'red'})
+    self.assertEqual(r.status_code, 400)
+    self.assertIn('consent first', r.text)
+    # bob declines: nothing more is asked, the answer is logged.
+    consent = lambda pid, agree: client.post(
+        f'/p/{pid}/consent', data={'agree': agree,
+                                   'csrf': study.csrf(pid)},
+        follow_redirects=False)
+    self.assertEqual(consent('bob', '0').status_code, 303)
+    self.assertIn('id="declined"', client.get('/p/bob').text)
+    self.assertFalse(_log(study, 'bob')[-1]['agreed'])
+    self.assertEqual(consent('bob', '1').status_code, 303)  # no second answer
+    self.assertEqual(study.view('bob')['stage'], 'declined')
+    # ann agrees: the practice video, then the two counted ones.
+    self.assertEqual(consent('ann', '1').status_code, 303)
+    event = _log(study, 'ann')[1]
+    self.assertEqual((event['event'], event['agreed']), ('consent', True))
+    self.assertEqual(event['text_sha256'], hashlib.sha256(
+        study_lib.CONSENT.encode()).hexdigest())
+    self.assertIn('Practice video (not counted)', client.get('/p/ann').text)
+    practice_session = study.view('ann')['session']
+    for k in range(3):
+      view = study.view('ann')
+      self.assertEqual(view['practice'], k == 0)
+      if k:
+        self.assertIn(f'Instance {k} of 2', client.get('/p/ann').text)
+      _send(client, 'ann', view, 'make them red')
+      view = study.view('ann')
+      r = client.post('/p/ann/end', data={
+          'instance': view['instance'], 'turn': view['turn'], 'found': '1'})
+      self.assertEqual(r.status_code, 200, r.text)
+    page = client.get('/p/ann').text
+    self.assertIn('id="debrief"', page)
+    code = study.completion_code('ann')
+    self.assertRegex(code, r'^[0-9A-F]{10}$')
+    self.assertIn(code, page)
+    self.assertNotEqual(code, study.completion_code('cy'))
+    # Table 4 leaves the practice instance out.
+    runs = report_lib.load(study.log_dir)
+    self.assertLen(runs.rows, 2)
+    self.assertNotIn(practice_session, runs.sessions.tolist())
+    self.assertNotIn(practice_session, [
+        s for p, q in study.queues.items() for s in q[1:]])
+    # The administration view, behind its own token.
+    admin = _Client(study, sign_in=False)
+    self.assertEqual(admin.get('/admin').status_code, 403)
+    self.assertEqual(admin.get('/admin/join?token=guess').status_code, 403)
+    self.assertEqual(client.get('/admin').status_code, 403)  # a participant
+    r = admin.get(f'/admin/join?token={study.admin_token()}')
+    self.assertEqual(r.status_code, 200)
+    table = r.text
+    for row in ('<td>ann</td><td>agreed</td><td>done</td><td>2 of 2</td>',
+                '<td>bob</td><td>declined</td>',
+                '<td>cy</td><td>-</td><td>-</td><td>0 of 2</td>'):
+      self.assertIn(row, table)
+    self.assertIn('experiments.study_report', table)
+
+
 class RealDataStudyTest(absltest.TestCase):
   """The study on WebVid-CoVR-style files: frame folders where given, the
   caption where not."""
@@ -508,7 +583,7 @@ class RealDataStudyTest(absltest.TestCase):
     with flagsaver.flagsaver(
         output_dir=str(root / 'study'), frames_dir=str(root / 'frames'),
         list_length=5, participants=['r1'], instances=2,
-        compilation_cache=False, **files):
+        compilation_cache=False, participant_flow=False, **files):
       config = study_main.checked_config()
       study, media = study_main.make_study(config)
     client = _Client(study, media)

@@ -88,18 +88,35 @@ class _Renderer:
   def instance(self, view: dict, message: str = '', text: str = '',
                csrf: str = '') -> str:
     pid = view['participant']
-    if view['done']:
+    quoted = urllib.parse.quote(pid)
+    stage = view.get('stage', 'done' if view['done'] else 'instance')
+    if stage == 'consent':
+      return _page(
+          'consent.html', title='Instructions and consent', message=message,
+          consent=view['consent'], num_turns=view['num_turns'],
+          instances=view['instances'],
+          # About a minute per instance and its turns, and the practice.
+          minutes=max(5, round(1.5 * (view['instances'] + 1))),
+          consent_url=f'/p/{quoted}/consent',
+          hidden=markupsafe.Markup(
+              '<input type="hidden" name="csrf" value="{}">').format(csrf))
+    if stage == 'declined':
+      return _page('declined.html', title='Thank you')
+    if stage == 'done':
       return _page('done.html', title='Done', participant=pid,
-                   instances=view['instances'])
+                   instances=view['instances'],
+                   completion_code=view.get('completion_code'))
     last = view['turn'] >= view['num_turns']
     hidden = markupsafe.Markup(
         '<input type="hidden" name="instance" value="{}"><input type="hidden"'
         ' name="turn" value="{}"><input type="hidden" name="csrf" value="{}">'
     ).format(view['instance'], view['turn'], csrf)
-    quoted = urllib.parse.quote(pid)
+    number = view.get('number', view['instance']) + 1
     return _page(
-        'instance.html', title=f'Instance {view["instance"] + 1}',
-        instance=view['instance'] + 1, instances=view['instances'],
+        'instance.html',
+        title='Practice' if view.get('practice') else f'Instance {number}',
+        practice=view.get('practice', False),
+        instance=number, instances=view['instances'],
         turn=view['turn'] + 1, num_turns=view['num_turns'], last=last,
         message=message, text=text, hidden=hidden,
         feedback_url=f'/p/{quoted}/feedback', end_url=f'/p/{quoted}/end',
@@ -242,6 +259,41 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
     except study_lib.Retry as e:
       return await page(pid, str(e), raw, status=500)
     return responses.RedirectResponse(f'/p/{pid}', status_code=303)
+
+  @app.post('/p/{pid}/consent')
+  async def consent(pid: str, request: fastapi.Request):
+    form, refused = await checked_form(pid, request)
+    if refused is not None:
+      return refused
+    try:
+      await concurrency.run_in_threadpool(study.consent, pid,
+                                          form.get('agree') == '1')
+    except study_lib.UnknownParticipant as e:
+      return refuse(f'Sign-in refused: {e.args[0]}')
+    except OSError:
+      return await page(pid, 'Your answer could not be saved (a storage '
+                        'error on the server). Please answer again.',
+                        status=500)
+    return responses.RedirectResponse(f'/p/{pid}', status_code=303)
+
+  @app.get('/admin/join')
+  async def admin_join(token: str = ''):
+    if not study.check_admin(token):
+      return refuse('The administration token is not this study\'s.')
+    response = responses.RedirectResponse('/admin', status_code=303)
+    response.set_cookie('recovr_study_admin', token, httponly=True,
+                        samesite='strict')
+    return response
+
+  @app.get('/admin', response_class=responses.HTMLResponse)
+  async def admin(request: fastapi.Request):
+    if not study.check_admin(request.cookies.get('recovr_study_admin')):
+      return refuse('Open the administration link printed at start.')
+    rows = await concurrency.run_in_threadpool(study.progress)
+    return _page('admin.html', title='Study administration',
+                 log_dir=str(study.log_dir), rows=rows,
+                 report_command='python -m experiments.study_report '
+                 '<the flags this server was started with>')
 
   @app.post('/p/{pid}/end')
   async def end(pid: str, request: fastapi.Request):

@@ -53,6 +53,8 @@ def _instances(path, head, events):
     elif kind == 'error':
       errors += 1
   for k, ts in sorted(turns.items()):
+    if head.get('flow') and k == 0:
+      continue  # the practice instance is not the study's
     if k not in ended:
       unfinished += 1
       continue

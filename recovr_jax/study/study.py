@@ -48,6 +48,21 @@ class StudyConfig:
   instances: int              # per participant
   log_dir: str
   seed: int = 0
+  # The participant flow: instructions and consent (logged) first, one
+  # practice instance (its own query, left out of Table 4), a debrief with
+  # a completion code at the end. Off: straight to the instances (an
+  # experimenter instructs in person).
+  flow: bool = True
+
+
+# What a participant agrees to (its SHA-256 is logged with the consent).
+CONSENT = (
+    'I agree to take part in this study of a video search system. I will '
+    'describe, in my own words, how the results should change until I find '
+    'a target video or run out of turns. My words, my choices and their '
+    'timing are recorded under my participant id, with no other personal '
+    'data, and used for research only. I can stop at any time by closing '
+    'the page.')
 
 
 def check_participant_ids(ids) -> tuple[str, ...]:
@@ -64,18 +79,21 @@ def check_participant_ids(ids) -> tuple[str, ...]:
 
 
 def assignments(config: StudyConfig, num_queries: int) -> dict:
-  """``{participant: [instances] session indices}``, disjoint."""
-  need = len(config.participants) * config.instances
+  """``{participant: [session indices]}``, disjoint: participant ``j``'s
+  practice instance first (when ``config.flow``), then its
+  ``instances``."""
   if config.instances < 1:
     raise ValueError(f'--instances must be >= 1, got {config.instances}')
+  n, k = config.instances, len(config.participants)
+  need = k * (n + int(config.flow))
   if need > num_queries:
     raise ValueError(
-        f'{len(config.participants)} participants x --instances='
-        f'{config.instances} = {need} instances, but the test split has '
-        f'{num_queries} composed queries')
+        f'{k} participants x (--instances={n}'
+        f'{" + 1 practice" if config.flow else ""}) = {need} instances, '
+        f'but the test split has {num_queries} composed queries')
   order = np.random.default_rng(config.seed).permutation(num_queries)
-  n = config.instances
-  return {p: order[j * n:(j + 1) * n].tolist()
+  return {p: ([int(order[k * n + j])] if config.flow else []) +
+             order[j * n:(j + 1) * n].tolist()
           for j, p in enumerate(config.participants)}
 
 
@@ -100,7 +118,7 @@ ACCESS_FILE = 'access.json'
 
 
 def _access(log_dir: pathlib.Path, participants) -> dict:
-  """``{'codes': {participant: code}, 'csrf_key': key}`` from
+  """``{'codes': {participant: code}, 'csrf_key': key, 'admin': token}`` from
   ``<log_dir>/access.json`` (readable by its owner only), created or
   extended for new participants; codes are unguessable (128 bits)."""
   path = log_dir / ACCESS_FILE
@@ -114,8 +132,9 @@ def _access(log_dir: pathlib.Path, participants) -> dict:
     except ValueError as e:
       raise log_lib.LogError(f'{path} is unreadable ({e}); move it aside '
                              '(the participants get new links)') from e
-  changed = data['csrf_key'] is None
+  changed = data['csrf_key'] is None or not data.get('admin')
   data['csrf_key'] = data['csrf_key'] or secrets.token_hex(32)
+  data['admin'] = data.get('admin') or secrets.token_urlsafe(16)
   for pid in participants:
     if pid not in data['codes']:
       data['codes'][pid] = secrets.token_urlsafe(16)
@@ -154,6 +173,14 @@ class _Participant:
     return [e for e in self.log.events
             if e['event'] == 'turn' and e['instance'] == position]
 
+  @property
+  def consent(self) -> bool | None:
+    """True (agreed), False (declined) or None (not asked yet)."""
+    for e in self.log.events:
+      if e['event'] == 'consent':
+        return bool(e['agreed'])
+    return None
+
 
 class Study:
   """The study over a built environment: ``view``, ``feedback``, ``end``.
@@ -180,7 +207,8 @@ class Study:
     # (so adding participants keeps the existing ones).
     self.header = json.loads(json.dumps(dict(
         identity, instances=config.instances, seed=config.seed,
-        method=method.name, num_turns=base.num_turns)))
+        method=method.name, num_turns=base.num_turns,
+        flow=config.flow)))
     self.log_dir = pathlib.Path(config.log_dir).absolute()
     self._participants = {}
     self._lock = threading.Lock()      # the participants dict
@@ -223,6 +251,44 @@ class Study:
     expected = self._access['codes'].get(pid)
     return (isinstance(code, str) and expected is not None and
             hmac.compare_digest(code.encode(), expected.encode()))
+
+  def admin_token(self) -> str:
+    """The administration view's token (its link: ``/admin/join?token=``)."""
+    return self._access['admin']
+
+  def check_admin(self, token) -> bool:
+    return isinstance(token, str) and hmac.compare_digest(
+        token.encode(), self._access['admin'].encode())
+
+  def progress(self) -> list[dict]:
+    """Per participant: consent, practice, instances finished, turns and
+    errors logged, and what a damaged log lost (the administration view)."""
+    rows, practice = [], int(self.config.flow)
+    for pid in self.config.participants:
+      row = {'participant': pid, 'instances': self.config.instances,
+             'consent': '-', 'practice': '-', 'finished': 0, 'turns': 0,
+             'errors': 0, 'log': 'not started'}
+      if (self.log_dir / f'{pid}.jsonl').exists():
+        p = self.participant(pid)
+        with p.lock:
+          events = list(p.log.events)
+          consent = p.consent
+        ends = sum(e['event'] == 'end' for e in events)
+        begun = any(e['event'] == 'turn' and e['instance'] == 0 and
+                    e['turn'] > 0 for e in events)
+        row.update(
+            consent={True: 'agreed', False: 'declined', None: '-'}[consent]
+            if self.config.flow else 'not asked',
+            practice=('done' if ends >= 1 else 'begun' if begun else '-')
+            if practice else 'none',
+            finished=max(ends - practice, 0),
+            turns=sum(e['event'] == 'turn' and e['turn'] > 0
+                      for e in events),
+            errors=sum(e['event'] == 'error' for e in events),
+            log=('recovered: ' + str(self.recovered[pid])
+                 if pid in self.recovered else 'ok'))
+      rows.append(row)
+    return rows
 
   def csrf(self, pid: str) -> str:
     """The token every form of ``pid``'s pages carries."""
@@ -295,16 +361,49 @@ class Study:
 
   # -- what the page shows ------------------------------------------------
 
-  def view(self, pid: str) -> dict:
-    """The participant's current state for the page."""
+  def completion_code(self, pid: str) -> str:
+    """What a participant who finished shows the experimenter (e.g. on a
+    crowdsourcing platform): 10 characters derived from the study's key."""
+    return hmac.new(self._access['csrf_key'].encode(),
+                    f'completed/{pid}'.encode(),
+                    hashlib.sha256).hexdigest()[:10].upper()
+
+  def consent(self, pid: str, agreed: bool):
+    """Logs the participant's answer to ``CONSENT`` (once; a second answer
+    changes nothing)."""
     p = self.participant(pid)
     with p.lock:
+      if p.consent is not None:
+        return
+      p.log.append({'event': 'consent', 'agreed': bool(agreed),
+                    'text_sha256': hashlib.sha256(
+                        CONSENT.encode()).hexdigest(), 'time': _now()})
+
+  def view(self, pid: str) -> dict:
+    """The participant's current state for the page: ``stage`` is
+    ``consent`` (instructions and consent first), ``declined``,
+    ``instance`` (``practice`` says whether it is the practice one;
+    ``instance`` counts the others from 0) or ``done`` (the debrief, with
+    ``completion_code``)."""
+    p = self.participant(pid)
+    practice = int(self.config.flow)
+    base = {'participant': pid, 'instances': len(p.queue) - practice,
+            'num_turns': self.base.num_turns}
+    with p.lock:
+      if self.config.flow and p.consent is None:
+        return dict(base, stage='consent', done=False, consent=CONSENT)
+      if self.config.flow and p.consent is False:
+        return dict(base, stage='declined', done=False)
       instance = self._instance(pid, p)
       position = p.position
-      out = {'participant': pid, 'instance': position,
-             'instances': len(p.queue), 'done': instance is None}
+      # ``instance``: the log's index (what forms post); ``number``: its
+      # place among the counted instances (0 for the practice one too).
+      out = dict(base, stage='instance', instance=position,
+                 number=max(position - practice, 0),
+                 practice=position < practice, done=instance is None)
       if instance is None:
-        return out
+        return dict(out, stage='done',
+                    completion_code=self.completion_code(pid))
       env = self.env
       s = instance.session
       history = []
@@ -325,6 +424,9 @@ class Study:
     """The participant and instance a form was for; None when the form is
     stale (already answered: a second click or a resent form)."""
     p = self.participant(pid)
+    if self.config.flow and not p.consent:
+      raise FeedbackError('Read the instructions and give your consent '
+                          'first.')
     instance = self._instance(pid, p)
     if (instance is None or instance_index != p.position or
         turn != instance.turn):
