@@ -229,6 +229,7 @@ def main(argv):
 
 if __name__ == '__main__':
   cli.run(main, (('Study app', ['port', 'host', 'allow_remote',
-                                'participants', 'instances', 'frames_dir',
+                                'participants', 'instances',
+                                'participant_flow', 'frames_dir',
                                 'video_size']),) +
           run.HELP_GROUPS, run.HELP_DEFAULTS)

@@ -1,5 +1,6 @@
 """The human-feedback study: routes, logs, restart, bad input, Table 4."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -702,13 +703,22 @@ class FeedbackTextTest(absltest.TestCase):
       study_lib.check_participant_ids(['a', 'a'])
     with self.assertRaisesRegex(ValueError, "'a/b' is not an id"):
       study_lib.check_participant_ids(['a/b'])
-    config = study_lib.StudyConfig(('a', 'b'), 3, '/tmp/x', seed=1)
+    config = study_lib.StudyConfig(('a', 'b'), 3, '/tmp/x', seed=1,
+                                   flow=False)
     q = study_lib.assignments(config, 10)
     self.assertEqual(q, study_lib.assignments(config, 10))
     self.assertLen(set(q['a']) | set(q['b']), 6)
     with self.assertRaisesRegex(ValueError, '2 participants x --instances=3'
                                 ' = 6 instances, but the test split has 5'):
       study_lib.assignments(config, 5)
+    # With the participant flow each gets a practice query first, disjoint
+    # from every instance; the instances are the same as without it.
+    flow = study_lib.assignments(dataclasses.replace(config, flow=True), 10)
+    self.assertEqual({p: v[1:] for p, v in flow.items()}, q)
+    self.assertLen(set(flow['a']) | set(flow['b']), 8)
+    with self.assertRaisesRegex(ValueError, r'\(--instances=3 \+ 1 '
+                                'practice\) = 8 instances'):
+      study_lib.assignments(dataclasses.replace(config, flow=True), 7)
 
 
 if __name__ == '__main__':

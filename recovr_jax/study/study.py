@@ -87,10 +87,11 @@ def assignments(config: StudyConfig, num_queries: int) -> dict:
   n, k = config.instances, len(config.participants)
   need = k * (n + int(config.flow))
   if need > num_queries:
+    each = f'(--instances={n} + 1 practice)' if config.flow else (
+        f'--instances={n}')
     raise ValueError(
-        f'{k} participants x (--instances={n}'
-        f'{" + 1 practice" if config.flow else ""}) = {need} instances, '
-        f'but the test split has {num_queries} composed queries')
+        f'{k} participants x {each} = {need} instances, but the test split '
+        f'has {num_queries} composed queries')
   order = np.random.default_rng(config.seed).permutation(num_queries)
   return {p: ([int(order[k * n + j])] if config.flow else []) +
              order[j * n:(j + 1) * n].tolist()
