@@ -242,39 +242,41 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
     except study_lib.UnknownParticipant as e:
       return refuse(f'Sign-in refused: {e.args[0]}')
 
-  @app.post('/p/{pid}/feedback')
-  async def feedback(pid: str, request: fastapi.Request):
+  async def act(pid, request, call, text=lambda form: ''):
+    """Runs ``call(form)`` on a participant's checked form: a redirect to
+    their page, or the page with what went wrong (the words kept)."""
     form, refused = await checked_form(pid, request)
     if refused is not None:
       return refused
-    raw = session_lib.strip_controls(form.get('feedback', ''))
     try:
-      await concurrency.run_in_threadpool(
-          study.feedback, pid, _int(form, 'instance'), _int(form, 'turn'),
-          raw)
+      await concurrency.run_in_threadpool(call, form)
     except study_lib.UnknownParticipant as e:
       return refuse(f'Sign-in refused: {e.args[0]}')
     except study_lib.FeedbackError as e:
-      return await page(pid, str(e), raw[:2000], status=400)
+      return await page(pid, str(e), text(form)[:2000], status=400)
     except study_lib.Retry as e:
-      return await page(pid, str(e), raw, status=500)
+      return await page(pid, str(e), text(form), status=500)
     return responses.RedirectResponse(f'/p/{pid}', status_code=303)
+
+  def words(form):
+    return session_lib.strip_controls(form.get('feedback', ''))
+
+  @app.post('/p/{pid}/feedback')
+  async def feedback(pid: str, request: fastapi.Request):
+    return await act(pid, request, lambda form: study.feedback(
+        pid, _int(form, 'instance'), _int(form, 'turn'), words(form)),
+                     text=words)
 
   @app.post('/p/{pid}/consent')
   async def consent(pid: str, request: fastapi.Request):
-    form, refused = await checked_form(pid, request)
-    if refused is not None:
-      return refused
-    try:
-      await concurrency.run_in_threadpool(study.consent, pid,
-                                          form.get('agree') == '1')
-    except study_lib.UnknownParticipant as e:
-      return refuse(f'Sign-in refused: {e.args[0]}')
-    except OSError:
-      return await page(pid, 'Your answer could not be saved (a storage '
-                        'error on the server). Please answer again.',
-                        status=500)
-    return responses.RedirectResponse(f'/p/{pid}', status_code=303)
+    return await act(pid, request, lambda form: study.consent(
+        pid, form.get('agree') == '1'))
+
+  @app.post('/p/{pid}/end')
+  async def end(pid: str, request: fastapi.Request):
+    return await act(pid, request, lambda form: study.end(
+        pid, _int(form, 'instance'), _int(form, 'turn'),
+        form.get('found') == '1'))
 
   @app.get('/admin/join')
   async def admin_join(token: str = ''):
@@ -294,23 +296,6 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
                  log_dir=str(study.log_dir), rows=rows,
                  report_command='python -m experiments.study_report '
                  '<the flags this server was started with>')
-
-  @app.post('/p/{pid}/end')
-  async def end(pid: str, request: fastapi.Request):
-    form, refused = await checked_form(pid, request)
-    if refused is not None:
-      return refused
-    try:
-      await concurrency.run_in_threadpool(
-          study.end, pid, _int(form, 'instance'), _int(form, 'turn'),
-          form.get('found') == '1')
-    except study_lib.UnknownParticipant as e:
-      return refuse(f'Sign-in refused: {e.args[0]}')
-    except study_lib.FeedbackError as e:
-      return await page(pid, str(e), status=400)
-    except study_lib.Retry as e:
-      return await page(pid, str(e), status=500)
-    return responses.RedirectResponse(f'/p/{pid}', status_code=303)
 
   @app.get('/v/{pid}/{token}.gif')
   async def animation(pid: str, token: str, request: fastapi.Request):

@@ -376,9 +376,15 @@ class Study:
     with p.lock:
       if p.consent is not None:
         return
-      p.log.append({'event': 'consent', 'agreed': bool(agreed),
-                    'text_sha256': hashlib.sha256(
-                        CONSENT.encode()).hexdigest(), 'time': _now()})
+      try:
+        p.log.append({'event': 'consent', 'agreed': bool(agreed),
+                      'text_sha256': hashlib.sha256(
+                          CONSENT.encode()).hexdigest(), 'time': _now()})
+      except OSError as e:  # not saved: asked again
+        logging.exception('participant %s: the log write failed', pid)
+        raise Retry('Your answer could not be saved (a storage error on the '
+                    'server; nothing was recorded). Please answer again.'
+                    ) from e
 
   def view(self, pid: str) -> dict:
     """The participant's current state for the page: ``stage`` is
