@@ -35,10 +35,37 @@ def full_speed_blas():
   os.execve(sys.executable, sys.orig_argv, env)
 
 
+# The CPU features that change the kernels XLA and OpenBLAS choose.
+CPU_FLAGS = ('sse4_2', 'avx', 'avx2', 'fma', 'avx512f', 'avx512bw',
+             'avx512vl', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'asimd',
+             'sve')
+
+
+def cpu() -> dict:
+  """The CPU's model name and which of ``CPU_FLAGS`` it has (Linux:
+  /proc/cpuinfo; elsewhere the platform's processor string and no flags),
+  so a result says which kind of machine it was measured on."""
+  model, flags = platform.processor() or platform.machine(), set()
+  try:
+    text = pathlib.Path('/proc/cpuinfo').read_text()
+  except OSError:
+    text = ''
+  for line in text.splitlines():
+    key, _, value = line.partition(':')
+    key = key.strip()
+    if key in ('model name', 'Model', 'CPU part') and value.strip():
+      model = value.strip()
+    elif key in ('flags', 'Features'):
+      flags |= set(value.split())
+  return {'model': model, 'flags': [f for f in CPU_FLAGS if f in flags]}
+
+
 def environment() -> dict:
-  """The machine, the versions, the BLAS NumPy uses (threadpoolctl) and the
-  environment variables that change the baselines' speed."""
-  info = {'platform': platform.platform(), 'cpu_count': os.cpu_count(),
+  """The machine (CPU model and features), the versions, the BLAS NumPy
+  uses (threadpoolctl) and the environment variables that change the
+  baselines' speed."""
+  info = {'platform': platform.platform(), 'cpu': cpu(),
+          'cpu_count': os.cpu_count(),
           'python': platform.python_version(), 'numpy': np.__version__,
           'jax': jax.__version__, 'backend': jax.default_backend(),
           'devices': [str(x) for x in jax.devices()],
@@ -56,7 +83,8 @@ def environment() -> dict:
 
 
 def blas_line(info: dict) -> str:
-  """One line naming the BLAS libraries and threads, for the printed table."""
+  """One line naming the CPU, the BLAS libraries and threads, for the
+  printed table."""
   if isinstance(info['blas'], str):
     libs = info['blas']
   else:
@@ -64,8 +92,11 @@ def blas_line(info: dict) -> str:
         f"{b['internal_api']} {b['version']} {b.get('architecture') or ''} "
         f"{b['num_threads']} threads" for b in info['blas'])
   removed = info['blas_env_removed']
-  return libs + (f'; removed from the environment: {removed}'
-                 if removed else '')
+  machine = info.get('cpu') or {}
+  where = (f"{machine.get('model')} ({' '.join(machine.get('flags', []))}); "
+           if machine else '')
+  return where + libs + (f'; removed from the environment: {removed}'
+                         if removed else '')
 
 
 def write_results(path, results: dict):

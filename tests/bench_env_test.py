@@ -16,6 +16,7 @@ info = bench_common.environment()
 print(json.dumps({"core": os.environ.get("OPENBLAS_CORETYPE"),
                   "l2": os.environ.get("OPENBLAS_L2_SIZE"),
                   "removed": info["blas_env_removed"],
+                  "cpu": info["cpu"],
                   "line": bench_common.blas_line(info)}))
 '''
 
@@ -35,6 +36,12 @@ class BenchEnvTest(absltest.TestCase):
                                       'OPENBLAS_L2_SIZE': '262144'})
     self.assertIn('removed from the environment', got['line'])
     self.assertIn('re-running without', out.stderr)
+    # The CPU is recorded with the features that pick the kernels.
+    self.assertNotEmpty(got['cpu']['model'])
+    self.assertIn(got['cpu']['model'], got['line'])
+    if os.path.exists('/proc/cpuinfo') and 'avx2' in open(
+        '/proc/cpuinfo').read():
+      self.assertIn('avx2', got['cpu']['flags'])
 
 
 if __name__ == '__main__':
