@@ -12,6 +12,10 @@ Two measurements, each against an anchor measured in the same run:
   cache. Reported: session-runs per second, the speed-up over one process
   and the scaling efficiency (speed-up / processes); every launch's
   `metrics.json` must equal the one-process run's byte for byte.
+* **sessions_jit**: the same with the jitted driver, per layout of
+  processes x CPU devices per process (`--jit_layouts`; a process splits
+  its sessions over its devices with `--session_shards`), the first layout
+  the anchor; efficiency per device.
 * **gallery**: exact top-`--k` retrieval of `--b` queries over a gallery of
   `--gallery_rows` x `--d` float32 rows (random unit vectors), held whole by
   one process vs split over 2 processes (each holds only its rows,
@@ -64,19 +68,33 @@ _D = flags.DEFINE_integer('d', 256, 'Embedding size D.')
 _B = flags.DEFINE_integer('b', 256, 'Queries per call B.')
 _K = flags.DEFINE_integer('k', 100, 'List length K.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed retrieval repeats.')
-_PARTS = flags.DEFINE_list('parts', ['sessions', 'gallery'],
-                           'What to measure: sessions, gallery.')
+_LAYOUTS = flags.DEFINE_list(
+    'jit_layouts', ['1x1', '1x2', '2x1'],
+    'The sessions_jit measurement: processes x CPU devices per process, '
+    'the jitted driver splitting each process\'s sessions over its devices '
+    '(--session_shards).')
+_PARTS = flags.DEFINE_list('parts', ['sessions', 'sessions_jit', 'gallery'],
+                           'What to measure: sessions, sessions_jit, '
+                           'gallery.')
 _CACHE = flags.DEFINE_string('cache_dir', 'cache',
                              'Cache of the runs (shared by every launch).')
 _JSON = flags.DEFINE_string('output_json', None, 'Write the results here.')
 
 
-def _sessions(work: pathlib.Path) -> dict:
-  counts = [int(p) for p in _PROCESSES.value]
+def _sessions(work: pathlib.Path, layouts, extra=()) -> dict:
+  """One launch per ``(processes, devices per process)`` layout after a
+  warm-up run; the first layout is the anchor."""
   base = [f'--methods={",".join(_METHODS.value)}',
           f'--num_sessions={_SESSIONS.value}',
           f'--batch_size={_BATCH.value}', f'--cache_dir={_CACHE.value}',
-          '--noresume', *_RUN_FLAGS.value]
+          '--noresume', *_RUN_FLAGS.value, *extra]
+
+  def env(devices):
+    flags_ = os.environ.get('XLA_FLAGS', '')
+    return dict(os.environ, XLA_FLAGS=(
+        f'{flags_} --xla_force_host_platform_device_count={devices}'
+    ).strip()) if devices > 1 else dict(os.environ)
+
   bench_common.log('sessions: warm-up run (fills the cache)')
   warm = subprocess.run(
       [sys.executable, '-m', 'experiments.run', *base,
@@ -85,32 +103,38 @@ def _sessions(work: pathlib.Path) -> dict:
   if warm.returncode:
     raise RuntimeError(f'the warm-up run failed:\n{warm.stderr[-3000:]}')
   rows, reference = {}, None
-  for n in counts:
-    out = work / f'p{n}'
+  for n, d in layouts:
+    name = f'{n}x{d}' if extra else str(n)
+    out = work / f'p{name}'
+    shards = [f'--session_shards={d}'] if d > 1 else []
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, '-m', 'experiments.launch', f'--num_processes={n}',
-         '--', *base, f'--output_dir={out}'], cwd=ROOT, capture_output=True,
-        text=True, check=False)
+         '--', *base, *shards, f'--output_dir={out}'], cwd=ROOT,
+        capture_output=True, text=True, check=False, env=env(d))
     seconds = time.perf_counter() - start
     if proc.returncode:
-      raise RuntimeError(f'{n} processes failed:\n{proc.stderr[-3000:]}')
+      raise RuntimeError(f'{name} failed:\n{proc.stderr[-3000:]}')
     metrics = (out / 'metrics.json').read_bytes()
     reference = reference or metrics
     runs = _SESSIONS.value * len(_METHODS.value)
-    rows[str(n)] = {'seconds': round(seconds, 2),
-                    'session_runs_per_s': round(runs / seconds, 2),
-                    'metrics_equal_one_process': metrics == reference}
-    bench_common.log(f'sessions: {n} processes {seconds:.1f} s, '
-                     f'{runs / seconds:.2f} session-runs/s')
-  one = rows[str(counts[0])]['session_runs_per_s']
-  for n in counts:
-    row = rows[str(n)]
-    row['speedup'] = round(row['session_runs_per_s'] / one, 3)
-    row['efficiency'] = round(row['speedup'] * counts[0] / n, 3)
+    rows[name] = {'processes': n, 'devices_per_process': d,
+                  'seconds': round(seconds, 2),
+                  'session_runs_per_s': round(runs / seconds, 2),
+                  'metrics_equal_first': metrics == reference}
+    bench_common.log(f'sessions: {n} processes x {d} devices '
+                     f'{seconds:.1f} s, {runs / seconds:.2f} session-runs/s')
+  first = next(iter(rows.values()))
+  for row in rows.values():
+    row['speedup'] = round(row['session_runs_per_s'] /
+                           first['session_runs_per_s'], 3)
+    row['efficiency'] = round(row['speedup'] * first['processes'] *
+                              first['devices_per_process'] /
+                              (row['processes'] *
+                               row['devices_per_process']), 3)
   return {'methods': _METHODS.value, 'num_sessions': _SESSIONS.value,
-          'batch_size': _BATCH.value, 'run_flags': _RUN_FLAGS.value,
-          'by_processes': rows}
+          'batch_size': _BATCH.value,
+          'run_flags': _RUN_FLAGS.value + list(extra), 'by_layout': rows}
 
 
 def gallery_child(process_id: int, num_processes: int, port: int,
@@ -188,9 +212,18 @@ def _gallery() -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  bad = [p for p in _PARTS.value if p not in ('sessions', 'gallery')]
+  bad = [p for p in _PARTS.value
+         if p not in ('sessions', 'sessions_jit', 'gallery')]
   if bad:
-    raise app.UsageError(f'--parts: unknown {bad}; use sessions, gallery')
+    raise app.UsageError(f'--parts: unknown {bad}; use sessions, '
+                         'sessions_jit, gallery')
+  try:
+    layouts = [tuple(int(x) for x in v.split('x')) for v in _LAYOUTS.value]
+    if any(len(v) != 2 or min(v) < 1 for v in layouts):
+      raise ValueError
+  except ValueError as e:
+    raise app.UsageError(f'--jit_layouts: expected PROCESSESxDEVICES '
+                         f'(e.g. 2x1), got {_LAYOUTS.value}') from e
   try:
     counts = [int(p) for p in _PROCESSES.value]
   except ValueError as e:
@@ -212,7 +245,10 @@ def main(argv):
   work = pathlib.Path(tempfile.mkdtemp(prefix='bench_distributed_'))
   try:
     if 'sessions' in _PARTS.value:
-      results['sessions'] = _sessions(work)
+      results['sessions'] = _sessions(work, [(n, 1) for n in counts])
+    if 'sessions_jit' in _PARTS.value:
+      results['sessions_jit'] = _sessions(work / 'jit', layouts,
+                                          ('--simulation=jit',))
     if 'gallery' in _PARTS.value:
       results['gallery'] = _gallery()
   finally:

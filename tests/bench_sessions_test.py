@@ -92,6 +92,8 @@ class BenchDistributedTest(absltest.TestCase):
   def test_bad_flags(self):
     assert_refused(self, 'bench_distributed', '--processes=1,0',
                    '--processes must be >= 1')
+    assert_refused(self, 'bench_distributed', '--jit_layouts=2',
+                   'expected PROCESSESxDEVICES')
 
 if __name__ == '__main__':
   absltest.main()
