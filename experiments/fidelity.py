@@ -124,8 +124,9 @@ def markdown(results: dict) -> str:
     counts = claims_lib.summary(rows)
     lines.append(f'| {member} | ' + ' | '.join(
         str(counts[v]) for v in claims_lib.VERDICTS) + ' |')
-  keys = [r['key'] + r['reading'] for r in next(iter(results.values()))]
-  verdicts = {m: {r['key'] + r['reading']: r['verdict'] for r in rows}
+  name = lambda r: r['key'] + (f" ({r['reading']})" if r['reading'] else '')
+  keys = [name(r) for r in next(iter(results.values()))]
+  verdicts = {m: {name(r): r['verdict'] for r in rows}
               for m, rows in results.items()}
   changed = [k for k in keys
              if len({verdicts[m].get(k) for m in results}) > 1]
