@@ -110,16 +110,19 @@ class Source(abc.ABC):
     return None
 
   def jitted_environment(self, built: Built):
-    """The ``protocol.jitted.Environment`` of ``built`` (``JITTED``
-    sources only)."""
-    raise NotImplementedError(f'--data={self.NAME} has no jitted face')
+    """The ``protocol.jitted.Environment`` of ``built``. A source without
+    a jitted face (``JITTED`` False; the runner refuses --simulation=jit on
+    it first) says so."""
+    raise SourceError(f'--data={self.NAME} has no jitted face; use '
+                      '--simulation=host')
 
   def run_jitted(self, run, built: Built, method, sessions, loop, reasoner,
                  log=None, mesh=None) -> host.BatchResult:
     """``method`` on ``sessions`` in the jitted driver (``loop``: the
     run's ``ranking.LoopConfig``; ``reasoner``: the run's, whose reading of
     the user's words the face reproduces)."""
-    raise NotImplementedError(f'--data={self.NAME} has no jitted face')
+    raise SourceError(f'--data={self.NAME} has no jitted face; use '
+                      '--simulation=host')
 
   def extra_outputs(self) -> dict[str, tuple[dict, str]]:
     """File name -> (JSON content, printed line) that a finished run adds
