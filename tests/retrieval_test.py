@@ -28,6 +28,20 @@ def reference_retrieve(queries, gallery, k, exclude=None):
   return ids_out, scores_out
 
 
+def reference_retrieve_scores(scores, k, exclude):
+  """Like reference_retrieve, from a given ``[B, N]`` score matrix."""
+  b, n = scores.shape
+  ids_out = np.full((b, k), -1, np.int64)
+  scores_out = np.full((b, k), -np.inf, np.float32)
+  for i in range(b):
+    keep = np.arange(n)
+    keep = keep[keep != exclude[i]]
+    order = keep[np.lexsort((keep, -scores[i, keep]))][:k]
+    ids_out[i, :len(order)] = order
+    scores_out[i, :len(order)] = scores[i, order]
+  return ids_out, scores_out
+
+
 def integer_embeddings(rng, shape, low=-2, high=3):
   """Small integers: exact float32 dot products, so ties are real ties."""
   return rng.integers(low, high, shape).astype(np.float32)
@@ -81,6 +95,57 @@ class RetrieveTest(parameterized.TestCase):
     ids, _ = retrieve(np.ones((1, 1), np.float32), values, 2, block_size=32,
                       group_size=4)
     np.testing.assert_array_equal(ids, [[20, 4]])
+
+  def test_masked_merge_is_exact_on_adversarial_orders(self):
+    # The masks' floors (module docstring) on galleries built to defeat
+    # them: rows in rising score order (every block beats the running list),
+    # falling order (nothing after the first block can enter), shuffled
+    # (entries one step above a floor must still enter), all equal
+    # (every floor is a tie), a few distinct values, and a penalty. Blocks
+    # of 64 with groups of 4 and k = 3 turn pruning on; group 0 turns it off.
+    rng = np.random.default_rng(7)
+    q = np.ones((3, 1), np.float32) * np.array([[1], [2], [-1]], np.float32)
+    rising = np.arange(512, dtype=np.float32)[:, None] / 512
+    galleries = {
+        'rising': rising,
+        'falling': rising[::-1].copy(),
+        'shuffled': rng.permutation(rising),  # later entries just above
+        'equal': np.ones((512, 1), np.float32),
+        'few values': rng.integers(0, 3, (512, 1)).astype(np.float32),
+    }
+    exclude = np.array([511, -1, 0], np.int32)
+    for name, gallery in galleries.items():
+      for penalty in (None, rng.integers(0, 2, (3, 512)).astype(np.float32)):
+        scores = q @ gallery.T - (0 if penalty is None else penalty)
+        ref = reference_retrieve_scores(scores, 3, exclude)
+        for group in (4, 0):
+          ids, got = retrieve(q, gallery, 3, exclude=exclude, block_size=64,
+                              group_size=group, penalty=penalty)
+          msg = f'{name}, penalty {penalty is not None}, group {group}'
+          np.testing.assert_array_equal(ids, ref[0], err_msg=msg)
+          np.testing.assert_array_equal(got, ref[1], err_msg=msg)
+
+  def test_first_block_floor(self):
+    # _kth_floor: at least k values >= t, t no above the k-th largest, and
+    # -inf where fewer than k values are finite.
+    from recovr_jax.core import retrieval  # pylint: disable=g-import-not-at-top
+    rng = np.random.default_rng(3)
+    rows = [rng.standard_normal(64), np.ones(64), np.arange(64.0),
+            np.r_[np.full(60, -np.inf), np.ones(4)],  # 4 finite < k
+            np.r_[np.full(59, -np.inf), np.arange(5.0)],  # exactly k finite
+            np.r_[-3e38, 3e38, np.zeros(62)]]  # a range that overflows
+    values = np.stack(rows).astype(np.float32)
+    k = 5
+    floor = np.asarray(retrieval._kth_floor(jnp.asarray(values), k))[:, 0]
+    kth = -np.sort(-values, axis=1)[:, k - 1]
+    for i, (t, v) in enumerate(zip(floor, values)):
+      if np.sum(np.isfinite(v)) < k:
+        self.assertEqual(t, -np.inf, msg=f'row {i}')
+      else:
+        self.assertGreaterEqual(np.sum(v >= t), k, msg=f'row {i}')
+        self.assertLessEqual(t, kth[i], msg=f'row {i}')
+    self.assertGreater(floor[0], np.sort(values[0])[0])  # it did prune
+    self.assertEqual(floor[1], 1.0)
 
   def test_real_embeddings(self):
     for seed in range(4):

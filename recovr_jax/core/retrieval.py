@@ -6,6 +6,25 @@ merged with each block, so memory stays ``O(B * block_size + N * D)``; a full
 front of the new block, and ``lax.top_k`` puts equal values at lower positions
 first, so equal scores come out in ascending gallery id, as DESIGN section 2
 requires.
+
+Selection is most of the cost beside the matmul on a CPU (XLA's top-k there
+is a per-row partial sort whose cost grows with every entry that enters its
+heap), so each block's candidates are masked before they reach it, with two
+per-row floors that no entry of the final list can be below:
+
+* after the first block, the running list's K-th score: an entry of a later
+  block that is not above it can never enter (ties go to the running list's
+  lower ids), so it is masked with a strict ``>``;
+* in the first block, a bound found by bisection over the block's group
+  maxima: a value ``t`` with at least K groups whose maximum is ``>= t``
+  holds at least K entries ``>= t``, so every entry of the final list is
+  ``>= t`` (checked after the bisection; where the check fails the floor is
+  ``-inf``).
+
+Masking only removes entries that cannot be in the result, so every path is
+exact and there is no capacity to overflow; an adversarial gallery (rows in
+rising score order) keeps many entries unmasked and costs what an unmasked
+merge costs.
 """
 
 import functools
@@ -140,17 +159,32 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
       scores = scores - lax.dynamic_slice_in_dim(
           penalty, start, blk, axis=1).astype(jnp.float32)
     block_ids = id_offset + start + jnp.arange(blk, dtype=jnp.int32)
-    drop = block_ids[None, :] == exclude[:, None]
-    if num_valid is not None:
-      drop = drop | (block_ids >= num_valid)[None, :]
-    scores = jnp.where(drop, -jnp.inf, scores)
-    if recall_target is not None and blk > kept:
-      scores, pos = lax.approx_max_k(scores, kept, recall_target=recall_target)
-      block_ids, blk = block_ids[pos], kept
-    elif group_size and blk % group_size == 0 and blk >= 4 * kept * group_size:
+
+    def dropped(ids):  # [B, X] or [X] ids -> [B, X]: excluded or padding
+      ids = jnp.broadcast_to(ids, (b,) + ids.shape[-1:])
+      drop = ids == exclude[:, None]
+      return drop if num_valid is None else drop | (ids >= num_valid)
+
+    if running is None:
+      can_enter = None  # the first block: floors come from the block itself
+    else:
+      floor = running[0][:, kept - 1:kept]  # the running K-th score
+      can_enter = lambda x: x > floor
+    if group_size and blk % group_size == 0 and blk >= 4 * kept * group_size and (
+        recall_target is None):
+      # The drop is applied inside the group maxima and to the kept
+      # candidates, so the block's scores are not written a second time.
       scores, block_ids = _candidate_groups(scores, block_ids, kept,
-                                            group_size)
+                                            group_size, can_enter, dropped)
       blk = scores.shape[1]
+    else:
+      scores = jnp.where(dropped(block_ids), -jnp.inf, scores)
+      if recall_target is not None and blk > kept:
+        scores, pos = lax.approx_max_k(scores, kept,
+                                       recall_target=recall_target)
+        block_ids, blk = block_ids[pos], kept
+      elif can_enter is not None:
+        scores = jnp.where(can_enter(scores), scores, -jnp.inf)
     block_ids = jnp.broadcast_to(block_ids, (b, blk))
     if running is None:
       top_scores, pos = lax.top_k(scores, min(kept, blk))
@@ -185,7 +219,8 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
   return _pad(ids, scores, k) if ids.shape[1] < k else (ids, scores)
 
 
-def _candidate_groups(scores, block_ids, k: int, group: int):
+def _candidate_groups(scores, block_ids, k: int, group: int, can_enter,
+                      dropped):
   """The block's entries that can still be in its top-k, in id order.
 
   Columns form groups of ``group``; an entry of the top ``k`` has at most
@@ -196,16 +231,71 @@ def _candidate_groups(scores, block_ids, k: int, group: int):
   its tie order unchanged while ``lax.top_k`` sees ``k * group`` entries
   instead of the whole block.
 
+  Before each ``lax.top_k``, entries that cannot be in the merged list are
+  masked to ``-inf`` (the module docstring's floors): ``can_enter`` says
+  which entries can (``None`` for the first block, whose floor is
+  ``_kth_floor`` of its group maxima). The argument above holds for the
+  masked maxima too: a group whose maximum was masked holds no entry that
+  can enter. ``dropped(ids)`` marks excluded and padding entries, which
+  never count in a maximum and are ``-inf`` among the candidates.
+
   Returns:
     ``(scores [B, k * group], ids [B, k * group])``.
   """
   b, blk = scores.shape
   grouped = scores.reshape(b, blk // group, group)
-  _, best = lax.top_k(jnp.max(grouped, axis=2), k)  # [B, k] group indices
+  maxima = jnp.max(jnp.where(dropped(block_ids).reshape(grouped.shape),
+                             -jnp.inf, grouped), axis=2)  # [B, G]
+  if can_enter is None:
+    floor = _kth_floor(maxima, k)
+    can_enter = lambda x: x >= floor
+  _, best = lax.top_k(jnp.where(can_enter(maxima), maxima, -jnp.inf), k)
   best = jnp.sort(best, axis=1)  # id order, so ties still favour lower ids
   kept_scores = jnp.take_along_axis(grouped, best[:, :, None], axis=1)
   kept_ids = block_ids.reshape(blk // group, group)[best]  # [B, k, group]
-  return kept_scores.reshape(b, k * group), kept_ids.reshape(b, k * group)
+  kept_scores = kept_scores.reshape(b, k * group)
+  kept_ids = kept_ids.reshape(b, k * group)
+  kept_scores = jnp.where(can_enter(kept_scores) & ~dropped(kept_ids),
+                          kept_scores, -jnp.inf)
+  return kept_scores, kept_ids
+
+
+FLOOR_STEPS = 12  # bisection steps of _kth_floor: ~1/4096 of a row's range
+
+
+def _kth_floor(values, k: int, steps: int = FLOOR_STEPS):
+  """Per row, a ``t`` with at least ``k`` of ``values >= t``, or ``-inf``.
+
+  Bisection between the row's smallest finite value and its largest, keeping
+  the invariant "at least ``k`` values ``>= lo``"; a row where that does not
+  hold at the end (fewer than ``k`` finite values) gets ``-inf``. Every step
+  is one fused compare-and-count over ``values``: no sort, no top-k.
+
+  Args:
+    values: ``[B, G]`` float32 (``-inf`` allowed).
+    k: how many values must be ``>= t``.
+    steps: bisection steps (static).
+
+  Returns:
+    ``[B, 1]`` float32.
+  """
+  finite = values > -jnp.inf
+  lo = jnp.min(jnp.where(finite, values, jnp.inf), axis=1, keepdims=True)
+  hi = jnp.max(values, axis=1, keepdims=True)
+  lo = jnp.where(lo < jnp.inf, lo, 0.0)
+  hi = jnp.where(hi > -jnp.inf, hi, 0.0)
+
+  def enough(t):
+    return jnp.sum(values >= t, axis=1, keepdims=True, dtype=jnp.int32) >= k
+
+  def step(_, bounds):
+    lo, hi = bounds
+    mid = lo * 0.5 + hi * 0.5  # no overflow for any finite pair
+    ok = enough(mid)
+    return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+  lo, _ = lax.fori_loop(0, steps, step, (lo, hi))
+  return jnp.where(enough(lo), lo, -jnp.inf)
 
 
 def _pad(a, b, k):
