@@ -126,9 +126,9 @@ class RetrieveTest(parameterized.TestCase):
           np.testing.assert_array_equal(got, ref[1], err_msg=msg)
 
   def test_first_block_floor(self):
-    # _kth_floor: at least k values >= t, t no above the k-th largest, and
-    # -inf where fewer than k values are finite.
-    from recovr_jax.core import retrieval  # pylint: disable=g-import-not-at-top
+    # floors.kth_floor: at least k values >= t, t not above the k-th
+    # largest, and -inf where fewer than k values are finite.
+    from recovr_jax.core import floors  # pylint: disable=g-import-not-at-top
     rng = np.random.default_rng(3)
     rows = [rng.standard_normal(64), np.ones(64), np.arange(64.0),
             np.r_[np.full(60, -np.inf), np.ones(4)],  # 4 finite < k
@@ -136,7 +136,7 @@ class RetrieveTest(parameterized.TestCase):
             np.r_[-3e38, 3e38, np.zeros(62)]]  # a range that overflows
     values = np.stack(rows).astype(np.float32)
     k = 5
-    floor = np.asarray(retrieval._kth_floor(jnp.asarray(values), k))[:, 0]
+    floor = np.asarray(floors.kth_floor(jnp.asarray(values), k))[:, 0]
     kth = -np.sort(-values, axis=1)[:, k - 1]
     for i, (t, v) in enumerate(zip(floor, values)):
       if np.sum(np.isfinite(v)) < k:

@@ -10,6 +10,8 @@ sorted entry came from. Each id then occupies at most ``W * C`` consecutive
 slots (an id appears at most once per list), so its fused score is a short
 window reduction in list order; ``lax.top_k`` on those scores, whose candidates
 are already in ascending id, gives the best ``out_k`` with ties to the lower id.
+Scores below ``floors.kth_floor`` of the fused scores cannot be in the best
+``out_k`` and are masked first (fewer entries enter top-k's heap).
 """
 
 import functools
@@ -21,11 +23,13 @@ import numpy as np
 
 from recovr_jax.core import checks
 from recovr_jax.core import demotion
+from recovr_jax.core import floors
 
 METHODS = ('tw_rrf', 'static_rrf', 'uniform_rrf', 'penalty_rrf', 'sim_max',
            'sim_sum')
 RECENCIES = ('linear', 'exp', 'uniform')
 _ID_BITS = 31  # non-negative int32 ids
+_FLOOR_STEPS = 8  # measured: 8 steps save as much top-k time as 12
 
 
 def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
@@ -151,6 +155,9 @@ def _fuse(ids, scores, valid, k, gamma, channel_weights, penalty_rank, *,
       fused = fused + jnp.where(same, nxt, 0.0)
   fused = jnp.where(head, fused + offset, -jnp.inf)
 
+  if out_k < num_entries:  # what cannot be in the top out_k skips the heap
+    floor = floors.kth_floor(fused[None, :], out_k, _FLOOR_STEPS)[0]
+    fused = jnp.where(fused >= floor, fused, -jnp.inf)
   top_scores, pos = lax.top_k(fused, min(out_k, num_entries))
   top_ids = jnp.where(top_scores > -jnp.inf, sorted_ids[pos], -1)
   if out_k > num_entries:

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import checks
+from recovr_jax.core import floors
 
 DEFAULT_BLOCK_SIZE = 16384
 DEFAULT_GROUP_SIZE = 16
@@ -234,7 +235,7 @@ def _candidate_groups(scores, block_ids, k: int, group: int, can_enter,
   Before each ``lax.top_k``, entries that cannot be in the merged list are
   masked to ``-inf`` (the module docstring's floors): ``can_enter`` says
   which entries can (``None`` for the first block, whose floor is
-  ``_kth_floor`` of its group maxima). The argument above holds for the
+  ``floors.kth_floor`` of its group maxima). The argument above holds for the
   masked maxima too: a group whose maximum was masked holds no entry that
   can enter. ``dropped(ids)`` marks excluded and padding entries, which
   never count in a maximum and are ``-inf`` among the candidates.
@@ -247,7 +248,7 @@ def _candidate_groups(scores, block_ids, k: int, group: int, can_enter,
   maxima = jnp.max(jnp.where(dropped(block_ids).reshape(grouped.shape),
                              -jnp.inf, grouped), axis=2)  # [B, G]
   if can_enter is None:
-    floor = _kth_floor(maxima, k)
+    floor = floors.kth_floor(maxima, k)
     can_enter = lambda x: x >= floor
   _, best = lax.top_k(jnp.where(can_enter(maxima), maxima, -jnp.inf), k)
   best = jnp.sort(best, axis=1)  # id order, so ties still favour lower ids
@@ -258,44 +259,6 @@ def _candidate_groups(scores, block_ids, k: int, group: int, can_enter,
   kept_scores = jnp.where(can_enter(kept_scores) & ~dropped(kept_ids),
                           kept_scores, -jnp.inf)
   return kept_scores, kept_ids
-
-
-FLOOR_STEPS = 12  # bisection steps of _kth_floor: ~1/4096 of a row's range
-
-
-def _kth_floor(values, k: int, steps: int = FLOOR_STEPS):
-  """Per row, a ``t`` with at least ``k`` of ``values >= t``, or ``-inf``.
-
-  Bisection between the row's smallest finite value and its largest, keeping
-  the invariant "at least ``k`` values ``>= lo``"; a row where that does not
-  hold at the end (fewer than ``k`` finite values) gets ``-inf``. Every step
-  is one fused compare-and-count over ``values``: no sort, no top-k.
-
-  Args:
-    values: ``[B, G]`` float32 (``-inf`` allowed).
-    k: how many values must be ``>= t``.
-    steps: bisection steps (static).
-
-  Returns:
-    ``[B, 1]`` float32.
-  """
-  finite = values > -jnp.inf
-  lo = jnp.min(jnp.where(finite, values, jnp.inf), axis=1, keepdims=True)
-  hi = jnp.max(values, axis=1, keepdims=True)
-  lo = jnp.where(lo < jnp.inf, lo, 0.0)
-  hi = jnp.where(hi > -jnp.inf, hi, 0.0)
-
-  def enough(t):
-    return jnp.sum(values >= t, axis=1, keepdims=True, dtype=jnp.int32) >= k
-
-  def step(_, bounds):
-    lo, hi = bounds
-    mid = lo * 0.5 + hi * 0.5  # no overflow for any finite pair
-    ok = enough(mid)
-    return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
-
-  lo, _ = lax.fori_loop(0, steps, step, (lo, hi))
-  return jnp.where(enough(lo), lo, -jnp.inf)
 
 
 def _pad(a, b, k):
