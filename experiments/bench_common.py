@@ -60,6 +60,20 @@ def cpu() -> dict:
   return {'model': model, 'flags': [f for f in CPU_FLAGS if f in flags]}
 
 
+def machine_kind(info: dict) -> str:
+  """A file-name-safe name for the kind of CPU in ``environment()``'s
+  ``info``: its model and the widest vector unit it has, e.g.
+  ``amd-epyc_avx512``."""
+  model = info['cpu']['model'].lower()
+  slug = ''.join(ch if ch.isalnum() else '-' for ch in model)
+  slug = '-'.join(part for part in slug.split('-') if part)[:40] or 'cpu'
+  flags = info['cpu']['flags']
+  unit = next((name for name, flag in (('avx512', 'avx512f'), ('avx2', 'avx2'),
+                                       ('neon', 'asimd'), ('neon', 'neon'))
+               if flag in flags), 'novector')
+  return f'{slug}_{unit}'
+
+
 def environment() -> dict:
   """The machine (CPU model and features), the versions, the BLAS NumPy
   uses (threadpoolctl) and the environment variables that change the

@@ -1,18 +1,29 @@
 r"""Benchmarks of the core: retrieval and fusion + rank-cap against baselines.
 
-    python -m experiments.bench_core --output_json=results/bench_core.json
+    python -m experiments.bench_core
 
 Prints one table and writes JSON. Every number is the median of ``--repeats``
 timed runs after one warm-up run, and every ratio is against an anchor timed
-in the same process, so the ratios hold on the machine that ran it.
+in the same process, so the ratios hold on the machine that ran it. The JSON goes to
+``results/bench_core/<machine kind>.json`` (the CPU model and its vector
+features, ``bench_common.machine_kind``): one file per kind of machine, and
+each run says whether the targets below are met on it.
 
 Retrieval (N x D gallery, B queries, top-K): ``retrieve`` against NumPy
 (matmul + argpartition + sort) and faiss-cpu ``IndexFlatIP`` when installed;
 its FLOP/s share is against the faster of NumPy's and XLA's plain matmul of the
 same shape. Fusion: rank-cap on every ring list, TW-RRF and rank-cap on the
-fused list for a batch of sessions, against a per-session Python dict loop and
+fused list for a batch of sessions, against the same rule vectorised over
+sessions in NumPy (``plain_loop.numpy_sessions``), a per-session Python loop and
 ranx ``fuse(method='wsum')`` over per-list RRF runs when installed (ranx is
-given the already rank-capped lists, so it does less work than the others).
+given the already rank-capped lists, so it does less work than the others),
+with a profile of its parts (rank-cap of the ring lists, fusion alone, the id
+sort, an unmasked top-k).
+
+Targets, on every machine kind: retrieve >= 2x NumPy and >= 65% of the best
+plain matmul of the same shape (the compute roofline; a blocked top-k cannot
+beat it); fusion + rank-cap >= 25,000 sessions/s on one device and >= 3x the
+vectorised NumPy.
 """
 
 import functools
@@ -36,8 +47,13 @@ from experiments import cli
 from experiments import outputs
 from experiments import plain_loop
 
-_N = flags.DEFINE_integer('n', 100_000, 'Gallery size N.')
-_D = flags.DEFINE_integer('d', 256, 'Embedding size D.')
+_SHAPES = flags.DEFINE_list(
+    'shapes', ['100000x256', '100000x384', '1000000x256', '1000000x384'],
+    'Retrieval gallery shapes, NxD each (the targets are set at these).')
+_N = flags.DEFINE_integer('n', 100_000, 'Gallery size N of the fusion rings '
+                          "and of the fusion's retrieval anchor.")
+_D = flags.DEFINE_integer('d', 256, "Embedding size D of the fusion's "
+                          'retrieval anchor.')
 _B = flags.DEFINE_integer('b', 256, 'Queries per retrieval call B.')
 _K = flags.DEFINE_integer('k', 100, 'List length K (retrieval and fusion).')
 _BLOCK = flags.DEFINE_integer('block_size', 16384,
@@ -48,8 +64,10 @@ _W = flags.DEFINE_integer('window', 5, 'Ring window W.')
 _C = flags.DEFINE_integer('channels', 2, 'Channels C.')
 _REPEATS = flags.DEFINE_integer('repeats', 5,
                                 'Timed repeats per measurement (>= 5).')
-_OUTPUT = flags.DEFINE_string('output_json', 'results/bench_core.json',
-                              'Where to write the JSON results.')
+_OUTPUT = flags.DEFINE_string(
+    'output_json', None, 'Where to write the JSON results; default '
+    '`results/bench_core/<machine kind>.json` (one file per kind of CPU, '
+    'named by bench_common.machine_kind); empty writes nothing.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.')
 _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
                               'Device; a requested absent one is an error.')
@@ -78,8 +96,28 @@ def numpy_topk(queries, gallery, k):
   return np.take_along_axis(part, order, axis=1)
 
 
-def bench_retrieval(rng, repeats):
-  n, d, b, k = _N.value, _D.value, _B.value, _K.value
+RETRIEVE_VS_NUMPY = 2.0  # targets (issue 32), checked in every run
+RETRIEVE_SHARE_OF_MATMUL = 0.65
+FUSION_SESSIONS_PER_S = 25_000
+FUSION_VS_NUMPY = 3.0
+
+
+def parse_shapes(values):
+  """``['100000x256', ...]`` -> ``[(100000, 256), ...]``; UsageError names
+  the flag and the value."""
+  shapes = []
+  for v in values:
+    n, sep, d = v.lower().partition('x')
+    if not sep or not n.isdigit() or not d.isdigit() or not (
+        int(n) > 0 and int(d) > 0):
+      raise app.UsageError(f'--shapes: {v!r} is not NxD with positive '
+                           'integers, e.g. 100000x256')
+    shapes.append((int(n), int(d)))
+  return shapes
+
+
+def bench_retrieval(rng, repeats, n, d):
+  b, k = _B.value, _K.value
   gallery = rng.standard_normal((n, d), dtype=np.float32)
   gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
   queries = rng.standard_normal((b, d), dtype=np.float32)
@@ -118,8 +156,14 @@ def bench_retrieval(rng, repeats):
     index.add(gallery)
     rows['faiss'] = timeit(lambda: index.search(queries, k), repeats)
 
+  speedup = t_np / t_ours
+  share = (flops / t_ours) / peak
   return {
       'config': dict(n=n, d=d, b=b, k=k, block_size=_BLOCK.value),
+      'targets': {'speedup_vs_numpy': RETRIEVE_VS_NUMPY,
+                  'share_of_matmul': RETRIEVE_SHARE_OF_MATMUL,
+                  'met': bool(speedup >= RETRIEVE_VS_NUMPY
+                              and share >= RETRIEVE_SHARE_OF_MATMUL)},
       'seconds': rows,
       'queries_per_s': {name: b / t for name, t in rows.items()
                         if not name.startswith('matmul')},
@@ -186,6 +230,17 @@ def bench_fusion(rng, repeats):
     sharded_agreement = bool(np.array_equal(
         np.asarray(over(*placed)[0]), np.asarray(one_pass(*args)[0])))
 
+  log('fusion: NumPy, vectorised over sessions')
+  t_vec = timeit(lambda: plain_loop.numpy_sessions(ids, demote, caps,
+                                                   weights, k), repeats)
+  rows['numpy_vectorised'] = t_vec
+  vec_agreement = float(np.mean(
+      plain_loop.numpy_sessions(ids, demote, caps, weights, k)
+      == np.asarray(one_pass(*args)[0])))
+
+  log('fusion: where the time goes (each part jitted alone)')
+  profile = fusion_profile(args, s, w, c, k, repeats)
+
   log('fusion: per-session Python loop')
   ids_list = ids.tolist()
   demote_list, caps_list = demote.tolist(), caps.tolist()
@@ -230,8 +285,15 @@ def bench_fusion(rng, repeats):
   ours = jax.jit(functools.partial(retrieve, k=k, block_size=_BLOCK.value))
   g_dev, q_dev = jnp.asarray(gallery), jnp.asarray(queries)
   t_turn = timeit(lambda: ours(q_dev, g_dev), repeats)
+  rate = s / rows['recovr_jax']
   return {
       'config': dict(sessions=s, window=w, channels=c, k=k, n=n),
+      'targets': {'sessions_per_s': FUSION_SESSIONS_PER_S,
+                  'vs_numpy_vectorised': FUSION_VS_NUMPY,
+                  'met': bool(rate >= FUSION_SESSIONS_PER_S and
+                              t_vec / rows['recovr_jax'] >= FUSION_VS_NUMPY)},
+      'profile_seconds': profile,
+      'fused_id_agreement_with_numpy_vectorised': vec_agreement,
       'seconds': rows,
       'sessions_per_s': {name: s / t for name, t in rows.items()},
       'speedup_of_recovr_jax': {name: t / rows['recovr_jax']
@@ -245,29 +307,64 @@ def bench_fusion(rng, repeats):
   }
 
 
-def table(retrieval, fused):
-  r, f = retrieval, fused
+def fusion_profile(args, s, w, c, k, repeats):
+  """Seconds of the parts of ``fuse_with_rank_cap`` on the benchmark's rings,
+  each jitted and timed alone: rank-cap of the W x C ring lists, fusion
+  without rank-cap, and in it the packed-id sort and the top-k."""
+  ids, scores, valid, demote, caps = args
+  p = w * c * k
+  capper = jax.jit(jax.vmap(jax.vmap(fusion.demotion.rank_cap,
+                                     in_axes=(0, 0, None, None))))
+  flat = (ids.reshape(s, w * c, k), scores.reshape(s, w * c, k))
+  fuse_only = jax.jit(jax.vmap(functools.partial(
+      fusion.fuse, k=RRF_K, num_ids=_N.value)))
+  pos_bits = (p - 1).bit_length()
+  keys = ((ids.reshape(s, p).astype(jnp.uint32) << pos_bits)
+          | jnp.arange(p, dtype=jnp.uint32))
+  sort = jax.jit(lambda x: jnp.sort(x, axis=1))
+  rng = np.random.default_rng(1)
+  # Fused-score-like input: a third of the entries finite (one per id).
+  fused = np.where(rng.random((s, p)) < 0.3, rng.random((s, p)), -np.inf)
+  fused = jnp.asarray(fused.astype(np.float32))
+  top_k = jax.jit(lambda x: jax.lax.top_k(x, k))
+  return {
+      'rank_cap_ring_lists': timeit(lambda: capper(*flat, demote, caps),
+                                    repeats),
+      'fuse_without_rank_cap': timeit(lambda: fuse_only(ids, scores, valid),
+                                      repeats),
+      'id_sort': timeit(lambda: sort(keys), repeats),
+      'top_k_unmasked': timeit(lambda: top_k(fused), repeats),
+  }
+
+
+def table(retrievals, fused):
+  f = fused
   lines = [
       '| benchmark | method | median s | rate | vs anchor |',
       '|---|---|---:|---:|---:|',
   ]
-  cfg = r['config']
-  name = (f"retrieval N={cfg['n']:,} D={cfg['d']} B={cfg['b']} "
-          f"K={cfg['k']}")
-  for m in ('retrieve', 'numpy', 'faiss'):
-    if m in r['seconds']:
-      lines.append(f"| {name} | {m} | {r['seconds'][m]:.4f} | "
-                   f"{r['queries_per_s'][m]:,.0f} q/s | "
-                   f"{r['speedup_vs_numpy'][m]:.2f}x NumPy |")
-  lines.append(f"| {name} | plain matmul (best of XLA, NumPy) | "
-               f"{min(r['seconds']['matmul_xla'], r['seconds']['matmul_numpy']):.4f}"
-               f" | {r['matmul_peak_gflops']:.0f} GFLOP/s | "
-               f"retrieve reaches {100 * r['retrieve_share_of_matmul_peak']:.0f}% |")
+  for r in retrievals:
+    cfg = r['config']
+    name = (f"retrieval N={cfg['n']:,} D={cfg['d']} B={cfg['b']} "
+            f"K={cfg['k']}")
+    for m in ('retrieve', 'numpy', 'faiss'):
+      if m in r['seconds']:
+        lines.append(f"| {name} | {m} | {r['seconds'][m]:.4f} | "
+                     f"{r['queries_per_s'][m]:,.0f} q/s | "
+                     f"{r['speedup_vs_numpy'][m]:.2f}x NumPy |")
+    met = 'met' if r['targets']['met'] else 'MISSED'
+    lines.append(
+        f"| {name} | plain matmul (best of XLA, NumPy) | "
+        f"{min(r['seconds']['matmul_xla'], r['seconds']['matmul_numpy']):.4f}"
+        f" | {r['matmul_peak_gflops']:.0f} GFLOP/s | retrieve reaches "
+        f"{100 * r['retrieve_share_of_matmul_peak']:.0f}% (targets >= "
+        f"{RETRIEVE_VS_NUMPY:g}x NumPy and >= "
+        f"{100 * RETRIEVE_SHARE_OF_MATMUL:.0f}%: {met}) |")
   cfg = f['config']
   name = (f"fusion+rank-cap S={cfg['sessions']:,} W={cfg['window']} "
           f"C={cfg['channels']} K={cfg['k']}")
   for m in ('recovr_jax', 'recovr_jax_sessions_sharded',
-            'recovr_jax_two_pass', 'python_loop', 'ranx'):
+            'recovr_jax_two_pass', 'numpy_vectorised', 'python_loop', 'ranx'):
     if m in f['seconds']:
       if m == 'recovr_jax':
         versus = 'anchor'
@@ -280,6 +377,13 @@ def table(retrieval, fused):
   lines.append(f"| {name} | one turn of retrieval (anchor) | "
                f"{f['turn_retrieval_seconds']:.4f} | | fusion costs "
                f"{100 * f['share_of_turn_retrieval']:.1f}% of it |")
+  for part, t in f['profile_seconds'].items():
+    lines.append(f"| {name} | profile: {part.replace('_', ' ')} | {t:.4f} | "
+                 f"| {100 * t / f['seconds']['recovr_jax']:.0f}% of "
+                 'recovr_jax |')
+  met = 'met' if f['targets']['met'] else 'MISSED'
+  lines.append(f"| {name} | targets: >= {FUSION_SESSIONS_PER_S:,} sess/s and "
+               f">= {FUSION_VS_NUMPY:g}x numpy_vectorised | | | {met} |")
   return '\n'.join(lines)
 
 
@@ -293,27 +397,37 @@ def main(argv):
     resources.select_device(_PLATFORM.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  shapes = parse_shapes(_SHAPES.value)
+  machine = bench_common.environment()
+  output = _OUTPUT.value
+  if output is None:
+    output = f'results/bench_core/{bench_common.machine_kind(machine)}.json'
   rng = np.random.default_rng(_SEED.value)
-  retrieval = bench_retrieval(rng, _REPEATS.value)
+  retrievals = []
+  for n, d in shapes:
+    retrievals.append(bench_retrieval(rng, _REPEATS.value, n, d))
   fused = bench_fusion(rng, _REPEATS.value)
   result = {
       'command': 'python -m experiments.bench_core ' + ' '.join(sys.argv[1:]),
-      'machine': bench_common.environment(),
+      'machine': machine,
+      'machine_kind': bench_common.machine_kind(machine),
       'repeats': _REPEATS.value,
-      'retrieval': retrieval,
+      'retrieval': retrievals,
       'fusion': fused,
   }
-  print(table(retrieval, fused))
+  print(table(retrievals, fused))
   print(bench_common.blas_line(result['machine']))
-  print(f"top-{_K.value} ids equal to NumPy's: "
-        f"{100 * retrieval['top_k_id_agreement_with_numpy']:.3f}%; fused ids "
-        'equal to the float64 Python loop: '
-        f"{100 * fused['fused_id_agreement_with_python']:.3f}%")
-  for note in (retrieval['faiss_note'], fused['ranx_note']):
+  agree = min(r['top_k_id_agreement_with_numpy'] for r in retrievals)
+  print(f"top-{_K.value} ids equal to NumPy's: {100 * agree:.3f}% (lowest "
+        'shape); fused ids equal to the float64 Python loop: '
+        f"{100 * fused['fused_id_agreement_with_python']:.3f}%, to the "
+        'vectorised NumPy: '
+        f"{100 * fused['fused_id_agreement_with_numpy_vectorised']:.3f}%")
+  for note in (retrievals[0]['faiss_note'], fused['ranx_note']):
     if note:
       print(f'note: {note}')
-  if _OUTPUT.value:
-    outputs.write_json(_OUTPUT.value, result)
+  if output:
+    outputs.write_json(output, result)
 
 
 if __name__ == '__main__':
