@@ -82,7 +82,10 @@ class RunnerTest(absltest.TestCase):
       self.assertLen(m['R@1'], 4)
       self.assertEqual(set(m), {'R@1', 'R@5', 'R@10', 'R@50', 'BRI',
                                 'stop_rate', 'Hits@1', 'Hits@5', 'Hits@10',
-                                'sessions_raised', 'intervals'})
+                                'sessions_raised', 'intervals', 'asking'})
+      self.assertEqual(m['asking']['decisions'],
+                       m['asking']['should_ask'] + m['asking']['decisions']
+                       - m['asking']['should_ask'])
       np.testing.assert_allclose(m['Hits@1'], m['stop_rate'], rtol=1e-6)
       self.assertEqual(m['sessions_raised'], 0)
     # Turn 0 is shared by every method.
@@ -95,6 +98,7 @@ class RunnerTest(absltest.TestCase):
     firing = json.loads((self.out / 'rank_cap_firing.json').read_text())
     self.assertEqual(set(firing), {'recovr'})
     self.assertIn('### Rank-cap firing', report)
+    self.assertIn('### Asking: when and what', report)
 
   def test_intervals_equal_a_numpy_bootstrap(self):
     metrics = json.loads((self.out / 'metrics.json').read_text())

@@ -11,6 +11,7 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
 from recovr_jax import profiling
+from recovr_jax.experiment import asking
 from recovr_jax.experiment import checks
 from recovr_jax.experiment import reporting
 
@@ -125,10 +126,13 @@ def ceiling_markdown(ceiling: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def write(config, out, env, sessions, collected, start, ceiling=None):
+def write(config, out, env, sessions, collected, start, ceiling=None,
+          ask_truth=None):
   """Every output of a finished run (``collected``: ``runner.Collected``);
-  returns the per-method metrics. ``RunFailed`` after writing them when
-  more sessions raised than --max_error_share allows."""
+  returns the per-method metrics. ``ask_truth``: the source's
+  ``AskTruth`` (each method's ``asking`` scores), or None. ``RunFailed``
+  after writing them when more sessions raised than --max_error_share
+  allows."""
   displayed, trajectories = collected.displayed, collected.trajectories
   reasoning_counts, raised = collected.reasoning_counts, collected.raised
   fired = collected.fired
@@ -164,6 +168,13 @@ def write(config, out, env, sessions, collected, start, ceiling=None):
     also[name].update(a='recovr', b=name,
                       num_resamples=config.bootstrap_resamples)
 
+  if ask_truth is not None:
+    by_method = {m: [] for m in displayed}
+    for row in trajectories:
+      by_method[row['method']].append(row)
+    for m, rows in by_method.items():
+      per_method[m]['asking'] = asking.score(rows, ask_truth,
+                                             config.loop.num_turns)
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
   if env.dropped:  # --missing_ids=drop: the rows no session ran on
@@ -200,6 +211,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None):
             f'{config.settings.avoid_penalty:g}, ask {config.settings.ask}, '
             f'reasoner {config.reasoner}, user {config.user}.')
   report = reporting.markdown(per_method, failures, boot, header, firing)
+  report += asking.markdown(per_method)
   for interval in also.values():
     report += reporting.bootstrap_markdown(interval) + '\n'
 

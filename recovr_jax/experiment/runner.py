@@ -198,7 +198,7 @@ def _run_claimed(config, built, out, start, resolved):
         env, source.target_captions(built), sessions, base.list_length,
         config.bootstrap_resamples, config.seed)
     return outputs.write(config, out, env, sessions, collected, start,
-                         ceiling)
+                         ceiling, source.ask_truth(built, user))
 
 
 def _check_batch_fits(config, env, base):

@@ -41,17 +41,28 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
   if config.process_id != 0:  # process 0 writes the sweep's table
     return None
   num_turns = len(next(iter(rows[0][2].values()))['R@1'])
+  # Ask scores (experiment/asking.py) where the source knows the truth.
+  asks = any('asking' in m for _, _, pm in rows for m in pm.values())
+  ask_cols = (' | Ask-F1 | what-accuracy | questions / session'
+              if asks else '')
   lines = ['# Sweep (one factor at a time)', '',
            '| setting | method | ' + ' | '.join(
                f'R@1 T{t}' for t in range(num_turns)) +
-           f' | gain T0->T{num_turns - 1} | BRI last |',
-           '|---|---|' + '---:|' * (num_turns + 2)]
+           f' | gain T0->T{num_turns - 1} | BRI last{ask_cols} |',
+           '|---|---|' + '---:|' * (num_turns + 2 + 3 * asks)]
+  pct = lambda x: '-' if x is None else f'{100 * x:.1f}'
   for name, text, per_method in rows:
     for method, m in per_method.items():
       r1 = m['R@1']
+      ask = ''
+      if asks:
+        a = m.get('asking')
+        ask = (f" | {pct(a['ask_f1'])} | {pct(a['what_accuracy'])} | "
+               f"{a['questions_per_session']:.2f}") if a else ' | - | - | -'
       lines.append(f'| {name}={text} | {method} | ' + ' | '.join(
           f'{100 * v:.1f}' for v in r1) +
-                   f" | {100 * (r1[-1] - r1[0]):+.1f} | {m['BRI'][-1]:.3f} |")
+                   f" | {100 * (r1[-1] - r1[0]):+.1f} | {m['BRI'][-1]:.3f}"
+                   f'{ask} |')
   summary = '\n'.join(lines) + '\n'
   pathlib.Path(config.output_dir).mkdir(parents=True, exist_ok=True)
   (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)

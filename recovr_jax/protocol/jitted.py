@@ -117,6 +117,8 @@ class SimTrace:
   needed: jax.Array      # [S, T+1, 2] int32 table keys used (0: none)
   fired: jax.Array       # [S, T] bool rank-cap changed the list it capped
   asked: jax.Array       # [S, T] int32 attribute of the question answered
+  questions: jax.Array   # [S, T] int32 questions asked so far, the one
+                         # shown with turn t's list included
   own: dict              # the face's record outputs, each [S, T, ...]
 
 
@@ -191,7 +193,8 @@ def _turn_outputs(carry, active, action, sigma, search, edit, needed_search,
               active=active, action=action, sigma=sigma, search=search,
               edit=edit, needed_search=needed_search,
               needed_edit=needed_edit,
-              fired=state.fired[state.turn] & active, asked=asked, own=own)
+              fired=state.fired[state.turn] & active, asked=asked,
+              questions=jnp.asarray(carry.asked, jnp.int32), own=own)
 
 
 class _JitDriver:
@@ -320,7 +323,8 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
       top_scores=jnp.concatenate([top0[:, None], outs['top']], axis=1),
       active=outs['active'], action=outs['action'], sigma=outs['sigma'],
       search=outs['search'], edit=outs['edit'], needed=needed,
-      fired=outs['fired'], asked=outs['asked'], own=outs['own'])
+      fired=outs['fired'], asked=outs['asked'],
+      questions=outs['questions'], own=outs['own'])
 
 
 simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))

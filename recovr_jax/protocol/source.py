@@ -20,9 +20,24 @@ reads only its generic fields (reasoner, user, seeds, cache directory).
 """
 
 import abc
+from collections.abc import Callable
 import dataclasses
 
+import numpy as np
+
 from recovr_jax.protocol import host
+
+
+@dataclasses.dataclass(frozen=True)
+class AskTruth:
+  """What a source knows about its sessions for scoring when and what a
+  method asks (``experiment.asking``); never given to a method."""
+  attributes: np.ndarray            # [N, A] int, every gallery video
+  query_named: np.ndarray           # [Q, A] bool, named by the modification
+  user: Callable                    # (session, turn, target, shown, question)
+                                    # -> Feedback with .mentioned {attr: value}
+  question_attribute: Callable      # question text -> attribute index | None
+  attribute_names: tuple[str, ...]  # [A] names, as the jitted records them
 
 
 class SourceError(ValueError):
@@ -123,6 +138,13 @@ class Source(abc.ABC):
     the user's words the face reproduces)."""
     raise SourceError(f'--data={self.NAME} has no jitted face; use '
                       '--simulation=host')
+
+  def ask_truth(self, built: Built, user):
+    """``AskTruth`` for scoring when and what the methods
+    ask (``user``: the run's user, replayed), or None when the source
+    does not know its targets' attributes."""
+    del built, user
+    return None
 
   def extra_outputs(self) -> dict[str, tuple[dict, str]]:
     """File name -> (JSON content, printed line) that a finished run adds

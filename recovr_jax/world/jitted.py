@@ -356,6 +356,11 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
   turn 0 holds the modification text as ``feedback``, as the host's does."""
   names = world_lib.ATTRIBUTES
   own = trace.own
+  questions = np.asarray(trace.questions)
+  # Whether a question was shown with turn t's list (the host records its
+  # text under ``asked``; here the user's reading of it is
+  # ``question_attribute`` at the next turn).
+  questioned = np.diff(questions, axis=1, prepend=0) > 0
   records = []
   for i in range(trace.displayed.shape[0]):
     first = (None if sessions is None else
@@ -363,7 +368,8 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
     rows = [dict(plan_lib.start_record(first), asked=None)]
     for t in range(trace.active.shape[1]):
       if not trace.active[i, t]:
-        rows.append(dict(plan_lib.stopped_record(t + 1), asked=None))
+        rows.append(dict(plan_lib.stopped_record(t + 1), asked=None,
+                         questioned=False))
         continue
       rows.append(plan_lib.turn_record(
           t + 1, simulated_user.ACTIONS[int(trace.action[i, t])],
@@ -371,7 +377,7 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
           trace.sigma[i, t], trace.fired[i, t], None,
           mentioned={names[a]: world_lib.VALUES[names[a]][int(v)]
                      for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},
-          asked=None,
+          asked=None, questioned=bool(questioned[i, t]),
           # The attribute of the question the user read at this turn.
           question_attribute=(names[int(trace.asked[i, t])]
                               if trace.asked[i, t] >= 0 else None),

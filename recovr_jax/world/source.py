@@ -206,6 +206,15 @@ class WorldSource(source_lib.Source):
         simulated_user.SimulatedUser(run.user, seed=run.user_seed),
         env.attributes)
 
+  def ask_truth(self, built, user):
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
+    return source_lib.AskTruth(attributes=np.asarray(built.env.attributes),
+                        query_named=np.asarray(built.extra.world.test.named),
+                        user=user,
+                        question_attribute=lexicon.question_attribute,
+                        attribute_names=tuple(world_lib.ATTRIBUTES))
+
   def reasoner(self, run, env):
     from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
     return environment.make_reasoner(
