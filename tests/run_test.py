@@ -535,6 +535,45 @@ class WebvidCovrTest(absltest.TestCase):
                                   "--text_encoder='no_such_module_xyz:f'"):
         run.main(['run'])
 
+  def test_dense_webvid_covr_annotations(self):
+    # Dense-WebVid-CoVR's files have WebVid-CoVR's columns with long edits:
+    # commas, quotes and a line break inside a quoted field; edits longer
+    # than the (tiny) CLIP's 32 positions are encoded from their first
+    # tokens and reported.
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    dense = [('v0', 'v1', 'Keep the same red car, but make it drive '
+              'backwards along the "coastal" road at dusk while the camera '
+              'pans slowly to the left and the waves break on the rocks'),
+             ('v2', 'v3', 'Same scene;\nthe man now waves with both hands')]
+    import csv  # pylint: disable=g-import-not-at-top
+    with (root / 'dense.csv').open('w', newline='') as f:
+      writer = csv.writer(f)
+      writer.writerow(['pth1', 'pth2', 'edit', 'txt1', 'txt2'])
+      for ref, tgt, edit in dense:
+        writer.writerow([ref, tgt, edit, f'video {ref}', f'video {tgt}'])
+    out = root / 'out'
+    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr'],
+                             num_turns=1, list_length=5, batch_size=2,
+                             bootstrap_resamples=100,
+                             **dict(files, annotations=str(root / 'dense.csv'))):
+      run.main(['run'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertEqual([r['turns'][0]['feedback'] for r in rows],
+                     [edit for _, _, edit in dense])
+    notes = json.loads((out / 'text_truncation.json').read_text())
+    self.assertEqual(notes['max_tokens'], 32)
+    self.assertGreaterEqual(notes['texts_truncated'], 1)
+    # The edit itself, or a search written from it, was among them.
+    self.assertTrue(any(dense[0][2] in row['text'] and row['tokens'] > 32
+                        for row in notes['longest']), notes['longest'])
+    flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / (
+        'dense_webvid_covr')
+    self.assertIn('--data=webvid_covr', flagfile.read_text())
+
   def test_runs_end_to_end(self):
     from tests import clip_test  # pylint: disable=g-import-not-at-top
     flags.FLAGS.mark_as_parsed()

@@ -188,7 +188,7 @@ def _run_claimed(config, built, out, start, resolved):
       return None
   collected = _collect(config, built, out, batches, base, user, ctx, identity)
   outputs.write_reasoner_notes(out, collected.speed, ctx.reasoner)
-  for name, (content, line) in source.extra_outputs().items():
+  for name, (content, line) in source.extra_outputs(built).items():
     (out / name).write_text(json.dumps(content, indent=2))
     print(line, flush=True)
   with profiling.part('text embedding cache (I/O)'):

@@ -146,8 +146,9 @@ class Source(abc.ABC):
     del built, user
     return None
 
-  def extra_outputs(self) -> dict[str, tuple[dict, str]]:
+  def extra_outputs(self, built: Built) -> dict[str, tuple[dict, str]]:
     """File name -> (JSON content, printed line) that a finished run adds
-    for the user ``user()`` made (e.g. how often a phrasing model fell
-    back)."""
+    for ``built`` and the user ``user()`` made (e.g. how often a phrasing
+    model fell back, how many texts the encoder truncated)."""
+    del built
     return {}

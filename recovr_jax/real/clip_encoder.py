@@ -68,10 +68,15 @@ class ClipEncoder:
                        f'({type(e).__name__}: {e})') from e
     self.model_dir = model_dir
     self._batch = batch_size
+    # Texts longer than the text tower's positions, with their token
+    # counts: encoded from their first tokens only, and reported
+    # (Dense-WebVid-CoVR's modification texts can be that long).
+    self.truncated: dict[str, int] = {}
     config = self._model.config
     self.dim = config.projection_dim
     self.image_size = config.vision_config.image_size
     self._max_length = config.text_config.max_position_embeddings
+    self.max_tokens = self._max_length
     mean, std = _CLIP_MEAN, _CLIP_STD
     pre = os.path.join(model_dir, 'preprocessor_config.json')
     if os.path.isfile(pre):
@@ -99,11 +104,16 @@ class ClipEncoder:
     self._frames = jax.jit(frame_features)
 
   def encode_text(self, texts) -> np.ndarray:
-    """``[n]`` texts -> ``[n, dim]`` float32 unit vectors."""
+    """``[n]`` texts -> ``[n, dim]`` float32 unit vectors; a text longer
+    than the text tower's positions is encoded from its first tokens and
+    recorded in ``truncated``."""
     texts = list(texts)
     out = []
     for start in range(0, len(texts), self._batch):
       batch = texts[start:start + self._batch]
+      for text, ids in zip(batch, self._tokenizer(batch)['input_ids']):
+        if len(ids) > self._max_length:
+          self.truncated[text] = len(ids)
       tokens = self._tokenizer(batch, padding='max_length', truncation=True,
                                max_length=self._max_length, return_tensors='np')
       out.append(np.asarray(self._text(self._model.params,

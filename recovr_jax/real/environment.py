@@ -130,6 +130,9 @@ def _clip_text(clip_dir: str, dim: int):
     return np.stack([cache[t] for t in texts]) if texts else np.zeros(
         (0, clip.dim), np.float32)
 
+  encode_text.truncated = clip.truncated  # read by the source's report
+  encode_text.max_tokens = clip.max_tokens
+  encode_text.encoded = cache
   return encode_text
 
 

@@ -148,12 +148,27 @@ class RealSource(source_lib.Source):
     return environment.make_reasoner(run.reasoner, run.reasoner_checkpoint,
                                      chat_options=run.chat_options())
 
-  def extra_outputs(self):
+  def extra_outputs(self, built):
+    out = {}
+    text = built.env.encode_text
+    truncated = getattr(text, 'truncated', None)
+    if truncated:  # the CLIP text tower read only the first tokens of these
+      longest = sorted(truncated.items(), key=lambda kv: -kv[1])
+      out['text_truncation.json'] = (
+          {'max_tokens': text.max_tokens,
+           'texts_encoded': len(text.encoded),
+           'texts_truncated': len(truncated),
+           'longest': [{'text': t, 'tokens': n} for t, n in longest[:5]]},
+          f'text encoder: {len(truncated)} of {len(text.encoded)} '
+          f'distinct texts were longer than its {text.max_tokens} '
+          'token positions and were encoded from their first tokens '
+          '(text_truncation.json)')
     phrase = self._phrase
     if phrase is None or not phrase.calls:
-      return {}
+      return out
     counts = {'calls': phrase.calls, 'fallbacks_to_rules': phrase.fallbacks}
-    return {'user_phraser.json': (
+    out['user_phraser.json'] = (
         counts, f'user phraser: {phrase.fallbacks} of {phrase.calls} '
         'replies were empty or copied the target caption and fell back to '
-        'the rules user\'s words')}
+        'the rules user\'s words')
+    return out
