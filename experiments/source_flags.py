@@ -77,6 +77,15 @@ _CAPTIONS = flags.DEFINE_enum(
     '(default: the --benchmark preset\'s; v2: model, v1: oracle). '
     "model: the captioning VLM's (world/captioner.py). oracle: the world's "
     'ground-truth captions, an ablation in which the system sees the truth.')
+_START = flags.DEFINE_enum(
+    'start', 'composed', ['composed', 'text'],
+    'world: how a session starts. composed: a reference video and a '
+    'modification text (CoVR). text: interactive text-to-video retrieval '
+    '(I-TVR, MERLIN\'s setting): no reference video, turn 0 is T2V from a '
+    'description of the target naming 3 of its 7 attributes in the '
+    "user's words; from turn 1 composed channels anchor on the shown "
+    'result and the baselines search with their dialogue text alone. '
+    'Host driver only.')
 _CAPTIONER = flags.DEFINE_string(
     'captioner_checkpoint', None,
     '--captions=model: a captioner directory (default: the shipped one; '
@@ -99,7 +108,7 @@ _UNVERIFIED = flags.DEFINE_bool(
 
 # Each source's flags (the world's generator flags are world_flags').
 FLAGS = {
-    'world': ['benchmark', 'checkpoint_dir', 'captions',
+    'world': ['benchmark', 'checkpoint_dir', 'captions', 'start',
               'captioner_checkpoint', 'allow_other_world_encoders',
               'world_seed', 'test_share', 'renditions', 'gallery_size',
               'num_test_triplets', 'num_train_triplets', 'unmentioned_share',
@@ -131,7 +140,7 @@ def benchmark() -> str:
 def _world() -> world_source.WorldData:
   fields = {}
   for name, flag in (('checkpoint_dir', _CHECKPOINT),
-                     ('captions', _CAPTIONS),
+                     ('captions', _CAPTIONS), ('start', _START),
                      ('captioner_checkpoint', _CAPTIONER)):
     if given(name):
       fields[name] = flag.value

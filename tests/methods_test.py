@@ -46,6 +46,28 @@ class RegistryTest(absltest.TestCase):
       methods.rank_cap_transplant.RankCapped(methods.make('recovr'), 'x')
 
 
+class AnchoredTest(absltest.TestCase):
+
+  def test_rows_without_an_anchor_search_with_their_text(self):
+    from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    gallery = np.eye(3, dtype=np.float32)
+    edits = np.full((3, 3), 0.5, np.float32)
+    calls = []
+
+    def compose(videos, texts):
+      calls.append(len(videos))
+      return videos + texts
+
+    got = plan_lib.anchored(gallery, compose, np.array([2, -1, 0]), edits)
+    np.testing.assert_array_equal(got[0], [0.5, 0.5, 1.5])
+    np.testing.assert_array_equal(got[1], edits[1])   # the text alone
+    np.testing.assert_array_equal(got[2], [1.5, 0.5, 0.5])
+    self.assertEqual(calls, [2])  # one call, the anchored rows only
+    got = plan_lib.anchored(gallery, compose, np.array([-1, -1, -1]), edits)
+    np.testing.assert_array_equal(got, edits)
+    self.assertEqual(calls, [2])  # no anchored row: not called
+
+
 class EveryMethodTest(absltest.TestCase):
   """Each registered method runs at tiny size and keeps the protocol."""
 

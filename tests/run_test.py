@@ -319,6 +319,45 @@ class RunnerTest(absltest.TestCase):
       self.assertEqual(h['turns'][0]['feedback'], j['turns'][0]['feedback'])
       self.assertTrue(j['turns'][0]['feedback'])
 
+  def test_text_start(self):
+    # I-TVR on the world: no reference, turn 0 from a description naming
+    # text_start.NAMED attributes of the target; every method runs; MERLIN
+    # asks about the shown result; the jitted driver is refused.
+    from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import text_start  # pylint: disable=g-import-not-at-top
+    out = self.root / 'text_start'
+    run_main(out, methods=['recovr', 'ivr', 'merlin', 'umivr',
+                           'history_rewrite'], start='text',
+             user_language='lexicon')
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    data = world_source.WorldData.preset('v1', world_fields=dict(
+        gallery_size=300, num_test_triplets=12, num_train_triplets=20))
+    world = world_lib.make_world(data.world)
+    attrs = world.combos[world.gallery_combos]
+    merlin_asked = set()
+    first = {}
+    for row in rows:
+      self.assertEqual(row['reference'], -1)
+      text = row['turns'][0]['feedback']
+      first.setdefault(row['session'], text)
+      self.assertEqual(first[row['session']], text)  # the same for all
+      named = lexicon.parse(text)
+      self.assertLen(named, text_start.NAMED, text)
+      for a, v in named.items():  # the target's own values
+        self.assertEqual(attrs[row['target'], a], v, text)
+      if row['method'] == 'merlin' and row['turns'][1].get('asked'):
+        merlin_asked.add(row['turns'][1]['asked'])
+    # About each session's shown result: not one question for every
+    # session (which reading a missing reference's caption would give).
+    self.assertGreater(len(merlin_asked), 1)
+    metrics = json.loads((out / 'metrics.json').read_text())
+    self.assertEqual(len({tuple(m['R@1'][:1]) for m in metrics.values()}), 1)
+    with self.assertRaisesRegex(Exception, '--start=text runs on '
+                                '--simulation=host only'):
+      run_main(self.root / 'text_jit', methods=['recovr'], start='text',
+               simulation='jit')
+
   def test_jit_and_device_errors_name_the_flag(self):
     methods.register('host_only', _host_only)
     try:

@@ -59,8 +59,9 @@ class HistoryRewrite(ivr.IVR):
     dialogue = [texts[i] for i in obs.sessions]
     rewritten = [edit or utterances[0] for edit, utterances in zip(
         ctx.reasoner.rewrite(dialogue), dialogue)]
-    references = ctx.gallery[state['reference'][obs.sessions]]
-    queries = ctx.compose(references, ctx.encode_text(rewritten))
+    queries = plan_lib.anchored(ctx.gallery, ctx.compose,
+                                state['reference'][obs.sessions],
+                                ctx.encode_text(rewritten))
     plan = plan_lib.covr_plan(queries, ivr.action_sigma(obs.action))
     return dict(state, texts=texts), dataclasses.replace(
         plan, records=tuple({'edit': e} for e in rewritten))

@@ -155,8 +155,9 @@ class IVR(base.Method):
     for i, f in zip(obs.sessions, obs.feedback):
       texts[i] = texts[i] + [f]
     joined = [SEPARATOR.join(texts[i]) for i in obs.sessions]
-    references = ctx.gallery[state['reference'][obs.sessions]]
-    queries = ctx.compose(references, ctx.encode_text(joined))
+    queries = plan_lib.anchored(ctx.gallery, ctx.compose,
+                                state['reference'][obs.sessions],
+                                ctx.encode_text(joined))
     return dict(state, texts=texts), plan_lib.covr_plan(
         queries, action_sigma(obs.action))
 

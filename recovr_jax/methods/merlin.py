@@ -70,12 +70,17 @@ class MERLIN(base.Method):
     for j, i in enumerate(obs.sessions):
       text[i] = np.asarray(slerp.slerp(text[i], answers[j],
                                        self.settings.merlin_alpha))
-    references = ctx.gallery[state['reference'][obs.sessions]]
-    queries = ctx.compose(references, text[obs.sessions])
+    queries = plan_lib.anchored(ctx.gallery, ctx.compose,
+                                state['reference'][obs.sessions],
+                                text[obs.sessions])
     return dict(state, text=text), plan_lib.covr_plan(
         queries, ivr.action_sigma(obs.action))
 
   def question(self, ctx, state, shown):
-    """About the anchor (the reference video)."""
-    return ivr.caption_questions(ctx, state['reference'][shown.sessions],
-                                 shown.asked)
+    """About the anchor (the reference video); in a session that started
+    from text, about the shown top result, as MERLIN asks in its own
+    setting."""
+    reference = state['reference'][shown.sessions]
+    return ivr.caption_questions(
+        ctx, np.where(reference >= 0, reference, shown.ids[:, 0]),
+        shown.asked)

@@ -75,7 +75,7 @@ class ReCoVR(base.Method):
     plan = plan_lib.empty_plan(s, d)
     if self.t2v:
       init = ctx.reasoner.call('t2v_init', [
-          schemas.T2VInitRequest(ctx.captions[r], m)
+          schemas.T2VInitRequest(ctx.captions[r] if r >= 0 else '', m)
           for r, m in zip(start.reference, start.modification)]).objects
       searches = [o['search'] for o in init]
       plan.queries[:, plan_lib.T2V] = ctx.encode_text(searches)
@@ -132,8 +132,11 @@ class ReCoVR(base.Method):
     plan = plan_lib.empty_plan(len(rows), ctx.gallery.shape[1])
     plan.queries[:, plan_lib.T2V] = ctx.encode_text(searches)
     plan.valid[:, plan_lib.T2V] = [self.t2v and bool(q) for q in searches]
+    # A session that started from text has no reference: it anchors on
+    # the shown result even with a fixed anchor.
+    reference = state['reference'][rows]
     anchors = (obs.shown if self.dynamic_anchor
-               else state['reference'][rows])
+               else np.where(reference >= 0, reference, obs.shown))
     plan.queries[:, plan_lib.COVR] = ctx.compose(ctx.gallery[anchors],
                                                  ctx.encode_text(edits))
     plan.valid[:, plan_lib.COVR] = [self.covr and bool(e) for e in edits]

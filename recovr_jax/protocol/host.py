@@ -211,8 +211,9 @@ def begin(env: Environment, method,
   if env.query_embeddings is not None:
     covr0 = np.asarray(env.query_embeddings, np.float32)[sessions]
   else:
-    covr0 = np.asarray(env.compose(env.gallery[driver.reference],
-                                   env.encode_text(mods)))
+    # A session without a reference (a text start) searches with its text.
+    covr0 = plan_lib.anchored(env.gallery, env.compose, driver.reference,
+                              env.encode_text(mods))
   with profiling.part('method step (reasoning)'):
     method_state, plan = method.init(ctx, plan_lib.Start(
         reference=driver.reference, modification=mods, covr_query=covr0))

@@ -99,6 +99,26 @@ class Feedback:
   mentioned: dict[int, int]   # attribute -> value the text names (pre-noise)
 
 
+def anchored(gallery, compose, anchors, edits) -> np.ndarray:
+  """``compose(gallery[anchor], edit)`` per row; a row with no anchor
+  (``-1``: a session that started from text, with no reference video)
+  searches with its text embedding alone.
+
+  Args:
+    gallery: ``[N, D]`` video embeddings.
+    compose: ``(videos [B, D], texts [B, D]) -> [B, D]``.
+    anchors: ``[B]`` gallery ids, ``-1`` for none.
+    edits: ``[B, D]`` text embeddings.
+  """
+  anchors = np.asarray(anchors)
+  out = np.array(edits, np.float32, copy=True)
+  has = anchors >= 0
+  if has.any():
+    out[has] = np.asarray(compose(np.asarray(gallery)[anchors[has]],
+                                  out[has]), np.float32)
+  return out
+
+
 def start_record(modification: str) -> dict:
   """A session's turn-0 trajectory record (both drivers)."""
   return {'turn': 0, 'action': None, 'feedback': modification,

@@ -18,6 +18,7 @@ from recovr_jax.world import generator as world_lib
 # model: Progress Memory holds the captioning VLM's captions; oracle: the
 # world's ground-truth captions (an ablation: the system sees the truth).
 CAPTIONS = ('oracle', 'model')
+STARTS = ('composed', 'text')  # a reference and an edit; a description
 # The embedded benchmarks. v2 (the default) is the one with no oracle:
 # several renditions per combination with encoders trained for them,
 # captions written by the captioning VLM, and the paper's user in its own
@@ -43,6 +44,7 @@ class WorldData:
   checkpoint_dir: str | None = None        # encoders (None: shipped v1)
   captions: str = 'model'                  # one of CAPTIONS
   captioner_checkpoint: str | None = None  # None: the shipped captioner
+  start: str = 'composed'                  # one of STARTS
 
   @classmethod
   def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
@@ -72,6 +74,8 @@ class _Extra:
   world: object          # the generated world
   text: object           # encoders.TextEncoder
   text_cache: object     # where its embeddings are kept across runs
+  query_named: object = None  # [Q, A] what each first query names (a text
+                              # start; None: the triplets' edits)
 
 
 class WorldSource(source_lib.Source):
@@ -86,6 +90,12 @@ class WorldSource(source_lib.Source):
   def problems(self, run, create):
     del create
     out = []
+    if self.config.start not in STARTS:
+      out.append(f'unknown --start {self.config.start!r}; valid: '
+                 f'{", ".join(STARTS)}')
+    elif self.config.start == 'text' and run.simulation == 'jit':
+      out.append('--start=text runs on --simulation=host only (the jitted '
+                 "world face starts every session from a reference video)")
     if self.config.captions not in CAPTIONS:
       out.append(f'unknown --captions {self.config.captions!r}; valid: '
                  f'{", ".join(CAPTIONS)}')
@@ -185,7 +195,17 @@ class WorldSource(source_lib.Source):
     env = environment.world_environment(world, text, video, composer,
                                         cache_dir=run.cache_dir or None,
                                         captioner=writer)
-    return source_lib.Built(env=env, extra=_Extra(world, text, text_cache))
+    named = None
+    if self.config.start == 'text':  # no reference; a first description
+      from recovr_jax.world import text_start  # pylint: disable=g-import-not-at-top
+      import numpy as np  # pylint: disable=g-import-not-at-top
+      texts, named = text_start.first_queries(
+          env.attributes, env.target, run.user.language, run.user.phrasings)
+      env = dataclasses.replace(
+          env, reference=np.full(len(env.target), -1, np.int64),
+          modification=texts)
+    return source_lib.Built(env=env, extra=_Extra(world, text, text_cache,
+                                                  named))
 
   def target_captions(self, built):
     """The world's true captions, and the captioner's when the run reads
@@ -210,7 +230,10 @@ class WorldSource(source_lib.Source):
     import numpy as np  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
     return source_lib.AskTruth(attributes=np.asarray(built.env.attributes),
-                        query_named=np.asarray(built.extra.world.test.named),
+                        query_named=np.asarray(
+                            built.extra.world.test.named
+                            if built.extra.query_named is None
+                            else built.extra.query_named),
                         user=user,
                         question_attribute=lexicon.question_attribute,
                         attribute_names=tuple(world_lib.ATTRIBUTES))
