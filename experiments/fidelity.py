@@ -85,71 +85,9 @@ def evidence(groups: dict, num_resamples: int,
   return claims_lib.Evidence(groups, num_resamples, seed), stagnation
 
 
-def _fmt(check) -> str:
-  if check['kind'] == 'never':
-    return f"{check['label']}: {check['value']:.0f}"
-  scale, digits = ((100, 1) if check['unit'] == 'points' else (1, 3))
-  v, lo, hi = (scale * check[k] for k in ('value', 'lower', 'upper'))
-  return f"{check['label']}: {v:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
-
-
-def _ours(row) -> str:
-  if row['verdict'] in ('untestable', 'not run'):
-    return row['why']
-  shown = row['checks']
-  # A claim over many turns and baselines: its decisive checks first.
-  order = {'contradicted': 0, 'inconclusive': 1, 'reproduced': 2,
-           'untestable': 3}
-  shown = sorted(shown, key=lambda c: order[c['verdict']])
-  text = '; '.join(_fmt(c) for c in shown[:3])
-  if len(shown) > 3:
-    counts = {v: sum(c['verdict'] == v for c in shown) for v in order}
-    text += (f' (+{len(shown) - 3} more; of {len(shown)}: '
-             + ', '.join(f'{n} {v}' for v, n in counts.items() if n) + ')')
-  return text
-
-
 def markdown(results: dict) -> str:
-  """``results``: member -> rows. A summary, then one table per member."""
-  lines = ['# The paper\'s claims', '',
-           '95% paired session-bootstrap intervals; differences in points '
-           '(R@K, rates), log rank (BRI) or turns. Verdicts: reproduced (the '
-           'interval on the paper\'s side of its boundary), contradicted (on '
-           'the other side), inconclusive (holds it). Margins: '
-           f'{100 * claims_lib.MARGIN_POINTS:g} points, BRI '
-           f'{claims_lib.MARGIN_BRI:g}.', '',
-           '| setting | ' + ' | '.join(claims_lib.VERDICTS) + ' |',
-           '|---|' + '---:|' * len(claims_lib.VERDICTS)]
-  for member, rows in results.items():
-    counts = claims_lib.summary(rows)
-    lines.append(f'| {member} | ' + ' | '.join(
-        str(counts[v]) for v in claims_lib.VERDICTS) + ' |')
-  name = lambda r: r['key'] + (f" ({r['reading']})" if r['reading'] else '')
-  keys = [name(r) for r in next(iter(results.values()))]
-  verdicts = {m: {name(r): r['verdict'] for r in rows}
-              for m, rows in results.items()}
-  changed = [k for k in keys
-             if len({verdicts[m].get(k) for m in results}) > 1]
-  if len(results) > 1:
-    lines += ['', f'Claims whose verdict changes across the family: '
-              f'{len(changed)}.']
-    if changed:
-      lines += ['', '| claim | ' + ' | '.join(results) + ' |',
-                '|---|' + '---|' * len(results)]
-      lines += [f'| {k} | ' + ' | '.join(verdicts[m].get(k, '')
-                                         for m in results) + ' |'
-                for k in changed]
-  for member, rows in results.items():
-    lines += ['', f'## {member}', '',
-              '| claim | where | the paper says | paper | this run | verdict |',
-              '|---|---|---|---|---|---|']
-    for r in rows:
-      quote = r['quote'] + (f' (reading: {r["reading"]})' if r['reading']
-                            else '') + (f' *[{r["note"]}]*' if r['note']
-                                        else '')
-      lines.append(f"| {r['key']} | {r['where']} | {quote} | {r['paper']} | "
-                   f"{_ours(r)} | **{r['verdict']}** |")
-  return '\n'.join(lines) + '\n'
+  """``results``: member -> rows (``claims.markdown``)."""
+  return claims_lib.markdown(results)
 
 
 def main(argv):

@@ -326,3 +326,34 @@ class PaperClaimsTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class MerlinClaimsTest(absltest.TestCase):
+
+  def test_merlin_claims_read_their_runs(self):
+    from recovr_jax.experiment import merlin_claims  # pylint: disable=g-import-not-at-top
+    # MERLIN's target rank halves every round at alpha 0.8; at alpha 0.2 it
+    # is better at round 1 and worse again from round 2 on.
+    base = RNG.integers(20, 60, (S, 1))
+    better = np.maximum(base // 2 ** np.arange(T + 1), 1)
+    drift = better.copy()
+    found = RNG.random(S) < 0.5  # found at rounds 1-2, then lost (drift)
+    drift[found, 1:3] = 1
+    drift[:, 3:] = 30
+    ev = claims.Evidence({'main': {
+        'main': _run({'merlin': better}),
+        merlin_claims.LOW_ALPHA: _run({'merlin': drift})}}, 500)
+    rows = {r['key']: r for r in claims.evaluate(merlin_claims.CLAIMS, ev)}
+    self.assertEqual(set(rows), {c.key for c in merlin_claims.CLAIMS})
+    for key in ('improves_recall_at_1', 'rank_improves_each_round',
+                'low_alpha_helps_early', 'low_alpha_drifts'):
+      self.assertEqual(rows[key]['verdict'], 'reproduced', key)
+    ranks = rows['rank_improves_each_round']['checks']
+    self.assertLen(ranks, T)
+    self.assertEqual(ranks[0]['unit'], 'rank')
+    self.assertAlmostEqual(ranks[0]['value'],
+                           float(np.mean(better[:, 0] - better[:, 1])))
+    # Without the alpha 0.2 run its claims are not run, not guessed.
+    ev = claims.Evidence({'main': {'main': _run({'merlin': better})}}, 200)
+    with self.assertRaises(claims.MissingRows):
+      claims.evaluate(merlin_claims.CLAIMS, ev)
