@@ -357,3 +357,14 @@ class MerlinClaimsTest(absltest.TestCase):
     ev = claims.Evidence({'main': {'main': _run({'merlin': better})}}, 200)
     with self.assertRaises(claims.MissingRows):
       claims.evaluate(merlin_claims.CLAIMS, ev)
+
+  def test_the_command_names_a_missing_run(self):
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.merlin_claims',
+         '--runs_dir=/nonexistent/text_start'], capture_output=True,
+        text=True, timeout=300)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('/nonexistent/text_start/merlin_alpha=0.8 does not exist',
+                  proc.stderr)
