@@ -79,13 +79,14 @@ _CAPTIONS = flags.DEFINE_enum(
     'ground-truth captions, an ablation in which the system sees the truth.')
 _START = flags.DEFINE_enum(
     'start', 'composed', ['composed', 'text'],
-    'world: how a session starts. composed: a reference video and a '
+    'How a session starts. composed: a reference video and a '
     'modification text (CoVR). text: interactive text-to-video retrieval '
     '(I-TVR, MERLIN\'s setting): no reference video, turn 0 is T2V from a '
-    'description of the target naming 3 of its 7 attributes in the '
-    "user's words; from turn 1 composed channels anchor on the shown "
-    'result and the baselines search with their dialogue text alone. '
-    'Host driver only.')
+    'text query (world: a description naming 3 of the target\'s 7 '
+    "attributes in the user's words; webvid_covr: --annotations holds "
+    'video_id, sentence rows as MSR-VTT-1kA\'s test CSV); from turn 1 '
+    'composed channels anchor on the shown result and the baselines search '
+    'with their dialogue text alone. Host driver only.')
 _CAPTIONER = flags.DEFINE_string(
     'captioner_checkpoint', None,
     '--captions=model: a captioner directory (default: the shipped one; '
@@ -108,7 +109,7 @@ _UNVERIFIED = flags.DEFINE_bool(
 
 # Each source's flags (the world's generator flags are world_flags').
 FLAGS = {
-    'world': ['benchmark', 'checkpoint_dir', 'captions', 'start',
+    'world': ['benchmark', 'checkpoint_dir', 'captions',
               'captioner_checkpoint', 'allow_other_world_encoders',
               'world_seed', 'test_share', 'renditions', 'gallery_size',
               'num_test_triplets', 'num_train_triplets', 'unmentioned_share',
@@ -121,7 +122,7 @@ FLAGS = {
 
 # --help groups of the data-source flags.
 HELP_GROUPS = (
-    ('Benchmark and world', ['data'] + FLAGS['world'] +
+    ('Benchmark and world', ['data', 'start'] + FLAGS['world'] +
      ['allow_unverified_checkpoints']),
     ('Real data (--data=webvid_covr; docs/real-data.md)',
      FLAGS['webvid_covr']),
@@ -154,7 +155,8 @@ def _real() -> real_source.RealData:
       clip_dir=_CLIP_DIR.value, normalize_rows=_NORMALIZE.value,
       reference_embeddings=_REF_EMB.value, query_embeddings=_QUERY_EMB.value,
       missing_ids=_MISSING_IDS.value, user_phraser=_PHRASER.value,
-      text_encoder=_TEXT_ENCODER.value, composer=_COMPOSER.value)
+      text_encoder=_TEXT_ENCODER.value, composer=_COMPOSER.value,
+      start=_START.value)
 
 
 # The constructor of each source's config from its flags, by --data.

@@ -574,6 +574,50 @@ class WebvidCovrTest(absltest.TestCase):
                                   "--text_encoder='no_such_module_xyz:f'"):
         run.main(['run'])
 
+  def test_text_start_on_msrvtt_1ka_layout(self):
+    # MSR-VTT-1kA's JSFusion test CSV (key, vid_key, video_id, sentence):
+    # sessions without a reference; every method runs; an unknown video is
+    # named (or dropped with --missing_ids=drop).
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    (root / 'jsfusion.csv').write_text(
+        'key,vid_key,video_id,sentence\n' + ''.join(
+            f'ret{i},msr{i},v{i},"a video, number {i}"\n' for i in range(5)))
+    out = root / 'out'
+    flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / 'msrvtt_1ka'
+    self.assertIn('--start=text', flagfile.read_text())
+    args = dict(files, annotations=str(root / 'jsfusion.csv'), start='text',
+                num_turns=2, list_length=5, batch_size=5,
+                bootstrap_resamples=100)
+    with flagsaver.flagsaver(output_dir=str(out), methods=[
+        'recovr', 'ivr', 'merlin', 'umivr', 'history_rewrite'], **args):
+      run.main(['run'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(rows, 25)
+    for row in rows:
+      self.assertEqual(row['reference'], -1)
+      self.assertEqual(row['turns'][0]['feedback'],
+                       f'a video, number {row["session"]}')
+      self.assertEqual(row['target'], row['session'])
+    (root / 'bad.csv').write_text('key,vid_key,video_id,sentence\n'
+                                  'r0,m0,v0,ok\nr1,m1,v99,unknown video\n')
+    with flagsaver.flagsaver(output_dir=str(root / 'bad_out'),
+                             methods=['recovr'],
+                             **dict(args, annotations=str(root / 'bad.csv'))):
+      with self.assertRaisesRegex(Exception, r"row 3, column 'video_id': "
+                                  r"unknown video id 'v99'"):
+        run.main(['run'])
+    with flagsaver.flagsaver(output_dir=str(root / 'no_ref'),
+                             methods=['recovr'],
+                             query_embeddings=str(root / 'gallery.npz'),
+                             **args):
+      with self.assertRaisesRegex(Exception, '--start=text: sessions have '
+                                  'no reference video'):
+        run.main(['run'])
+
   def test_dense_webvid_covr_annotations(self):
     # Dense-WebVid-CoVR's files have WebVid-CoVR's columns with long edits:
     # commas, quotes and a line break inside a quoted field; edits longer

@@ -39,6 +39,48 @@ class GalleryEmbeddings:
     return {v: i for i, v in enumerate(self.ids)}
 
 
+def _read_csv(path, required, nonempty, id_columns, known, fix):
+  """The ``required`` columns of an annotation CSV as lists of stripped
+  strings; ``nonempty`` columns may not be empty and ``id_columns`` must be
+  in ``known`` (when given). Errors name the file, row and column; ``fix``
+  says how to leave unknown ids out."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'annotation file {path} does not exist')
+  columns = {c: [] for c in required}
+  try:
+    text = path.read_bytes().decode('utf-8-sig')  # a BOM is not a column
+  except UnicodeDecodeError as e:
+    line = path.read_bytes()[:e.start].count(b'\n') + 1
+    raise ValueError(f'{path}: not UTF-8 text (line {line}, byte '
+                     f'{e.start}: {e.reason}); save it as UTF-8') from e
+  with io.StringIO(text, newline='') as f:
+    reader = csv.DictReader(f)
+    header = reader.fieldnames or []
+    missing = [c for c in required if c not in header]
+    if missing:
+      raise ValueError(f'{path}: missing column(s) {", ".join(missing)}; '
+                       f'required: {", ".join(required)}; found: '
+                       f'{", ".join(header) or "no header"}')
+    for row_number, row in enumerate(reader, start=2):
+      for c in required:
+        value = row.get(c)
+        if value is None:
+          raise ValueError(f'{path}: row {row_number} has no value in column '
+                           f'{c!r} (too few fields)')
+        value = value.strip()
+        if c in nonempty and not value:
+          raise ValueError(f'{path}: row {row_number}, column {c!r} is empty')
+        if c in id_columns and known is not None and value not in known:
+          raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
+                           f'video id {value!r} (in no embedding file; '
+                           f'{fix})')
+        columns[c].append(value)
+  if not columns[required[0]]:
+    raise ValueError(f'{path}: no data rows')
+  return columns
+
+
 def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
   """Reads a WebVid-CoVR-style annotation CSV.
 
@@ -51,50 +93,51 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
   Raises:
     FileNotFoundError, ValueError: naming the file, row and column.
   """
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f'annotation file {path} does not exist')
   known = None if video_ids is None else set(video_ids)
-  columns = {c: [] for c in REQUIRED_COLUMNS}
-  try:
-    text = path.read_bytes().decode('utf-8-sig')  # a BOM is not a column
-  except UnicodeDecodeError as e:
-    line = path.read_bytes()[:e.start].count(b'\n') + 1
-    raise ValueError(f'{path}: not UTF-8 text (line {line}, byte '
-                     f'{e.start}: {e.reason}); save it as UTF-8') from e
-  with io.StringIO(text, newline='') as f:
-    reader = csv.DictReader(f)
-    header = reader.fieldnames or []
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-      raise ValueError(f'{path}: missing column(s) {", ".join(missing)}; '
-                       f'required: {", ".join(REQUIRED_COLUMNS)}; found: '
-                       f'{", ".join(header) or "no header"}')
-    for row_number, row in enumerate(reader, start=2):
-      for c in REQUIRED_COLUMNS:
-        value = row.get(c)
-        if value is None:
-          raise ValueError(f'{path}: row {row_number} has no value in column '
-                           f'{c!r} (too few fields)')
-        value = value.strip()
-        if c in ('pth1', 'pth2', 'edit') and not value:
-          raise ValueError(f'{path}: row {row_number}, column {c!r} is empty')
-        if c in ('pth1', 'pth2') and known is not None and value not in known:
-          raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
-                           f'video id {value!r} (in no embedding file; '
-                           '--missing_ids=drop leaves such rows out)')
-        columns[c].append(value)
-      if columns['pth1'][-1] == columns['pth2'][-1]:
-        raise ValueError(f'{path}: row {row_number}: the reference (pth1) '
-                         f'and the target (pth2) are the same video '
-                         f'{columns["pth1"][-1]!r}; the reference is excluded '
-                         'from retrieval, so no method could ever find it')
-  if not columns['pth1']:
-    raise ValueError(f'{path}: no data rows')
+  columns = _read_csv(path, REQUIRED_COLUMNS, ('pth1', 'pth2', 'edit'),
+                      ('pth1', 'pth2'), known,
+                      '--missing_ids=drop leaves such rows out')
+  for i, (r, t) in enumerate(zip(columns['pth1'], columns['pth2'])):
+    if r == t:
+      raise ValueError(f'{path}: row {i + 2}: the reference (pth1) and the '
+                       f'target (pth2) are the same video {r!r}; the '
+                       'reference is excluded from retrieval, so no method '
+                       'could ever find it')
   return CovrAnnotations(
       reference=tuple(columns['pth1']), target=tuple(columns['pth2']),
       edit=tuple(columns['edit']), reference_caption=tuple(columns['txt1']),
       target_caption=tuple(columns['txt2']))
+
+
+TEXT_COLUMNS = ('video_id', 'sentence')
+
+
+@dataclasses.dataclass(frozen=True)
+class TextQueries:
+  """Text-to-video queries: a sentence describing each target video."""
+  target: tuple[str, ...]    # video_id
+  text: tuple[str, ...]      # sentence
+
+
+def load_text_queries(path, video_ids=None) -> TextQueries:
+  """Reads text-to-video test queries in MSR-VTT-1kA's layout (the
+  JSFusion split's ``MSRVTT_JSFUSION_test.csv``: ``key, vid_key, video_id,
+  sentence``; ``video_id`` and ``sentence`` are what CLIP4Clip's loader
+  reads, ``ArrowLuo/CLIP4Clip`` ``dataloaders/dataloader_msrvtt_retrieval.py``).
+  Extra columns are ignored.
+
+  Args:
+    path: the CSV file.
+    video_ids: optional known ids; a ``video_id`` outside it is an error.
+
+  Raises:
+    FileNotFoundError, ValueError: naming the file, row and column.
+  """
+  known = None if video_ids is None else set(video_ids)
+  columns = _read_csv(path, TEXT_COLUMNS, TEXT_COLUMNS, ('video_id',),
+                      known, '--missing_ids=drop leaves such rows out')
+  return TextQueries(target=tuple(columns['video_id']),
+                     text=tuple(columns['sentence']))
 
 
 def save_embeddings(path, ids, video, captions=None) -> None:

@@ -21,7 +21,8 @@ def real_environment(annotations: str, gallery_embeddings: str,
                      query_embeddings: str | None = None,
                      missing_ids: str = 'error',
                      text_encoder: str | None = None,
-                     composer: str | None = None) -> host.Environment:
+                     composer: str | None = None,
+                     start: str = 'composed') -> host.Environment:
   """The environment of an annotation CSV, precomputed gallery embeddings
   and the local CLIP that embedded them (for the text side).
 
@@ -40,6 +41,9 @@ def real_environment(annotations: str, gallery_embeddings: str,
     text_encoder, composer: ``module:function`` callables
       (``real.callables``) instead of ``clip_dir``'s text encoder and the
       normalised sum; ``clip_dir`` is then not read.
+    start: ``composed`` (``annotations`` is a WebVid-CoVR CSV) or ``text``
+      (text-to-video queries in MSR-VTT-1kA's layout,
+      ``data.load_text_queries``: sessions without a reference video).
   """
   if missing_ids not in ('error', 'drop'):
     raise ValueError(f'--missing_ids must be error or drop, got '
@@ -68,6 +72,41 @@ def real_environment(annotations: str, gallery_embeddings: str,
     captions += refs.captions or [''] * len(refs.ids)
   index = {v: i for i, v in enumerate(ids)}
   strict = missing_ids == 'error'
+  if start == 'text':
+    if query_embeddings:
+      raise ValueError('--query_embeddings are composed turn-0 queries; a '
+                       'text start (--start=text) has none')
+    rows = _text_rows(annotations, index, searchable, strict)
+  else:
+    rows = _composed_rows(annotations, index, searchable, strict,
+                          query_embeddings, dim, normalize_rows)
+  reference, target, modification, dropped, query = rows
+  empty = sorted({ids[t] for t in target if not captions[t].strip()})
+  if empty:
+    raise ValueError(f'--gallery_embeddings {gallery_embeddings}: the '
+                     f'caption of target video {empty[0]!r} is empty ('
+                     f'{len(empty)} targets); the caption-based simulated '
+                     'user needs it')
+  if text_encoder:
+    encode_text = callables.text_encoder(text_encoder, dim)
+  else:
+    encode_text = _clip_text(clip_dir, dim)
+  compose = (callables.composer(composer, dim) if composer
+             else sum_composer)
+
+  return host.Environment(
+      gallery=np.concatenate(video).astype(np.float32),
+      captions=tuple(captions), attributes=None,
+      reference=np.array(reference, np.int64),
+      target=np.array(target, np.int64),
+      modification=tuple(modification), encode_text=encode_text,
+      compose=compose, video_ids=tuple(ids), num_searchable=searchable,
+      query_embeddings=query, dropped=tuple(dropped))
+
+
+def _composed_rows(annotations, index, searchable, strict, query_embeddings,
+                   dim, normalize_rows):
+  """``(reference, target, edit, dropped, query)`` of a WebVid-CoVR CSV."""
   ann = data.load_covr_csv(annotations, video_ids=index if strict else None)
   keep, dropped = [], []
   for row, (r, t) in enumerate(zip(ann.reference, ann.target)):
@@ -84,35 +123,43 @@ def real_environment(annotations: str, gallery_embeddings: str,
                              'target outside the gallery'})
     else:
       keep.append(row)
-  if not keep:
-    raise ValueError(f'{annotations}: every row was dropped (--missing_ids='
-                     f'drop): no id of the CSV is in the embedding files')
-  empty = sorted({ann.target[i] for i in keep
-                  if not captions[index[ann.target[i]]].strip()})
-  if empty:
-    raise ValueError(f'--gallery_embeddings {gallery_embeddings}: the '
-                     f'caption of target video {empty[0]!r} is empty ('
-                     f'{len(empty)} targets); the caption-based simulated '
-                     'user needs it')
+  _check_kept(annotations, keep)
   query = None
   if query_embeddings:
     query = data.load_query_embeddings(query_embeddings, ann, dim,
                                        normalize=normalize_rows)[keep]
-  if text_encoder:
-    encode_text = callables.text_encoder(text_encoder, dim)
-  else:
-    encode_text = _clip_text(clip_dir, dim)
-  compose = (callables.composer(composer, dim) if composer
-             else sum_composer)
+  return ([index[ann.reference[i]] for i in keep],
+          [index[ann.target[i]] for i in keep],
+          [ann.edit[i] for i in keep], dropped, query)
 
-  return host.Environment(
-      gallery=np.concatenate(video).astype(np.float32),
-      captions=tuple(captions), attributes=None,
-      reference=np.array([index[ann.reference[i]] for i in keep]),
-      target=np.array([index[ann.target[i]] for i in keep]),
-      modification=tuple(ann.edit[i] for i in keep), encode_text=encode_text,
-      compose=compose, video_ids=tuple(ids), num_searchable=searchable,
-      query_embeddings=query, dropped=tuple(dropped))
+
+def _text_rows(annotations, index, searchable, strict):
+  """``(reference -1, target, sentence, dropped, None)`` of text-to-video
+  queries (``data.load_text_queries``): sessions with no reference."""
+  queries = data.load_text_queries(annotations,
+                                   video_ids=index if strict else None)
+  keep, dropped = [], []
+  for row, t in enumerate(queries.target):
+    outside = t in index and index[t] >= searchable
+    if outside and strict:
+      raise ValueError(f'{annotations}: row {row + 2}, column \'video_id\': '
+                       f'{t!r} is in --reference_embeddings, not in the '
+                       'gallery, so it could never be retrieved')
+    if t not in index or outside:
+      dropped.append({'row': row + 2, 'video_id': t, 'missing': [t],
+                      'why': 'no embedding' if t not in index else
+                             'target outside the gallery'})
+    else:
+      keep.append(row)
+  _check_kept(annotations, keep)
+  return ([-1] * len(keep), [index[queries.target[i]] for i in keep],
+          [queries.text[i] for i in keep], dropped, None)
+
+
+def _check_kept(annotations, keep):
+  if not keep:
+    raise ValueError(f'{annotations}: every row was dropped (--missing_ids='
+                     f'drop): no id of the CSV is in the embedding files')
 
 
 def _clip_text(clip_dir: str, dim: int):

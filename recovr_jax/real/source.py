@@ -13,6 +13,7 @@ from recovr_jax.protocol import source as source_lib
 
 MISSING_IDS = ('error', 'drop')
 PHRASERS = ('none', 'smollm2')
+STARTS = ('composed', 'text')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,9 @@ class RealData:
   # ``real.callables``), instead of clip_dir's text side and the sum.
   text_encoder: str | None = None
   composer: str | None = None
+  # 'composed' (a WebVid-CoVR CSV) or 'text' (text-to-video queries in
+  # MSR-VTT-1kA's layout, no reference video; data.load_text_queries).
+  start: str = 'composed'
 
 
 class RealSource(source_lib.Source):
@@ -57,6 +61,13 @@ class RealSource(source_lib.Source):
     out = []
     if c.missing_ids not in MISSING_IDS:
       out.append(f'--missing_ids must be error or drop, got {c.missing_ids!r}')
+    if c.start not in STARTS:
+      out.append(f'--start must be composed or text, got {c.start!r}')
+    elif c.start == 'text' and (c.query_embeddings or
+                                c.reference_embeddings):
+      out.append('--start=text: sessions have no reference video, so '
+                 '--query_embeddings and --reference_embeddings do not '
+                 'apply')
     if c.user_phraser not in PHRASERS:
       out.append(f'--user_phraser must be none or smollm2, got '
                  f'{c.user_phraser!r}')
@@ -121,7 +132,7 @@ class RealSource(source_lib.Source):
           normalize_rows=c.normalize_rows,
           reference_embeddings=c.reference_embeddings,
           query_embeddings=c.query_embeddings, missing_ids=c.missing_ids,
-          text_encoder=c.text_encoder, composer=c.composer)
+          text_encoder=c.text_encoder, composer=c.composer, start=c.start)
     except ValueError as e:  # the message names the file, row or column
       raise source_lib.SourceError(str(e)) from e
     return source_lib.Built(env=env)
