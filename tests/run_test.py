@@ -618,6 +618,44 @@ class WebvidCovrTest(absltest.TestCase):
                                   'no reference video'):
         run.main(['run'])
 
+  def test_fashioniq_caption_file(self):
+    # FashionIQ's layout: a JSON list of {target, candidate, captions};
+    # the captions joined by " and " are the edit; bad entries are named.
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    entries = [{'target': f'v{i + 1}', 'candidate': f'v{i}',
+                'captions': ['is darker', 'has longer sleeves']}
+               for i in range(3)]
+    (root / 'cap.dress.val.json').write_text(json.dumps(entries))
+    out = root / 'out'
+    args = dict(files, annotations=str(root / 'cap.dress.val.json'),
+                num_turns=1, list_length=5, batch_size=3,
+                bootstrap_resamples=100)
+    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr', 'ivr'],
+                             **args):
+      run.main(['run'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(rows, 6)
+    for row in rows:
+      self.assertEqual(row['turns'][0]['feedback'],
+                       'is darker and has longer sleeves')
+      self.assertEqual(row['target'], row['reference'] + 1)
+    from recovr_jax.real import data as real_data  # pylint: disable=g-import-not-at-top
+    for bad, message in (
+        ([{'candidate': 'v0', 'captions': ['x']}], 'entry 1 has no "target"'),
+        ([entries[0], {'target': 'v1', 'candidate': 'v0', 'captions': []}],
+         r'entry 2, "captions": expected a list'),
+        ({'target': 'v1'}, 'expected a non-empty JSON list'),
+        ([{'target': 'v9', 'candidate': 'v0', 'captions': ['x']}],
+         r'entry 1, "target": unknown image id')):
+      path = root / 'bad.json'
+      path.write_text(json.dumps(bad))
+      with self.assertRaisesRegex(ValueError, message):
+        real_data.load_triplets(path, video_ids=[f'v{i}' for i in range(8)])
+
   def test_dense_webvid_covr_annotations(self):
     # Dense-WebVid-CoVR's files have WebVid-CoVR's columns with long edits:
     # commas, quotes and a line break inside a quoted field; edits longer

@@ -109,6 +109,75 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
       target_caption=tuple(columns['txt2']))
 
 
+def load_triplets(path, video_ids=None) -> CovrAnnotations:
+  """The composed triplets of ``path``: a ``.json`` file is read as
+  FashionIQ's (``load_fashioniq_json``), anything else as a WebVid-CoVR
+  CSV (``load_covr_csv``)."""
+  if pathlib.Path(path).suffix == '.json':
+    return load_fashioniq_json(path, video_ids)
+  return load_covr_csv(path, video_ids)
+
+
+def load_fashioniq_json(path, video_ids=None) -> CovrAnnotations:
+  """Reads a FashionIQ caption file (``captions/cap.<category>.<split>.json``
+  of ``XiaoxiaoGuo/fashion-iq``): a list of ``{"target", "candidate",
+  "captions": [two relative captions]}``. The candidate is the reference,
+  the two captions joined by " and " the modification text (as the start
+  kit joins them with an ``<and>`` token). The test split has no targets
+  and is refused.
+
+  Raises:
+    FileNotFoundError, ValueError: naming the file, the entry (1-based)
+      and the key.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'annotation file {path} does not exist')
+  try:
+    rows = json.loads(path.read_text(encoding='utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f'{path}: not a JSON file ({e})') from e
+  if not isinstance(rows, list) or not rows:
+    raise ValueError(f'{path}: expected a non-empty JSON list of '
+                     '{"target", "candidate", "captions"} entries')
+  known = None if video_ids is None else set(video_ids)
+  columns = {'pth1': [], 'pth2': [], 'edit': []}
+  for n, row in enumerate(rows, start=1):
+    where = f'{path}: entry {n}'
+    if not isinstance(row, dict):
+      raise ValueError(f'{where} is not an object')
+    if 'target' not in row:
+      raise ValueError(f'{where} has no "target" (FashionIQ\'s test split '
+                       'has none; use its val split)')
+    for key in ('candidate', 'target'):
+      value = row.get(key)
+      if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'{where}, "{key}": expected an image id, got '
+                         f'{value!r}')
+      if known is not None and value.strip() not in known:
+        raise ValueError(f'{where}, "{key}": unknown image id {value!r} (in '
+                         'no embedding file; --missing_ids=drop leaves such '
+                         'entries out)')
+    captions = row.get('captions')
+    if not (isinstance(captions, list) and captions and all(
+        isinstance(c, str) for c in captions)) or not any(
+            c.strip() for c in captions):
+      raise ValueError(f'{where}, "captions": expected a list of relative '
+                       f'captions, got {captions!r}')
+    if row['candidate'].strip() == row['target'].strip():
+      raise ValueError(f'{where}: the candidate and the target are the same '
+                       f'image {row["target"]!r}')
+    columns['pth1'].append(row['candidate'].strip())
+    columns['pth2'].append(row['target'].strip())
+    columns['edit'].append(' and '.join(c.strip() for c in captions
+                                        if c.strip()))
+  empty = ('',) * len(rows)
+  return CovrAnnotations(reference=tuple(columns['pth1']),
+                         target=tuple(columns['pth2']),
+                         edit=tuple(columns['edit']),
+                         reference_caption=empty, target_caption=empty)
+
+
 TEXT_COLUMNS = ('video_id', 'sentence')
 
 

@@ -106,18 +106,23 @@ def real_environment(annotations: str, gallery_embeddings: str,
 
 def _composed_rows(annotations, index, searchable, strict, query_embeddings,
                    dim, normalize_rows):
-  """``(reference, target, edit, dropped, query)`` of a WebVid-CoVR CSV."""
-  ann = data.load_covr_csv(annotations, video_ids=index if strict else None)
+  """``(reference, target, edit, dropped, query)`` of composed triplets
+  (a WebVid-CoVR CSV or a FashionIQ caption file, ``data.load_triplets``)."""
+  ann = data.load_triplets(annotations, video_ids=index if strict else None)
+  # CSV rows count the header as row 1; a JSON file's entries count from 1.
+  first = 1 if str(annotations).endswith('.json') else 2
+  label = 'entry' if first == 1 else 'row'
+  target_key = '"target"' if first == 1 else "column 'pth2'"
   keep, dropped = [], []
   for row, (r, t) in enumerate(zip(ann.reference, ann.target)):
     missing = [v for v in (r, t) if v not in index]
     outside = t in index and index[t] >= searchable
     if outside and strict:
-      raise ValueError(f'{annotations}: row {row + 2}, column \'pth2\': '
+      raise ValueError(f'{annotations}: {label} {row + first}, {target_key}: '
                        f'target {t!r} is in --reference_embeddings, not in '
                        'the gallery, so it could never be retrieved')
     if missing or outside:
-      dropped.append({'row': row + 2, 'pth1': r, 'pth2': t,
+      dropped.append({label: row + first, 'pth1': r, 'pth2': t,
                       'missing': missing or [t],
                       'why': 'no embedding' if missing else
                              'target outside the gallery'})
