@@ -610,6 +610,26 @@ class WebvidCovrTest(absltest.TestCase):
       with self.assertRaisesRegex(Exception, r"row 3, column 'video_id': "
                                   r"unknown video id 'v99'"):
         run.main(['run'])
+    # AVSD's dialog file: each dialog's caption is its video's first query.
+    (root / 'avsd.json').write_text(json.dumps({'dialogs': [
+        {'image_id': f'v{i}', 'caption': f'someone opens door {i}',
+         'summary': 'x', 'dialog': [{'question': 'q', 'answer': 'a'}]}
+        for i in (2, 5)]}))
+    with flagsaver.flagsaver(output_dir=str(root / 'avsd_out'),
+                             methods=['recovr', 'merlin'],
+                             **dict(args, annotations=str(root / 'avsd.json'))):
+      run.main(['run'])
+    rows = [json.loads(line) for line in (root / 'avsd_out' / (
+        'trajectories.jsonl')).read_text().splitlines()]
+    self.assertEqual(sorted({(r['target'], r['turns'][0]['feedback'])
+                             for r in rows}),
+                     [(2, 'someone opens door 2'), (5, 'someone opens door 5')])
+    from recovr_jax.real import data as real_data  # pylint: disable=g-import-not-at-top
+    (root / 'bad_avsd.json').write_text(json.dumps(
+        {'dialogs': [{'image_id': 'v1', 'caption': ' '}]}))
+    with self.assertRaisesRegex(ValueError, r'dialog 1, "caption": expected '
+                                'a non-empty string'):
+      real_data.load_text_queries(root / 'bad_avsd.json')
     with flagsaver.flagsaver(output_dir=str(root / 'no_ref'),
                              methods=['recovr'],
                              query_embeddings=str(root / 'gallery.npz'),

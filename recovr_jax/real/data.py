@@ -193,7 +193,8 @@ def load_text_queries(path, video_ids=None) -> TextQueries:
   JSFusion split's ``MSRVTT_JSFUSION_test.csv``: ``key, vid_key, video_id,
   sentence``; ``video_id`` and ``sentence`` are what CLIP4Clip's loader
   reads, ``ArrowLuo/CLIP4Clip`` ``dataloaders/dataloader_msrvtt_retrieval.py``).
-  Extra columns are ignored.
+  Extra columns are ignored. A ``.json`` file is read as AVSD's dialogs
+  (``load_avsd_json``).
 
   Args:
     path: the CSV file.
@@ -202,11 +203,57 @@ def load_text_queries(path, video_ids=None) -> TextQueries:
   Raises:
     FileNotFoundError, ValueError: naming the file, row and column.
   """
+  if pathlib.Path(path).suffix == '.json':
+    return load_avsd_json(path, video_ids)
   known = None if video_ids is None else set(video_ids)
   columns = _read_csv(path, TEXT_COLUMNS, TEXT_COLUMNS, ('video_id',),
                       known, '--missing_ids=drop leaves such rows out')
   return TextQueries(target=tuple(columns['video_id']),
                      text=tuple(columns['sentence']))
+
+
+def load_avsd_json(path, video_ids=None) -> TextQueries:
+  """Reads AVSD's dialog file (DSTC7's ``valid_set4DSTC7-AVSD.json`` and
+  the like: ``{"dialogs": [{"image_id", "caption", "dialog": [...]}]}``,
+  as ``dialogtekgeek/AudioVisualSceneAwareDialog``
+  ``code/data_handler.py`` reads it). Each dialog's video is a target and
+  its ``caption`` the first query; the recorded question-answer turns are
+  not read (the simulated user answers instead).
+
+  Raises:
+    FileNotFoundError, ValueError: naming the file, the dialog (1-based)
+      and the key.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f'annotation file {path} does not exist')
+  try:
+    content = json.loads(path.read_text(encoding='utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f'{path}: not a JSON file ({e})') from e
+  dialogs = content.get('dialogs') if isinstance(content, dict) else None
+  if not isinstance(dialogs, list) or not dialogs:
+    raise ValueError(f'{path}: expected {{"dialogs": [...]}} with at least '
+                     'one dialog (AVSD\'s layout)')
+  known = None if video_ids is None else set(video_ids)
+  target, text = [], []
+  for n, dialog in enumerate(dialogs, start=1):
+    where = f'{path}: dialog {n}'
+    if not isinstance(dialog, dict):
+      raise ValueError(f'{where} is not an object')
+    for key in ('image_id', 'caption'):
+      value = dialog.get(key)
+      if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'{where}, "{key}": expected a non-empty string, '
+                         f'got {value!r}')
+    vid = dialog['image_id'].strip()
+    if known is not None and vid not in known:
+      raise ValueError(f'{where}, "image_id": unknown video id {vid!r} (in '
+                       'no embedding file; --missing_ids=drop leaves such '
+                       'dialogs out)')
+    target.append(vid)
+    text.append(dialog['caption'].strip())
+  return TextQueries(target=tuple(target), text=tuple(text))
 
 
 def save_embeddings(path, ids, video, captions=None) -> None:
