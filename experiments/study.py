@@ -103,6 +103,10 @@ def checked_config():
   if config.simulation != 'host':
     raise app.UsageError('--simulation=jit runs simulated users only; a '
                          'study needs --simulation=host')
+  if getattr(config.data, 'start', 'composed') != 'composed':
+    raise app.UsageError('--start=text: a study shows each participant a '
+                         'reference video and asks for changes to it; it '
+                         'runs composed sessions only (--start=composed)')
   if _VIDEO_SIZE.value < 16:
     raise app.UsageError(f'--video_size must be >= 16, got '
                          f'{_VIDEO_SIZE.value}')

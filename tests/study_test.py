@@ -606,6 +606,9 @@ class RealDataStudyTest(absltest.TestCase):
       with self.assertRaisesRegex(Exception, '--frames_dir is for .*, not '
                                   '--data=world'):
         study_main.checked_config()
+    with flagsaver.flagsaver(start='text'):
+      with self.assertRaisesRegex(Exception, '--start=text: a study shows'):
+        study_main.checked_config()
 
 
 def _write_log(path, participant, events):
