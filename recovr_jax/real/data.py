@@ -118,6 +118,16 @@ def load_triplets(path, video_ids=None) -> CovrAnnotations:
   return load_covr_csv(path, video_ids)
 
 
+def _read_json(path: pathlib.Path):
+  """An annotation file's JSON; errors name the file."""
+  if not path.is_file():
+    raise FileNotFoundError(f'annotation file {path} does not exist')
+  try:
+    return json.loads(path.read_text(encoding='utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f'{path}: not a JSON file ({e})') from e
+
+
 def load_fashioniq_json(path, video_ids=None) -> CovrAnnotations:
   """Reads a FashionIQ caption file (``captions/cap.<category>.<split>.json``
   of ``XiaoxiaoGuo/fashion-iq``): a list of ``{"target", "candidate",
@@ -131,12 +141,7 @@ def load_fashioniq_json(path, video_ids=None) -> CovrAnnotations:
       and the key.
   """
   path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f'annotation file {path} does not exist')
-  try:
-    rows = json.loads(path.read_text(encoding='utf-8'))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f'{path}: not a JSON file ({e})') from e
+  rows = _read_json(path)
   if not isinstance(rows, list) or not rows:
     raise ValueError(f'{path}: expected a non-empty JSON list of '
                      '{"target", "candidate", "captions"} entries')
@@ -225,12 +230,7 @@ def load_avsd_json(path, video_ids=None) -> TextQueries:
       and the key.
   """
   path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f'annotation file {path} does not exist')
-  try:
-    content = json.loads(path.read_text(encoding='utf-8'))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f'{path}: not a JSON file ({e})') from e
+  content = _read_json(path)
   dialogs = content.get('dialogs') if isinstance(content, dict) else None
   if not isinstance(dialogs, list) or not dialogs:
     raise ValueError(f'{path}: expected {{"dialogs": [...]}} with at least '
