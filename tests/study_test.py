@@ -423,6 +423,16 @@ class StudyAppTest(absltest.TestCase):
     self.assertEqual(aside.read_text().splitlines(), lines[3:])
     self.assertEqual(path.read_text().splitlines(), kept)
     self.assertEqual(again.view('bob')['turn'], 1)  # continues, not reset
+    # The administration view says what the damaged log lost.
+    rows = {r['participant']: r for r in again.progress()}
+    self.assertTrue(rows['bob']['log'].startswith('recovered: '))
+    self.assertIn("'from_line': 4", rows['bob']['log'])
+    self.assertIn(str(aside), rows['bob']['log'])
+    admin = _Client(again, sign_in=False)
+    page = admin.get(f'/admin/join?token={again.admin_token()}')
+    self.assertEqual(page.status_code, 200)
+    self.assertIn('recovered: ', page.text)
+    self.assertIn('damaged-', page.text)  # where the lost lines were kept
 
   def test_adding_a_participant_keeps_the_existing_ones(self):
     study, client = Tiny.study('grow')
