@@ -48,6 +48,32 @@ class CsvTest(absltest.TestCase):
       data.load_covr_csv('/nonexistent.csv')
 
 
+  def test_an_unclosed_quote_is_an_error_not_a_swallowed_file(self):
+    # Without it, the last column would take every later row (the
+    # MSR-VTT layout's sentence is last): rows lost without a word.
+    path = self.write('key,vid_key,video_id,sentence\n'
+                      'r0,m0,v0,"a man cooks\nr1,m1,v1,a dog runs\n')
+    with self.assertRaisesRegex(ValueError, 'row 2: .*unclosed quote'):
+      data.load_text_queries(path)
+    path = self.write(HEADER + 'a,b,"first,x,y,\nb,c,second,x,y,\n')
+    with self.assertRaisesRegex(ValueError, 'row 2: .*unclosed quote'):
+      data.load_covr_csv(path)
+    # A quoted field over two lines is still one field.
+    path = self.write(HEADER + 'a,b,"two\nlines",x,y,\n')
+    self.assertEqual(data.load_covr_csv(path).edit, ('two\nlines',))
+
+  def test_text_queries_in_msrvtt_layout(self):
+    path = self.write('key,vid_key,video_id,sentence\n'
+                      'ret0,msr7,video7,"a man, cooking"\n'
+                      'ret1,msr9,video9,a dog runs\n')
+    q = data.load_text_queries(path, video_ids={'video7', 'video9'})
+    self.assertEqual(q.target, ('video7', 'video9'))
+    self.assertEqual(q.text, ('a man, cooking', 'a dog runs'))
+    with self.assertRaisesRegex(ValueError, "row 3, column 'video_id': "
+                                "unknown video id 'video9'"):
+      data.load_text_queries(path, video_ids={'video7'})
+
+
 class EmbeddingsTest(parameterized.TestCase):
 
   def path(self, suffix):

@@ -9,6 +9,7 @@ is row 2.
 import csv
 import dataclasses
 import io
+import itertools
 import json
 import pathlib
 
@@ -55,14 +56,28 @@ def _read_csv(path, required, nonempty, id_columns, known, fix):
     raise ValueError(f'{path}: not UTF-8 text (line {line}, byte '
                      f'{e.start}: {e.reason}); save it as UTF-8') from e
   with io.StringIO(text, newline='') as f:
-    reader = csv.DictReader(f)
-    header = reader.fieldnames or []
+    # strict: an unclosed quote is an error, not a field that swallows
+    # every later row.
+    reader = csv.DictReader(f, strict=True)
+    try:
+      header = reader.fieldnames or []
+    except csv.Error as e:
+      raise ValueError(f'{path}: the header row: {e}') from e
     missing = [c for c in required if c not in header]
     if missing:
       raise ValueError(f'{path}: missing column(s) {", ".join(missing)}; '
                        f'required: {", ".join(required)}; found: '
                        f'{", ".join(header) or "no header"}')
-    for row_number, row in enumerate(reader, start=2):
+    rows = iter(reader)
+    for row_number in itertools.count(2):
+      try:
+        row = next(rows)
+      except StopIteration:
+        break
+      except csv.Error as e:
+        raise ValueError(
+            f'{path}: row {row_number}: {e}; an unclosed quote (") '
+            'would join every later row into one field') from e
       for c in required:
         value = row.get(c)
         if value is None:
