@@ -141,6 +141,17 @@ def cases(s: Scratch, clean: pathlib.Path):
     yield (' '.join(f'`{a}`' for a in args), outcome +
            f'; output directory created: {d.exists()}', ok and not d.exists())
 
+  # A session start the driver or the directory cannot take.
+  d = s.root / 'text_jit'
+  rc, text, _ = s.run(d, '--start=text', '--simulation=jit')
+  outcome, ok = _refused(rc, text, r'--start=text runs on --simulation=host')
+  yield ('`--start=text --simulation=jit`', outcome +
+         f'; output directory created: {d.exists()}', ok and not d.exists())
+  d = s.copy(clean, 'text_into_composed')
+  rc, text, _ = s.run(d, '--start=text')
+  yield ('`--start=text` into the directory of a composed run',
+         *_refused(rc, text, r"data.start: 'composed' -> 'text'"))
+
   # Artefacts.
   cache_file = next(s.cache.glob('gallery-*.npz'))
   backup = cache_file.read_bytes()
