@@ -23,7 +23,8 @@ def make_truth(mentions):
   return source.AskTruth(attributes=ATTRS,
                          query_named=np.array([[False, False]] * 3),
                          user=user, question_attribute=QUESTIONS.get,
-                         attribute_names=('colour', 'size'))
+                         attribute_names=('colour', 'size'),
+                         question_about=lambda a: ('colour?', 'size?')[a])
 
 
 def turn(top, asked=None, question=None, action='modify'):
@@ -86,6 +87,45 @@ class AskScoringTest(absltest.TestCase):
                       got['decisions']), (0, 1, 2))
     self.assertIsNone(got['recall'])
     self.assertEqual(got['what_accuracy'], 0.0)
+
+
+class JittedRecordsTest(absltest.TestCase):
+
+  def test_jitted_records_score_as_the_host_records(self):
+    # The same session as both drivers record it: the host keeps the
+    # question's text; the jitted driver whether one was shown and, at the
+    # next turn, the attribute the user read, plus what the *reasoner* read
+    # of the words (``mentioned``: here wrong on purpose). The user's own
+    # words are replayed for both.
+    heard = []
+
+    def user(session, turn, target, shown, question):
+      del session, target, shown
+      heard.append((turn, question))
+      return types.SimpleNamespace(mentioned={0: 0} if turn == 2 else {})
+
+    truth = source.AskTruth(
+        attributes=ATTRS, query_named=np.array([[False, False]]), user=user,
+        question_attribute=QUESTIONS.get, attribute_names=('colour', 'size'),
+        question_about=lambda a: ('colour?', 'size?')[a])
+    host = {'session': 0, 'target': 0, 'turns': [
+        turn([1, 3], action=None), turn([1, 4], asked='colour?'),
+        turn([2, 4], question='colour?'), turn([0, 2])]}
+    jit = {'session': 0, 'target': 0, 'turns': [
+        dict(turn([1, 3], action=None), questioned=False),
+        dict(turn([1, 4]), questioned=True, question_attribute=None,
+             mentioned={'size': 'x'}),
+        dict(turn([2, 4]), questioned=False, question_attribute='colour',
+             mentioned={}),
+        dict(turn([0, 2]), questioned=False, question_attribute=None,
+             mentioned={})]}
+    a = asking.score([host], truth, num_turns=3)
+    heard_host, heard[:] = list(heard), []
+    b = asking.score([jit], truth, num_turns=3)
+    self.assertEqual(a, b)
+    self.assertEqual(heard, heard_host)  # the same question replayed
+    # Colour open at list 1 (asked); size open at list 2 (not asked).
+    self.assertEqual((a['true_positive'], a['false_negative']), (1, 1))
 
 
 if __name__ == '__main__':

@@ -8,9 +8,9 @@ questions can be answered:
 
 * **unknown at list t**: the attributes of the target that neither the
   modification text (the generator's ``named``) nor the user's words at
-  turns ``1..t`` named (the user's ``Feedback.mentioned``: recorded by the
-  jitted driver, replayed for the host's records, since the user is a
-  deterministic function of session, turn, shown video and question),
+  turns ``1..t`` named (the user's ``Feedback.mentioned``, replayed: the
+  user is a deterministic function of session, turn, shown video and the
+  question it read),
   and on which the list's top 10 candidates do not all agree;
 * **should ask**: some attribute is unknown; **asked**: the method showed a
   question with list ``t``;
@@ -88,14 +88,18 @@ def score(rows, truth, num_turns: int) -> dict:
 
 
 def _named(truth, row, t: int) -> list[int]:
-  """The attributes the user's words at turn ``t`` named: recorded by the
-  jitted driver (``mentioned``, names -> values), replayed for the host's
-  records (the user reads the question shown with the previous list)."""
+  """The attributes the user's words at turn ``t`` named, replayed (the
+  user reads the question shown with the previous list: its text in the
+  host's records, its attribute in the jitted driver's, whose
+  ``mentioned`` is what the reasoner read, not what the user said)."""
   rec = row['turns'][t]
-  if 'mentioned' in rec:
-    return [truth.attribute_names.index(a) for a in rec['mentioned']]
+  question = rec.get('question')
+  if 'question_attribute' in rec:  # the jitted driver's record
+    name = rec['question_attribute']
+    question = (None if name is None else
+                truth.question_about(truth.attribute_names.index(name)))
   shown = row['turns'][t - 1]['top10'][0]
-  said = truth.user(row['session'], t, row['target'], shown, rec['question'])
+  said = truth.user(row['session'], t, row['target'], shown, question)
   return list(said.mentioned)
 
 

@@ -6,6 +6,7 @@ list is shown as retrieved."""
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -98,37 +99,54 @@ class JaxForm:
     return None
 
 
-def jax_caption_question(memory, video, asked):
-  """IVR-QA's question about ``video``'s caption, as the attribute the user
-  reads in it: about the ``asked % n``-th attribute it states, saying its
-  value (``caption_questions``), or the open question when it states none."""
-  values = memory.caption_attrs[video]
+def nth_stated(values, asked):
+  """IVR-QA's rule for what to ask about a caption: the ``asked % n``-th of
+  the ``n`` attributes it states (``values [A]``, ``-1`` where it states
+  none), or ``-1`` when it states none. The host's ``caption_questions``
+  and the jitted ``jax_caption_question`` both ask through it."""
+  values = jnp.asarray(values)
   stated = values >= 0
   count = jnp.sum(stated)
-  nth = asked % jnp.maximum(count, 1)
+  nth = jnp.asarray(asked) % jnp.maximum(count, 1)
   a = jnp.argmax(stated & (jnp.cumsum(stated) == nth + 1))
-  return jnp.where(count > 0,
-                   memory.asked_with_value[a, jnp.maximum(values[a], 0)],
+  return jnp.where(count > 0, a, -1).astype(jnp.int32)
+
+
+_nth_stated_rows = jax.jit(jax.vmap(nth_stated))
+
+
+def jax_caption_question(memory, video, asked):
+  """IVR-QA's question about ``video``'s caption (``nth_stated``), as the
+  attribute the user reads in it: about that attribute, saying its value,
+  or the open question when the caption states none."""
+  values = memory.caption_attrs[video]
+  a = nth_stated(values, asked)
+  safe = jnp.maximum(a, 0)
+  return jnp.where(a >= 0,
+                   memory.asked_with_value[safe, jnp.maximum(values[safe], 0)],
                    memory.asked_open)
 
 
 def caption_questions(ctx, videos, asked):
-  """IVR-QA's heuristic questions: about the ``asked % n``-th attribute
-  the caption of each video in ``videos [B]`` states, saying what it shows
+  """IVR-QA's heuristic questions: about the attribute ``nth_stated`` picks
+  from the caption of each video in ``videos [B]``, saying what it shows
   (``asked [B]``: questions asked so far, so each turn moves to the next
   attribute). A caption that states no attribute (or free text, where none
   apply) gets the reasoner's open question."""
   values = ctx.reasoner.caption_values(ctx.captions)
+  videos = np.asarray(videos)
+  if not len(videos):
+    return []
+  picked = np.asarray(_nth_stated_rows(values[np.maximum(videos, 0)],
+                                       np.asarray(asked, np.int32)))
   out = []
-  for g, n in zip(videos, asked):
-    stated = np.flatnonzero(values[g] >= 0) if g >= 0 else []
-    if not len(stated):
+  for g, a in zip(videos, picked):
+    if g < 0 or a < 0:
       out.append(ctx.reasoner.question([schemas.QuestionRequest(
           (ctx.captions[g],) if g >= 0 else (), schemas.SessionMemory())
                                          ])[0]['question'])
       continue
-    a = int(stated[int(n) % len(stated)])
-    out.append(ctx.reasoner.attribute_question(a, int(values[g, a])))
+    out.append(ctx.reasoner.attribute_question(int(a), int(values[g, a])))
   return out
 
 

@@ -38,6 +38,8 @@ class AskTruth:
                                     # -> Feedback with .mentioned {attr: value}
   question_attribute: Callable      # question text -> attribute index | None
   attribute_names: tuple[str, ...]  # [A] names, as the jitted records them
+  question_about: Callable          # attribute index -> a question the
+                                    # user reads as being about it
 
 
 class SourceError(ValueError):

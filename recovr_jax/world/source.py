@@ -236,7 +236,9 @@ class WorldSource(source_lib.Source):
                             else built.extra.query_named),
                         user=user,
                         question_attribute=lexicon.question_attribute,
-                        attribute_names=tuple(world_lib.ATTRIBUTES))
+                        attribute_names=tuple(world_lib.ATTRIBUTES),
+                        question_about=lambda a: lexicon.QUESTIONS[
+                            world_lib.ATTRIBUTES[a]][0])
 
   def reasoner(self, run, env):
     from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
