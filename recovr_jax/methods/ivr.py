@@ -105,6 +105,8 @@ def nth_stated(values, asked):
   none), or ``-1`` when it states none. The host's ``caption_questions``
   and the jitted ``jax_caption_question`` both ask through it."""
   values = jnp.asarray(values)
+  if values.shape[-1] == 0:  # free text (real data): no attributes at all
+    return jnp.asarray(-1, jnp.int32)
   stated = values >= 0
   count = jnp.sum(stated)
   nth = jnp.asarray(asked) % jnp.maximum(count, 1)
