@@ -124,11 +124,24 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
       target_caption=tuple(columns['txt2']))
 
 
+def is_json(path) -> bool:
+  """Whether an annotation file is read as JSON (FashionIQ, AVSD) rather
+  than as a CSV."""
+  return pathlib.Path(path).suffix == '.json'
+
+
+def row_label(path, index: int) -> tuple[str, int]:
+  """How errors name the ``index``-th (0-based) annotation: ``('row', n)``
+  counted as in a spreadsheet (header = row 1) for a CSV, ``('entry', n)``
+  from 1 for a JSON file."""
+  return ('entry', index + 1) if is_json(path) else ('row', index + 2)
+
+
 def load_triplets(path, video_ids=None) -> CovrAnnotations:
   """The composed triplets of ``path``: a ``.json`` file is read as
   FashionIQ's (``load_fashioniq_json``), anything else as a WebVid-CoVR
   CSV (``load_covr_csv``)."""
-  if pathlib.Path(path).suffix == '.json':
+  if is_json(path):
     return load_fashioniq_json(path, video_ids)
   return load_covr_csv(path, video_ids)
 
@@ -223,7 +236,7 @@ def load_text_queries(path, video_ids=None) -> TextQueries:
   Raises:
     FileNotFoundError, ValueError: naming the file, row and column.
   """
-  if pathlib.Path(path).suffix == '.json':
+  if is_json(path):
     return load_avsd_json(path, video_ids)
   known = None if video_ids is None else set(video_ids)
   columns = _read_csv(path, TEXT_COLUMNS, TEXT_COLUMNS, ('video_id',),

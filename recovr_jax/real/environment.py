@@ -109,26 +109,11 @@ def _composed_rows(annotations, index, searchable, strict, query_embeddings,
   """``(reference, target, edit, dropped, query)`` of composed triplets
   (a WebVid-CoVR CSV or a FashionIQ caption file, ``data.load_triplets``)."""
   ann = data.load_triplets(annotations, video_ids=index if strict else None)
-  # CSV rows count the header as row 1; a JSON file's entries count from 1.
-  first = 1 if str(annotations).endswith('.json') else 2
-  label = 'entry' if first == 1 else 'row'
-  target_key = '"target"' if first == 1 else "column 'pth2'"
-  keep, dropped = [], []
-  for row, (r, t) in enumerate(zip(ann.reference, ann.target)):
-    missing = [v for v in (r, t) if v not in index]
-    outside = t in index and index[t] >= searchable
-    if outside and strict:
-      raise ValueError(f'{annotations}: {label} {row + first}, {target_key}: '
-                       f'target {t!r} is in --reference_embeddings, not in '
-                       'the gallery, so it could never be retrieved')
-    if missing or outside:
-      dropped.append({label: row + first, 'pth1': r, 'pth2': t,
-                      'missing': missing or [t],
-                      'why': 'no embedding' if missing else
-                             'target outside the gallery'})
-    else:
-      keep.append(row)
-  _check_kept(annotations, keep)
+  column = '"target"' if data.is_json(annotations) else "column 'pth2'"
+  keep, dropped = _keep_rows(
+      annotations, ann.target, index, searchable, strict, column,
+      lambda i: {'pth1': ann.reference[i], 'pth2': ann.target[i]},
+      extra_ids=ann.reference)
   query = None
   if query_embeddings:
     query = data.load_query_embeddings(query_embeddings, ann, dim,
@@ -143,28 +128,42 @@ def _text_rows(annotations, index, searchable, strict):
   queries (``data.load_text_queries``): sessions with no reference."""
   queries = data.load_text_queries(annotations,
                                    video_ids=index if strict else None)
-  keep, dropped = [], []
-  for row, t in enumerate(queries.target):
-    outside = t in index and index[t] >= searchable
-    if outside and strict:
-      raise ValueError(f'{annotations}: row {row + 2}, column \'video_id\': '
-                       f'{t!r} is in --reference_embeddings, not in the '
-                       'gallery, so it could never be retrieved')
-    if t not in index or outside:
-      dropped.append({'row': row + 2, 'video_id': t, 'missing': [t],
-                      'why': 'no embedding' if t not in index else
-                             'target outside the gallery'})
-    else:
-      keep.append(row)
-  _check_kept(annotations, keep)
+  column = '"image_id"' if data.is_json(annotations) else "column 'video_id'"
+  keep, dropped = _keep_rows(annotations, queries.target, index, searchable,
+                             strict, column,
+                             lambda i: {'video_id': queries.target[i]})
   return ([-1] * len(keep), [index[queries.target[i]] for i in keep],
           [queries.text[i] for i in keep], dropped, None)
 
 
-def _check_kept(annotations, keep):
+def _keep_rows(annotations, targets, index, searchable, strict, column,
+               fields, extra_ids=None):
+  """The rows a run can use and the ones ``--missing_ids=drop`` leaves out
+  (each with ``fields(row)`` and why): an id in no embedding file, or a
+  target outside the searchable gallery (an error when ``strict``)."""
+  keep, dropped = [], []
+  for row, t in enumerate(targets):
+    label, number = data.row_label(annotations, row)
+    ids = (extra_ids[row], t) if extra_ids is not None else (t,)
+    missing = [v for v in ids if v not in index]
+    outside = t in index and index[t] >= searchable
+    if outside and strict:
+      raise ValueError(f'{annotations}: {label} {number}, {column}: target '
+                       f'{t!r} is in --reference_embeddings, not in the '
+                       'gallery, so it could never be retrieved')
+    if missing or outside:
+      dropped.append({label: number, **fields(row),
+                      'missing': missing or [t],
+                      'why': 'no embedding' if missing else
+                             'target outside the gallery'})
+    else:
+      keep.append(row)
   if not keep:
     raise ValueError(f'{annotations}: every row was dropped (--missing_ids='
                      f'drop): no id of the CSV is in the embedding files')
+  return keep, dropped
+
+
 
 
 def _clip_text(clip_dir: str, dim: int):
