@@ -11,6 +11,8 @@ import logging
 import pathlib
 from typing import ClassVar
 
+import numpy as np
+
 from recovr_jax.protocol import source as source_lib
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
@@ -74,8 +76,8 @@ class _Extra:
   world: object          # the generated world
   text: object           # encoders.TextEncoder
   text_cache: object     # where its embeddings are kept across runs
-  query_named: object = None  # [Q, A] what each first query names (a text
-                              # start; None: the triplets' edits)
+  query_named: object = None  # [Q, A] what each session's first query
+                              # names (the edit, or a text start's query)
 
 
 class WorldSource(source_lib.Source):
@@ -195,10 +197,9 @@ class WorldSource(source_lib.Source):
     env = environment.world_environment(world, text, video, composer,
                                         cache_dir=run.cache_dir or None,
                                         captioner=writer)
-    named = None
+    named = np.asarray(world.test.named)
     if self.config.start == 'text':  # no reference; a first description
       from recovr_jax.world import text_start  # pylint: disable=g-import-not-at-top
-      import numpy as np  # pylint: disable=g-import-not-at-top
       texts, named = text_start.first_queries(
           env.attributes, env.target, run.user.language, run.user.phrasings)
       env = dataclasses.replace(
@@ -227,18 +228,13 @@ class WorldSource(source_lib.Source):
         env.attributes)
 
   def ask_truth(self, built, user):
-    import numpy as np  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
-    return source_lib.AskTruth(attributes=np.asarray(built.env.attributes),
-                        query_named=np.asarray(
-                            built.extra.world.test.named
-                            if built.extra.query_named is None
-                            else built.extra.query_named),
-                        user=user,
-                        question_attribute=lexicon.question_attribute,
-                        attribute_names=tuple(world_lib.ATTRIBUTES),
-                        question_about=lambda a: lexicon.QUESTIONS[
-                            world_lib.ATTRIBUTES[a]][0])
+    return source_lib.AskTruth(
+        attributes=np.asarray(built.env.attributes),
+        query_named=built.extra.query_named, user=user,
+        question_attribute=lexicon.question_attribute,
+        attribute_names=tuple(world_lib.ATTRIBUTES),
+        question_about=lambda a: lexicon.QUESTIONS[world_lib.ATTRIBUTES[a]][0])
 
   def reasoner(self, run, env):
     from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
@@ -272,7 +268,6 @@ class WorldSource(source_lib.Source):
     """The gallery's videos rendered as the encoders saw them (same keys,
     frames and size)."""
     import jax  # pylint: disable=g-import-not-at-top
-    import numpy as np  # pylint: disable=g-import-not-at-top
     world = built.extra.world
     wc = world.config
     keys, scenes = world.gallery_keys()
