@@ -39,7 +39,8 @@ def _decode(code):
 class ToyFace:
   """The user names the target's values the shown video lacks."""
 
-  def start(self, data, query):
+  def start(self, data, tables, query):
+    del tables
     return plan.JaxStart(
         init_search=jnp.full((A,), -1, jnp.int32),
         modification_attrs=data.own[query],

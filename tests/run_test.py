@@ -1,5 +1,6 @@
 """Smoke and invariant tests of the runner on a tiny world."""
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -8,6 +9,8 @@ import tempfile
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from experiments import run
@@ -676,6 +679,79 @@ class WebvidCovrTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, message):
         real_data.load_triplets(path, video_ids=[f'v{i}' for i in range(8)])
 
+  def test_finecvr_files(self):
+    # FineCVR-1M's layout (May2333/FDCA data_utils.py): tab-separated
+    # idx, ref, target, cap, source, class_id without a header; integer ids
+    # named by id2vdoname_test.json; [8, D] .npy features per video,
+    # averaged by the importer; bad lines named by number and field.
+    from experiments import import_finecvr  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import data as real_data  # pylint: disable=g-import-not-at-top
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    ann = root / 'annotations'
+    ann.mkdir()
+    names = {str(i): f'clip_{i:03d}' for i in range(8)}
+    (ann / 'id2vdoname_test.json').write_text(json.dumps(names))
+    (ann / 'test_remaped.txt').write_text(''.join(
+        f'{i}\t{i}\t{i + 1}\tturn the "left" arm up, not down\t'
+        f'src\t{i % 3}\n' for i in range(4)) + '\n')
+    features = root / 'features'
+    features.mkdir()
+    rng = np.random.default_rng(0)
+    frames = {}
+    for name in names.values():
+      frames[name] = rng.standard_normal((8, 16)).astype(np.float32)
+      np.save(features / f'{name}.npy', frames[name])
+    (root / 'captions.json').write_text(json.dumps(
+        {n: f'a gymnast number {i}' for i, n in enumerate(names.values())}))
+    gallery = root / 'gallery.npz'
+    with flagsaver.flagsaver(features_dir=str(features),
+                             annotations=str(ann / 'test_remaped.txt'),
+                             captions_json=str(root / 'captions.json'),
+                             output=str(gallery)):
+      import_finecvr.main(['import_finecvr'])
+    got = real_data.load_embeddings(gallery, normalize=False)
+    self.assertEqual(got.ids, tuple(names.values()))
+    np.testing.assert_allclose(got.video[2], frames['clip_002'].mean(0),
+                               rtol=1e-6)
+    self.assertEqual(got.captions[5], 'a gymnast number 5')
+    out = root / 'out'
+    with flagsaver.flagsaver(**dict(
+        files, output_dir=str(out), methods=['recovr', 'ivr'], num_turns=2,
+        list_length=3, batch_size=4, bootstrap_resamples=100,
+        annotations=str(ann / 'test_remaped.txt'),
+        gallery_embeddings=str(gallery))):
+      run.main(['run'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertEqual(sorted({(r['reference'], r['target']) for r in rows}),
+                     [(i, i + 1) for i in range(4)])
+    self.assertEqual(rows[0]['turns'][0]['feedback'],
+                     'turn the "left" arm up, not down')
+    path = ann / 'test_remaped.txt'
+    for text, message in (
+        ('0\t1\t2\tx\tsrc\n', r'line 1 has 5 tab-separated fields; '
+         'expected 6'),
+        ('0\t1\t2\tx\tsrc\t0\n0\t1\t9\tx\tsrc\t0\n',
+         r"line 2, field 'target': video id '9' is not in "
+         'id2vdoname_test.json'),
+        ('0\t1\t1\tx\tsrc\t0\n', 'line 1: the reference and the target '
+         "are the same video 'clip_001'"),
+        ('0\t1\t2\t \tsrc\t0\n', "line 1, field 'cap' is empty"),
+        ('0\t1\t2\tx\ts\t0\n\n0\t1\t2\tx\ts\t0\n', 'line 2 is empty')):
+      with self.subTest(text=text):
+        path.write_text(text)
+        with self.assertRaisesRegex(ValueError, message):
+          real_data.load_triplets(path)
+    (ann / 'id2vdoname_test.json').unlink()
+    with self.assertRaisesRegex(FileNotFoundError, 'need their video-name '
+                                'map .*id2vdoname_test.json'):
+      real_data.load_triplets(path)
+    flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / 'finecvr'
+    self.assertIn('--data=webvid_covr', flagfile.read_text())
+
   def test_dense_webvid_covr_annotations(self):
     # Dense-WebVid-CoVR's files have WebVid-CoVR's columns with long edits:
     # commas, quotes and a line break inside a quoted field; edits longer
@@ -714,6 +790,76 @@ class WebvidCovrTest(absltest.TestCase):
     flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / (
         'dense_webvid_covr')
     self.assertIn('--data=webvid_covr', flagfile.read_text())
+
+  def test_jit_equals_host_on_real_files(self):
+    # The stepped face: the ranking in JAX, the caption user and the
+    # reasoning on the host a turn per pass; lists and records equal the
+    # host driver's byte for byte (composed and text start, every method
+    # kind, sessions that stop at different turns, two batches).
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    (root / 'jsfusion.csv').write_text(
+        'key,vid_key,video_id,sentence\n' + ''.join(
+            f'ret{i},msr{i},v{i},a video number {i}\n' for i in range(6)))
+    runs = {
+        'composed': dict(methods=['recovr', 'ivr', 'merlin', 'umivr',
+                                  'history_rewrite', 'umivr_rankcap',
+                                  't2v_only', 'no_reflection']),
+        'text': dict(methods=['recovr', 'merlin'], start='text',
+                     annotations=str(root / 'jsfusion.csv'))}
+    for name, extra in runs.items():
+      outs = {}
+      for simulation in ('host', 'jit'):
+        outs[simulation] = out = root / f'{name}_{simulation}'
+        with flagsaver.flagsaver(**dict(
+            files, output_dir=str(out), num_turns=3, list_length=3,
+            batch_size=3, bootstrap_resamples=100, simulation=simulation,
+            **extra)):
+          run.main(['run'])
+      for f in ('metrics.json', 'trajectories.jsonl', 'ranks.csv'):
+        with self.subTest(run=name, file=f):
+          self.assertEqual((outs['jit'] / f).read_text(),
+                           (outs['host'] / f).read_text())
+      rows = [json.loads(line) for line in
+              (outs['jit'] / 'trajectories.jsonl').read_text().splitlines()]
+      stops = {len([t for t in r['turns'] if t.get('action') != 'stopped'])
+               for r in rows}
+      self.assertGreater(len(stops), 1, 'every session stopped alike')
+
+  def test_the_stepped_face_refuses_a_changed_list(self):
+    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+    from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import caption_user  # pylint: disable=g-import-not-at-top
+    from recovr_jax.real import environment as real_env  # pylint: disable=g-import-not-at-top
+    from tests import clip_test  # pylint: disable=g-import-not-at-top
+    root = pathlib.Path(tempfile.mkdtemp())
+    files = clip_test.write_real_data(root)
+    env = real_env.real_environment(files['annotations'],
+                                    files['gallery_embeddings'],
+                                    files['clip_dir'])
+    user = real_env.caption_user(caption_user.CaptionUser(), env.captions)
+    ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                           encode_text=env.encode_text, compose=env.compose,
+                           reasoner=real_env.make_reasoner('rules'))
+    base = ranking.LoopConfig(num_turns=2, list_length=3)
+    step_env = stepped.StepEnvironment(env, methods.make('recovr'),
+                                       np.arange(4), user, ctx, base)
+    config = step_env.config(base)
+    filler = step_env.filler(config, 0, 4)
+    trace = None
+    for _ in range(2):
+      trace = jax.tree.map(np.asarray, jitted.simulate(
+          config, step_env.data, filler.arrays(), None,
+          jnp.arange(4), jax.random.key(0)))
+      filler.add(trace)
+    changed = dataclasses.replace(
+        trace, displayed=np.roll(trace.displayed, 1, axis=0))
+    with self.assertRaisesRegex(RuntimeError, 'a list the host had read '
+                                'changed'):
+      filler.add(changed)
 
   def test_runs_end_to_end(self):
     from tests import clip_test  # pylint: disable=g-import-not-at-top

@@ -152,7 +152,7 @@ def compute(config, built, method, b, batch, base, user, ctx, out, identity):
   before = reasoner.validity()
   if built.sim_env is not None:
     with profiled('jitted sessions'):
-      result = _run_jit(config, built, method, batch, base, reasoner)
+      result = _run_jit(config, built, method, batch, base, user, ctx)
   else:
     try:
       result = host.run_batch(env, method, batch, user, ctx, base)
@@ -189,9 +189,9 @@ def run_own_share(config, built, out, batches, base, user, ctx, identity):
             f'{len(batches)} {state}', flush=True)
 
 
-def _run_jit(config, built, method, batch, base, reasoner):
-  """``method`` on ``batch`` in the jitted driver, reading the words as
-  ``reasoner`` (rules, or grounded: its reader and its sigma rule)."""
+def _run_jit(config, built, method, batch, base, user, ctx):
+  """``method`` on ``batch`` in the jitted driver (the source's face
+  reproduces ``user`` and ``ctx.reasoner``'s reading of its words)."""
   from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
   mesh = None
   if config.session_shards > 1:
@@ -199,7 +199,7 @@ def _run_jit(config, built, method, batch, base, reasoner):
                               session_shards=config.session_shards,
                               devices=jax.local_devices())
   return config_lib.source(config).run_jitted(
-      config, built, method, batch, base, reasoner,
+      config, built, method, batch, base, user, ctx,
       log=lambda msg: print(f'[{method.name}] {msg}', flush=True), mesh=mesh)
 
 

@@ -208,8 +208,8 @@ def check_jit(config, source) -> None:
   if not source.JITTED:
     fail(f'--simulation=jit cannot run on --data={source.NAME} yet (its '
          'user has no jitted form); use --simulation=host')
-  if config.reasoner not in ('rules', 'grounded'):
-    fail('--simulation=jit needs --reasoner=rules or grounded')
+  for problem in source.jit_problems(config):
+    fail(problem)
   for name in config.methods:
     try:
       jitted.check_supported(methods_lib.make(name, config.settings))

@@ -113,7 +113,11 @@ class HostDriver:
     self.sessions = np.asarray(sessions)
     self.reference = np.asarray(env.reference)[self.sessions]
     self.target = np.asarray(env.target)[self.sessions]
-    self.gallery = jnp.asarray(env.gallery[:env.searchable])
+
+  @functools.cached_property
+  def gallery(self):
+    """The searchable rows on the device (made on the first ranking)."""
+    return jnp.asarray(self.env.gallery[:self.env.searchable])
 
   def still_searching(self, carry):
     return np.asarray(session_lib.searching(carry.ranking, self.target))
@@ -207,6 +211,20 @@ def begin(env: Environment, method,
   driver = (driver_class or HostDriver)(env, method, sessions, user, ctx,
                                         config)
   s = len(sessions)
+  carry, plan, records = start_plan(driver)
+  with profiling.part('ranking'):
+    states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
+                          ranking.init_state(config))
+    states = profiling.sync(_start(config, driver.gallery, states, _inputs(
+        plan, driver.reference, np.zeros(s, bool))))
+  return driver, dataclasses.replace(carry, ranking=states), records
+
+
+def start_plan(driver: HostDriver):
+  """Turn 0 of ``driver``'s sessions before any ranking: ``(carry without
+  its ranking state, the method's plan, each session's turn-0 record)``."""
+  env, sessions = driver.env, driver.sessions
+  s = len(sessions)
   mods = tuple(env.modification[i] for i in sessions)
   if env.query_embeddings is not None:
     covr0 = np.asarray(env.query_embeddings, np.float32)[sessions]
@@ -215,18 +233,12 @@ def begin(env: Environment, method,
     covr0 = plan_lib.anchored(env.gallery, env.compose, driver.reference,
                               env.encode_text(mods))
   with profiling.part('method step (reasoning)'):
-    method_state, plan = method.init(ctx, plan_lib.Start(
+    method_state, plan = driver.method.init(driver.ctx, plan_lib.Start(
         reference=driver.reference, modification=mods, covr_query=covr0))
-  with profiling.part('ranking'):
-    states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
-                          ranking.init_state(config))
-    states = profiling.sync(_start(config, driver.gallery, states, _inputs(
-        plan, driver.reference, np.zeros(s, bool))))
-  carry = _Carry(ranking=states, method_state=method_state,
+  carry = _Carry(ranking=None, method_state=method_state,
                  questions=[None] * s, asked=np.zeros(s, int),
                  new_questions=[None] * s)
-  records = [plan_lib.start_record(mods[i]) for i in range(s)]
-  return driver, carry, records
+  return carry, plan, [plan_lib.start_record(mods[i]) for i in range(s)]
 
 
 def feedback_turn(driver: HostDriver, carry: _Carry, turn: int):

@@ -70,7 +70,8 @@ class Face(Protocol):
   (``question``: the attribute it reads in the question shown, -1 none);
   ``record``: a turn's record outputs, ``stopped()`` a stopped turn's."""
 
-  def start(self, data, query) -> tuple[plan_lib.JaxStart, object]: ...
+  def start(self, data, tables, query) -> tuple[plan_lib.JaxStart,
+                                                 object]: ...
   def code(self, assignment) -> jax.Array: ...
   def key(self, code, channel: int) -> jax.Array: ...
   def text(self, tables, key) -> jax.Array: ...
@@ -99,7 +100,10 @@ class SimConfig:
   loop: ranking.LoopConfig
   face: Face                # the source's face with its settings
   form: object              # the method's ``jax_form`` (hashable)
-  composer: object = 'sum'  # a flax Module applied to composer_params, or 'sum'
+  # A flax Module applied to composer_params, 'sum', or 'given' (the edit
+  # embedding is the composed query itself: a source that tabulates the
+  # host method's queries, ``protocol.stepped``).
+  composer: object = 'sum'
 
 
 @jax.tree_util.register_dataclass
@@ -120,13 +124,18 @@ class SimTrace:
   questions: jax.Array   # [S, T] int32 questions asked so far, the one
                          # shown with turn t's list included
   own: dict              # the face's record outputs, each [S, T, ...]
+  scores: jax.Array      # [S, T+1, K] float32 scores of the shown lists
+             # the face's record outputs, each [S, T, ...]
 
 
 def compose(composer, params, reference, edit):
   """``composer`` (a flax Module, or 'sum') as a pure function of
-  ``[..., D]`` inputs."""
+  ``[..., D]`` inputs ('given': ``edit`` is the composed query)."""
   if isinstance(composer, str) and composer == 'sum':
     return vectors.sum_composer(reference, edit)
+  if isinstance(composer, str) and composer == 'given':
+    del reference
+    return edit
   return composer.apply(params, reference, edit)
 
 
@@ -155,15 +164,16 @@ def _session_start(config: SimConfig, shared: _Shared, query):
   """Turn 0 of one session: ``(carry, search key used)``."""
   face, data = config.face, shared.data
   ref = data.reference[query]
-  start, face_state = face.start(data, query)
+  start, face_state = face.start(data, shared.tables, query)
   method_state, search = config.form.init(start)
   search_code = face.code(search) * config.form.t2v
   search_key = face.key(search_code, plan_lib.T2V)
   covr = compose(config.composer, shared.composer_params, data.gallery[ref],
-                 data.modification[query])
+                 start.modification)
   inputs = ranking.TurnInputs(
       queries=jnp.stack([face.text(shared.tables, search_key), covr]),
-      valid=jnp.stack([search_code > 0, jnp.asarray(config.form.covr)]),
+      valid=jnp.stack([search_code > 0, jnp.asarray(
+          config.form.covr if start.covr_valid is None else start.covr_valid)]),
       exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
       stop=jnp.asarray(False))
   state = ranking.start_step(config.loop, data.gallery,
@@ -189,7 +199,7 @@ def _channels(face, plan) -> dict:
 def _turn_outputs(carry, active, action, sigma, search, edit, needed_search,
                   needed_edit, asked, own):
   state = carry.state
-  return dict(shown=state.shown_ids, top=state.shown_scores[0],
+  return dict(shown=state.shown_ids, scores=state.shown_scores,
               active=active, action=action, sigma=sigma, search=search,
               edit=edit, needed_search=needed_search,
               needed_edit=needed_edit,
@@ -306,7 +316,7 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
   # Data, tables and composer shared; one query per session.
   carry, search0 = jax.vmap(functools.partial(_session_start, config,
                                               shared))(queries)
-  shown0, top0 = carry.state.shown_ids, carry.state.shown_scores[:, 0]
+  shown0, scores0 = carry.state.shown_ids, carry.state.shown_scores
   turn = functools.partial(_session_turn, config, shared)
   turns = jnp.arange(1, config.loop.num_turns + 1)
   if chunk_size is None:
@@ -318,9 +328,10 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
   needed = jnp.concatenate([
       jnp.stack([search0, jnp.zeros_like(search0)], axis=1)[:, None],
       jnp.stack([outs['needed_search'], outs['needed_edit']], axis=2)], axis=1)
+  scores = jnp.concatenate([scores0[:, None], outs['scores']], axis=1)
   return SimTrace(
       displayed=jnp.concatenate([shown0[:, None], outs['shown']], axis=1),
-      top_scores=jnp.concatenate([top0[:, None], outs['top']], axis=1),
+      top_scores=scores[:, :, 0], scores=scores,
       active=outs['active'], action=outs['action'], sigma=outs['sigma'],
       search=outs['search'], edit=outs['edit'], needed=needed,
       fired=outs['fired'], asked=outs['asked'],

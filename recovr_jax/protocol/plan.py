@@ -177,6 +177,9 @@ class JaxStart:
   init_search: jax.Array         # [A] the T2V initializer's assignment
   modification_attrs: jax.Array  # [A] the modification text, parsed
   modification: jax.Array        # [D] the modification text, encoded
+  # [] bool whether turn 0's composed query is used; None: the method's
+  # ``covr`` flag (a source that tabulates the host's plans sets it).
+  covr_valid: jax.Array | None = None
   # V: values per attribute (the width of a plan's ``avoid [A, V]``).
   num_values: int = dataclasses.field(default=0, metadata=dict(static=True))
 
@@ -197,6 +200,9 @@ class JaxObservation:
   # [] int32 the reasoner's reading of the user's decision from the words
   # (``frames.LABELS`` index; -1 none).
   label: jax.Array = None
+  # The turn's plan when the source tabulated the method's host step
+  # (``protocol.stepped``), read by ``stepped.TabulatedForm``; else None.
+  plan: object = None
   # V: values per attribute the environment's assignments range over (the
   # width of a plan's ``avoid [A, V]``).
   num_values: int = dataclasses.field(default=0, metadata=dict(static=True))

@@ -133,13 +133,19 @@ class Source(abc.ABC):
     raise SourceError(f'--data={self.NAME} has no jitted face; use '
                       '--simulation=host')
 
-  def run_jitted(self, run, built: Built, method, sessions, loop, reasoner,
+  def run_jitted(self, run, built: Built, method, sessions, loop, user, ctx,
                  log=None, mesh=None) -> host.BatchResult:
     """``method`` on ``sessions`` in the jitted driver (``loop``: the
-    run's ``ranking.LoopConfig``; ``reasoner``: the run's, whose reading of
-    the user's words the face reproduces)."""
+    run's ``ranking.LoopConfig``; ``user`` and ``ctx``: the host driver's
+    user and context, whose reasoner's reading of the user's words the face
+    reproduces)."""
     raise SourceError(f'--data={self.NAME} has no jitted face; use '
                       '--simulation=host')
+
+  def jit_problems(self, run) -> list[str]:
+    """What --simulation=jit cannot run on this source (a line each)."""
+    del run
+    return []
 
   def ask_truth(self, built: Built, user):
     """``AskTruth`` for scoring when and what the methods

@@ -15,6 +15,8 @@ import pathlib
 
 import numpy as np
 
+from recovr_jax.real import finecvr
+
 REQUIRED_COLUMNS = ('pth1', 'pth2', 'edit', 'txt1', 'txt2')
 
 
@@ -133,16 +135,35 @@ def is_json(path) -> bool:
 def row_label(path, index: int) -> tuple[str, int]:
   """How errors name the ``index``-th (0-based) annotation: ``('row', n)``
   counted as in a spreadsheet (header = row 1) for a CSV, ``('entry', n)``
-  from 1 for a JSON file."""
-  return ('entry', index + 1) if is_json(path) else ('row', index + 2)
+  from 1 for a JSON file, ``('line', n)`` from 1 for FineCVR's ``.txt``."""
+  if is_json(path):
+    return ('entry', index + 1)
+  if finecvr.is_finecvr(path):
+    return ('line', index + 1)
+  return ('row', index + 2)
+
+
+def target_field(path) -> str:
+  """How errors name the target's column of a composed annotation file."""
+  if is_json(path):
+    return '"target"'
+  if finecvr.is_finecvr(path):
+    return "field 'target'"
+  return "column 'pth2'"
 
 
 def load_triplets(path, video_ids=None) -> CovrAnnotations:
   """The composed triplets of ``path``: a ``.json`` file is read as
-  FashionIQ's (``load_fashioniq_json``), anything else as a WebVid-CoVR
+  FashionIQ's (``load_fashioniq_json``), a ``.txt`` file as FineCVR-1M's
+  (``finecvr.load_triplets``: no captions), anything else as a WebVid-CoVR
   CSV (``load_covr_csv``)."""
   if is_json(path):
     return load_fashioniq_json(path, video_ids)
+  if finecvr.is_finecvr(path):
+    reference, target, edit = finecvr.load_triplets(path, video_ids)
+    empty = ('',) * len(target)
+    return CovrAnnotations(reference=reference, target=target, edit=edit,
+                           reference_caption=empty, target_caption=empty)
   return load_covr_csv(path, video_ids)
 
 

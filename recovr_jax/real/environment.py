@@ -109,7 +109,7 @@ def _composed_rows(annotations, index, searchable, strict, query_embeddings,
   """``(reference, target, edit, dropped, query)`` of composed triplets
   (a WebVid-CoVR CSV or a FashionIQ caption file, ``data.load_triplets``)."""
   ann = data.load_triplets(annotations, video_ids=index if strict else None)
-  column = '"target"' if data.is_json(annotations) else "column 'pth2'"
+  column = data.target_field(annotations)
   keep, dropped = _keep_rows(
       annotations, ann.target, index, searchable, strict, column,
       lambda i: {'pth1': ann.reference[i], 'pth2': ann.target[i]},

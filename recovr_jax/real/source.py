@@ -49,6 +49,9 @@ class RealSource(source_lib.Source):
 
   NAME = 'webvid_covr'
   REASONERS = ('rules', 'flax_lm', 'smollm2', 'smollm2_world')
+  # The jitted driver ranks; the caption user and the reasoning stay on the
+  # host, a turn per pass (``protocol.stepped``).
+  JITTED = True
   OUTPUT_FILES = ('user_phraser.json',)
 
   def __init__(self, config):
@@ -158,6 +161,22 @@ class RealSource(source_lib.Source):
     from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
     return environment.make_reasoner(run.reasoner, run.reasoner_checkpoint,
                                      chat_options=run.chat_options())
+
+  def jitted_environment(self, built):
+    """The host environment: the stepped face is made per batch from it
+    (it tabulates that batch's user and method)."""
+    return built.env
+
+  def run_jitted(self, run, built, method, sessions, loop, user, ctx,
+                 log=None, mesh=None):
+    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+    from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
+    env = stepped.StepEnvironment(built.env, method, sessions, user, ctx,
+                                  loop)
+    trace = jitted.run(env, env.config(loop), sessions, run.user_seed,
+                       log=log, chunk_size=run.jit_chunk_size or None,
+                       mesh=mesh)
+    return env.result(trace)
 
   def extra_outputs(self, built):
     out = {}

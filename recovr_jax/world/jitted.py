@@ -68,7 +68,8 @@ class WorldFace(jitted.Face):
   dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
   reasoner: str = 'rules'   # whose reading of the words is tabulated
 
-  def start(self, data, query):
+  def start(self, data, tables, query):
+    del tables
     own = data.own
     return plan_lib.JaxStart(
         init_search=own.init_search[query],

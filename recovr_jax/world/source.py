@@ -246,9 +246,17 @@ class WorldSource(source_lib.Source):
     from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
     return jitted.prepare(built.env)
 
-  def run_jitted(self, run, built, method, sessions, loop, reasoner,
+  def jit_problems(self, run):
+    if run.reasoner not in ('rules', 'grounded'):
+      return ['--simulation=jit needs --reasoner=rules or grounded on the '
+              'world (its face reproduces their reading of the words)']
+    return []
+
+  def run_jitted(self, run, built, method, sessions, loop, user, ctx,
                  log=None, mesh=None):
     from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
+    del user  # the face holds the user's jitted form
+    reasoner = ctx.reasoner
     sim_env = built.sim_env
     sim_config = jitted.sim_config(method, loop, run.user, sim_env.composer,
                                    reasoner=run.reasoner,

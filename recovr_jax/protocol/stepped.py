@@ -1,0 +1,270 @@
+"""A jitted face that steps the host's user and method one turn per pass.
+
+For a data source whose user and reasoning exist only on the host (real
+files: the caption user compares captions, the free-text reasoner and the
+language models write text), the jitted driver (``protocol.jitted``) still
+runs every session as one ``lax.scan`` inside ``vmap``, and the ranking core
+(retrieval, TW-RRF, rank-cap, the stop rule) runs in JAX; what the host
+would compute at a turn is tabulated like the world's words:
+
+* the table holds each session's channel queries, their validity, sigma and
+  the user's action per turn (``StepTables``); the face reads them
+  (``StepFace``) and ``TabulatedForm`` passes them on as the turn's plan;
+* a pass shows the lists of every turn whose plan is in the table; the host
+  (``_Stepper``, the host driver itself: ``host.HostDriver``'s ``respond``,
+  ``plan``, ``ask`` and ``record``) then reads the lists now settled, asks
+  the method's question about the newest one, lets the user answer and the
+  method plan the next turn, and the batch runs again (``T + 1`` passes).
+
+The user and the method are called with the same lists, in the same order
+and batches as by the host driver, so the lists and records equal the host
+driver's (tested); only the ranking moves into JAX. Each pass checks that
+the lists the host has read did not change.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.core import demotion
+from recovr_jax.protocol import host
+from recovr_jax.protocol import jitted
+from recovr_jax.protocol import plan as plan_lib
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StepTables:
+  """A batch's tabulated turns; row ``1 + b * (T + 1) + t`` holds turn ``t``
+  of the batch's ``b``-th session (row 0: nothing)."""
+  row_of_query: jax.Array  # [Q] int32 the session's position b (-1: none)
+  t2v: jax.Array           # [R, D] float32 T2V queries
+  covr: jax.Array          # [R, D] float32 composed queries
+  valid: jax.Array         # [R, 2] bool channels used
+  sigma: jax.Array         # [R] int32
+  action: jax.Array        # [R] int32 the user's action (plan.ACTIONS)
+  filled: jax.Array        # [R] bool the host has planned this turn
+
+
+@dataclasses.dataclass(frozen=True)
+class TabulatedForm:
+  """A method's host step as read from the table: the plan the face found
+  (``JaxObservation.plan``). The host asks the questions."""
+  t2v: bool = True
+  covr: bool = True
+  question: None = None
+  needs: tuple[str, ...] = ()
+
+  def init(self, start):
+    return {}, start.init_search
+
+  def step(self, state, obs):
+    return state, obs.plan
+
+  def penalty(self, avoid, caption_attrs):
+    del avoid, caption_attrs
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFace(jitted.Face):
+  """Turns read from ``StepTables``; a text code is a table row (0: none)."""
+  num_turns: int
+
+  def _row(self, tables, query, turn):
+    return 1 + tables.row_of_query[query] * (self.num_turns + 1) + turn
+
+  def _search(self, tables, row, use):
+    return jnp.where(use & tables.valid[row, plan_lib.T2V], row - 1,
+                     -1)[None].astype(jnp.int32)
+
+  def start(self, data, tables, query):
+    del data
+    row = self._row(tables, query, 0)
+    return plan_lib.JaxStart(
+        init_search=self._search(tables, row, True),
+        modification_attrs=jnp.full((1,), -1, jnp.int32),
+        modification=tables.covr[row],
+        covr_valid=tables.valid[row, plan_lib.COVR]), jnp.zeros((), jnp.int32)
+
+  def code(self, assignment):
+    return (assignment[0] + 1).astype(jnp.int32)
+
+  def key(self, code, channel):
+    del channel  # only T2V texts are looked up; CoVR queries come whole
+    return code
+
+  def text(self, tables, key):
+    return tables.t2v[key]
+
+  def respond(self, data, tables, seed_key, query, turn, state, top1,
+              question):
+    del seed_key
+    row = self._row(tables, query, turn)
+    filled = tables.filled[row]
+    plan = plan_lib.JaxPlan(
+        search=self._search(tables, row, filled), edit=jnp.full((1,), -1),
+        use_search=True, use_edit=filled & tables.valid[row, plan_lib.COVR],
+        sigma=jnp.where(filled, tables.sigma[row], demotion.SIGMA_NEU),
+        anchor=top1, avoid=jnp.zeros((1, 0), bool),
+        edit_embedding=tables.covr[row])
+    none = jnp.full((1,), -1, jnp.int32)
+    obs = plan_lib.JaxObservation(
+        mentions=none, negative=jnp.asarray(False), shown_attrs=none,
+        shown=top1, reference=data.reference[query],
+        action=jnp.where(filled, tables.action[row], plan_lib.MODIFY),
+        utterance=jnp.zeros((1,)), dialogue=jnp.zeros((1,)), asked=question,
+        plan=plan)
+    return obs, state, dict(filled=filled)
+
+  def record(self, outputs, active):
+    return dict(filled=outputs['filled'] | ~active)
+
+  def stopped(self):
+    return dict(filled=jnp.asarray(True))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settled:
+  """What the host driver reads of the ranking at a settled turn ``t``
+  (stands in for a batch of ``ranking.SessionState``)."""
+  shown_ids: np.ndarray     # [S, K]
+  shown_scores: np.ndarray  # [S, K]
+  turn: np.ndarray          # [S] all t
+  fired: np.ndarray         # [S, T+1], column t from the trace
+
+  @classmethod
+  def of(cls, trace, turn):
+    s, turns = trace.displayed.shape[0], trace.displayed.shape[1]
+    fired = np.zeros((s, turns), bool)
+    if turn:
+      fired[:, turn] = trace.fired[:, turn - 1]
+    return cls(shown_ids=trace.displayed[:, turn],
+               shown_scores=trace.scores[:, turn],
+               turn=np.full(s, turn), fired=fired)
+
+
+class StepEnvironment(jitted.Environment):
+  """The ``jitted.Environment`` of one batch: the host environment, its
+  method, user and context, whose turns ``_Stepper`` tabulates."""
+
+  def __init__(self, env: host.Environment, method, sessions, user, ctx,
+               base):
+    self.host = host.HostDriver(env, method, sessions, user, ctx,
+                                method.ranking(base))
+    searchable = env.searchable
+    self.data = plan_lib.JaxData(
+        gallery=jnp.asarray(env.gallery[:searchable], jnp.float32),
+        memory=plan_lib.JaxMemory(
+            caption_attrs=jnp.zeros((searchable, 0), jnp.int32),
+            asked_with_value=jnp.zeros((0, 0), jnp.int32),
+            asked_plain=jnp.zeros((0,), jnp.int32),
+            asked_open=jnp.asarray(-1, jnp.int32)),
+        reference=jnp.asarray(env.reference, jnp.int32),
+        target=jnp.asarray(env.target, jnp.int32),
+        modification=jnp.zeros((len(env.target), 0), jnp.float32))
+    self.composer, self.composer_params = 'given', None
+    self.stepper = None
+
+  def config(self, base):
+    """The run's ``jitted.SimConfig``."""
+    method = self.host.method
+    return jitted.SimConfig(
+        loop=method.ranking(base),
+        face=StepFace(num_turns=base.num_turns), form=TabulatedForm(),
+        composer='given')
+
+  def filler(self, config, seed, num_sessions):
+    del seed
+    if num_sessions != len(self.host.sessions):
+      raise ValueError(f'this environment tabulates {len(self.host.sessions)}'
+                       f' sessions, not {num_sessions}')
+    self.stepper = _Stepper(self.host, config.loop.num_turns)
+    return self.stepper
+
+  def result(self, trace) -> host.BatchResult:
+    """The host driver's ``BatchResult`` of the final pass's trace."""
+    return host.BatchResult(displayed=trace.displayed,
+                            top_scores=trace.top_scores,
+                            records=self.stepper.records)
+
+
+class _Stepper:
+  """The tables of one batch, filled a turn per pass by the host driver."""
+
+  def __init__(self, driver: host.HostDriver, num_turns: int):
+    self.driver, self.num_turns = driver, num_turns
+    env, sessions = driver.env, driver.sessions
+    s, dim = len(sessions), env.gallery.shape[1]
+    rows = 1 + s * (num_turns + 1)
+    row_of_query = np.full(len(env.target), -1, np.int32)
+    row_of_query[sessions] = np.arange(s)
+    self.tables = dict(
+        row_of_query=row_of_query, t2v=np.zeros((rows, dim), np.float32),
+        covr=np.zeros((rows, dim), np.float32),
+        valid=np.zeros((rows, 2), bool),
+        sigma=np.full(rows, demotion.SIGMA_NEU, np.int32),
+        action=np.zeros(rows, np.int32), filled=np.zeros(rows, bool))
+    self.carry, plan, first = host.start_plan(driver)
+    self._write(0, np.arange(s), plan, ['stop'] * s)
+    self.records = [[rec] for rec in first]
+    self.turn = 1          # the next turn the host plans
+    self.pending = None    # (observation, plan, active) of the last one
+    self.seen = None       # the lists the host has read
+
+  def _write(self, turn, rows, plan, actions):
+    if plan.penalty is not None and np.any(plan.penalty[rows]):
+      raise ValueError(
+          f'method {self.driver.method.name!r} wrote a per-video penalty, '
+          'which the jitted face of this data source cannot carry; use '
+          '--simulation=host')
+    at = 1 + rows * (self.num_turns + 1) + turn
+    t = self.tables
+    t['t2v'][at] = plan.queries[rows, plan_lib.T2V]
+    t['covr'][at] = plan.queries[rows, plan_lib.COVR]
+    t['valid'][at] = plan.valid[rows]
+    t['sigma'][at] = plan.sigma[rows]
+    t['action'][at] = [plan_lib.ACTIONS.index(a) for a in actions]
+    t['filled'][at] = True
+
+  def arrays(self):
+    return StepTables(**{k: jnp.asarray(v) for k, v in self.tables.items()})
+
+  def add(self, trace) -> str:
+    turn = self.turn
+    self._check(trace, turn - 1)
+    driver = self.driver
+    if turn > 1:  # the list of turn - 1 is settled: ask, then record
+      fb, plan, active = self.pending
+      carry = dataclasses.replace(self.carry,
+                                  ranking=_Settled.of(trace, turn - 1))
+      carry = driver.ask(carry, active)
+      for i, rec in enumerate(driver.record(carry, fb, plan, active)):
+        self.records[i].append(rec)
+      self.carry = dataclasses.replace(carry, questions=carry.new_questions)
+    if turn > self.num_turns:
+      return ''
+    active = np.asarray(trace.active[:, turn - 1])
+    carry = dataclasses.replace(self.carry,
+                                ranking=_Settled.of(trace, turn - 1))
+    fb = driver.respond(carry, turn, active)
+    carry, plan = driver.plan(carry, fb, active)
+    self._write(turn, fb.rows, plan,
+                [fb.responses[i].action for i in fb.rows])
+    self.carry, self.pending, self.turn = carry, (fb, plan, active), turn + 1
+    return f'planned turn {turn} on the host ({len(fb.rows)} sessions)'
+
+  def _check(self, trace, settled):
+    """The lists up to turn ``settled`` are final: the host read those
+    before this pass, so they must not have changed, and every turn shown
+    so far was planned."""
+    shown = np.asarray(trace.displayed[:, :settled + 1])
+    if self.seen is not None and not np.array_equal(
+        shown[:, :self.seen.shape[1]], self.seen):  # cannot happen
+      raise RuntimeError('a list the host had read changed between passes')
+    planned = trace.own['filled'][:, :settled]
+    if not planned.all():  # cannot happen
+      raise RuntimeError('a settled turn was shown without its plan')
+    self.seen = shown
