@@ -23,6 +23,7 @@ from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 
 
@@ -217,41 +218,29 @@ class JaxForm:
     keep, avoid = state['keep'], state['avoid']
     read_keep = keep if self.keep else jnp.full_like(keep, -1)
     read_avoid = avoid if self.avoid else jnp.zeros_like(avoid)
-    named = mentions >= 0
-    changes = jnp.where(named & (mentions != shown), mentions, -1)
-    num_changes = jnp.sum(changes >= 0)
-    relative = jnp.any(named) & ~obs.negative & (num_changes < 3)
+    named, changes, num_changes, relative = rules_core.read(
+        mentions, shown, obs.negative, jnp)
     # Intent Decomposer: shown values (relative feedback, not avoided) <
     # kept values < this feedback.
-    shown_avoided = _holds(read_avoid, shown)
-    base_values = jnp.where(relative & (shown >= 0) & ~shown_avoided, shown,
-                            -1)
-    wanted = jnp.where(named, mentions,
-                       jnp.where(read_keep >= 0, read_keep, base_values))
+    wanted = rules_core.wanted(mentions, shown, read_keep,
+                               _holds(read_avoid, shown), relative, jnp)
     # State Reflector.
     if self.sigma_rule == 'frames':
-      # The frame classifier's label (frames.LABELS: modify, answer,
-      # rewrite); an answer needs a question shown.
+      # The frame classifier's label (frames.LABELS); an answer needs a
+      # question shown.
       label = jnp.where((obs.label == 1) & (obs.asked < 0), 0, obs.label)
-      sigma = jnp.asarray([demotion.SIGMA_POS, demotion.SIGMA_NEU,
-                           demotion.SIGMA_NEG], jnp.int32)[label]
-    elif self.sigma_rule == 'paper':
-      # An answer names exactly the attribute the question shown asks.
-      answers = (obs.asked >= 0) & jnp.all(
-          named == (jnp.arange(named.shape[0]) == obs.asked))
-      sigma = jnp.where(~relative, demotion.SIGMA_NEG,
-                        jnp.where(answers, demotion.SIGMA_NEU,
-                                  demotion.SIGMA_POS)).astype(jnp.int32)
+      sigma = rules_core.sigma('frames', relative, num_changes, label=label,
+                               xp=jnp)
     else:
-      sigma = jnp.where(~relative, demotion.SIGMA_NEG,
-                        jnp.where(num_changes <= 1, demotion.SIGMA_POS,
-                                  demotion.SIGMA_NEU)).astype(jnp.int32)
+      sigma = rules_core.sigma(
+          self.sigma_rule, relative, num_changes,
+          answers=rules_core.answers(named, obs.asked, jnp), xp=jnp)
     if self.reflection:
-      new_keep = jnp.where(named, mentions, keep)
+      new_keep, rejected = rules_core.reflect(mentions, shown, changes, keep,
+                                              jnp)
       values = jnp.arange(avoid.shape[1])
-      kept = (values[None, :] == new_keep[:, None])
-      rejected = (values[None, :] == shown[:, None]) & (
-          (changes >= 0) & (shown >= 0))[:, None]
+      kept = values[None, :] == new_keep[:, None]
+      rejected = values[None, :] == rejected[:, None]
       new_state = {'keep': new_keep, 'avoid': (avoid & ~kept) | rejected}
     else:
       sigma = jnp.asarray(demotion.SIGMA_NEU, jnp.int32)
@@ -278,17 +267,8 @@ class JaxForm:
     ids = shown_ids[:self.candidates]
     values = jnp.where(ids[:, None] >= 0,
                        memory.caption_attrs[jnp.maximum(ids, 0)], -1)  # [k, A]
-    num_values = memory.asked_with_value.shape[1]
-    counts = jnp.sum(values.T[:, :, None] == jnp.arange(num_values),
-                     axis=1)                                      # [A, V]
-    counts = jnp.sort(counts, axis=1)  # the host sums them in sorted order
-    total = jnp.sum(counts, axis=1, keepdims=True)
-    share = counts / jnp.maximum(total, 1)
-    h = -jnp.sum(jnp.where(counts > 0, share * jnp.log(
-        jnp.where(counts > 0, share, 1.0)), 0.0), axis=1)
-    fixed = state['keep'] >= 0
-    best = jnp.where(fixed.all(), 0,
-                     jnp.argmax(jnp.where(fixed, -jnp.inf, h)))
+    best = rules_core.most_uncertain(values, state['keep'] >= 0,
+                                     memory.asked_with_value.shape[1], jnp)
     question = jnp.where(ask, memory.asked_plain[best], -1).astype(jnp.int32)
     return question, ask.astype(jnp.int32)
 

@@ -27,12 +27,11 @@ by rule (relative feedback; an answer names exactly the attribute asked);
 ``frames.FrameClassifier`` reads off the words around the values.
 """
 
-import collections
-import math
 
 import numpy as np
 
 from recovr_jax.reasoning import frames as frames_lib
+from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 
 
@@ -84,7 +83,7 @@ class RulesReasoner(_Backend):
   """
 
   name = 'rules'
-  SIGMA_RULES = ('rules', 'paper', 'frames')
+  SIGMA_RULES = rules_core.SIGMA_RULES
 
   def __init__(self, lexicon, reader=None, sigma: str = 'rules',
                name: str | None = None, frames=None):
@@ -104,64 +103,74 @@ class RulesReasoner(_Backend):
       self.name = name
     self._parsed = {}
 
+  def _row(self, values: dict[int, int]) -> np.ndarray:
+    """``[A]`` int of ``{attribute: value}`` (-1: none)."""
+    row = np.full(len(self.lexicon.A), -1, np.int64)
+    for a, v in values.items():
+      row[a] = v
+    return row
+
   def _read(self, r):
-    """``(mentions, shown, changes, relative)`` of one request."""
+    """``(mentions, shown, their rows, changes [A], num_changes, relative)``
+    of one request (``rules_core.read``)."""
     mentions = self.reader.parse(r.feedback)
     shown = self.lexicon.parse(r.shown_caption)
-    changes = {a: v for a, v in mentions.items() if shown.get(a) != v}
-    negative = has_negative_marker(r.feedback)
-    relative = bool(mentions) and not negative and len(changes) < 3
-    return mentions, shown, changes, relative
+    m, s = self._row(mentions), self._row(shown)
+    named, changes, num_changes, relative = rules_core.read(
+        m, s, has_negative_marker(r.feedback))
+    del named
+    return mentions, m, s, changes, int(num_changes), bool(relative)
 
   def intent(self, requests) -> list[dict]:
-    """``search``: the shown video's caption values when the feedback is
-    relative (minus avoided values), then the kept constraints, then what
-    the feedback names (later sources win); ``edit``: the named values that
-    differ from the shown video. Earlier feedback reaches it only through
-    the Reflector's constraints."""
+    """``search``: ``rules_core.wanted`` (the shown video's caption values
+    when the feedback is relative, minus avoided values, then the kept
+    constraints, then what the feedback names); ``edit``: the named values
+    that differ from the shown video. Earlier feedback reaches it only
+    through the Reflector's constraints."""
     out = []
     for r in requests:
-      mentions, shown, changes, relative = self._read(r)
+      _, m, s, changes, _, relative = self._read(r)
       avoid = set(_constraint_pairs(self.lexicon, r.memory.avoid))
-      wanted = {a: v for a, v in shown.items()
-                if (a, v) not in avoid} if relative else {}
-      wanted.update(_constraints(self.lexicon, r.memory.keep))
-      wanted.update(mentions)
+      shown_avoided = np.array([(a, int(v)) in avoid for a, v in enumerate(s)])
+      wanted = rules_core.wanted(
+          m, s, self._row(_constraints(self.lexicon, r.memory.keep)),
+          shown_avoided, relative)
+      wanted = {a: int(v) for a, v in enumerate(wanted) if v >= 0}
       out.append({'search': self.lexicon.canonical_description(wanted)
                             if wanted else '',
-                  'edit': self.lexicon.canonical_edit(changes)})
+                  'edit': self.lexicon.canonical_edit(
+                      {a: int(v) for a, v in enumerate(changes) if v >= 0})})
     return out
 
   def reflect(self, requests) -> list[dict]:
-    """sigma: ``neg`` unless the feedback is relative, ``pos`` when it
-    changes at most one value, else ``neu``. ``keep``: earlier kept values
-    updated by what the feedback names; ``avoid``: earlier avoided values
-    not kept since, plus the shown video's values the feedback changes."""
+    """sigma: ``rules_core.sigma`` of the reasoner's rule. ``keep``: earlier
+    kept values updated by what the feedback names; ``avoid``: earlier
+    avoided values not kept since, plus the shown video's values the
+    feedback changes (``rules_core.reflect``), in the order they came."""
     out = []
     for r in requests:
-      mentions, shown, changes, relative = self._read(r)
+      mentions, m, s, changes, num_changes, relative = self._read(r)
       if self.sigma_rule == 'frames':
         label = self.frame_label(r.feedback)
         if label == 'answer' and not getattr(r, 'question', None):
           label = 'modify'  # no question shown: nothing to answer
-        sigma = frames_lib.SIGMA[label]
-      elif self.sigma_rule == 'paper':
-        sigma = 'neg' if not relative else (
-            'neu' if self._answers(r, mentions) else 'pos')
+        sigma = rules_core.sigma('frames', relative, num_changes,
+                                 label=frames_lib.LABELS.index(label))
       else:
-        sigma = 'neg' if not relative else ('pos' if len(changes) <= 1
-                                            else 'neu')
-      keep = _constraints(self.lexicon, r.memory.keep)
-      keep.update(mentions)
+        sigma = rules_core.sigma(self.sigma_rule, relative, num_changes,
+                                 answers=self._answers(r, m))
+      keep, rejected = rules_core.reflect(
+          m, s, changes, self._row(_constraints(self.lexicon,
+                                                r.memory.keep)))
       avoid = [(a, v) for a, v in _constraint_pairs(self.lexicon,
                                                      r.memory.avoid)
-               if keep.get(a) != v]
-      for a in changes:
-        if a in shown and (a, shown[a]) not in avoid:
-          avoid.append((a, shown[a]))
-      out.append({'sigma': sigma,
-                  'keep': [self.lexicon.constraint(a, v)
-                           for a, v in sorted(keep.items())],
+               if keep[a] != v]
+      for a in mentions:  # in the order the feedback names them
+        if rejected[a] >= 0 and (a, int(rejected[a])) not in avoid:
+          avoid.append((a, int(rejected[a])))
+      out.append({'sigma': rules_core.SIGMA_NAMES[int(sigma)],
+                  'keep': [self.lexicon.constraint(a, int(v))
+                           for a, v in enumerate(keep) if v >= 0],
                   'avoid': [self.lexicon.constraint(a, v) for a, v in avoid]})
     return out
 
@@ -172,13 +181,12 @@ class RulesReasoner(_Backend):
     return self.frames.label(frame, len(values))
 
   def _answers(self, r, mentions) -> bool:
-    """Whether the feedback answers the question shown: it names exactly
-    the attribute the question asks about."""
+    """Whether the feedback answers the question shown
+    (``rules_core.answers``: it names exactly the attribute asked)."""
     question = getattr(r, 'question', None)
-    if not question:
-      return False
-    asked = self.lexicon.question_attribute(question)
-    return asked is not None and set(mentions) == {asked}
+    asked = self.lexicon.question_attribute(question) if question else None
+    return bool(rules_core.answers(mentions >= 0,
+                                   -1 if asked is None else asked))
 
   def caption_values(self, captions) -> np.ndarray:
     """``[N, A]`` int32 attribute values each caption states (-1: none);
@@ -216,27 +224,13 @@ class RulesReasoner(_Backend):
     (highest entropy of its values), skipping attributes already kept."""
     out = []
     for r in requests:
-      fixed = _constraints(self.lexicon, r.memory.keep)
-      counts = collections.defaultdict(collections.Counter)
-      for caption in r.candidate_captions:
-        for a, v in self.lexicon.parse(caption).items():
-          counts[a][v] += 1
-      best, best_h = None, -1.0
-      for a in range(len(self.lexicon.A)):
-        if a in fixed:
-          continue
-        total = sum(counts[a].values())
-        # Counts summed in sorted order: equal value splits give exactly
-        # equal entropies (ties go to the first attribute), as in the
-        # jitted mode's Question Asker.
-        h = 0.0 if not total else -sum(
-            c / total * math.log(c / total)
-            for c in sorted(counts[a].values()))
-        if h > best_h:
-          best, best_h = a, h
-      if best is None:
-        best = 0
-      name = self.lexicon.A[best]
+      fixed = self._row(_constraints(self.lexicon, r.memory.keep)) >= 0
+      values = np.array([self._row(self.lexicon.parse(c))
+                         for c in r.candidate_captions], np.int64).reshape(
+                             -1, len(self.lexicon.A))
+      best = rules_core.most_uncertain(
+          values, fixed, int(values.max(initial=0)) + 1)
+      name = self.lexicon.A[int(best)]
       out.append({'question': self.lexicon.QUESTIONS[name][0]})
     return out
 

@@ -338,8 +338,8 @@ class TeacherReasoner(rules.RulesReasoner):
     return dict(self._truth[0])
 
   def _read(self, r):
-    mentions, shown, changes, _ = super()._read(r)
-    return mentions, shown, changes, self._truth[1] != 'rewrite'
+    *read, _ = super()._read(r)   # relative: the user's decision
+    return (*read, self._truth[1] != 'rewrite')
 
   def reflect(self, requests) -> list[dict]:
     out = super().reflect(requests)

@@ -110,6 +110,31 @@ _GENERIC = ('not this one', 'no, try again', 'that is not what I want')
 NEGATIVE_REWRITE_PREFIX = (False, True, True, True, False)
 
 
+def choose_action(config: UserConfig, num_diff, asked, xp=np):
+  """The user's policy (``ACTIONS`` index) on a shown video ``num_diff``
+  attributes from the target, ``asked``: a question was shown. mixed:
+  Answer a question when the video is far (more than ``modify_threshold``
+  attributes differ), else Rewrite it, Modify a near one; modify_only:
+  Modify whenever something differs; rewrite_only: Rewrite. Both draws
+  (``decide`` in JAX, ``SimulatedUser`` in NumPy) decide through it."""
+  major = num_diff > config.modify_threshold
+  if config.policy == 'mixed':
+    return xp.where(asked & major, ANSWER,
+                    xp.where(major | (num_diff == 0), REWRITE, MODIFY))
+  if config.policy == 'modify_only':
+    return xp.where(num_diff > 0, MODIFY, REWRITE)
+  return xp.asarray(REWRITE)
+
+
+def most_modified(config: UserConfig, num_diff, xp=np):
+  """How many differing attributes a Modify names at most (at least 1):
+  all of them, or under style ``paper`` at most ``modify_threshold``."""
+  most = num_diff
+  if config.style == 'paper':
+    most = xp.minimum(num_diff, config.modify_threshold)
+  return xp.maximum(most, 1)
+
+
 def decide(key: jax.Array, target_attrs: jax.Array, shown_attrs: jax.Array,
            config: UserConfig, asked: jax.Array | int = -1):
   """The user's decision on a shown video that is not the target, in JAX.
@@ -136,24 +161,15 @@ def decide(key: jax.Array, target_attrs: jax.Array, shown_attrs: jax.Array,
   k_order, k_size, k_drop, k_prefix = jax.random.split(key, 4)
   diff = jnp.asarray(target_attrs) != jnp.asarray(shown_attrs)
   num_diff = jnp.sum(diff)
-  major = num_diff > config.modify_threshold
   asked = jnp.asarray(asked)
-  if config.policy == 'mixed':
-    action = jnp.where((asked >= 0) & major, ANSWER,
-                       jnp.where(major | (num_diff == 0), REWRITE, MODIFY))
-  elif config.policy == 'modify_only':
-    action = jnp.where(num_diff > 0, MODIFY, REWRITE)
-  else:
-    action = jnp.asarray(REWRITE)
+  action = choose_action(config, num_diff, asked >= 0, jnp)
   # A uniformly random order of the attributes; a subset is a prefix of it.
   u = jax.random.uniform(k_order, (num,))
   rank = jnp.sum(u[None, :] < u[:, None], axis=1)
   u_diff = jnp.where(diff, u, 2.0)  # non-differing attributes sort last
   rank_diff = jnp.sum(u_diff[None, :] < u_diff[:, None], axis=1)
-  most = num_diff
-  if config.style == 'paper':
-    most = jnp.minimum(num_diff, config.modify_threshold)
-  modify_size = jax.random.randint(k_size, (), 1, jnp.maximum(most, 1) + 1)
+  modify_size = jax.random.randint(
+      k_size, (), 1, most_modified(config, num_diff, jnp) + 1)
   if config.style == 'paper':
     rewrite_size = num
   else:
@@ -263,21 +279,11 @@ class SimulatedUser:
   def _draw_numpy(self, rng, target, shown_attrs, asked):
     cfg = self.config
     diff = np.flatnonzero(target != np.asarray(shown_attrs))
-    major = len(diff) > cfg.modify_threshold
-    if cfg.policy == 'mixed' and asked is not None and major:
-      action = 'answer'
-    elif cfg.policy == 'modify_only' and len(diff):
-      action = 'modify'
-    elif cfg.policy == 'rewrite_only' or major or not len(diff):
-      action = 'rewrite'
-    else:
-      action = 'modify'
+    action = ACTIONS[int(choose_action(cfg, len(diff), asked is not None))]
     if action == 'answer':
       named = [asked]
     elif action == 'modify':
-      most = len(diff)
-      if cfg.style == 'paper':
-        most = max(min(len(diff), cfg.modify_threshold), 1)
+      most = int(most_modified(cfg, len(diff)))
       named = list(rng.permutation(diff)[:rng.integers(1, most + 1)])
     elif cfg.style == 'paper':
       named = list(rng.permutation(world_lib.NUM_ATTRIBUTES))
