@@ -16,6 +16,7 @@ Table 4.
 
 import dataclasses
 import pathlib
+import sys
 
 from absl import app
 from absl import flags
@@ -227,7 +228,13 @@ def main(argv):
         f'{study.admin_token()}', flush=True)
   print(f'open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C stops; '
         'restarting continues every participant)', flush=True)
-  uvicorn.run(app_lib.make_app(study, media), host=_HOST.value,
+  from recovr_jax.study import report_job  # pylint: disable=g-import-not-at-top
+  # Table 4 from the administration page: the report command with this
+  # server's own flags, in a child process (experiments/study_report.py).
+  report = report_job.ReportJob(
+      [sys.executable, '-m', 'experiments.study_report', *sys.argv[1:]],
+      study.log_dir.parent / 'report')
+  uvicorn.run(app_lib.make_app(study, media, report), host=_HOST.value,
               port=_PORT.value, log_level='warning')
 
 

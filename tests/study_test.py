@@ -581,6 +581,62 @@ class ParticipantFlowTest(absltest.TestCase):
       self.assertIn(row, table)
     self.assertIn('experiments.study_report', table)
 
+  def test_admin_builds_table4_in_a_child_process(self):
+    # The report command runs as a child process from the admin page, one
+    # build at a time; only the admin's same-origin form starts it; the
+    # table is then served to the admin alone. A stand-in command writes
+    # the table (the real one runs the simulated users: too slow here).
+    import sys  # pylint: disable=g-import-not-at-top
+    import time  # pylint: disable=g-import-not-at-top
+    from recovr_jax.study import report_job  # pylint: disable=g-import-not-at-top
+    study, _ = Tiny.study('report', participant_flow=True)
+    out = study.log_dir.parent / 'report'
+    script = ('import pathlib, sys, time; time.sleep(float(sys.argv[2])); '
+              'p = pathlib.Path(sys.argv[1]); '
+              "(p / 'table4.md').write_text('| turn | R@1 |')")
+    job = report_job.ReportJob([sys.executable, '-c', script, str(out), '1'],
+                               out)
+    admin = testclient.TestClient(app_lib.make_app(study, None, job))
+    participant = _Client(study)
+    self.assertEqual(admin.post('/admin/report').status_code, 403)
+    admin.get(f'/admin/join?token={study.admin_token()}')
+    page = admin.get('/admin').text
+    self.assertIn('has not been built', page)
+    self.assertIn('Build Table 4 now', page)
+    self.assertEqual(admin.get('/admin/table4').status_code, 404)
+    # Another origin, and a participant, are refused.
+    self.assertEqual(admin.post('/admin/report', headers={
+        'origin': 'http://evil.example'}).status_code, 403)
+    self.assertEqual(participant.post('/admin/report').status_code, 403)
+    r = admin.post('/admin/report', follow_redirects=False)
+    self.assertEqual(r.status_code, 303)
+    self.assertIn('Building Table 4 since', admin.get('/admin').text)
+    again = admin.post('/admin/report')
+    self.assertIn('already running', again.text)
+    for _ in range(100):
+      if job.status().state != 'running':
+        break
+      time.sleep(0.1)
+    status = job.status()
+    self.assertEqual(status.state, 'done', status.tail)
+    page = admin.get('/admin').text
+    self.assertIn('Table 4 built', page)
+    self.assertIn('href="/admin/table4"', page)
+    self.assertEqual(admin.get('/admin/table4').text, '| turn | R@1 |')
+    self.assertEqual(participant.get('/admin/table4').status_code, 403)
+    # A failing command is reported with its output.
+    failing = report_job.ReportJob(
+        [sys.executable, '-c', 'import sys; print("no logs"); sys.exit(3)'],
+        study.log_dir.parent / 'failing')
+    failing.start()
+    for _ in range(100):
+      if failing.status().state != 'running':
+        break
+      time.sleep(0.1)
+    self.assertEqual((failing.status().state, failing.status().code),
+                     ('failed', 3))
+    self.assertIn('no logs', failing.status().tail)
+
 
 class RealDataStudyTest(absltest.TestCase):
   """The study on WebVid-CoVR-style files: frame folders where given, the

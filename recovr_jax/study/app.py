@@ -154,7 +154,8 @@ def _int(form: dict, name: str) -> int:
                                 'integer') from e
 
 
-def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
+def make_app(study: study_lib.Study, media=None,
+             report=None) -> fastapi.FastAPI:
   """The app over ``study``; ``media``: a ``study.media.Media`` (None: every
   video is shown by its caption)."""
   app = fastapi.FastAPI(title='recovr_jax study', docs_url=None,
@@ -287,15 +288,45 @@ def make_app(study: study_lib.Study, media=None) -> fastapi.FastAPI:
                         samesite='strict')
     return response
 
+  def is_admin(request) -> bool:
+    return study.check_admin(request.cookies.get('recovr_study_admin'))
+
   @app.get('/admin', response_class=responses.HTMLResponse)
-  async def admin(request: fastapi.Request):
-    if not study.check_admin(request.cookies.get('recovr_study_admin')):
+  async def admin(request: fastapi.Request, message: str = ''):
+    if not is_admin(request):
       return refuse('Open the administration link printed at start.')
     rows = await concurrency.run_in_threadpool(study.progress)
+    command = ('python -m experiments.study_report <the flags this server '
+               'was started with>')
+    if report is not None:
+      command = ' '.join(report.command)
     return _page('admin.html', title='Study administration',
                  log_dir=str(study.log_dir), rows=rows,
-                 report_command='python -m experiments.study_report '
-                 '<the flags this server was started with>')
+                 report_command=command, message=message,
+                 report=None if report is None else report.status())
+
+  @app.post('/admin/report')
+  async def build_report(request: fastapi.Request):
+    """Starts the Table 4 build (the admin's same-origin form)."""
+    if not is_admin(request) or not same_origin(request):
+      return refuse('Refused: only the administration page can build the '
+                    'report.')
+    if report is None:
+      return refuse('This server was started without a report command.')
+    started = await concurrency.run_in_threadpool(report.start)
+    message = '' if started else 'already-running'
+    return responses.RedirectResponse(
+        '/admin' + (f'?message={message}' if message else ''),
+        status_code=303)
+
+  @app.get('/admin/table4')
+  async def table4(request: fastapi.Request):
+    if not is_admin(request):
+      return refuse('Open the administration link printed at start.')
+    status = None if report is None else report.status()
+    if status is None or not status.table:
+      raise fastapi.HTTPException(404, 'Table 4 has not been built yet')
+    return responses.PlainTextResponse(status.table)
 
   @app.get('/v/{pid}/{token}.gif')
   async def animation(pid: str, token: str, request: fastapi.Request):
