@@ -407,6 +407,18 @@ def study_cases(s: Scratch):
     yield ('a form without this study\'s CSRF token',
            f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
            status == 403 and log.read_bytes() == before)
+    report_dir = out / 'report'
+    status = server.request('POST', '/admin/report', '', {
+        'Cookie': cookie})[0]
+    yield ('a participant posting the Table 4 build',
+           f'HTTP {status}; build started: {report_dir.exists()}',
+           status == 403 and not report_dir.exists())
+    admin = f'recovr_study_admin={access["admin"]}'
+    status = server.request('POST', '/admin/report', '', {
+        'Cookie': admin, 'Origin': 'http://evil.example'})[0]
+    yield ('the Table 4 build posted from another site with the admin\'s '
+           'cookie', f'HTTP {status}; build started: {report_dir.exists()}',
+           status == 403 and not report_dir.exists())
     bob = f'{cookie.split("=")[0]}={access["codes"]["bob"]}'
     status = post(good, Cookie=bob)
     yield ('ann\'s form sent with bob\'s access code',
