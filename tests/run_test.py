@@ -804,9 +804,11 @@ class WebvidCovrTest(absltest.TestCase):
         'key,vid_key,video_id,sentence\n' + ''.join(
             f'ret{i},msr{i},v{i},a video number {i}\n' for i in range(6)))
     runs = {
-        'composed': dict(methods=['recovr', 'ivr', 'merlin', 'umivr',
-                                  'history_rewrite', 'umivr_rankcap',
-                                  't2v_only', 'no_reflection']),
+        # ReCoVR's fusion with rank-cap, MERLIN's utterance embeddings,
+        # UMIVR (its dialogue and questions) under a transplanted rank-cap,
+        # history rewriting, and a method without a turn-0 CoVR query.
+        'composed': dict(methods=['recovr', 'merlin', 'umivr_rankcap',
+                                  'history_rewrite', 't2v_only']),
         'text': dict(methods=['recovr', 'merlin'], start='text',
                      annotations=str(root / 'jsfusion.csv'))}
     for name, extra in runs.items():

@@ -589,7 +589,7 @@ class ParticipantFlowTest(absltest.TestCase):
     import sys  # pylint: disable=g-import-not-at-top
     import time  # pylint: disable=g-import-not-at-top
     from recovr_jax.study import report_job  # pylint: disable=g-import-not-at-top
-    study, _ = Tiny.study('report', participant_flow=True)
+    study, _ = Tiny.study('table4_build', participant_flow=True)
     out = study.log_dir.parent / 'report'
     script = ('import pathlib, sys, time; time.sleep(float(sys.argv[2])); '
               'p = pathlib.Path(sys.argv[1]); '
