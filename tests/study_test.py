@@ -786,7 +786,7 @@ class FeedbackTextTest(absltest.TestCase):
     self.assertEqual({p: v[1:] for p, v in flow.items()}, q)
     self.assertLen(set(flow['a']) | set(flow['b']), 8)
     with self.assertRaisesRegex(ValueError, r'\(--instances=3 \+ 1 '
-                                'practice\) = 8 instances'):
+                                r'practice\) = 8 instances'):
       study_lib.assignments(dataclasses.replace(config, flow=True), 7)
 
 
