@@ -169,10 +169,9 @@ class StepEnvironment(jitted.Environment):
     self.stepper = None
 
   def config(self, base):
-    """The run's ``jitted.SimConfig``."""
-    method = self.host.method
+    """The run's ``jitted.SimConfig`` (the host driver's ranking core)."""
     return jitted.SimConfig(
-        loop=method.ranking(base),
+        loop=self.host.config,
         face=StepFace(num_turns=base.num_turns), form=TabulatedForm(),
         composer='given')
 
