@@ -66,6 +66,61 @@ def shard_gallery(gallery, mesh: Mesh):
   return jax.device_put(gallery, NamedSharding(mesh, P(GALLERY_AXIS, None))), n
 
 
+def spans_processes(mesh: Mesh) -> bool:
+  """Whether ``mesh`` holds devices of other processes."""
+  return any(d.process_index != jax.process_index()
+             for d in mesh.devices.flat)
+
+
+def place(tree, mesh: Mesh, spec: P = P()):
+  """``tree`` (the same values on every process) placed with ``spec`` on
+  ``mesh``. A mesh over several processes' devices takes host values (JAX
+  refuses to move one process's device array there), so every leaf goes
+  through NumPy; PRNG keys travel as their key data."""
+  sharding = NamedSharding(mesh, spec)
+  if not spans_processes(mesh):
+    return jax.device_put(tree, sharding)
+
+  def leaf(x):
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype,
+                                                   jax.dtypes.prng_key):
+      return jax.random.wrap_key_data(
+          jax.device_put(np.asarray(jax.random.key_data(x)), sharding),
+          impl=jax.random.key_impl(x))
+    return jax.device_put(np.asarray(x), sharding)
+  return jax.tree.map(leaf, tree)
+
+
+def gather(tree):
+  """``tree`` of (possibly several processes') arrays as NumPy arrays, whole
+  on every process."""
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  def leaf(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+  return jax.tree.map(leaf, tree)
+
+
+def process_mesh(devices_per_process: int = 1) -> Mesh:
+  """A mesh whose session axis spans the first ``devices_per_process``
+  devices of every process (in process order): one jitted computation over
+  all of a multi-process run's devices."""
+  devices_per_process = checks.positive_int('devices_per_process',
+                                            devices_per_process)
+  chosen = []
+  for p in range(jax.process_count()):
+    mine = sorted((d for d in jax.devices() if d.process_index == p),
+                  key=lambda d: d.id)
+    if len(mine) < devices_per_process:
+      raise ValueError(f'process {p} has {len(mine)} devices; '
+                       f'{devices_per_process} per process were asked for')
+    chosen.extend(mine[:devices_per_process])
+  return make_mesh(gallery_shards=1, session_shards=len(chosen),
+                   devices=chosen)
+
+
 def process_rows(num_rows: int, mesh: Mesh) -> tuple[int, int]:
   """``(start, stop)``: the gallery rows this process holds for
   ``shard_gallery_rows`` (its devices' shards of the padded gallery; rows

@@ -143,9 +143,10 @@ def load(out, method, b, shape, sessions, identity, num_ids):
                            records=stored[3]), stored[4], stored[5])
 
 
-def compute(config, built, method, b, batch, base, user, ctx, out, identity):
-  """Runs batch ``b`` of ``method`` and saves its checkpoint; returns
-  ``(result, errors, reasoning counts)``."""
+def compute(config, built, method, b, batch, base, user, ctx, out, identity,
+            keep: bool = True):
+  """Runs batch ``b`` of ``method`` and saves its checkpoint (``keep``);
+  returns ``(result, errors, reasoning counts)``."""
   env, reasoner = built.env, ctx.reasoner
   shape = (len(batch), base.num_turns + 1, base.list_length)
   errors = {}
@@ -164,8 +165,9 @@ def compute(config, built, method, b, batch, base, user, ctx, out, identity):
       result = _per_session(env, method, batch, user, ctx, base, shape,
                             errors)
   counts = reporting.validity_counts(before, reasoner.validity())
-  with profiled('batch files (I/O)'):
-    save(out, method.name, b, result, batch, errors, counts, identity)
+  if keep:
+    with profiled('batch files (I/O)'):
+      save(out, method.name, b, result, batch, errors, counts, identity)
   return result, errors, counts
 
 
@@ -189,12 +191,44 @@ def run_own_share(config, built, out, batches, base, user, ctx, identity):
             f'{len(batches)} {state}', flush=True)
 
 
+def run_together(config, built, out, batches, base, user, ctx, identity):
+  """A multi-process run of the jitted driver: every process takes part in
+  every batch, whose sessions are split over one mesh of all processes'
+  devices (``sharding.process_mesh``); process 0 saves the batches and
+  decides which are found saved (the others follow it, so they never
+  disagree on which computations to join); then reads them all like a
+  resume."""
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  env = built.env
+  lead = config.process_id == 0
+  if lead:
+    print(f'jitted sessions over '
+          f'{config.session_shards * config.num_processes} devices of '
+          f'{config.num_processes} processes', flush=True)
+  for name in config.methods:
+    method = methods_lib.make(name, config.settings)
+    for b, batch in enumerate(batches):
+      shape = (len(batch), base.num_turns + 1, base.list_length)
+      saved = lead and load(out, name, b, shape, batch, identity,
+                            env.searchable) is not None
+      saved = bool(multihost_utils.broadcast_one_to_all(np.asarray(saved)))
+      if not saved:
+        compute(config, built, method, b, batch, base, user, ctx, out,
+                identity, keep=lead)
+      if lead:
+        print(f'{name} batch {b + 1} of {len(batches)} '
+              f'{"found saved" if saved else "done"} on '
+              f'{config.num_processes} processes', flush=True)
+
+
 def _run_jit(config, built, method, batch, base, user, ctx):
   """``method`` on ``batch`` in the jitted driver (the source's face
   reproduces ``user`` and ``ctx.reasoner``'s reading of its words)."""
   from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
   mesh = None
-  if config.session_shards > 1:
+  if config.num_processes > 1:  # one mesh over every process's devices
+    mesh = sharding.process_mesh(config.session_shards)
+  elif config.session_shards > 1:
     mesh = sharding.make_mesh(gallery_shards=1,
                               session_shards=config.session_shards,
                               devices=jax.local_devices())

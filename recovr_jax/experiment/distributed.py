@@ -2,9 +2,12 @@
 
 ``initialize`` joins the processes (``jax.distributed.initialize``; on CPU
 with gloo collectives); every process builds the same config and
-environment, runs its share of the batches (batch ``b`` on process ``b %
-num_processes``) and saves them as a resumed run would find them; after a
-``barrier``, process 0 reads every batch back and writes the outputs, so
+environment. The host driver runs each process's share of the batches
+(batch ``b`` on process ``b % num_processes``), saved as a resumed run
+would find them; the jitted driver runs every batch on every process, its
+sessions split over one mesh of all processes' devices, process 0 saving
+it (``batches.run_together``). After a ``barrier``, process 0 reads every
+batch back and writes the outputs, so
 the outputs do not depend on the number of processes (tests/
 distributed_test.py). A process that dies stops the others at the next
 barrier with JAX's error naming it; the same command resumes from the

@@ -180,9 +180,10 @@ def _run_claimed(config, built, out, start, resolved):
     print(f'{len(env.dropped)} annotation rows dropped (--missing_ids=drop;'
           f' listed in {out / "dropped_rows.json"})', flush=True)
 
-  if config.num_processes > 1:  # each process its share, then process 0
-    batches_lib.run_own_share(config, built, out, batches, base, user, ctx,
-                              identity)
+  if config.num_processes > 1:  # the batches, then process 0 reads them
+    share = (batches_lib.run_together if config.simulation == 'jit' else
+             batches_lib.run_own_share)
+    share(config, built, out, batches, base, user, ctx, identity)
     distributed.barrier('batches done')
     if not lead:
       return None

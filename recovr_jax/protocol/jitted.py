@@ -26,7 +26,6 @@ from typing import Protocol
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
@@ -368,8 +367,8 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   seed_key = jax.random.key(seed)
   if mesh is not None:  # pad to a multiple of the session shards
     shards = mesh.shape[sharding.SESSION_AXIS]
-    padded = jnp.concatenate([queries, jnp.broadcast_to(
-        queries[-1:], (-len(queries) % shards,))])
+    padded = np.concatenate([np.asarray(sessions, np.int32), np.broadcast_to(
+        np.asarray(sessions, np.int32)[-1:], (-len(sessions) % shards,))])
   # Each pass settles at least one more turn of every session (its words,
   # its dialogue, then the texts its plan needs, on the world).
   for attempt in range(3 * config.loop.num_turns + 4):
@@ -378,15 +377,14 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
       trace = simulate(config, env.data, tables, env.composer_params,
                        queries, seed_key, chunk_size=chunk_size)
     else:
-      # Replicated on every device of the mesh (a copy per device).
-      data, tables, params, key = jax.device_put(
-          (env.data, tables, env.composer_params, seed_key),
-          NamedSharding(mesh, P()))
+      # Replicated on every device of the mesh (a copy per device); the
+      # mesh may span several processes, each passing the same values.
+      data, tables, params, key = sharding.place(
+          (env.data, tables, env.composer_params, seed_key), mesh)
       trace = _over_sessions(config, chunk_size, mesh)(
-          data, tables, params, jax.device_put(padded, NamedSharding(
-              mesh, P(sharding.SESSION_AXIS))), key)
-      trace = jax.tree.map(lambda x: x[:len(queries)], trace)
-    trace = jax.tree.map(np.asarray, trace)
+          data, tables, params,
+          sharding.place(padded, mesh, P(sharding.SESSION_AXIS)), key)
+    trace = jax.tree.map(lambda x: x[:len(sessions)], sharding.gather(trace))
     added = filler.add(trace)
     if not added:
       return trace
