@@ -13,9 +13,10 @@ Two measurements, each against an anchor measured in the same run:
   and the scaling efficiency (speed-up / processes); every launch's
   `metrics.json` must equal the one-process run's byte for byte.
 * **sessions_jit**: the same with the jitted driver, per layout of
-  processes x CPU devices per process (`--jit_layouts`; a process splits
-  its sessions over its devices with `--session_shards`), the first layout
-  the anchor; efficiency per device.
+  processes x CPU devices per process (`--jit_layouts`; each batch's
+  sessions are split over one mesh of every process's devices,
+  `--session_shards` per process), the first layout the anchor;
+  efficiency per device.
 * **gallery**: exact top-`--k` retrieval of `--b` queries over a gallery of
   `--gallery_rows` x `--d` float32 rows (random unit vectors), held whole by
   one process vs split over 2 processes (each holds only its rows,
@@ -71,8 +72,8 @@ _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed retrieval repeats.')
 _LAYOUTS = flags.DEFINE_list(
     'jit_layouts', ['1x1', '1x2', '2x1'],
     'The sessions_jit measurement: processes x CPU devices per process, '
-    'the jitted driver splitting each process\'s sessions over its devices '
-    '(--session_shards).')
+    'the jitted driver splitting each batch\'s sessions over one mesh of '
+    'every process\'s devices (--session_shards per process).')
 _PARTS = flags.DEFINE_list('parts', ['sessions', 'sessions_jit', 'gallery'],
                            'What to measure: sessions, sessions_jit, '
                            'gallery.')

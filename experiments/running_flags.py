@@ -56,6 +56,13 @@ _SESSION_SHARDS = flags.DEFINE_integer(
     '(world replicated). On a CPU, first export XLA_FLAGS=--xla_force_host_'
     'platform_device_count=<cores>.')
 
+_GALLERY_OVER_PROCESSES = flags.DEFINE_bool(
+    'gallery_over_processes', False,
+    '--simulation=jit with several processes: split the gallery\'s rows '
+    'over the processes (each process\'s devices hold and score only its '
+    'rows; the lists merged exactly) instead of every device holding it '
+    'whole; each process\'s --session_shards devices split the sessions.')
+
 _PLATFORM = flags.DEFINE_enum(
     'platform', 'auto', list(resources.PLATFORMS),
     'Device to run on; a requested gpu or tpu that JAX cannot find is an '
@@ -101,8 +108,9 @@ _COORDINATOR = flags.DEFINE_string(
     'Run as several processes (JAX\'s distributed runtime): host:port of '
     'process 0, the same for every process; "auto" on a cluster JAX '
     'detects itself (SLURM, TPU pods). experiments/launch.py starts local '
-    'processes. Each process runs its share of the batches; process 0 '
-    'writes the outputs.')
+    'processes. The host driver gives each process its share of the batches; '
+    'the jitted driver runs each batch over every process\'s devices; '
+    'process 0 writes the outputs.')
 
 _NUM_PROCESSES = flags.DEFINE_integer(
     'num_processes', 1, 'Processes of the run (with --coordinator_address).')
@@ -127,7 +135,8 @@ HELP_GROUPS = (
         'session_shards', 'platform', 'cache_dir', 'compilation_cache',
         'resume', 'max_error_share', 'sweep', 'suite']),
     ('Several processes (docs/runner.md)', [
-        'coordinator_address', 'num_processes', 'process_id']),
+        'coordinator_address', 'num_processes', 'process_id',
+        'gallery_over_processes']),
     ('Outputs', ['output_dir', 'export_trec']),
 )
 
@@ -149,7 +158,8 @@ def fields() -> dict:
       simulation=_SIMULATION.value, jit_chunk_size=_JIT_CHUNK.value,
       session_shards=_SESSION_SHARDS.value, platform=_PLATFORM.value,
       num_processes=_PROCESSES['count'], process_id=_PROCESSES['id'],
-      coordinator_address=_COORDINATOR.value)
+      coordinator_address=_COORDINATOR.value,
+      gallery_over_processes=_GALLERY_OVER_PROCESSES.value)
 
 
 def sweep_settings():

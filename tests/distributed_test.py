@@ -82,6 +82,17 @@ class TwoProcessesTest(absltest.TestCase):
     for b in (1, 2, 3):
       self.assertIn(f'recovr batch {b} of 3 done on 2 processes', log)
 
+  def test_a_gallery_split_over_two_processes_equals_one(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    self._one(root, 'jit')
+    two = _module('experiments.launch', '--num_processes=2', '--', *TINY,
+                  '--simulation=jit', '--gallery_over_processes',
+                  f'--cache_dir={root / "cache"}',
+                  f'--output_dir={root / "two"}')
+    self.assertEqual(two.returncode, 0, two.stderr[-3000:])
+    self._assert_equal_outputs(root)
+    self.assertIn("the gallery's rows split over 2 processes", two.stdout)
+
   def test_a_killed_process_is_named_and_the_same_command_resumes(self):
     # Host driver, 12 batches of one session: process 1 runs the odd ones
     # and is killed once its first is saved (5 of its batches are left, so

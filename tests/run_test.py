@@ -379,6 +379,11 @@ class RunnerTest(absltest.TestCase):
                                 '1 device'):
       run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
                session_shards=4)
+    with self.assertRaisesRegex(Exception, '--gallery_over_processes needs '
+                                '--simulation=jit and --num_processes >= 2 '
+                                r'\(got --simulation=jit, --num_processes=1'):
+      run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+               gallery_over_processes=True)
     with self.assertRaisesRegex(Exception, '--platform=tpu was requested but '
                                 'JAX finds no tpu device'):
       run_main(self.root / 'bad', methods=['recovr'], platform='tpu')

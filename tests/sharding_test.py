@@ -63,9 +63,15 @@ def run_checks():
       methods.make('recovr'), session.LoopConfig(
           num_turns=3, list_length=20, num_ids=len(env.gallery)),
       simulator.UserConfig(), 'sum')
+  # Blocks of 32 rows (9 full blocks and 12 rows) so that the gallery's
+  # rows can be split too: over 2 shards (5 blocks each, the last 4 real
+  # plus the 12 rows) and 8 (2 blocks each: whole-padding shards), with
+  # ReCoVR's avoid penalty and the reference rows read across them.
+  session.BLOCK_SIZE = 32
   plain = simulation.run(sim_env, config, np.arange(23), seed=0)
-  split = simulation.run(sim_env, config, np.arange(23), seed=0, mesh=mesh)
-  jax.tree.map(np.testing.assert_array_equal, split, plain)
+  for mesh in (mesh, sharding.make_mesh(gallery_shards=8, session_shards=1)):
+    split = simulation.run(sim_env, config, np.arange(23), seed=0, mesh=mesh)
+    jax.tree.map(np.testing.assert_array_equal, split, plain)
   print('sharding checks passed')
 
 

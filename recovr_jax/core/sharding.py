@@ -121,6 +121,18 @@ def process_mesh(devices_per_process: int = 1) -> Mesh:
                    devices=chosen)
 
 
+def process_gallery_mesh(devices_per_process: int = 1) -> Mesh:
+  """A mesh whose gallery axis has one entry per process (process ``p``
+  holds gallery shard ``p``) and whose session axis spans the first
+  ``devices_per_process`` devices of each process."""
+  devices_per_process = checks.positive_int('devices_per_process',
+                                            devices_per_process)
+  mesh = process_mesh(devices_per_process)  # checks every process has them
+  grid = np.array(list(mesh.devices.flat)).reshape(
+      jax.process_count(), devices_per_process).T
+  return Mesh(grid, (SESSION_AXIS, GALLERY_AXIS))
+
+
 def process_rows(num_rows: int, mesh: Mesh) -> tuple[int, int]:
   """``(start, stop)``: the gallery rows this process holds for
   ``shard_gallery_rows`` (its devices' shards of the padded gallery; rows

@@ -201,7 +201,22 @@ def run_together(config, built, out, batches, base, user, ctx, identity):
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   env = built.env
   lead = config.process_id == 0
-  if lead:
+  if lead and config.gallery_over_processes:
+    from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
+    split = ranking.GallerySplit.of('gallery', env.searchable,
+                                    config.num_processes)
+    print(f'jitted sessions over {config.session_shards} device(s) per '
+          f'process, the gallery\'s rows split over {config.num_processes} '
+          f'processes: {split.rows} rows each ({split.per_shard} block(s) '
+          f'of {split.block_size}, then the last {split.rest} rows on the '
+          'last process)', flush=True)
+    if split.full_blocks < config.num_processes:
+      print(f'warning: --gallery_over_processes: the gallery\'s '
+            f'{env.searchable} rows are {split.full_blocks} retrieval '
+            f'block(s); some processes hold only padding (a split pays from '
+            f'{config.num_processes} x {ranking.BLOCK_SIZE} rows)',
+            flush=True)
+  elif lead:
     print(f'jitted sessions over '
           f'{config.session_shards * config.num_processes} devices of '
           f'{config.num_processes} processes', flush=True)
@@ -226,7 +241,9 @@ def _run_jit(config, built, method, batch, base, user, ctx):
   reproduces ``user`` and ``ctx.reasoner``'s reading of its words)."""
   from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
   mesh = None
-  if config.num_processes > 1:  # one mesh over every process's devices
+  if config.gallery_over_processes:  # rows over processes
+    mesh = sharding.process_gallery_mesh(config.session_shards)
+  elif config.num_processes > 1:  # one mesh over every process's devices
     mesh = sharding.process_mesh(config.session_shards)
   elif config.session_shards > 1:
     mesh = sharding.make_mesh(gallery_shards=1,

@@ -118,6 +118,11 @@ def _check_simulation(config) -> None:
          f'{", ".join(config_lib.SIMULATIONS)}')
   if config.session_shards > 1 and config.simulation != 'jit':
     fail('--session_shards needs --simulation=jit')
+  if config.gallery_over_processes and (config.simulation != 'jit' or
+                                       config.num_processes < 2):
+    fail('--gallery_over_processes needs --simulation=jit and '
+         f'--num_processes >= 2 (got --simulation={config.simulation}, '
+         f'--num_processes={config.num_processes})')
   if config.session_shards > len(jax.local_devices()):
     fail(f'--session_shards={config.session_shards} but JAX sees '
          f'{len(jax.local_devices())} device(s); on a CPU export XLA_FLAGS='

@@ -83,6 +83,8 @@ class RunConfig:
   num_processes: int = 1
   process_id: int = 0
   coordinator_address: str | None = None
+  # The jitted driver's gallery rows split over the processes.
+  gallery_over_processes: bool = False
   flags_text: str = ''                     # written to flags.txt
 
   def chat_options(self) -> dict | None:

@@ -121,6 +121,7 @@ def environment() -> dict:
 # the report's bootstrap, where caches and outputs go, and bookkeeping.
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'num_processes', 'process_id', 'coordinator_address',
+                    'gallery_over_processes',
                     'unverified_checkpoints', 'allow_unverified_checkpoints',
                     'bootstrap_resamples',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',

@@ -26,6 +26,7 @@ from typing import Protocol
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
@@ -157,6 +158,8 @@ class _Shared:
   tables: object
   composer_params: object
   seed_key: jax.Array
+  # The gallery's rows split over a mesh axis (None: every device holds it).
+  split: ranking.GallerySplit | None = None
 
 
 def _session_start(config: SimConfig, shared: _Shared, query):
@@ -167,7 +170,8 @@ def _session_start(config: SimConfig, shared: _Shared, query):
   method_state, search = config.form.init(start)
   search_code = face.code(search) * config.form.t2v
   search_key = face.key(search_code, plan_lib.T2V)
-  covr = compose(config.composer, shared.composer_params, data.gallery[ref],
+  covr = compose(config.composer, shared.composer_params,
+                 ranking.gallery_row(data.gallery, ref, shared.split),
                  start.modification)
   inputs = ranking.TurnInputs(
       queries=jnp.stack([face.text(shared.tables, search_key), covr]),
@@ -176,7 +180,8 @@ def _session_start(config: SimConfig, shared: _Shared, query):
       exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
       stop=jnp.asarray(False))
   state = ranking.start_step(config.loop, data.gallery,
-                             ranking.init_state(config.loop), inputs)
+                             ranking.init_state(config.loop), inputs,
+                             split=shared.split)
   return SessionCarry(state=state, method=method_state,
                       question=jnp.asarray(-1, jnp.int32),
                       asked=jnp.asarray(0, jnp.int32),
@@ -243,7 +248,8 @@ class _JitDriver:
     else:  # the method's own text embedding (the dialogue, MERLIN's text)
       edit, edit_valid = plan.edit_embedding, jnp.asarray(plan.use_edit)
     covr_query = compose(self.config.composer, shared.composer_params,
-                         shared.data.gallery[plan.anchor], edit)
+                         ranking.gallery_row(shared.data.gallery, plan.anchor,
+                                             shared.split), edit)
     inputs = ranking.TurnInputs(
         queries=jnp.stack([face.text(shared.tables, texts['search_key']),
                            covr_query]),
@@ -252,7 +258,7 @@ class _JitDriver:
         penalty=self.config.form.penalty(plan.avoid,
                                          shared.data.memory.caption_attrs))
     state = ranking.turn_step(self.config.loop, shared.data.gallery,
-                              carry.state, inputs)
+                              carry.state, inputs, split=shared.split)
     return dataclasses.replace(carry, state=state)
 
   def ask(self, carry, active):
@@ -302,16 +308,18 @@ def _stopped_turn(config: SimConfig, carry: SessionCarry):
 
 
 def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_params,
-                   queries, seed_key, chunk_size: int | None = None
-                   ) -> SimTrace:
+                   queries, seed_key, chunk_size: int | None = None,
+                   split: ranking.GallerySplit | None = None) -> SimTrace:
   """A batch of sessions, one per entry of ``queries`` ``[S]``.
 
   ``chunk_size=None``: ``session.plain_turns`` (every session computes
   every turn); an int: ``session.compact_turns`` (same results; work only
   for sessions still searching).
   ``tables``: the pass's tables (``Environment.filler(...).arrays()``).
+  ``split``: ``data.gallery`` is this device's rows of a split gallery
+  (inside ``shard_map``; see ``run``).
   """
-  shared = _Shared(data, tables, composer_params, seed_key)
+  shared = _Shared(data, tables, composer_params, seed_key, split)
   # Data, tables and composer shared; one query per session.
   carry, search0 = jax.vmap(functools.partial(_session_start, config,
                                               shared))(queries)
@@ -341,14 +349,45 @@ simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))
 
 
 @functools.lru_cache(maxsize=16)
-def _over_sessions(config, chunk_size, mesh):
+def _over_sessions(config, chunk_size, mesh, data_structure=None,
+                   num_rows=None):
   """``simulate_batch`` with the sessions split over the mesh's session
-  axis and everything else replicated."""
-  body = functools.partial(simulate_batch, config, chunk_size=chunk_size)
+  axis. ``data_structure`` (the data's treedef) and ``num_rows``: the
+  gallery's rows are split over the mesh's gallery axis (``num_rows`` real
+  rows); otherwise everything but the sessions is replicated."""
   shared, split = P(), P(sharding.SESSION_AXIS)
+  data_spec, rows = shared, None
+  if data_structure is not None:
+    data_spec = dataclasses.replace(
+        jax.tree.unflatten(data_structure, [P()] * data_structure.num_leaves),
+        gallery=P(sharding.GALLERY_AXIS, None))
+    rows = ranking.GallerySplit.of(sharding.GALLERY_AXIS, num_rows,
+                                   mesh.shape[sharding.GALLERY_AXIS])
+  body = functools.partial(simulate_batch, config, chunk_size=chunk_size,
+                           split=rows)
   return jax.jit(jax.shard_map(
-      body, mesh=mesh, in_specs=(shared, shared, shared, split, shared),
+      body, mesh=mesh, in_specs=(data_spec, shared, shared, split, shared),
       out_specs=split, check_vma=False))
+
+
+def _place_split_gallery(data, mesh):
+  """``data`` replicated on ``mesh`` but its gallery, whose rows are split
+  over the gallery axis as ``ranking.GallerySplit`` lays them out (each
+  process places only the rows of its own devices)."""
+  gallery = np.asarray(data.gallery, np.float32)
+  split = ranking.GallerySplit.of(sharding.GALLERY_AXIS, gallery.shape[0],
+                                  mesh.shape[sharding.GALLERY_AXIS])
+
+  def rows(index):
+    shard = (index[0].start or 0) // split.rows
+    ids, real = split.global_ids(shard, xp=np)
+    return np.where(real[:, None], gallery[np.where(real, ids, 0)], 0.0
+                    ).astype(np.float32)
+  split_gallery = jax.make_array_from_callback(
+      (split.shards * split.rows, gallery.shape[1]),
+      NamedSharding(mesh, P(sharding.GALLERY_AXIS, None)), rows)
+  rest = sharding.place(dataclasses.replace(data, gallery=None), mesh)
+  return dataclasses.replace(rest, gallery=split_gallery)
 
 
 def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
@@ -356,15 +395,19 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   """Runs ``sessions`` (query indices), filling the tables as needed.
 
   ``chunk_size``: see ``simulate_batch``. ``mesh``: a ``sharding.make_mesh``
-  mesh whose ``session`` axis splits the sessions over devices (data, tables
-  and composer replicated); None runs on the default device. Returns the
-  trace as NumPy arrays.
+  mesh (it may span several processes, each calling this with the same
+  values) whose ``session`` axis splits the sessions over devices and whose
+  ``gallery`` axis, when longer than 1, splits the gallery's rows (each
+  device scores its rows; the lists merged exactly); tables, composer and
+  the rest of the data are replicated. None runs on the default device.
+  Returns the trace as NumPy arrays, whole on every process.
   """
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f'chunk_size must be >= 1 or None, got {chunk_size}')
   filler = env.filler(config, seed, len(sessions))
   queries = jnp.asarray(sessions, jnp.int32)
   seed_key = jax.random.key(seed)
+  split_rows = mesh is not None and mesh.shape[sharding.GALLERY_AXIS] > 1
   if mesh is not None:  # pad to a multiple of the session shards
     shards = mesh.shape[sharding.SESSION_AXIS]
     padded = np.concatenate([np.asarray(sessions, np.int32), np.broadcast_to(
@@ -379,11 +422,18 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
     else:
       # Replicated on every device of the mesh (a copy per device); the
       # mesh may span several processes, each passing the same values.
-      data, tables, params, key = sharding.place(
-          (env.data, tables, env.composer_params, seed_key), mesh)
-      trace = _over_sessions(config, chunk_size, mesh)(
-          data, tables, params,
-          sharding.place(padded, mesh, P(sharding.SESSION_AXIS)), key)
+      tables, params, key = sharding.place(
+          (tables, env.composer_params, seed_key), mesh)
+      if split_rows:
+        data = _place_split_gallery(env.data, mesh)
+        fn = _over_sessions(config, chunk_size, mesh,
+                            jax.tree.structure(env.data),
+                            int(env.data.gallery.shape[0]))
+      else:
+        data = sharding.place(env.data, mesh)
+        fn = _over_sessions(config, chunk_size, mesh)
+      trace = fn(data, tables, params,
+                 sharding.place(padded, mesh, P(sharding.SESSION_AXIS)), key)
     trace = jax.tree.map(lambda x: x[:len(sessions)], sharding.gather(trace))
     added = filler.add(trace)
     if not added:

@@ -118,14 +118,133 @@ def init_state(config: LoopConfig) -> SessionState:
       fired=jnp.zeros((config.num_turns + 1,), bool))
 
 
-def _retrieve_channels(config, gallery, inputs):
+# Rows per block of the exact top-K (``retrieval.retrieve``'s block_size);
+# a split gallery keeps the whole gallery's blocks (tests lower it).
+BLOCK_SIZE = retrieval.DEFAULT_BLOCK_SIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class GallerySplit:
+  """A gallery of ``num_valid`` rows whose rows are split over mesh axis
+  ``axis`` of ``shards`` devices (inside ``shard_map``).
+
+  The split keeps the whole gallery's blocks of the exact top-K
+  (``block_size`` rows; ``retrieval.retrieve`` scores a block at a time, and
+  a CPU's matmul kernel can round a row's score differently in blocks of
+  other shapes): shard ``s`` holds full blocks ``s * per_shard ...`` (blocks
+  past the last are padding) and then a slot for the gallery's last partial
+  block, real only on the last shard. So every score is computed on the
+  same shape as on the whole gallery, and the merged lists are equal bit
+  for bit."""
+  axis: str
+  num_valid: int
+  shards: int
+  block_size: int
+
+  @property
+  def full_blocks(self) -> int:
+    return self.num_valid // self.block_size
+
+  @property
+  def per_shard(self) -> int:
+    return -(-self.full_blocks // self.shards)
+
+  @property
+  def rest(self) -> int:
+    return self.num_valid % self.block_size
+
+  @property
+  def rows(self) -> int:
+    """Rows each shard holds."""
+    return self.per_shard * self.block_size + self.rest
+
+  @classmethod
+  def of(cls, axis: str, num_valid: int, shards: int,
+         block_size: int | None = None) -> 'GallerySplit':
+    """The split of ``num_valid`` rows with the whole gallery's blocks
+    (``min(BLOCK_SIZE, num_valid)`` rows, as ``retrieve`` takes them)."""
+    block = min(BLOCK_SIZE if block_size is None else block_size, num_valid)
+    return cls(axis, num_valid, shards, block)
+
+  def global_ids(self, shard, xp=jnp):
+    """``([rows] global id, [rows] bool real)`` of shard ``shard``'s rows."""
+    i = xp.arange(self.rows)
+    full = i < self.per_shard * self.block_size
+    block = shard * self.per_shard + i // self.block_size
+    ids = xp.where(full, block * self.block_size + i % self.block_size,
+                   self.full_blocks * self.block_size + i -
+                   self.per_shard * self.block_size)
+    real = xp.where(full, block < self.full_blocks, shard == self.shards - 1)
+    return ids, real
+
+  def locate(self, ids):
+    """``(shard, local row)`` of global ``ids`` (jnp)."""
+    full = ids < self.full_blocks * self.block_size
+    block = ids // self.block_size
+    shard = jnp.where(full, block // max(self.per_shard, 1), self.shards - 1)
+    local = jnp.where(full, (block % max(self.per_shard, 1)) *
+                      self.block_size + ids % self.block_size,
+                      self.per_shard * self.block_size + ids -
+                      self.full_blocks * self.block_size)
+    return shard, local
+
+
+def gallery_row(gallery, i, split: GallerySplit | None = None):
+  """Row ``i`` (a global id) of the gallery, whole or split: the shard that
+  holds it contributes the row, the others zeros (an exact sum)."""
+  if split is None:
+    return gallery[i]
+  shard, local = split.locate(i)
+  mine = shard == jax.lax.axis_index(split.axis)
+  row = jnp.where(mine, gallery[jnp.clip(local, 0, split.rows - 1)], 0.0)
+  return jax.lax.psum(row, split.axis)
+
+
+def _retrieve_split(config, gallery, queries, exclude, penalty,
+                    split: GallerySplit):
+  """``retrieval.retrieve`` over a split gallery: each shard's top-K of its
+  rows (in the whole gallery's blocks; padding never enters), ids made
+  global, gathered in shard order (lower ids first) and merged by one
+  ``top_k``, whose lower-index tie rule gives the whole gallery's lists
+  exactly, ties included."""
+  c = queries.shape[0]
+  here = jax.lax.axis_index(split.axis)
+  ids_here, real = split.global_ids(here)
+  # Padding rows score -inf (a penalty of +inf; real rows' penalty + 0.0
+  # is the penalty itself).
+  local_penalty = jnp.where(real, 0.0, jnp.inf)
+  if penalty is not None:
+    local_penalty = local_penalty + jnp.where(
+        real, penalty[jnp.clip(ids_here, 0, split.num_valid - 1)], 0.0)
+  shard, local = split.locate(exclude)
+  local_exclude = jnp.where((exclude >= 0) & (shard == here), local, -1)
+  local_ids, scores = retrieval.top_k_blocks(
+      queries, gallery, jnp.broadcast_to(local_exclude, (c,)),
+      k=config.list_length, block_size=split.block_size,
+      penalty=jnp.broadcast_to(local_penalty, (c, split.rows)))
+  ids = jnp.where(scores == -jnp.inf, -1,
+                  ids_here[jnp.clip(local_ids, 0, split.rows - 1)])
+  all_ids = jax.lax.all_gather(ids, split.axis, axis=1, tiled=True)
+  all_scores = jax.lax.all_gather(scores, split.axis, axis=1, tiled=True)
+  top, pos = jax.lax.top_k(all_scores, config.list_length)
+  return (jnp.where(top == -jnp.inf, -1,
+                    jnp.take_along_axis(all_ids, pos, axis=1)), top)
+
+
+def _retrieve_channels(config, gallery, inputs, split=None):
   """Every channel's list; also returned unmasked for turn 0's display."""
   c, _ = inputs.queries.shape
-  penalty = None if inputs.penalty is None else jnp.broadcast_to(
-      inputs.penalty, (c, gallery.shape[0]))
-  raw_ids, raw_scores = retrieval.retrieve(
-      inputs.queries, gallery, config.list_length,
-      exclude=jnp.broadcast_to(inputs.exclude, (c,)), penalty=penalty)
+  if split is not None:
+    raw_ids, raw_scores = _retrieve_split(config, gallery, inputs.queries,
+                                          inputs.exclude, inputs.penalty,
+                                          split)
+  else:
+    penalty = None if inputs.penalty is None else jnp.broadcast_to(
+        inputs.penalty, (c, gallery.shape[0]))
+    raw_ids, raw_scores = retrieval.retrieve(
+        inputs.queries, gallery, config.list_length,
+        exclude=jnp.broadcast_to(inputs.exclude, (c,)), penalty=penalty,
+        block_size=BLOCK_SIZE)
   # Without the barrier XLA:CPU recomputes the top-k for the masked and the
   # raw outputs separately (start_step was 10x slower than turn_step).
   raw_ids, raw_scores = jax.lax.optimization_barrier((raw_ids, raw_scores))
@@ -135,12 +254,13 @@ def _retrieve_channels(config, gallery, inputs):
 
 
 def start_step(config: LoopConfig, gallery, state: SessionState,
-               inputs: TurnInputs, shown_channel: int = 1):
+               inputs: TurnInputs, shown_channel: int = 1,
+               split: GallerySplit | None = None):
   """Turn 0: the valid channels' lists enter the ring; the list of
   ``shown_channel`` (the CoVR channel, shared by every method) is displayed
   unchanged, whether or not the method keeps that channel."""
   ids, scores, raw_ids, raw_scores = _retrieve_channels(config, gallery,
-                                                        inputs)
+                                                        inputs, split)
   ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
   shown_ids = raw_ids[shown_channel]
   shown_scores = raw_scores[shown_channel]
@@ -151,10 +271,11 @@ def start_step(config: LoopConfig, gallery, state: SessionState,
 
 
 def turn_step(config: LoopConfig, gallery, state: SessionState,
-              inputs: TurnInputs) -> SessionState:
+              inputs: TurnInputs, split: GallerySplit | None = None
+              ) -> SessionState:
   """A feedback turn ``t = state.turn + 1`` for one session."""
   turn = state.turn + 1
-  ids, scores, _, _ = _retrieve_channels(config, gallery, inputs)
+  ids, scores, _, _ = _retrieve_channels(config, gallery, inputs, split)
   ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
   if config.rank_cap:
     demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
