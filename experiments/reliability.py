@@ -15,6 +15,7 @@ case does not behave as expected.
 import http.client
 import itertools
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -34,10 +35,11 @@ from experiments import cli
 from experiments import outputs
 
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
-GROUPS = ('runner', 'study', 'importer', 'lora')
+GROUPS = ('runner', 'processes', 'study', 'importer', 'lora')
 _GROUPS = flags.DEFINE_multi_enum(
     'cases', list(GROUPS), GROUPS,
-    'Which groups of cases to try (repeatable): the runner, the study app, '
+    'Which groups of cases to try (repeatable): the runner, the runner as '
+    'several processes, the study app, '
     'the CoVR importer, LoRA adapters.')
 
 TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
@@ -308,6 +310,52 @@ def cases(s: Scratch, clean: pathlib.Path):
          f'INCOMPLETE marker: {marked}', not stale and marked)
 
 
+def _child_pid(parent: int, marker: str) -> int | None:
+  """The pid of ``parent``'s child process whose command line holds the
+  argument ``marker`` (None: none yet)."""
+  for proc in pathlib.Path('/proc').iterdir():
+    if not proc.name.isdigit():
+      continue
+    try:
+      ppid = int((proc / 'stat').read_text().rsplit(')', 1)[1].split()[1])
+      args = (proc / 'cmdline').read_bytes().split(b'\0')
+    except (OSError, ValueError, IndexError):
+      continue
+    if ppid == parent and marker.encode() in args:
+      return int(proc.name)
+  return None
+
+
+def multi_process_cases(s: Scratch):
+  """Two processes of the jitted driver (one mesh over both): process 1
+  killed after the first batch; the launcher must name it and the same
+  command resume to the one-process outputs."""
+  ref = s.root / 'jit_one'
+  s.run(ref, '--simulation=jit')
+  d = s.root / 'jit_two'
+  cmd = [sys.executable, '-m', 'experiments.launch', '--num_processes=2',
+         '--', *TINY, f'--cache_dir={s.cache}', f'--output_dir={d}',
+         '--simulation=jit']
+  launch = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+  first_batch = d / 'batches' / 'recovr' / '00000.json'
+  while not first_batch.exists() and launch.poll() is None:
+    time.sleep(0.05)
+  victim = _child_pid(launch.pid, '--process_id=1')
+  if victim is not None:
+    os.kill(victim, signal.SIGKILL)
+  text = launch.communicate(timeout=600)[0]
+  named = 'process 1 of 2 was killed by signal 9 (SIGKILL)' in text
+  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  same = done.returncode == 0 and _same(d, ref)
+  yield ('`--simulation=jit` over 2 processes, process 1 SIGKILLed after '
+         'the first batch, then the same command',
+         f'launch exit {launch.returncode}, the process named: {named}; '
+         f'resumed exit {done.returncode}, outputs byte-identical to one '
+         f'process: {same}', victim is not None and launch.returncode != 0
+         and named and same)
+
+
 # Straight to the instances (the cases try the instance pages' forms; the
 # consent form goes through the same checks).
 STUDY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
@@ -564,7 +612,9 @@ def main(argv):
   print(f'clean reference run: {secs:.0f} s', flush=True)
   rows = []
   repo = str(pathlib.Path(__file__).resolve().parents[1])
-  groups = {'runner': lambda: cases(s, clean), 'study': lambda: study_cases(s),
+  groups = {'runner': lambda: cases(s, clean),
+            'processes': lambda: multi_process_cases(s),
+            'study': lambda: study_cases(s),
             'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s)}
   for case, outcome, ok in itertools.chain.from_iterable(
       groups[g]() for g in GROUPS if g in _GROUPS.value):
