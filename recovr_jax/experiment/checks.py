@@ -138,10 +138,12 @@ def _check_reasoner(config, source) -> None:
       config.reasoner_checkpoint):
     fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
          'directory')
-  if config.reasoner_adapter and config.reasoner != 'smollm2_world':
-    fail(f'--reasoner_adapter is for --reasoner=smollm2_world, not '
+  if config.reasoner_adapter and config.reasoner not in (
+      'smollm2_world', 'grounded_smollm2'):
+    fail(f'--reasoner_adapter is for --reasoner=smollm2_world or '
+         f'grounded_smollm2, not '
          f'--reasoner={config.reasoner}')
-  if config.reasoner in ('smollm2', 'smollm2_world'):
+  if config.reasoner in ('smollm2', 'smollm2_world', 'grounded_smollm2'):
     _check_chat(config, source)
   if config.reasoner == 'flax_lm':
     from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
@@ -176,18 +178,18 @@ def _check_chat(config, source) -> None:
     problem = gguf_llama.smollm2_problem()
     if problem:
       fail(f'--reasoner={config.reasoner}: {problem}')
-  if config.reasoner == 'smollm2_world':
+  if config.reasoner in ('smollm2_world', 'grounded_smollm2'):
     adapter = pathlib.Path(config.reasoner_adapter or
                            chat_lm.DEFAULT_ADAPTER_DIR)
     if not (adapter / 'adapter.json').is_file():
-      fail(f'--reasoner=smollm2_world: the adapter {adapter} is missing '
+      fail(f'--reasoner={config.reasoner}: the adapter {adapter} is missing '
            '(no adapter.json); experiments/train_adapter.py writes it')
     from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
     try:  # its files, tensors, layers and shapes, before any model loads
       lora.check(lora.load(adapter), f'LoRA adapter {adapter}',
                  chat_lm.model_config(config.reasoner_checkpoint))
     except (OSError, ValueError) as e:
-      fail(f'--reasoner=smollm2_world: {e}')
+      fail(f'--reasoner={config.reasoner}: {e}')
     problems = source.reasoner_problems(config)
     if problems:
       fail('\n'.join(problems))

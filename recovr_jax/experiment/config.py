@@ -90,7 +90,7 @@ class RunConfig:
   def chat_options(self) -> dict | None:
     """The chat-LM reasoner's options (``reasoning.chat_lm.make``), or None
     for another reasoner."""
-    if self.reasoner not in ('smollm2', 'smollm2_world'):
+    if self.reasoner not in ('smollm2', 'smollm2_world', 'grounded_smollm2'):
       return None
     return {'few_shot': self.few_shot, 'wording': self.prompt_wording,
             'dtype': self.reasoner_dtype,

@@ -40,14 +40,14 @@ def input_paths(config) -> dict[str, str]:
                   source.default_reasoner_checkpoint('flax_lm'))
     if checkpoint:
       paths['reasoner_checkpoint'] = checkpoint
-  if config.reasoner in ('smollm2', 'smollm2_world'):
+  if config.reasoner in ('smollm2', 'smollm2_world', 'grounded_smollm2'):
     from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
     from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
     if config.reasoner_checkpoint:
       paths['reasoner_checkpoint'] = config.reasoner_checkpoint
     else:
       paths['reasoner_gguf'] = str(gguf_llama.find_smollm2())
-    if config.reasoner == 'smollm2_world':
+    if config.reasoner in ('smollm2_world', 'grounded_smollm2'):
       paths['reasoner_adapter'] = (config.reasoner_adapter or
                                    chat_lm.DEFAULT_ADAPTER_DIR)
   return paths

@@ -71,6 +71,11 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
   ``smollm2`` / ``smollm2_world`` (``reasoning.chat_lm.make`` with
   ``chat_options``) draw their few-shot examples from the training split.
 
+  ``grounded_smollm2``: ``grounded``, except that the Intent Decomposer
+  and the State Reflector of feedback holding words that neither the
+  lexicon, the training phrasings nor the user's frames read go to
+  ``smollm2_world`` (``reasoning.routed``).
+
   ``rules`` reads and writes the world's lexicon. ``flax_lm`` loads
   ``checkpoint`` (default: the shipped world reasoner) with the rules
   backend as its fallback; a checkpoint trained by
@@ -122,11 +127,28 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
                         preprocess=(reasoner_training.preprocess if fixer
                                     else None),
                         reflect_literals=literals, **(chat_options or {}))
+  if backend == 'grounded_smollm2':
+    from recovr_jax.reasoning import routed  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import generator as world_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
+    grounded = make_reasoner('grounded', world_config=world_config,
+                             encode_text=encode_text)
+    model = make_reasoner('smollm2_world', checkpoint,
+                          chat_options=chat_options,
+                          world_config=world_config, **kwargs)
+    reader = grounded.reader
+    frames = reading.frame_words(
+        world_lib.make_world(world_config or world_lib.WorldConfig()), reader)
+    return routed.RoutedReasoner(
+        grounded, model,
+        lambda text: bool(reading.unread_words(reader, frames, text)),
+        name='grounded_smollm2')
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
                    f'{", ".join(BACKENDS)}')
 
 
-BACKENDS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world')
+BACKENDS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
+            'grounded_smollm2')
 
 
 def check_backends(backends) -> None:

@@ -168,3 +168,36 @@ def sigma_agreement(reasoner, world, num: int = FIT_UTTERANCES,
         text, caption, schemas.SessionMemory(), question)])[0]
     right += out['sigma'] == frames.SIGMA[action]
   return right / num
+
+
+# The routed backend's frame words: drawn like the threshold fit's
+# utterances (train split, training phrasings), another seed.
+FRAME_WORDS_SEED = 4
+
+
+def frame_words(world, reader, num: int = FIT_UTTERANCES,
+                seed: int = FRAME_WORDS_SEED) -> frozenset:
+  """The words of ``num`` training utterances that ``reader``'s lexicon
+  (with the training phrasings) leaves unread: the user's frames ("swap
+  the colour for", "I'm picturing", "instead"), which are not split between
+  training and held-out phrasings."""
+  texts, _ = training_utterances(world, num, seed)
+  words = set()
+  for text in texts:
+    words.update(unread_words(reader, frozenset(), text))
+  return frozenset(words)
+
+
+def unread_words(reader, frames: frozenset, text: str) -> list[str]:
+  """The words of ``text`` that ``reader``'s lexicon (with its exact
+  phrases and dictionary) leaves unread and that are neither function
+  words nor in ``frames``: what only a reader of unknown phrases could
+  read."""
+  mentions, words = reader.lexicon.parse_spans(text, reader.exact,
+                                               reader.dictionary)
+  read = set()
+  for _, _, start, end in mentions:
+    read.update(range(start, end))
+  return [w for i, w in enumerate(words)
+          if i not in read and w not in frames and len(w) >= 2
+          and not reader.lexicon.is_function_word(w)]

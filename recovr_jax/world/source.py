@@ -84,7 +84,8 @@ class WorldSource(source_lib.Source):
   """The generated world, its encoders, captioner, user and reasoners."""
 
   NAME = 'world'
-  REASONERS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world')
+  REASONERS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
+               'grounded_smollm2')
   JITTED = True
   OWN_MEDIA = True
   FEW_SHOT = True
@@ -152,7 +153,7 @@ class WorldSource(source_lib.Source):
 
   def reasoner_problems(self, run):
     """The smollm2_world adapter's recorded world split and benchmark."""
-    if run.reasoner != 'smollm2_world':
+    if run.reasoner not in ('smollm2_world', 'grounded_smollm2'):
       return []
     from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
