@@ -79,9 +79,10 @@ def main(argv):
   lines = [f'R@1 (%) per turn of {title}, {len(sessions)} sessions',
            '', f'| run | {head} | s/turn | decoded tokens/s |',
            '|' + '|'.join(['---'] + ['---:'] * (turns + 2)) + '|']
-  for label, d, (_, _, h) in zip(labels, dirs, loaded):
+  for i, (label, d, (_, _, h)) in enumerate(zip(labels, dirs, loaded)):
     speed_path = d / 'reasoner_speed.json'
-    speed = (json.loads(speed_path.read_text()).get(_METHOD.value)
+    speed = (json.loads(speed_path.read_text()).get(
+        ref_method if i == 0 else _METHOD.value)
              if speed_path.is_file() else None)
     cells = ' | '.join(f'{100 * v:.1f}' for v in h.mean(0))
     extra = (f'{speed["seconds_per_turn"]:.2f} | '
