@@ -234,12 +234,7 @@ def _sharded(queries, gallery, exclude, *, mesh, k, block_size, num_valid):
     ids, scores = retrieval.top_k_blocks(
         q, g, ex, k=k, block_size=block_size, id_offset=offset,
         num_valid=num_valid)
-    # Shard order is id order, so the merge's ties go to lower ids.
-    all_ids = lax.all_gather(ids, GALLERY_AXIS, axis=1, tiled=True)
-    all_scores = lax.all_gather(scores, GALLERY_AXIS, axis=1, tiled=True)
-    top, pos = lax.top_k(all_scores, k)
-    top_ids = jnp.take_along_axis(all_ids, pos, axis=1)
-    return jnp.where(top == -jnp.inf, -1, top_ids), top
+    return merge_shards(ids, scores, GALLERY_AXIS, k)
 
   # The merged lists are equal on every gallery shard (they come from an
   # all_gather), which the replication checker cannot infer here.
@@ -248,6 +243,18 @@ def _sharded(queries, gallery, exclude, *, mesh, k, block_size, num_valid):
       in_specs=(P(SESSION_AXIS, None), P(GALLERY_AXIS, None), P(SESSION_AXIS)),
       out_specs=(P(SESSION_AXIS, None), P(SESSION_AXIS, None)))(
           queries, gallery, exclude)
+
+
+def merge_shards(ids, scores, axis: str, k: int):
+  """Inside ``shard_map``: every shard's best-first lists ``[B, k']`` of
+  global ids, gathered in shard order and merged by one ``top_k``. Shard
+  order is id order, so ties go to the lower id, as on the whole gallery;
+  entries scoring ``-inf`` are ``-1``."""
+  all_ids = lax.all_gather(ids, axis, axis=1, tiled=True)
+  all_scores = lax.all_gather(scores, axis, axis=1, tiled=True)
+  top, pos = lax.top_k(all_scores, k)
+  top_ids = jnp.take_along_axis(all_ids, pos, axis=1)
+  return jnp.where(top == -jnp.inf, -1, top_ids), top
 
 
 def over_sessions(batched_fn, mesh: Mesh):

@@ -25,6 +25,7 @@ from recovr_jax.core import demotion
 from recovr_jax.core import fusion
 from recovr_jax.core import ring as ring_lib
 from recovr_jax.core import retrieval
+from recovr_jax.core import sharding
 
 
 PLACEMENTS = ('all', 'current')
@@ -224,11 +225,7 @@ def _retrieve_split(config, gallery, queries, exclude, penalty,
       penalty=jnp.broadcast_to(local_penalty, (c, split.rows)))
   ids = jnp.where(scores == -jnp.inf, -1,
                   ids_here[jnp.clip(local_ids, 0, split.rows - 1)])
-  all_ids = jax.lax.all_gather(ids, split.axis, axis=1, tiled=True)
-  all_scores = jax.lax.all_gather(scores, split.axis, axis=1, tiled=True)
-  top, pos = jax.lax.top_k(all_scores, config.list_length)
-  return (jnp.where(top == -jnp.inf, -1,
-                    jnp.take_along_axis(all_ids, pos, axis=1)), top)
+  return sharding.merge_shards(ids, scores, split.axis, config.list_length)
 
 
 def _retrieve_channels(config, gallery, inputs, split=None):
