@@ -20,7 +20,9 @@ _REASONER = flags.DEFINE_enum(
     'fine-tuned on the world (experiments/train_adapter.py). '
     'grounded_smollm2 (world only): grounded, except that feedback with '
     'words neither the lexicon, the training phrasings nor the user\'s '
-    'frames read goes to smollm2_world (reasoning/routed.py).')
+    'frames read gets smollm2_world\'s Intent Decomposer, and grounded\'s '
+    'State Reflector over that reply\'s values where the lexicon reads '
+    'none (reasoning/routed.py).')
 
 _REASONER_CKPT = flags.DEFINE_string(
     'reasoner_checkpoint', None,

@@ -429,47 +429,145 @@ class EvalReadingCliTest(absltest.TestCase):
     self.assertIn("'oracle'", proc.stderr)
 
 
-if __name__ == '__main__':
-  absltest.main()
+class _Model:
+  """A model's Intent Decomposer: the rules' replies to the feedback with
+  ``synonyms`` replaced (a model that knows them), counting its requests."""
 
-
-class _Fake:
-  """A backend answering every request with its name (and counting)."""
-
-  def __init__(self, name):
-    self.name, self.seen = name, []
+  def __init__(self, synonyms):
+    self.synonyms, self.seen = synonyms, []
+    self.rules = rules.RulesReasoner(lexicon)
 
   def call(self, module, requests):
     self.seen.append((module, [r.feedback for r in requests]))
-    return schemas.Outputs([{'by': self.name, 'feedback': r.feedback}
-                            for r in requests], [True] * len(requests))
+    plain = []
+    for r in requests:
+      text = r.feedback
+      for word, known in self.synonyms.items():
+        text = text.replace(word, known)
+      plain.append(dataclasses.replace(r, feedback=text))
+    return schemas.Outputs(self.rules.call(module, plain).objects,
+                           [True] * len(requests))
 
   def validity(self):
-    return {'from': self.name}
+    return {'from': 'model'}
 
 
 class RoutedReasonerTest(absltest.TestCase):
 
-  def test_routes_intent_and_reflect_per_feedback_in_order(self):
+  def make(self, synonyms):
     from recovr_jax.reasoning import routed  # pylint: disable=g-import-not-at-top
-    base, other = _Fake('base'), _Fake('other')
-    reasoner = routed.RoutedReasoner(base, other,
-                                     lambda text: 'cobalt' in text, 'r')
-    requests = [schemas.IntentRequest(f, '', schemas.SessionMemory())
-                for f in ('make it blue', 'make it cobalt', 'red', 'cobalt')]
-    out = reasoner.call('intent', requests).objects
-    self.assertEqual([o['by'] for o in out],
-                     ['base', 'other', 'base', 'other'])
-    self.assertEqual([o['feedback'] for o in out],
-                     [r.feedback for r in requests])
-    self.assertEqual(other.seen, [('intent', ['make it cobalt', 'cobalt'])])
+    base, model = rules.RulesReasoner(lexicon), _Model(synonyms)
+    return routed.RoutedReasoner(
+        base, model, lambda text: 'cobalt' in text or 'quartet' in text,
+        read_reply=reading.model_reading, lexical=lexicon.parse,
+        name='r'), model
+
+  def test_the_model_reads_only_the_attributes_the_lexicon_does_not(self):
+    reasoner, model = self.make({'cobalt': 'blue', 'a quartet of': 'four'})
+    caption = lexicon.canonical_description({attr('colour'): value(
+        'colour', 'red'), attr('count'): value('count', 'two')})
+    memory = schemas.SessionMemory()
+    feedback = ('make it blue', 'make it cobalt', 'red', 'cobalt',
+                'make it cobalt, three of them')
+    out = reasoner.call('intent', [schemas.IntentRequest(f, caption, memory)
+                                   for f in feedback]).objects
+    plain = rules.RulesReasoner(lexicon).intent(
+        [schemas.IntentRequest(f.replace('cobalt', 'blue'), caption, memory)
+         for f in feedback])
+    self.assertEqual(out, plain)
+    # Only the picked feedback reached the model, once per request; the
+    # Reflector of the same turn reuses its reading.
+    self.assertEqual(model.seen, [('intent', ['make it cobalt', 'cobalt',
+                                              'make it cobalt, three of '
+                                              'them'])])
+    reflected = reasoner.call('reflect', [
+        schemas.ReflectRequest(f, caption, memory) for f in feedback])
+    self.assertLen(model.seen, 1)
+    self.assertIn('colour: blue', reflected.objects[1]['keep'])
+    self.assertIn('colour: red', reflected.objects[1]['avoid'])
+    self.assertEqual(reasoner.speed(), {
+        'routed_intent': 3.0, 'routed_intent_requests': 5.0,
+        'routed_reflect': 3.0, 'routed_reflect_requests': 5.0})
     # Other modules are the base's alone.
-    reasoner.call('question', requests[:1])
-    self.assertEqual(base.seen[-1][0], 'question')
-    self.assertLen(other.seen, 1)
-    self.assertEqual(reasoner.validity(), {'from': 'other'})
-    self.assertEqual(reasoner.speed(),
-                     {'routed_intent': 2.0, 'routed_intent_requests': 4.0})
+    reasoner.call('question', [schemas.QuestionRequest((caption,), memory)])
+    self.assertLen(model.seen, 1)
+    self.assertEqual(reasoner.validity(), {'from': 'model'})
+
+  def test_a_value_the_lexicon_reads_is_not_the_models(self):
+    # A model that misreads "three" as four and "cobalt" as blue: its
+    # reply is the Intent Decomposer's; the memory keeps the lexicon's
+    # "three" and the model's blue.
+    reasoner, _ = self.make({'cobalt': 'blue', 'three': 'four'})
+    caption = lexicon.canonical_description({attr('colour'): value(
+        'colour', 'red')})
+    memory = schemas.SessionMemory()
+    feedback = 'make it cobalt, three of them'
+    out = reasoner.call('intent', [schemas.IntentRequest(
+        feedback, caption, memory)]).objects[0]
+    self.assertEqual(lexicon.parse_edit(out['edit'])[attr('count')],
+                     value('count', 'four'))
+    reflected = reasoner.call('reflect', [schemas.ReflectRequest(
+        feedback, caption, memory)]).objects[0]
+    self.assertEqual(set(reflected['keep']), {'colour: blue',
+                                              'count: three'})
+    self.assertEqual(reflected['avoid'], ['colour: red'])
+
+  def test_the_model_reading_inverts_the_rules_composition(self):
+    caption = lexicon.canonical_description({attr('colour'): value(
+        'colour', 'red'), attr('size'): value('size', 'small')})
+    memory = schemas.SessionMemory(keep=('count: four',))
+    request = schemas.IntentRequest('x', caption, memory)
+    # An edit: the search carries the shown video's small size and the
+    # kept count; the shape and the edit's colour are named.
+    reply = {'search': 'four small red squares',
+             'edit': 'change the colour to blue'}
+    self.assertEqual(reading.model_reading(reply, request), {
+        attr('colour'): value('colour', 'blue'),
+        attr('shape'): value('shape', 'square')})
+    # A fresh description (the shown motion is not carried): its small,
+    # the shown video's size, is named too.
+    request = schemas.IntentRequest('x', lexicon.canonical_description({
+        attr('colour'): value('colour', 'red'),
+        attr('size'): value('size', 'small'),
+        attr('motion'): value('motion', 'up')}), memory)
+    reply = {'search': 'four small blue squares',
+             'edit': 'change the shape to square and change the colour to '
+                     'blue'}
+    self.assertEqual(reading.model_reading(reply, request), {
+        attr('colour'): value('colour', 'blue'),
+        attr('shape'): value('shape', 'square'),
+        attr('size'): value('size', 'small')})
+    # Three changes are not an edit: the carried-looking size is named.
+    reply = {'search': 'four small blue squares moving up at night',
+             'edit': 'change the colour to blue and have them move up and '
+                     'change the lighting to night'}
+    self.assertEqual(reading.model_reading(reply, request)[attr('size')],
+                     value('size', 'small'))
+    # Every rules reply read back recomposes the same reply, unless the
+    # feedback named only values the search carries anyway (drawn turns).
+    base = rules.RulesReasoner(lexicon)
+    rng = np.random.default_rng(0)
+    values = [len(world_lib.VALUES[name]) for name in A]
+    for _ in range(300):
+      shown, named, keep = ({a: int(rng.integers(n)) for a, n in
+                             enumerate(values) if rng.random() < p}
+                            for p in (0.9, 0.3, 0.2))
+      avoid = {a: int(rng.integers(n)) for a, n in enumerate(values)
+               if rng.random() < 0.2 and a not in keep}
+      memory = schemas.SessionMemory(
+          keep=tuple(lexicon.constraint(a, v) for a, v in keep.items()),
+          avoid=tuple(lexicon.constraint(a, v) for a, v in avoid.items()))
+      feedback = lexicon.canonical_description(named)
+      caption = lexicon.canonical_description(shown)
+      request = schemas.IntentRequest(feedback, caption, memory)
+      reply = base.intent([request])[0]
+      read = reading.model_reading(reply, request)
+      if read:
+        self.assertEqual(base.intent([request], mentions=[read]), [reply],
+                         (feedback, caption, memory))
+      else:  # only values the search carries anyway were named
+        self.assertTrue(all(shown.get(a) == v or keep.get(a) == v
+                            for a, v in named.items()), feedback)
 
 
 class UnreadWordsTest(absltest.TestCase):
@@ -500,3 +598,7 @@ class UnreadWordsTest(absltest.TestCase):
       self.assertEqual(unread(f'{phrase} instead'), [], phrase)
     self.assertEqual(unread('make it sapphire instead'), ['sapphire'])
     self.assertEqual(unread("I'm picturing blue cubes"), [])
+
+
+if __name__ == '__main__':
+  absltest.main()

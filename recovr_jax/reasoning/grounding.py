@@ -198,6 +198,12 @@ class GroundingReader:
     found, frame, _ = self._read(text)
     return dict(found), list(frame)
 
+  def lexical(self, text: str) -> dict[int, int]:
+    """The values the lexicon (with the exact phrases) reads in ``text``,
+    nothing grounded."""
+    mentions, _ = self.lexicon.parse_spans(text, self.exact, self.dictionary)
+    return self.select(mentions, [], self.threshold)
+
   def parse(self, text: str) -> dict[int, int]:
     """The values ``text`` names: ``{attribute index: value index}``."""
     found, _, grounded = self._read(text)

@@ -1,14 +1,25 @@
-"""Two reasoning backends behind one interface, chosen per feedback.
+"""A model for the words the grounding reader does not know.
 
-``RoutedReasoner(base, other, route)`` answers the Intent Decomposer and the
-State Reflector with ``other`` for the feedback ``route`` picks and with
-``base`` for the rest, in one batch per backend and the requests' order;
-every other module (the Question Asker, the first query, matching
-constraints to captions, rewriting) is ``base``'s. On the world,
-``grounded_smollm2`` routes to the fine-tuned SmolLM2 only the feedback
-holding words that neither the lexicon, the training phrasings nor the
-user's frames read (``world.reading.unread_words``): the grounding reader
-keeps its precision on the phrases it knows, the model reads the rest.
+``RoutedReasoner(base, other, route, read_reply, lexical)`` is ``base`` (a
+``rules.RulesReasoner`` over a reader, e.g. ``grounded``) in every module
+but two, for the feedback ``route`` picks:
+
+* the Intent Decomposer's reply is ``other``'s (one model call per picked
+  request);
+* the State Reflector's reply is ``base``'s rules over a reading of the
+  feedback in which the model's values (``read_reply(reply, request)``: the
+  values its Intent Decomposer's reply says the feedback names) stand for
+  every attribute that ``lexical(feedback)`` (the lexicon and its exact
+  phrases, precise by construction) does not read; ``base``'s reader reads
+  the rest. The memory is thus written by the rules (one value per
+  attribute, keep and avoid disjoint), the sigma is ``base``'s own (on the
+  world, the frame classifier), and a turn costs one model call.
+
+On the world, ``grounded_smollm2`` picks the feedback holding words that
+neither the lexicon, the training phrasings nor the user's frames read
+(``world.reading.unread_words``) and reads it with the fine-tuned SmolLM2.
+This module knows no vocabulary: the route, the reply's reading and the
+lexical reading are injected.
 """
 
 import collections
@@ -20,32 +31,65 @@ ROUTED_MODULES = ('intent', 'reflect')
 
 
 class RoutedReasoner:
-  """``base`` everywhere but the Intent Decomposer's and the State
-  Reflector's requests whose feedback ``route`` picks, which ``other``
-  reads."""
+  """``base`` everywhere but the picked feedback's Intent Decomposer
+  (``other``'s) and State Reflector (``base``'s rules over ``other``'s
+  reading where the lexicon reads nothing)."""
 
-  def __init__(self, base, other, route: Callable[[str], bool], name: str):
+  def __init__(self, base, other, route: Callable[[str], bool],
+               read_reply: Callable[[dict, schemas.IntentRequest], dict],
+               lexical: Callable[[str], dict], name: str):
     self.base, self.other, self.route, self.name = base, other, route, name
-    self.routed = collections.Counter()  # module -> requests sent to other
+    self.read_reply, self.lexical = read_reply, lexical
+    self.routed = collections.Counter()  # module -> requests read by other
+    self._replies = {}  # the last turn's model replies, by request
+
+  @staticmethod
+  def _key(r):
+    return (r.feedback, r.shown_caption, r.memory)
+
+  def _model_replies(self, requests) -> list[tuple[dict, dict, bool]]:
+    """``other``'s Intent Decomposer reply to each request, the values it
+    says the feedback names, and its first-pass validity; one model call
+    per request not read yet this turn (the Reflector's request of a turn
+    reuses the Intent Decomposer's)."""
+    missing = list(dict.fromkeys(self._key(r) for r in requests
+                                 if self._key(r) not in self._replies))
+    if missing:
+      asked = [schemas.IntentRequest(f, c, m) for f, c, m in missing]
+      out = self.other.call('intent', asked)
+      for j, (key, request) in enumerate(zip(missing, asked)):
+        valid = True if out.first_pass is None else bool(out.first_pass[j])
+        self._replies[key] = (out.objects[j],
+                              dict(self.read_reply(out.objects[j], request)),
+                              valid)
+    return [self._replies[self._key(r)] for r in requests]
 
   def call(self, module: str, requests) -> schemas.Outputs:
     requests = list(requests)
     if module not in ROUTED_MODULES:
       return self.base.call(module, requests)
-    picks = [bool(self.route(r.feedback)) for r in requests]
-    objects, first_pass = [None] * len(requests), [True] * len(requests)
-    for backend, picked in ((self.base, False), (self.other, True)):
-      where = [i for i, p in enumerate(picks) if p == picked]
-      if not where:
-        continue
-      out = backend.call(module, [requests[i] for i in where])
-      for j, i in enumerate(where):
-        objects[i] = out.objects[j]
-        if out.first_pass is not None:
-          first_pass[i] = out.first_pass[j]
-    self.routed[module] += sum(picks)
+    if module == 'intent':
+      self._replies = {}  # a new turn
+    where = [i for i, r in enumerate(requests) if self.route(r.feedback)]
+    replies = dict(zip(where, self._model_replies(
+        [requests[i] for i in where]))) if where else {}
+    self.routed[module] += len(where)
     self.routed[f'{module}_requests'] += len(requests)
-    return schemas.Outputs(objects, first_pass)
+    if module == 'intent':
+      objects = self.base.intent(requests)
+      for i, (reply, _, _) in replies.items():
+        objects[i] = reply
+      return schemas.Outputs(objects, [replies[i][2] if i in replies
+                                       else True
+                                       for i in range(len(requests))])
+    mentions = [None] * len(requests)
+    for i, (_, model, _) in replies.items():
+      feedback = requests[i].feedback
+      known = self.lexical(feedback)
+      named = self.base.reader.parse(feedback)
+      named.update({a: v for a, v in model.items() if a not in known})
+      mentions[i] = named
+    return schemas.Outputs(self.base.reflect(requests, mentions=mentions))
 
   def intent(self, requests):
     return self.call('intent', requests).objects
@@ -54,12 +98,12 @@ class RoutedReasoner:
     return self.call('reflect', requests).objects
 
   def validity(self) -> dict:
-    """The routed backend's counts (the base is deterministic)."""
+    """The model's counts (the base is deterministic)."""
     return self.other.validity()
 
   def speed(self) -> dict:
-    """The routed backend's counters (time, tokens) and how many requests
-    of each routed module it read (``routed_<module>``) of how many
+    """The model's counters (time, tokens) and how many requests of each
+    routed module it read (``routed_<module>``) of how many
     (``routed_<module>_requests``)."""
     speed = getattr(self.other, 'speed', None)
     out = dict(speed()) if speed is not None else {}
@@ -69,6 +113,7 @@ class RoutedReasoner:
   def __getattr__(self, name):
     # Every other module and attribute (question, caption_values, reader,
     # fit, frames, sigma_rule, ...) is the base backend's.
-    if name in ('base', 'other', 'route', 'name', 'routed'):
+    if name in ('base', 'other', 'route', 'name', 'routed', 'read_reply',
+                'lexical', '_replies'):
       raise AttributeError(name)
     return getattr(self.base, name)

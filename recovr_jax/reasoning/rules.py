@@ -110,10 +110,13 @@ class RulesReasoner(_Backend):
       row[a] = v
     return row
 
-  def _read(self, r):
+  def _read(self, r, mentions=None):
     """``(mentions, shown, their rows, changes [A], num_changes, relative)``
-    of one request (``rules_core.read``)."""
-    mentions = self.reader.parse(r.feedback)
+    of one request (``rules_core.read``); ``mentions``: the values the
+    feedback names when another reader read them (default: this reasoner's
+    reader)."""
+    if mentions is None:
+      mentions = self.reader.parse(r.feedback)
     shown = self.lexicon.parse(r.shown_caption)
     m, s = self._row(mentions), self._row(shown)
     named, changes, num_changes, relative = rules_core.read(
@@ -121,15 +124,17 @@ class RulesReasoner(_Backend):
     del named
     return mentions, m, s, changes, int(num_changes), bool(relative)
 
-  def intent(self, requests) -> list[dict]:
+  def intent(self, requests, mentions=None) -> list[dict]:
     """``search``: ``rules_core.wanted`` (the shown video's caption values
     when the feedback is relative, minus avoided values, then the kept
     constraints, then what the feedback names); ``edit``: the named values
     that differ from the shown video. Earlier feedback reaches it only
-    through the Reflector's constraints."""
+    through the Reflector's constraints. ``mentions``: per request, the
+    values its feedback names as another reader read them, or ``None``
+    (this reasoner's reader)."""
     out = []
-    for r in requests:
-      _, m, s, changes, _, relative = self._read(r)
+    for r, named in zip(requests, mentions or [None] * len(requests)):
+      _, m, s, changes, _, relative = self._read(r, named)
       avoid = set(_constraint_pairs(self.lexicon, r.memory.avoid))
       shown_avoided = np.array([(a, int(v)) in avoid for a, v in enumerate(s)])
       wanted = rules_core.wanted(
@@ -142,14 +147,16 @@ class RulesReasoner(_Backend):
                       {a: int(v) for a, v in enumerate(changes) if v >= 0})})
     return out
 
-  def reflect(self, requests) -> list[dict]:
+  def reflect(self, requests, mentions=None) -> list[dict]:
     """sigma: ``rules_core.sigma`` of the reasoner's rule. ``keep``: earlier
     kept values updated by what the feedback names; ``avoid``: earlier
     avoided values not kept since, plus the shown video's values the
-    feedback changes (``rules_core.reflect``), in the order they came."""
+    feedback changes (``rules_core.reflect``), in the order they came.
+    ``mentions``: as ``intent``'s (the frame classifier still reads the
+    words)."""
     out = []
-    for r in requests:
-      mentions, m, s, changes, num_changes, relative = self._read(r)
+    for r, named in zip(requests, mentions or [None] * len(requests)):
+      mentions_, m, s, changes, num_changes, relative = self._read(r, named)
       if self.sigma_rule == 'frames':
         label = self.frame_label(r.feedback)
         if label == 'answer' and not getattr(r, 'question', None):
@@ -165,7 +172,7 @@ class RulesReasoner(_Backend):
       avoid = [(a, v) for a, v in _constraint_pairs(self.lexicon,
                                                      r.memory.avoid)
                if keep[a] != v]
-      for a in mentions:  # in the order the feedback names them
+      for a in mentions_:  # in the order the feedback names them
         if rejected[a] >= 0 and (a, int(rejected[a])) not in avoid:
           avoid.append((a, int(rejected[a])))
       out.append({'sigma': rules_core.SIGMA_NAMES[int(sigma)],

@@ -13,6 +13,8 @@ import numpy as np
 from recovr_jax.core import demotion
 
 SIGMA_RULES = ('rules', 'paper', 'frames')
+# Feedback changing more of the shown video's values is not an edit of it.
+MAX_EDIT_CHANGES = 2
 SIGMA_NAMES = {demotion.SIGMA_NEG: 'neg', demotion.SIGMA_NEU: 'neu',
                demotion.SIGMA_POS: 'pos'}
 
@@ -34,7 +36,8 @@ def read(mentions, shown, negative, xp=np):
   named = mentions >= 0
   changes = xp.where(named & (mentions != shown), mentions, -1)
   num_changes = xp.sum(changes >= 0)
-  relative = xp.any(named) & ~xp.asarray(negative) & (num_changes < 3)
+  relative = (xp.any(named) & ~xp.asarray(negative)
+              & (num_changes <= MAX_EDIT_CHANGES))
   return named, changes, num_changes, relative
 
 

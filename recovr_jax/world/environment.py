@@ -71,10 +71,12 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
   ``smollm2`` / ``smollm2_world`` (``reasoning.chat_lm.make`` with
   ``chat_options``) draw their few-shot examples from the training split.
 
-  ``grounded_smollm2``: ``grounded``, except that the Intent Decomposer
-  and the State Reflector of feedback holding words that neither the
-  lexicon, the training phrasings nor the user's frames read go to
-  ``smollm2_world`` (``reasoning.routed``).
+  ``grounded_smollm2``: ``grounded``, except for feedback holding words
+  that neither the lexicon, the training phrasings nor the user's frames
+  read: ``smollm2_world``'s Intent Decomposer answers it, and the State
+  Reflector is ``grounded``'s rules over a reading in which that reply's
+  values stand for every attribute the lexicon did not read
+  (``reasoning.routed``).
 
   ``rules`` reads and writes the world's lexicon. ``flax_lm`` loads
   ``checkpoint`` (default: the shipped world reasoner) with the rules
@@ -142,6 +144,7 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
     return routed.RoutedReasoner(
         grounded, model,
         lambda text: bool(reading.unread_words(reader, frames, text)),
+        read_reply=reading.model_reading, lexical=reader.lexical,
         name='grounded_smollm2')
   raise ValueError(f'unknown reasoner {backend!r}; valid choices: '
                    f'{", ".join(BACKENDS)}')

@@ -13,6 +13,7 @@ import numpy as np
 
 from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import grounding
+from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
@@ -201,3 +202,34 @@ def unread_words(reader, frames: frozenset, text: str) -> list[str]:
   return [w for i, w in enumerate(words)
           if i not in read and w not in frames and len(w) >= 2
           and not reader.lexicon.is_function_word(w)]
+
+
+def model_reading(reply: dict, request) -> dict[int, int]:
+  """The values an Intent Decomposer's ``reply`` (``{search, edit}`` in the
+  world's words, written as the rules write them: ``rules_core.wanted``)
+  says ``request``'s feedback names, by inverting that composition: the
+  search carries the memory's kept values and, when the reply reads the
+  feedback as an edit of the shown video, the shown video's values not
+  avoided or changed; what it holds beyond these, and the edit's values,
+  are named. The reply reads the feedback as an edit when its search
+  carries every such shown value (a fresh description does not) and its
+  edit changes at most ``rules_core.MAX_EDIT_CHANGES`` values (more is not
+  an edit, as the rules read it). A named value equal to the one the search
+  would carry (the kept value, else for an edit the shown video's) cannot
+  be told from a carried one and is left out."""
+  shown = lexicon.parse(request.shown_caption)
+  kept = dict(p for p in map(lexicon.parse_constraint, request.memory.keep)
+              if p is not None)
+  avoided = {lexicon.parse_constraint(x) for x in request.memory.avoid}
+  search = lexicon.parse(reply.get('search', ''))
+  edit = lexicon.parse_edit(reply.get('edit', ''))
+  carried = {a: v for a, v in shown.items()
+             if (a, v) not in avoided and a not in kept and a not in edit}
+  relative = len(edit) <= rules_core.MAX_EDIT_CHANGES and all(
+      search.get(a) == v for a, v in carried.items())
+  # What the search would hold of attribute a had the feedback not named
+  # it: the kept value, else (an edit) the shown one not avoided.
+  carry = {**(carried if relative else {}), **kept}
+  named = {a: v for a, v in search.items() if carry.get(a) != v}
+  named.update(edit)
+  return named

@@ -337,8 +337,8 @@ class TeacherReasoner(rules.RulesReasoner):
       raise RuntimeError('TeacherReasoner: set_truth before each request')
     return dict(self._truth[0])
 
-  def _read(self, r):
-    *read, _ = super()._read(r)   # relative: the user's decision
+  def _read(self, r, mentions=None):
+    *read, _ = super()._read(r, mentions)   # relative: the user's decision
     return (*read, self._truth[1] != 'rewrite')
 
   def reflect(self, requests) -> list[dict]:
