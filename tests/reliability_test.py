@@ -255,6 +255,20 @@ class CorruptBatchTest(_OnABaseRun):
       _run(copy)
 
 
+  def test_a_batch_computed_by_other_code_is_refused(self):
+    # A batch records the package's source digest; after the code changed
+    # a resume would mix old and new lists silently.
+    copy = self._copy('code')
+    path = copy / 'batches' / 'recovr' / '00000.json'
+    meta = json.loads(path.read_text())
+    self.assertLen(meta['code'], 64)
+    meta['code'] = '0' * 64
+    path.write_text(json.dumps(meta))
+    with self.assertRaisesRegex(app.UsageError, r'00000.json was computed by '
+                                r'other code .*--noresume'):
+      _run(copy)
+    _run(copy, resume=False)  # recomputed by this code
+
   def test_an_edited_trajectory_record_is_caught(self):
     copy = self._copy('records')
     path = copy / 'batches' / 'recovr' / '00000.json'

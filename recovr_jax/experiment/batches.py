@@ -3,8 +3,9 @@ files, and a resume that checks them.
 
 Each finished batch is a NumPy archive of its displayed lists and a JSON
 file of its sessions, trajectory records, errors and reasoning counts, with
-the run identity that made it and checksums of both; a repeated run loads
-it instead of running it again, or refuses it naming the file.
+the run identity and the code (``integrity.code_digest``) that made it and
+checksums of both; a repeated run loads it instead of running it again, or
+refuses it naming the file.
 """
 
 import hashlib
@@ -20,6 +21,7 @@ import numpy as np
 from recovr_jax import methods as methods_lib
 from recovr_jax.experiment import checks
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.experiment import integrity
 from recovr_jax.experiment import reporting
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import host
@@ -78,7 +80,7 @@ def save(out, method, b, result, sessions, errors, counts, identity):
   body = {'sessions': sessions.tolist(), 'records': result.records,
           'errors': errors, 'reasoning_counts': counts}
   tmp.write_text(json.dumps({
-      'identity': identity,
+      'identity': identity, 'code': integrity.code_digest(),
       'checksum': _array_digest(result.displayed, result.top_scores),
       'records_checksum': _json_digest(body), **body}))
   tmp.replace(records)
@@ -97,8 +99,8 @@ class CorruptBatch(checks.ConfigError):
 def load(out, method, b, shape, sessions, identity, num_ids):
   """A finished batch, or ``None`` when there is none for these sessions
   (e.g. after ``--num_sessions`` changed: the batch is rerun). A batch of
-  another run identity, with a wrong checksum or ids outside the gallery is
-  an error naming the file."""
+  another run identity or other code, with a wrong checksum or ids outside
+  the gallery is an error naming the file."""
   arrays, records = paths(out, method, b)
   if not records.exists():
     return None
@@ -120,6 +122,12 @@ def load(out, method, b, shape, sessions, identity, num_ids):
   if stored[0] != identity:
     raise CorruptBatch(f'batch checkpoint {records} was made by a run with '
                        f'other settings; {fix}')
+  if meta.get('code') != integrity.code_digest():
+    raise CorruptBatch(
+        f'batch checkpoint {records} was computed by other code (the '
+        f'recovr_jax sources changed since it was written: code '
+        f'{str(meta.get("code"))[:12]}, now {integrity.code_digest()[:12]}), '
+        f'so its lists may differ from what this code computes; {fix}')
   if stored[1] != sessions.tolist():
     return None
   try:

@@ -9,6 +9,7 @@ mix of batches.
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -80,6 +81,19 @@ def input_hashes(config) -> dict[str, dict[str, str]]:
   return {name: {'path': portable(path, config.output_dir),
                  'sha256': path_digest(path)}
           for name, path in input_paths(config).items()}
+
+
+@functools.cache
+def code_digest() -> str:
+  """SHA-256 of the package's Python sources (``recovr_jax/**/*.py``, by
+  relative path): the code that computes a batch. A batch records it, and
+  a resume refuses a batch computed by other code (``batches.load``)."""
+  package = pathlib.Path(__file__).resolve().parents[1]
+  h = hashlib.sha256()
+  for path in sorted(package.rglob('*.py')):
+    h.update(str(path.relative_to(package)).encode() + b'\0')
+    h.update(path.read_bytes() + b'\0')
+  return h.hexdigest()
 
 
 def _git(*args) -> str | None:
