@@ -234,6 +234,16 @@ def cases(s: Scratch, clean: pathlib.Path):
   yield ('a sigma edited in a batch\'s trajectory records', *_refused(
       rc, text, r'00000.json: its sessions, records or counts do not match'))
 
+  d = s.copy(clean, 'other_code')
+  path = d / 'batches' / 'recovr' / '00000.json'
+  meta = json.loads(path.read_text())
+  meta['code'] = '0' * 64  # as if the package's sources had changed since
+  path.write_text(json.dumps(meta))
+  rc, text, _ = s.run(d)
+  yield ('a batch written by other code (its recorded source digest '
+         'differs)', *_refused(rc, text, r'00000.json was computed by other '
+                                         r'code'))
+
   d = s.root / 'clamped'
   rc, text, _ = s.run(d, '--num_sessions=100000')
   recorded = (d / 'resolved_config.json').exists() and '"num_sessions": 12' \
