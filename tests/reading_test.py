@@ -133,6 +133,10 @@ class GroundingReaderTest(absltest.TestCase):
     self.assertEqual(found[attr('count')], value('count', 'two'))
     self.assertEqual(found[attr('shape')], value('shape', 'square'))
     self.assertEqual(r.grounded, 1)
+    # lexical: the lexicon's reading alone, nothing grounded.
+    self.assertEqual(r.lexical('two cobalt squares'), {
+        attr('count'): value('count', 'two'),
+        attr('shape'): value('shape', 'square')})
 
   def test_threshold_decides(self):
     # ruby: 0.77 to crimson, below 0.8 and above 0.7.
