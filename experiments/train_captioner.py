@@ -47,9 +47,11 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   if _LR.value <= 0:
     raise app.UsageError(f'--lr must be > 0, got {_LR.value}')
-  config = captioner.CaptionerConfig(seed=_SEED.value, steps=_STEPS.value,
-                                     batch=_BATCH.value, lr=_LR.value)
   world = world_lib.make_world(world_flags.world_config())
+  config = captioner.CaptionerConfig(
+      seed=_SEED.value, steps=_STEPS.value, batch=_BATCH.value, lr=_LR.value,
+      # Room for the layout's words (at most 26 words and the two marks).
+      max_length=30 if world.config.describe_layout else _DEFAULT.max_length)
   start = time.time()
   report = captioner.train(config, world, _OUTPUT_DIR.value,
                            eval_videos=_EVAL.value)
@@ -60,7 +62,7 @@ def main(argv):
         'renders of test combinations):')
   print('| attribute | right |')
   print('|---|---:|')
-  for name in world_lib.ATTRIBUTES + ('all_attributes',):
+  for name in world.config.attributes + ('all_attributes',):
     print(f'| {name} | {100 * test[name]:.1f}% |')
   if _OUTPUT_JSON.value:
     outputs.write_json(_OUTPUT_JSON.value, report)

@@ -44,6 +44,15 @@ _SCENE_SHARED = flags.DEFINE_float(
     'keeps its reference\'s scene; the benchmark family also uses 0.5 and '
     '0.0 (docs/benchmark.md). Needs --renditions >= 2 below 1.0.')
 
+_DESCRIBE_LAYOUT = flags.DEFINE_bool(
+    'describe_layout', _DEFAULT.describe_layout,
+    'Make the scene\'s layout describable: each gallery video gets an '
+    'eighth attribute, its scene\'s layout (fence, pole, arch or open; '
+    'scene r has layout r % 4), drawn in the pixels and named by captions '
+    'and the user\'s words, so words can tell renditions apart. Needs '
+    '--renditions >= 2, encoders and a captioner trained for it '
+    '(docs/benchmark.md). A benchmark-family axis; off in v1 and v2.')
+
 
 def world_config(**overrides) -> world_lib.WorldConfig:
   """The ``WorldConfig`` of the flags (validated by ``WorldConfig``), with
@@ -63,7 +72,8 @@ def world_fields() -> dict:
       num_train_triplets=_TRAIN_TRIPLETS.value,
       unmentioned_share=_UNMENTIONED.value,
       max_unmentioned=_MAX_UNMENTIONED.value, gallery_size=_GALLERY.value,
-      scene_shared=_SCENE_SHARED.value)
+      scene_shared=_SCENE_SHARED.value,
+      describe_layout=_DESCRIBE_LAYOUT.value)
   if not flags.FLAGS['renditions'].using_default_value:
     fields['renditions'] = _RENDITIONS.value
   return fields

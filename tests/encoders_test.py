@@ -156,7 +156,8 @@ class TrainingTest(absltest.TestCase):
     jax.tree.map(np.testing.assert_array_equal, video, again)  # same seed
     keys = world.video_keys(world.train_combos[:40])
     emb = training.embed_videos(world, video['params'],
-                                world.train_combos[:40], keys, batch=16)
+                                world.combos[world.train_combos[:40]], keys,
+                                batch=16)
     self.assertEqual(emb.shape, (40, 384))
     composer = training.train_composer(emb[:20], emb[20:], emb[:20][::-1],
                                        train)

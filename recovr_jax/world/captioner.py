@@ -36,6 +36,10 @@ from recovr_jax.world import lexicon
 MARKER = 'recovr_captioner.json'
 DEFAULT_CAPTIONER_DIR = str(pathlib.Path(__file__).parents[1] /
                             'checkpoints' / 'captioner')
+# The captioner of the describable-layout world (train_captioner.py
+# --renditions=4 --describe_layout).
+LAYOUT_CAPTIONER_DIR = str(pathlib.Path(__file__).parents[1] /
+                           'checkpoints' / 'captioner_layout')
 _SPECIAL = ('[PAD]', '[BOS]', '[EOS]', '[UNK]')
 _REQUIRED_FILES = ('config.json', 'flax_model.msgpack', 'tokenizer.json',
                    MARKER)
@@ -209,12 +213,13 @@ def attribute_accuracy(captions, attributes) -> dict:
   from every ground-truth reading (``wrong_any``)."""
   attributes = np.asarray(attributes)
   read = np.full(attributes.shape, -1)
+  parse = lexicon.for_attributes(attributes.shape[1]).parse
   for i, caption in enumerate(captions):
-    for a, v in lexicon.parse(caption).items():
+    for a, v in parse(caption).items():
       read[i, a] = v
   right = read == attributes
-  out = {name: float(right[:, a].mean())
-         for a, name in enumerate(world_lib.ATTRIBUTES)}
+  out = {name: float(right[:, a].mean()) for a, name in enumerate(
+      world_lib.attribute_names(attributes.shape[1]))}
   out['all_attributes'] = float(right.all(axis=1).mean())
   out['wrong_any'] = 1.0 - out['all_attributes']
   return out
@@ -228,8 +233,10 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
   wc = world.config
   rng = np.random.default_rng(config.seed)
   train_combos = world.train_combos
-  vocabulary = [world_lib.caption(rng, world.combos[c]) for c in
-                rng.choice(train_combos, config.vocabulary_samples)]
+  layouts = np.random.default_rng([config.seed, 2])  # its own stream
+  vocabulary = [world_lib.caption(rng, a) for a in _with_layouts(
+      world, world.combos[rng.choice(train_combos,
+                                     config.vocabulary_samples)], layouts)]
   tokenizer = build_tokenizer(vocabulary)
   model = new_model(config, wc, len(tokenizer), tokenizer)
   schedule = optax.warmup_cosine_decay_schedule(
@@ -261,7 +268,7 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
   for i in range(config.steps):
     key, k_render, k_drop = jax.random.split(key, 3)
     combos = rng.choice(train_combos, config.batch)
-    attrs = world.combos[combos]
+    attrs = _with_layouts(world, world.combos[combos], layouts)
     keys = jax.random.split(k_render, config.batch)
     inputs, labels, mask = encode_captions(
         tokenizer, [world_lib.caption(rng, a) for a in attrs],
@@ -299,7 +306,8 @@ def evaluate(directory, world, num_videos: int, seed: int = 0) -> dict:
   captioner = Captioner(directory)
   rng = np.random.default_rng(seed + 1)
   combos = rng.choice(np.flatnonzero(world.is_test), num_videos)
-  attrs = world.combos[combos]
+  attrs = _with_layouts(world, world.combos[combos],
+                        np.random.default_rng([seed + 1, 2]))
   keys = jax.random.split(jax.random.key(seed + 1), num_videos)
   frames = world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
                                   image_size=wc.image_size,
@@ -312,3 +320,12 @@ def evaluate(directory, world, num_videos: int, seed: int = 0) -> dict:
           {a: int(v) for a, v in enumerate(t)})}
       for c, t in zip(captions[:8], attrs[:8])]
   return report
+
+
+def _with_layouts(world, attrs, rng):
+  """``[n, A]`` rows of combinations, with a random layout column drawn
+  from ``rng`` when ``world``'s layout is describable."""
+  if not world.config.describe_layout:
+    return attrs
+  return np.concatenate([attrs, rng.integers(
+      world_lib.NUM_LAYOUTS, size=(len(attrs), 1)).astype(attrs.dtype)], 1)

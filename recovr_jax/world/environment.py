@@ -86,6 +86,9 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
   """
   fallback = rules.RulesReasoner(lexicon)
   if backend == 'rules':
+    if world_config is not None and world_config.describe_layout:
+      return rules.RulesReasoner(lexicon.for_attributes(
+          len(world_config.attributes)))
     return fallback
   if backend == 'grounded':
     if encode_text is None:

@@ -35,7 +35,7 @@ VALUES = {
     'size': ('small', 'medium', 'large'),
 }
 NUM_VALUES = tuple(len(VALUES[a]) for a in ATTRIBUTES)
-NUM_ATTRIBUTES = len(ATTRIBUTES)
+NUM_ATTRIBUTES = len(ATTRIBUTES)  # of a combination (the layout aside)
 NUM_COMBOS = int(np.prod(NUM_VALUES))  # 12,288
 
 # (singular, plural) nouns per shape.
@@ -93,6 +93,20 @@ SIZE_WORDS = {
     'large': ('large', 'big', 'huge'),
 }
 
+# The describable layout (``WorldConfig.describe_layout``): an eighth
+# attribute of a gallery video, fixed by its scene (scene ``r`` has layout
+# ``r % 4``), drawn as a dark structure behind the objects, so words can
+# tell a combination's renditions apart. Not an attribute of a combination.
+LAYOUT = 'layout'
+VALUES[LAYOUT] = ('fence', 'pole', 'arch', 'open')
+NUM_LAYOUTS = len(VALUES[LAYOUT])
+LAYOUT_WORDS = {
+    'fence': ('by a fence', 'beside a fence', 'along a fence'),
+    'pole': ('by a pole', 'beside a pole', 'next to a post'),
+    'arch': ('under an arch', 'beneath an arch', 'inside an archway'),
+    'open': ('in the open', 'in an open space', 'with nothing around'),
+}
+
 # Rendering parameters.
 _COLOURS = np.array([[0.9, 0.1, 0.1], [0.15, 0.3, 1.0], [1.0, 0.9, 0.1],
                      [1.0, 1.0, 1.0]], np.float32)
@@ -105,6 +119,20 @@ _RADII = np.array([4.5, 6.0, 7.5], np.float32)
 _DIRECTIONS = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.float32)  # x, y
 _SPEED = 1.5  # pixels per frame
 _MAX_OBJECTS = 4
+_STRUCTURE = np.array([0.1, 0.08, 0.06], np.float32)  # the layout's colour
+
+
+def _layout_mask(layout, h: int) -> jax.Array:
+  """``[H, H]`` bool: where a layout's structure stands (fence: a rail
+  and posts along the bottom; pole: a bar at the left edge; arch: a bar
+  along the top and down both sides; open: nothing)."""
+  yy, xx = jnp.meshgrid(jnp.arange(h), jnp.arange(h), indexing='ij')
+  fence = ((yy >= h - 8) & (yy < h - 6)) | (
+      (yy >= h - 10) & (yy < h - 2) & (jnp.mod(xx, 8) < 2))
+  pole = (xx >= 2) & (xx < 5)
+  arch = ((yy >= 1) & (yy < 4)) | ((yy < h // 2) & ((xx < 3) | (xx >= h - 3)))
+  return jnp.select([layout == 0, layout == 1, layout == 2],
+                    [fence, pole, arch], jnp.zeros((h, h), bool))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +156,11 @@ class WorldConfig:
   # another of the `renditions` scenes). A benchmark-family axis: the
   # scene is what no word names, so sharing it favours reference anchors.
   scene_shared: float = 1.0
-
+  # Whether the scene's layout is describable: gallery videos get an eighth
+  # attribute, ``layout`` (``VALUES['layout'][scene % 4]``), drawn in the
+  # pixels and named by captions and the user's words (so words can tell
+  # renditions apart). A benchmark-family axis; False in v1 and v2.
+  describe_layout: bool = False
 
   def __post_init__(self):
     if not 0.0 < self.test_share < 1.0:
@@ -157,6 +189,38 @@ class WorldConfig:
       raise ValueError(f'scene_shared={self.scene_shared} needs renditions '
                        f'>= 2 (one rendition is one scene), got '
                        f'{self.renditions}')
+    if self.describe_layout and self.renditions < 2:
+      raise ValueError('describe_layout needs renditions >= 2 (the layout '
+                       'is a scene\'s, and one rendition is one scene), got '
+                       f'{self.renditions}')
+
+  @property
+  def attributes(self) -> tuple[str, ...]:
+    """The names of a gallery video's attributes: ``ATTRIBUTES``, and
+    ``'layout'`` last when the layout is describable."""
+    return ATTRIBUTES + ((LAYOUT,) if self.describe_layout else ())
+
+
+def attribute_names(num_attributes: int) -> tuple[str, ...]:
+  """The attribute names of ``[..., num_attributes]`` attribute rows (7:
+  ``ATTRIBUTES``; 8: and ``'layout'``)."""
+  if num_attributes == NUM_ATTRIBUTES:
+    return ATTRIBUTES
+  if num_attributes == NUM_ATTRIBUTES + 1:
+    return ATTRIBUTES + (LAYOUT,)
+  raise ValueError(f'attribute rows hold {NUM_ATTRIBUTES} or '
+                   f'{NUM_ATTRIBUTES + 1} values (with the layout), got '
+                   f'{num_attributes}')
+
+
+def num_values(num_attributes: int) -> tuple[int, ...]:
+  """Values per attribute of ``[..., num_attributes]`` attribute rows."""
+  return tuple(len(VALUES[a]) for a in attribute_names(num_attributes))
+
+
+def scene_layouts(scenes) -> np.ndarray:
+  """``[n]`` the layout (index into ``VALUES['layout']``) of each scene."""
+  return np.asarray(scenes, np.int64) % NUM_LAYOUTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,8 +247,13 @@ class World:
 
   @property
   def gallery_attributes(self) -> np.ndarray:
-    """``[G, A]`` int32 attribute values of the gallery videos."""
-    return self.combos[self.gallery_combos]
+    """``[G, A]`` int32 attribute values of the gallery videos (the
+    layout last when ``config.describe_layout``)."""
+    attrs = self.combos[self.gallery_combos]
+    if not self.config.describe_layout:
+      return attrs
+    return np.concatenate([attrs, scene_layouts(self.gallery_scenes)[
+        :, None].astype(np.int32)], axis=1)
 
   @property
   def gallery_ids(self) -> tuple[str, ...]:
@@ -267,11 +336,15 @@ def _subject(rng, attrs, with_size=True, with_colour=True):
 
 
 def caption(rng: np.random.Generator, attrs) -> str:
-  """A caption naming all seven attributes, with a random template."""
-  values = {a: VALUES[a][v] for a, v in zip(ATTRIBUTES, attrs)}
+  """A caption naming every attribute of ``attrs`` (seven, or eight with
+  the layout, named after the background), with a random template."""
+  values = {a: VALUES[a][v] for a, v in zip(attribute_names(len(attrs)),
+                                           attrs)}
   subject = _subject(rng, attrs)
   motion = _pick(rng, MOTION_WORDS[values['motion']])
   place = _pick(rng, BACKGROUND_WORDS[values['background']])
+  if LAYOUT in values:
+    place = f'{place} {_pick(rng, LAYOUT_WORDS[values[LAYOUT]])}'
   light = _pick(rng, LIGHTING_WORDS[values['lighting']])
   template = rng.integers(5)
   if template == 0:
@@ -314,6 +387,10 @@ def edit_phrase(rng: np.random.Generator, attribute: str, value: int) -> str:
     light = _pick(rng, LIGHTING_WORDS[v])
     return _pick(rng, (f'make it {noun}', f'switch to {noun}',
                        f'show it {light}', f'{light} instead'))
+  if attribute == LAYOUT:
+    place = _pick(rng, LAYOUT_WORDS[v])
+    return _pick(rng, (f'put it {place}', f'{place} instead',
+                       f'change the layout: {place}'))
   size = _pick(rng, SIZE_WORDS[v])
   return _pick(rng, (f'make them {size}', f'{size} instead',
                      f'change the size to {size}'))
@@ -321,7 +398,8 @@ def edit_phrase(rng: np.random.Generator, attribute: str, value: int) -> str:
 
 def edit_text(rng: np.random.Generator, attrs, named) -> str:
   """The modification text naming ``named`` attributes' values in ``attrs``."""
-  phrases = [edit_phrase(rng, ATTRIBUTES[a], int(attrs[a]))
+  names = attribute_names(len(attrs))
+  phrases = [edit_phrase(rng, names[a], int(attrs[a]))
              for a in rng.permutation(np.flatnonzero(named))]
   if len(phrases) == 1:
     return phrases[0]
@@ -463,7 +541,18 @@ def make_world(config: WorldConfig = WorldConfig()) -> World:
                                 for c, s in zip(test.reference, scene)]),
       target=np.array([position[int(c), int(s)]
                        for c, s in zip(test.target, target_scene)]))
-  captions = tuple(caption(rng, combos[c]) for c in gallery)
+  if config.describe_layout:  # an edit keeps the layout; a scene moved
+    # to another rendition changes it, unnamed
+    layout_changed = (scene_layouts(scene) != scene_layouts(target_scene))
+    test = dataclasses.replace(
+        test, named=np.concatenate([test.named, np.zeros_like(
+            layout_changed)[:, None]], axis=1),
+        unmentioned=np.concatenate([test.unmentioned,
+                                    layout_changed[:, None]], axis=1))
+    captions = tuple(caption(rng, np.append(combos[c], l)) for c, l in zip(
+        gallery, scene_layouts(gallery_scenes)))
+  else:
+    captions = tuple(caption(rng, combos[c]) for c in gallery)
   return World(config=config, combos=combos, is_test=is_test,
                gallery_combos=gallery.astype(np.int64),
                gallery_scenes=gallery_scenes.astype(np.int64),
@@ -497,7 +586,8 @@ def render(attrs, key, *, num_frames: int = 4, image_size: int = 32,
   """Renders one clip; pure and jit-able, vmap it over a batch.
 
   Args:
-    attrs: ``[A]`` int attribute values.
+    attrs: ``[A]`` int attribute values; an eighth value is the layout
+      (``VALUES['layout']``), drawn as a dark structure behind the objects.
     key: a ``jax.random`` key: object positions, texture phase, pixel noise.
     scene_key: optional key of the scene: when given, the object positions
       and texture phase come from it (videos of one scene share a layout
@@ -532,6 +622,9 @@ def render(attrs, key, *, num_frames: int = 4, image_size: int = 32,
        jnp.broadcast_to(sand, (num_frames, h, h)), water,
        jnp.broadcast_to(road, (num_frames, h, h))])
   frames = jnp.clip(base[None, None, None, :] + texture[..., None], 0, 1)
+  if attrs.shape[0] > NUM_ATTRIBUTES:
+    frames = jnp.where(_layout_mask(attrs[NUM_ATTRIBUTES], h)[..., None],
+                       jnp.asarray(_STRUCTURE), frames)
 
   # Objects: one object goes anywhere its trajectory fits; several take
   # random quadrants (with jitter) so that they stay countable.

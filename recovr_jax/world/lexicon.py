@@ -10,12 +10,16 @@ so typos from the user's surface noise still parse.
 
 import functools
 import re
+import sys
 
 import numpy as np
 
 from recovr_jax.world import generator as world_lib
 
 A = world_lib.ATTRIBUTES
+# Attribute index -> name for writing (the layout, index 7, exists only
+# in a world whose layout is describable; ``LayoutLexicon`` reads it).
+_NAMES = world_lib.attribute_names(world_lib.NUM_ATTRIBUTES + 1)
 
 
 @functools.cache
@@ -184,8 +188,9 @@ class ExtraPhrases:
   "golden hour"); they win over a lexicon phrase of the same words."""
 
   def __init__(self, phrases):
+    self.phrases = tuple(phrases)
     self.table = {}
-    for text, attribute, value in phrases:
+    for text, attribute, value in self.phrases:
       words = tuple(_words(text))
       for key in (words, tuple(w for w in words
                                if w not in _FUNCTION_WORDS)):
@@ -204,8 +209,8 @@ def is_function_word(word: str) -> bool:
 def describe(rng: np.random.Generator, attrs, subset) -> str:
   """A description naming exactly the attributes in ``subset``."""
   subset = set(int(a) for a in subset)
-  values = {a: world_lib.VALUES[a][int(v)] for a, v in zip(A, attrs)}
-  idx = {a: i for i, a in enumerate(A)}
+  values = {a: world_lib.VALUES[a][int(v)] for a, v in zip(_NAMES, attrs)}
+  idx = {a: i for i, a in enumerate(_NAMES)}
   one = values['count'] == 'one'
   words = []
   if idx['count'] in subset:
@@ -222,8 +227,9 @@ def describe(rng: np.random.Generator, attrs, subset) -> str:
   tail = []
   for attribute, table in (('motion', world_lib.MOTION_WORDS),
                            ('background', world_lib.BACKGROUND_WORDS),
-                           ('lighting', world_lib.LIGHTING_WORDS)):
-    if idx[attribute] in subset:
+                           ('lighting', world_lib.LIGHTING_WORDS),
+                           (world_lib.LAYOUT, world_lib.LAYOUT_WORDS)):
+    if idx[attribute] in subset and attribute in values:
       tail.append(world_lib._pick(rng, table[values[attribute]]))  # pylint: disable=protected-access
   rng.shuffle(tail)
   return ' '.join(words + tail)
@@ -231,7 +237,8 @@ def describe(rng: np.random.Generator, attrs, subset) -> str:
 
 def canonical_description(attrs: dict[int, int]) -> str:
   """A fixed-order description of the attributes in ``attrs``."""
-  values = {A[a]: world_lib.VALUES[A[a]][v] for a, v in attrs.items()}
+  values = {_NAMES[a]: world_lib.VALUES[_NAMES[a]][v]
+            for a, v in attrs.items()}
   words = []
   if 'count' in values:
     words.append(values['count'])
@@ -250,12 +257,14 @@ def canonical_description(attrs: dict[int, int]) -> str:
     words.append(world_lib.BACKGROUND_WORDS[values['background']][0])
   if 'lighting' in values:
     words.append(world_lib.LIGHTING_WORDS[values['lighting']][0])
+  if world_lib.LAYOUT in values:
+    words.append(world_lib.LAYOUT_WORDS[values[world_lib.LAYOUT]][0])
   return ' '.join(words)
 
 
 def constraint(attribute: int, value: int) -> str:
   """``'colour: blue'``, the form of ``keep`` / ``avoid`` entries."""
-  return f'{A[attribute]}: {world_lib.VALUES[A[attribute]][value]}'
+  return f'{_NAMES[attribute]}: {world_lib.VALUES[_NAMES[attribute]][value]}'
 
 
 def parse_constraint(text: str) -> tuple[int, int] | None:
@@ -280,6 +289,8 @@ QUESTIONS = {
                  'Which lighting do you want?'),
     'size': ('What size should the objects be?', 'How big should they be?'),
 }
+_ALL_QUESTIONS = {**QUESTIONS, world_lib.LAYOUT: (
+    'What layout should the scene have?', 'Which layout do you want?')}
 _QUESTION_KEYS = (('how many', 'count'), ('colour', 'colour'),
                   ('color', 'colour'), ('shape', 'shape'),
                   ('direction', 'motion'), ('move', 'motion'),
@@ -289,7 +300,7 @@ _QUESTION_KEYS = (('how many', 'count'), ('colour', 'colour'),
 
 
 def question_text(rng: np.random.Generator, attribute: int) -> str:
-  return world_lib._pick(rng, QUESTIONS[A[attribute]])  # pylint: disable=protected-access
+  return world_lib._pick(rng, _ALL_QUESTIONS[_NAMES[attribute]])  # pylint: disable=protected-access
 
 
 def question_attribute(question: str) -> int | None:
@@ -306,16 +317,18 @@ _CANONICAL_EDIT = {
     'count': 'show {} of them', 'motion': 'have them move {}',
     'background': 'change the background to {}',
     'lighting': 'change the lighting to {}', 'size': 'make them {}',
+    world_lib.LAYOUT: 'change the layout to {}',
 }
 
 
-def parse_edit(text: str) -> dict[int, int]:
+def parse_edit(text: str, names=A, parse_part=None) -> dict[int, int]:
   """What an edit states: ``canonical_edit``'s parts read back exactly
   (its bare value names, e.g. "change the lighting to day", are not all
-  lexicon phrases), any other part read by ``parse``."""
+  lexicon phrases), any other part read by ``parse`` (``parse_part``);
+  ``names``: the attributes read."""
   found = {}
   for part in text.split(' and '):
-    for a, name in enumerate(A):
+    for a, name in enumerate(names):
       head, _, tail = _CANONICAL_EDIT[name].partition('{}')
       if part.startswith(head) and part.endswith(tail):
         word = part[len(head):len(part) - len(tail)]
@@ -326,7 +339,7 @@ def parse_edit(text: str) -> dict[int, int]:
           found[a] = world_lib.VALUES[name].index(word)
           break
     else:
-      found.update(parse(part))
+      found.update((parse_part or parse)(part))
   return found
 
 
@@ -334,9 +347,81 @@ def canonical_edit(changes: dict[int, int]) -> str:
   """A fixed-form edit for ``{attribute: value}``, e.g. 'make them small'."""
   parts = []
   for a in sorted(changes):
-    name = A[a]
+    name = _NAMES[a]
     value = world_lib.VALUES[name][changes[a]]
     if name == 'shape':
       value = world_lib.SHAPE_WORDS[value][0][0]
     parts.append(_CANONICAL_EDIT[name].format(value))
   return ' and '.join(parts)
+
+
+def layout_phrases() -> tuple[tuple[str, int, int], ...]:
+  """``(phrase, attribute, value)`` of the layout's caption words and bare
+  nouns (``LayoutLexicon`` reads them)."""
+  a = _NAMES.index(world_lib.LAYOUT)
+  out = []
+  for value, phrases in world_lib.LAYOUT_WORDS.items():
+    v = world_lib.VALUES[world_lib.LAYOUT].index(value)
+    out += [(p, a, v) for p in phrases]
+  for value, nouns in (('fence', ('fence',)), ('pole', ('pole', 'post')),
+                       ('arch', ('arch', 'archway')), ('open', ('open',))):
+    v = world_lib.VALUES[world_lib.LAYOUT].index(value)
+    out += [(n, a, v) for n in nouns]
+  return tuple(out)
+
+
+class LayoutLexicon:
+  """The lexicon of a world whose layout is describable
+  (``WorldConfig.describe_layout``): the module's reading and writing over
+  eight attributes, the layout's phrases read like the lexicon's (their
+  words known to the spelling fixer) and its question. The module's own
+  functions (seven attributes) are the lexicon of every other world."""
+
+  A = _NAMES
+  QUESTIONS = _ALL_QUESTIONS
+
+  def __init__(self):
+    self._layout = ExtraPhrases(layout_phrases())
+    self._phrases = layout_phrases()
+
+  def parse_spans(self, text: str, extra=None, keep: frozenset = frozenset()):
+    """``parse_spans`` with the layout's phrases (and ``extra``'s)."""
+    if extra is None:
+      return parse_spans(text, self._layout, keep)
+    return parse_spans(text, ExtraPhrases(self._phrases + extra.phrases),
+                       keep)
+
+  def parse(self, text: str) -> dict[int, int]:
+    return {a: v for a, v, _, _ in self.parse_spans(text)[0]}
+
+  def parse_edit(self, text: str) -> dict[int, int]:
+    return parse_edit(text, self.A, self.parse)
+
+  def parse_constraint(self, text: str) -> tuple[int, int] | None:
+    name, _, value = text.partition(':')
+    name, value = name.strip().lower(), value.strip().lower()
+    if name in self.A and value in world_lib.VALUES[name]:
+      return self.A.index(name), world_lib.VALUES[name].index(value)
+    return None
+
+  def question_attribute(self, question: str) -> int | None:
+    if 'layout' in question.lower():
+      return self.A.index(world_lib.LAYOUT)
+    return question_attribute(question)
+
+  # Writing is the module's (it names the layout when given one).
+  describe = staticmethod(describe)
+  canonical_description = staticmethod(canonical_description)
+  canonical_edit = staticmethod(canonical_edit)
+  constraint = staticmethod(constraint)
+  question_text = staticmethod(question_text)
+  words = staticmethod(words)
+  is_function_word = staticmethod(is_function_word)
+
+
+def for_attributes(num_attributes: int):
+  """The lexicon of ``[..., num_attributes]`` attribute rows: this module
+  (7), or a ``LayoutLexicon`` (8, the layout describable)."""
+  world_lib.attribute_names(num_attributes)  # checks the count
+  return (LayoutLexicon() if num_attributes > world_lib.NUM_ATTRIBUTES
+          else sys.modules[__name__])

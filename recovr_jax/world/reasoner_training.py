@@ -356,11 +356,11 @@ def caption_pool(world, captioner, size: int, seed: int):
   rng = np.random.default_rng(seed)
   ids = np.sort(rng.choice(world.train_combos, size, replace=False))
   if world.config.renditions == 1:
-    return ids, training.caption_videos(world, captioner, ids,
+    return ids, training.caption_videos(world, captioner, world.combos[ids],
                                         world.video_keys(ids))
   keys, scenes = jax.random.split(jax.random.key(seed + 17))
   return ids, training.caption_videos(
-      world, captioner, ids, jax.random.split(keys, size),
+      world, captioner, world.combos[ids], jax.random.split(keys, size),
       scene_keys=jax.random.split(scenes, size))
 
 

@@ -157,7 +157,7 @@ def decide(key: jax.Array, target_attrs: jax.Array, shown_attrs: jax.Array,
     (index into ``ACTIONS``), the attributes the text names, and the Rewrite
     prefix (index into the prefix table).
   """
-  num = world_lib.NUM_ATTRIBUTES
+  num = jnp.shape(target_attrs)[0]  # 7, or 8 with the layout
   k_order, k_size, k_drop, k_prefix = jax.random.split(key, 4)
   diff = jnp.asarray(target_attrs) != jnp.asarray(shown_attrs)
   num_diff = jnp.sum(diff)
@@ -223,7 +223,8 @@ class SimulatedUser:
     rng = self.rng(session, turn)
     cfg = self.config
     target = np.asarray(target_attrs)
-    asked = None if question is None else lexicon.question_attribute(question)
+    asked = None if question is None else lexicon.for_attributes(
+        len(target)).question_attribute(question)
     if cfg.draws == 'jax':
       action, mask, prefix = _decide_host(
           jax.random.key(self.seed), session, turn, jnp.asarray(target),
@@ -256,7 +257,7 @@ class SimulatedUser:
     if not named:
       text = str(rng.choice(_GENERIC))
     elif action == 'modify':
-      mask = np.zeros(world_lib.NUM_ATTRIBUTES, bool)
+      mask = np.zeros(len(target), bool)
       mask[named] = True
       text = str(rng.choice(_MODIFY_PREFIX)) + (
           user_language.edit_text(rng, target, mask, cfg.phrasings) if own
@@ -286,10 +287,10 @@ class SimulatedUser:
       most = int(most_modified(cfg, len(diff)))
       named = list(rng.permutation(diff)[:rng.integers(1, most + 1)])
     elif cfg.style == 'paper':
-      named = list(rng.permutation(world_lib.NUM_ATTRIBUTES))
+      named = list(rng.permutation(len(target)))
     else:
       size = int(rng.integers(cfg.min_described, cfg.max_described + 1))
-      named = list(rng.permutation(world_lib.NUM_ATTRIBUTES)[:size])
+      named = list(rng.permutation(len(target))[:size])
     return action, [a for a in named if rng.random() >= cfg.drop_rate]
 
 

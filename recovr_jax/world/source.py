@@ -36,6 +36,12 @@ BENCHMARKS = {
            'user_style': 'template', 'user_language': 'lexicon'},
 }
 DEFAULT_BENCHMARK = 'v2'
+# captioner.DEFAULT_CAPTIONER_DIR and LAYOUT_CAPTIONER_DIR (not imported:
+# the captioner module loads transformers).
+_DEFAULT_CAPTIONER_DIR = str(pathlib.Path(__file__).parents[1] /
+                             'checkpoints' / 'captioner')
+LAYOUT_CAPTIONER_DIR = str(pathlib.Path(__file__).parents[1] /
+                           'checkpoints' / 'captioner_layout')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +65,14 @@ class WorldData:
     preset = BENCHMARKS[benchmark]
     world = world_lib.WorldConfig(
         **{'renditions': preset['renditions'], **(world_fields or {})})
-    return cls(world=world, **{'checkpoint_dir': preset['checkpoint_dir'],
-                               'captions': preset['captions'], **fields})
+    defaults = {'checkpoint_dir': preset['checkpoint_dir'],
+                'captions': preset['captions']}
+    if world.describe_layout:  # the encoders and captioner trained for it
+      defaults.update(checkpoint_dir=encoders.LAYOUT_CHECKPOINT_DIR,
+                      captioner_checkpoint=LAYOUT_CAPTIONER_DIR)
+    fields = {k: v for k, v in fields.items()
+              if v is not None or k not in defaults}
+    return cls(world=world, **{**defaults, **fields})
 
   @classmethod
   def v2(cls, **fields) -> 'WorldData':
@@ -112,6 +124,45 @@ class WorldSource(source_lib.Source):
     problem = self._seed_problem(run)
     if problem:
       out.append(problem)
+    out += self._layout_problems(run)
+    return out
+
+  def _layout_problems(self, run) -> list[str]:
+    """A describable layout needs encoders and a captioner trained for it
+    (and they refuse a world without it), the host driver and the rules
+    reasoner (whose lexicon reads the layout)."""
+    layout = self.config.world.describe_layout
+    out = []
+    checkpoint = pathlib.Path(self.config.checkpoint_dir or
+                              encoders.DEFAULT_CHECKPOINT_DIR)
+    try:
+      trained = encoders.load_metadata(checkpoint / 'video_encoder')[
+          'world_config'].get('describe_layout', False)
+    except (FileNotFoundError, KeyError, ValueError):
+      trained = layout  # _seed_problem names the unreadable checkpoint
+    if trained != layout:
+      out.append(f'--checkpoint_dir {checkpoint}: its encoders were trained '
+                 f'{"with" if trained else "without"} --describe_layout, the '
+                 f'run is {"with" if layout else "without"} it')
+    if self.config.captions == 'model':
+      captioner = pathlib.Path(self.config.captioner_checkpoint or
+                               _DEFAULT_CAPTIONER_DIR)
+      try:
+        theirs = json.loads((captioner / 'recovr_captioner.json').read_text())[
+            'world'].get('describe_layout', False)
+      except (OSError, KeyError, ValueError):
+        theirs = layout  # problems() names a missing checkpoint
+      if theirs != layout:
+        out.append(f'--captioner_checkpoint {captioner}: trained '
+                   f'{"with" if theirs else "without"} --describe_layout, the '
+                   f'run is {"with" if layout else "without"} it')
+    if layout and run.simulation == 'jit':
+      out.append('--describe_layout runs on --simulation=host only (the '
+                 'jitted face tabulates seven attributes)')
+    if layout and run.reasoner != 'rules':
+      out.append(f'--describe_layout reads the layout with --reasoner=rules '
+                 f'only (got {run.reasoner!r}: its reader knows no layout '
+                 'words)')
     return out
 
   def _seed_problem(self, run) -> str | None:
@@ -230,12 +281,14 @@ class WorldSource(source_lib.Source):
 
   def ask_truth(self, built, user):
     from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
+    names = self.config.world.attributes
+    words = lexicon.for_attributes(len(names))
     return source_lib.AskTruth(
         attributes=np.asarray(built.env.attributes),
         query_named=built.extra.query_named, user=user,
-        question_attribute=lexicon.question_attribute,
-        attribute_names=tuple(world_lib.ATTRIBUTES),
-        question_about=lambda a: lexicon.QUESTIONS[world_lib.ATTRIBUTES[a]][0])
+        question_attribute=words.question_attribute,
+        attribute_names=names,
+        question_about=lambda a: words.QUESTIONS[names[a]][0])
 
   def reasoner(self, run, env):
     from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top

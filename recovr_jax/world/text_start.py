@@ -34,10 +34,11 @@ def first_queries(attributes, targets, language: str = 'own',
     names.
   """
   attributes = np.asarray(attributes)
-  texts, named = [], np.zeros((len(targets), world_lib.NUM_ATTRIBUTES), bool)
+  num = attributes.shape[1]  # 7, or 8 with the layout
+  texts, named = [], np.zeros((len(targets), num), bool)
   for i, target in enumerate(np.asarray(targets)):
     rng = np.random.default_rng([seed, i])
-    subset = sorted(rng.permutation(world_lib.NUM_ATTRIBUTES)[:NAMED].tolist())
+    subset = sorted(rng.permutation(num)[:NAMED].tolist())
     named[i, subset] = True
     values = attributes[int(target)]
     texts.append(user_language.describe(rng, values, subset, phrasings)

@@ -61,24 +61,30 @@ def _info_nce(a, b, log_scale):
 
 
 def caption_pool(world: world_lib.World, per_combo: int, seed: int):
-  """``per_combo`` captions of every training combination.
+  """``per_combo`` captions of every training combination; when the
+  world's layout is describable, each caption's rendition has a random
+  layout (drawn from a stream of its own) that the caption names.
 
   Returns:
-    ``(combos [P] int64, captions [P] str)``.
+    ``(attrs [P, A] int32, captions [P] str)``: the attribute rows the
+    captions describe (a clip of each is rendered to match it).
   """
   rng = np.random.default_rng([seed, 1])
-  train = world.train_combos
-  combos = np.repeat(train, per_combo)
-  return combos, [world_lib.caption(rng, world.combos[c]) for c in combos]
+  attrs = np.repeat(world.combos[world.train_combos], per_combo, axis=0)
+  if world.config.describe_layout:
+    layouts = np.random.default_rng([seed, 2]).integers(
+        world_lib.NUM_LAYOUTS, size=len(attrs))
+    attrs = np.concatenate([attrs, layouts[:, None].astype(np.int32)], 1)
+  return attrs, [world_lib.caption(rng, a) for a in attrs]
 
 
-def train_video_encoder(world, caption_combos, caption_embeddings,
+def train_video_encoder(world, caption_attrs, caption_embeddings,
                         config: TrainConfig, progress: Progress | None = None):
   """Trains ``VideoEncoder`` on on-the-fly renditions of train combinations.
 
   Args:
     world: the world (rendering settings).
-    caption_combos: ``[P]`` combination index of each caption.
+    caption_attrs: ``[P, A]`` the attribute rows each caption describes.
     caption_embeddings: ``[P, 384]`` frozen text embeddings.
     config: hyperparameters.
     progress: called as ``progress(stage, step, total, info)``.
@@ -93,8 +99,7 @@ def train_video_encoder(world, caption_combos, caption_embeddings,
   clips = jnp.zeros((1, wc.num_frames, wc.image_size, wc.image_size, 3))
   state = {'params': model.init(init_key, clips),
            'log_scale': jnp.log(1.0 / config.init_temperature)}
-  all_attrs = jnp.asarray(world.combos)
-  caption_combos = jnp.asarray(caption_combos)
+  caption_attrs = jnp.asarray(caption_attrs, jnp.int32)
   caption_embeddings = jnp.asarray(caption_embeddings)
   batch = config.video_batch
 
@@ -105,19 +110,21 @@ def train_video_encoder(world, caption_combos, caption_embeddings,
 
   def loss_fn(state, key):
     k_pick, k_render, k_scene, k_other, k_render2 = jax.random.split(key, 5)
-    pick = jax.random.randint(k_pick, (batch,), 0, caption_combos.shape[0])
+    pick = jax.random.randint(k_pick, (batch,), 0, caption_attrs.shape[0])
     keys = jax.random.split(k_render, batch)
     if not config.scene_weight:
-      clips = render(all_attrs[caption_combos[pick]], keys)
+      clips = render(caption_attrs[pick], keys)
       video = model.apply(state['params'], clips)
       return _info_nce(video, caption_embeddings[pick], state['log_scale'])
     scenes = jax.random.split(k_scene, batch)
     video = model.apply(state['params'], render(
-        all_attrs[caption_combos[pick]], keys, scene_keys=scenes))
-    other = jax.random.randint(k_other, (batch,), 0, caption_combos.shape[0])
+        caption_attrs[pick], keys, scene_keys=scenes))
+    other = jax.random.randint(k_other, (batch,), 0, caption_attrs.shape[0])
+    # Another combination in the same scene (and so the same layout).
+    other_attrs = caption_attrs[other].at[:, world_lib.NUM_ATTRIBUTES:].set(
+        caption_attrs[pick][:, world_lib.NUM_ATTRIBUTES:])
     same_scene = model.apply(state['params'], render(
-        all_attrs[caption_combos[other]], jax.random.split(k_render2, batch),
-        scene_keys=scenes))
+        other_attrs, jax.random.split(k_render2, batch), scene_keys=scenes))
     return (_info_nce(video, caption_embeddings[pick], state['log_scale']) +
             config.scene_weight * _info_nce(video, same_scene,
                                             state['log_scale']))
@@ -145,10 +152,10 @@ def _fit(state, loss_fn, lr, steps, key, stage, progress, every):
   return state
 
 
-def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn,
+def _rendered_batches(world, attrs, keys, scene_keys, batch, fn,
                       progress=None, stage='videos'):
-  """``fn(clips)`` over fixed-size batches of the clips of ``[n]``
-  combinations, keys and optional scene keys (one compiled shape);
+  """``fn(clips)`` over fixed-size batches of the clips of ``[n, A]``
+  attribute rows, keys and optional scene keys (one compiled shape);
   ``progress(stage, done, total, {})`` after each batch."""
   wc = world.config
 
@@ -159,7 +166,7 @@ def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn,
                                      pixel_noise=wc.pixel_noise,
                                      scene_keys=scenes))
 
-  attrs = np.asarray(world.combos)[np.asarray(combo_ids)]
+  attrs = np.asarray(attrs)
   pad_to = lambda x, pad: jnp.concatenate([x, jnp.repeat(x[-1:], pad, 0)])
   for start in range(0, len(attrs), batch):
     a = attrs[start:start + batch]
@@ -175,13 +182,13 @@ def _rendered_batches(world, combo_ids, keys, scene_keys, batch, fn,
       progress(stage, min(start + batch, len(attrs)), len(attrs), {})
 
 
-def embed_videos(world, params, combo_ids, keys, batch: int = 256,
+def embed_videos(world, params, attrs, keys, batch: int = 256,
                  scene_keys=None, progress=None):
-  """``[n]`` combination indices and keys (and optional scene keys) ->
-  ``[n, 384]`` video embeddings (``progress`` as ``Timer`` takes it)."""
+  """``[n, A]`` attribute rows and ``[n]`` keys (and optional scene keys)
+  -> ``[n, 384]`` video embeddings (``progress`` as ``Timer`` takes it)."""
   model = encoders.VideoEncoder()
   out = [np.asarray(e)[:n] for e, n in _rendered_batches(
-      world, combo_ids, keys, scene_keys, batch,
+      world, attrs, keys, scene_keys, batch,
       lambda clips: model.apply(params, clips), progress, 'video encoding')]
   return np.concatenate(out) if out else np.zeros((0, encoders.TEXT_DIM),
                                                   np.float32)
@@ -190,12 +197,14 @@ def embed_videos(world, params, combo_ids, keys, batch: int = 256,
 def triplet_embeddings(world, video_params, seed: int):
   """``(reference [Q, D], target [Q, D])`` video embeddings of the training
   triplets. With several renditions per combination, a triplet's reference
-  and target share a fresh scene, as the test triplets do; otherwise each
-  combination has its one fixed rendition."""
+  and target share a fresh scene (and, when the layout is describable, a
+  random layout), as the test triplets do; otherwise each combination has
+  its one fixed rendition."""
   train = world.train
   if world.config.renditions == 1:
     ids = world.train_combos
-    emb = embed_videos(world, video_params, ids, world.video_keys(ids))
+    emb = embed_videos(world, video_params, world.combos[ids],
+                       world.video_keys(ids))
     row = {int(c): i for i, c in enumerate(ids)}
     return (emb[[row[int(c)] for c in train.reference]],
             emb[[row[int(c)] for c in train.target]])
@@ -203,9 +212,16 @@ def triplet_embeddings(world, video_params, seed: int):
   k_scene, k_ref, k_tgt = jax.random.split(key, 3)
   q = len(train.reference)
   scenes = jax.random.split(k_scene, q)
-  return (embed_videos(world, video_params, train.reference,
+  reference, target = world.combos[train.reference], world.combos[
+      train.target]
+  if world.config.describe_layout:
+    layouts = np.random.default_rng([seed, 3]).integers(
+        world_lib.NUM_LAYOUTS, size=(q, 1)).astype(np.int32)
+    reference = np.concatenate([reference, layouts], 1)
+    target = np.concatenate([target, layouts], 1)
+  return (embed_videos(world, video_params, reference,
                        jax.random.split(k_ref, q), scene_keys=scenes),
-          embed_videos(world, video_params, train.target,
+          embed_videos(world, video_params, target,
                        jax.random.split(k_tgt, q), scene_keys=scenes))
 
 
@@ -290,12 +306,12 @@ def load_world_models(checkpoint_dir, world):
   return video, composer
 
 
-def caption_videos(world, captioner, combo_ids, keys, batch: int = 256,
+def caption_videos(world, captioner, attrs, keys, batch: int = 256,
                    scene_keys=None, progress=None):
   """Captions of the clips ``embed_videos`` renders for the same inputs,
   written by ``captioner`` (a ``world.captioner.Captioner``)."""
   out = []
-  for clips, n in _rendered_batches(world, combo_ids, keys, scene_keys,
+  for clips, n in _rendered_batches(world, attrs, keys, scene_keys,
                                     batch, lambda clips: clips, progress,
                                     'captioning'):
     out.extend(captioner(clips)[:n])
@@ -312,8 +328,10 @@ def gallery_memory(world, video_params, text, cache_dir=None,
   """
   from recovr_jax.world import progress_memory  # pylint: disable=g-import-not-at-top
   # The gallery does not depend on which scene a target is in.
+  # (The layout flag enters the key only when set: v2's caches stay valid.)
   gallery_world = {k: v for k, v in dataclasses.asdict(world.config).items()
-                   if k != 'scene_shared'}
+                   if k != 'scene_shared' and (
+                       k != 'describe_layout' or v)}
   parts = dict(world=gallery_world,
                video=progress_memory.params_fingerprint(video_params),
                text=text.fingerprint)
@@ -328,10 +346,10 @@ def gallery_memory(world, video_params, text, cache_dir=None,
     keys, scenes = world.gallery_keys()
     timer = Timer(every=10.0)  # a line per batch, at most every 10 s
     with profiling.part('video encoding'):
-      video = embed_videos(world, video_params, world.gallery_combos, keys,
-                           scene_keys=scenes, progress=timer)
+      video = embed_videos(world, video_params, world.gallery_attributes,
+                           keys, scene_keys=scenes, progress=timer)
     captions = world.gallery_captions if captioner is None else (
-        caption_videos(world, captioner, world.gallery_combos, keys,
+        caption_videos(world, captioner, world.gallery_attributes, keys,
                        scene_keys=scenes, progress=timer))
     return video, captions, text(captions)
 

@@ -27,6 +27,9 @@ from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 
 A = world_lib.ATTRIBUTES
+# Index -> name over eight attributes (the layout, index 7, is named only in
+# a world whose layout is describable).
+_NAMES = world_lib.attribute_names(world_lib.NUM_ATTRIBUTES + 1)
 
 # Held-out phrases per value (never in the world's captions or lexicon).
 _SHAPES = {
@@ -71,15 +74,24 @@ _SIZES = {
     'large': ('giant', 'enormous', 'massive'),
 }
 
+_LAYOUTS = {
+    'fence': ('behind a railing', 'along a barrier', 'by some palings'),
+    'pole': ('beside a pillar', 'next to a column', 'by a mast'),
+    'arch': ('through a gateway', 'under a portal', 'below a vault'),
+    'open': ('in a clearing', 'against an empty backdrop',
+             'in wide-open space'),
+}
+
 
 # The user's words per attribute: the world's caption words, its own.
 _KNOWN = {'shape': world_lib.SHAPE_WORDS, 'colour': world_lib.COLOUR_WORDS,
           'count': world_lib.COUNT_WORDS, 'motion': world_lib.MOTION_WORDS,
           'background': world_lib.BACKGROUND_WORDS,
-          'lighting': world_lib.LIGHTING_WORDS, 'size': world_lib.SIZE_WORDS}
+          'lighting': world_lib.LIGHTING_WORDS, 'size': world_lib.SIZE_WORDS,
+          world_lib.LAYOUT: world_lib.LAYOUT_WORDS}
 _OWN = {'shape': _SHAPES, 'colour': _COLOURS, 'count': _COUNTS,
         'motion': _MOTIONS, 'background': _PLACES, 'lighting': _LIGHTS,
-        'size': _SIZES}
+        'size': _SIZES, world_lib.LAYOUT: _LAYOUTS}
 PHRASINGS = ('all', 'train')
 PHRASING_SEED = 25  # fixed once, before any result; never tuned
 KINDS = ('lexicon', 'train', 'held_out')  # what ``phrasing_of`` returns
@@ -90,10 +102,11 @@ def held_out_phrasings() -> frozenset:
   """``(attribute, value, phrase)`` of the own phrases held out from every
   training set: per value, ``len // 2`` (at least one) of its own phrases,
   chosen by one permutation seeded by ``PHRASING_SEED``. A shape's phrase
-  is its ``(singular, plural)`` pair."""
+  is its ``(singular, plural)`` pair. (The layout's, drawn last, leave the
+  seven attributes' split as it was before the layout existed.)"""
   rng = np.random.default_rng(PHRASING_SEED)
   out = set()
-  for name in A:
+  for name in _NAMES:
     for value, phrases in _OWN[name].items():
       order = rng.permutation(len(phrases))
       for i in order[:max(1, len(phrases) // 2)]:
@@ -133,7 +146,7 @@ def phrasing_of(attribute: int, value: int, text: str) -> str | None:
   """Which kind of phrase (``KINDS``) states ``attribute = value`` in the
   user's clean ``text``: the longest of the value's bank phrases found as
   whole words (so "sky-blue" is not read as "blue"); ``None``: none."""
-  name = A[attribute]
+  name = _NAMES[attribute]
   v = world_lib.VALUES[name][value]
   held = held_out_phrasings()
   text = text.lower()
@@ -153,7 +166,7 @@ def _pick(rng, options):
 
 
 def _value(attribute: int, attrs) -> str:
-  return world_lib.VALUES[A[attribute]][int(attrs[attribute])]
+  return world_lib.VALUES[_NAMES[attribute]][int(attrs[attribute])]
 
 
 def describe(rng: np.random.Generator, attrs, subset,
@@ -161,8 +174,8 @@ def describe(rng: np.random.Generator, attrs, subset,
   """A description of ``attrs`` naming the attributes in ``subset``, in the
   user's words (``phrasings``) and one of the user's word orders."""
   SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(phrasings)  # pylint: disable=invalid-name,redefined-outer-name
-  names = {A[a] for a in subset}
-  v = {A[a]: _value(a, attrs) for a in range(len(A))}
+  names = {_NAMES[a] for a in subset}
+  v = {_NAMES[a]: _value(a, attrs) for a in range(len(attrs))}
   subject = []
   if 'count' in names:
     subject.append(_pick(rng, COUNT[v['count']]))
@@ -179,6 +192,9 @@ def describe(rng: np.random.Generator, attrs, subset,
   subject = ' '.join(subject)
   motion = _pick(rng, MOTION[v['motion']]) if 'motion' in names else ''
   place = _pick(rng, PLACE[v['background']]) if 'background' in names else ''
+  if world_lib.LAYOUT in names:  # where the scene's structure stands
+    layout = _pick(rng, bank(world_lib.LAYOUT, phrasings)[v[world_lib.LAYOUT]])
+    place = f'{place} {layout}'.strip()
   light = _pick(rng, LIGHT[v['lighting']]) if 'lighting' in names else ''
   order = rng.integers(4)
   if order == 0:
@@ -203,8 +219,12 @@ def edit_phrase(rng: np.random.Generator, attribute: int, value: int,
                 phrasings: str = 'all') -> str:
   """A relative edit setting ``attribute`` to ``value``, in the user's words."""
   SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(phrasings)  # pylint: disable=invalid-name,redefined-outer-name
-  name = A[attribute]
+  name = _NAMES[attribute]
   v = world_lib.VALUES[name][value]
+  if name == world_lib.LAYOUT:
+    word = _pick(rng, bank(name, phrasings)[v])
+    return _pick(rng, (f'put it {word}', f'{word} instead',
+                       f'the scene should be {word}'))
   if name == 'shape':
     word = _pick(rng, SHAPE[v])[1]
     return _pick(rng, (f'turn them into {word}', f'{word} instead',

@@ -1,0 +1,180 @@
+"""Tests for the describable layout (``--describe_layout``): the world, its
+pixels and captions, the user's words and the lexicon that reads them."""
+
+import dataclasses
+
+from absl.testing import absltest
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
+from recovr_jax.world import generator as world_lib
+from recovr_jax.world import lexicon
+from recovr_jax.world import simulated_user
+from recovr_jax.world import source as world_source
+from recovr_jax.world import user_language
+
+LAYOUT = world_lib.NUM_ATTRIBUTES  # the layout's attribute index
+SMALL = world_lib.WorldConfig(num_test_triplets=60, num_train_triplets=300,
+                              renditions=4, gallery_size=400)
+
+
+class WorldTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.plain = world_lib.make_world(dataclasses.replace(
+        SMALL, scene_shared=0.5))
+    cls.world = world_lib.make_world(dataclasses.replace(
+        SMALL, scene_shared=0.5, describe_layout=True))
+
+  def test_the_layout_changes_only_what_it_names(self):
+    plain, world = self.plain, self.world
+    for name in ('reference', 'target', 'edit'):
+      self.assertEqual(np.asarray(getattr(plain.test, name)).tolist(),
+                       np.asarray(getattr(world.test, name)).tolist())
+    np.testing.assert_array_equal(plain.gallery_combos, world.gallery_combos)
+    np.testing.assert_array_equal(plain.gallery_attributes,
+                                  world.gallery_attributes[:, :LAYOUT])
+    np.testing.assert_array_equal(world.gallery_attributes[:, LAYOUT],
+                                  world.gallery_scenes % 4)
+    self.assertEqual(plain.gallery_attributes.shape[1], LAYOUT)
+    self.assertEqual(world.config.attributes[-1], 'layout')
+
+  def test_an_edit_keeps_the_layout_and_a_moved_scene_changes_it(self):
+    test = self.world.test
+    layout = self.world.gallery_attributes[:, LAYOUT]
+    changed = layout[test.reference] != layout[test.target]
+    self.assertFalse(test.named[:, LAYOUT].any())
+    np.testing.assert_array_equal(test.unmentioned[:, LAYOUT], changed)
+    self.assertTrue(0 < changed.mean() < 1)  # scene_shared=0.5
+    np.testing.assert_array_equal(self.plain.test.unmentioned,
+                                  test.unmentioned[:, :LAYOUT])
+
+  def test_captions_name_the_layout_and_the_lexicon_reads_it(self):
+    words = lexicon.LayoutLexicon()
+    attrs = self.world.gallery_attributes
+    for caption, row in zip(self.world.gallery_captions[:200], attrs):
+      read = words.parse(caption)
+      self.assertEqual(read.get(LAYOUT), row[LAYOUT], caption)
+      self.assertEqual(read, {a: int(v) for a, v in enumerate(row)}, caption)
+      # The seven-attribute lexicon reads no layout.
+      self.assertNotIn(LAYOUT, lexicon.parse(caption))
+
+  def test_the_pixels_show_the_layout(self):
+    row = np.asarray(self.world.gallery_attributes[0])
+    key, scene = jax.random.key(1), jax.random.key(2)
+    clips = [np.asarray(world_lib.render(
+        jnp.asarray(np.append(row[:LAYOUT], v)), key, scene_key=scene))
+             for v in range(world_lib.NUM_LAYOUTS)]
+    plain = np.asarray(world_lib.render(jnp.asarray(row[:LAYOUT]), key,
+                                        scene_key=scene))
+    # 'open' draws nothing; every other layout differs from it and from
+    # each other.
+    np.testing.assert_array_equal(clips[3], plain)
+    for i in range(3):
+      self.assertGreater(np.abs(clips[i] - plain).mean(), 0.01)
+      for j in range(i):
+        self.assertGreater(np.abs(clips[i] - clips[j]).mean(), 0.01)
+
+  def test_config_errors(self):
+    with self.assertRaisesRegex(ValueError, 'describe_layout needs '
+                                'renditions >= 2'):
+      world_lib.WorldConfig(describe_layout=True)
+    with self.assertRaisesRegex(ValueError, 'attribute rows hold 7 or 8'):
+      world_lib.attribute_names(6)
+
+
+class UserTest(absltest.TestCase):
+
+  def test_the_user_names_a_differing_layout_in_its_words(self):
+    target = np.array([0, 1, 2, 3, 0, 1, 2, 1])
+    shown = target.copy()
+    shown[LAYOUT] = 0
+    words = lexicon.LayoutLexicon()
+    for language in simulated_user.LANGUAGES:
+      user = simulated_user.SimulatedUser(simulated_user.UserConfig(
+          style='paper', language=language))
+      for session in range(20):
+        fb = user.respond(session, 1, 0, 1, target, shown)
+        self.assertEqual(fb.action, 'modify')
+        self.assertEqual(fb.mentioned, {LAYOUT: 1})
+        kind = user_language.phrasing_of(LAYOUT, 1, fb.text)
+        self.assertIsNotNone(kind, fb.text)
+        if kind == 'lexicon':  # the caption words: read by the lexicon
+          self.assertEqual(words.parse(fb.text), {LAYOUT: 1}, fb.text)
+
+  def test_jax_draws_decide_over_eight_attributes(self):
+    target = jnp.array([0, 1, 2, 3, 0, 1, 2, 1])
+    shown = target.at[LAYOUT].set(0)
+    action, named, _ = simulated_user.decide(
+        jax.random.key(0), target, shown,
+        simulated_user.UserConfig(style='paper'))
+    chex.assert_shape(named, (8,))
+    self.assertEqual(int(action), simulated_user.MODIFY)
+    np.testing.assert_array_equal(np.flatnonzero(np.asarray(named)), [LAYOUT])
+
+  def test_the_seven_attributes_split_of_phrasings_is_unchanged(self):
+    # The split as drawn before the layout existed: one permutation per
+    # value, attribute by attribute, from one generator.
+    rng = np.random.default_rng(user_language.PHRASING_SEED)
+    before = set()
+    for name in world_lib.ATTRIBUTES:
+      for value, phrases in user_language._OWN[name].items():  # pylint: disable=protected-access
+        order = rng.permutation(len(phrases))
+        for i in order[:max(1, len(phrases) // 2)]:
+          before.add((name, value, phrases[int(i)]))
+    held = user_language.held_out_phrasings()
+    self.assertEqual({h for h in held if h[0] != 'layout'}, before)
+    self.assertLen({h for h in held if h[0] == 'layout'}, 4)
+
+
+class LexiconTest(absltest.TestCase):
+
+  def test_constraints_edits_and_questions(self):
+    words = lexicon.LayoutLexicon()
+    self.assertEqual(words.parse_constraint('layout: arch'), (LAYOUT, 2))
+    self.assertIsNone(lexicon.parse_constraint('layout: arch'))
+    self.assertEqual(words.constraint(LAYOUT, 1), 'layout: pole')
+    edit = lexicon.canonical_edit({LAYOUT: 2, 6: 0})
+    self.assertEqual(words.parse_edit(edit), {LAYOUT: 2, 6: 0})
+    self.assertEqual(words.parse(lexicon.canonical_description({LAYOUT: 3})),
+                     {LAYOUT: 3})
+    for question in words.QUESTIONS['layout']:
+      self.assertEqual(words.question_attribute(question), LAYOUT)
+    self.assertIs(lexicon.for_attributes(7), lexicon)
+    self.assertIsInstance(lexicon.for_attributes(8), lexicon.LayoutLexicon)
+
+  def test_the_rules_reasoner_carries_the_layout(self):
+    reasoner = rules.RulesReasoner(lexicon.LayoutLexicon())
+    caption = 'two red circles moving left on grass by a fence at night'
+    out = reasoner.intent([schemas.IntentRequest(
+        'close, but under an arch instead', caption,
+        schemas.SessionMemory())])[0]
+    self.assertIn('under an arch', out['search'])
+    reflect = reasoner.reflect([schemas.ReflectRequest(
+        'close, but under an arch instead', caption,
+        schemas.SessionMemory())])[0]
+    self.assertIn('layout: arch', reflect['keep'])
+
+
+class SourceTest(absltest.TestCase):
+
+  def test_the_preset_reads_the_layout_checkpoints(self):
+    data = world_source.WorldData.preset(
+        'v2', world_fields={'describe_layout': True})
+    self.assertTrue(data.world.describe_layout)
+    self.assertTrue(data.checkpoint_dir.endswith('world_layout'))
+    self.assertTrue(data.captioner_checkpoint.endswith('captioner_layout'))
+    given = world_source.WorldData.preset(
+        'v2', world_fields={'describe_layout': True}, checkpoint_dir='/x')
+    self.assertEqual(given.checkpoint_dir, '/x')
+    self.assertIsNone(world_source.WorldData.v2().captioner_checkpoint)
+
+
+if __name__ == '__main__':
+  absltest.main()
