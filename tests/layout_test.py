@@ -2,13 +2,19 @@
 pixels and captions, the user's words and the lexicon that reads them."""
 
 import dataclasses
+import json
+import pathlib
+import tempfile
 
+from absl import flags
 from absl.testing import absltest
+from absl.testing import flagsaver
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import run
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 from recovr_jax.world import generator as world_lib
@@ -174,6 +180,89 @@ class SourceTest(absltest.TestCase):
         'v2', world_fields={'describe_layout': True}, checkpoint_dir='/x')
     self.assertEqual(given.checkpoint_dir, '/x')
     self.assertIsNone(world_source.WorldData.v2().captioner_checkpoint)
+
+
+class RunTest(absltest.TestCase):
+  """The member run end to end on a small gallery (host driver, rules)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    flags.FLAGS.mark_as_parsed()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+    cls.flags = dict(
+        num_test_triplets=12, num_train_triplets=20, gallery_size=300,
+        num_sessions=12, batch_size=6, num_turns=3, bootstrap_resamples=200,
+        compilation_cache=False, describe_layout=True,
+        cache_dir=str(cls.root / 'cache'))
+    cls.methods = ['recovr', 'umivr', 'ivr']  # IVR asks questions
+    with flagsaver.flagsaver(**cls.flags, output_dir=str(cls.root / 'run'),
+                             methods=cls.methods, user_draws='jax'):
+      run.main(['run'])
+
+  def test_the_run_sees_and_reads_the_layout(self):
+    out = self.root / 'run'
+    resolved = json.loads((out / 'resolved_config.json').read_text())
+    self.assertTrue(resolved['data']['world']['describe_layout'])
+    self.assertTrue(resolved['data']['checkpoint_dir'].endswith(
+        'world_layout'))
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    # ReCoVR's searches carry the layout it reads in the shown captions.
+    words = lexicon.LayoutLexicon()
+    searches = [t['search'] for r in rows if r['method'] == 'recovr'
+                for t in r['turns'] if t.get('search')]
+    self.assertTrue(any(LAYOUT in words.parse(s) for s in searches))
+    self.assertTrue((out / 't2v_ceiling.json').is_file())
+
+  def test_the_jitted_driver_equals_the_host(self):
+    host, jit = self.root / 'run', self.root / 'jit'
+    with flagsaver.flagsaver(**self.flags, output_dir=str(jit),
+                             methods=self.methods, simulation='jit'):
+      run.main(['run'])
+    self.assertEqual(json.loads((jit / 'metrics.json').read_text()),
+                     json.loads((host / 'metrics.json').read_text()))
+    for h, j in zip((host / 'trajectories.jsonl').read_text().splitlines(),
+                    (jit / 'trajectories.jsonl').read_text().splitlines()):
+      h, j = json.loads(h), json.loads(j)
+      for name in ('top10', 'action', 'feedback'):
+        self.assertEqual([t.get(name) for t in h['turns']],
+                         [t.get(name) for t in j['turns']], name)
+    # The user named the layout it saw differ (the jitted records hold
+    # what it named).
+    mentioned = [t.get('mentioned') or {} for line in (
+        jit / 'trajectories.jsonl').read_text().splitlines()
+                 for t in json.loads(line)['turns']]
+    self.assertTrue(any('layout' in m for m in mentioned))
+
+  def test_what_the_layout_member_cannot_run_is_refused(self):
+    for extra, message in (
+        (dict(reasoner='grounded'), '--describe_layout reads the layout '
+         'with --reasoner=rules only'),
+        (dict(checkpoint_dir=encoders_dir('world_renditions')),
+         'its encoders were trained without --describe_layout'),
+        (dict(captioner_checkpoint=encoders_dir('captioner')),
+         'trained without --describe_layout')):
+      with self.subTest(str(extra)):
+        with self.assertRaisesRegex(Exception, message):
+          with flagsaver.flagsaver(**{**self.flags, **extra},
+                                   output_dir=str(self.root / 'refused'),
+                                   methods=['recovr']):
+            run.main(['run'])
+        self.assertFalse((self.root / 'refused' / 'metrics.json').exists())
+    # And a layout checkpoint in a world without the layout.
+    with self.assertRaisesRegex(Exception, 'trained with --describe_layout, '
+                                'the run is without it'):
+      with flagsaver.flagsaver(**{**self.flags, 'describe_layout': False},
+                               checkpoint_dir=encoders_dir('world_layout'),
+                               output_dir=str(self.root / 'refused2'),
+                               methods=['recovr']):
+        run.main(['run'])
+
+
+def encoders_dir(name: str) -> str:
+  return str(pathlib.Path(world_source.__file__).parents[1] / 'checkpoints' /
+             name)
 
 
 if __name__ == '__main__':

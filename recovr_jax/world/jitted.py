@@ -67,6 +67,7 @@ class WorldFace(jitted.Face):
   utterances: bool = False  # each utterance's embedding (MERLIN)
   dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
   reasoner: str = 'rules'   # whose reading of the words is tabulated
+  num_attributes: int = world_lib.NUM_ATTRIBUTES  # 8 with the layout
 
   def start(self, data, tables, query):
     del tables
@@ -134,8 +135,7 @@ class WorldFace(jitted.Face):
 
   def stopped(self):
     none = jnp.asarray(-1, jnp.int32)
-    return dict(mentioned=jnp.full((world_lib.NUM_ATTRIBUTES,), -1,
-                                   jnp.int32),
+    return dict(mentioned=jnp.full((self.num_attributes,), -1, jnp.int32),
                 word=none, word_found=jnp.asarray(True),
                 dialogue_parent=none, dialogue_found=jnp.asarray(True))
 
@@ -183,7 +183,8 @@ class _Filler:
 
   def arrays(self):
     return (self.env.table.arrays(),
-            (words_lib.empty_arrays() if self.words is None
+            (words_lib.empty_arrays(int(self.env.data.own.attributes.shape[1]))
+             if self.words is None
              else self.words.arrays(self.least_words)),
             (words_lib.empty_dialogues() if self.dialogues is None
              else self.dialogues.arrays(self.least_nodes)))
@@ -219,7 +220,8 @@ def prepare(env: host.Environment) -> SimEnvironment:
   if env.composer is None:
     raise ValueError('the jitted mode needs a pure JAX composer (a flax '
                      "Module or 'sum'); the environment has none")
-  num_attrs = world_lib.NUM_ATTRIBUTES
+  num_attrs = np.asarray(env.attributes).shape[1]  # 8 with the layout
+  words = lexicon.for_attributes(num_attrs)
 
   def assignment(parsed):
     row = np.full(num_attrs, -1, np.int32)
@@ -227,15 +229,15 @@ def prepare(env: host.Environment) -> SimEnvironment:
       row[a] = v
     return row
 
-  caption_attrs = np.stack([assignment(lexicon.parse(c))
+  caption_attrs = np.stack([assignment(words.parse(c))
                             for c in env.captions])
-  init = rules.RulesReasoner(lexicon).t2v_init([
+  init = rules.RulesReasoner(words).t2v_init([
       schemas.T2VInitRequest(env.captions[r], m)
       for r, m in zip(env.reference, env.modification)])
   init_search = []
   for q, out in enumerate(init):
-    parsed = lexicon.parse(out['search'])
-    if out['search'] != lexicon.canonical_description(parsed):
+    parsed = words.parse(out['search'])
+    if out['search'] != words.canonical_description(parsed):
       raise ValueError(f'query {q}: the T2V initializer wrote '
                        f'{out["search"]!r}, which is not a canonical '
                        'description; the jitted mode cannot represent it')
@@ -245,7 +247,7 @@ def prepare(env: host.Environment) -> SimEnvironment:
   data = jitted.JaxData(
       gallery=jnp.asarray(env.gallery, jnp.float32),
       memory=plan_lib.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
-                                **_question_tables()),
+                                **_question_tables(words, num_attrs)),
       reference=jnp.asarray(env.reference, jnp.int32),
       target=jnp.asarray(env.target, jnp.int32),
       modification=jnp.asarray(modification),
@@ -253,7 +255,7 @@ def prepare(env: host.Environment) -> SimEnvironment:
           attributes=jnp.asarray(env.attributes, jnp.int32),
           init_search=jnp.asarray(np.stack(init_search)),
           modification_attrs=jnp.asarray(np.stack([
-              assignment(lexicon.parse(m)) for m in env.modification]))))
+              assignment(words.parse(m)) for m in env.modification]))))
   return SimEnvironment(data=data, composer=env.composer,
                         composer_params=env.composer_params,
                         table=phrase_table.PhraseTable(env.encode_text,
@@ -263,18 +265,19 @@ def prepare(env: host.Environment) -> SimEnvironment:
                         modification_texts=tuple(env.modification))
 
 
-def _question_tables():
-  """What the user reads out of each question the rules reasoner asks."""
-  reasoner = rules.RulesReasoner(lexicon)
+def _question_tables(words, num_attrs: int):
+  """What the user reads out of each question the rules reasoner asks
+  (over ``words``, the lexicon of ``num_attrs`` attributes)."""
+  reasoner = rules.RulesReasoner(words)
 
   def asked(question):
-    a = lexicon.question_attribute(question)
+    a = words.question_attribute(question)
     return -1 if a is None else a
 
-  num_attrs = world_lib.NUM_ATTRIBUTES
-  with_value = np.full((num_attrs, max(world_lib.NUM_VALUES)), -1, np.int32)
+  num_values = world_lib.num_values(num_attrs)
+  with_value = np.full((num_attrs, max(num_values)), -1, np.int32)
   for a in range(num_attrs):
-    for v in range(world_lib.NUM_VALUES[a]):
+    for v in range(num_values[a]):
       with_value[a, v] = asked(reasoner.attribute_question(a, v))
   plain = [asked(reasoner.attribute_question(a)) for a in range(num_attrs)]
   # The open question about captions that state nothing.
@@ -288,11 +291,14 @@ def _question_tables():
 def sim_config(method, base: ranking.LoopConfig,
                user: simulated_user.UserConfig, composer,
                reasoner: str = 'rules',
-               sigma: str = 'rules') -> jitted.SimConfig:
+               sigma: str = 'rules',
+               num_attributes: int = world_lib.NUM_ATTRIBUTES
+               ) -> jitted.SimConfig:
   """``reasoner``: the host backend whose reading the jitted mode
   reproduces ('rules': the lexicon; another: its reader, so the words are
   always tabulated, read by ``word_table``'s ``parse``); ``sigma``: its
-  Reflector's rule (``JaxForm.sigma_rule``)."""
+  Reflector's rule (``JaxForm.sigma_rule``); ``num_attributes``: the
+  world's (8 with the layout)."""
   needs = getattr(method.jax_form, 'needs', ())
   asks = getattr(method.jax_form, 'question', None) is not None
   form = method.jax_form
@@ -305,7 +311,8 @@ def sim_config(method, base: ranking.LoopConfig,
       # Answers' words are always read from the table.
       words=(user.language != 'lexicon' or user.noise_rate > 0
              or bool(needs) or asks or reasoner != 'rules'),
-      utterances='utterances' in needs, dialogues='dialogues' in needs)
+      utterances='utterances' in needs, dialogues='dialogues' in needs,
+      num_attributes=num_attributes)
   return jitted.SimConfig(loop=loop, face=face, form=form, composer=composer)
 
 
@@ -355,8 +362,8 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
   (``mentioned``: what the user named, unless its words were tabulated) and,
   with ``table``, the words (``feedback``). With the batch's ``sessions``
   turn 0 holds the modification text as ``feedback``, as the host's does."""
-  names = world_lib.ATTRIBUTES
   own = trace.own
+  names = world_lib.attribute_names(np.shape(own['mentioned'])[-1])
   questions = np.asarray(trace.questions)
   # Whether a question was shown with turn t's list (the host records its
   # text under ``asked``; here the user's reading of it is

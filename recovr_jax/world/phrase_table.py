@@ -4,7 +4,9 @@ The rules reasoner's outputs on the world are canonical texts of partial
 attribute assignments (``lexicon.canonical_description`` for searches,
 ``lexicon.canonical_edit`` for edits), so each has a code (mixed radix over
 ``value + 1``) and ``PhraseTable`` holds the text encoder's embedding of every
-code seen, filled lazily on the host.
+code seen, filled lazily on the host. The codes span eight attributes (the
+layout last, of a world whose layout is describable); a seven-attribute
+assignment is coded with no layout, which keeps the codes' order.
 """
 
 import jax
@@ -14,16 +16,18 @@ import numpy as np
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 
-_RADIX = tuple(n + 1 for n in world_lib.NUM_VALUES)
+_RADIX = tuple(n + 1 for n in world_lib.num_values(
+    world_lib.NUM_ATTRIBUTES + 1))
 NUM_CODES = int(np.prod(_RADIX))        # partial assignments, incl. empty
 _STRIDES = tuple(int(np.prod(_RADIX[a + 1:])) for a in range(len(_RADIX)))
 
 
 def code(attrs) -> jax.Array:
-  """``[..., A]`` partial assignments (-1 = absent) -> ``[...]`` int32 codes;
-  0 is the empty assignment."""
+  """``[..., A]`` partial assignments (-1 = absent; ``A`` 7, or 8 with the
+  layout) -> ``[...]`` int32 codes; 0 is the empty assignment."""
   attrs = jnp.asarray(attrs, jnp.int32)
-  return jnp.sum((attrs + 1) * jnp.asarray(_STRIDES, jnp.int32), axis=-1)
+  strides = jnp.asarray(_STRIDES[:attrs.shape[-1]], jnp.int32)
+  return jnp.sum((attrs + 1) * strides, axis=-1)
 
 
 def decode(c: int) -> dict[int, int]:

@@ -156,9 +156,6 @@ class WorldSource(source_lib.Source):
         out.append(f'--captioner_checkpoint {captioner}: trained '
                    f'{"with" if theirs else "without"} --describe_layout, the '
                    f'run is {"with" if layout else "without"} it')
-    if layout and run.simulation == 'jit':
-      out.append('--describe_layout runs on --simulation=host only (the '
-                 'jitted face tabulates seven attributes)')
     if layout and run.reasoner != 'rules':
       out.append(f'--describe_layout reads the layout with --reasoner=rules '
                  f'only (got {run.reasoner!r}: its reader knows no layout '
@@ -312,9 +309,10 @@ class WorldSource(source_lib.Source):
     del user  # the face holds the user's jitted form
     reasoner = ctx.reasoner
     sim_env = built.sim_env
-    sim_config = jitted.sim_config(method, loop, run.user, sim_env.composer,
-                                   reasoner=run.reasoner,
-                                   sigma=reasoner.sigma_rule)
+    sim_config = jitted.sim_config(
+        method, loop, run.user, sim_env.composer, reasoner=run.reasoner,
+        sigma=reasoner.sigma_rule,
+        num_attributes=len(self.config.world.attributes))
     # Made here with the reasoner's reader; jitted.run finds it by key.
     label = None
     if getattr(reasoner, 'frames', None) is not None:

@@ -11,7 +11,8 @@ fills itself like the phrase table: a pass reports the decisions it lacks,
 the host writes and parses them, and the batch runs again.
 
 A decision's key is one int32: ``(query * (T + 1) + turn) * CODES + code``
-with ``code = (action * 2^A + named mask) * 8 + prefix``; so a run needs
+with ``code = (action * 2^8 + named mask) * 8 + prefix`` (room for eight
+attributes: the layout of a world whose layout is describable); so a run needs
 ``num_queries * (T + 1) * CODES < 2^31`` (``check_capacity``).
 
 Methods that read the words themselves get their embeddings: each word
@@ -31,9 +32,8 @@ from recovr_jax.reasoning import rules
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 
-NUM_ATTRIBUTES = world_lib.NUM_ATTRIBUTES
 _PREFIXES = 8            # room for the Rewrite prefixes (5)
-_MASKS = 2 ** NUM_ATTRIBUTES
+_MASKS = 2 ** (world_lib.NUM_ATTRIBUTES + 1)  # and for the layout's bit
 CODES = 4 * _MASKS * _PREFIXES
 _EMPTY_KEY = np.iinfo(np.int32).max
 
@@ -57,13 +57,14 @@ def key(query, turn, action, named, prefix, num_turns: int):
   return ((query * (num_turns + 1) + turn) * CODES + code).astype(jnp.int32)
 
 
-def decode(k: int, num_turns: int):
+def decode(k: int, num_turns: int,
+           num_attributes: int = world_lib.NUM_ATTRIBUTES):
   """``(query, turn, action, named [A] bool, prefix)`` of a key."""
   row, code = divmod(int(k), CODES)
   query, turn = divmod(row, num_turns + 1)
   rest, prefix = divmod(code, _PREFIXES)
   action, mask = divmod(rest, _MASKS)
-  named = ((mask >> np.arange(NUM_ATTRIBUTES)) & 1).astype(bool)
+  named = ((mask >> np.arange(num_attributes)) & 1).astype(bool)
   return query, turn, action, named, prefix
 
 
@@ -90,7 +91,8 @@ class WordTable:
     # What the reasoner reads the words with (default: the lexicon), and
     # its reading of the user's decision (a ``frames.LABELS`` index; None:
     # none, -1 in the table).
-    self._parse = parse or lexicon.parse
+    self._parse = parse or lexicon.for_attributes(
+        np.shape(attributes)[1]).parse
     self._label = label
     self._attributes = np.asarray(attributes)
     self._target = np.asarray(target)
@@ -108,11 +110,12 @@ class WordTable:
     """Writes and parses the decisions ``keys`` not yet held; returns how
     many were new."""
     new = sorted({int(k) for k in np.ravel(keys)} - set(self._entries))
+    num = self._attributes.shape[1]
     for k in new:
-      query, turn, action, named, prefix = decode(k, self._turns)
+      query, turn, action, named, prefix = decode(k, self._turns, num)
       words = self._user.words(query, turn, action, named, prefix,
                                self._attributes[self._target[query]])
-      row = np.full(NUM_ATTRIBUTES, -1, np.int32)
+      row = np.full(num, -1, np.int32)
       for a, v in self._parse(words).items():
         row[a] = v
       self._entries[k] = (row, rules.has_negative_marker(words), words,
@@ -151,7 +154,8 @@ class WordTable:
     capacity = _capacity(max(len(self._entries), least))
     if self._arrays is None or self._arrays[0].shape[0] != capacity:
       keys = np.full(capacity, _EMPTY_KEY, np.int32)
-      mentions = np.full((capacity, NUM_ATTRIBUTES), -1, np.int32)
+      mentions = np.full((capacity, self._attributes.shape[1]), -1,
+                         np.int32)
       negative = np.zeros(capacity, bool)
       embedding = np.zeros((capacity, self._dim), np.float32)
       label = np.full(capacity, -1, np.int32)
@@ -171,10 +175,10 @@ def _capacity(n: int, least: int = 64) -> int:
   return max(least, 1 << (max(n, 1) - 1).bit_length())
 
 
-def empty_arrays():
+def empty_arrays(num_attributes: int = world_lib.NUM_ATTRIBUTES):
   """A table of nothing (runs whose words need no tabulating)."""
   return (jnp.full((1,), _EMPTY_KEY, jnp.int32),
-          jnp.full((1, NUM_ATTRIBUTES), -1, jnp.int32),
+          jnp.full((1, num_attributes), -1, jnp.int32),
           jnp.zeros((1,), bool), jnp.zeros((1, 1), jnp.float32),
           jnp.full((1,), -1, jnp.int32))
 
