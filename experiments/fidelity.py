@@ -4,6 +4,8 @@
     python -m experiments.run --flagfile=experiments/flagfiles/fidelity \\
         --scene_shared=$s --output_dir=out/fidelity/scene_shared=$s
   done
+  python -m experiments.run --flagfile=experiments/flagfiles/fidelity \\
+      --describe_layout --output_dir=out/fidelity/describe_layout
   python -m experiments.fidelity --output_md=fidelity.md \\
       --output_json=fidelity.json
 
@@ -30,7 +32,8 @@ from recovr_jax.experiment import paper_claims
 
 _DIRS = flags.DEFINE_list(
     'fidelity_dirs',
-    [f'out/fidelity/scene_shared={s}' for s in ('1.0', '0.5', '0.0')],
+    [f'out/fidelity/scene_shared={s}' for s in ('1.0', '0.5', '0.0')] + [
+        'out/fidelity/describe_layout'],
     'Family members: each a directory written by experiments.run '
     '--suite=fidelity, or the .npz --save_sessions_dir wrote of one (the '
     'setting is named by the directory or file).')

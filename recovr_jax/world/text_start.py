@@ -10,7 +10,6 @@ were fixed before any result of this protocol was seen.
 
 import numpy as np
 
-from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from recovr_jax.world import user_language
 
