@@ -1,5 +1,6 @@
 """The README's test command is the one CI runs."""
 
+import json
 import pathlib
 import re
 
@@ -17,6 +18,35 @@ class ReadmeTest(absltest.TestCase):
     blocks = re.findall(r'```(?:bash|sh)?\n(.*?)```', readme, flags=re.S)
     commands = [line.strip() for b in blocks for line in b.splitlines()]
     self.assertIn(command, commands)
+
+  def test_the_fidelity_tables_are_the_results(self):
+    """The README's fidelity summary and its rows that change verdict are
+    results/fidelity.json's, member by member in the same order."""
+    readme = (ROOT / 'README.md').read_text()
+    results = json.loads((ROOT / 'results' / 'fidelity.json').read_text())
+    members = list(results['summary'])
+    summary = re.search(r'\| family member \|.*?\n\n', readme, re.S).group(0)
+    rows = [line.split('|')[2:6] for line in summary.splitlines()[2:]
+            if line.startswith('|')]
+    self.assertEqual(
+        [[int(x) for x in row] for row in rows],
+        [[results['summary'][m][v] for v in ('reproduced', 'contradicted',
+                                             'inconclusive', 'untestable')]
+         for m in members])
+    verdicts = {}
+    for m in members:
+      for row in results['rows'][m]:
+        label = row['key'] + (f" ({row['reading']})" if row['reading']
+                              else '')
+        verdicts.setdefault(label, []).append(row['verdict'])
+    changed = {k: v for k, v in verdicts.items() if len(set(v)) > 1}
+    table = re.search(r'<details>.*?\n\n(\|.*?)\n\n</details>', readme,
+                      re.S).group(1).splitlines()[2:]
+    shown = {line.split(' | ')[0].strip('| '): [
+        c.strip(' |') for c in line.split(' | ')[1:]] for line in table}
+    self.assertEqual(shown, changed)
+    self.assertIn(f'{len(changed)} claims change verdict across the family',
+                  readme)
 
 
 def run_example(test, marker: str) -> dict:
