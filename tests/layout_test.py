@@ -21,6 +21,7 @@ from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
 from recovr_jax.world import source as world_source
+from recovr_jax.world import training
 from recovr_jax.world import user_language
 
 LAYOUT = world_lib.NUM_ATTRIBUTES  # the layout's attribute index
@@ -258,6 +259,25 @@ class RunTest(absltest.TestCase):
                                output_dir=str(self.root / 'refused2'),
                                methods=['recovr']):
         run.main(['run'])
+
+  def test_models_of_the_other_kind_of_world_are_refused_at_load(self):
+    # Where no run checks (eval_world, the trainers): the loaders do.
+    layout = world_lib.make_world(dataclasses.replace(
+        SMALL, describe_layout=True))
+    plain = world_lib.make_world(SMALL)
+    with self.assertRaisesRegex(ValueError, 'world_renditions: trained '
+                                'without --describe_layout; this world is '
+                                'with it'):
+      training.load_world_models(encoders_dir('world_renditions'), layout)
+    with self.assertRaisesRegex(ValueError, 'world_layout: trained with '
+                                '--describe_layout; this world is without'):
+      training.load_world_models(encoders_dir('world_layout'), plain)
+    fake = type('Fake', (), dict(info={'world': {'describe_layout': True}},
+                                 directory='/c'))()
+    with self.assertRaisesRegex(ValueError, 'the captioner in /c: '
+                                'trained with --describe_layout'):
+      training.caption_videos(plain, fake, plain.gallery_attributes[:2],
+                              plain.video_keys([0, 1]))
 
 
 def encoders_dir(name: str) -> str:
