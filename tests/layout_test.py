@@ -183,43 +183,43 @@ class SourceTest(absltest.TestCase):
     self.assertIsNone(world_source.WorldData.v2().captioner_checkpoint)
 
 
+def _flags(root) -> dict:
+  """A small layout run's flags (host driver, rules)."""
+  return dict(
+      num_test_triplets=8, num_train_triplets=20, gallery_size=300,
+      num_sessions=8, batch_size=8, num_turns=3, bootstrap_resamples=100,
+      compilation_cache=False, describe_layout=True,
+      cache_dir=str(pathlib.Path(root) / 'cache'))
+
+
 class RunTest(absltest.TestCase):
-  """The member run end to end on a small gallery (host driver, rules)."""
+  """The member run end to end on a small gallery (one test: under
+  pytest-xdist a shared set-up would run once per worker)."""
 
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
+  def test_a_run_reads_the_layout_and_jit_equals_the_host(self):
     flags.FLAGS.mark_as_parsed()
-    cls.root = pathlib.Path(tempfile.mkdtemp())
-    cls.flags = dict(
-        num_test_triplets=12, num_train_triplets=20, gallery_size=300,
-        num_sessions=12, batch_size=6, num_turns=3, bootstrap_resamples=200,
-        compilation_cache=False, describe_layout=True,
-        cache_dir=str(cls.root / 'cache'))
-    cls.methods = ['recovr', 'umivr', 'ivr']  # IVR asks questions
-    with flagsaver.flagsaver(**cls.flags, output_dir=str(cls.root / 'run'),
-                             methods=cls.methods, user_draws='jax'):
+    root = pathlib.Path(tempfile.mkdtemp())
+    host, jit = root / 'run', root / 'jit'
+    methods = ['recovr', 'ivr']  # IVR asks questions and reads dialogues
+    with flagsaver.flagsaver(**_flags(root), output_dir=str(host),
+                             methods=methods, user_draws='jax'):
       run.main(['run'])
-
-  def test_the_run_sees_and_reads_the_layout(self):
-    out = self.root / 'run'
-    resolved = json.loads((out / 'resolved_config.json').read_text())
+    resolved = json.loads((host / 'resolved_config.json').read_text())
     self.assertTrue(resolved['data']['world']['describe_layout'])
     self.assertTrue(resolved['data']['checkpoint_dir'].endswith(
         'world_layout'))
+    self.assertTrue((host / 't2v_ceiling.json').is_file())
     rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
+            (host / 'trajectories.jsonl').read_text().splitlines()]
     # ReCoVR's searches carry the layout it reads in the shown captions.
     words = lexicon.LayoutLexicon()
     searches = [t['search'] for r in rows if r['method'] == 'recovr'
                 for t in r['turns'] if t.get('search')]
     self.assertTrue(any(LAYOUT in words.parse(s) for s in searches))
-    self.assertTrue((out / 't2v_ceiling.json').is_file())
 
-  def test_the_jitted_driver_equals_the_host(self):
-    host, jit = self.root / 'run', self.root / 'jit'
-    with flagsaver.flagsaver(**self.flags, output_dir=str(jit),
-                             methods=self.methods, simulation='jit'):
+    # The jitted driver over eight attributes shows the same lists.
+    with flagsaver.flagsaver(**_flags(root), output_dir=str(jit),
+                             methods=methods, simulation='jit'):
       run.main(['run'])
     self.assertEqual(json.loads((jit / 'metrics.json').read_text()),
                      json.loads((host / 'metrics.json').read_text()))
@@ -236,29 +236,30 @@ class RunTest(absltest.TestCase):
                  for t in json.loads(line)['turns']]
     self.assertTrue(any('layout' in m for m in mentioned))
 
+
+class RefusalTest(absltest.TestCase):
+
   def test_what_the_layout_member_cannot_run_is_refused(self):
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
     for extra, message in (
         (dict(reasoner='grounded'), '--describe_layout reads the layout '
          'with --reasoner=rules only'),
         (dict(checkpoint_dir=encoders_dir('world_renditions')),
          'its encoders were trained without --describe_layout'),
         (dict(captioner_checkpoint=encoders_dir('captioner')),
-         'trained without --describe_layout')):
+         'trained without --describe_layout'),
+        # And a layout checkpoint in a world without the layout.
+        (dict(describe_layout=False,
+              checkpoint_dir=encoders_dir('world_layout')),
+         'trained with --describe_layout, the run is without it')):
       with self.subTest(str(extra)):
         with self.assertRaisesRegex(Exception, message):
-          with flagsaver.flagsaver(**{**self.flags, **extra},
-                                   output_dir=str(self.root / 'refused'),
+          with flagsaver.flagsaver(**{**_flags(root), **extra},
+                                   output_dir=str(root / 'refused'),
                                    methods=['recovr']):
             run.main(['run'])
-        self.assertFalse((self.root / 'refused' / 'metrics.json').exists())
-    # And a layout checkpoint in a world without the layout.
-    with self.assertRaisesRegex(Exception, 'trained with --describe_layout, '
-                                'the run is without it'):
-      with flagsaver.flagsaver(**{**self.flags, 'describe_layout': False},
-                               checkpoint_dir=encoders_dir('world_layout'),
-                               output_dir=str(self.root / 'refused2'),
-                               methods=['recovr']):
-        run.main(['run'])
+        self.assertFalse((root / 'refused' / 'metrics.json').exists())
 
   def test_models_of_the_other_kind_of_world_are_refused_at_load(self):
     # Where no run checks (eval_world, the trainers): the loaders do.
