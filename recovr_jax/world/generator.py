@@ -201,6 +201,18 @@ class WorldConfig:
     return ATTRIBUTES + ((LAYOUT,) if self.describe_layout else ())
 
 
+def check_layout(trained: dict, world_config, what: str) -> None:
+  """Raises ``ValueError`` when ``what`` (a model trained on the world of
+  the ``trained`` config fields) saw the layout and ``world_config`` has
+  none, or the other way round: its clips or captions would not match."""
+  theirs = bool(trained.get('describe_layout', False))
+  if theirs != world_config.describe_layout:
+    raise ValueError(
+        f'{what}: trained {"with" if theirs else "without"} '
+        f'--describe_layout; this world is '
+        f'{"with" if world_config.describe_layout else "without"} it')
+
+
 def attribute_names(num_attributes: int) -> tuple[str, ...]:
   """The attribute names of ``[..., num_attributes]`` attribute rows (7:
   ``ATTRIBUTES``; 8: and ``'layout'``)."""

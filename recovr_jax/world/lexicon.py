@@ -267,12 +267,13 @@ def constraint(attribute: int, value: int) -> str:
   return f'{_NAMES[attribute]}: {world_lib.VALUES[_NAMES[attribute]][value]}'
 
 
-def parse_constraint(text: str) -> tuple[int, int] | None:
-  """Inverse of ``constraint``; ``None`` if ``text`` is not one."""
+def parse_constraint(text: str, names=A) -> tuple[int, int] | None:
+  """Inverse of ``constraint``; ``None`` if ``text`` is not one of the
+  attributes ``names``."""
   name, _, value = text.partition(':')
   name, value = name.strip().lower(), value.strip().lower()
-  if name in A and value in world_lib.VALUES[name]:
-    return A.index(name), world_lib.VALUES[name].index(value)
+  if name in names and value in world_lib.VALUES[name]:
+    return names.index(name), world_lib.VALUES[name].index(value)
   return None
 
 
@@ -398,11 +399,7 @@ class LayoutLexicon:
     return parse_edit(text, self.A, self.parse)
 
   def parse_constraint(self, text: str) -> tuple[int, int] | None:
-    name, _, value = text.partition(':')
-    name, value = name.strip().lower(), value.strip().lower()
-    if name in self.A and value in world_lib.VALUES[name]:
-      return self.A.index(name), world_lib.VALUES[name].index(value)
-    return None
+    return parse_constraint(text, self.A)
 
   def question_attribute(self, question: str) -> int | None:
     if 'layout' in question.lower():

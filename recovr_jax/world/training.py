@@ -291,8 +291,9 @@ def load_world_models(checkpoint_dir, world):
   import pathlib  # pylint: disable=g-import-not-at-top
   wc = world.config
   directory = pathlib.Path(checkpoint_dir)
-  check_layout(encoders.load_metadata(directory / 'video_encoder').get(
-      'world_config', {}), wc, f'the encoders in {directory}')
+  world_lib.check_layout(
+      encoders.load_metadata(directory / 'video_encoder').get(
+          'world_config', {}), wc, f'the encoders in {directory}')
   # Shapes only (``eval_shape``): initialising for real would run and
   # compile every initializer op by op just to be overwritten.
   clips = jax.ShapeDtypeStruct(
@@ -308,23 +309,11 @@ def load_world_models(checkpoint_dir, world):
   return video, composer
 
 
-def check_layout(trained: dict, world_config, what: str) -> None:
-  """Raises ``ValueError`` when ``what`` (a model trained on the world of
-  the ``trained`` config fields) saw the layout and ``world_config`` has
-  none, or the other way round: its clips or captions would not match."""
-  theirs = bool(trained.get('describe_layout', False))
-  if theirs != world_config.describe_layout:
-    raise ValueError(
-        f'{what}: trained {"with" if theirs else "without"} '
-        f'--describe_layout; this world is '
-        f'{"with" if world_config.describe_layout else "without"} it')
-
-
 def caption_videos(world, captioner, attrs, keys, batch: int = 256,
                    scene_keys=None, progress=None):
   """Captions of the clips ``embed_videos`` renders for the same inputs,
   written by ``captioner`` (a ``world.captioner.Captioner``)."""
-  check_layout(captioner.info.get('world', {}), world.config,
+  world_lib.check_layout(captioner.info.get('world', {}), world.config,
                f'the captioner in {captioner.directory}')
   out = []
   for clips, n in _rendered_batches(world, attrs, keys, scene_keys,
