@@ -11,6 +11,12 @@ Anchors, timed in the same process: memory bandwidth (a jitted sum over a
   the non-embedding parameters x batch, plus attention over the cache and
   the vocabulary head) as a share of the matmul rate, and its bytes (the
   weights once, the cache per row) as a share of the bandwidth;
+* the batch-16 step's parts, each alone: every projection of the 30 layers
+  chained, the vocabulary head, the attention over the cache; the rest of
+  the step is its time minus theirs. From them, the share of the matmul
+  rate the step would reach if its attention read the cache at the measured
+  bandwidth (the other parts as measured), and with the projections and the
+  head alone: how far this layout can go on this machine;
 * the model's 30 gate projections alone at 16 and 64 rows, as ``X @ W``
   and as ``W @ X``: the rate XLA's CPU dot reaches on these shapes (the
   ceiling of a decoding step's share of the matmul rate);
@@ -100,6 +106,49 @@ def projection_chain(kernels, rows: int, repeats: int) -> dict:
   return out
 
 
+def step_parts(params, shape, batch: int, length: int, repeats: int) -> dict:
+  """Seconds of a decoding step's parts alone at ``batch`` rows and a
+  ``length``-position cache, each jitted on its own: every projection of
+  the 30 layers chained in ``llama_decode``'s order (``W @ X``), the
+  vocabulary head, and the layers' attention over the cache
+  (``llama_decode.attention``: scores, softmax, weighted sum)."""
+  from recovr_jax.reasoning import llama_decode  # pylint: disable=g-import-not-at-top
+  names = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
+  weights = [layer[n] for layer in params['layers'] for n in names]
+  inputs = {w.shape[1]: jnp.ones((w.shape[1], batch), jnp.float32)
+            for w in weights}
+
+  def projections(ws, xs):
+    return sum(jnp.sum(w @ xs[w.shape[1]]) for w in ws)
+
+  def head(w, x):
+    return jnp.sum(w @ x)
+
+  cache = llama_decode.init_cache(shape, batch, length)
+  groups = shape.heads // shape.kv_heads
+  rows = jnp.ones((batch, shape.kv_heads, groups, shape.head_dim),
+                  jnp.float32)
+  keep = jnp.ones((batch, 1, groups, length), bool)
+  scale = np.float32(1.0 / np.sqrt(shape.head_dim))
+
+  def attention(rows, keys, values, keep):
+    return sum(jnp.sum(llama_decode.attention(rows, k, v, keep, scale))
+               for k, v in zip(keys, values))
+
+  parts = {}
+  for name, fn, args in (
+      ('projections', projections, (weights, inputs)),
+      ('head', head, (params['head'], inputs[shape.hidden])),
+      ('attention', attention, (rows, cache['keys'], cache['values'],
+                                keep))):
+    jitted = jax.jit(fn)
+    parts[f'{name}_s'], _ = bench_common.timings(
+        lambda f=jitted, a=args: f(*a), repeats * 4)
+  parts['cache_bytes'] = float(sum(x.nbytes for x in cache['keys'] +
+                                   cache['values']))
+  return parts
+
+
 def lm_params(config) -> int:
   """Non-embedding parameters plus the vocabulary head (what a token's
   forward pass multiplies by)."""
@@ -139,6 +188,7 @@ def main(argv):
   from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import constrained  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import llama_decode  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
   from recovr_jax.world import captioner as captioner_lib  # pylint: disable=g-import-not-at-top
@@ -201,6 +251,25 @@ def main(argv):
         'gb_s': nbytes / seconds / 1e9,
         'share_of_bandwidth': nbytes / seconds / 1e9 /
                               limits['bandwidth_gb_s']})
+  batch16 = next(s for s in steps if s['batch'] == 16)
+  bench_common.log('the batch-16 step\'s parts alone')
+  parts = step_parts(lm.params, llama_decode.Shape.of(config), 16, length,
+                     repeats)
+  flops16, _ = step_costs(config, 16, length)
+  floor = flops16 / (limits['matmul_gflop_s'] * 1e9)
+  rest = batch16['seconds'] - (parts['projections_s'] + parts['head_s'] +
+                               parts['attention_s'])
+  # What the step's share would be with its attention reading the cache at
+  # the measured bandwidth, every other part as measured; and with no
+  # attention at all (the projections and the head alone).
+  at_bandwidth = parts['cache_bytes'] / (limits['bandwidth_gb_s'] * 1e9)
+  parts.update(
+      rest_s=rest, attention_at_bandwidth_s=at_bandwidth,
+      share_if_attention_at_bandwidth=floor / (
+          parts['projections_s'] + parts['head_s'] + max(rest, 0.0) +
+          at_bandwidth),
+      share_of_projections_and_head_alone=floor / (
+          parts['projections_s'] + parts['head_s']))
   bench_common.log('requests of one turn on the train split')
   preset = config_lib.BENCHMARKS['v2']
   world = world_lib.make_world(world_lib.WorldConfig(
@@ -255,7 +324,6 @@ def main(argv):
         'prefill_floor_s_per_turn': flops / (limits['matmul_gflop_s'] * 1e9)
                                     / _SESSIONS.value})
   best = min(per_batch, key=lambda r: r['seconds_per_turn'])
-  batch16 = next(s for s in steps if s['batch'] == 16)
   per_turn = best['seconds_per_turn']
   results = {
       'limits': limits, 'steps': steps, 'projection_chains': chains,
@@ -266,6 +334,7 @@ def main(argv):
                'reasoner_batch': best['reasoner_batch'],
                'target_s': 0.35, 'met': per_turn <= 0.35},
       'batch16_step_share_of_matmul': batch16['share_of_matmul'],
+      'batch16_step_parts': parts,
       'step_target_share': 0.6,
       'step_target_met': batch16['share_of_matmul'] >= 0.6,
       'repeats': repeats}
@@ -276,6 +345,16 @@ def main(argv):
     print(f'batch {s["batch"]:2d}: {1e3 * s["seconds"]:7.1f} ms/step, '
           f'{100 * s["share_of_matmul"]:5.1f}% of the matmul rate, '
           f'{100 * s["share_of_bandwidth"]:5.1f}% of the bandwidth')
+  print(f'batch-16 step parts alone at cache length {length}: projections '
+        f'{1e3 * parts["projections_s"]:.1f} ms, head '
+        f'{1e3 * parts["head_s"]:.1f} ms, attention '
+        f'{1e3 * parts["attention_s"]:.1f} ms (its cache read at the '
+        f'bandwidth: {1e3 * at_bandwidth:.1f} ms), the rest '
+        f'{1e3 * rest:.1f} ms; the step\'s share with the attention at the '
+        f'bandwidth {100 * parts["share_if_attention_at_bandwidth"]:.0f}%, '
+        'with the projections and head alone '
+        f'{100 * parts["share_of_projections_and_head_alone"]:.0f}% '
+        '(target 60%)')
   for r in per_batch:
     print(f'reasoning per ReCoVR turn at --reasoner_batch='
           f'{r["reasoner_batch"]}: {r["seconds_per_turn"]:.3f} s (prefill '

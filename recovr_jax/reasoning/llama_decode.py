@@ -131,6 +131,18 @@ def grow(cache, length: int) -> dict:
           'index': cache['index']}
 
 
+def attention(rows, keys, values, keep, scale):
+  """One layer's attention over its cache: queries ``rows`` ``[B, h, r,
+  d]`` (the query heads of key head ``h``), ``keys`` ``[B, h, d, length]``,
+  ``values`` ``[B, h, length, d]``, ``keep`` broadcastable to ``[B, h, r,
+  length]``. Softmax in float32; returns ``[B, h, r, d]``."""
+  scores = jnp.einsum('bhrd,bhdk->bhrk', rows, keys,
+                      preferred_element_type=jnp.float32) * scale
+  scores = jnp.where(keep, scores, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(scores, axis=-1).astype(rows.dtype)
+  return jnp.einsum('bhrk,bhkd->bhrd', weights, values)
+
+
 def forward(shape: Shape, params, ids, mask, positions, cache):
   """Runs ``ids`` ``[B, q]`` (positions ``[B, q]``) through the model,
   writing their keys and values at the cache index.
@@ -176,11 +188,7 @@ def forward(shape: Shape, params, ids, mask, positions, cache):
     values.append(v_cache)
     rows = jnp.transpose(q, (3, 0, 1, 4, 2)).reshape(
         batch, kv, groups * q_len, d)                           # [B,h,gq,d]
-    scores = jnp.einsum('bhrd,bhdk->bhrk', rows, k_cache,
-                        preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(keep, scores, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
-    out = jnp.einsum('bhrk,bhkd->bhrd', weights, v_cache)
+    out = attention(rows, k_cache, v_cache, keep, scale)
     out = jnp.transpose(out.reshape(batch, kv, groups, q_len, d),
                         (1, 2, 4, 0, 3)).reshape(shape.heads * d, tokens)
     x = x + layer['o'] @ out
