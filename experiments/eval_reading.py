@@ -81,6 +81,11 @@ def main(argv):
       raise app.UsageError(f'--backends=smollm2_world: {e}') from e
   run.use_compilation_cache(config)
   built = runner.build(config)
+  requested, total = num, len(built.env.target)
+  if num > total:  # recorded as run, as experiments.run records it
+    print(f'--num_sessions={num}: the environment has {total} test '
+          f'queries; running {total}', flush=True)
+    num = total
   report = {}
   for backend in _BACKENDS.value:
     report[backend] = {}
@@ -92,7 +97,8 @@ def main(argv):
             flush=True)
   outputs.write_markdown(reading.table(report))
   outputs.write_json(_JSON.value, {
-      'num_sessions': num, 'user': str(config.user),
+      'num_sessions': num, 'num_sessions_requested': requested,
+      'user': str(config.user),
       'sigma_of_action': reading.SIGMA_OF_ACTION, 'report': report})
 
 

@@ -150,6 +150,33 @@ class MetricsTest(parameterized.TestCase):
     self.assertTrue(np.all(first.lower <= first.mean))
     self.assertTrue(np.all(first.mean <= first.upper))
 
+  def test_bootstrap_ratio_matches_reference(self):
+    rng = np.random.default_rng(2)
+    den = rng.integers(0, 4, (60, 3)).astype(np.float32)
+    num = np.floor(den * rng.random((60, 3))).astype(np.float32)
+    den[:, 2] = 0  # a ratio with nothing to divide by
+    num[:, 2] = 0
+    key = jax.random.key(5)
+    got = metrics.bootstrap_ratio(num, den, num_resamples=400, key=key)
+    idx = np.asarray(metrics.bootstrap_indices(key, 400, 60))
+    ratios = num[idx][..., :2].sum(axis=1) / den[idx][..., :2].sum(axis=1)
+    np.testing.assert_allclose(got.mean[:2], num[:, :2].sum(0) /
+                               den[:, :2].sum(0), atol=1e-6)
+    np.testing.assert_allclose(got.lower[:2],
+                               np.percentile(ratios, 2.5, axis=0), atol=1e-5)
+    np.testing.assert_allclose(got.upper[:2],
+                               np.percentile(ratios, 97.5, axis=0), atol=1e-5)
+    self.assertTrue(np.all(np.isnan([got.mean[2], got.lower[2],
+                                     got.upper[2]])))
+    # One session: every resample is that session.
+    one = metrics.bootstrap_ratio([[3.0]], [[4.0]], num_resamples=10)
+    np.testing.assert_allclose([one.lower[0], one.upper[0]], [0.75, 0.75])
+    with self.assertRaisesRegex(ValueError, 'denominators must be >= 0'):
+      metrics.bootstrap_ratio([[1.0]], [[-1.0]])
+    with self.assertRaisesRegex(ValueError,
+                                r'denominators must have shape \(1, 1\)'):
+      metrics.bootstrap_ratio([[1.0]], [[1.0, 2.0]])
+
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, 'displayed must have rank 3'):
       metrics.target_ranks(np.zeros((2, 3), int), np.zeros(2, int))

@@ -383,6 +383,23 @@ class ReadingScoreTest(absltest.TestCase):
     self.assertEqual(held['reflect']['sigma_agreement'], 0.0)
     self.assertEqual(held['reflect']['contradictory_memories'], 1)
     chex.assert_trees_all_equal(out['all']['turns'], 1)
+    # One session: the bootstrap intervals are the point values; a column
+    # without turns has none.
+    self.assertEqual(held['intervals']['intent_recall'], [0.0, 0.0])
+    self.assertEqual(held['intervals']['intent_wrong_per_turn'], [2.0, 2.0])
+    self.assertEqual(train['intervals']['intent_recall'], [1.0, 1.0])
+    self.assertIsNone(train['intervals']['sigma_agreement'])
+    # Two sessions: whole sessions are resampled (the interval spans both).
+    other = dataclasses.replace(turn, session=1, text='ruby',
+                                named={colour: red}, changes={colour: red},
+                                kinds={colour: 'held_out'})
+    both = reading_eval.score(
+        [turn, other], [intent, {'search': lexicon.canonical_description(
+            {colour: red}), 'edit': ''}], [(request, reflect)] * 2)
+    self.assertEqual(both['held_out']['intent']['recall'], 0.5)
+    self.assertEqual(both['held_out']['intervals']['intent_recall'],
+                     [0.0, 1.0])
+    self.assertIn('[0.0, 100.0]', reading_eval.table({'x': {'0.0': both}}))
     self.assertEqual(reading_eval.SIGMA_OF_ACTION,
                      {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'})
 
@@ -406,11 +423,17 @@ class EvalReadingCliTest(absltest.TestCase):
     return proc, out
 
   def test_rules_and_grounded(self):
+    # More sessions than test queries: the run says so and records both.
     proc, out = self.run_cli('--backends=rules,grounded',
-                             '--noise_rates=0')
+                             '--noise_rates=0', '--num_sessions=20')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn('--num_sessions=20: the environment has 12 test queries; '
+                  'running 12', proc.stdout)
     import json  # pylint: disable=g-import-not-at-top
-    report = json.loads((out / 'reading.json').read_text())['report']
+    written = json.loads((out / 'reading.json').read_text())
+    self.assertEqual((written['num_sessions'],
+                      written['num_sessions_requested']), (12, 20))
+    report = written['report']
     for backend in ('rules', 'grounded'):
       metrics = report[backend]['0.0']
       self.assertGreater(metrics['all']['turns'], 0)

@@ -254,6 +254,55 @@ def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
                     bootstrap_indices(key, num_resamples, s))
 
 
+def bootstrap_ratio(numerators, denominators,
+                    num_resamples: int = DEFAULT_RESAMPLES,
+                    key=None) -> BootstrapInterval:
+  """Session bootstrap of ratios of sums (e.g. values read / values named).
+
+  Whole sessions (rows) are resampled; each resample's ratio is the sum of
+  the resampled numerators over the sum of their denominators, and the
+  interval is the percentile 95% interval over the resamples whose
+  denominator is not zero (``nan`` where none is).
+
+  Args:
+    numerators: ``[S, M]`` per-session counts.
+    denominators: ``[S, M]`` per-session counts (``>= 0``).
+    num_resamples: ``R >= 1``.
+    key: a ``jax.random`` key; default ``jax.random.key(0)``.
+
+  Returns:
+    ``BootstrapInterval`` of ``[M]`` float32 arrays (``mean`` is the
+    observed ratio, ``nan`` where the denominator sums to zero).
+  """
+  numerators = checks.array('numerators', numerators, 2, 'float')
+  denominators = checks.array('denominators', denominators, 2, 'float')
+  checks.shape('denominators', denominators, numerators.shape)
+  if np.any(np.asarray(denominators) < 0):
+    raise ValueError('denominators must be >= 0')
+  num_resamples = checks.positive_int('num_resamples', num_resamples)
+  s, _ = numerators.shape
+  if s < 1:
+    raise ValueError('numerators must hold at least one session')
+  key = jax.random.key(0) if key is None else key
+  return _bootstrap_ratio(jnp.asarray(numerators, jnp.float32),
+                          jnp.asarray(denominators, jnp.float32),
+                          bootstrap_indices(key, num_resamples, s))
+
+
+@jax.jit
+def _bootstrap_ratio(num, den, indices):
+  def ratio(n, d):
+    return jnp.where(d > 0, n / jnp.where(d > 0, d, 1.0), jnp.nan)
+  sums = jax.lax.map(lambda idx: (jnp.sum(num[idx], axis=0),
+                                  jnp.sum(den[idx], axis=0)), indices,
+                     batch_size=256)
+  ratios = ratio(*sums)                                          # [R, M]
+  lower, upper = jnp.nanpercentile(ratios, jnp.array([2.5, 97.5]), axis=0)
+  return BootstrapInterval(mean=ratio(jnp.sum(num, axis=0),
+                                      jnp.sum(den, axis=0)),
+                           lower=lower, upper=upper)
+
+
 @jax.jit
 def _bootstrap(diffs, indices):
   """``diffs [S, T+1]``, ``indices [R, S]`` -> ``BootstrapInterval``."""

@@ -31,6 +31,10 @@ grounded backends write back exactly):
   whose memory keeps and avoids one value or keeps two values of one
   attribute; ``unreadable_items``: memory items that are not the world's
   ``attribute: value`` literals.
+
+Recall, wrong values per turn and sigma agreement carry 95% session-bootstrap
+intervals (``intervals``: whole test sessions resampled, a ratio of sums per
+resample; ``core.metrics.bootstrap_ratio``).
 """
 
 import collections
@@ -39,6 +43,7 @@ import dataclasses
 import numpy as np
 
 from recovr_jax import methods
+from recovr_jax.core import metrics
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import frames
@@ -77,6 +82,7 @@ class Turn:
   named: dict           # {attribute: value} the words name
   changes: dict         # named values that differ from the shown video
   kinds: dict           # attribute -> 'train' | 'held_out' (phrase kind)
+  session: int = 0      # the test query (the bootstrap resamples these)
 
   @property
   def column(self) -> str:
@@ -108,7 +114,8 @@ def collect(env, reasoner, user_config, seed: int, sessions, base,
           text=fb.text, action=fb.action, named=dict(fb.mentioned),
           changes={a: v for a, v in fb.mentioned.items()
                    if attributes[shown][a] != v},
-          kinds={a: _kind(a, v, words) for a, v in fb.mentioned.items()}))
+          kinds={a: _kind(a, v, words) for a, v in fb.mentioned.items()},
+          session=int(session)))
     return fb
 
   recording = _RecordingReasoner(reasoner)
@@ -139,15 +146,34 @@ def _items(items):
   return [p for p in pairs if p is not None], sum(p is None for p in pairs)
 
 
-def score(turns, intents, reflects) -> dict:
-  """The reading metrics per column (see the module docstring)."""
+# The ratios that get 95% session-bootstrap intervals: name -> (numerator,
+# denominator) counts of ``score``.
+INTERVALS = {
+    'intent_recall': ('intent_read', 'named'),
+    'intent_wrong_per_turn': ('intent_wrong', 'turns'),
+    'reflect_recall': ('reflect_read', 'named'),
+    'reflect_wrong_per_turn': ('reflect_wrong', 'turns'),
+    'sigma_agreement': ('sigma_right', 'turns'),
+}
+
+
+def score(turns, intents, reflects,
+          num_resamples: int = metrics.DEFAULT_RESAMPLES) -> dict:
+  """The reading metrics per column (see the module docstring), with 95%
+  session-bootstrap intervals of ``INTERVALS`` (whole sessions resampled,
+  ``num_resamples`` times, the same resamples for every column)."""
   c = {col: collections.Counter() for col in COLUMNS}
+  per_session = collections.defaultdict(
+      lambda: {col: collections.Counter() for col in COLUMNS})
+  session = None
 
   def add(cols, key, n=1):
     for col in cols:
       c[col][key] += n
+      per_session[session][col][key] += n
 
   for t, intent, (request, reflect) in zip(turns, intents, reflects):
+    session = t.session
     utter = (t.column, 'all')
     add(utter, 'turns')
     search = lexicon.parse(intent['search'])
@@ -207,6 +233,18 @@ def score(turns, intents, reflects) -> dict:
             'contradictory_memories': c[col]['contradictory'],
             'unreadable_items': c[col]['unreadable'],
             'items': c[col]['items']}}
+  if per_session:
+    sessions = sorted(per_session)
+    for col in COLUMNS:
+      counts = [[[per_session[x][col][k] for k in pair]
+                 for pair in INTERVALS.values()] for x in sessions]
+      counts = np.asarray(counts, np.float32)          # [S, metrics, 2]
+      boot = metrics.bootstrap_ratio(counts[..., 0], counts[..., 1],
+                                     num_resamples)
+      out[col]['intervals'] = {
+          name: None if not np.isfinite(lo) else [float(lo), float(hi)]
+          for name, lo, hi in zip(INTERVALS, np.asarray(boot.lower),
+                                  np.asarray(boot.upper))}
   out['actions'] = dict(collections.Counter(t.action for t in turns))
   return out
 
@@ -240,23 +278,35 @@ def table(report: dict) -> str:
           'agreement | contradictory memories |')
   lines = [head, '|' + '---|' * 3 + '---:|' * 11]
 
-  def pct(x):
-    return '-' if x is None else f'{100 * x:.1f}%'
+  def pct(x, interval=None):
+    if x is None:
+      return '-'
+    return f'{100 * x:.1f}%' + (
+        f' [{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]'
+        if interval else '')
 
-  def num(x):
-    return '-' if x is None else f'{x:.3f}'
+  def num(x, interval=None):
+    if x is None:
+      return '-'
+    return f'{x:.3f}' + (f' [{interval[0]:.3f}, {interval[1]:.3f}]'
+                         if interval else '')
 
   for backend, by_noise in report.items():
-    for noise, metrics in by_noise.items():
+    for noise, scored in by_noise.items():
       for col in COLUMNS:
-        m = metrics[col]
+        m = scored[col]
         i, r = m['intent'], m['reflect']
+        ci = m.get('intervals') or {}
         lines.append(
             f'| {backend} | {noise} | {col} | {m["turns"]} | '
-            f'{m["named_values"]} | {pct(i["recall"])} | '
+            f'{m["named_values"]} | '
+            f'{pct(i["recall"], ci.get("intent_recall"))} | '
             f'{pct(i["edit_recall"])} | {pct(i["precision"])} | '
-            f'{num(i["wrong_per_turn"])} | {pct(r["recall"])} | '
-            f'{pct(r["precision"])} | {num(r["wrong_per_turn"])} | '
-            f'{pct(r["sigma_agreement"])} | '
+            f'{num(i["wrong_per_turn"], ci.get("intent_wrong_per_turn"))} | '
+            f'{pct(r["recall"], ci.get("reflect_recall"))} | '
+            f'{pct(r["precision"])} | '
+            f'{num(r["wrong_per_turn"], ci.get("reflect_wrong_per_turn"))} | '
+            f'{pct(r["sigma_agreement"], ci.get("sigma_agreement"))} | '
             f'{r["contradictory_memories"]} |')
-  return '\n'.join(lines) + '\n'
+  return '\n'.join(lines) + ('\n\nBrackets: 95% session-bootstrap '
+                             'intervals (whole test sessions resampled).\n')
