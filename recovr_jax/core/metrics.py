@@ -199,6 +199,17 @@ def bootstrap_indices(key, num_resamples: int, num_sessions: int):
                             num_sessions, dtype=jnp.int32)
 
 
+def _resamples(name: str, values, num_resamples: int, key):
+  """``[R, S]`` session indices for ``values`` ``[S, M]`` (at least one
+  session; ``key`` default ``jax.random.key(0)``)."""
+  num_resamples = checks.positive_int('num_resamples', num_resamples)
+  s = values.shape[0]
+  if s < 1:
+    raise ValueError(f'{name} must hold at least one session')
+  key = jax.random.key(0) if key is None else key
+  return bootstrap_indices(key, num_resamples, s)
+
+
 def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
                      key=None) -> BootstrapInterval:
   """Paired session bootstrap of the per-turn difference of means ``a - b``.
@@ -218,13 +229,9 @@ def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
   hits_a = checks.array('hits_a', hits_a, 2, 'float')
   hits_b = checks.array('hits_b', hits_b, 2, 'float')
   checks.shape('hits_b', hits_b, hits_a.shape)
-  num_resamples = checks.positive_int('num_resamples', num_resamples)
-  s, _ = hits_a.shape
-  if s < 1:
-    raise ValueError('hits_a must hold at least one session')
-  key = jax.random.key(0) if key is None else key
+  indices = _resamples('hits_a', hits_a, num_resamples, key)
   diffs = jnp.asarray(hits_a, jnp.float32) - jnp.asarray(hits_b, jnp.float32)
-  return _bootstrap(diffs, bootstrap_indices(key, num_resamples, s))
+  return _bootstrap(diffs, indices)
 
 
 def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
@@ -245,13 +252,8 @@ def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
     observed mean).
   """
   values = checks.array('values', values, 2, 'float')
-  num_resamples = checks.positive_int('num_resamples', num_resamples)
-  s, _ = values.shape
-  if s < 1:
-    raise ValueError('values must hold at least one session')
-  key = jax.random.key(0) if key is None else key
-  return _bootstrap(jnp.asarray(values, jnp.float32),
-                    bootstrap_indices(key, num_resamples, s))
+  indices = _resamples('values', values, num_resamples, key)
+  return _bootstrap(jnp.asarray(values, jnp.float32), indices)
 
 
 def bootstrap_ratio(numerators, denominators,
@@ -279,14 +281,9 @@ def bootstrap_ratio(numerators, denominators,
   checks.shape('denominators', denominators, numerators.shape)
   if np.any(np.asarray(denominators) < 0):
     raise ValueError('denominators must be >= 0')
-  num_resamples = checks.positive_int('num_resamples', num_resamples)
-  s, _ = numerators.shape
-  if s < 1:
-    raise ValueError('numerators must hold at least one session')
-  key = jax.random.key(0) if key is None else key
+  indices = _resamples('numerators', numerators, num_resamples, key)
   return _bootstrap_ratio(jnp.asarray(numerators, jnp.float32),
-                          jnp.asarray(denominators, jnp.float32),
-                          bootstrap_indices(key, num_resamples, s))
+                          jnp.asarray(denominators, jnp.float32), indices)
 
 
 @jax.jit
