@@ -9,6 +9,7 @@ from absl.testing import absltest
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax import pretrained
 from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import gguf_llama
 from recovr_jax.reasoning import rules
@@ -126,7 +127,8 @@ class GGUFLlamaTest(absltest.TestCase):
     out = gguf_llama.convert(gguf_llama.find_smollm2(),
                              tempfile.mkdtemp() + '/smollm2')
     tok = AutoTokenizer.from_pretrained(str(out))
-    model = FlaxLlamaForCausalLM.from_pretrained(str(out))
+    model = pretrained.from_pretrained(FlaxLlamaForCausalLM, out,
+                                       'the converted checkpoint')
     text = tok.apply_chat_template(
         [{'role': 'user', 'content': 'What is the capital of France? '
                                      'Answer in one word.'}],
