@@ -64,6 +64,13 @@ def main(argv):
   if config.simulation != 'host':
     raise app.UsageError('eval_reading draws requests in the host loop: '
                          '--simulation=host')
+  unread = [b for b in _BACKENDS.value if b != 'rules']
+  if config.data.world.describe_layout and unread:
+    # As a run refuses them: their readers know no layout words.
+    raise app.UsageError(f'--describe_layout reads the layout with the rules '
+                         f'reasoner only: --backends={",".join(unread)} '
+                         'would be scored on layout values its reader '
+                         'cannot know')
   num = (flags.FLAGS.num_sessions
          if not flags.FLAGS['num_sessions'].using_default_value
          else _DEFAULT_SESSIONS)

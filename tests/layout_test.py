@@ -169,6 +169,31 @@ class LexiconTest(absltest.TestCase):
     self.assertIn('layout: arch', reflect['keep'])
 
 
+class ReadingBenchmarkTest(absltest.TestCase):
+
+  def test_the_layout_is_scored_with_the_worlds_lexicon(self):
+    # eval_reading on a layout world reads replies with the layout's
+    # lexicon: a read layout counts, and its memory item is readable.
+    from recovr_jax.experiment import reading  # pylint: disable=g-import-not-at-top
+    turn = reading.Turn(text='close, but under an arch instead',
+                        action='modify', named={LAYOUT: 2},
+                        changes={LAYOUT: 2}, kinds={LAYOUT: 'train'})
+    intent = {'search': lexicon.canonical_description({LAYOUT: 2, 0: 1}),
+              'edit': lexicon.canonical_edit({LAYOUT: 2})}
+    reflect = {'sigma': 'pos', 'keep': ['layout: arch'], 'avoid': []}
+    request = schemas.ReflectRequest(turn.text, 'x', schemas.SessionMemory())
+    read = reading.score([turn], [intent], [(request, reflect)],
+                         words=lexicon.for_attributes(LAYOUT + 1))['train']
+    self.assertEqual((read['intent']['recall'], read['intent']['edit_recall'],
+                      read['reflect']['recall'],
+                      read['reflect']['unreadable_items']), (1.0, 1.0, 1.0, 0))
+    # The seven-attribute lexicon could not read it (what the benchmark
+    # did before it took the world's lexicon).
+    blind = reading.score([turn], [intent], [(request, reflect)])['train']
+    self.assertEqual((blind['intent']['recall'],
+                      blind['reflect']['unreadable_items']), (0.0, 1))
+
+
 class SourceTest(absltest.TestCase):
 
   def test_the_preset_reads_the_layout_checkpoints(self):

@@ -454,6 +454,12 @@ class EvalReadingCliTest(absltest.TestCase):
     self.assertNotEqual(proc.returncode, 0)
     self.assertIn('--backends', proc.stderr)
     self.assertIn("'oracle'", proc.stderr)
+    # A layout world is read by the rules only, as a run refuses the rest.
+    proc, _ = self.run_cli('--backends=rules,grounded', '--describe_layout',
+                           '--renditions=4')
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('--backends=grounded would be scored on layout values',
+                  proc.stderr)
 
 
 class _Model:

@@ -16,8 +16,9 @@ phrasing (``held_out``). Per-utterance numbers (wrong values, sigma,
 contradictions) split utterances the same way: ``held_out`` when any named
 value was stated by a held-out phrasing.
 
-Metrics (``search`` is read by the world lexicon, ``edit`` by
-``lexicon.parse_edit``, which reads every canonical text the rules and
+Metrics (``search`` is read by the world's lexicon, the layout's phrases
+included when the world describes it: ``lexicon.for_attributes``; ``edit``
+by its ``parse_edit``, which reads every canonical text the rules and
 grounded backends write back exactly):
 * intent ``recall``: named values stated in ``search``; ``edit_recall``:
   changed values stated in ``edit``; ``precision``: values stated in
@@ -140,9 +141,10 @@ def collect(env, reasoner, user_config, seed: int, sessions, base,
   return turns, intents, reflects
 
 
-def _items(items):
-  """``(pairs, unreadable)`` of memory items."""
-  pairs = [lexicon.parse_constraint(x) for x in items]
+def _items(items, words=lexicon):
+  """``(pairs, unreadable)`` of memory items (``words``: the world's
+  lexicon)."""
+  pairs = [words.parse_constraint(x) for x in items]
   return [p for p in pairs if p is not None], sum(p is None for p in pairs)
 
 
@@ -158,10 +160,13 @@ INTERVALS = {
 
 
 def score(turns, intents, reflects,
-          num_resamples: int = metrics.DEFAULT_RESAMPLES) -> dict:
+          num_resamples: int = metrics.DEFAULT_RESAMPLES,
+          words=lexicon) -> dict:
   """The reading metrics per column (see the module docstring), with 95%
   session-bootstrap intervals of ``INTERVALS`` (whole sessions resampled,
-  ``num_resamples`` times, the same resamples for every column)."""
+  ``num_resamples`` times, the same resamples for every column).
+  ``words``: the world's lexicon (``lexicon.for_attributes``), which reads
+  the replies back."""
   c = {col: collections.Counter() for col in COLUMNS}
   per_session = collections.defaultdict(
       lambda: {col: collections.Counter() for col in COLUMNS})
@@ -176,11 +181,11 @@ def score(turns, intents, reflects,
     session = t.session
     utter = (t.column, 'all')
     add(utter, 'turns')
-    search = lexicon.parse(intent['search'])
-    edit = lexicon.parse_edit(intent['edit'])
-    keep, bad_keep = _items(reflect['keep'])
-    avoid, bad_avoid = _items(reflect['avoid'])
-    before = set(_items(request.memory.keep)[0])
+    search = words.parse(intent['search'])
+    edit = words.parse_edit(intent['edit'])
+    keep, bad_keep = _items(reflect['keep'], words)
+    avoid, bad_avoid = _items(reflect['avoid'], words)
+    before = set(_items(request.memory.keep, words)[0])
     for a, v in t.named.items():
       col = (t.kinds[a], 'all')
       add(col, 'named')
@@ -262,7 +267,8 @@ def evaluate(built, config, backend: str, noise_rate: float, num_sessions):
   turns, intents, reflects = collect(env, reasoner, user, config.user_seed,
                                      sessions, config.loop, config.settings,
                                      config.batch_size)
-  out = score(turns, intents, reflects)
+  out = score(turns, intents, reflects,
+              words=lexicon.for_attributes(env.attributes.shape[-1]))
   out['sessions'] = int(len(sessions))
   fit = getattr(reasoner, 'fit', None)
   if fit is not None:
