@@ -91,6 +91,10 @@ def evaluate(backend, pairs, truths, reference, world):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  world_flags.require_seven_attributes(
+      'experiments.eval_reasoners',
+      'its requests are drawn from the seven-attribute world (eval_reading '
+      'reads a layout world with the rules)')
   try:
     environment.check_backends(_BACKENDS.value)
   except ValueError as e:

@@ -117,6 +117,10 @@ def encode(tokenizer, pairs, max_length):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  world_flags.require_seven_attributes(
+      'experiments.train_adapter',
+      "its sessions, the simulator's targets and the Reflector's literals "
+      'know seven attributes')
   for flag in (_MAX_STEPS, _EVAL_EVERY, _PATIENCE, _BATCH, _RANK, _SESSIONS,
                _VAL_SESSIONS, _POOL):
     if flag.value < 1:

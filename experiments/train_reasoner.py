@@ -43,6 +43,10 @@ flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
 
 def main(argv):
   del argv
+  world_flags.require_seven_attributes(
+      'experiments.train_reasoner',
+      "the world reasoner's prompts and the rules teacher know seven "
+      'attributes')
   logging.set_verbosity(logging.ERROR)
   for flag in (_STEPS, _BATCH, _NUM_TRAIN, _NUM_EVAL):
     if flag.value < 1:

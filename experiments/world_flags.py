@@ -1,5 +1,6 @@
 """absl flags of the embedded world, shared by the experiment entry points."""
 
+from absl import app
 from absl import flags
 
 from recovr_jax.world import generator as world_lib
@@ -77,3 +78,10 @@ def world_fields() -> dict:
   if not flags.FLAGS['renditions'].using_default_value:
     fields['renditions'] = _RENDITIONS.value
   return fields
+
+
+def require_seven_attributes(entry: str, why: str) -> None:
+  """Refuses ``--describe_layout`` for an entry point whose data or models
+  know the seven attributes only (``why``), before any work starts."""
+  if _DESCRIBE_LAYOUT.value:
+    raise app.UsageError(f'{entry} does not take --describe_layout: {why}')

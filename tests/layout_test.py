@@ -3,7 +3,10 @@ pixels and captions, the user's words and the lexicon that reads them."""
 
 import dataclasses
 import json
+import os
 import pathlib
+import subprocess
+import sys
 import tempfile
 
 from absl import flags
@@ -25,6 +28,7 @@ from recovr_jax.world import training
 from recovr_jax.world import user_language
 
 LAYOUT = world_lib.NUM_ATTRIBUTES  # the layout's attribute index
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMALL = world_lib.WorldConfig(num_test_triplets=60, num_train_triplets=300,
                               renditions=4, gallery_size=400)
 
@@ -304,6 +308,18 @@ class RefusalTest(absltest.TestCase):
                                 'trained with --describe_layout'):
       training.caption_videos(plain, fake, plain.gallery_attributes[:2],
                               plain.video_keys([0, 1]))
+
+
+  def test_seven_attribute_entry_points_refuse_the_flag(self):
+    # Their data and models know seven attributes: refused at once, named.
+    for entry in ('train_reasoner', 'train_adapter', 'eval_reasoners'):
+      proc = subprocess.run(
+          [sys.executable, '-m', f'experiments.{entry}', '--describe_layout',
+           '--renditions=4'], cwd=ROOT, capture_output=True, text=True,
+          env=dict(os.environ, JAX_PLATFORMS='cpu'), timeout=300)
+      self.assertNotEqual(proc.returncode, 0, entry)
+      self.assertIn(f'experiments.{entry} does not take --describe_layout',
+                    proc.stderr)
 
 
 def encoders_dir(name: str) -> str:
