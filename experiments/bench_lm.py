@@ -33,6 +33,7 @@ Targets (issue 25): <= 0.35 s of reasoning per ReCoVR turn and a batch-16
 step at >= 60% of the measured matmul rate.
 """
 
+import pathlib
 import time
 
 from absl import app
@@ -197,9 +198,23 @@ def main(argv):
   from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
   from recovr_jax.world import simulated_user  # pylint: disable=g-import-not-at-top
   repeats = _REPEATS.value
+  # The model and adapter are checked before anything is timed.
+  problem = gguf_llama.smollm2_problem()
+  if problem:
+    raise app.UsageError(problem)
+  adapter = _ADAPTER.value or chat_lm.DEFAULT_ADAPTER_DIR
+  if not (pathlib.Path(adapter) / 'adapter.json').is_file():
+    raise app.UsageError(f'--adapter {adapter}: not a LoRA adapter directory '
+                         '(no adapter.json); experiments/train_adapter.py '
+                         'writes one')
+  from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+  try:  # its files, tensors, layers and shapes
+    lora.check(lora.load(adapter), f'--adapter {adapter}',
+               chat_lm.model_config())
+  except (OSError, ValueError) as e:
+    raise app.UsageError(str(e)) from e
   bench_common.log('anchors: bandwidth and matmul')
   limits = anchors(repeats)
-  adapter = _ADAPTER.value or chat_lm.DEFAULT_ADAPTER_DIR
   literals = {a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES}
   lm = chat_lm.ChatLMReasoner(
       str(gguf_llama.ensure_converted()), rules.RulesReasoner(lexicon),

@@ -5,7 +5,9 @@ the help is the entry point's flags grouped by concern.
 flag's help (hundreds of lines) before the one line that matters; ``run``
 prints that line (one per problem when several are found at once) and where
 to find the help instead, and exits with the error's code. A flag absl
-cannot parse is already one line.
+cannot parse is already one line. Before ``main`` runs, every output file a
+flag names (``OUTPUT_FILE_FLAGS``) is checked writable, so a benchmark or
+evaluation of many minutes cannot fail at its last line.
 
 With ``groups``, ``--help`` / ``--helpshort`` print the module's docstring
 and its flags under one heading per concern (flags defined in shared modules
@@ -59,6 +61,35 @@ def grouped_help(doc: str, groups, defaults=None) -> str:
   return '\n'.join(out) + '\n'
 
 
+# Flags that name a file an entry point writes its results to.
+OUTPUT_FILE_FLAGS = ('output_json', 'output_md', 'eval_json')
+
+
+def check_output_files() -> None:
+  """Raises ``UsageError`` naming each output-file flag whose file cannot be
+  written (its folder is created, as the writers would)."""
+  problems = []
+  for name in OUTPUT_FILE_FLAGS:
+    if name not in flags.FLAGS or not flags.FLAGS[name].value:
+      continue
+    path = os.path.abspath(flags.FLAGS[name].value)
+    if os.path.isdir(path):
+      problems.append(f'--{name} {flags.FLAGS[name].value}: a directory; '
+                      'expected a file path')
+      continue
+    probe = os.path.join(os.path.dirname(path), f'.write_test.{os.getpid()}')
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(probe, 'w') as f:
+        f.write('ok')
+      os.remove(probe)
+    except OSError as e:
+      problems.append(f'--{name} {flags.FLAGS[name].value}: cannot write '
+                      f'there ({e.strerror or e})')
+  if problems:
+    raise app.UsageError('\n'.join(problems))
+
+
 def run(main, groups=None, defaults=None) -> None:
   """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
   with ``groups``, the help grouped (``grouped_help``)."""
@@ -69,6 +100,7 @@ def run(main, groups=None, defaults=None) -> None:
 
   def checked(argv):
     try:
+      check_output_files()
       return main(argv)
     except app.UsageError as e:
       sys.stderr.write(error_lines(e) + 'Pass --helpshort to see the flags.\n')

@@ -1,0 +1,57 @@
+"""``experiments.bench_lm``'s refusals, and every entry point's check of its
+output files (``experiments.cli``): named, before anything is timed (the
+benchmark itself takes minutes and is run by hand, not in the suite)."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(module, *args):
+  return subprocess.run([sys.executable, '-m', module, *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+
+
+class BenchLMFlagsTest(absltest.TestCase):
+
+  def test_bad_flags_and_adapters_are_named(self):
+    out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
+    for args, message in (
+        (['--reasoner_batches=16,x'], '--reasoner_batches must be integers'),
+        (['--cache_length=0'], '--cache_length must be >= 1'),
+        (['--adapter=/nonexistent'],
+         '--adapter /nonexistent: not a LoRA adapter directory')):
+      with self.subTest(args[0]):
+        proc = _run('experiments.bench_lm', *args, f'--output_json={out}')
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(message, proc.stderr)
+        self.assertNotIn('Traceback', proc.stderr)
+        self.assertNotIn('anchors', proc.stdout + proc.stderr)
+    self.assertFalse(out.exists())
+
+  def test_an_unwritable_output_file_is_refused_before_the_work(self):
+    # A file where a folder is needed: no process can write below it.
+    blocker = pathlib.Path(tempfile.mkdtemp()) / 'a_file'
+    blocker.write_text('')
+    for module, flag in (('experiments.bench_lm', 'output_json'),
+                         ('experiments.eval_reading', 'output_md'),
+                         ('experiments.eval_reasoners', 'eval_json')):
+      with self.subTest(module):
+        proc = _run(module, f'--{flag}={blocker}/x/result')
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(f'--{flag} {blocker}/x/result: cannot write there',
+                      proc.stderr)
+        self.assertNotIn('Traceback', proc.stderr)
+    proc = _run('experiments.bench_lm', f'--output_json={blocker.parent}')
+    self.assertIn('a directory; expected a file path', proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
