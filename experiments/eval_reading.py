@@ -44,6 +44,9 @@ _DEFAULT_SESSIONS = 200
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if not _BACKENDS.value:
+    raise app.UsageError('--backends: name at least one backend to read '
+                         'with')
   try:
     environment.check_backends(_BACKENDS.value)
   except ValueError as e:
@@ -53,7 +56,9 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(f'--noise_rates: expected numbers, got '
                          f'{",".join(_NOISE.value)}') from e
-  if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
+  if not rates:
+    raise app.UsageError('--noise_rates: give at least one rate in [0, 1]')
+  if any(not 0.0 <= r <= 1.0 for r in rates):
     raise app.UsageError(f'--noise_rates: each must be in [0, 1], got '
                          f'{",".join(_NOISE.value)}')
   logging.set_verbosity(logging.WARNING)

@@ -95,6 +95,9 @@ def main(argv):
       'experiments.eval_reasoners',
       'its requests are drawn from the seven-attribute world (eval_reading '
       'reads a layout world with the rules)')
+  if not _BACKENDS.value:
+    raise app.UsageError('--backends: name at least one backend to '
+                         'evaluate')
   try:
     environment.check_backends(_BACKENDS.value)
   except ValueError as e:

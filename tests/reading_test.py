@@ -454,6 +454,12 @@ class EvalReadingCliTest(absltest.TestCase):
     self.assertNotEqual(proc.returncode, 0)
     self.assertIn('--backends', proc.stderr)
     self.assertIn("'oracle'", proc.stderr)
+    for args, message in ((['--backends='], '--backends: name at least one'),
+                          (['--noise_rates='], '--noise_rates: give at least')):
+      proc, out = self.run_cli(*args)
+      self.assertNotEqual(proc.returncode, 0)
+      self.assertIn(message, proc.stderr)
+      self.assertFalse((out / 'reading.json').exists())
     # A layout world is read by the rules only, as a run refuses the rest.
     proc, _ = self.run_cli('--backends=rules,grounded', '--describe_layout',
                            '--renditions=4')

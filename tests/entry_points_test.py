@@ -19,7 +19,7 @@ def _run(module, *args):
                         env=dict(os.environ, JAX_PLATFORMS='cpu'))
 
 
-class BenchLMFlagsTest(absltest.TestCase):
+class EntryPointRefusalsTest(absltest.TestCase):
 
   def test_bad_flags_and_adapters_are_named(self):
     out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
@@ -49,6 +49,10 @@ class BenchLMFlagsTest(absltest.TestCase):
         self.assertIn(f'--{flag} {blocker}/x/result: cannot write there',
                       proc.stderr)
         self.assertNotIn('Traceback', proc.stderr)
+    proc = _run('experiments.eval_reasoners', '--backends=',
+                f'--eval_json={blocker.parent}/reasoners.json')
+    self.assertIn('--backends: name at least one backend', proc.stderr)
+    self.assertFalse((blocker.parent / 'reasoners.json').exists())
     proc = _run('experiments.bench_lm', f'--output_json={blocker.parent}')
     self.assertIn('a directory; expected a file path', proc.stderr)
 
