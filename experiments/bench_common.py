@@ -9,6 +9,7 @@ import statistics
 import sys
 import time
 
+from absl import app
 import jax
 import numpy as np
 
@@ -123,6 +124,34 @@ def write_results(path, results: dict):
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(out + '\n')
+
+
+def positive_int(text: str) -> int:
+  """``int(text)`` when it is >= 1; else ``ValueError``."""
+  value = int(text)
+  if value < 1:
+    raise ValueError(text)
+  return value
+
+
+def list_values(flag, convert=str, valid=None, what: str = 'valid'):
+  """The values of the list flag ``flag`` (a ``FlagHolder``) through
+  ``convert``. ``UsageError`` names the flag when it is empty, when a value
+  does not convert (``what`` says what was expected) or is not in
+  ``valid``."""
+  if not flag.value:
+    raise app.UsageError(f'--{flag.name}: give at least one value')
+  out = []
+  for text in flag.value:
+    try:
+      value = convert(text)
+    except ValueError:
+      raise app.UsageError(f'--{flag.name}: {text!r} is not {what}') from None
+    if valid is not None and value not in valid:
+      raise app.UsageError(f'--{flag.name}: unknown {text!r}; valid: '
+                           f'{", ".join(map(str, valid))}')
+    out.append(value)
+  return out
 
 
 def log(msg):

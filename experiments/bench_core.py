@@ -397,7 +397,7 @@ def main(argv):
     resources.select_device(_PLATFORM.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  shapes = parse_shapes(_SHAPES.value)
+  shapes = parse_shapes(bench_common.list_values(_SHAPES))
   machine = bench_common.environment()
   output = _OUTPUT.value
   if output is None:

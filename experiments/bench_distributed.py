@@ -44,6 +44,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from recovr_jax import methods
 from experiments import bench_common
 from experiments import cli
 from experiments import launch
@@ -213,11 +214,9 @@ def _gallery() -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  bad = [p for p in _PARTS.value
-         if p not in ('sessions', 'sessions_jit', 'gallery')]
-  if bad:
-    raise app.UsageError(f'--parts: unknown {bad}; use sessions, '
-                         'sessions_jit, gallery')
+  bench_common.list_values(_PARTS,
+                           valid=('sessions', 'sessions_jit', 'gallery'))
+  bench_common.list_values(_METHODS, valid=methods.names())
   try:
     layouts = [tuple(int(x) for x in v.split('x')) for v in _LAYOUTS.value]
     if any(len(v) != 2 or min(v) < 1 for v in layouts):

@@ -24,6 +24,7 @@ from absl import flags
 import numpy as np
 
 from recovr_jax.real import torch_files
+from experiments import bench_common
 from experiments import cli
 
 _ROWS = flags.DEFINE_integer('rows', 2556, 'CSV rows (WebVid-CoVR test).')
@@ -35,7 +36,8 @@ _SHAPE = flags.DEFINE_list('shape', ['15', '32', '256'],
 
 def main(argv):
   del argv
-  shape = tuple(int(x) for x in _SHAPE.value)
+  shape = tuple(bench_common.list_values(_SHAPE, bench_common.positive_int,
+                                         what='a positive integer'))
   if _ROWS.value < 1 or not 0 <= _MISSING.value < 1:
     raise app.UsageError('--rows >= 1 and --missing_share in [0, 1)')
   root = pathlib.Path(tempfile.mkdtemp())

@@ -89,10 +89,7 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   if _PER_SESSION.value > _SESSIONS.value:
     raise app.UsageError('--per_session_sessions must be <= --num_sessions')
-  for name in _METHODS.value:
-    if name not in methods.names():
-      raise app.UsageError(f'--methods: unknown method {name!r}; valid: '
-                           f'{", ".join(methods.names())}')
+  bench_common.list_values(_METHODS, valid=methods.names())
   num_combos = len(world_lib.all_combos())
   if not 1000 <= _GALLERY.value <= 0.9 * num_combos:
     raise app.UsageError(f'--gallery_size must be in 1000..'

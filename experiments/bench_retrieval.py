@@ -36,9 +36,10 @@ _D = flags.DEFINE_integer('d', 384, 'Embedding size D.')
 _B = flags.DEFINE_integer('b', 256, 'Queries per call B.')
 _K = flags.DEFINE_integer('k', 100, 'List length K.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed repeats (>= 5).')
-_METHODS = flags.DEFINE_list(
-    'methods', ['matmul_xla', 'matmul_numpy', 'retrieve', 'retrieve_bf16',
-                'retrieve_approx', 'numpy', 'faiss'], 'What to time.')
+METHODS = ('matmul_xla', 'matmul_numpy', 'retrieve', 'retrieve_bf16',
+           'retrieve_approx', 'numpy', 'faiss')
+_METHODS = flags.DEFINE_list('methods', list(METHODS),
+                             f'What to time, of {", ".join(METHODS)}.')
 _RECALL_TARGET = flags.DEFINE_float(
     'recall_target', 0.95, "retrieve_approx's recall_target, in (0, 1].")
 _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
@@ -158,10 +159,9 @@ def main(argv):
   if not 0 < _RECALL_TARGET.value <= 1:
     raise app.UsageError('--recall_target must be in (0, 1], got '
                          f'{_RECALL_TARGET.value}')
-  try:
-    sizes = [int(s) for s in _SIZES.value]
-  except ValueError as e:
-    raise app.UsageError(f'--sizes must be integers: {e}') from e
+  sizes = bench_common.list_values(_SIZES, bench_common.positive_int,
+                                   what='a positive integer')
+  bench_common.list_values(_METHODS, valid=METHODS)
   if _PLATFORM.value != 'auto':
     try:  # checked here; each method then runs on it in its own process
       resources.select_device(_PLATFORM.value)

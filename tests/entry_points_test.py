@@ -57,5 +57,26 @@ class EntryPointRefusalsTest(absltest.TestCase):
     self.assertIn('a directory; expected a file path', proc.stderr)
 
 
+  def test_benchmark_lists_are_checked(self):
+    # Empty, unconvertible or unknown list values are named (an unknown
+    # --methods of bench_retrieval timed faiss under its name; empty lists
+    # wrote empty results and exited 0, or raised a traceback).
+    out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
+    for module, arg, message in (
+        ('bench_retrieval', '--methods=bogus', "--methods: unknown 'bogus'"),
+        ('bench_retrieval', '--sizes=0', "--sizes: '0' is not a positive"),
+        ('bench_core', '--shapes=', '--shapes: give at least one value'),
+        ('bench_methods', '--methods=', '--methods: give at least one'),
+        ('bench_distributed', '--parts=', '--parts: give at least one'),
+        ('bench_import', '--shape=3,x', "--shape: 'x' is not a positive")):
+      with self.subTest(f'{module} {arg}'):
+        extra = [] if module == 'bench_import' else [f'--output_json={out}']
+        proc = _run(f'experiments.{module}', arg, *extra)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(message, proc.stderr)
+        self.assertNotIn('Traceback', proc.stderr)
+    self.assertFalse(out.exists())
+
+
 if __name__ == '__main__':
   absltest.main()
