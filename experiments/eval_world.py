@@ -7,7 +7,9 @@ training-free ``sum`` composer, and T2V R@1/5/10 from the target's caption.
 """
 
 import os
+import pathlib
 
+from absl import app
 from absl import flags
 from absl import logging
 
@@ -33,8 +35,18 @@ flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  checkpoint = pathlib.Path(_CHECKPOINT.value)
+  missing = [part for part in ('video_encoder', 'composer')
+             if not (checkpoint / part / 'metadata.json').is_file()]
+  if missing:
+    raise app.UsageError(f'--checkpoint_dir {checkpoint}: no '
+                         f'{" or ".join(missing)} checkpoint (metadata.json); '
+                         'experiments/train_world.py writes them')
   world = world_lib.make_world(world_flags.world_config())
-  video, composer = training.load_world_models(_CHECKPOINT.value, world)
+  try:  # another kind of world's encoders are refused, named
+    video, composer = training.load_world_models(checkpoint, world)
+  except ValueError as e:
+    raise app.UsageError(f'--checkpoint_dir: {e}') from e
   text = encoders.TextEncoder()
   result = training.evaluate_world(world, text, video, composer,
                                    cache_dir=_CACHE.value or None)

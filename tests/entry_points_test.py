@@ -57,10 +57,11 @@ class EntryPointRefusalsTest(absltest.TestCase):
     self.assertIn('a directory; expected a file path', proc.stderr)
 
 
-  def test_benchmark_lists_are_checked(self):
+  def test_benchmark_lists_and_checkpoints_are_checked(self):
     # Empty, unconvertible or unknown list values are named (an unknown
     # --methods of bench_retrieval timed faiss under its name; empty lists
-    # wrote empty results and exited 0, or raised a traceback).
+    # wrote empty results and exited 0, or raised a traceback); so is a
+    # checkpoint folder without the encoders (a traceback).
     out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
     for module, arg, message in (
         ('bench_retrieval', '--methods=bogus', "--methods: unknown 'bogus'"),
@@ -68,7 +69,9 @@ class EntryPointRefusalsTest(absltest.TestCase):
         ('bench_core', '--shapes=', '--shapes: give at least one value'),
         ('bench_methods', '--methods=', '--methods: give at least one'),
         ('bench_distributed', '--parts=', '--parts: give at least one'),
-        ('bench_import', '--shape=3,x', "--shape: 'x' is not a positive")):
+        ('bench_import', '--shape=3,x', "--shape: 'x' is not a positive"),
+        ('eval_world', f'--checkpoint_dir={out.parent}',
+         'no video_encoder or composer checkpoint')):
       with self.subTest(f'{module} {arg}'):
         extra = [] if module == 'bench_import' else [f'--output_json={out}']
         proc = _run(f'experiments.{module}', arg, *extra)
