@@ -90,6 +90,25 @@ def check_output_files() -> None:
     raise app.UsageError('\n'.join(problems))
 
 
+def writable_dir(flag) -> str:
+  """The folder the string flag ``flag`` (a ``FlagHolder``) names, created
+  and probed for writing; ``UsageError`` names the flag when it cannot be
+  (a trainer checks this before its minutes of training, not at the save)."""
+  path = os.path.abspath(flag.value or '')
+  if not flag.value:
+    raise app.UsageError(f'--{flag.name} is empty; name a folder')
+  probe = os.path.join(path, f'.write_test.{os.getpid()}')
+  try:
+    os.makedirs(path, exist_ok=True)
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise app.UsageError(f'--{flag.name} {flag.value}: cannot write there '
+                         f'({e.strerror or e})') from None
+  return path
+
+
 def run(main, groups=None, defaults=None) -> None:
   """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
   with ``groups``, the help grouped (``grouped_help``)."""

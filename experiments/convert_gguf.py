@@ -29,6 +29,7 @@ _OUTPUT_DIR = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  cli.writable_dir(_OUTPUT_DIR)
   try:
     path = _GGUF.value or gguf_llama.find_smollm2()
     start = time.time()

@@ -127,6 +127,9 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   if _LR.value <= 0:
     raise app.UsageError(f'--lr must be > 0, got {_LR.value}')
+  cli.writable_dir(_OUTPUT_DIR)  # before the training, not at the save
+  if _EVALUATED_DIR.value:
+    cli.writable_dir(_EVALUATED_DIR)
   resumed = None
   if _INIT.value:  # checked before the minutes of data drawing
     try:

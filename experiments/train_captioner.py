@@ -47,6 +47,7 @@ def main(argv):
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   if _LR.value <= 0:
     raise app.UsageError(f'--lr must be > 0, got {_LR.value}')
+  cli.writable_dir(_OUTPUT_DIR)  # before the training, not at the save
   world = world_lib.make_world(world_flags.world_config())
   config = captioner.CaptionerConfig(
       seed=_SEED.value, steps=_STEPS.value, batch=_BATCH.value, lr=_LR.value,

@@ -51,6 +51,14 @@ def main(argv):
   for flag in (_STEPS, _BATCH, _NUM_TRAIN, _NUM_EVAL):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1')
+  if _EVAL_ONLY.value:
+    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
+    try:
+      flax_lm.check_model_dir(_OUTPUT_DIR.value)
+    except FileNotFoundError as e:
+      raise app.UsageError(f'--eval_only --output_dir: {e}') from e
+  else:
+    cli.writable_dir(_OUTPUT_DIR)  # before the training, not at the save
   config = reasoner_training.ReasonerConfig(
       seed=_SEED.value, num_train=_NUM_TRAIN.value, num_eval=_NUM_EVAL.value,
       steps=_STEPS.value, batch=_BATCH.value)

@@ -60,8 +60,7 @@ def main(argv):
                'composer_steps', 'composer_batch'):
     if getattr(train_config, name) < 1:
       raise app.UsageError(f'--{name} must be >= 1')
-  output = pathlib.Path(_OUTPUT_DIR.value).absolute()
-  output.mkdir(parents=True, exist_ok=True)
+  output = pathlib.Path(cli.writable_dir(_OUTPUT_DIR))
   report = training.Timer()
 
   world = world_lib.make_world(world_config)

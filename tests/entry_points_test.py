@@ -53,6 +53,15 @@ class EntryPointRefusalsTest(absltest.TestCase):
                 f'--eval_json={blocker.parent}/reasoners.json')
     self.assertIn('--backends: name at least one backend', proc.stderr)
     self.assertFalse((blocker.parent / 'reasoners.json').exists())
+    # The trainers check their output folder before training, not at the
+    # save (a captioner trained 20 minutes, then could not be written).
+    for module in ('train_world', 'train_captioner', 'train_adapter',
+                   'train_reasoner', 'convert_gguf'):
+      with self.subTest(module):
+        proc = _run(f'experiments.{module}', f'--output_dir={blocker}/x')
+        self.assertIn(f'--output_dir {blocker}/x: cannot write there',
+                      proc.stderr)
+        self.assertNotIn('Traceback', proc.stderr)
     proc = _run('experiments.bench_lm', f'--output_json={blocker.parent}')
     self.assertIn('a directory; expected a file path', proc.stderr)
 
