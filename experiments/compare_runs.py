@@ -58,6 +58,8 @@ def hits(run_dir: pathlib.Path, method: str):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _RESAMPLES.value < 1:
+    raise app.UsageError(f'--resamples must be >= 1, got {_RESAMPLES.value}')
   if not _RUNS.value or len(_RUNS.value) < 2:
     raise app.UsageError('--runs needs at least two run directories')
   dirs = [pathlib.Path(r) for r in _RUNS.value]

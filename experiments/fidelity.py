@@ -99,6 +99,8 @@ def main(argv):
   if _RESAMPLES.value < 1:
     raise app.UsageError(f'--fidelity_resamples must be >= 1, got '
                          f'{_RESAMPLES.value}')
+  if _SAVE.value:
+    cli.writable_dir(_SAVE)
   members = [pathlib.Path(d) for d in _DIRS.value]
   if not members:
     raise app.UsageError('--fidelity_dirs is empty')

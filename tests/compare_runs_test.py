@@ -77,6 +77,13 @@ class CompareRunsTest(absltest.TestCase):
       with self.assertRaisesRegex(app.UsageError, 'other sessions'):
         compare_runs.main(['x'])
 
+  def test_resamples_are_checked_before_the_runs_load(self):
+    with flagsaver.flagsaver(runs=['/nonexistent/a', '/nonexistent/b'],
+                             resamples=0):
+      with self.assertRaisesRegex(app.UsageError,
+                                  '--resamples must be >= 1, got 0'):
+        compare_runs.main(['x'])
+
 
 class ChatReasonerFlagsTest(absltest.TestCase):
 

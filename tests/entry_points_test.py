@@ -72,6 +72,8 @@ class EntryPointRefusalsTest(absltest.TestCase):
     # wrote empty results and exited 0, or raised a traceback); so is a
     # checkpoint folder without the encoders (a traceback).
     out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
+    blocker = out.parent / 'a_file'  # a file where a folder is needed
+    blocker.write_text('')
     for module, arg, message in (
         ('bench_retrieval', '--methods=bogus', "--methods: unknown 'bogus'"),
         ('bench_retrieval', '--sizes=0', "--sizes: '0' is not a positive"),
@@ -80,9 +82,12 @@ class EntryPointRefusalsTest(absltest.TestCase):
         ('bench_distributed', '--parts=', '--parts: give at least one'),
         ('bench_import', '--shape=3,x', "--shape: 'x' is not a positive"),
         ('eval_world', f'--checkpoint_dir={out.parent}',
-         'no video_encoder or composer checkpoint')):
+         'no video_encoder or composer checkpoint'),
+        ('fidelity', f'--save_sessions_dir={blocker}/x',
+         f'--save_sessions_dir {blocker}/x: cannot write there')):
       with self.subTest(f'{module} {arg}'):
-        extra = [] if module == 'bench_import' else [f'--output_json={out}']
+        extra = ([] if module in ('bench_import', 'fidelity') else
+                 [f'--output_json={out}'])
         proc = _run(f'experiments.{module}', arg, *extra)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(message, proc.stderr)
