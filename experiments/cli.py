@@ -62,7 +62,8 @@ def grouped_help(doc: str, groups, defaults=None) -> str:
 
 
 # Flags that name a file an entry point writes its results to.
-OUTPUT_FILE_FLAGS = ('output_json', 'output_md', 'eval_json')
+OUTPUT_FILE_FLAGS = ('output_json', 'output_md', 'eval_json', 'output',
+                     'reference_output', 'screenshot')
 
 
 def check_output_files() -> None:

@@ -42,7 +42,10 @@ class EntryPointRefusalsTest(absltest.TestCase):
     blocker.write_text('')
     for module, flag in (('experiments.bench_lm', 'output_json'),
                          ('experiments.eval_reading', 'output_md'),
-                         ('experiments.eval_reasoners', 'eval_json')):
+                         ('experiments.eval_reasoners', 'eval_json'),
+                         ('experiments.embed_videos', 'output'),
+                         ('experiments.import_covr', 'reference_output'),
+                         ('experiments.bench_study', 'screenshot')):
       with self.subTest(module):
         proc = _run(module, f'--{flag}={blocker}/x/result')
         self.assertNotEqual(proc.returncode, 0)
