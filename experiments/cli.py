@@ -61,6 +61,16 @@ def grouped_help(doc: str, groups, defaults=None) -> str:
   return '\n'.join(out) + '\n'
 
 
+def _probe(folder: str) -> None:
+  """Creates ``folder`` and writes and removes a file in it (``OSError``
+  when it cannot)."""
+  os.makedirs(folder, exist_ok=True)
+  probe = os.path.join(folder, f'.write_test.{os.getpid()}')
+  with open(probe, 'w') as f:
+    f.write('ok')
+  os.remove(probe)
+
+
 # Flags that name a file an entry point writes its results to.
 OUTPUT_FILE_FLAGS = ('output_json', 'output_md', 'eval_json', 'output',
                      'reference_output', 'screenshot')
@@ -78,12 +88,8 @@ def check_output_files() -> None:
       problems.append(f'--{name} {flags.FLAGS[name].value}: a directory; '
                       'expected a file path')
       continue
-    probe = os.path.join(os.path.dirname(path), f'.write_test.{os.getpid()}')
     try:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      with open(probe, 'w') as f:
-        f.write('ok')
-      os.remove(probe)
+      _probe(os.path.dirname(path))
     except OSError as e:
       problems.append(f'--{name} {flags.FLAGS[name].value}: cannot write '
                       f'there ({e.strerror or e})')
@@ -98,12 +104,8 @@ def writable_dir(flag) -> str:
   path = os.path.abspath(flag.value or '')
   if not flag.value:
     raise app.UsageError(f'--{flag.name} is empty; name a folder')
-  probe = os.path.join(path, f'.write_test.{os.getpid()}')
   try:
-    os.makedirs(path, exist_ok=True)
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
+    _probe(path)
   except OSError as e:
     raise app.UsageError(f'--{flag.name} {flag.value}: cannot write there '
                          f'({e.strerror or e})') from None
