@@ -76,23 +76,25 @@ OUTPUT_FILE_FLAGS = ('output_json', 'output_md', 'eval_json', 'output',
                      'reference_output', 'screenshot')
 
 
-def check_output_files() -> None:
-  """Raises ``UsageError`` naming each output-file flag whose file cannot be
-  written (its folder is created, as the writers would)."""
+def check_output_files(flag_values=None) -> None:
+  """Raises ``UsageError`` naming each output-file flag of ``flag_values``
+  (default: absl's) whose file cannot be written (its folder is created, as
+  the writers would)."""
+  flag_values = flags.FLAGS if flag_values is None else flag_values
   problems = []
   for name in OUTPUT_FILE_FLAGS:
-    if name not in flags.FLAGS or not flags.FLAGS[name].value:
+    if name not in flag_values or not flag_values[name].value:
       continue
-    path = os.path.abspath(flags.FLAGS[name].value)
+    value = flag_values[name].value
+    path = os.path.abspath(value)
     if os.path.isdir(path):
-      problems.append(f'--{name} {flags.FLAGS[name].value}: a directory; '
-                      'expected a file path')
+      problems.append(f'--{name} {value}: a directory; expected a file path')
       continue
     try:
       _probe(os.path.dirname(path))
     except OSError as e:
-      problems.append(f'--{name} {flags.FLAGS[name].value}: cannot write '
-                      f'there ({e.strerror or e})')
+      problems.append(f'--{name} {value}: cannot write there '
+                      f'({e.strerror or e})')
   if problems:
     raise app.UsageError('\n'.join(problems))
 

@@ -1,6 +1,8 @@
-"""``experiments.bench_lm``'s refusals, and every entry point's check of its
-output files (``experiments.cli``): named, before anything is timed (the
-benchmark itself takes minutes and is run by hand, not in the suite)."""
+"""The entry points' refusals: bad flags, unwritable outputs and missing
+models named before any work (a benchmark or trainer runs for minutes; an
+error at its last line loses them). The shared checks (``experiments.cli``,
+``bench_common.list_values``) are tested in this process; one subprocess per
+entry point whose own code calls them checks the wiring."""
 
 import os
 import pathlib
@@ -8,7 +10,12 @@ import subprocess
 import sys
 import tempfile
 
+from absl import app
+from absl import flags
 from absl.testing import absltest
+
+from experiments import bench_common
+from experiments import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -19,45 +26,102 @@ def _run(module, *args):
                         env=dict(os.environ, JAX_PLATFORMS='cpu'))
 
 
+def _blocker() -> pathlib.Path:
+  """A file where a folder is needed: nothing can be written below it."""
+  path = pathlib.Path(tempfile.mkdtemp()) / 'a_file'
+  path.write_text('')
+  return path
+
+
+class SharedChecksTest(absltest.TestCase):
+
+  def test_every_output_file_flag_is_checked(self):
+    blocker = _blocker()
+    fv = flags.FlagValues()
+    for name in cli.OUTPUT_FILE_FLAGS:
+      flags.DEFINE_string(name, f'{blocker}/x/{name}.out', '', flag_values=fv)
+    fv(['prog'])
+    with self.assertRaises(app.UsageError) as raised:
+      cli.check_output_files(fv)
+    for name in cli.OUTPUT_FILE_FLAGS:  # one line per flag
+      self.assertIn(f'--{name} {blocker}/x/{name}.out: cannot write there',
+                    str(raised.exception))
+    fv['output_json'].value = str(blocker.parent)
+    with self.assertRaisesRegex(app.UsageError, 'a directory; expected'):
+      cli.check_output_files(fv)
+    for name in cli.OUTPUT_FILE_FLAGS:  # writable: passes, folders made
+      fv[name].value = str(blocker.parent / 'made' / f'{name}.out')
+    cli.check_output_files(fv)
+    self.assertTrue((blocker.parent / 'made').is_dir())
+    self.assertEqual(os.listdir(blocker.parent / 'made'), [])  # no probe left
+
+  def test_writable_dir_and_list_values(self):
+    blocker = _blocker()
+    fv = flags.FlagValues()
+    folder = flags.DEFINE_string('output_dir', f'{blocker}/x', '',
+                                 flag_values=fv)
+    sizes = flags.DEFINE_list('sizes', ['10', '0'], '', flag_values=fv)
+    names = flags.DEFINE_list('methods', [], '', flag_values=fv)
+    fv(['prog'])
+    with self.assertRaisesRegex(app.UsageError,
+                                f'--output_dir {blocker}/x: cannot write'):
+      cli.writable_dir(folder)
+    fv['output_dir'].value = str(blocker.parent / 'ok')
+    self.assertEqual(cli.writable_dir(folder), str(blocker.parent / 'ok'))
+    with self.assertRaisesRegex(app.UsageError,
+                                "--sizes: '0' is not a positive integer"):
+      bench_common.list_values(sizes, bench_common.positive_int,
+                               what='a positive integer')
+    with self.assertRaisesRegex(app.UsageError,
+                                '--methods: give at least one value'):
+      bench_common.list_values(names)
+    fv['methods'].value = ['numpy', 'bogus']
+    with self.assertRaisesRegex(app.UsageError,
+                                "--methods: unknown 'bogus'; valid: numpy"):
+      bench_common.list_values(names, valid=('numpy',))
+
+
 class EntryPointRefusalsTest(absltest.TestCase):
 
-  def test_bad_flags_and_adapters_are_named(self):
-    out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
-    for args, message in (
-        (['--reasoner_batches=16,x'], '--reasoner_batches must be integers'),
-        (['--cache_length=0'], '--cache_length must be >= 1'),
-        (['--adapter=/nonexistent'],
-         '--adapter /nonexistent: not a LoRA adapter directory')):
-      with self.subTest(args[0]):
-        proc = _run('experiments.bench_lm', *args, f'--output_json={out}')
+  def test_refused_before_the_work(self):
+    blocker = _blocker()
+    never = blocker.parent / 'never.json'
+    for module, args, message in (
+        # cli.run's output-file check (every entry point runs through it).
+        ('bench_lm', [f'--output_json={blocker}/x.json'],
+         f'--output_json {blocker}/x.json: cannot write there'),
+        # bench_lm's own: lists, the adapter (a traceback), before timing.
+        ('bench_lm', ['--reasoner_batches=16,x', f'--output_json={never}'],
+         '--reasoner_batches must be integers'),
+        ('bench_lm', ['--adapter=/nonexistent', f'--output_json={never}'],
+         '--adapter /nonexistent: not a LoRA adapter directory'),
+        # An unknown method was timed as faiss under its name.
+        ('bench_retrieval', ['--methods=bogus', f'--output_json={never}'],
+         "--methods: unknown 'bogus'"),
+        # Empty lists wrote an empty report and exited 0.
+        ('bench_distributed', ['--parts=', f'--output_json={never}'],
+         '--parts: give at least one value'),
+        ('eval_reasoners', ['--backends=', f'--eval_json={never}'],
+         '--backends: name at least one backend'),
+        # Tracebacks.
+        ('eval_world', [f'--checkpoint_dir={blocker.parent}',
+                        f'--output_json={never}'],
+         'no video_encoder or composer checkpoint'),
+        ('train_reasoner', ['--eval_only', f'--output_dir={blocker.parent}'],
+         '--eval_only --output_dir: reasoner checkpoint'),
+        ('fidelity', [f'--save_sessions_dir={blocker}/x'],
+         f'--save_sessions_dir {blocker}/x: cannot write there')):
+      with self.subTest(f'{module} {args[0]}'):
+        proc = _run(f'experiments.{module}', *args)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(message, proc.stderr)
         self.assertNotIn('Traceback', proc.stderr)
         self.assertNotIn('anchors', proc.stdout + proc.stderr)
-    self.assertFalse(out.exists())
+    self.assertFalse(never.exists())
 
-  def test_an_unwritable_output_file_is_refused_before_the_work(self):
-    # A file where a folder is needed: no process can write below it.
-    blocker = pathlib.Path(tempfile.mkdtemp()) / 'a_file'
-    blocker.write_text('')
-    for module, flag in (('experiments.bench_lm', 'output_json'),
-                         ('experiments.eval_reading', 'output_md'),
-                         ('experiments.eval_reasoners', 'eval_json'),
-                         ('experiments.embed_videos', 'output'),
-                         ('experiments.import_covr', 'reference_output'),
-                         ('experiments.bench_study', 'screenshot')):
-      with self.subTest(module):
-        proc = _run(module, f'--{flag}={blocker}/x/result')
-        self.assertNotEqual(proc.returncode, 0)
-        self.assertIn(f'--{flag} {blocker}/x/result: cannot write there',
-                      proc.stderr)
-        self.assertNotIn('Traceback', proc.stderr)
-    proc = _run('experiments.eval_reasoners', '--backends=',
-                f'--eval_json={blocker.parent}/reasoners.json')
-    self.assertIn('--backends: name at least one backend', proc.stderr)
-    self.assertFalse((blocker.parent / 'reasoners.json').exists())
-    # The trainers check their output folder before training, not at the
-    # save (a captioner trained 20 minutes, then could not be written).
+  def test_trainers_check_their_output_folder_first(self):
+    # A captioner trained 20 minutes, then could not be written.
+    blocker = _blocker()
     for module in ('train_world', 'train_captioner', 'train_adapter',
                    'train_reasoner', 'convert_gguf'):
       with self.subTest(module):
@@ -65,37 +129,6 @@ class EntryPointRefusalsTest(absltest.TestCase):
         self.assertIn(f'--output_dir {blocker}/x: cannot write there',
                       proc.stderr)
         self.assertNotIn('Traceback', proc.stderr)
-    proc = _run('experiments.bench_lm', f'--output_json={blocker.parent}')
-    self.assertIn('a directory; expected a file path', proc.stderr)
-
-
-  def test_benchmark_lists_and_checkpoints_are_checked(self):
-    # Empty, unconvertible or unknown list values are named (an unknown
-    # --methods of bench_retrieval timed faiss under its name; empty lists
-    # wrote empty results and exited 0, or raised a traceback); so is a
-    # checkpoint folder without the encoders (a traceback).
-    out = pathlib.Path(tempfile.mkdtemp()) / 'never.json'
-    blocker = out.parent / 'a_file'  # a file where a folder is needed
-    blocker.write_text('')
-    for module, arg, message in (
-        ('bench_retrieval', '--methods=bogus', "--methods: unknown 'bogus'"),
-        ('bench_retrieval', '--sizes=0', "--sizes: '0' is not a positive"),
-        ('bench_core', '--shapes=', '--shapes: give at least one value'),
-        ('bench_methods', '--methods=', '--methods: give at least one'),
-        ('bench_distributed', '--parts=', '--parts: give at least one'),
-        ('bench_import', '--shape=3,x', "--shape: 'x' is not a positive"),
-        ('eval_world', f'--checkpoint_dir={out.parent}',
-         'no video_encoder or composer checkpoint'),
-        ('fidelity', f'--save_sessions_dir={blocker}/x',
-         f'--save_sessions_dir {blocker}/x: cannot write there')):
-      with self.subTest(f'{module} {arg}'):
-        extra = ([] if module in ('bench_import', 'fidelity') else
-                 [f'--output_json={out}'])
-        proc = _run(f'experiments.{module}', arg, *extra)
-        self.assertNotEqual(proc.returncode, 0)
-        self.assertIn(message, proc.stderr)
-        self.assertNotIn('Traceback', proc.stderr)
-    self.assertFalse(out.exists())
 
 
 if __name__ == '__main__':
