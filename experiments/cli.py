@@ -61,14 +61,14 @@ def grouped_help(doc: str, groups, defaults=None) -> str:
   return '\n'.join(out) + '\n'
 
 
-def _probe(folder: str) -> None:
-  """Creates ``folder`` and writes and removes a file in it (``OSError``
-  when it cannot)."""
-  os.makedirs(folder, exist_ok=True)
-  probe = os.path.join(folder, f'.write_test.{os.getpid()}')
-  with open(probe, 'w') as f:
-    f.write('ok')
-  os.remove(probe)
+def _writable(folder: str, message: str) -> str:
+  """``checks.writable_dir`` (the folder created and probed for writing),
+  its refusal as a ``UsageError``."""
+  from recovr_jax.experiment import checks  # pylint: disable=g-import-not-at-top
+  try:
+    return str(checks.writable_dir(folder, message))
+  except checks.ConfigError as e:
+    raise app.UsageError(str(e)) from None
 
 
 # Flags that name a file an entry point writes its results to.
@@ -91,10 +91,10 @@ def check_output_files(flag_values=None) -> None:
       problems.append(f'--{name} {value}: a directory; expected a file path')
       continue
     try:
-      _probe(os.path.dirname(path))
-    except OSError as e:
-      problems.append(f'--{name} {value}: cannot write there '
-                      f'({e.strerror or e})')
+      _writable(os.path.dirname(path),
+                f'--{name} {value}: cannot write there ({{1}})')
+    except app.UsageError as e:
+      problems.append(str(e))
   if problems:
     raise app.UsageError('\n'.join(problems))
 
@@ -103,15 +103,10 @@ def writable_dir(flag) -> str:
   """The folder the string flag ``flag`` (a ``FlagHolder``) names, created
   and probed for writing; ``UsageError`` names the flag when it cannot be
   (a trainer checks this before its minutes of training, not at the save)."""
-  path = os.path.abspath(flag.value or '')
   if not flag.value:
     raise app.UsageError(f'--{flag.name} is empty; name a folder')
-  try:
-    _probe(path)
-  except OSError as e:
-    raise app.UsageError(f'--{flag.name} {flag.value}: cannot write there '
-                         f'({e.strerror or e})') from None
-  return path
+  return _writable(flag.value,
+                   f'--{flag.name} {flag.value}: cannot write there ({{1}})')
 
 
 def run(main, groups=None, defaults=None) -> None:

@@ -167,14 +167,12 @@ def score(turns, intents, reflects,
   ``num_resamples`` times, the same resamples for every column).
   ``words``: the world's lexicon (``lexicon.for_attributes``), which reads
   the replies back."""
-  c = {col: collections.Counter() for col in COLUMNS}
   per_session = collections.defaultdict(
       lambda: {col: collections.Counter() for col in COLUMNS})
   session = None
 
   def add(cols, key, n=1):
     for col in cols:
-      c[col][key] += n
       per_session[session][col][key] += n
 
   for t, intent, (request, reflect) in zip(turns, intents, reflects):
@@ -213,6 +211,9 @@ def score(turns, intents, reflects,
         bool(set(keep) & set(avoid)) or any(n > 1 for n in kept.values()))
     add(utter, 'unreadable', bad_keep + bad_avoid)
     add(utter, 'items', len(reflect['keep']) + len(reflect['avoid']))
+
+  c = {col: sum((counts[col] for counts in per_session.values()),
+                collections.Counter()) for col in COLUMNS}
 
   def ratio(col, num, den):
     return c[col][num] / c[col][den] if c[col][den] else None
