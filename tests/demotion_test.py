@@ -158,6 +158,10 @@ class RankCapTest(parameterized.TestCase):
       rank_cap(np.array([1, -1, 2, -1]), scores, [1], [2])
     with self.assertRaisesRegex(TypeError, 'demote_ids must hold integers'):
       rank_cap(ids, scores, np.array([1.0]), [2])
+    with self.assertRaisesRegex(ValueError, 'ids holds -3'):
+      rank_cap(np.array([1, 2, -3, -1]), scores, [1], [2])
+    with self.assertRaisesRegex(ValueError, 'demote_ids holds -2'):
+      rank_cap(ids, scores, [-2], [2])
 
 
 def reference_demotion_set(top1_history, turn, sigma, kappa, window=None):

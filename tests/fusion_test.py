@@ -267,6 +267,13 @@ class FuseBadInputTest(absltest.TestCase):
       fuse(self.ids, self.scores, self.valid, out_k=0)
     with self.assertRaisesRegex(ValueError, 'every id must be below num_ids'):
       fuse(self.ids, self.scores, self.valid, num_ids=5)
+    with self.assertRaisesRegex(ValueError, 'ids holds -7'):
+      fuse(np.array([[[1, -7]]]), self.scores[:1, :1], self.valid[:1, :1])
+    for bad in (-1.0, np.nan, np.inf):
+      with self.assertRaisesRegex(ValueError,
+                                  'channel_weights must be finite and >= 0'):
+        fuse(self.ids, self.scores, self.valid,
+             channel_weights=np.array([1.0, bad]))
 
 
 if __name__ == '__main__':

@@ -186,6 +186,19 @@ class MetricsTest(parameterized.TestCase):
       metrics.recall_at_k(np.ones((2, 2), int), 0)
     with self.assertRaisesRegex(ValueError, 'ranks must be >= 1'):
       metrics.bri(np.zeros((2, 2), int))
+    # Ranks are 1-based: every rank metric refuses 0 (recall and Hits@K
+    # counted it as found).
+    zero = np.array([[0, 3], [2, 1]])
+    for fn in (lambda r: metrics.recall_at_k(r, 1),
+               lambda r: metrics.cumulative_hits(r, 1),
+               lambda r: metrics.failure_modes(r, np.ones_like(r)),
+               lambda r: metrics.rank_cap_firing(r, np.ones(r.shape, bool))):
+      with self.assertRaisesRegex(ValueError, r'ranks must be >= 1 \(1-based'):
+        fn(zero)
+    with self.assertRaisesRegex(ValueError, 'displayed holds -4'):
+      metrics.target_ranks(np.array([[[2, -4, -1]]]), np.array([2]))
+    with self.assertRaisesRegex(ValueError, 'top1 holds -2'):
+      metrics.failure_modes(np.ones((1, 2), int), np.array([[1, -2]]))
     with self.assertRaisesRegex(ValueError, r'hits_b must have shape \(3, 2\)'):
       metrics.paired_bootstrap(np.ones((3, 2)), np.ones((3, 3)))
 

@@ -243,6 +243,14 @@ class RetrieveBadInputTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r'exclude must have shape \(2,\)'):
       retrieve(self.q, self.g, 2, exclude=np.array([1, 2, 3]))
 
+  def test_exclude_ids(self):
+    # -1 drops nothing; an id outside the gallery dropped nothing silently.
+    with self.assertRaisesRegex(ValueError, r'exclude holds id 5; every id '
+                                r'must be below the gallery size \(5\)'):
+      retrieve(self.q, self.g, 2, exclude=np.array([0, 5]))
+    with self.assertRaisesRegex(ValueError, 'exclude holds -2'):
+      retrieve(self.q, self.g, 2, exclude=np.array([-2, 1]))
+
   def test_block_size(self):
     with self.assertRaisesRegex(ValueError, 'block_size must be >= 1'):
       retrieve(self.q, self.g, 2, block_size=0)

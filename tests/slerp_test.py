@@ -55,6 +55,11 @@ class SlerpTest(absltest.TestCase):
       slerp(np.ones(3), np.ones(3), 1.5)
     with self.assertRaisesRegex(ValueError, 'new holds NaN'):
       slerp(np.ones(3), np.array([1.0, np.nan, 0.0]))
+    # A zero vector has no direction (its result was not unit length).
+    with self.assertRaisesRegex(ValueError, 'prev is all zeros'):
+      slerp(np.zeros(3), np.ones(3))
+    with self.assertRaisesRegex(ValueError, 'new is all zeros'):
+      slerp(np.ones(3), np.zeros(3))
 
 
 if __name__ == '__main__':

@@ -121,6 +121,39 @@ def unique_ids_per_list(name: str, ids) -> None:
         f'{tuple(int(i) for i in where)}); each list holds an id at most once')
 
 
+def gallery_ids(name: str, x, num_ids: int | None = None,
+                bound: str = 'the gallery size') -> None:
+  """Raises if a concrete id array holds an id below ``-1`` (the padding
+  or "none" value) or, with ``num_ids`` (called ``bound`` in the message),
+  one not below ``num_ids``."""
+  if not is_concrete(x) or not np.size(x):
+    return
+  x = np.asarray(x)
+  low, high = int(np.min(x)), int(np.max(x))
+  if low < -1:
+    raise ValueError(f'{name} holds {low}; gallery ids are >= 0, with -1 '
+                     'for padding or none')
+  if num_ids is not None and high >= num_ids:
+    raise ValueError(f'{name} holds id {high}; every id must be below '
+                     f'{bound} ({num_ids})')
+
+
+def ranks(name: str, x) -> None:
+  """Raises if a concrete rank array holds a rank below 1 (ranks are
+  1-based; an absent target has rank ``K + 1``)."""
+  if is_concrete(x) and np.size(x) and np.min(np.asarray(x)) < 1:
+    raise ValueError(f'{name} must be >= 1 (1-based ranks), got min '
+                     f'{np.min(np.asarray(x))}')
+
+
+def nonzero(name: str, x) -> None:
+  """Raises if a concrete ``[D]`` embedding is all zeros (it has no
+  direction to normalise)."""
+  if is_concrete(x) and not np.any(np.asarray(x)):
+    raise ValueError(f'{name} is all zeros; an embedding needs a nonzero '
+                     'norm')
+
+
 def non_negative(name: str, x) -> None:
   if is_concrete(x) and np.size(x) and np.min(np.asarray(x)) < 0:
     raise ValueError(f'{name} must be >= 0, got min {np.min(np.asarray(x))}')

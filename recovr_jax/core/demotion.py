@@ -58,6 +58,8 @@ def rank_cap(ids, scores, demote_ids, caps):
   caps = checks.array('caps', caps, 1, 'int')
   checks.shape('scores', scores, ids.shape)
   checks.shape('caps', caps, demote_ids.shape)
+  checks.gallery_ids('ids', ids)
+  checks.gallery_ids('demote_ids', demote_ids)
   checks.unique_ids_per_list('ids', ids)
   checks.padding_at_end('ids', ids)
   if checks.is_concrete(caps) and caps.size and np.min(np.asarray(caps)) < 1:

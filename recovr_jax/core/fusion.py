@@ -71,6 +71,11 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
   channel_weights = (np.ones((c,), np.float32) if channel_weights is None
                      else channel_weights)
   checks.shape('channel_weights', channel_weights, (c,))
+  if checks.is_concrete(channel_weights):
+    weights = np.asarray(channel_weights, np.float64)
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+      raise ValueError('channel_weights must be finite and >= 0, got '
+                       f'{weights.tolist()}')
   for name, value, low in (('k', k, 0.0), ('gamma', gamma, None),
                            ('penalty_rank', penalty_rank, None)):
     if checks.is_concrete(value):
@@ -83,10 +88,8 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
     key_bits = _ID_BITS
   else:
     num_ids = checks.positive_int('num_ids', num_ids)
-    if checks.is_concrete(ids) and ids.size and np.max(ids) >= num_ids:
-      raise ValueError(f'ids holds id {int(np.max(ids))} but num_ids is '
-                       f'{num_ids}; every id must be below num_ids')
     key_bits = num_ids.bit_length()
+  checks.gallery_ids('ids', ids, num_ids, 'num_ids')
   return _fuse(ids, scores, valid, k, gamma, channel_weights, penalty_rank,
                method=method, recency=recency, out_k=out_k, key_bits=key_bits)
 

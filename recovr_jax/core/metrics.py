@@ -51,6 +51,7 @@ def target_ranks(displayed, targets):
     ``[S, T+1]`` int32 ranks, ``K + 1`` where the target is absent.
   """
   displayed = checks.array('displayed', displayed, 3, 'int')
+  checks.gallery_ids('displayed', displayed)
   targets = checks.array('targets', targets, 1, 'int')
   s, _, _ = displayed.shape
   checks.shape('targets', targets, (s,))
@@ -69,6 +70,7 @@ def _target_ranks(displayed, targets):
 def recall_at_k(ranks, k: int):
   """``[T+1]`` float32 share of sessions whose target rank is ``<= k``."""
   ranks = checks.array('ranks', ranks, 2, 'int')
+  checks.ranks('ranks', ranks)
   k = checks.positive_int('k', k)
   return jnp.mean(jnp.asarray(ranks) <= k, axis=0, dtype=jnp.float32)
 
@@ -86,8 +88,7 @@ def bri(ranks):
     ``[T+1]`` float32.
   """
   ranks = checks.array('ranks', ranks, 2, 'int')
-  if checks.is_concrete(ranks) and np.size(ranks) and np.min(ranks) < 1:
-    raise ValueError(f'ranks must be >= 1, got min {np.min(ranks)}')
+  checks.ranks('ranks', ranks)
   return _bri(ranks)
 
 
@@ -114,8 +115,10 @@ def failure_modes(ranks, top1, active=None) -> FailureModes:
     ``FailureModes`` of ``Rate(rate, count, total)``, pooled over turns.
   """
   ranks = checks.array('ranks', ranks, 2, 'int')
+  checks.ranks('ranks', ranks)
   top1 = checks.array('top1', top1, 2, 'int')
   checks.shape('top1', top1, ranks.shape)
+  checks.gallery_ids('top1', top1)
   return _failure_modes(ranks, top1, _active(ranks, active))
 
 
@@ -168,6 +171,7 @@ def cumulative_hits(ranks, k: int):
   """``[T+1]``: share of sessions whose target was in the top ``k`` of any
   displayed list up to turn ``t`` (ChatIR / PlugIR's Hits@K)."""
   ranks = checks.array('ranks', ranks, 2, 'int')
+  checks.ranks('ranks', ranks)
   k = checks.positive_int('k', k)
   return jnp.mean(jax.lax.cummin(ranks, axis=1) <= k, axis=0)
 
@@ -185,6 +189,7 @@ def rank_cap_firing(ranks, fired, active=None) -> RankCapFiring:
     among firing transitions those with ``r_t < r_{t-1}``.
   """
   ranks = checks.array('ranks', ranks, 2, 'int')
+  checks.ranks('ranks', ranks)
   fired = checks.array('fired', fired, 2, 'bool')
   checks.shape('fired', fired, ranks.shape)
   moving = _active(ranks, active)[:, 1:]

@@ -92,6 +92,7 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
   else:
     exclude = checks.array('exclude', exclude, 1, 'int')
     checks.shape('exclude', exclude, (b,))
+    checks.gallery_ids('exclude', exclude, n)
   if penalty is not None:
     penalty = checks.array('penalty', penalty, 2, 'float')
     checks.shape('penalty', penalty, (b, n))

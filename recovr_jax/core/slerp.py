@@ -31,6 +31,8 @@ def slerp(prev, new, alpha=MERLIN_ALPHA):
   checks.same('prev', prev.shape[0], 'new', new.shape[0], 'embedding size D')
   checks.finite('prev', prev)
   checks.finite('new', new)
+  checks.nonzero('prev', prev)
+  checks.nonzero('new', new)
   if checks.is_concrete(alpha) and not 0.0 <= float(alpha) <= 1.0:
     raise ValueError(f'alpha must be in [0, 1], got {alpha!r}')
   return _slerp(prev, new, alpha)
