@@ -274,6 +274,8 @@ class RefusalTest(absltest.TestCase):
     for extra, message in (
         (dict(reasoner='grounded'), '--describe_layout reads the layout '
          'with --reasoner=rules only'),
+        (dict(benchmark='v1'), r'describe_layout needs renditions >= 2 .*'
+         r'\(benchmark v1 renders 1 per video\)'),
         (dict(checkpoint_dir=encoders_dir('world_renditions')),
          'its encoders were trained without --describe_layout'),
         (dict(captioner_checkpoint=encoders_dir('captioner')),

@@ -63,8 +63,14 @@ class WorldData:
       raise ValueError(f'unknown benchmark {benchmark!r}; valid: '
                        f'{", ".join(BENCHMARKS)}')
     preset = BENCHMARKS[benchmark]
-    world = world_lib.WorldConfig(
-        **{'renditions': preset['renditions'], **(world_fields or {})})
+    try:
+      world = world_lib.WorldConfig(
+          **{'renditions': preset['renditions'], **(world_fields or {})})
+    except ValueError as e:
+      if 'renditions' in (world_fields or {}):
+        raise
+      raise ValueError(f'{e} (benchmark {benchmark} renders '
+                       f'{preset["renditions"]} per video)') from e
     defaults = {'checkpoint_dir': preset['checkpoint_dir'],
                 'captions': preset['captions']}
     if world.describe_layout:  # the encoders and captioner trained for it
