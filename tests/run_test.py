@@ -412,8 +412,12 @@ class RunnerTest(absltest.TestCase):
     with self.assertRaisesRegex(Exception, 'needs --annotations'):
       run_main(self.root / 'bad', data='webvid_covr')
     with self.assertRaisesRegex(Exception, "unknown --bootstrap_baseline "
-                                "'nope'; valid: strongest, recovr"):
+                                "'nope'; valid: strongest, covr_only"):
       run_main(self.root / 'bad', bootstrap_baseline='nope')
+    for against in (dict(bootstrap_baseline='recovr'),
+                    dict(bootstrap_also=['recovr'])):
+      with self.assertRaisesRegex(Exception, 'recovr minus itself is 0'):
+        run_main(self.root / 'bad', methods=['recovr'], **against)
     with self.assertRaisesRegex(Exception, '--bootstrap_also compares recovr '
                                 'with methods of --methods; not in --methods: '
                                 'no_keep'):

@@ -105,7 +105,11 @@ def _check_methods(config) -> None:
   if config.bootstrap_baseline != 'strongest' and (
       config.bootstrap_baseline not in methods_lib.REGISTRY):
     fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '
-         f'valid: strongest, {", ".join(methods_lib.names())}')
+         'valid: strongest, '
+         f'{", ".join(m for m in methods_lib.names() if m != "recovr")}')
+  if config.bootstrap_baseline == 'recovr' or 'recovr' in config.bootstrap_also:
+    fail('--bootstrap_baseline and --bootstrap_also name the methods recovr '
+         'is compared with; recovr minus itself is 0 (got recovr)')
   also = [m for m in config.bootstrap_also if m not in config.methods]
   if also or (config.bootstrap_also and 'recovr' not in config.methods):
     fail('--bootstrap_also compares recovr with methods of --methods; '
