@@ -97,6 +97,9 @@ def t2v_ceiling(env, captions: dict, sessions, list_length: int,
   targets = np.asarray(env.target)[sessions]
   references = np.asarray(env.reference)[sessions]
   gallery = np.asarray(env.gallery, np.float32)[:env.searchable]
+  # A reference outside the searchable gallery (real data: references
+  # are stored after the targets) has nothing to exclude.
+  references = np.where(references < env.searchable, references, -1)
   out = {}
   for kind, texts in captions.items():
     queries = np.asarray(env.encode_text([texts[t] for t in targets]),
