@@ -53,7 +53,9 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
     gallery: ``[N, D]`` float gallery embeddings.
     k: list length (static). ``k > N`` is allowed: the tail is padded.
     exclude: ``None`` or ``[B]`` integer gallery ids to drop from each query's
-      list (the reference video of a composed query); ``-1`` drops nothing.
+      list (the reference video of a composed query), each ``-1`` (drops
+      nothing) or a row of ``gallery`` (``< N``; a reference stored outside
+      the searched rows is passed as ``-1``).
     penalty: ``None`` or ``[B, N]`` float, subtracted from each query's
       scores before ranking (ReCoVR's avoid constraints); returned scores
       are the penalised ones.
