@@ -134,11 +134,12 @@ def positive_int(text: str) -> int:
   return value
 
 
-def list_values(flag, convert=str, valid=None, what: str = 'valid'):
+def list_values(flag, convert=str, valid=None, what: str = 'valid',
+                distinct: bool = True):
   """The values of the list flag ``flag`` (a ``FlagHolder``) through
   ``convert``. ``UsageError`` names the flag when it is empty, when a value
-  does not convert (``what`` says what was expected) or is not in
-  ``valid``."""
+  does not convert (``what`` says what was expected), is not in ``valid``
+  or (``distinct``) is listed twice."""
   if not flag.value:
     raise app.UsageError(f'--{flag.name}: give at least one value')
   out = []
@@ -150,6 +151,8 @@ def list_values(flag, convert=str, valid=None, what: str = 'valid'):
     if valid is not None and value not in valid:
       raise app.UsageError(f'--{flag.name}: unknown {text!r}; valid: '
                            f'{", ".join(map(str, valid))}')
+    if distinct and value in out:
+      raise app.UsageError(f'--{flag.name} lists {text!r} twice')
     out.append(value)
   return out
 

@@ -231,6 +231,9 @@ def main(argv):
                          f'{_PROCESSES.value}') from e
   if not counts or min(counts) < 1:
     raise app.UsageError(f'--processes must be >= 1, got {counts}')
+  for name, values in (('--processes', counts), ('--jit_layouts', layouts)):
+    if len(set(values)) != len(values):
+      raise app.UsageError(f'{name} lists a value twice, got {values}')
   for name, value in (('--bench_sessions', _SESSIONS.value),
                       ('--bench_batch_size', _BATCH.value),
                       ('--gallery_rows', _ROWS.value), ('--d', _D.value),

@@ -37,7 +37,8 @@ _SHAPE = flags.DEFINE_list('shape', ['15', '32', '256'],
 def main(argv):
   del argv
   shape = tuple(bench_common.list_values(_SHAPE, bench_common.positive_int,
-                                         what='a positive integer'))
+                                         what='a positive integer',
+                                         distinct=False))
   if _ROWS.value < 1 or not 0 <= _MISSING.value < 1:
     raise app.UsageError('--rows >= 1 and --missing_share in [0, 1)')
   root = pathlib.Path(tempfile.mkdtemp())

@@ -182,9 +182,9 @@ def main(argv):
     batches = [int(b) for b in _BATCHES.value]
   except ValueError:
     batches = []
-  if not batches or min(batches) < 1:
-    raise app.UsageError('--reasoner_batches must be integers >= 1, got '
-                         f'{",".join(_BATCHES.value)!r}')
+  if not batches or min(batches) < 1 or len(set(batches)) != len(batches):
+    raise app.UsageError('--reasoner_batches must be distinct integers >= 1, '
+                         f'got {",".join(_BATCHES.value)!r}')
   bench_common.full_speed_blas()
   from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import constrained  # pylint: disable=g-import-not-at-top

@@ -63,10 +63,21 @@ def main(argv):
   if not _RUNS.value or len(_RUNS.value) < 2:
     raise app.UsageError('--runs needs at least two run directories')
   dirs = [pathlib.Path(r) for r in _RUNS.value]
+  ref_method = _REF_METHOD.value or _METHOD.value
+  run_methods = [ref_method] + [_METHOD.value] * (len(dirs) - 1)
+  pairs = [(d.resolve(), m) for d, m in zip(dirs, run_methods)]
+  if len(set(pairs)) != len(pairs):
+    raise app.UsageError('--runs lists a run twice with the same method '
+                         '(its paired difference is 0); give --first_method '
+                         'to compare two methods of one run')
   labels = _LABELS.value or [d.name for d in dirs]
+  if not _LABELS.value and len(set(labels)) != len(labels):
+    labels = [f'{d.name} ({m})' for d, m in zip(dirs, run_methods)]
   if len(labels) != len(dirs):
     raise app.UsageError('--labels needs one label per run')
-  ref_method = _REF_METHOD.value or _METHOD.value
+  if len(set(labels)) != len(labels):
+    raise app.UsageError(f'two runs share a label ({",".join(labels)}); '
+                         'name them apart with --labels')
   loaded = [hits(d, ref_method if i == 0 else _METHOD.value)
             for i, d in enumerate(dirs)]
   sessions, targets, ref = loaded[0]

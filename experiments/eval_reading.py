@@ -61,6 +61,9 @@ def main(argv):
   if any(not 0.0 <= r <= 1.0 for r in rates):
     raise app.UsageError(f'--noise_rates: each must be in [0, 1], got '
                          f'{",".join(_NOISE.value)}')
+  if len(set(rates)) != len(rates):
+    raise app.UsageError(f'--noise_rates lists a rate twice, got '
+                         f'{",".join(_NOISE.value)}')
   logging.set_verbosity(logging.WARNING)
   config = run.run_config()
   if not isinstance(config.data, world_source.WorldData):

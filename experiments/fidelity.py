@@ -110,9 +110,13 @@ def main(argv):
     if not (m.is_dir() or (m.suffix == '.npz' and m.is_file())):
       raise app.UsageError(f'--fidelity_dirs: {m} is neither a run '
                            'directory nor a .npz file')
+  names = [m.stem if m.suffix == '.npz' else m.name for m in members]
+  if len(set(names)) != len(names):
+    raise app.UsageError('--fidelity_dirs: each member is named by its '
+                         'directory or file, and two share a name '
+                         f'({", ".join(names)})')
   results = {}
-  for m in members:
-    name = m.stem if m.suffix == '.npz' else m.name
+  for m, name in zip(members, names):
     try:
       groups, meta = groups_of(m)
       if _SAVE.value:

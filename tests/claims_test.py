@@ -3,6 +3,7 @@
 import json
 import re
 
+from absl import app
 from absl.testing import absltest
 from absl.testing import flagsaver
 import chex
@@ -322,6 +323,12 @@ class PaperClaimsTest(absltest.TestCase):
     self.assertIn('scene_shared=1.0', a['rows'])
     _, meta = claims.load_groups(saved + '/scene_shared=1.0.npz')
     self.assertEqual(meta['resolved_configs'], {'main': {'seed': 0}})
+    # A directory and its saved sessions share a name: one row would be lost.
+    with flagsaver.flagsaver(
+        fidelity_dirs=[member.full_path, saved + '/scene_shared=1.0.npz'],
+        output_json=out.full_path + '/c.json'):
+      with self.assertRaisesRegex(app.UsageError, 'two share a name'):
+        fidelity.main(['fidelity'])
 
 
 if __name__ == '__main__':

@@ -62,6 +62,31 @@ class CompareRunsTest(absltest.TestCase):
     self.assertIn('| base | 33.3 | 66.7 | - | - |', text)
     self.assertIn('| new | +66.7 [', text)
 
+  def test_a_run_twice_with_one_method_is_refused(self):
+    a = str(self.root / 'a')
+    with flagsaver.flagsaver(runs=[a, a], resamples=200):
+      with self.assertRaisesRegex(app.UsageError, 'a run twice with the '
+                                  'same method'):
+        compare_runs.main(['x'])
+    with flagsaver.flagsaver(runs=[a, str(self.root / 'b')],
+                             labels=['x', 'x'], resamples=200):
+      with self.assertRaisesRegex(app.UsageError, 'two runs share a label'):
+        compare_runs.main(['x'])
+
+  def test_default_labels_of_one_run_name_the_methods(self):
+    d = self.root / 'both'
+    _write_run(d, [[1, 7], [2, 2], [3, 3]], [7, 2, 5], method='base')
+    with open(self.root / 'b' / 'trajectories.jsonl') as f:
+      (d / 'trajectories.jsonl').open('a').write(f.read())
+    out = self.root / 'n.md'
+    with flagsaver.flagsaver(runs=[str(d), str(d)], first_method='base',
+                             method='recovr', output_md=str(out),
+                             resamples=200):
+      compare_runs.main(['x'])
+    text = out.read_text()
+    self.assertIn('| both (base) | 33.3 | 66.7 | - | - |', text)
+    self.assertIn('| both (recovr) | +66.7 [', text)
+
   def test_grounded_reasoner_refused_on_real_data(self):
     c = config_lib.RunConfig(methods=('recovr',),
                              output_dir=tempfile.mkdtemp(),

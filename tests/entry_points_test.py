@@ -16,6 +16,7 @@ from absl.testing import absltest
 
 from experiments import bench_common
 from experiments import cli
+from recovr_jax.world import environment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -79,6 +80,17 @@ class SharedChecksTest(absltest.TestCase):
     with self.assertRaisesRegex(app.UsageError,
                                 "--methods: unknown 'bogus'; valid: numpy"):
       bench_common.list_values(names, valid=('numpy',))
+    fv['methods'].value = ['numpy', 'numpy']
+    with self.assertRaisesRegex(app.UsageError,
+                                "--methods lists 'numpy' twice"):
+      bench_common.list_values(names, valid=('numpy',))
+    fv['sizes'].value = ['32', '32']  # a shape may repeat a dimension
+    self.assertEqual(bench_common.list_values(
+        sizes, bench_common.positive_int, distinct=False), [32, 32])
+    with self.assertRaisesRegex(app.UsageError, "--sizes lists '32' twice"):
+      bench_common.list_values(sizes, bench_common.positive_int)
+    with self.assertRaisesRegex(ValueError, "--backends lists 'rules' twice"):
+      environment.check_backends(['rules', 'grounded', 'rules'])
 
 
 class EntryPointRefusalsTest(absltest.TestCase):
@@ -91,8 +103,8 @@ class EntryPointRefusalsTest(absltest.TestCase):
         ('bench_lm', [f'--output_json={blocker}/x.json'],
          f'--output_json {blocker}/x.json: cannot write there'),
         # bench_lm's own: lists, the adapter (a traceback), before timing.
-        ('bench_lm', ['--reasoner_batches=16,x', f'--output_json={never}'],
-         '--reasoner_batches must be integers'),
+        ('bench_lm', ['--reasoner_batches=16,x,16', f'--output_json={never}'],
+         '--reasoner_batches must be distinct integers'),
         ('bench_lm', ['--adapter=/nonexistent', f'--output_json={never}'],
          '--adapter /nonexistent: not a LoRA adapter directory'),
         # An unknown method was timed as faiss under its name.

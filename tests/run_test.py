@@ -423,6 +423,10 @@ class RunnerTest(absltest.TestCase):
                                 'no_keep'):
       run_main(self.root / 'bad', methods=['recovr'],
                bootstrap_also=['no_keep'])
+    with self.assertRaisesRegex(Exception, '--bootstrap_also lists a method '
+                                'twice'):
+      run_main(self.root / 'bad', methods=['recovr', 'ivr'],
+               bootstrap_also=['ivr', 'ivr'])
     with self.assertRaisesRegex(Exception, "'gallery' is not sweepable"):
       run_main(self.root / 'bad', sweep=['gallery=1|2'])
     with self.assertRaisesRegex(Exception, 'user_policy=lazy: value should be one of'):

@@ -100,8 +100,11 @@ def _check_methods(config) -> None:
   if unknown or not config.methods:
     fail(f'unknown --methods {", ".join(unknown) or "(none)"}; valid: '
          f'{", ".join(methods_lib.names())}')
-  if len(set(config.methods)) != len(config.methods):
-    fail('--methods lists a method twice')
+  for name, values in (('methods', config.methods),
+                       ('bootstrap_also', config.bootstrap_also)):
+    twice = sorted({m for m in values if list(values).count(m) > 1})
+    if twice:
+      fail(f'--{name} lists a method twice: {", ".join(twice)}')
   if config.bootstrap_baseline != 'strongest' and (
       config.bootstrap_baseline not in methods_lib.REGISTRY):
     fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '

@@ -159,8 +159,10 @@ BACKENDS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
 
 def check_backends(backends) -> None:
   """Raises ``ValueError`` naming the first of ``backends`` that is not
-  one of ``BACKENDS``."""
-  for b in backends:
+  one of ``BACKENDS`` or is listed twice."""
+  for i, b in enumerate(backends):
     if b not in BACKENDS:
       raise ValueError(f'--backends: unknown backend {b!r}; valid: '
                        f'{", ".join(BACKENDS)}')
+    if b in backends[:i]:
+      raise ValueError(f'--backends lists {b!r} twice')
