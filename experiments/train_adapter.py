@@ -25,6 +25,7 @@ load.
 """
 
 import dataclasses
+import math
 import resource
 import time
 
@@ -36,6 +37,7 @@ import numpy as np
 import optax
 
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.core import checks
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import lora
 from recovr_jax.reasoning import prompts
@@ -125,8 +127,12 @@ def main(argv):
                _VAL_SESSIONS, _POOL):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
-  if _LR.value <= 0:
-    raise app.UsageError(f'--lr must be > 0, got {_LR.value}')
+  for flag in (_LR, _ALPHA):  # alpha 0: an adapter that changes nothing
+    if not (math.isfinite(flag.value) and flag.value > 0):
+      raise app.UsageError(f'--{flag.name} must be a finite number > 0, got '
+                           f'{flag.value}')
+  if _MAX_LENGTH.value < 1:
+    raise app.UsageError(f'--max_length must be >= 1, got {_MAX_LENGTH.value}')
   cli.writable_dir(_OUTPUT_DIR)  # before the training, not at the save
   if _EVALUATED_DIR.value:
     cli.writable_dir(_EVALUATED_DIR)
@@ -187,6 +193,12 @@ def main(argv):
   print(f'{len(ids)} training sequences, {len(v_ids)} validation '
         f'({skipped} and {v_skipped} longer than --max_length='
         f'{_MAX_LENGTH.value} left out)', flush=True)
+  for kind, kept, left in (('training', len(ids), skipped),
+                           ('validation', len(v_ids), v_skipped)):
+    if not kept:
+      raise app.UsageError(f'--max_length={_MAX_LENGTH.value}: all {left} '
+                           f'{kind} sequences are longer; nothing to train '
+                           'or validate on')
   # The checkpoint's own parameter tree (lm.params is the decoding
   # layout); the reasoner above has verified the checkpoint.
   params = chat_lm.load_params(base, config)
@@ -283,7 +295,7 @@ def main(argv):
                                     ids[pick, :length],
                                     attn[pick, :length],
                                     loss_mask[pick, :length])
-    losses.append(float(loss))
+    losses.append(checks.training_loss('adapter', i + 1, loss))
     timer('adapter', i + 1, _MAX_STEPS.value,
           {'loss': float(np.mean(losses[-10:]))} if (i + 1) % 10 == 0 else {})
     if (i + 1) % _EVAL_EVERY.value == 0:

@@ -9,6 +9,7 @@ test combinations: per attribute, the share of captions that name the right
 value (read with the world's lexicon). Writes the report to --output_json.
 """
 
+import math
 import time
 
 from absl import app
@@ -45,8 +46,8 @@ def main(argv):
   for flag in (_STEPS, _BATCH, _EVAL):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
-  if _LR.value <= 0:
-    raise app.UsageError(f'--lr must be > 0, got {_LR.value}')
+  if not (math.isfinite(_LR.value) and _LR.value > 0):
+    raise app.UsageError(f'--lr must be a finite number > 0, got {_LR.value}')
   cli.writable_dir(_OUTPUT_DIR)  # before the training, not at the save
   world = world_lib.make_world(world_flags.world_config())
   config = captioner.CaptionerConfig(

@@ -9,6 +9,7 @@ the result on the test split. Progress is printed every few seconds.
 """
 
 import dataclasses
+import math
 import pathlib
 import time
 
@@ -60,6 +61,9 @@ def main(argv):
                'composer_steps', 'composer_batch'):
     if getattr(train_config, name) < 1:
       raise app.UsageError(f'--{name} must be >= 1')
+  if not (math.isfinite(_SCENE_WEIGHT.value) and _SCENE_WEIGHT.value >= 0):
+    raise app.UsageError('--scene_weight must be a finite number >= 0, got '
+                         f'{_SCENE_WEIGHT.value}')
   output = pathlib.Path(cli.writable_dir(_OUTPUT_DIR))
   report = training.Timer()
 

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax.core import checks
 from recovr_jax.core import vectors
 from recovr_jax.world import encoders
 from recovr_jax.world import progress_memory
@@ -172,6 +173,19 @@ class TrainingTest(absltest.TestCase):
     for name in ('covr_composer', 'covr_sum'):
       self.assertEqual(set(result[name]), {'R@1', 'R@5', 'R@10', 'R@50'})
     self.assertEqual(result['gallery_size'], 200)
+
+  def test_a_diverged_training_stops_before_the_save(self):
+    # A NaN loss trained on to the end and saved a NaN model (exit 0).
+    train = training.TrainConfig(composer_steps=3, composer_batch=4)
+    emb = np.ones((8, 16), np.float32)
+    bad = emb.copy()
+    bad[0, 0] = np.nan
+    with self.assertRaisesRegex(FloatingPointError, 'composer: the training '
+                                'loss is nan at step 3; training diverged'):
+      training.train_composer(bad, emb, emb, train)
+    self.assertEqual(checks.training_loss('x', 1, np.float32(0.5)), 0.5)
+    with self.assertRaisesRegex(FloatingPointError, 'x: .* inf at step 7'):
+      checks.training_loss('x', 7, np.inf)
 
 
 class ProgressMemoryTest(absltest.TestCase):

@@ -122,7 +122,15 @@ class EntryPointRefusalsTest(absltest.TestCase):
         ('train_reasoner', ['--eval_only', f'--output_dir={blocker.parent}'],
          '--eval_only --output_dir: reasoner checkpoint'),
         ('fidelity', [f'--save_sessions_dir={blocker}/x'],
-         f'--save_sessions_dir {blocker}/x: cannot write there')):
+         f'--save_sessions_dir {blocker}/x: cannot write there'),
+        # Trained on: an adapter of scale 0 (changes nothing), a NaN model.
+        ('train_adapter', ['--alpha=0', f'--output_dir={blocker.parent}/a'],
+         '--alpha must be a finite number > 0, got 0.0'),
+        ('train_captioner', ['--lr=nan', f'--output_dir={blocker.parent}/c'],
+         '--lr must be a finite number > 0, got nan'),
+        ('train_world', ['--scene_weight=-1',
+                         f'--output_dir={blocker.parent}/w'],
+         '--scene_weight must be a finite number >= 0, got -1.0')):
       with self.subTest(f'{module} {args[0]}'):
         proc = _run(f'experiments.{module}', *args)
         self.assertNotEqual(proc.returncode, 0)

@@ -7,6 +7,7 @@ only on concrete arrays, because a traced value cannot be read on the host.
 """
 
 from collections.abc import Sequence
+import math
 import numbers
 
 import jax
@@ -171,3 +172,16 @@ def padding_at_end(name: str, ids) -> None:
     raise ValueError(
         f'{name} has -1 padding before a gallery id (list index '
         f'{tuple(int(i) for i in where)}); padding must be at the end')
+
+
+def training_loss(stage: str, step: int, loss) -> float:
+  """``float(loss)``; raises ``FloatingPointError`` when it is NaN or
+  infinite (training diverged: every later step and the saved model would be
+  NaN), naming ``stage`` and ``step``. Trainers call it on the losses they
+  read anyway and on the last step, before anything is saved."""
+  value = float(loss)
+  if not math.isfinite(value):
+    raise FloatingPointError(
+        f'{stage}: the training loss is {value} at step {step}; training '
+        'diverged (a lower learning rate may help) and nothing was saved')
+  return value

@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from recovr_jax import checksums
+from recovr_jax.core import checks
 from recovr_jax import pretrained
 from recovr_jax import profiling
 from recovr_jax.world import encoders
@@ -276,7 +277,7 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
     params, opt_state, loss = step(params, opt_state, render(attrs, keys),
                                    inputs, labels, mask, k_drop)
     if i % 200 == 0 or i == config.steps - 1:
-      losses.append((i, float(loss)))
+      losses.append((i, checks.training_loss('captioner', i + 1, loss)))
       log(f'captioner step {i}/{config.steps}: loss {float(loss):.3f} '
           f'({time.time() - start:.0f}s)')
   train_s = time.time() - start

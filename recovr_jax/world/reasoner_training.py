@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from recovr_jax import checksums
+from recovr_jax.core import checks
 from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import rules
@@ -210,9 +211,12 @@ def train(config: ReasonerConfig, world, output_dir, progress=None) -> dict:
     params, opt_state, loss = step(params, opt_state, ids[pick, :length],
                                    loss_mask[pick, :length],
                                    attention[pick, :length])
+    logged = (i + 1) % 50 == 0
+    if logged or i == config.steps - 1:
+      loss = checks.training_loss('reasoner', i + 1, loss)
     if progress is not None:
       progress('reasoner', i + 1, config.steps,
-               {'loss': float(loss)} if (i + 1) % 50 == 0 else {})
+               {'loss': loss} if logged else {})
 
   output_dir = pathlib.Path(output_dir).absolute()
   output_dir.mkdir(parents=True, exist_ok=True)

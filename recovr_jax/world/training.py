@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from recovr_jax import profiling
+from recovr_jax.core import checks
 from recovr_jax.core import vectors
 from recovr_jax.world import encoders
 from recovr_jax.core import metrics
@@ -146,9 +147,11 @@ def _fit(state, loss_fn, lr, steps, key, stage, progress, every):
 
   for i in range(steps):
     state, opt_state, loss = step(state, opt_state, jax.random.fold_in(key, i))
+    logged = (i + 1) % every == 0
+    if logged or i == steps - 1:
+      loss = checks.training_loss(stage, i + 1, loss)
     if progress is not None:
-      progress(stage, i + 1, steps,
-               {'loss': float(loss)} if (i + 1) % every == 0 else {})
+      progress(stage, i + 1, steps, {'loss': loss} if logged else {})
   return state
 
 
