@@ -68,7 +68,8 @@ _OUTPUT = flags.DEFINE_string(
     'output_json', None, 'Where to write the JSON results; default '
     '`results/bench_core/<machine kind>.json` (one file per kind of CPU, '
     'named by bench_common.machine_kind); empty writes nothing.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the synthetic inputs.',
+                             lower_bound=0)
 _PLATFORM = flags.DEFINE_enum('platform', 'auto', list(resources.PLATFORMS),
                               'Device; a requested absent one is an error.')
 _SESSION_DEVICES = flags.DEFINE_integer(

@@ -33,7 +33,8 @@ _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],
     f'Backends to evaluate; valid: {", ".join(environment.BACKENDS)}.')
 _NUM = flags.DEFINE_integer('eval_requests', 120, 'Held-out requests.')
-_SEED = flags.DEFINE_integer('eval_seed', 0, 'Seed of the requests.')
+_SEED = flags.DEFINE_integer('eval_seed', 0, 'Seed of the requests.',
+                             lower_bound=0)
 _JSON = flags.DEFINE_string('eval_json', 'results/reasoners.json',
                             'Where to write the report.')
 _WORDING = flags.DEFINE_integer('wording', 1, 'smollm2*: prompt wording.')

@@ -19,7 +19,8 @@ from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
 
 _NUM = flags.DEFINE_integer('num_turns', 3000, 'Feedback turns per setting.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the pairs and the user.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the pairs and the user.',
+                             lower_bound=0)
 _OUTPUT_JSON = flags.DEFINE_string('output_json',
                                    'results/user_language.json',
                                    'Where to write the report.')

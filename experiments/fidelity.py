@@ -42,7 +42,7 @@ _RESAMPLES = flags.DEFINE_integer(
     'Session resamples per run group (the same for every method and setting '
     'of the group).')
 _SEED = flags.DEFINE_integer('fidelity_seed', 0,
-                             'Seed of the resampled sessions.')
+                             'Seed of the resampled sessions.', lower_bound=0)
 _SAVE = flags.DEFINE_string(
     'save_sessions_dir', None,
     'Also write each member\'s per-session outcomes (what the claims read: '

@@ -16,7 +16,7 @@ from recovr_jax.experiment import resources
 _RESAMPLES = flags.DEFINE_integer('bootstrap_resamples', 10_000,
                                   'Paired bootstrap resamples.')
 
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the bootstrap.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the bootstrap.', lower_bound=0)
 
 _BOOT_BASELINE = flags.DEFINE_string(
     'bootstrap_baseline', 'umivr',

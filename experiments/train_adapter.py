@@ -68,7 +68,8 @@ _SESSIONS = flags.DEFINE_integer('num_sessions', 800,
                                  'Training sessions (5 feedback turns each).')
 _VAL_SESSIONS = flags.DEFINE_integer('num_val_sessions', 40,
                                      'Validation sessions.')
-_SEED = flags.DEFINE_integer('adapter_seed', 0, 'Seed of data and init.')
+_SEED = flags.DEFINE_integer('adapter_seed', 0, 'Seed of data and init.',
+                             lower_bound=0)
 _POOL = flags.DEFINE_integer(
     'pool_size', reasoner_training.POOL_SIZE,
     'Train-split videos rendered and captioned for the sessions to show.')

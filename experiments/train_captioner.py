@@ -34,7 +34,7 @@ _LR = flags.DEFINE_float('lr', _DEFAULT.lr, 'Peak learning rate.')
 _EVAL = flags.DEFINE_integer('eval_videos', 2000,
                              'Test-split renders the report is measured on.')
 _SEED = flags.DEFINE_integer('captioner_seed', _DEFAULT.seed,
-                             'Seed of data and initialisation.')
+                             'Seed of data and initialisation.', lower_bound=0)
 
 
 flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort

@@ -34,7 +34,8 @@ _BATCH = flags.DEFINE_integer('batch', 32, 'Sequences per step.')
 _NUM_TRAIN = flags.DEFINE_integer('num_train', 30_000,
                                   'Generated training prompts.')
 _NUM_EVAL = flags.DEFINE_integer('num_eval', 500, 'Held-out prompts.')
-_SEED = flags.DEFINE_integer('reasoner_seed', 0, 'Seed of data and init.')
+_SEED = flags.DEFINE_integer('reasoner_seed', 0, 'Seed of data and init.',
+                             lower_bound=0)
 _EVAL_ONLY = flags.DEFINE_bool('eval_only', False,
                                'Only evaluate the model in --output_dir.')
 

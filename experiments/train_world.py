@@ -42,7 +42,8 @@ _SCENE_WEIGHT = flags.DEFINE_float(
     'Weight of the video encoder\'s scene term (clips of two combinations '
     'sharing a scene as positives), for worlds with --renditions > 1; 0: off.')
 _TRAIN_SEED = flags.DEFINE_integer('train_seed', 0,
-                                   'Seed of initialisation and batches.')
+                                   'Seed of initialisation and batches.',
+                                   lower_bound=0)
 
 
 flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort

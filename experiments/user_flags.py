@@ -28,7 +28,8 @@ _NOISE = flags.DEFINE_float('noise_rate', 0.0, 'Surface noise per word.')
 
 _DROP = flags.DEFINE_float('drop_rate', 0.0, 'Constraint dropping rate.')
 
-_USER_SEED = flags.DEFINE_integer('user_seed', 0, "The user's seed.")
+_USER_SEED = flags.DEFINE_integer('user_seed', 0, "The user's seed.",
+                                  lower_bound=0)
 
 _USER_DRAWS = flags.DEFINE_enum(
     'user_draws', 'numpy', list(simulated_user.DRAWS),

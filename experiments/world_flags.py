@@ -8,7 +8,7 @@ from recovr_jax.world import generator as world_lib
 _DEFAULT = world_lib.WorldConfig()
 
 _SEED = flags.DEFINE_integer('world_seed', _DEFAULT.seed,
-                             'Seed of the generated world.')
+                             'Seed of the generated world.', lower_bound=0)
 _TEST_SHARE = flags.DEFINE_float(
     'test_share', _DEFAULT.test_share,
     'Share of attribute combinations held out as the test split.')

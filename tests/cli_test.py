@@ -65,7 +65,7 @@ class SeveralProblemsTest(absltest.TestCase):
     from recovr_jax.experiment import runner  # pylint: disable=g-import-not-at-top
     config = config_lib.RunConfig(
         methods=('recovr', 'bogus'), batch_size=0, num_sessions=0,
-        jit_chunk_size=-1, max_error_share=2.0,
+        jit_chunk_size=-1, max_error_share=2.0, user_seed=-1,
         reasoner_adapter='/nonexistent',
         output_dir=self.create_tempdir().full_path)
     with self.assertRaises(runner.ConfigError) as e:
@@ -75,9 +75,10 @@ class SeveralProblemsTest(absltest.TestCase):
                      '--num_sessions must be >= 1',
                      '--jit_chunk_size must be >= 0',
                      '--max_error_share must be in [0, 1]',
+                     '--user_seed must be >= 0',
                      '--reasoner_adapter is for --reasoner=smollm2_world'):
       self.assertLen([l for l in lines if expected in l], 1, lines)
-    self.assertLen(lines, 6, lines)
+    self.assertLen(lines, 7, lines)
 
   def test_the_command_line_prints_a_line_per_problem(self):
     proc = subprocess.run(

@@ -123,6 +123,9 @@ class EntryPointRefusalsTest(absltest.TestCase):
          '--eval_only --output_dir: reasoner checkpoint'),
         ('fidelity', [f'--save_sessions_dir={blocker}/x'],
          f'--save_sessions_dir {blocker}/x: cannot write there'),
+        # NumPy's traceback; every seed flag is >= 0.
+        ('eval_user', ['--seed=-1', f'--output_json={never}'],
+         'flag --seed=-1: -1 is not a non-negative integer'),
         # Trained on: an adapter of scale 0 (changes nothing), a NaN model.
         ('train_adapter', ['--alpha=0', f'--output_dir={blocker.parent}/a'],
          '--alpha must be a finite number > 0, got 0.0'),

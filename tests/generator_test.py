@@ -123,7 +123,8 @@ class WorldTest(parameterized.TestCase):
         ('num_frames', 3, 'num_frames must be in 4..8'),
         ('unmentioned_share', 1.5, 'unmentioned_share must be in'),
         ('max_unmentioned', 3, 'max_unmentioned must be in 0..2'),
-        ('num_test_triplets', 0, 'num_test_triplets must be >= 1')):
+        ('num_test_triplets', 0, 'num_test_triplets must be >= 1'),
+        ('seed', -1, 'seed must be >= 0')):  # NumPy's traceback
       with self.assertRaisesRegex(ValueError, message):
         dataclasses.replace(SMALL, **{field: value})
     with self.assertRaisesRegex(ValueError, 'gallery_size=5000 exceeds'):

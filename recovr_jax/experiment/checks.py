@@ -53,7 +53,8 @@ def validate(config: config_lib.RunConfig,
                       ('bootstrap_resamples', config.bootstrap_resamples),
                       ('session_shards', config.session_shards)):
     check(_at_least, name, value, 1)
-  check(_at_least, 'jit_chunk_size', config.jit_chunk_size, 0)
+  for name in ('jit_chunk_size', 'seed', 'user_seed'):
+    check(_at_least, name, getattr(config, name), 0)
   if config.num_sessions is not None:
     check(_at_least, 'num_sessions', config.num_sessions, 1)
   check(_at_least, 'rrf_k', config.loop.rrf_k, 0)

@@ -163,6 +163,8 @@ class WorldConfig:
   describe_layout: bool = False
 
   def __post_init__(self):
+    if self.seed < 0:
+      raise ValueError(f'seed must be >= 0, got {self.seed}')
     if not 0.0 < self.test_share < 1.0:
       raise ValueError(f'test_share must be in (0, 1), got {self.test_share}')
     if not 4 <= self.num_frames <= 8:
