@@ -124,7 +124,9 @@ class WorldTest(parameterized.TestCase):
         ('unmentioned_share', 1.5, 'unmentioned_share must be in'),
         ('max_unmentioned', 3, 'max_unmentioned must be in 0..2'),
         ('num_test_triplets', 0, 'num_test_triplets must be >= 1'),
-        ('seed', -1, 'seed must be >= 0')):  # NumPy's traceback
+        ('seed', -1, 'seed must be >= 0'),  # NumPy's traceback
+        ('pixel_noise', float('nan'), 'pixel_noise must be a finite'),
+        ('pixel_noise', -0.5, 'pixel_noise must be a finite')):
       with self.assertRaisesRegex(ValueError, message):
         dataclasses.replace(SMALL, **{field: value})
     with self.assertRaisesRegex(ValueError, 'gallery_size=5000 exceeds'):

@@ -292,6 +292,15 @@ class RefusalTest(absltest.TestCase):
             run.main(['run'])
         self.assertFalse((root / 'refused' / 'metrics.json').exists())
 
+  def test_a_preset_names_its_renditions_only_when_they_are_the_cause(self):
+    from recovr_jax.world import source  # pylint: disable=g-import-not-at-top
+    with self.assertRaisesRegex(ValueError, r'\(benchmark v1 renders 1'):
+      source.WorldData.preset('v1', {'describe_layout': True})
+    with self.assertRaises(ValueError) as e:
+      source.WorldData.preset('v2', {'pixel_noise': float('nan')})
+    self.assertEqual(str(e.exception), 'pixel_noise must be a finite '
+                     'standard deviation >= 0, got nan')
+
   def test_models_of_the_other_kind_of_world_are_refused_at_load(self):
     # Where no run checks (eval_world, the trainers): the loaders do.
     layout = world_lib.make_world(dataclasses.replace(

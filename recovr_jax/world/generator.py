@@ -165,6 +165,9 @@ class WorldConfig:
   def __post_init__(self):
     if self.seed < 0:
       raise ValueError(f'seed must be >= 0, got {self.seed}')
+    if not 0.0 <= self.pixel_noise < float('inf'):  # NaN fails too
+      raise ValueError('pixel_noise must be a finite standard deviation >= '
+                       f'0, got {self.pixel_noise}')
     if not 0.0 < self.test_share < 1.0:
       raise ValueError(f'test_share must be in (0, 1), got {self.test_share}')
     if not 4 <= self.num_frames <= 8:

@@ -67,8 +67,8 @@ class WorldData:
       world = world_lib.WorldConfig(
           **{'renditions': preset['renditions'], **(world_fields or {})})
     except ValueError as e:
-      if 'renditions' in (world_fields or {}):
-        raise
+      if 'renditions' in (world_fields or {}) or 'renditions' not in str(e):
+        raise  # not the preset's renditions
       raise ValueError(f'{e} (benchmark {benchmark} renders '
                        f'{preset["renditions"]} per video)') from e
     defaults = {'checkpoint_dir': preset['checkpoint_dir'],
