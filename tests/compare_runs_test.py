@@ -35,6 +35,14 @@ class CompareRunsTest(absltest.TestCase):
     _write_run(self.root / 'a', [[1, 7], [2, 2], [3, 3]], [7, 2, 5])
     _write_run(self.root / 'b', [[7, 7], [2, 2], [5, 5]], [7, 2, 5])
 
+  def _both_methods_run(self):
+    """A run of ``base`` (run a's hits) and ``recovr`` (run b's)."""
+    d = self.root / 'both'
+    _write_run(d, [[1, 7], [2, 2], [3, 3]], [7, 2, 5], method='base')
+    with open(self.root / 'b' / 'trajectories.jsonl') as f:
+      (d / 'trajectories.jsonl').open('a').write(f.read())
+    return d
+
   def test_table_matches_a_hand_count(self):
     out = self.root / 'c.md'
     with flagsaver.flagsaver(runs=[str(self.root / 'a'),
@@ -48,10 +56,7 @@ class CompareRunsTest(absltest.TestCase):
     self.assertIn('| b | +66.7 [', text)
 
   def test_first_method_compares_two_methods_of_one_run(self):
-    d = self.root / 'both'
-    _write_run(d, [[1, 7], [2, 2], [3, 3]], [7, 2, 5], method='base')
-    with open(self.root / 'b' / 'trajectories.jsonl') as f:
-      (d / 'trajectories.jsonl').open('a').write(f.read())
+    d = self._both_methods_run()
     out = self.root / 'm.md'
     with flagsaver.flagsaver(runs=[str(d), str(d)], labels=['base', 'new'],
                              first_method='base', method='recovr',
@@ -74,10 +79,7 @@ class CompareRunsTest(absltest.TestCase):
         compare_runs.main(['x'])
 
   def test_default_labels_of_one_run_name_the_methods(self):
-    d = self.root / 'both'
-    _write_run(d, [[1, 7], [2, 2], [3, 3]], [7, 2, 5], method='base')
-    with open(self.root / 'b' / 'trajectories.jsonl') as f:
-      (d / 'trajectories.jsonl').open('a').write(f.read())
+    d = self._both_methods_run()
     out = self.root / 'n.md'
     with flagsaver.flagsaver(runs=[str(d), str(d)], first_method='base',
                              method='recovr', output_md=str(out),
