@@ -201,6 +201,19 @@ class MetricsTest(parameterized.TestCase):
       metrics.failure_modes(np.ones((1, 2), int), np.array([[1, -2]]))
     with self.assertRaisesRegex(ValueError, r'hits_b must have shape \(3, 2\)'):
       metrics.paired_bootstrap(np.ones((3, 2)), np.ones((3, 3)))
+    # NaN values gave NaN intervals; no resample gave an empty draw.
+    nan = np.array([[1.0, 0.0], [np.nan, 1.0]])
+    with self.assertRaisesRegex(ValueError, r'hits_b holds NaN or inf \(first '
+                                r'at row 1\); per-session values must be'):
+      metrics.paired_bootstrap(np.ones((2, 2)), nan, 10)
+    with self.assertRaisesRegex(ValueError, 'values holds NaN'):
+      metrics.bootstrap_mean(nan, 10)
+    with self.assertRaisesRegex(ValueError, 'numerators holds NaN'):
+      metrics.bootstrap_ratio(nan, np.ones((2, 2)), 10)
+    for resamples, sessions, name in ((0, 5, 'num_resamples'),
+                                      (5, 0, 'num_sessions')):
+      with self.assertRaisesRegex(ValueError, f'{name} must be >= 1, got 0'):
+        metrics.bootstrap_indices(jax.random.key(0), resamples, sessions)
 
 
 if __name__ == '__main__':

@@ -75,8 +75,9 @@ def _finite_rows(x):
   return jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim)))
 
 
-def finite(name: str, x) -> None:
-  """Raises if a concrete array holds NaN or inf, naming the first bad row."""
+def finite(name: str, x, what: str = 'embeddings') -> None:
+  """Raises if a concrete array holds NaN or inf, naming the first bad row
+  (``what``: what the message says must be finite)."""
   if not is_concrete(x):
     return
   if isinstance(x, np.ndarray):
@@ -90,7 +91,7 @@ def finite(name: str, x) -> None:
   if not ok.all():
     row = int(np.argmin(ok))
     raise ValueError(
-        f'{name} holds NaN or inf (first at row {row}); embeddings must be '
+        f'{name} holds NaN or inf (first at row {row}); {what} must be '
         'finite')
 
 

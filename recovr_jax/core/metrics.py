@@ -200,6 +200,8 @@ def rank_cap_firing(ranks, fired, active=None) -> RankCapFiring:
 
 def bootstrap_indices(key, num_resamples: int, num_sessions: int):
   """``[R, S]`` int32 session indices drawn with replacement."""
+  num_resamples = checks.positive_int('num_resamples', num_resamples)
+  num_sessions = checks.positive_int('num_sessions', num_sessions)
   return jax.random.randint(key, (num_resamples, num_sessions), 0,
                             num_sessions, dtype=jnp.int32)
 
@@ -234,6 +236,8 @@ def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
   hits_a = checks.array('hits_a', hits_a, 2, 'float')
   hits_b = checks.array('hits_b', hits_b, 2, 'float')
   checks.shape('hits_b', hits_b, hits_a.shape)
+  checks.finite('hits_a', hits_a, 'per-session values')
+  checks.finite('hits_b', hits_b, 'per-session values')
   indices = _resamples('hits_a', hits_a, num_resamples, key)
   diffs = jnp.asarray(hits_a, jnp.float32) - jnp.asarray(hits_b, jnp.float32)
   return _bootstrap(diffs, indices)
@@ -257,6 +261,7 @@ def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
     observed mean).
   """
   values = checks.array('values', values, 2, 'float')
+  checks.finite('values', values, 'per-session values')
   indices = _resamples('values', values, num_resamples, key)
   return _bootstrap(jnp.asarray(values, jnp.float32), indices)
 
@@ -284,6 +289,8 @@ def bootstrap_ratio(numerators, denominators,
   numerators = checks.array('numerators', numerators, 2, 'float')
   denominators = checks.array('denominators', denominators, 2, 'float')
   checks.shape('denominators', denominators, numerators.shape)
+  checks.finite('numerators', numerators, 'per-session counts')
+  checks.finite('denominators', denominators, 'per-session counts')
   if np.any(np.asarray(denominators) < 0):
     raise ValueError('denominators must be >= 0')
   indices = _resamples('numerators', numerators, num_resamples, key)
