@@ -168,6 +168,27 @@ class SimulatedUserTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'max_described'):
       simulated_user.UserConfig(max_described=7)
 
+  def test_integer_settings_refuse_other_numbers(self):
+    # NaN passed every `< 1` check (and 10.0 is no static shape).
+    from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import asking  # pylint: disable=g-import-not-at-top
+    nan = float('nan')
+    for make, message in (
+        (lambda: ranking.LoopConfig(window=nan), 'window must be an integer, '
+         'got nan'),
+        (lambda: ranking.LoopConfig(list_length=10.0), 'list_length must be '
+         'an integer, got 10.0'),
+        (lambda: ranking.LoopConfig(num_ids=0), 'num_ids must be >= 1, got 0'),
+        (lambda: ranking.LoopConfig(kappa=(11, 4.5, 2)), r'kappa \(neg, neu, '
+         r'pos\) must be three integers >= 1, got \(11, 4.5, 2\)'),
+        (lambda: asking.AskPolicy(budget=2.5), 'ask budget must be an '
+         'integer, got 2.5'),
+        (lambda: simulated_user.UserConfig(modify_threshold=nan),
+         'modify_threshold must be an integer, got nan')):
+      with self.assertRaisesRegex(ValueError, message):
+        make()
+    self.assertEqual(ranking.LoopConfig(window=np.int64(3)).window, 3)
+
 
 class CaptionUserTest(absltest.TestCase):
 

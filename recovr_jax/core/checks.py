@@ -29,6 +29,25 @@ def positive_int(name: str, value) -> int:
   return int(value)
 
 
+def int_problem(name: str, value, least: int) -> str | None:
+  """Why ``value`` is not an integer ``>= least`` (None: it is); for
+  configurations that report every problem at once."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    return f'{name} must be an integer, got {value!r}'
+  if value < least:
+    return f'{name} must be >= {least}, got {value}'
+  return None
+
+
+def at_least_int(name: str, value, least: int) -> int:
+  """``value`` as an int, or ``ValueError`` if it is not an integer
+  ``>= least``."""
+  problem = int_problem(name, value, least)
+  if problem:
+    raise ValueError(problem)
+  return int(value)
+
+
 def choice(name: str, value, choices: Sequence[str]) -> str:
   if value not in choices:
     raise ValueError(

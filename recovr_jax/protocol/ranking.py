@@ -21,6 +21,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from recovr_jax.core import checks
 from recovr_jax.core import demotion
 from recovr_jax.core import fusion
 from recovr_jax.core import ring as ring_lib
@@ -55,9 +56,11 @@ class LoopConfig:
 
   def __post_init__(self):
     problems = []  # every one, a line each
-    for name in ('num_turns', 'window', 'num_channels', 'list_length'):
-      if getattr(self, name) < 1:
-        problems.append(f'{name} must be >= 1, got {getattr(self, name)}')
+    for name in ('num_turns', 'window', 'num_channels', 'list_length') + (
+        ('num_ids',) if self.num_ids is not None else ()):
+      problem = checks.int_problem(name, getattr(self, name), 1)
+      if problem:
+        problems.append(problem)
     if self.fusion_method is not None and (
         self.fusion_method not in fusion.METHODS):
       problems.append(f'unknown fusion method {self.fusion_method!r}; valid '
@@ -69,9 +72,10 @@ class LoopConfig:
       problems.append('unknown rank_cap_placement '
                       f'{self.rank_cap_placement!r}; valid choices: '
                       f'{", ".join(PLACEMENTS)}')
-    if min(self.kappa) < 1:
-      problems.append(f'kappa (neg, neu, pos) must each be >= 1, got '
-                      f'{self.kappa}')
+    if len(self.kappa) != 3 or any(
+        checks.int_problem('kappa', k, 1) for k in self.kappa):
+      problems.append(f'kappa (neg, neu, pos) must be three integers >= 1, '
+                      f'got {self.kappa}')
     if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
       problems.append(f'rrf_k must be a finite number >= 0, got {self.rrf_k}')
     if not (math.isfinite(self.gamma) and 0 < self.gamma <= 1):

@@ -11,6 +11,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from recovr_jax.core import checks
+
 ASK_MODES = ('always', 'never', 'entropy')
 
 
@@ -32,8 +34,7 @@ class AskPolicy:
                        f'{self.threshold}')
     if not (math.isfinite(self.tau) and self.tau > 0):
       raise ValueError(f'ask tau must be a finite number > 0, got {self.tau}')
-    if self.budget < 0:
-      raise ValueError(f'ask budget must be >= 0, got {self.budget}')
+    checks.at_least_int('ask budget', self.budget, 0)
 
 
 def normalized_entropy(scores, tau):

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax.core import checks
 from recovr_jax.protocol import plan
 from recovr_jax.world import lexicon
 from recovr_jax.world import user_language
@@ -84,9 +85,7 @@ class UserConfig:
     if self.policy not in POLICIES:
       raise ValueError(f'unknown user policy {self.policy!r}; valid choices: '
                        f'{", ".join(POLICIES)}')
-    if self.modify_threshold < 0:
-      raise ValueError('modify_threshold must be >= 0, got '
-                       f'{self.modify_threshold}')
+    checks.at_least_int('modify_threshold', self.modify_threshold, 0)
     for name in ('noise_rate', 'drop_rate'):
       if not 0.0 <= getattr(self, name) <= 1.0:
         raise ValueError(f'{name} must be in [0, 1], got '
