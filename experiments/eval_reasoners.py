@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import schemas
 from recovr_jax.world import environment
 from recovr_jax.world import generator as world_lib
@@ -32,12 +33,15 @@ from experiments import world_flags
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],
     f'Backends to evaluate; valid: {", ".join(environment.BACKENDS)}.')
-_NUM = flags.DEFINE_integer('eval_requests', 120, 'Held-out requests.')
+_NUM = flags.DEFINE_integer('eval_requests', 120, 'Held-out requests.',
+                            lower_bound=1)
 _SEED = flags.DEFINE_integer('eval_seed', 0, 'Seed of the requests.',
                              lower_bound=0)
 _JSON = flags.DEFINE_string('eval_json', 'results/reasoners.json',
                             'Where to write the report.')
-_WORDING = flags.DEFINE_integer('wording', 1, 'smollm2*: prompt wording.')
+_WORDING = flags.DEFINE_enum('wording', '1',
+                             [str(w) for w in prompts.WORDINGS],
+                             'smollm2*: prompt wording.')
 
 
 flags.adopt_module_key_flags(world_flags)  # the world's flags in --helpshort
@@ -60,13 +64,16 @@ def _truth_scores(module, obj, target):
 
 
 def evaluate(backend, pairs, truths, reference, world):
-  chat = {'wording': _WORDING.value} if backend.startswith('smollm2') else None
+  chat = {'wording': int(_WORDING.value)} if backend.startswith('smollm2') else None
   reasoner = environment.make_reasoner(backend, chat_options=chat,
                                        world_config=world.config)
   report = {}
   start = time.time()
   for module in schemas.MODULES:
     idx = [i for i, (m, _) in enumerate(pairs) if m == module]
+    if not idx:  # a small --eval_requests may draw none of a module
+      report[module] = {'requests': 0}
+      continue
     out = reasoner.call(module, [pairs[i][1] for i in idx])
     first = out.first_pass or [True] * len(idx)
     exact, fields, truth = 0, {}, {}
@@ -78,7 +85,7 @@ def evaluate(backend, pairs, truths, reference, world):
         truth.setdefault(key, []).append(v)
     report[module] = {
         'requests': len(idx),
-        'first_pass_valid': float(np.mean(first)) if idx else None,
+        'first_pass_valid': float(np.mean(first)),
         'exact_vs_rules': exact / len(idx),
         'field_vs_rules': {k: v / len(idx) for k, v in fields.items()},
         'truth_precision': {k: float(np.mean(v)) for k, v in truth.items()},
@@ -120,13 +127,16 @@ def main(argv):
   for backend, r in results.items():
     for module in schemas.MODULES:
       m = r[module]
+      if not m['requests']:
+        print(f'| {backend} | {module} | no request drawn | | | |')
+        continue
       f = ', '.join(f'{k} {100 * v:.0f}' for k, v in m['field_vs_rules'].items())
       t = ', '.join(f'{k} {100 * v:.0f}' for k, v in
                     m['truth_precision'].items()) or '-'
       print(f'| {backend} | {module} | {100 * m["first_pass_valid"]:.0f} | '
             f'{100 * m["exact_vs_rules"]:.0f} | {f} | {t} |')
   outputs.write_json(_JSON.value, {'eval_requests': _NUM.value,
-                                   'wording': _WORDING.value,
+                                   'wording': int(_WORDING.value),
                                    'results': results})
 
 

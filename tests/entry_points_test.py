@@ -4,6 +4,7 @@ error at its last line loses them). The shared checks (``experiments.cli``,
 ``bench_common.list_values``) are tested in this process; one subprocess per
 entry point whose own code calls them checks the wiring."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -126,6 +127,8 @@ class EntryPointRefusalsTest(absltest.TestCase):
         # NumPy's traceback; every seed flag is >= 0.
         ('eval_user', ['--seed=-1', f'--output_json={never}'],
          'flag --seed=-1: -1 is not a non-negative integer'),
+        ('eval_reasoners', ['--wording=9', f'--eval_json={never}'],
+         'flag --wording=9: value should be one of <1|2|3>'),
         # Trained on: an adapter of scale 0 (changes nothing), a NaN model.
         ('train_adapter', ['--alpha=0', f'--output_dir={blocker.parent}/a'],
          '--alpha must be a finite number > 0, got 0.0'),
@@ -141,6 +144,18 @@ class EntryPointRefusalsTest(absltest.TestCase):
         self.assertNotIn('Traceback', proc.stderr)
         self.assertNotIn('anchors', proc.stdout + proc.stderr)
     self.assertFalse(never.exists())
+
+  def test_eval_reasoners_reports_a_module_it_drew_no_request_of(self):
+    # Three requests drew no question: a ZeroDivisionError after the work.
+    out = pathlib.Path(tempfile.mkdtemp()) / 'r.json'
+    proc = _run('experiments.eval_reasoners', '--backends=rules',
+                '--eval_requests=3', f'--eval_json={out}')
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn('| rules | question | no request drawn |', proc.stdout)
+    rules = json.loads(out.read_text())['results']['rules']
+    self.assertEqual(rules['question'], {'requests': 0})
+    self.assertEqual(sum(rules[m]['requests'] for m in (
+        'intent', 'reflect', 'question', 't2v_init')), 3)
 
   def test_trainers_check_their_output_folder_first(self):
     # A captioner trained 20 minutes, then could not be written.
