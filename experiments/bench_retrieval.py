@@ -156,6 +156,9 @@ def main(argv):
   bench_common.full_speed_blas()  # the children inherit the environment
   if _REPEATS.value < 5:
     raise app.UsageError('--repeats must be >= 5 (medians of at least 5)')
+  for flag in (_B, _D, _K):
+    if flag.value < 1:
+      raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   if not 0 < _RECALL_TARGET.value <= 1:
     raise app.UsageError('--recall_target must be in (0, 1], got '
                          f'{_RECALL_TARGET.value}')

@@ -177,11 +177,11 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
   bench_common.full_speed_blas()
-  if _PLATFORM.value in ('auto', 'cpu'):
-    bench_common.split_cpu_devices(_SESSION_DEVICES.value)
-  for flag in (_SESSIONS, _TURNS, _REPEATS):
+  for flag in (_SESSIONS, _TURNS, _REPEATS, _SESSION_DEVICES):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
+  if _PLATFORM.value in ('auto', 'cpu'):
+    bench_common.split_cpu_devices(_SESSION_DEVICES.value)
   if not 0 <= _CHECK.value <= _SESSIONS.value:
     raise app.UsageError('--check_sessions must be in 0..--num_sessions')
   num_combos = len(world_lib.all_combos())

@@ -111,6 +111,9 @@ class EntryPointRefusalsTest(absltest.TestCase):
         # An unknown method was timed as faiss under its name.
         ('bench_retrieval', ['--methods=bogus', f'--output_json={never}'],
          "--methods: unknown 'bogus'"),
+        # B = 0 queries was timed.
+        ('bench_retrieval', ['--b=0', f'--output_json={never}'],
+         '--b must be >= 1, got 0'),
         # Empty lists wrote an empty report and exited 0.
         ('bench_distributed', ['--parts=', f'--output_json={never}'],
          '--parts: give at least one value'),
