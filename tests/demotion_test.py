@@ -156,6 +156,9 @@ class RankCapTest(parameterized.TestCase):
       rank_cap(np.array([1, 2, 1, 3]), scores, [1], [2])
     with self.assertRaisesRegex(ValueError, 'padding before a gallery id'):
       rank_cap(np.array([1, -1, 2, -1]), scores, [1], [2])
+    with self.assertRaisesRegex(ValueError, r'scores holds NaN \(first at '
+                                r'index \(2,\)\)'):
+      rank_cap(ids, np.array([1, 0, np.nan, 0], np.float32), [1], [2])
     with self.assertRaisesRegex(TypeError, 'demote_ids must hold integers'):
       rank_cap(ids, scores, np.array([1.0]), [2])
     with self.assertRaisesRegex(ValueError, 'ids holds -3'):

@@ -274,6 +274,12 @@ class FuseBadInputTest(absltest.TestCase):
                                   'channel_weights must be finite and >= 0'):
         fuse(self.ids, self.scores, self.valid,
              channel_weights=np.array([1.0, bad]))
+    # A NaN score dropped its id from a sim_sum list.
+    nan = np.array(self.scores, np.float32)
+    nan[0, 1, 0] = np.nan
+    with self.assertRaisesRegex(ValueError, r'scores holds NaN \(first at '
+                                r'index \(0, 1, 0\)\)'):
+      fuse(self.ids, nan, self.valid, method='sim_sum')
 
 
 if __name__ == '__main__':

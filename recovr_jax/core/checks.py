@@ -114,6 +114,18 @@ def finite(name: str, x, what: str = 'embeddings') -> None:
         'finite')
 
 
+def no_nan(name: str, x) -> None:
+  """Raises if a concrete array holds NaN (``-inf`` padding and other
+  infinities are allowed), naming the first bad entry's index."""
+  if not is_concrete(x) or not np.size(x):
+    return
+  bad = np.isnan(np.asarray(x))
+  if bad.any():
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(f'{name} holds NaN (first at index {where}); scores are '
+                     'numbers, with -inf for padding')
+
+
 def same(name_a: str, a: int, name_b: str, b: int, what: str) -> None:
   if a != b:
     raise ValueError(f'{name_a} and {name_b} must have the same {what}, '

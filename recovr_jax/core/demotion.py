@@ -58,6 +58,7 @@ def rank_cap(ids, scores, demote_ids, caps):
   caps = checks.array('caps', caps, 1, 'int')
   checks.shape('scores', scores, ids.shape)
   checks.shape('caps', caps, demote_ids.shape)
+  checks.no_nan('scores', scores)
   checks.gallery_ids('ids', ids)
   checks.gallery_ids('demote_ids', demote_ids)
   checks.unique_ids_per_list('ids', ids)

@@ -84,6 +84,7 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
         raise ValueError(f'{name} must be {"> 0" if low is None else ">= 0"}'
                          f' and finite, got {value!r}')
   checks.unique_ids_per_list('ids', ids)
+  checks.no_nan('scores', scores)
   if num_ids is None:
     key_bits = _ID_BITS
   else:

@@ -98,7 +98,7 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
   if penalty is not None:
     penalty = checks.array('penalty', penalty, 2, 'float')
     checks.shape('penalty', penalty, (b, n))
-    checks.finite('penalty', penalty)
+    checks.finite('penalty', penalty, 'penalties')
   checks.finite('queries', queries)
   checks.finite('gallery', gallery)
   if isinstance(group_size, bool) or not isinstance(group_size, int) or (
