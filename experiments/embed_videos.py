@@ -75,14 +75,22 @@ def main(argv):
   output = _OUTPUT.value or 'gallery.npz'
   if pathlib.Path(output).suffix not in ('.npz', '.safetensors'):
     raise app.UsageError('--output must end in .npz or .safetensors')
-  folders = video_folders(_VIDEOS_DIR.value)
-  encoder = clip_encoder.ClipEncoder(_CLIP_DIR.value)
+  try:  # the cheap checks first, then the model
+    clip_encoder.check_clip_dir(_CLIP_DIR.value)
+    folders = video_folders(_VIDEOS_DIR.value)
+    encoder = clip_encoder.ClipEncoder(_CLIP_DIR.value)
+  except (OSError, ValueError) as e:
+    raise app.UsageError(str(e)) from e
   start = time.time()
   last = start
   embeddings = []
   for i, folder in enumerate(folders):
-    embeddings.append(encoder.encode_video(read_frames(folder,
-                                                       _MAX_FRAMES.value)))
+    try:
+      frames = read_frames(folder, _MAX_FRAMES.value)
+    except (OSError, ValueError) as e:  # PIL: an unreadable image
+      raise app.UsageError(f'video folder {folder}: {e}; nothing was '
+                           'written') from e
+    embeddings.append(encoder.encode_video(frames))
     if time.time() - last > 10 or i + 1 == len(folders):
       last = time.time()
       rate = (i + 1) / max(last - start, 1e-9)

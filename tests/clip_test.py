@@ -5,6 +5,7 @@ import pathlib
 import shutil
 import tempfile
 
+from absl import app
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
@@ -147,6 +148,23 @@ class RealDataPathTest(absltest.TestCase):
     empty.mkdir(parents=True, exist_ok=True)
     with self.assertRaisesRegex(ValueError, 'has no .png'):
       embed_videos.video_folders(empty.parent)
+    # Through the command: a one-line error, not a traceback, and a
+    # damaged frame found mid-run names its folder and writes nothing.
+    output = self.root / 'never.npz'
+    with flagsaver.flagsaver(clip_dir=str(self.clip_dir),
+                             videos_dir=str(empty.parent), output=str(output)):
+      with self.assertRaisesRegex(app.UsageError, 'vidX has no .png'):
+        embed_videos.main(['embed_videos'])
+    damaged = self.root / 'damaged_videos'
+    shutil.copytree(self.videos / 'vid0', damaged / 'vid0')
+    shutil.copytree(self.videos / 'vid1', damaged / 'vid1')
+    (damaged / 'vid1' / '001.png').write_bytes(b'not a png')
+    with flagsaver.flagsaver(clip_dir=str(self.clip_dir),
+                             videos_dir=str(damaged), output=str(output)):
+      with self.assertRaisesRegex(app.UsageError, 'video folder .*vid1: .*'
+                                  'nothing was written'):
+        embed_videos.main(['embed_videos'])
+    self.assertFalse(output.exists())
 
 
 if __name__ == '__main__':
