@@ -3,12 +3,18 @@ options), read into ``RunConfig``'s reasoner fields."""
 
 from absl import flags
 
+from recovr_jax.experiment import config as config_lib
+from recovr_jax.world import source as world_source
+
 _REASONER = flags.DEFINE_enum(
-    'reasoner', 'rules',
+    'reasoner', None,
     ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
      'grounded_smollm2'],
-    'Reasoning backend. rules: the world lexicon on --data=world, the '
-    "user's words kept as they are on real data. grounded (world only): the "
+    'Reasoning backend (default: grounded on --data=world, rules with '
+    '--describe_layout and on real data). rules: the world lexicon on '
+    "--data=world (the lexicon-only lower bound), the user's words kept as "
+    'they are on real data. grounded (world only): the '
+
     'rules reasoning reading the user with the lexicon, the training '
     'phrasings and MiniLM grounding of the words left unread (threshold '
     'fitted on the train split), sigma as DESIGN section 10 maps the '
@@ -65,9 +71,15 @@ HELP_GROUP = ('Reasoner (docs/reasoning.md)', [
     'few_shot', 'reasoner_dtype', 'constrained_decoding', 'reasoner_batch'])
 
 
-def fields() -> dict:
-  """``RunConfig``'s reasoner fields of the flags."""
-  return dict(reasoner=_REASONER.value,
+def fields(data) -> dict:
+  """``RunConfig``'s reasoner fields of the flags; ``data``: the run's
+  source config, whose source names the default backend (None: the
+  world's)."""
+  reasoner = _REASONER.value
+  if reasoner is None:
+    data = world_source.WorldData.preset() if data is None else data
+    reasoner = config_lib.source_of(data).default_reasoner()
+  return dict(reasoner=reasoner,
               reasoner_checkpoint=_REASONER_CKPT.value,
               reasoner_adapter=_REASONER_ADAPTER.value,
               prompt_wording=int(_WORDING.value), few_shot=_FEW_SHOT.value,

@@ -72,7 +72,7 @@ def run_config() -> config_lib.RunConfig:
               simulated_user.UserConfig())
   fields = dict(
       methods=protocol_flags.method_names(), loop=loop, settings=settings,
-      user=user, user_seed=user_flags.seed(), **reasoner_flags.fields(),
+      user=user, user_seed=user_flags.seed(), **reasoner_flags.fields(data),
       **running_flags.fields(), **source_flags.permissions(),
       flags_text=flags.FLAGS.flags_into_string())
   if data is not None:

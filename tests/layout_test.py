@@ -139,7 +139,7 @@ class UserTest(absltest.TestCase):
         order = rng.permutation(len(phrases))
         for i in order[:max(1, len(phrases) // 2)]:
           before.add((name, value, phrases[int(i)]))
-    held = user_language.held_out_phrasings()
+    held = user_language.dev_phrasings()
     self.assertEqual({h for h in held if h[0] != 'layout'}, before)
     self.assertLen({h for h in held if h[0] == 'layout'}, 4)
 

@@ -39,16 +39,16 @@ def value(name, v):
 class PhrasingSplitTest(absltest.TestCase):
 
   def test_split_is_fixed_and_covers_every_value(self):
-    held = user_language.held_out_phrasings()
+    held = user_language.dev_phrasings()
     for name in A:
       for v, phrases in user_language._OWN[name].items():  # pylint: disable=protected-access
         out = [p for p in phrases if (name, v, p) in held]
         self.assertLen(out, max(1, len(phrases) // 2), (name, v))
         self.assertNotIn(out[0], user_language.bank(name, 'train')[v])
-        self.assertIn(out[0], user_language.bank(name, 'all')[v])
+        self.assertIn(out[0], user_language.bank(name, 'dev')[v])
     # Chosen once by the seed: the same set on every call.
-    user_language.held_out_phrasings.cache_clear()
-    self.assertEqual(held, user_language.held_out_phrasings())
+    user_language.dev_phrasings.cache_clear()
+    self.assertEqual(held, user_language.dev_phrasings())
 
   def test_train_user_never_says_a_held_out_phrasing(self):
     user = simulated_user.SimulatedUser(simulated_user.UserConfig(
@@ -61,11 +61,12 @@ class PhrasingSplitTest(absltest.TestCase):
       fb = user.respond(i, 1, 0, 1, target, shown)
       for a, v in fb.mentioned.items():
         kinds.add(user_language.phrasing_of(a, v, fb.text))
-    self.assertNotIn('held_out', kinds)
+    self.assertEmpty({'dev', 'test'} & kinds)
     self.assertContainsSubset({'lexicon', 'train'}, kinds)
 
-  def test_all_user_is_unchanged_by_the_split(self):
-    # The default bank is the whole bank, in its original order.
+  def test_v2_user_is_unchanged_by_the_split(self):
+    # v2's bank (the module's tables) is its whole bank, in its original
+    # order: the test split is not in it.
     for name, table in (('colour', user_language.COLOUR),
                         ('lighting', user_language.LIGHT)):
       for v in table:
@@ -77,11 +78,13 @@ class PhrasingSplitTest(absltest.TestCase):
     blue = (attr('colour'), value('colour', 'blue'))
     self.assertEqual(user_language.phrasing_of(*blue, 'make it blue'),
                      'lexicon')
-    kind = ('held_out' if ('colour', 'blue', 'sky-blue') in
-            user_language.held_out_phrasings() else 'train')
+    kind = ('dev' if ('colour', 'blue', 'sky-blue') in
+            user_language.dev_phrasings() else 'train')
     self.assertEqual(user_language.phrasing_of(*blue, 'rather sky-blue'),
                      kind)
     self.assertIsNone(user_language.phrasing_of(*blue, 'rather red'))
+    self.assertEqual(user_language.phrasing_of(*blue, 'rather cerulean'),
+                     'test')
 
   def test_bad_phrasings_named(self):
     with self.assertRaisesRegex(ValueError, 'phrasings'):
@@ -207,8 +210,8 @@ class MiniLMGroundingTest(absltest.TestCase):
     texts, truths = reading.training_utterances(self.world, 300)
     for text, truth in zip(texts, truths):
       for a, v in truth.items():
-        self.assertNotEqual(user_language.phrasing_of(a, v, text),
-                            'held_out', text)
+        self.assertIn(user_language.phrasing_of(a, v, text),
+                      ('lexicon', 'train'), text)
 
   def test_fit_uses_the_train_split_only(self):
     test = set(np.flatnonzero(self.world.is_test))
@@ -356,7 +359,7 @@ class ReadingScoreTest(absltest.TestCase):
     turn = reading_eval.Turn(
         text='rather ruby, and miniature', action='modify',
         named={colour: red, size: small}, changes={colour: red, size: small},
-        kinds={colour: 'held_out', size: 'train'})
+        kinds={colour: 'test', size: 'train'})
     intent = {'search': lexicon.canonical_description({colour: blue,
                                                        size: small}),
               'edit': lexicon.canonical_edit({colour: blue, size: small})}
@@ -368,9 +371,10 @@ class ReadingScoreTest(absltest.TestCase):
                         lexicon.constraint(colour, red)],
                'avoid': [lexicon.constraint(colour, red)]}
     out = reading_eval.score([turn], [intent], [(request, reflect)])
-    held, train = out['held_out'], out['train']
-    self.assertEqual(held['turns'], 1)  # the utterance has a held-out value
+    held, train = out['test'], out['train']
+    self.assertEqual(held['turns'], 1)  # the utterance has a test value
     self.assertEqual(train['turns'], 0)
+    self.assertEqual(out['dev']['turns'], 0)
     self.assertEqual(held['named_values'], 1)
     self.assertEqual(held['intent']['recall'], 0.0)   # colour misread
     self.assertEqual(train['intent']['recall'], 1.0)  # size read
@@ -392,14 +396,27 @@ class ReadingScoreTest(absltest.TestCase):
     # Two sessions: whole sessions are resampled (the interval spans both).
     other = dataclasses.replace(turn, session=1, text='ruby',
                                 named={colour: red}, changes={colour: red},
-                                kinds={colour: 'held_out'})
+                                kinds={colour: 'test'})
     both = reading_eval.score(
         [turn, other], [intent, {'search': lexicon.canonical_description(
             {colour: red}), 'edit': ''}], [(request, reflect)] * 2)
-    self.assertEqual(both['held_out']['intent']['recall'], 0.5)
-    self.assertEqual(both['held_out']['intervals']['intent_recall'],
+    self.assertEqual(both['test']['intent']['recall'], 0.5)
+    self.assertEqual(both['test']['intervals']['intent_recall'],
                      [0.0, 1.0])
     self.assertIn('[0.0, 100.0]', reading_eval.table({'x': {'0.0': both}}))
+    # Without the test split: neither the test nor the all column.
+    shown = reading_eval.table({'x': {'0.0': reading_eval.without_test(both)}})
+    self.assertNotIn('| test |', shown)
+    self.assertNotIn('| all |', shown)
+    self.assertIn('| dev |', shown)
+
+  def test_an_utterance_goes_to_its_widest_split(self):
+    turn = reading_eval.Turn(text='x', action='modify', named={}, changes={},
+                             kinds={0: 'train', 1: 'dev'})
+    self.assertEqual(turn.column, 'dev')
+    turn.kinds[2] = 'test'
+    self.assertEqual(turn.column, 'test')
+    self.assertEqual(dataclasses.replace(turn, kinds={}).column, 'train')
     self.assertEqual(reading_eval.SIGMA_OF_ACTION,
                      {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'})
 
@@ -413,7 +430,7 @@ class EvalReadingCliTest(absltest.TestCase):
     out = pathlib.Path(tempfile.mkdtemp())
     proc = subprocess.run(
         [sys.executable, '-m', 'experiments.eval_reading', '--benchmark=v1',
-         '--user_language=own', '--user_style=paper',
+         '--user_language=own_v3', '--user_style=paper',
          '--num_test_triplets=12', '--num_train_triplets=20',
          '--gallery_size=300', '--num_sessions=12', '--num_turns=3',
          '--batch_size=6', f'--cache_dir={out / "cache"}',
@@ -424,7 +441,7 @@ class EvalReadingCliTest(absltest.TestCase):
 
   def test_rules_and_grounded(self):
     # More sessions than test queries: the run says so and records both.
-    proc, out = self.run_cli('--backends=rules,grounded',
+    proc, out = self.run_cli('--backends=rules,grounded', '--test_split',
                              '--noise_rates=0', '--num_sessions=20')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn('--num_sessions=20: the environment has 12 test queries; '
@@ -438,8 +455,8 @@ class EvalReadingCliTest(absltest.TestCase):
       metrics = report[backend]['0.0']
       self.assertGreater(metrics['all']['turns'], 0)
       self.assertEqual(metrics['all']['turns'],
-                       metrics['train']['turns'] +
-                       metrics['held_out']['turns'])
+                       metrics['train']['turns'] + metrics['dev']['turns'] +
+                       metrics['test']['turns'])
       self.assertEqual(metrics['all']['reflect']['contradictory_memories'],
                        0)
     self.assertIn('threshold_fit', report['grounded']['0.0'])
@@ -623,8 +640,9 @@ class UnreadWordsTest(absltest.TestCase):
     self.assertIn('swap', frames_)
     held = {s for _, _, p in user_language.held_out_phrasings()
             for s in ((p,) if isinstance(p, str) else p)}
-    # Frames are drawn from training phrasings only; the one held-out word
-    # among them is "plus", also the user's joiner of two edits (", plus").
+    # Frames are drawn from training phrasings only; the one dev or test
+    # word among them is "plus", also the user's joiner of two edits
+    # (", plus").
     self.assertEqual(frames_ & {w for p in held for w in p.split()},
                      {'plus'})
     unread = lambda t: reading.unread_words(reader, frames_, t)

@@ -102,10 +102,15 @@ class RunConfig:
 def source(config: RunConfig) -> source_lib.Source:
   """The ``Source`` of ``config.data`` (a new one per call: it may keep
   what its user made for ``extra_outputs``)."""
+  return source_of(config.data)
+
+
+def source_of(data) -> source_lib.Source:
+  """The ``Source`` of a source config (``RunConfig.data``)."""
   for config_type, source_type in SOURCES.values():
-    if isinstance(config.data, config_type):
-      return source_type(config.data)
-  raise ValueError(f'RunConfig.data is a {type(config.data).__name__}; '
+    if isinstance(data, config_type):
+      return source_type(data)
+  raise ValueError(f'RunConfig.data is a {type(data).__name__}; '
                    f'expected one of '
                    f'{", ".join(c.__name__ for c, _ in SOURCES.values())}')
 

@@ -11,10 +11,12 @@ differ from the shown video's true ones) and its label of the turn as sigma
 
 Each named value is classed by the phrase that stated it
 (``user_language.phrasing_of`` on the clean words of the same decision):
-the caption words or a training phrasing (column ``train``) or a held-out
-phrasing (``held_out``). Per-utterance numbers (wrong values, sigma,
-contradictions) split utterances the same way: ``held_out`` when any named
-value was stated by a held-out phrasing.
+the caption words or a training phrasing (column ``train``), a dev
+phrasing (``dev``, v2's held-out phrasings) or a test phrasing (``test``,
+benchmark v3's). Per-utterance numbers (wrong values, sigma,
+contradictions) split utterances the same way, by the widest split of
+their named values: ``test`` when any was stated by a test phrasing, else
+``dev`` when any by a dev phrasing.
 
 Metrics (``search`` is read by the world's lexicon, the layout's phrases
 included when the world describes it: ``lexicon.for_attributes``; ``edit``
@@ -55,7 +57,8 @@ from recovr_jax.world import user_language
 
 SIGMA_OF_ACTION = frames.SIGMA  # the paper's sigma of the user's decision
 SIGMAS = ('neg', 'neu', 'pos')
-COLUMNS = ('train', 'held_out', 'all')
+COLUMNS = ('train', 'dev', 'test', 'all')
+_SPLITS = COLUMNS[:3]  # widening
 
 
 class _RecordingReasoner:
@@ -82,17 +85,17 @@ class Turn:
   action: str
   named: dict           # {attribute: value} the words name
   changes: dict         # named values that differ from the shown video
-  kinds: dict           # attribute -> 'train' | 'held_out' (phrase kind)
+  kinds: dict           # attribute -> 'train' | 'dev' | 'test' (its split)
   session: int = 0      # the test query (the bootstrap resamples these)
 
   @property
   def column(self) -> str:
-    return 'held_out' if 'held_out' in self.kinds.values() else 'train'
+    return max(self.kinds.values(), key=_SPLITS.index, default='train')
 
 
 def _kind(attribute, value, clean_text):
   kind = user_language.phrasing_of(attribute, value, clean_text)
-  return 'held_out' if kind == 'held_out' else 'train'
+  return kind if kind in ('dev', 'test') else 'train'
 
 
 def collect(env, reasoner, user_config, seed: int, sessions, base,
@@ -277,8 +280,15 @@ def evaluate(built, config, backend: str, noise_rate: float, num_sessions):
   return out
 
 
+def without_test(scored: dict) -> dict:
+  """``scored`` (``score``'s) without what the test split's utterances
+  decide: the ``test`` and ``all`` columns."""
+  return {k: v for k, v in scored.items() if k not in ('test', 'all')}
+
+
 def table(report: dict) -> str:
-  """A markdown table of ``{backend: {noise: metrics}}``."""
+  """A markdown table of ``{backend: {noise: metrics}}`` (the columns
+  each holds)."""
   head = ('| backend | noise | phrasings | turns | named values | intent '
           'recall | edit recall | edit precision | intent wrong/turn | '
           'reflect recall | reflect precision | reflect wrong/turn | sigma '
@@ -300,7 +310,7 @@ def table(report: dict) -> str:
 
   for backend, by_noise in report.items():
     for noise, scored in by_noise.items():
-      for col in COLUMNS:
+      for col in (c for c in COLUMNS if c in scored):
         m = scored[col]
         i, r = m['intent'], m['reflect']
         ci = m.get('intervals') or {}

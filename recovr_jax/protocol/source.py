@@ -73,6 +73,11 @@ class Source(abc.ABC):
   def __init__(self, config):
     self.config = config   # the source's own typed config
 
+  def default_reasoner(self) -> str:
+    """The backend a run uses when it names none: the first of
+    ``REASONERS`` unless the source says otherwise."""
+    return self.REASONERS[0]
+
   @abc.abstractmethod
   def problems(self, run, create: bool) -> list[str]:
     """Every problem of the source's settings, a line each, found before any

@@ -14,8 +14,8 @@ system question, never a method's internals. Its policy:
   a complete description).
 
 Its words: the world's caption phrases (``language='lexicon'``, all known to
-the rules reasoner) or its own bank (``'own'``, ``world.user_language``),
-which the reasoner's lexicon knows only in part.
+the rules reasoner) or its own bank (``'own'`` / ``'own_v3'``,
+``world.user_language``), which the reasoner's lexicon knows only in part.
 
 Each session's draws come from its own generator, seeded by
 ``(seed, session, turn)``, so they do not depend on the method under test.
@@ -52,8 +52,11 @@ POLICIES = ('mixed', 'modify_only', 'rewrite_only')
 #   appendix D.2: "a fresh description of the target video").
 STYLES = ('template', 'paper')
 # lexicon: the world's caption words (all known to the rules reasoner);
-# own: the user's own bank (world.user_language), partly unknown to it.
-LANGUAGES = ('lexicon', 'own')
+# own: the user's own bank (world.user_language), partly unknown to it:
+# benchmark v2's (its train and dev phrasings); own_v3: v3's, which adds
+# the test phrasings.
+LANGUAGES = ('lexicon', 'own', 'own_v3')
+OWN_LANGUAGES = ('own', 'own_v3')
 DRAWS = ('numpy', 'jax')
 STOP, MODIFY, REWRITE, ANSWER = (plan.STOP, plan.MODIFY, plan.REWRITE,
                                  plan.ANSWER)
@@ -71,8 +74,9 @@ class UserConfig:
   draws: str = 'numpy'         # one of DRAWS
   style: str = 'template'      # one of STYLES
   language: str = 'lexicon'    # one of LANGUAGES
-  # Under language 'own': 'all' of the bank, or only the phrasings a
-  # training set may use ('train'; user_language.PHRASINGS).
+  # Under an own language: 'all' of the bank, or only the caption words
+  # and the phrasings a training set may use ('train';
+  # user_language.PHRASINGS).
   phrasings: str = 'all'
 
   def __post_init__(self):
@@ -252,23 +256,25 @@ class SimulatedUser:
     """The words of a decision, then surface noise; ``rng`` continues
     from the decision's draws (none under ``draws='jax'``)."""
     cfg = self.config
-    own = cfg.language == 'own'
+    own = cfg.language in OWN_LANGUAGES
+    widest = (user_language.widest_split(cfg.language, cfg.phrasings)
+              if own else None)
     if not named:
       text = str(rng.choice(_GENERIC))
     elif action == 'modify':
       mask = np.zeros(len(target), bool)
       mask[named] = True
       text = str(rng.choice(_MODIFY_PREFIX)) + (
-          user_language.edit_text(rng, target, mask, cfg.phrasings) if own
+          user_language.edit_text(rng, target, mask, widest) if own
           else world_lib.edit_text(rng, target, mask))
     elif action == 'rewrite':
       if rewrite_prefix is None:
         rewrite_prefix = str(rng.choice(_REWRITE_PREFIX))
       text = rewrite_prefix + (
-          user_language.describe(rng, target, named, cfg.phrasings) if own
+          user_language.describe(rng, target, named, widest) if own
           else lexicon.describe(rng, target, named))
     elif own:
-      text = user_language.answer(rng, target, named, cfg.phrasings)
+      text = user_language.answer(rng, target, named, widest)
     else:
       text = str(rng.choice(_ANSWER_TEMPLATES)).format(
           lexicon.describe(rng, target, named))

@@ -4,7 +4,7 @@ query describing the target.
 
 The first query names ``NAMED`` of the target's attributes, drawn per query
 from a fixed seed, in the words the simulated user speaks (its own words and
-phrasings under ``language='own'``, the lexicon's otherwise). Both numbers
+phrasings under an own language, the lexicon's otherwise). Both numbers
 were fixed before any result of this protocol was seen.
 """
 
@@ -40,7 +40,8 @@ def first_queries(attributes, targets, language: str = 'own',
     subset = sorted(rng.permutation(num)[:NAMED].tolist())
     named[i, subset] = True
     values = attributes[int(target)]
-    texts.append(user_language.describe(rng, values, subset, phrasings)
-                 if language == 'own' else
+    texts.append(user_language.describe(
+        rng, values, subset, user_language.widest_split(language, phrasings))
+                 if language in ('own', 'own_v3') else
                  lexicon.describe(rng, values, subset))
   return tuple(texts), named

@@ -1,21 +1,29 @@
-"""The simulated user's own words (``UserConfig.language='own'``).
+"""The simulated user's own words (``UserConfig.language`` 'own' and
+'own_v3').
 
 The user's phrase bank holds the world's caption words (which the rules
-reasoner's lexicon knows) and as many held-out paraphrases, templates and
-word orders that the lexicon and its spelling fixer have never seen
-("cobalt", "plunging", "in a meadow", "by moonlight", "the scene: ...").
-Every phrase is drawn uniformly from the bank, so a description naming
-several attributes is rarely read back exactly; what a reasoner makes of the
-rest (a wrong spelling fix, a missed mention) is its real error.
+reasoner's lexicon knows) and as many paraphrases, templates and word
+orders that the lexicon and its spelling fixer have never seen ("cobalt",
+"plunging", "in a meadow", "by moonlight", "the scene: ..."). Every phrase
+is drawn uniformly from the bank, so a description naming several
+attributes is rarely read back exactly; what a reasoner makes of the rest
+(a wrong spelling fix, a missed mention) is its real error.
 ``held_out_vocabulary`` lists the words no lexicon phrase contains.
 
-Phrasings (DESIGN section 10): the bank's own phrases of each value are
-split once, by ``PHRASING_SEED``, into phrasings a reader's training may use
-and phrasings held out from every training set (half of each value's own
-phrases, rounded down, at least one). ``phrasings='train'`` draws only from
-the caption words and the training phrasings (the user a training set or a
-threshold fit may meet); ``'all'`` (every run's user) from the whole bank.
-``phrasing_of`` says which kind of phrase stated a named value.
+Splits (docs/reading.md, "The phrasing splits"): the user's own phrases
+fall into three splits.
+
+* ``train`` and ``dev``: benchmark v2's own phrases, split once by
+  ``PHRASING_SEED`` (half of each value's own phrases, rounded down, at
+  least one, are ``dev``; until benchmark v3 they were called held out).
+* ``test``: phrases written for benchmark v3 (``_TEST``), at least three
+  per value, none of them in the lexicon or in v2's bank. They are in the
+  bank only under ``language='own_v3'`` and never in any training set.
+
+``bank(name, widest)`` draws from the caption words and the splits up to
+``widest`` (``SPLITS``: 'train', 'dev', 'test'); ``widest_split`` maps a
+user's language and phrasings to it. ``phrasing_of`` says which kind of
+phrase (``KINDS``) stated a named value.
 """
 
 import functools
@@ -83,6 +91,79 @@ _LAYOUTS = {
 }
 
 
+# The test split (benchmark v3): phrases written after v2's bank was
+# frozen, at least three per value: synonyms, rarer words and short
+# descriptions, none of them containing a lexicon phrase or one of v2's
+# own phrases (tests/user_language_test.py checks both). Fixed before any
+# reader was evaluated on them.
+_TEST = {
+    'shape': {
+        'circle': (('globe', 'globes'), ('bubble', 'bubbles'),
+                   ('dot', 'dots'), ('round blob', 'round blobs')),
+        'square': (('brick', 'bricks'), ('crate', 'crates'),
+                   ('quadrilateral', 'quadrilaterals'), ('slab', 'slabs')),
+        'triangle': (('delta', 'deltas'), ('spike', 'spikes'),
+                     ('trigon', 'trigons'), ('pennant', 'pennants')),
+        'cross': (('crucifix', 'crucifixes'), ('saltire', 'saltires'),
+                  ('cruciform', 'cruciforms')),
+    },
+    'colour': {
+        'red': ('vermilion', 'maroon', 'carmine', 'blood-coloured'),
+        'blue': ('cerulean', 'ultramarine', 'indigo', 'sky-coloured'),
+        'yellow': ('saffron', 'citrine', 'buttercup', 'banana-coloured'),
+        'white': ('alabaster', 'porcelain', 'ghost-pale', 'cotton-coloured'),
+    },
+    'count': {
+        'one': ('a sole', 'a lonely', 'an isolated'),
+        'two': ('a duo of', 'a brace of', 'a twosome of', 'a dyad of'),
+        'three': ('a trinity of', 'a triplet of', 'a troika of'),
+        'four': ('a tetrad of', 'a quadruplet of', 'a quad of'),
+    },
+    'motion': {
+        'left': ('westbound', 'gliding to the west', 'sweeping leftwards',
+                 'scooting to port'),
+        'right': ('eastbound', 'gliding to the east', 'sweeping rightwards',
+                  'scooting to starboard'),
+        'up': ('soaring', 'lifting off', 'heading heavenward', 'going aloft'),
+        'down': ('plummeting', 'tumbling earthward', 'dipping lower',
+                 'sagging'),
+    },
+    'background': {
+        'grass': ('on a pasture', 'across a prairie', 'on a green',
+                  'in a paddock'),
+        'sand': ('in the sahara', 'on a sandbank', 'across arid wastes',
+                 'on a dusty plain'),
+        'water': ('on the waves', 'over a lagoon', 'across a reservoir',
+                  'above the surf'),
+        'road': ('on a motorway', 'along a boulevard', 'on cobblestones',
+                 'over a parking lot'),
+    },
+    'lighting': {
+        'day': ('under a blazing sun', 'at lunchtime', 'in the afternoon',
+                'mid-morning'),
+        'sunset': ('at sundown', 'in the gloaming', 'at eventide',
+                   'in the afterglow'),
+        'cloudy': ('under a leaden sky', 'in dreary drizzle',
+                   'in a sunless haze', 'beneath brooding nimbus'),
+        'night': ('under the stars', 'in the wee hours', 'in pitch blackness',
+                  'after nightfall'),
+    },
+    'size': {
+        'small': ('pint-sized', 'petite', 'diminutive', 'itty-bitty'),
+        'medium': ('middling', 'standard-sized', 'modest', 'in-between'),
+        'large': ('colossal', 'jumbo', 'hulking', 'mammoth'),
+    },
+    world_lib.LAYOUT: {
+        'fence': ('by a stockade', 'near a palisade', 'against a trellis'),
+        'pole': ('beside a lamppost', 'next to a flagstaff', 'by a stake'),
+        'arch': ('beneath a keystone', 'through an arcade',
+                 'under a curved span'),
+        'open': ('with empty surroundings', 'in unobstructed space',
+                 'with a clear view'),
+    },
+}
+
+
 # The user's words per attribute: the world's caption words, its own.
 _KNOWN = {'shape': world_lib.SHAPE_WORDS, 'colour': world_lib.COLOUR_WORDS,
           'count': world_lib.COUNT_WORDS, 'motion': world_lib.MOTION_WORDS,
@@ -92,18 +173,22 @@ _KNOWN = {'shape': world_lib.SHAPE_WORDS, 'colour': world_lib.COLOUR_WORDS,
 _OWN = {'shape': _SHAPES, 'colour': _COLOURS, 'count': _COUNTS,
         'motion': _MOTIONS, 'background': _PLACES, 'lighting': _LIGHTS,
         'size': _SIZES, world_lib.LAYOUT: _LAYOUTS}
+# A user's phrasings: 'all' of its language's bank, or only the phrasings
+# a training set may use ('train').
 PHRASINGS = ('all', 'train')
+SPLITS = ('train', 'dev', 'test')  # the own phrases' splits, widening
 PHRASING_SEED = 25  # fixed once, before any result; never tuned
-KINDS = ('lexicon', 'train', 'held_out')  # what ``phrasing_of`` returns
+KINDS = ('lexicon',) + SPLITS  # what ``phrasing_of`` returns
 
 
 @functools.cache
-def held_out_phrasings() -> frozenset:
-  """``(attribute, value, phrase)`` of the own phrases held out from every
-  training set: per value, ``len // 2`` (at least one) of its own phrases,
-  chosen by one permutation seeded by ``PHRASING_SEED``. A shape's phrase
-  is its ``(singular, plural)`` pair. (The layout's, drawn last, leave the
-  seven attributes' split as it was before the layout existed.)"""
+def dev_phrasings() -> frozenset:
+  """``(attribute, value, phrase)`` of v2's own phrases in the dev split
+  (held out from every training set): per value, ``len // 2`` (at least
+  one) of its own phrases, chosen by one permutation seeded by
+  ``PHRASING_SEED``. A shape's phrase is its ``(singular, plural)`` pair.
+  (The layout's, drawn last, leave the seven attributes' split as it was
+  before the layout existed.)"""
   rng = np.random.default_rng(PHRASING_SEED)
   out = set()
   for name in _NAMES:
@@ -115,18 +200,54 @@ def held_out_phrasings() -> frozenset:
 
 
 @functools.cache
-def bank(name: str, phrasings: str = 'all') -> dict:
-  """``value -> phrases`` the user draws from for attribute ``name``:
-  the caption words, then its own (``'train'``: without the held-out
-  ones)."""
+def test_phrasings() -> frozenset:
+  """``(attribute, value, phrase)`` of the test split (benchmark v3)."""
+  return frozenset((name, value, phrase) for name in _NAMES
+                   for value, phrases in _TEST[name].items()
+                   for phrase in phrases)
+
+
+def held_out_phrasings() -> frozenset:
+  """The own phrases no training set may use: dev and test."""
+  return dev_phrasings() | test_phrasings()
+
+
+def widest_split(language: str, phrasings: str) -> str:
+  """The widest split (``SPLITS``) a user of ``language`` ('own' is v2's
+  bank, 'own_v3' adds the test split) and ``phrasings`` draws from."""
   if phrasings not in PHRASINGS:
     raise ValueError(f'unknown phrasings {phrasings!r}; valid: '
                      f'{", ".join(PHRASINGS)}')
-  held = held_out_phrasings()
+  if phrasings == 'train':
+    return 'train'
+  if language not in ('own', 'own_v3'):
+    raise ValueError(f"language {language!r} has no own phrase bank; "
+                     "valid: own, own_v3")
+  return 'test' if language == 'own_v3' else 'dev'
+
+
+def split_of(name: str, value: str, phrase) -> str | None:
+  """The split (``SPLITS``) of one of the user's own phrases; ``None``: a
+  caption word."""
+  if (name, value, phrase) in test_phrasings():
+    return 'test'
+  if (name, value, phrase) in dev_phrasings():
+    return 'dev'
+  return 'train' if phrase in _OWN[name][value] else None
+
+
+@functools.cache
+def bank(name: str, widest: str = 'dev') -> dict:
+  """``value -> phrases`` the user draws from for attribute ``name``: the
+  caption words, then its own phrases of the splits up to ``widest``
+  (``SPLITS``; 'dev' is v2's whole bank, 'test' v3's)."""
+  if widest not in SPLITS:
+    raise ValueError(f'unknown split {widest!r}; valid: '
+                     f'{", ".join(SPLITS)}')
+  allowed = SPLITS[:SPLITS.index(widest) + 1]
   return {v: tuple(_KNOWN[name][v]) + tuple(
-      p for p in _OWN[name][v]
-      if phrasings == 'all' or (name, v, p) not in held)
-          for v in _KNOWN[name]}
+      p for p in _OWN[name][v] + _TEST[name][v]
+      if split_of(name, v, p) in allowed) for v in _KNOWN[name]}
 
 
 SHAPE = bank('shape')
@@ -144,20 +265,19 @@ def _surfaces(phrase) -> tuple[str, ...]:
 
 def phrasing_of(attribute: int, value: int, text: str) -> str | None:
   """Which kind of phrase (``KINDS``) states ``attribute = value`` in the
-  user's clean ``text``: the longest of the value's bank phrases found as
-  whole words (so "sky-blue" is not read as "blue"); ``None``: none."""
+  user's clean ``text``: the longest of the value's bank phrases (every
+  split's) found as whole words (so "sky-blue" is not read as "blue");
+  ``None``: none."""
   name = _NAMES[attribute]
   v = world_lib.VALUES[name][value]
-  held = held_out_phrasings()
   text = text.lower()
   best, kind = '', None
-  for phrase in bank(name)[v]:
+  for phrase in bank(name, 'test')[v]:
     for surface in _surfaces(phrase):
       if len(surface) > len(best) and re.search(
           r'(?<![a-z-])' + re.escape(surface.lower()) + r'(?![a-z-])', text):
         best = surface
-        kind = ('held_out' if (name, v, phrase) in held else
-                'lexicon' if phrase in _KNOWN[name][v] else 'train')
+        kind = split_of(name, v, phrase) or 'lexicon'
   return kind
 
 
@@ -170,10 +290,11 @@ def _value(attribute: int, attrs) -> str:
 
 
 def describe(rng: np.random.Generator, attrs, subset,
-             phrasings: str = 'all') -> str:
+             widest: str = 'dev') -> str:
   """A description of ``attrs`` naming the attributes in ``subset``, in the
-  user's words (``phrasings``) and one of the user's word orders."""
-  SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(phrasings)  # pylint: disable=invalid-name,redefined-outer-name
+  user's words (its own phrases of the splits up to ``widest``) and one of
+  the user's word orders."""
+  SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(widest)  # pylint: disable=invalid-name,redefined-outer-name
   names = {_NAMES[a] for a in subset}
   v = {_NAMES[a]: _value(a, attrs) for a in range(len(attrs))}
   subject = []
@@ -193,7 +314,7 @@ def describe(rng: np.random.Generator, attrs, subset,
   motion = _pick(rng, MOTION[v['motion']]) if 'motion' in names else ''
   place = _pick(rng, PLACE[v['background']]) if 'background' in names else ''
   if world_lib.LAYOUT in names:  # where the scene's structure stands
-    layout = _pick(rng, bank(world_lib.LAYOUT, phrasings)[v[world_lib.LAYOUT]])
+    layout = _pick(rng, bank(world_lib.LAYOUT, widest)[v[world_lib.LAYOUT]])
     place = f'{place} {layout}'.strip()
   light = _pick(rng, LIGHT[v['lighting']]) if 'lighting' in names else ''
   order = rng.integers(4)
@@ -210,19 +331,19 @@ def describe(rng: np.random.Generator, attrs, subset,
   return ' '.join(p for p in parts if p).strip(' ,;')
 
 
-def _banks(phrasings):
-  return tuple(bank(name, phrasings) for name in (
+def _banks(widest):
+  return tuple(bank(name, widest) for name in (
       'shape', 'colour', 'count', 'motion', 'background', 'lighting', 'size'))
 
 
 def edit_phrase(rng: np.random.Generator, attribute: int, value: int,
-                phrasings: str = 'all') -> str:
+                widest: str = 'dev') -> str:
   """A relative edit setting ``attribute`` to ``value``, in the user's words."""
-  SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(phrasings)  # pylint: disable=invalid-name,redefined-outer-name
+  SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(widest)  # pylint: disable=invalid-name,redefined-outer-name
   name = _NAMES[attribute]
   v = world_lib.VALUES[name][value]
   if name == world_lib.LAYOUT:
-    word = _pick(rng, bank(name, phrasings)[v])
+    word = _pick(rng, bank(name, widest)[v])
     return _pick(rng, (f'put it {word}', f'{word} instead',
                        f'the scene should be {word}'))
   if name == 'shape':
@@ -255,9 +376,9 @@ def edit_phrase(rng: np.random.Generator, attribute: int, value: int,
 
 
 def edit_text(rng: np.random.Generator, attrs, named,
-              phrasings: str = 'all') -> str:
+              widest: str = 'dev') -> str:
   """A relative edit naming ``named`` attributes' values in ``attrs``."""
-  phrases = [edit_phrase(rng, int(a), int(attrs[a]), phrasings)
+  phrases = [edit_phrase(rng, int(a), int(attrs[a]), widest)
              for a in rng.permutation(np.flatnonzero(named))]
   if len(phrases) == 1:
     return phrases[0]
@@ -265,11 +386,11 @@ def edit_text(rng: np.random.Generator, attrs, named,
 
 
 def answer(rng: np.random.Generator, attrs, named,
-           phrasings: str = 'all') -> str:
+           widest: str = 'dev') -> str:
   """An answer to a question, naming ``named`` in the user's words."""
   return _pick(rng, ('{}', 'I want {}', 'it should be {}', '{}, please',
                      'I think {}')).format(describe(rng, attrs, named,
-                                                    phrasings))
+                                                    widest))
 
 
 @functools.cache
@@ -277,7 +398,7 @@ def held_out_vocabulary() -> frozenset:
   """Words of the user's bank that no lexicon phrase contains."""
   words = set()
   for table in (_SHAPES, _COLOURS, _COUNTS, _MOTIONS, _PLACES, _LIGHTS,
-                _SIZES):
+                _SIZES) + tuple(_TEST[name] for name in _NAMES[:7]):
     for phrases in table.values():
       for phrase in phrases:
         for p in (phrase if isinstance(phrase, tuple) else (phrase,)):
