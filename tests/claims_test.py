@@ -92,18 +92,55 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual(_verdict(_claim('within', 0.1), edge)['verdict'],
                      'inconclusive')
 
-  def test_never_counts(self):
+  def test_a_count_that_holds_by_construction_is_no_check(self):
+    # ReCoVR's repeated top-1 is zero by construction under the default
+    # placement: the claim is untestable, with the reason, whatever the
+    # runs hold.
+    (claim,) = [c for c in paper_claims.CLAIMS
+                if c.key == 'no_repeated_top1']
+    self.assertIsNone(claim.checks)
+    (row,) = claims.evaluate([claim], _full_evidence())
+    self.assertEqual(row['verdict'], 'untestable')
+    self.assertIn('by construction', row['why'])
+
+  def test_umivr_repeats_is_tested_against_half_not_against_zero(self):
+    (claim,) = [c for c in paper_claims.CLAIMS
+                if c.key == 'umivr_repeats_top1']
     ranks = np.full((S, T + 1), 3)
-    top1 = np.tile(np.arange(T + 1), (S, 1))  # a new top-1 every turn
-    claim = claims.Claim('c', 'here', 'q', '-', lambda v: [claims.Check(
-        'repeats of a', v.count('a', 'repeated_top1'), 'never')])
-    ev = claims.Evidence({'main': {'main': _run({'a': ranks}, {'a': top1})}})
-    self.assertEqual(claims.evaluate([claim], ev)[0]['verdict'], 'reproduced')
-    top1[7, 3] = top1[7, 2]
-    ev = claims.Evidence({'main': {'main': _run({'a': ranks}, {'a': top1})}})
-    (row,) = claims.evaluate([claim], ev)
-    self.assertEqual(row['verdict'], 'contradicted')
-    self.assertEqual(row['checks'][0]['value'], 1)
+    fresh = np.tile(np.arange(T + 1), (S, 1))      # a new top-1 every turn
+    rare = fresh.copy()
+    rare[:S // 5, 2] = rare[:S // 5, 1]            # a few repeats
+    most = np.zeros((S, T + 1), int)               # the same top-1 always
+    for top1, verdict in ((rare, 'contradicted'), (most, 'reproduced')):
+      runs = {m: ranks for m in paper_claims.MAIN_METHODS}
+      codes = {m: fresh for m in paper_claims.MAIN_METHODS}
+      codes['umivr'] = top1
+      ev = claims.Evidence({'main': {'main': _run(runs, codes)}}, 500)
+      (row,) = claims.evaluate([claim], ev)
+      # A few repeats beat ReCoVR's zero but are not "most" transitions.
+      self.assertEqual(row['verdict'], verdict)
+
+  def test_marginally_ahead_is_not_a_significant_lead(self):
+    keys = ('static_rrf_ahead_turn1', 'current_turn_fusion_t1')
+    for key in keys:
+      (claim,) = [c for c in paper_claims.CLAIMS if c.key == key]
+      other = 'static_rrf' if key.startswith('static') else (
+          'single_turn_fusion')
+      close = {m: _hits(0.5) for m in paper_claims.MAIN_METHODS}
+      ahead = close['recovr'].copy()            # paired: a few sessions
+      misses = np.flatnonzero(ahead[:, 1] > 1)  # found one turn earlier
+      ahead[misses[:len(ahead) // 100 + 1], 1] = 1
+      close[other] = ahead
+      ev = claims.Evidence({'main': {'main': _run(close)}}, 1000)
+      (row,) = claims.evaluate([claim], ev)
+      first = row['checks'][0]
+      self.assertEqual(first['kind'], 'within', key)
+      self.assertEqual(first['verdict'], 'reproduced', key)
+      far = dict(close)
+      far[other] = _hits(0.8)                   # far ahead: not marginal
+      ev = claims.Evidence({'main': {'main': _run(far)}}, 1000)
+      (row,) = claims.evaluate([claim], ev)
+      self.assertEqual(row['checks'][0]['verdict'], 'contradicted', key)
 
   def test_untestable_and_not_run(self):
     ev = claims.Evidence({'main': {'main': _run({'a': _hits(0.5)})}})
@@ -121,8 +158,11 @@ class VerdictTest(absltest.TestCase):
                      'inconclusive')
     self.assertEqual(claims.combine(['inconclusive', 'contradicted',
                                      'reproduced']), 'contradicted')
+    # A tied turn is not skipped: "every turn" without it is not shown.
     self.assertEqual(claims.combine(['untestable', 'reproduced']),
-                     'reproduced')
+                     'inconclusive')
+    self.assertEqual(claims.combine(['untestable', 'contradicted']),
+                     'contradicted')
     self.assertEqual(claims.combine(['untestable'] * 2), 'untestable')
     with self.assertRaises(ValueError):
       claims.combine([])

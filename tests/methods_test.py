@@ -133,6 +133,36 @@ class EveryMethodTest(absltest.TestCase):
     self.assertIn('answer', [rec['action'] for rec in recovr])
 
 
+class ReadsThroughTheReasonerTest(absltest.TestCase):
+  """Which baselines read the user through the reasoning backend: only
+  history_rewrite (its ``rewrite``); IVR, MERLIN and UMIVR do not, so their
+  lists are the same under every backend (docs/reading.md)."""
+
+  def test_only_history_rewrite_changes_with_the_reasoner(self):
+    from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
+
+    class Blind(rules.RulesReasoner):
+      """The rules, except that its rewrite of any dialogue is empty."""
+
+      def rewrite(self, dialogue):
+        return [''] * len(dialogue)
+
+    env, _ = _run('ivr')
+    config = ranking.LoopConfig(num_turns=3, list_length=20,
+                                num_ids=len(env.gallery))
+    for name in ('history_rewrite', 'ivr', 'umivr', 'merlin'):
+      lists = []
+      for reasoner in (rules.RulesReasoner(lexicon), Blind(lexicon)):
+        user = simulated_user.SimulatedUser(
+            simulated_user.UserConfig(drop_rate=0.2), seed=3)
+        result = jitted_test.run_host(env, methods.make(name), np.arange(24),
+                                      user, config, reasoner=reasoner)
+        lists.append(np.asarray(result.displayed))
+      self.assertEqual(np.array_equal(*lists), name != 'history_rewrite',
+                       name)
+
+
 class EntropyAskTest(absltest.TestCase):
 
   def test_entropy_policy_asks_within_budget_and_gets_answers(self):

@@ -443,12 +443,18 @@ class BenchmarkPresetTest(absltest.TestCase):
     self.assertEqual((v1.data.captions, v1.user.style, v1.user.language,
                       v1.data.world.renditions, v1.data.checkpoint_dir),
                      ('oracle', 'template', 'lexicon', 1, None))
-    with flagsaver.flagsaver(methods=['recovr']):  # the default: v2
+    with flagsaver.flagsaver(benchmark='v2', methods=['recovr']):
       v2 = run.run_config()
     self.assertEqual((v2.data.captions, v2.user.style, v2.user.language,
                       v2.data.world.renditions, v2.data.checkpoint_dir),
                      ('model', 'paper', 'own', 4,
                       encoders.RENDITIONS_CHECKPOINT_DIR))
+    with flagsaver.flagsaver(methods=['recovr']):  # the default: v3
+      v3 = run.run_config()
+    self.assertEqual((v3.data, v3.user.language, v3.reasoner),
+                     (v2.data, 'own_v3', 'grounded'))
+    with flagsaver.flagsaver(methods=['recovr'], describe_layout=True):
+      self.assertEqual(run.run_config().reasoner, 'rules')
     with flagsaver.flagsaver(methods=['recovr'], captions='oracle',
                              renditions=2):
       mixed = run.run_config()
@@ -459,23 +465,24 @@ class BenchmarkPresetTest(absltest.TestCase):
     with flagsaver.flagsaver(methods=['recovr'], data='webvid_covr'):
       real = run.run_config()  # the world's presets do not apply
     self.assertEqual(real.data, real_source.RealData())
+    self.assertEqual(real.reasoner, 'rules')  # grounded reads the world
 
   def test_default_run_reads_only_model_captions(self):
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())
-    values = dict(TINY, output_dir=str(root / 'v2'),
+    values = dict(TINY, output_dir=str(root / 'v3'),
                   cache_dir=str(root / 'cache'), methods=['recovr', 'umivr'])
     del values['benchmark']
     with flagsaver.flagsaver(**values):
       config = run.run_config()
       built = runner.build(config)
       runner.run(config, built)
-    resolved = json.loads((root / 'v2' / 'resolved_config.json').read_text())
+    resolved = json.loads((root / 'v3' / 'resolved_config.json').read_text())
     self.assertEqual((resolved['data']['source'],
                       resolved['data']['captions'],
                       resolved['user']['language'],
                       resolved['data']['world']['renditions']),
-                     ('world', 'model', 'own', 4))
+                     ('world', 'model', 'own_v3', 4))
     world = world_lib.make_world(config.data.world)
     truth = world.gallery_captions
     self.assertLen(built.env.captions, len(truth))
@@ -483,7 +490,7 @@ class BenchmarkPresetTest(absltest.TestCase):
     # wrong somewhere on a measurable share of it.
     differ = np.mean([a != b for a, b in zip(built.env.captions, truth)])
     self.assertGreater(differ, 0.05)
-    metrics = json.loads((root / 'v2' / 'metrics.json').read_text())
+    metrics = json.loads((root / 'v3' / 'metrics.json').read_text())
     self.assertEqual(metrics['recovr']['R@1'][0], metrics['umivr']['R@1'][0])
 
   def test_model_captions_need_a_captioner_and_the_world(self):

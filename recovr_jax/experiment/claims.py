@@ -10,20 +10,23 @@ setting of a run group, as in the paper's appendix A.3). A check's verdict:
   lies above zero, contradicted when it lies below, else inconclusive;
 * ``at_least`` ("matches or exceeds", margin ``d``): reproduced when the
   interval lies above ``-d``, contradicted when below ``-d``;
-* ``within`` ("similar", "stays within"; margin ``d``): reproduced when the
-  interval lies inside ``(-d, d)``, contradicted when it lies outside;
-* ``never`` (a property that holds by construction): reproduced when the
-  pooled count is zero, contradicted otherwise.
+* ``within`` ("similar", "stays within", "marginally ahead"; margin
+  ``d``): reproduced when the interval lies inside ``(-d, d)``,
+  contradicted when it lies outside.
+
+A property that holds by construction (a count that cannot be non-zero)
+is not checked: its claim is untestable, with the reason.
 
 A ``greater`` check whose two sides agree on every session (the difference
 and its interval exactly zero: e.g. R@1 at turn 1 with and without State
 Reflection, which only moves ranks below the top under the default
 placement) is untestable in that run, not inconclusive.
 
-A claim is reproduced when every check (untestable ones aside) is,
-contradicted when any check is, inconclusive otherwise; untestable when
-this setting cannot test it (the reason is given) or none of its checks
-can be decided. The margins are fixed here, before any result:
+A claim is contradicted when any check is; reproduced when every check is
+(an untestable check is not reproduced: a claim "at every turn" with one
+turn tied on every session is inconclusive, not reproduced without that
+turn); untestable when this setting cannot test it (the reason is given)
+or none of its checks can be decided; inconclusive otherwise. The margins are fixed here, before any result:
 ``MARGIN_POINTS`` is 1.5 times the expected half-width of a paired R@1
 interval at 2,000 sessions, so an equivalence can be decided at that size.
 
@@ -218,7 +221,7 @@ class Quantity:
   per-session values (a mean when its denominator is one per session)."""
   terms: tuple = ()     # ((coef, statistic key), ...)
   const: float = 0.0
-  unit: str = 'points'  # 'points' (shares, shown x100), 'bri', 'count'
+  unit: str = 'points'  # 'points' (shares, shown x100), 'bri', 'turns'
 
   def _combine(self, other, sign):
     if isinstance(other, Quantity):
@@ -363,10 +366,6 @@ class Evidence:
       self._cache[key] = (float(value), boot)
     return self._cache[key]
 
-  def count(self, key) -> int:
-    num, _ = self._per_session(key)
-    return int(np.sum(num))
-
   def evaluate(self, q: Quantity):
     """``(value, lower, upper)`` of a quantity (95% percentile interval)."""
     value, boot = q.const, q.const
@@ -418,16 +417,12 @@ class View:
     return Quantity(((1.0, self._key('transitions', method, run)),),
                     unit='turns')
 
-  def count(self, method, mode, run=None) -> Quantity:
-    return Quantity(((1.0, self._key('mode', method, run, mode)),),
-                    unit='count')
-
   @property
   def feedback_turns(self):
     return range(1, self.num_turns + 1)
 
 
-def _check_verdict(check: Check, value, lower, upper, evidence) -> str:
+def _check_verdict(check: Check, value, lower, upper) -> str:
   d = check.margin
   if check.kind == 'greater':
     if value == lower == upper == 0:  # the same value on every session
@@ -441,9 +436,6 @@ def _check_verdict(check: Check, value, lower, upper, evidence) -> str:
     if -d < lower and upper < d:
       return 'reproduced'
     return 'contradicted' if lower > d or upper < -d else 'inconclusive'
-  if check.kind == 'never':
-    (_, key), = check.quantity.terms
-    return 'reproduced' if evidence.count(key) == 0 else 'contradicted'
   raise ValueError(f'unknown check kind {check.kind!r}')
 
 
@@ -452,12 +444,13 @@ def combine(verdicts) -> str:
   verdicts = list(verdicts)
   if not verdicts:
     raise ValueError('a claim needs at least one check')
-  verdicts = [v for v in verdicts if v != 'untestable'] or ['untestable']
-  if verdicts == ['untestable']:
+  if all(v == 'untestable' for v in verdicts):
     return 'untestable'
+  if 'contradicted' in verdicts:
+    return 'contradicted'
   if all(v == 'reproduced' for v in verdicts):
     return 'reproduced'
-  return 'contradicted' if 'contradicted' in verdicts else 'inconclusive'
+  return 'inconclusive'
 
 
 def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None):
@@ -485,15 +478,11 @@ def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None):
         continue
       view = View(evidence, claim.group, swap)
       for check in claim.checks(view):
-        if check.kind == 'never':
-          (_, key), = check.quantity.terms
-          value = lower = upper = float(evidence.count(key))
-        else:
-          value, lower, upper = evidence.evaluate(check.quantity)
+        value, lower, upper = evidence.evaluate(check.quantity)
         row['checks'].append(dict(
             label=check.label, value=value, lower=lower, upper=upper,
             unit=check.quantity.unit, kind=check.kind, margin=check.margin,
-            verdict=_check_verdict(check, value, lower, upper, evidence)))
+            verdict=_check_verdict(check, value, lower, upper)))
       row['verdict'] = combine(c['verdict'] for c in row['checks'])
       if row['verdict'] == 'untestable':
         row['why'] = 'the compared sides agree on every session'
@@ -510,8 +499,8 @@ def summary(rows) -> dict:
 
 
 def _fmt(check) -> str:
-  if check['kind'] == 'never':
-    return f"{check['label']}: {check['value']:.0f}"
+  if check['verdict'] == 'untestable':
+    return f"{check['label']}: tied on every session"
   scale, digits = ((100, 1) if check['unit'] == 'points' else (1, 3))
   v, lo, hi = (scale * check[k] for k in ('value', 'lower', 'upper'))
   return f"{check['label']}: {v:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
@@ -522,8 +511,8 @@ def _ours(row) -> str:
     return row['why']
   shown = row['checks']
   # A claim over many turns and baselines: its decisive checks first.
-  order = {'contradicted': 0, 'inconclusive': 1, 'reproduced': 2,
-           'untestable': 3}
+  order = {'contradicted': 0, 'inconclusive': 1, 'untestable': 2,
+           'reproduced': 3}
   shown = sorted(shown, key=lambda c: order[c['verdict']])
   text = '; '.join(_fmt(c) for c in shown[:3])
   if len(shown) > 3:
