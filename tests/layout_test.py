@@ -213,9 +213,10 @@ class SourceTest(absltest.TestCase):
 
 
 def _flags(root) -> dict:
-  """A small layout run's flags (host driver, rules)."""
+  """A small layout run's flags (host driver, rules; benchmark v2, whose
+  words these checks were written for)."""
   return dict(
-      num_test_triplets=8, num_train_triplets=20, gallery_size=300,
+      benchmark='v2', num_test_triplets=8, num_train_triplets=20, gallery_size=300,
       num_sessions=8, batch_size=8, num_turns=3, bootstrap_resamples=100,
       compilation_cache=False, describe_layout=True,
       cache_dir=str(pathlib.Path(root) / 'cache'))
