@@ -350,9 +350,10 @@ class GroundedReaderJitTest(absltest.TestCase):
     from recovr_jax.reasoning import grounding  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
     _, env, sim_env = env_for('sum')
+    # It abstains below its threshold (rules_core.ABSTAIN in the table).
     reader = grounding.GroundingReader(
         lexicon, fake_encode, reading.prototypes('train'), threshold=0.4,
-        exact=reading.training_phrases())
+        exact=reading.training_phrases(), abstain=0.2)
     from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
     texts, _, actions, _, _ = reading.training_utterances(
         world_lib.make_world(world_lib.WorldConfig()), 300,
@@ -388,7 +389,8 @@ class GroundedReaderJitTest(absltest.TestCase):
         simulation.word_table(sim_env, dataclasses.replace(
             config, face=dataclasses.replace(config.face, reasoner='other')),
             3)
-      table = simulation.word_table(sim_env, config, 3, parse=reader.parse,
+      table = simulation.word_table(sim_env, config, 3,
+                                    parse=reasoner.feedback_values,
                                     label=label)
       trace = simulation.run(sim_env, config, sessions, seed=3, chunk_size=7)
       np.testing.assert_array_equal(trace.displayed, host_result.displayed)
@@ -399,5 +401,8 @@ class GroundedReaderJitTest(absltest.TestCase):
           if name == 'recovr' and hr['action'] != 'stopped':
             sigmas.add(hr['sigma'])
     self.assertGreater(reader.grounded, 0)
+    from recovr_jax.reasoning import rules_core  # pylint: disable=g-import-not-at-top
+    self.assertTrue(np.any(np.asarray(table.arrays()[1]) ==
+                           rules_core.ABSTAIN))  # host and jit abstained
     self.assertIn('neu', sigmas)  # answers to the question shown
     self.assertIn('pos', sigmas)

@@ -9,13 +9,22 @@ function words yields candidate spans (1 to ``max_span`` words), each span
 is embedded (the shipped MiniLM, ``encode``) and scored against prototype
 phrases of every attribute value (cosine similarity, the best prototype per
 value); spans are taken greedily from the best score down while the score
-reaches ``threshold``, one value per attribute, spans never overlapping. A
-grounded value and a lexicon value of one attribute: the later in the text
-wins, as in the lexicon.
+reaches ``threshold``, one value per attribute, spans never overlapping,
+none of an attribute the lexicon read (it is precise by construction; among
+its own readings the later in the text wins).
 
 The threshold is chosen on training utterances only (``fit_threshold``),
 scoring each span with the prototypes of its own phrase left out, so the
-threshold is the one a phrase never seen would need. This module knows no
+threshold is the one a phrase never seen would need.
+
+**Abstention.** An unread span whose best value scores below the threshold
+but at least ``abstain`` is a value the reader could not read of an
+attribute it can place: ``abstained(text)`` names those attributes (none
+that a value was read for). The rules reasoner then leaves each unnamed in
+its search (``rules_core.ABSTAIN``) instead of keeping the shown video's
+or a kept value there. ``fit_abstain`` chooses ``abstain`` on the same kind
+of training utterances: abstentions on attributes the utterance names
+minus abstentions on attributes it does not (None: abstaining never pays). This module knows no
 vocabulary: the lexicon (``parse_spans``, ``is_function_word``,
 ``constraint``...) and the prototypes are injected.
 """
@@ -24,6 +33,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
+# The score of a span a lexical resource relates to a value (above every
+# similarity, so always read).
+RELATED = 2.0
+# What ``relate`` answers for a span the resource knows but relates to no
+# value.
+UNRELATED = 'unrelated'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +71,12 @@ class GroundingReader:
     exact: phrases read exactly like the lexicon's (the lexicon's
       ``parse_spans(text, exact)``), e.g. the training phrasings; the
       threshold fit reads without them.
+    abstain: the least score of an unread span below ``threshold`` that
+      makes the reader abstain on its attribute (None: never).
+    relate: a lexical resource, ``relate(span, leave_out) -> ((attribute,
+      value), depth)`` or None (``wordnet.Relater.relate``): a span it
+      relates to a value takes that value, ahead of any similarity
+      (``RELATED`` minus a hundredth per step of depth).
     template: how a span or prototype is embedded (``'{}'``: alone).
     dictionary: words the lexicon's spelling fixer leaves as they are (the
       encoder tokenizer's whole words: real words are not typos).
@@ -63,13 +85,17 @@ class GroundingReader:
   def __init__(self, lexicon, encode: Callable[[list[str]], np.ndarray],
                prototypes: Sequence[Prototype], threshold: float,
                max_span: int = 3, exact=None, template: str = '{}',
-               dictionary: frozenset = frozenset()):
+               dictionary: frozenset = frozenset(),
+               abstain: float | None = None, relate=None):
     if not prototypes:
       raise ValueError('GroundingReader needs at least one prototype')
     if max_span < 1:
       raise ValueError(f'max_span must be >= 1, got {max_span}')
     self.lexicon = lexicon
     self.threshold = float(threshold)
+    self.abstain = abstain  # None: never abstains
+    self.relate = relate
+    self.unrelated_penalty = 0.0
     self.max_span = max_span
     self.exact = exact
     self.dictionary = frozenset(dictionary)
@@ -147,16 +173,26 @@ class GroundingReader:
     out = []
     for k, (start, end) in enumerate(where):
       a, v = self._values[int(best[k])]
-      out.append((float(per_value[k, best[k]]), a, v, start, end))
+      score = float(per_value[k, best[k]])
+      related = (None if self.relate is None else
+                 self.relate(spans[k], spans[k] if leave_out else None))
+      if related == UNRELATED:
+        score -= self.unrelated_penalty
+      elif related is not None:
+        (a, v), depth = related
+        score = RELATED - 0.01 * depth
+      out.append((score, a, v, start, end))
     return mentions, out, words
 
   def select(self, mentions, candidates, threshold: float,
              spans: bool = False):
     """``{attribute: value}`` from the lexicon's mentions and the candidate
     spans that reach ``threshold`` (greedy from the best score; one value
-    per attribute among the grounded; no overlapping spans; later wins).
+    per attribute, none of an attribute the lexicon read: it is precise by
+    construction; no overlapping spans; among the lexicon's, later wins).
     ``spans``: also the ``(start, end)`` of every span read."""
-    taken, used, grounded = [], set(), set()
+    taken, used = [], set()
+    grounded = {m[0] for m in mentions}  # the lexicon's attributes
     for score, a, v, start, end in sorted(candidates, key=lambda c: (
         -c[0], c[3])):
       if score < threshold:
@@ -175,11 +211,11 @@ class GroundingReader:
     return found
 
   def _read(self, text: str):
-    """``(values, frame words, values grounded)`` of ``text``, read once
-    per text and threshold (the Intent Decomposer, the Reflector and its
-    frame classifier read the same words, and every method the same
-    user)."""
-    key = (text, self.threshold)
+    """``(values, frame words, values grounded, attributes abstained)`` of
+    ``text``, read once per text and thresholds (the Intent Decomposer, the
+    Reflector and its frame classifier read the same words, and every
+    method the same user)."""
+    key = (text, self.threshold, self.abstain)
     if key not in self._read_cache:
       mentions, candidates, words = self._candidates(text, False)
       found, read = self.select(mentions, candidates, self.threshold,
@@ -188,14 +224,20 @@ class GroundingReader:
       lexical = {(m[0], m[1]) for m in mentions}
       self._read_cache[key] = (
           found, [w for i, w in enumerate(words) if i not in inside],
-          sum((a, v) not in lexical for a, v in found.items()))
+          sum((a, v) not in lexical for a, v in found.items()),
+          abstentions(found, read, candidates, self.abstain))
     return self._read_cache[key]
+
+  def abstained(self, text: str) -> frozenset:
+    """The attributes ``text`` names in words the reader cannot read (see
+    the module docstring); empty when ``abstain`` is None."""
+    return self._read(text)[3]
 
   def frame(self, text: str) -> tuple[dict, list[str]]:
     """``(values, frame words)``: what ``parse`` reads and the words of
     ``text`` outside every span it read (the user's frame: "swap the
     colour for", "I think", "No. I want")."""
-    found, frame, _ = self._read(text)
+    found, frame, _, _ = self._read(text)
     return dict(found), list(frame)
 
   def lexical(self, text: str) -> dict[int, int]:
@@ -206,7 +248,7 @@ class GroundingReader:
 
   def parse(self, text: str) -> dict[int, int]:
     """The values ``text`` names: ``{attribute index: value index}``."""
-    found, _, grounded = self._read(text)
+    found, _, grounded, _ = self._read(text)
     self.calls += 1
     self.grounded += grounded
     return dict(found)
@@ -239,4 +281,58 @@ def fit_threshold(reader: GroundingReader, texts: Sequence[str],
     if best is None or right - wrong > best['right'] - best['wrong']:
       best = curve[-1]
   return {**best, 'named': named, 'utterances': len(texts),
+          'curve': curve[::-1]}
+
+
+def abstentions(found: dict, read, candidates, abstain: float | None
+                ) -> frozenset:
+  """The attributes of candidate spans scoring at least ``abstain`` that
+  ``found`` (the values read, from spans ``read``) has no value of and
+  that overlap no span read."""
+  if abstain is None:
+    return frozenset()
+  inside = {i for start, end in read for i in range(start, end)}
+  return frozenset(
+      a for score, a, _, start, end in candidates
+      if score >= abstain and a not in found
+      and not inside.intersection(range(start, end)))
+
+
+def fit_abstain(reader: GroundingReader, texts: Sequence[str],
+                truths: Sequence[dict], grid=None) -> dict:
+  """The abstention threshold (at most ``reader.threshold``) that
+  maximises abstentions on named attributes (a value the reader could
+  not read, which a search would otherwise fill from the shown video)
+  minus abstentions on attributes the utterance does not name, on
+  training utterances scored leave-one-phrase-out as ``fit_threshold``
+  scores them.
+
+  Returns ``{'abstain', 'named_unread', 'good', 'bad', 'curve'}``;
+  ``abstain`` is None when no threshold gains (ties go to the higher
+  threshold, then to None).
+  """
+  if len(texts) != len(truths) or not texts:
+    raise ValueError('fit_abstain needs as many truths as texts (>= 1), '
+                     f'got {len(texts)} and {len(truths)}')
+  top = reader.threshold
+  grid = (np.round(np.arange(0.30, top + 1e-9, 0.01), 2) if grid is None
+          else [g for g in grid if g <= top])
+  read = []
+  unread = 0
+  for text, truth in zip(texts, truths):
+    mentions, candidates = reader.candidates(text, leave_out=True)
+    found, spans = reader.select(mentions, candidates, top, spans=True)
+    read.append((found, spans, candidates, truth))
+    unread += sum(a not in found for a in truth)
+  curve, best = [], {'abstain': None, 'good': 0, 'bad': 0}
+  for threshold in sorted(grid, reverse=True):
+    good = bad = 0
+    for found, spans, candidates, truth in read:
+      for a in abstentions(found, spans, candidates, float(threshold)):
+        good += a in truth
+        bad += a not in truth
+    curve.append({'abstain': float(threshold), 'good': good, 'bad': bad})
+    if good - bad > best['good'] - best['bad']:
+      best = curve[-1]
+  return {**best, 'named_unread': unread, 'utterances': len(texts),
           'curve': curve[::-1]}

@@ -103,6 +103,21 @@ class RulesReasoner(_Backend):
       self.name = name
     self._parsed = {}
 
+  def abstained(self, text: str) -> frozenset:
+    """The attributes ``text`` names in words this reasoner's reader could
+    not read (its ``abstained``; a lexicon abstains on nothing)."""
+    abstained = getattr(self.reader, 'abstained', None)
+    return frozenset() if abstained is None else abstained(text)
+
+  def feedback_values(self, text: str) -> dict[int, int]:
+    """``{attribute: value}`` the user's ``text`` names as this reasoner
+    reads it, ``rules_core.ABSTAIN`` for the attributes it abstains on:
+    the jitted driver's word table holds this."""
+    values = dict(self.reader.parse(text))
+    for a in self.abstained(text):
+      values.setdefault(a, rules_core.ABSTAIN)
+    return values
+
   def _row(self, values: dict[int, int]) -> np.ndarray:
     """``[A]`` int of ``{attribute: value}`` (-1: none)."""
     row = np.full(len(self.lexicon.A), -1, np.int64)
@@ -115,10 +130,14 @@ class RulesReasoner(_Backend):
     of one request (``rules_core.read``); ``mentions``: the values the
     feedback names when another reader read them (default: this reasoner's
     reader)."""
+    abstained = ()
     if mentions is None:
       mentions = self.reader.parse(r.feedback)
+      abstained = self.abstained(r.feedback)
     shown = self.lexicon.parse(r.shown_caption)
     m, s = self._row(mentions), self._row(shown)
+    for a in abstained:
+      m[a] = rules_core.ABSTAIN
     named, changes, num_changes, relative = rules_core.read(
         m, s, has_negative_marker(r.feedback))
     del named

@@ -2,8 +2,9 @@
 form (``rules.RulesReasoner`` reads text into these arrays;
 ``methods.recovr.JaxForm`` traces them).
 
-Every function takes ``[A]`` int arrays of attribute values (``-1``: none)
-and ``xp``, the array module (``numpy`` on the host, ``jax.numpy`` under
+Every function takes ``[A]`` int arrays of attribute values (``-1``: none;
+in ``mentions``, ``ABSTAIN``: the feedback names the attribute in words the
+reader could not read) and ``xp``, the array module (``numpy`` on the host, ``jax.numpy`` under
 ``jit``), so the two readers share the decisions and differ only in how
 they hold text.
 """
@@ -15,6 +16,10 @@ from recovr_jax.core import demotion
 SIGMA_RULES = ('rules', 'paper', 'frames')
 # Feedback changing more of the shown video's values is not an edit of it.
 MAX_EDIT_CHANGES = 2
+# A mention the reader abstained on: the attribute is named, its value
+# unread. It is not a value (``read`` does not count it as named); search
+# does not copy the shown video's value of it.
+ABSTAIN = -2
 SIGMA_NAMES = {demotion.SIGMA_NEG: 'neg', demotion.SIGMA_NEU: 'neu',
                demotion.SIGMA_POS: 'pos'}
 
@@ -45,8 +50,10 @@ def wanted(mentions, shown, keep, shown_avoided, relative, xp=np):
   """The Intent Decomposer's search values: the shown video's values when
   the feedback is relative (minus those avoided, ``shown_avoided [A]``
   bool), then the kept ones (``keep [A]``), then what the feedback names;
-  later sources win."""
-  base = xp.where(relative & (shown >= 0) & ~shown_avoided, shown, -1)
+  later sources win. The shown video's value of an attribute the reader
+  abstained on is not copied (a kept value, the user's own, still is)."""
+  base = xp.where(relative & (shown >= 0) & ~shown_avoided
+                  & (mentions != ABSTAIN), shown, -1)
   return xp.where(mentions >= 0, mentions, xp.where(keep >= 0, keep, base))
 
 

@@ -7,6 +7,7 @@ meets a test query, a test target or a held-out phrasing before it is
 evaluated.
 """
 
+import collections
 import functools
 
 import numpy as np
@@ -25,10 +26,15 @@ A = world_lib.ATTRIBUTES
 # before any result was looked at.
 FIT_UTTERANCES = 2000
 FIT_SEED = 1
-# The shipped grounded backend's reader: chosen among span lengths 1-3 and
-# the templates '{}' / 'a video of {}' by the threshold fit's own score
-# (values read right minus wrong, leave-one-phrase-out, train split only).
-GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}'}
+# The shipped grounded backend's reader: span lengths 1-3 and the templates
+# '{}' / 'a video of {}' chosen by the threshold fit's own score (values
+# read right minus wrong, leave-one-phrase-out, train split only); WordNet
+# walked to depth 2 (of 0-2), a 0.2 penalty on spans WordNet knows but
+# relates to no value (of 0, 0.1, 0.2) and abstention chosen on the dev
+# split (docs/reading.md, "The grounded reader v3"); the abstention
+# threshold itself is fitted on the train split.
+GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
+                    'unrelated_penalty': 0.2, 'abstain': True}
 # The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
 # validation utterances of the train split (rules 57.8%, paper 97.4%,
 # frames 99.5%).
@@ -118,21 +124,73 @@ def dictionary(model_dir: str | None = None) -> frozenset:
                    len(w) > 1)
 
 
+@functools.cache
+def relater(phrasings: str = 'train', max_depth: int = 1):
+  """WordNet (``reasoning.wordnet``) over the world's vocabulary: every
+  prototype's content words (``prototypes(phrasings)``), each of its words
+  and every value's name, each to its value; a word of two values is left
+  out."""
+  from recovr_jax.reasoning import wordnet  # pylint: disable=g-import-not-at-top
+  values = collections.defaultdict(set)
+  for p in prototypes(phrasings):
+    key = grounding.content(lexicon, lexicon.words(p.phrase))
+    for word in [key] + key.split():
+      if word:
+        values[word].add((p.attribute, p.value))
+  for a, name in enumerate(A):
+    for v, value in enumerate(world_lib.VALUES[name]):
+      values[value].add((a, v))
+  vocabulary = {w: next(iter(s)) for w, s in values.items() if len(s) == 1}
+  return wordnet.Relater(wordnet.WordNet(), vocabulary, max_depth=max_depth)
+
+
+def _unless_frame(relater_, frames: frozenset):
+  """``relate`` for spans with no word of the user's frames ("rather",
+  "picturing", "swap": unread words of training utterances, which name no
+  value), None for the rest."""
+  def related(span, leave_out=None):
+    if frames.intersection(span.split()):
+      return None
+    out = relater_.relate(span, leave_out)
+    if out is None and relater_.knows(span):
+      return grounding.UNRELATED
+    return out
+  return related
+
+
 def grounding_reader(world, encode, phrasings: str = 'train',
                      num: int = FIT_UTTERANCES, seed: int = FIT_SEED,
                      use_dictionary: bool = True, **options):
   """``(reader, fit)``: the grounding reader over ``encode`` (the world's
   MiniLM) with its threshold fitted on the train split (``fit``: the
-  chosen threshold, its counts and the curve). ``phrasings='train'``: the
+  chosen threshold, its counts and the curve; with ``abstain=True`` in
+  ``options``, also ``abstain_fit``, ``grounding.fit_abstain``'s).
+  ``options``: ``GroundingReader``'s, and ``related_depth`` (WordNet walked
+  this deep, ``relater``; None: no WordNet), ``unrelated_penalty`` (taken
+  off the similarity of a span WordNet knows but relates to no value) and
+  ``abstain``.
+  ``phrasings='train'``: the
   training phrasings are prototypes and are read exactly; ``'lexicon'``:
   zero-shot, the lexicon's phrases only."""
+  options = dict(options)
+  abstain = options.pop('abstain', False)
+  depth = options.pop('related_depth', None)  # None: no WordNet
+  penalty = options.pop('unrelated_penalty', 0.0)
   reader = grounding.GroundingReader(
       lexicon, encode, prototypes(phrasings), threshold=1.0,
       exact=training_phrases() if phrasings == 'train' else None,
       dictionary=dictionary() if use_dictionary else frozenset(), **options)
-  fit = grounding.fit_threshold(reader, *training_utterances(world, num,
-                                                             seed))
+  if depth is not None:  # the user's frames are not values
+    reader.relate = _unless_frame(relater(phrasings, depth),
+                                  frame_words(world, reader))
+    reader.unrelated_penalty = penalty
+  utterances = training_utterances(world, num, seed)
+  fit = grounding.fit_threshold(reader, *utterances)
   reader.threshold = fit['threshold']
+  if abstain:  # on the same training utterances, the threshold fixed
+    fit['abstain_fit'] = {k: v for k, v in grounding.fit_abstain(
+        reader, *utterances).items() if k != 'curve'}
+    reader.abstain = fit['abstain_fit']['abstain']
   return reader, fit
 
 

@@ -342,7 +342,7 @@ class WorldSource(source_lib.Source):
       from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
       label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
     table = jitted.word_table(sim_env, sim_config, run.user_seed,
-                              parse=reasoner.reader.parse, label=label)
+                              parse=reasoner.feedback_values, label=label)
     trace = jitted.run(sim_env, sim_config, sessions, run.user_seed, log=log,
                        chunk_size=run.jit_chunk_size or None, mesh=mesh)
     return jitted.batch_result(sim_env, trace, table, sessions=sessions)
