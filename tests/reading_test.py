@@ -154,10 +154,13 @@ class GroundingReaderTest(absltest.TestCase):
     self.assertTrue(lexicon.is_function_word('please'))
     self.assertEqual(r.parse('please'), {})
 
-  def test_later_mention_wins(self):
+  def test_the_lexicon_wins_over_a_grounded_value(self):
+    # The lexicon is precise by construction: a grounded value of an
+    # attribute it read is not taken, wherever it stands.
     r = self.reader(0.8)
-    self.assertEqual(r.parse('red, no wait, cobalt')[self.colour], self.blue)
+    self.assertEqual(r.parse('red, no wait, cobalt')[self.colour], self.red)
     self.assertEqual(r.parse('cobalt, no wait, red')[self.colour], self.red)
+    self.assertEqual(r.parse('no wait, cobalt')[self.colour], self.blue)
 
   def test_leave_out_hides_the_span_own_prototype(self):
     r = grounding.GroundingReader(
@@ -550,9 +553,9 @@ class RoutedReasonerTest(absltest.TestCase):
     self.assertEqual(reasoner.validity(), {'from': 'model'})
 
   def test_a_value_the_lexicon_reads_is_not_the_models(self):
-    # A model that misreads "three" as four and "cobalt" as blue: its
-    # reply is the Intent Decomposer's; the memory keeps the lexicon's
-    # "three" and the model's blue.
+    # A model that misreads "three" as four and "cobalt" as blue: the
+    # Intent Decomposer and the memory read the lexicon's "three" and the
+    # model's blue.
     reasoner, _ = self.make({'cobalt': 'blue', 'three': 'four'})
     caption = lexicon.canonical_description({attr('colour'): value(
         'colour', 'red')})
@@ -560,13 +563,49 @@ class RoutedReasonerTest(absltest.TestCase):
     feedback = 'make it cobalt, three of them'
     out = reasoner.call('intent', [schemas.IntentRequest(
         feedback, caption, memory)]).objects[0]
-    self.assertEqual(lexicon.parse_edit(out['edit'])[attr('count')],
-                     value('count', 'four'))
+    self.assertEqual(lexicon.parse_edit(out['edit']),
+                     {attr('count'): value('count', 'three'),
+                      attr('colour'): value('colour', 'blue')})
     reflected = reasoner.call('reflect', [schemas.ReflectRequest(
         feedback, caption, memory)]).objects[0]
     self.assertEqual(set(reflected['keep']), {'colour: blue',
                                               'count: three'})
     self.assertEqual(reflected['avoid'], ['colour: red'])
+
+  def test_a_model_copy_of_the_shown_value_is_refused(self):
+    # A model that cannot read "cobalt" and writes the shown video's red
+    # into its edit: not accepted; the colour is abstained on, so the
+    # search does not carry red either.
+    from recovr_jax.reasoning import routed  # pylint: disable=g-import-not-at-top
+
+    class Copier:
+      def call(self, module, requests):
+        del module
+        return schemas.Outputs([{
+            'search': 'small red circles',
+            'edit': 'change the colour to red and make them small'}
+                                for _ in requests], [True] * len(requests))
+
+    reasoner = routed.RoutedReasoner(
+        rules.RulesReasoner(lexicon), Copier(), lambda text: True,
+        read_reply=reading.model_reading, lexical=lexicon.parse, name='r')
+    caption = lexicon.canonical_description({
+        attr('colour'): value('colour', 'red'),
+        attr('shape'): value('shape', 'circle')})
+    memory = schemas.SessionMemory()
+    feedback = 'make it cobalt and tiny'
+    out = reasoner.call('intent', [schemas.IntentRequest(
+        feedback, caption, memory)]).objects[0]
+    search = lexicon.parse(out['search'])
+    self.assertNotIn(attr('colour'), search)
+    self.assertEqual(search[attr('shape')], value('shape', 'circle'))
+    self.assertEqual(lexicon.parse_edit(out['edit']),
+                     {attr('size'): value('size', 'small')})
+    self.assertEqual(reasoner.speed()['routed_copies_refused'], 1.0)
+    reflected = reasoner.call('reflect', [schemas.ReflectRequest(
+        feedback, caption, memory)]).objects[0]
+    self.assertEqual(reflected['keep'], ['size: small'])
+    self.assertEqual(reflected['avoid'], [])
 
   def test_the_model_reading_inverts_the_rules_composition(self):
     caption = lexicon.canonical_description({attr('colour'): value(

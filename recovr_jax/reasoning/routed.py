@@ -2,18 +2,21 @@
 
 ``RoutedReasoner(base, other, route, read_reply, lexical)`` is ``base`` (a
 ``rules.RulesReasoner`` over a reader, e.g. ``grounded``) in every module
-but two, for the feedback ``route`` picks:
+but two (the Intent Decomposer and the State Reflector), for the feedback
+``route`` picks:
 
-* the Intent Decomposer's reply is ``other``'s (one model call per picked
-  request);
-* the State Reflector's reply is ``base``'s rules over a reading of the
-  feedback in which the model's values (``read_reply(reply, request)``: the
-  values its Intent Decomposer's reply says the feedback names) stand for
-  every attribute that ``lexical(feedback)`` (the lexicon and its exact
-  phrases, precise by construction) does not read; ``base``'s reader reads
-  the rest. The memory is thus written by the rules (one value per
-  attribute, keep and avoid disjoint), the sigma is ``base``'s own (on the
-  world, the frame classifier), and a turn costs one model call.
+* both read the feedback as ``base``'s rules over a reading in which the
+  model's values (``read_reply(reply, request)``: the values its Intent
+  Decomposer's reply says the feedback names) stand for the attributes
+  that ``lexical(feedback)`` (the lexicon and its exact phrases, precise by
+  construction) does not read, each accepted only where it changes the
+  shown video's value (a model that cannot read a word writes the shown
+  video's value of its attribute: that is refused, and the attribute is
+  abstained on, ``rules_core.ABSTAIN``, unless ``base``'s reader read it);
+  ``base``'s reader reads the rest. The search, the edit and the memory
+  are thus written by the rules (one value per attribute, keep and avoid
+  disjoint), the sigma is ``base``'s own (on the world, the frame
+  classifier), and a turn costs one model call.
 
 On the world, ``grounded_smollm2`` picks the feedback holding words that
 neither the lexicon, the training phrasings nor the user's frames read
@@ -25,15 +28,16 @@ lexical reading are injected.
 import collections
 from collections.abc import Callable
 
+from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 
 ROUTED_MODULES = ('intent', 'reflect')
 
 
 class RoutedReasoner:
-  """``base`` everywhere but the picked feedback's Intent Decomposer
-  (``other``'s) and State Reflector (``base``'s rules over ``other``'s
-  reading where the lexicon reads nothing)."""
+  """``base`` everywhere but the picked feedback's Intent Decomposer and
+  State Reflector (``base``'s rules over ``other``'s reading where the
+  lexicon reads nothing, copies of the shown video refused)."""
 
   def __init__(self, base, other, route: Callable[[str], bool],
                read_reply: Callable[[dict, schemas.IntentRequest], dict],
@@ -75,21 +79,36 @@ class RoutedReasoner:
         [requests[i] for i in where]))) if where else {}
     self.routed[module] += len(where)
     self.routed[f'{module}_requests'] += len(requests)
+    mentions = [None] * len(requests)
+    for i, (_, model, _) in replies.items():
+      mentions[i] = self.mentions(requests[i], model)
     if module == 'intent':
-      objects = self.base.intent(requests)
-      for i, (reply, _, _) in replies.items():
-        objects[i] = reply
+      objects = self.base.intent(requests, mentions=mentions)
       return schemas.Outputs(objects, [replies[i][2] if i in replies
                                        else True
                                        for i in range(len(requests))])
-    mentions = [None] * len(requests)
-    for i, (_, model, _) in replies.items():
-      feedback = requests[i].feedback
-      known = self.lexical(feedback)
-      named = self.base.reader.parse(feedback)
-      named.update({a: v for a, v in model.items() if a not in known})
-      mentions[i] = named
     return schemas.Outputs(self.base.reflect(requests, mentions=mentions))
+
+  def mentions(self, request, model: dict) -> dict:
+    """What the feedback names, as the routed reader reads it: ``base``'s
+    reading (its abstentions included), with the model's value for each
+    attribute the lexicon does not read, accepted only where it changes
+    the shown video's value; a model value equal to the shown one (what a
+    model that could not read the words copies) is not accepted, and the
+    attribute is abstained on unless ``base`` read it."""
+    feedback = request.feedback
+    known = self.lexical(feedback)
+    shown = self.base.lexicon.parse(request.shown_caption)
+    named = self.base.feedback_values(feedback)
+    for a, v in model.items():
+      if a in known:
+        continue
+      if shown.get(a) == v:
+        named.setdefault(a, rules_core.ABSTAIN)
+        self.routed['copies_refused'] += 1
+      else:
+        named[a] = v
+    return named
 
   def intent(self, requests):
     return self.call('intent', requests).objects

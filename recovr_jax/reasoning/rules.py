@@ -103,7 +103,7 @@ class RulesReasoner(_Backend):
       self.name = name
     self._parsed = {}
 
-  def abstained(self, text: str) -> frozenset:
+  def _abstained(self, text: str) -> frozenset:
     """The attributes ``text`` names in words this reasoner's reader could
     not read (its ``abstained``; a lexicon abstains on nothing)."""
     abstained = getattr(self.reader, 'abstained', None)
@@ -114,7 +114,7 @@ class RulesReasoner(_Backend):
     reads it, ``rules_core.ABSTAIN`` for the attributes it abstains on:
     the jitted driver's word table holds this."""
     values = dict(self.reader.parse(text))
-    for a in self.abstained(text):
+    for a in self._abstained(text):
       values.setdefault(a, rules_core.ABSTAIN)
     return values
 
@@ -133,7 +133,7 @@ class RulesReasoner(_Backend):
     abstained = ()
     if mentions is None:
       mentions = self.reader.parse(r.feedback)
-      abstained = self.abstained(r.feedback)
+      abstained = self._abstained(r.feedback)
     shown = self.lexicon.parse(r.shown_caption)
     m, s = self._row(mentions), self._row(shown)
     for a in abstained:
