@@ -41,6 +41,13 @@ _NOISE = flags.DEFINE_list(
     'User surface-noise rates, one evaluation each (in [0, 1]).')
 _JSON = flags.DEFINE_string('output_json', 'results/reading.json',
                             'Where to write the report (JSON).')
+_GROUNDED_OPTIONS = flags.DEFINE_string(
+    'grounded_options', None,
+    'A JSON object overriding the grounded reader\'s options '
+    '(recovr_jax/world/reading.py GROUNDED_OPTIONS: related_depth, '
+    'unrelated_penalty, abstain, max_span, template), for grounded and '
+    'grounded_smollm2: how the shipped options were chosen on dev '
+    '(docs/reading.md).')
 _TEST_SPLIT = flags.DEFINE_bool(
     'test_split', False,
     'Also report the test column (utterances naming a value in a test '
@@ -74,6 +81,22 @@ def main(argv):
   if len(set(rates)) != len(rates):
     raise app.UsageError(f'--noise_rates lists a rate twice, got '
                          f'{",".join(_NOISE.value)}')
+  options = None
+  if _GROUNDED_OPTIONS.value is not None:
+    import json  # pylint: disable=g-import-not-at-top
+    from recovr_jax.world import reading as world_reading  # pylint: disable=g-import-not-at-top
+    try:
+      options = json.loads(_GROUNDED_OPTIONS.value)
+    except json.JSONDecodeError as e:
+      raise app.UsageError(f'--grounded_options: not JSON ({e})') from e
+    if not isinstance(options, dict):
+      raise app.UsageError('--grounded_options: expected a JSON object, got '
+                           f'{_GROUNDED_OPTIONS.value}')
+    unknown = sorted(set(options) - set(world_reading.GROUNDED_OPTIONS))
+    if unknown:
+      raise app.UsageError(
+          f'--grounded_options: unknown {", ".join(unknown)}; valid: '
+          f'{", ".join(world_reading.GROUNDED_OPTIONS)}')
   logging.set_verbosity(logging.WARNING)
   config = run.run_config()
   if not isinstance(config.data, world_source.WorldData):
@@ -116,7 +139,7 @@ def main(argv):
     report[backend] = {}
     for rate in rates:
       start = time.time()
-      scored = reading.evaluate(built, config, backend, rate, num)
+      scored = reading.evaluate(built, config, backend, rate, num, options)
       report[backend][str(rate)] = (scored if _TEST_SPLIT.value else
                                     reading.without_test(scored))
       print(f'{backend} at noise {rate}: {time.time() - start:.0f}s',
@@ -126,12 +149,13 @@ def main(argv):
       'num_sessions': num, 'num_sessions_requested': requested,
       'benchmark': flags.FLAGS.benchmark, 'columns': (
           reading.COLUMNS if _TEST_SPLIT.value else ('train', 'dev')),
-      'user': str(config.user),
+      'user': str(config.user), 'grounded_options': options,
       'sigma_of_action': reading.SIGMA_OF_ACTION, 'report': report})
 
 
 if __name__ == '__main__':
   cli.run(main, (('Reading benchmark', ['backends', 'noise_rates',
-                                        'test_split', 'output_json']),) +
+                                        'test_split', 'grounded_options',
+                                        'output_json']),) +
           run.HELP_GROUPS,
           run.HELP_DEFAULTS)

@@ -475,7 +475,13 @@ class EvalReadingCliTest(absltest.TestCase):
     self.assertIn('--backends', proc.stderr)
     self.assertIn("'oracle'", proc.stderr)
     for args, message in ((['--backends='], '--backends: name at least one'),
-                          (['--noise_rates='], '--noise_rates: give at least')):
+                          (['--noise_rates='], '--noise_rates: give at least'),
+                          (['--grounded_options=[1]'],
+                           '--grounded_options: expected a JSON object'),
+                          (['--grounded_options={"depth": 1}'],
+                           '--grounded_options: unknown depth; valid: '),
+                          (['--grounded_options={'],
+                           '--grounded_options: not JSON')):
       proc, out = self.run_cli(*args)
       self.assertNotEqual(proc.returncode, 0)
       self.assertIn(message, proc.stderr)

@@ -258,14 +258,18 @@ def score(turns, intents, reflects,
   return out
 
 
-def evaluate(built, config, backend: str, noise_rate: float, num_sessions):
+def evaluate(built, config, backend: str, noise_rate: float, num_sessions,
+             grounded_options: dict | None = None):
   """The reading metrics of ``backend`` at ``noise_rate`` on the first
-  ``num_sessions`` test queries of ``built``'s environment."""
+  ``num_sessions`` test queries of ``built``'s environment;
+  ``grounded_options``: overrides of the grounded reader's options
+  (``world.reading.GROUNDED_OPTIONS``), for reader development on dev."""
   env = built.env
   chat_options = dataclasses.replace(config, reasoner=backend).chat_options()
   reasoner = world_env.make_reasoner(
       backend, config.reasoner_checkpoint, chat_options=chat_options,
-      world_config=config.data.world, encode_text=env.encode_text)
+      world_config=config.data.world, encode_text=env.encode_text,
+      grounded_options=grounded_options)
   user = dataclasses.replace(config.user, noise_rate=noise_rate)
   sessions = np.arange(min(num_sessions, len(env.target)))
   turns, intents, reflects = collect(env, reasoner, user, config.user_seed,

@@ -59,13 +59,15 @@ def attribute_user(user, attributes):
 
 def make_reasoner(backend: str, checkpoint: str | None = None,
                   chat_options: dict | None = None, world_config=None,
-                  encode_text=None, **kwargs):
+                  encode_text=None, grounded_options: dict | None = None,
+                  **kwargs):
   """The world's reasoner of a backend name (``BACKENDS``).
 
   ``grounded``: the rules reasoning reading the user through the grounding
-  reader (``world.reading``: the lexicon, the training phrasings, MiniLM
-  ``encode_text`` for the rest, its threshold fitted on the train split)
-  with the Reflector's sigma as DESIGN section 10 maps the user's decisions,
+  reader (``world.reading``: the lexicon, the training phrasings, WordNet
+  and MiniLM ``encode_text`` for the rest, its thresholds fitted on the
+  train split; ``grounded_options`` override ``reading.GROUNDED_OPTIONS``)
+  with the Reflector's sigma as docs/reading.md maps the user's decisions,
   read by a frame classifier fitted on the train split.
 
   ``smollm2`` / ``smollm2_world`` (``reasoning.chat_lm.make`` with
@@ -97,8 +99,14 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
     from recovr_jax.world import generator as world_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
     world = world_lib.make_world(world_config or world_lib.WorldConfig())
-    reader, fit = reading.grounding_reader(world, encode_text,
-                                           **reading.GROUNDED_OPTIONS)
+    unknown = sorted(set(grounded_options or {}) -
+                     set(reading.GROUNDED_OPTIONS))
+    if unknown:
+      raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
+                       f'valid: {", ".join(reading.GROUNDED_OPTIONS)}')
+    reader, fit = reading.grounding_reader(
+        world, encode_text,
+        **{**reading.GROUNDED_OPTIONS, **(grounded_options or {})})
     frames = (reading.frame_classifier(world, reader)
               if reading.GROUNDED_SIGMA == 'frames' else None)
     reasoner = rules.RulesReasoner(lexicon, reader=reader,
@@ -137,7 +145,8 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
     from recovr_jax.world import generator as world_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
     grounded = make_reasoner('grounded', world_config=world_config,
-                             encode_text=encode_text)
+                             encode_text=encode_text,
+                             grounded_options=grounded_options)
     model = make_reasoner('smollm2_world', checkpoint,
                           chat_options=chat_options,
                           world_config=world_config, **kwargs)
