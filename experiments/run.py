@@ -43,6 +43,8 @@ HELP_DEFAULTS = {
     name: 'the --benchmark preset\'s: ' + ', '.join(
         f'{b}: {config_lib.BENCHMARKS[b][name]}' for b in config_lib.BENCHMARKS)
     for name in ('renditions', 'captions', 'user_style', 'user_language')}
+HELP_DEFAULTS['reasoner'] = ('grounded on --data=world, rules with '
+                             '--describe_layout and on real data')
 # Kept for the entry points built on the run.
 use_compilation_cache = running_flags.use_compilation_cache
 

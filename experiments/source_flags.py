@@ -17,6 +17,8 @@ _BENCHMARK = flags.DEFINE_enum(
     'benchmark', config_lib.DEFAULT_BENCHMARK, list(config_lib.BENCHMARKS),
     'The embedded benchmark; sets --renditions, --checkpoint_dir, '
     '--captions, --user_style and --user_language unless given explicitly. '
+    "v3 (the default): v2 with the user's test phrasings in its bank "
+    '(docs/benchmark.md). '
     'v2: 4 renditions per combination with their encoders, '
     "captions written by the captioning VLM, the paper's user in its own "
     'words. v1 (the first benchmark, for comparison): one video per '
@@ -70,11 +72,12 @@ _COMPOSER = flags.DEFINE_string(
 _CHECKPOINT = flags.DEFINE_string(
     'checkpoint_dir', None,
     'world: encoder checkpoints (default: the --benchmark preset\'s shipped '
-    'ones: checkpoints/world_renditions for v2, checkpoints/world for v1).')
+    'ones: checkpoints/world_renditions for v3 and v2, checkpoints/world '
+    'for v1).')
 _CAPTIONS = flags.DEFINE_enum(
     'captions', None, list(world_source.CAPTIONS),
     'world: what Progress Memory holds as gallery and reference captions '
-    '(default: the --benchmark preset\'s; v2: model, v1: oracle). '
+    '(default: the --benchmark preset\'s). '
     "model: the captioning VLM's (world/captioner.py). oracle: the world's "
     'ground-truth captions, an ablation in which the system sees the truth.')
 _START = flags.DEFINE_enum(

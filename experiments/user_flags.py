@@ -7,16 +7,17 @@ from recovr_jax.world import simulated_user
 
 _STYLE = flags.DEFINE_enum(
     'user_style', None, list(simulated_user.STYLES),
-    "The user's feedback (default: the --benchmark preset's; v2: paper, "
-    'v1: template). template: Modify names any differences, Rewrite '
-    '2-5 of 7 attributes. paper: Modify names at most --modify_threshold '
+    "The user's feedback (default: the --benchmark preset's). template: "
+    'Modify names any differences, Rewrite 2-5 of 7 attributes. paper: Modify names at most --modify_threshold '
     'differences, Rewrite describes the target completely (appendix D.2).')
 
 _LANGUAGE = flags.DEFINE_enum(
     'user_language', None, list(simulated_user.LANGUAGES),
-    "The user's words (default: the --benchmark preset's; v2: own, v1: "
-    "lexicon). lexicon: the world's caption words, all known to the "
-    'rules reasoner. own: its own phrase bank, partly unknown to it.')
+    "The user's words (default: the --benchmark preset's). lexicon: the "
+    "world's caption words, all known to the rules reasoner. own: its own "
+    'phrase bank (caption words, training and dev phrasings), partly '
+    'unknown to it. own_v3: own with the test phrasings '
+    '(docs/reading.md).')
 
 _POLICY = flags.DEFINE_enum('user_policy', 'mixed', list(simulated_user.POLICIES),
                             "The user's policy.")

@@ -136,5 +136,7 @@ class GroupedHelpTest(absltest.TestCase):
       self.assertIn(heading, out)
     self.assertIn('--annotations:', out)
     self.assertIn('--clip_dir:', out)
-    self.assertIn("(default: the --benchmark preset's: v2: 4, v1: 1)", out)
+    self.assertIn("(default: the --benchmark preset's: v3: 4, v2: 4, v1: 1)",
+                  out)
+    self.assertIn('(default: grounded on --data=world, rules with', out)
     self.assertNotIn('issue #', out)
