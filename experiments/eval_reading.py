@@ -92,11 +92,10 @@ def main(argv):
     if not isinstance(options, dict):
       raise app.UsageError('--grounded_options: expected a JSON object, got '
                            f'{_GROUNDED_OPTIONS.value}')
-    unknown = sorted(set(options) - set(world_reading.GROUNDED_OPTIONS))
-    if unknown:
-      raise app.UsageError(
-          f'--grounded_options: unknown {", ".join(unknown)}; valid: '
-          f'{", ".join(world_reading.GROUNDED_OPTIONS)}')
+    try:
+      world_reading.check_grounded_options(options)
+    except ValueError as e:
+      raise app.UsageError(f'--{e}') from e
   logging.set_verbosity(logging.WARNING)
   config = run.run_config()
   if not isinstance(config.data, world_source.WorldData):

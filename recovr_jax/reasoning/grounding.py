@@ -76,7 +76,9 @@ class GroundingReader:
     relate: a lexical resource, ``relate(span, leave_out) -> ((attribute,
       value), depth)`` or None (``wordnet.Relater.relate``): a span it
       relates to a value takes that value, ahead of any similarity
-      (``RELATED`` minus a hundredth per step of depth).
+      (``RELATED`` minus a hundredth per step of depth); ``UNRELATED``: a
+      span it knows but relates to nothing.
+    unrelated_penalty: taken off the similarity of an ``UNRELATED`` span.
     template: how a span or prototype is embedded (``'{}'``: alone).
     dictionary: words the lexicon's spelling fixer leaves as they are (the
       encoder tokenizer's whole words: real words are not typos).
@@ -86,7 +88,8 @@ class GroundingReader:
                prototypes: Sequence[Prototype], threshold: float,
                max_span: int = 3, exact=None, template: str = '{}',
                dictionary: frozenset = frozenset(),
-               abstain: float | None = None, relate=None):
+               abstain: float | None = None, relate=None,
+               unrelated_penalty: float = 0.0):
     if not prototypes:
       raise ValueError('GroundingReader needs at least one prototype')
     if max_span < 1:
@@ -95,7 +98,7 @@ class GroundingReader:
     self.threshold = float(threshold)
     self.abstain = abstain  # None: never abstains
     self.relate = relate
-    self.unrelated_penalty = 0.0
+    self.unrelated_penalty = unrelated_penalty
     self.max_span = max_span
     self.exact = exact
     self.dictionary = frozenset(dictionary)

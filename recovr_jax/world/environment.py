@@ -99,11 +99,7 @@ def make_reasoner(backend: str, checkpoint: str | None = None,
     from recovr_jax.world import generator as world_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
     world = world_lib.make_world(world_config or world_lib.WorldConfig())
-    unknown = sorted(set(grounded_options or {}) -
-                     set(reading.GROUNDED_OPTIONS))
-    if unknown:
-      raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
-                       f'valid: {", ".join(reading.GROUNDED_OPTIONS)}')
+    reading.check_grounded_options(grounded_options)
     reader, fit = reading.grounding_reader(
         world, encode_text,
         **{**reading.GROUNDED_OPTIONS, **(grounded_options or {})})

@@ -124,6 +124,15 @@ def dictionary(model_dir: str | None = None) -> frozenset:
                    len(w) > 1)
 
 
+def check_grounded_options(options: dict | None) -> None:
+  """``ValueError`` naming the keys of ``options`` that are not
+  ``GROUNDED_OPTIONS``."""
+  unknown = sorted(set(options or {}) - set(GROUNDED_OPTIONS))
+  if unknown:
+    raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
+                     f'valid: {", ".join(GROUNDED_OPTIONS)}')
+
+
 @functools.cache
 def relater(phrasings: str = 'train', max_depth: int = 1):
   """WordNet (``reasoning.wordnet``) over the world's vocabulary: every
@@ -179,11 +188,13 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   reader = grounding.GroundingReader(
       lexicon, encode, prototypes(phrasings), threshold=1.0,
       exact=training_phrases() if phrasings == 'train' else None,
-      dictionary=dictionary() if use_dictionary else frozenset(), **options)
-  if depth is not None:  # the user's frames are not values
+      dictionary=dictionary() if use_dictionary else frozenset(),
+      unrelated_penalty=penalty, **options)
+  # WordNet, never for the user's frame words (found with the reader's
+  # lexicon, so set after it is made).
+  if depth is not None:
     reader.relate = _unless_frame(relater(phrasings, depth),
                                   frame_words(world, reader))
-    reader.unrelated_penalty = penalty
   utterances = training_utterances(world, num, seed)
   fit = grounding.fit_threshold(reader, *utterances)
   reader.threshold = fit['threshold']
