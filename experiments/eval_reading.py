@@ -17,6 +17,7 @@ the command in docs/reading.md, and committed; no choice is made on them.
 Definitions: ``recovr_jax/experiment/reading.py`` and docs/reading.md.
 """
 
+import dataclasses
 import time
 
 from absl import app
@@ -28,14 +29,13 @@ from experiments import outputs
 from experiments import run
 from recovr_jax.experiment import reading
 from recovr_jax.experiment import runner
-from recovr_jax.reasoning import chat_lm
-from recovr_jax.world import environment
-from recovr_jax.world import reasoner_training
+from recovr_jax.experiment import config as config_lib
+from recovr_jax.reasoning import registry
 from recovr_jax.world import source as world_source
 
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'grounded'],
-    f'Backends to evaluate; valid: {", ".join(environment.BACKENDS)}.')
+    f'Backends to evaluate; valid: {", ".join(registry.names())}.')
 _NOISE = flags.DEFINE_list(
     'noise_rates', ['0', '0.1'],
     'User surface-noise rates, one evaluation each (in [0, 1]).')
@@ -65,7 +65,7 @@ def main(argv):
     raise app.UsageError('--backends: name at least one backend to read '
                          'with')
   try:
-    environment.check_backends(_BACKENDS.value)
+    registry.check_names(_BACKENDS.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   try:
@@ -84,7 +84,6 @@ def main(argv):
   options = None
   if _GROUNDED_OPTIONS.value is not None:
     import json  # pylint: disable=g-import-not-at-top
-    from recovr_jax.world import reading as world_reading  # pylint: disable=g-import-not-at-top
     try:
       options = json.loads(_GROUNDED_OPTIONS.value)
     except json.JSONDecodeError as e:
@@ -92,10 +91,6 @@ def main(argv):
     if not isinstance(options, dict):
       raise app.UsageError('--grounded_options: expected a JSON object, got '
                            f'{_GROUNDED_OPTIONS.value}')
-    try:
-      world_reading.check_grounded_options(options)
-    except ValueError as e:
-      raise app.UsageError(f'--{e}') from e
   logging.set_verbosity(logging.WARNING)
   config = run.run_config()
   if not isinstance(config.data, world_source.WorldData):
@@ -104,28 +99,24 @@ def main(argv):
   if config.simulation != 'host':
     raise app.UsageError('eval_reading draws requests in the host loop: '
                          '--simulation=host')
-  unread = [b for b in _BACKENDS.value if b != 'rules']
+  unread = [b for b in _BACKENDS.value if not registry.get(b).LEXICAL]
   if config.data.world.describe_layout and unread:
     # As a run refuses them: their readers know no layout words.
-    raise app.UsageError(f'--describe_layout reads the layout with the rules '
-                         f'reasoner only: --backends={",".join(unread)} '
-                         'would be scored on layout values its reader '
-                         'cannot know')
+    raise app.UsageError(f'--describe_layout reads the layout with the '
+                         f'lexical reasoners only: --backends='
+                         f'{",".join(unread)} would be scored on layout '
+                         'values its reader cannot know')
   num = (flags.FLAGS.num_sessions
          if not flags.FLAGS['num_sessions'].using_default_value
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
-  if {'smollm2_world', 'grounded_smollm2'} & set(_BACKENDS.value):
-    # The adapter's recorded data.
-    try:
-      for note in reasoner_training.check_adapter(
-          chat_lm.adapter_meta(config.reasoner_adapter or
-                               chat_lm.DEFAULT_ADAPTER_DIR), config.data.world, config.user,
-          config.allow_other_world_encoders):
-        print(f'warning: smollm2_world: {note}', flush=True)
-    except (ValueError, OSError) as e:
-      raise app.UsageError(f'--backends=smollm2_world: {e}') from e
+  vocab = config_lib.source(config).vocabulary(config)
+  for backend in _BACKENDS.value:  # each backend's checks, before any load
+    problems = registry.problems(reading.reasoner_config(
+        config, backend, options), vocab)
+    if problems:
+      raise app.UsageError(f'--backends={backend}: ' + '; '.join(problems))
   run.use_compilation_cache(config)
   built = runner.build(config)
   requested, total = num, len(built.env.target)

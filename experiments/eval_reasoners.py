@@ -21,18 +21,19 @@ from absl import flags
 import numpy as np
 
 from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import schemas
-from recovr_jax.world import environment
 from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
 from recovr_jax.world import reasoner_training
+from recovr_jax.world import source as world_source
 from experiments import cli
 from experiments import outputs
 from experiments import world_flags
 
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],
-    f'Backends to evaluate; valid: {", ".join(environment.BACKENDS)}.')
+    f'Backends to evaluate; valid: {", ".join(registry.names())}.')
 _NUM = flags.DEFINE_integer('eval_requests', 120, 'Held-out requests.',
                             lower_bound=1)
 _SEED = flags.DEFINE_integer('eval_seed', 0, 'Seed of the requests.',
@@ -64,9 +65,9 @@ def _truth_scores(module, obj, target):
 
 
 def evaluate(backend, pairs, truths, reference, world):
-  chat = {'wording': int(_WORDING.value)} if backend.startswith('smollm2') else None
-  reasoner = environment.make_reasoner(backend, chat_options=chat,
-                                       world_config=world.config)
+  config = registry.ReasonerConfig(
+      backend, chat=registry.ChatOptions(wording=int(_WORDING.value)))
+  reasoner = registry.make(config, world_source.vocabulary(world.config))
   report = {}
   start = time.time()
   for module in schemas.MODULES:
@@ -107,7 +108,7 @@ def main(argv):
     raise app.UsageError('--backends: name at least one backend to '
                          'evaluate')
   try:
-    environment.check_backends(_BACKENDS.value)
+    registry.check_names(_BACKENDS.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   world = world_lib.make_world(world_flags.world_config())

@@ -4,13 +4,13 @@ options), read into ``RunConfig``'s reasoner fields."""
 from absl import flags
 
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.reasoning import registry
 from recovr_jax.world import source as world_source
 
-_REASONER = flags.DEFINE_enum(
+_REASONER = flags.DEFINE_string(
     'reasoner', None,
-    ['rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
-     'grounded_smollm2'],
-    'Reasoning backend. rules: the world lexicon on --data=world (the '
+    'Reasoning backend (reasoning/registry.py; a backend registered there '
+    'is accepted too). rules: the world lexicon on --data=world (the '
     "lexicon-only lower bound), the user's words kept as they are on real "
     'data. grounded (world only): the rules reasoning reading the user '
     'with the lexicon, the training phrasings, WordNet and MiniLM '

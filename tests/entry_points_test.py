@@ -17,7 +17,7 @@ from absl.testing import absltest
 
 from experiments import bench_common
 from experiments import cli
-from recovr_jax.world import environment
+from recovr_jax.reasoning import registry
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ class SharedChecksTest(absltest.TestCase):
     with self.assertRaisesRegex(app.UsageError, "--sizes lists '32' twice"):
       bench_common.list_values(sizes, bench_common.positive_int)
     with self.assertRaisesRegex(ValueError, "--backends lists 'rules' twice"):
-      environment.check_backends(['rules', 'grounded', 'rules'])
+      registry.check_names(['rules', 'grounded', 'rules'])
 
 
 class EntryPointRefusalsTest(absltest.TestCase):

@@ -383,7 +383,7 @@ class GroundedReaderJitTest(absltest.TestCase):
                              base, reasoner=reasoner)
       config = simulation.sim_config(method, base, user_config,
                                      sim_env.composer, reasoner='grounded',
-                                     sigma=sigma)
+                                     lexical=False, sigma=sigma)
       self.assertTrue(config.face.words)
       with self.assertRaisesRegex(ValueError, 'parse'):
         simulation.word_table(sim_env, dataclasses.replace(

@@ -10,13 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
-from recovr_jax.real import environment as real_environment
+from recovr_jax.real import source as real_source
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
-from recovr_jax.world import environment as world_environment
+from recovr_jax.world import generator as world_lib
 from recovr_jax.world import lexicon
+from recovr_jax.world import source as world_source
 
 SHOWN = 'two large blue circles moving left on grass in daylight'
 
@@ -148,11 +150,14 @@ class RulesReasonerTest(absltest.TestCase):
           [schemas.ReflectRequest(text, SHOWN, self.memory)])[0])
 
   def test_make_reasoner(self):
-    self.assertIsInstance(world_environment.make_reasoner('rules'), rules.RulesReasoner)
+    vocab = world_source.vocabulary(world_lib.WorldConfig())
+    self.assertIsInstance(registry.make(registry.ReasonerConfig('rules'),
+                                        vocab), rules.RulesReasoner)
     with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
-      world_environment.make_reasoner('gpt')
+      registry.make(registry.ReasonerConfig('gpt'), vocab)
     with self.assertRaisesRegex(FileNotFoundError, 'is missing: config.json'):
-      world_environment.make_reasoner('flax_lm', tempfile.mkdtemp())
+      registry.make(registry.ReasonerConfig('flax_lm', tempfile.mkdtemp()),
+                    vocab)
 
 
 class FreeTextTest(absltest.TestCase):
@@ -162,7 +167,8 @@ class FreeTextTest(absltest.TestCase):
               'two dogs running on a beach at sunset')
 
   def test_real_words_survive(self):
-    reasoner = real_environment.make_reasoner('rules')
+    reasoner = registry.make(registry.ReasonerConfig('rules'),
+                             real_source.VOCABULARY)
     self.assertIsInstance(reasoner, rules.FreeTextReasoner)
     memory = schemas.SessionMemory(keep=(self.CAPTIONS[0],))
     for caption in self.CAPTIONS:
@@ -186,7 +192,8 @@ class FreeTextTest(absltest.TestCase):
 
   def test_flax_lm_on_real_data_needs_a_checkpoint(self):
     with self.assertRaisesRegex(ValueError, '--reasoner_checkpoint'):
-      real_environment.make_reasoner('flax_lm')
+      registry.make(registry.ReasonerConfig('flax_lm'),
+                    real_source.VOCABULARY)
 
 
 class FlaxLMTest(absltest.TestCase):
@@ -249,7 +256,9 @@ class TrainedReasonerTest(absltest.TestCase):
   """The shipped world reasoner loads and writes valid JSON."""
 
   def test_valid_json_on_fixed_prompts(self):
-    lm = world_environment.make_reasoner('flax_lm', batch_size=8)
+    lm = registry.make(registry.ReasonerConfig('flax_lm'),
+                       world_source.vocabulary(world_lib.WorldConfig()),
+                       batch_size=8)
     memory = schemas.SessionMemory(keep=('colour: red',))
     shown = 'three big blue squares rising on a street at night'
     outputs = {

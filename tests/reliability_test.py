@@ -22,9 +22,9 @@ from recovr_jax.experiment import runner
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
 from recovr_jax.real import environment as real_environment
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders
-from recovr_jax.world import environment as world_environment
 from recovr_jax.world import generator
 from recovr_jax.world import lexicon
 from recovr_jax.world import progress_memory
@@ -195,8 +195,8 @@ class ValidityCountsTest(absltest.TestCase):
   def test_counts_are_per_method_and_survive_a_resume(self):
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())
-    original = world_environment.make_reasoner
-    world_environment.make_reasoner = lambda *a, **k: Counting(lexicon)
+    original = registry.make
+    registry.make = lambda *a, **k: Counting(lexicon)
     try:
       fresh = root / 'fresh'
       _run(fresh, methods=['recovr', 'ivr'], num_sessions=10)
@@ -207,7 +207,7 @@ class ValidityCountsTest(absltest.TestCase):
           shutil.rmtree(p) if p.is_dir() else p.unlink()
       _run(resumed, methods=['recovr', 'ivr'], num_sessions=10)
     finally:
-      world_environment.make_reasoner = original
+      registry.make = original
     section = lambda d: (d / 'report.md').read_text().split(
         '### Reasoning validity')[1]
     self.assertEqual(section(resumed), section(fresh))

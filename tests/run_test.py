@@ -21,6 +21,7 @@ from recovr_jax.experiment import resources
 from recovr_jax.experiment import runner
 from recovr_jax.protocol import ranking
 from recovr_jax.real import source as real_source
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 from recovr_jax.world import encoders
 from recovr_jax.world import environment
@@ -276,8 +277,8 @@ class RunnerTest(absltest.TestCase):
       def intent(self, requests):
         raise RuntimeError('model crashed')
 
-    original = environment.make_reasoner
-    environment.make_reasoner = lambda *a, **k: Raising(lexicon)
+    original = registry.make
+    registry.make = lambda *a, **k: Raising(lexicon)
     try:
       out = self.root / 'raising'
       returned = run_main(out, methods=['recovr'], num_sessions=5)
@@ -288,7 +289,7 @@ class RunnerTest(absltest.TestCase):
                           num_sessions=5, max_error_share=1.0)
       self.assertIsNone(tolerant)
     finally:
-      environment.make_reasoner = original
+      registry.make = original
     metrics = json.loads((out / 'metrics.json').read_text())
     self.assertGreater(metrics['recovr']['sessions_raised'], 0)
     self.assertIn('### Sessions that raised', (out / 'report.md').read_text())
@@ -865,7 +866,7 @@ class WebvidCovrTest(absltest.TestCase):
     user = real_env.caption_user(caption_user.CaptionUser(), env.captions)
     ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
                            encode_text=env.encode_text, compose=env.compose,
-                           reasoner=real_env.make_reasoner('rules'))
+                           reasoner=real_source.VOCABULARY.rules())
     base = ranking.LoopConfig(num_turns=2, list_length=3)
     step_env = stepped.StepEnvironment(env, methods.make('recovr'),
                                        np.arange(4), user, ctx, base)

@@ -14,6 +14,7 @@ from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
 from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import resources
+from recovr_jax.reasoning import registry
 
 
 class RunFailed(RuntimeError):
@@ -138,69 +139,26 @@ def _check_simulation(config) -> None:
 
 
 def _check_reasoner(config, source) -> None:
-  """--reasoner and its checkpoints, before any model loads."""
-  if config.reasoner not in source.REASONERS:
-    fail(f'--reasoner={config.reasoner} is not offered on '
-         f'--data={source.NAME}; valid there: {", ".join(source.REASONERS)}')
+  """--reasoner and its checkpoints, before any model loads: whether the
+  source offers it, the flags it reads, then its backend's own checks
+  (``reasoning.registry``)."""
+  if config.reasoner not in registry.REGISTRY:
+    fail(f'unknown --reasoner {config.reasoner!r}; valid: '
+         f'{", ".join(registry.names())}')
   if config.reasoner_checkpoint and not os.path.isdir(
       config.reasoner_checkpoint):
     fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
          'directory')
-  if config.reasoner_adapter and config.reasoner not in (
-      'smollm2_world', 'grounded_smollm2'):
-    fail(f'--reasoner_adapter is for --reasoner=smollm2_world or '
-         f'grounded_smollm2, not '
-         f'--reasoner={config.reasoner}')
-  if config.reasoner in ('smollm2', 'smollm2_world', 'grounded_smollm2'):
-    _check_chat(config, source)
-  if config.reasoner == 'flax_lm':
-    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
-    directory = (config.reasoner_checkpoint or
-                 source.default_reasoner_checkpoint('flax_lm'))
-    if directory is None:
-      fail(f'--reasoner=flax_lm on --data={source.NAME} needs '
-           '--reasoner_checkpoint (the shipped reasoner knows only the '
-           'world\'s words)')
-    try:  # before any model loads
-      flax_lm.check_model_dir(directory)
-    except (FileNotFoundError, ValueError) as e:
-      fail(f'--reasoner_checkpoint: {e}')
-
-
-def _check_chat(config, source) -> None:
-  """The chat-LM reasoners' inputs, before any model loads."""
-  from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
-  if config.reasoner_batch < 1:
-    fail('--reasoner_batch must be >= 1')
-  if config.few_shot is not None and config.few_shot < 0:
-    fail('--few_shot must be >= 0')
-  if config.few_shot and not source.FEW_SHOT:
-    fail(f'--few_shot: --data={source.NAME} has no examples to draw; use 0')
-  if config.reasoner_checkpoint:
-    if not chat_lm.is_chat_checkpoint(config.reasoner_checkpoint):
-      fail(f'--reasoner_checkpoint {config.reasoner_checkpoint}: not a '
-           'Llama directory with a chat template (config.json, '
-           'tokenizer_config.json); experiments/convert_gguf.py writes one')
-  else:
-    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
-    problem = gguf_llama.smollm2_problem()
-    if problem:
-      fail(f'--reasoner={config.reasoner}: {problem}')
-  if config.reasoner in ('smollm2_world', 'grounded_smollm2'):
-    adapter = pathlib.Path(config.reasoner_adapter or
-                           chat_lm.DEFAULT_ADAPTER_DIR)
-    if not (adapter / 'adapter.json').is_file():
-      fail(f'--reasoner={config.reasoner}: the adapter {adapter} is missing '
-           '(no adapter.json); experiments/train_adapter.py writes it')
-    from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
-    try:  # its files, tensors, layers and shapes, before any model loads
-      lora.check(lora.load(adapter), f'LoRA adapter {adapter}',
-                 chat_lm.model_config(config.reasoner_checkpoint))
-    except (OSError, ValueError) as e:
-      fail(f'--reasoner={config.reasoner}: {e}')
-    problems = source.reasoner_problems(config)
-    if problems:
-      fail('\n'.join(problems))
+  backend = registry.get(config.reasoner)
+  if config.reasoner_adapter and 'reasoner_adapter' not in backend.FLAGS:
+    readers = [n for n in registry.names()
+               if 'reasoner_adapter' in registry.get(n).FLAGS]
+    fail(f'--reasoner_adapter is for --reasoner={registry.or_list(readers)}, '
+         f'not --reasoner={config.reasoner}')
+  problems = registry.problems(config.reasoner_config(),
+                               source.vocabulary(config))
+  if problems:
+    fail('\n'.join(problems))
 
 
 def writable_dir(path, message: str) -> pathlib.Path:

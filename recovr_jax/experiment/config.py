@@ -11,6 +11,7 @@ from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
 from recovr_jax.real import source as real_source
+from recovr_jax.reasoning import registry
 from recovr_jax.world import simulated_user
 from recovr_jax.world import source as world_source
 
@@ -87,16 +88,15 @@ class RunConfig:
   gallery_over_processes: bool = False
   flags_text: str = ''                     # written to flags.txt
 
-  def chat_options(self) -> dict | None:
-    """The chat-LM reasoner's options (``reasoning.chat_lm.make``), or None
-    for another reasoner."""
-    if self.reasoner not in ('smollm2', 'smollm2_world', 'grounded_smollm2'):
-      return None
-    return {'few_shot': self.few_shot, 'wording': self.prompt_wording,
-            'dtype': self.reasoner_dtype,
-            'constrained_decoding': self.constrained_decoding,
-            'batch_size': self.reasoner_batch,
-            'adapter': self.reasoner_adapter}
+  def reasoner_config(self) -> registry.ReasonerConfig:
+    """The reasoner's settings, as its backend reads them."""
+    return registry.ReasonerConfig(
+        name=self.reasoner, checkpoint=self.reasoner_checkpoint,
+        chat=registry.ChatOptions(
+            few_shot=self.few_shot, wording=self.prompt_wording,
+            dtype=self.reasoner_dtype,
+            constrained_decoding=self.constrained_decoding,
+            batch_size=self.reasoner_batch, adapter=self.reasoner_adapter))
 
 
 def source(config: RunConfig) -> source_lib.Source:

@@ -21,6 +21,7 @@ import jax
 
 from recovr_jax import checksums
 from recovr_jax.experiment import config as config_lib
+from recovr_jax.reasoning import registry
 
 path_digest = checksums.path_digest
 # The repository (or the installed package's parent directory).
@@ -36,21 +37,8 @@ def input_paths(config) -> dict[str, str]:
   reasoner's."""
   source = config_lib.source(config)
   paths = source.input_paths(config)
-  if config.reasoner == 'flax_lm':
-    checkpoint = (config.reasoner_checkpoint or
-                  source.default_reasoner_checkpoint('flax_lm'))
-    if checkpoint:
-      paths['reasoner_checkpoint'] = checkpoint
-  if config.reasoner in ('smollm2', 'smollm2_world', 'grounded_smollm2'):
-    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
-    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
-    if config.reasoner_checkpoint:
-      paths['reasoner_checkpoint'] = config.reasoner_checkpoint
-    else:
-      paths['reasoner_gguf'] = str(gguf_llama.find_smollm2())
-    if config.reasoner in ('smollm2_world', 'grounded_smollm2'):
-      paths['reasoner_adapter'] = (config.reasoner_adapter or
-                                   chat_lm.DEFAULT_ADAPTER_DIR)
+  paths.update(registry.get(config.reasoner).inputs(
+      config.reasoner_config(), source.vocabulary(config)))
   return paths
 
 

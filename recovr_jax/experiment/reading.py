@@ -47,10 +47,11 @@ import numpy as np
 
 from recovr_jax import methods
 from recovr_jax.core import metrics
+from recovr_jax.experiment import config as config_lib
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import frames
-from recovr_jax.world import environment as world_env
+from recovr_jax.reasoning import registry
 from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
 from recovr_jax.world import user_language
@@ -258,6 +259,16 @@ def score(turns, intents, reflects,
   return out
 
 
+def reasoner_config(config, backend: str,
+                    grounded_options: dict | None = None
+                    ) -> registry.ReasonerConfig:
+  """The run's reasoner settings (``config``'s) for ``backend``, with
+  ``grounded_options`` overriding the grounded reader's."""
+  return dataclasses.replace(
+      dataclasses.replace(config, reasoner=backend).reasoner_config(),
+      grounded=grounded_options)
+
+
 def evaluate(built, config, backend: str, noise_rate: float, num_sessions,
              grounded_options: dict | None = None):
   """The reading metrics of ``backend`` at ``noise_rate`` on the first
@@ -265,11 +276,9 @@ def evaluate(built, config, backend: str, noise_rate: float, num_sessions,
   ``grounded_options``: overrides of the grounded reader's options
   (``world.reading.GROUNDED_OPTIONS``), for reader development on dev."""
   env = built.env
-  chat_options = dataclasses.replace(config, reasoner=backend).chat_options()
-  reasoner = world_env.make_reasoner(
-      backend, config.reasoner_checkpoint, chat_options=chat_options,
-      world_config=config.data.world, encode_text=env.encode_text,
-      grounded_options=grounded_options)
+  vocab = config_lib.source(config).vocabulary(config)
+  reasoner = registry.make(reasoner_config(config, backend, grounded_options),
+                           vocab, env.encode_text)
   user = dataclasses.replace(config.user, noise_rate=noise_rate)
   sessions = np.arange(min(num_sessions, len(env.target)))
   turns, intents, reflects = collect(env, reasoner, user, config.user_seed,

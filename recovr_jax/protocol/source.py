@@ -9,8 +9,9 @@ own typed config (``RunConfig.data``: ``world.source.WorldData`` or
   files whose contents make the run's identity (``input_paths``);
 * the queries, Progress Memory and encoders (``build`` ->
   ``host.Environment``), and what to keep after a run (``save_caches``);
-* the simulated user and the reasoners it offers (``user``, ``reasoner``,
-  ``REASONERS``, ``checks_reasoner``);
+* the simulated user, and what it offers the reasoner backends
+  (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
+  registry makes the reasoner of ``run.reasoner`` over it);
 * the study's videos (``frames``), what a run's outputs add
   (``extra_outputs``) and the captions of its T2V ceiling
   (``target_captions``).
@@ -26,6 +27,7 @@ import dataclasses
 import numpy as np
 
 from recovr_jax.protocol import host
+from recovr_jax.reasoning import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,17 +58,14 @@ class Built:
 
 
 class Source(abc.ABC):
-  """One data source of a run; subclasses set ``NAME`` and ``REASONERS``."""
+  """One data source of a run; subclasses set ``NAME`` and offer the
+  reasoners a ``vocabulary``."""
 
   NAME: str = ''
-  # The --reasoner backends this source offers.
-  REASONERS: tuple[str, ...] = ()
   # The jitted driver (--simulation=jit) can run on it.
   JITTED: bool = False
   # It renders its own study media (no --frames_dir).
   OWN_MEDIA: bool = False
-  # --few_shot examples exist (drawn from its training split).
-  FEW_SHOT: bool = False
   # Files ``extra_outputs`` may write (a fresh run removes them).
   OUTPUT_FILES: tuple[str, ...] = ()
 
@@ -74,9 +73,8 @@ class Source(abc.ABC):
     self.config = config   # the source's own typed config
 
   def default_reasoner(self) -> str:
-    """The backend a run uses when it names none: the first of
-    ``REASONERS`` unless the source says otherwise."""
-    return self.REASONERS[0]
+    """The backend a run uses when it names none."""
+    return 'rules'
 
   @abc.abstractmethod
   def problems(self, run, create: bool) -> list[str]:
@@ -99,20 +97,14 @@ class Source(abc.ABC):
     ``respond(session, turn, target, shown, question) -> Feedback``."""
 
   @abc.abstractmethod
+  def vocabulary(self, run) -> registry.Vocabulary:
+    """What this source offers the reasoner backends (its lexicon-only
+    reasoner, grounding, examples...); cheap: the parts load when used."""
+
   def reasoner(self, run, env: host.Environment):
     """The reasoner of ``run.reasoner`` on this source."""
-
-  def reasoner_problems(self, run) -> list[str]:
-    """What the source adds to the reasoner's checks (e.g. an adapter's
-    recorded training data), before any model loads."""
-    del run
-    return []
-
-  def default_reasoner_checkpoint(self, backend: str) -> str | None:
-    """The checkpoint ``backend`` loads when none is given (None: one must
-    be given)."""
-    del backend
-    return None
+    return registry.make(run.reasoner_config(), self.vocabulary(run),
+                         env.encode_text)
 
   def target_captions(self, built: Built) -> dict[str, tuple[str, ...]]:
     """Kind -> ``[N]`` captions of the gallery's videos whose T2V search,

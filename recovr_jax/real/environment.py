@@ -1,8 +1,8 @@
-"""WebVid-CoVR-style files as a run's environment, its user and reasoners.
+"""WebVid-CoVR-style files as a run's environment and its user.
 
 No text here goes through the embedded world's lexicon: the ``rules``
 backend is ``reasoning.rules.FreeTextReasoner``, which keeps the user's
-words.
+words (``real.source.RealSource.vocabulary``).
 """
 
 import numpy as np
@@ -12,7 +12,6 @@ from recovr_jax.protocol import host
 from recovr_jax.real import callables
 from recovr_jax.real import clip_encoder
 from recovr_jax.real import data
-from recovr_jax.reasoning import rules
 
 
 def real_environment(annotations: str, gallery_embeddings: str,
@@ -200,28 +199,3 @@ def caption_user(user, captions):
     return user.respond(session, turn, target, shown, captions[target],
                         captions[shown])
   return respond
-
-
-def make_reasoner(backend: str, checkpoint: str | None = None,
-                  chat_options: dict | None = None, **kwargs):
-  """The real-data reasoner of a backend name: ``rules`` keeps the user's
-  words (``FreeTextReasoner``); ``flax_lm`` loads ``checkpoint`` (required:
-  the shipped reasoner was trained on the world's vocabulary) with the
-  free-text backend as its fallback."""
-  fallback = rules.FreeTextReasoner()
-  if backend == 'rules':
-    return fallback
-  if backend == 'flax_lm':
-    if not checkpoint:
-      raise ValueError('--reasoner=flax_lm on real data needs '
-                       '--reasoner_checkpoint (the shipped reasoner knows '
-                       "only the world's vocabulary)")
-    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
-    return flax_lm.FlaxLMReasoner(checkpoint, fallback=fallback, **kwargs)
-  if backend in ('smollm2', 'smollm2_world'):
-    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
-    # No few-shot examples on real data (the world's would mislead).
-    return chat_lm.make(backend, fallback, checkpoint, examples=None,
-                        **(chat_options or {}))
-  raise ValueError(f'unknown reasoner {backend!r}; valid choices: rules, '
-                   'flax_lm, smollm2, smollm2_world')

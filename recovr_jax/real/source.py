@@ -10,6 +10,8 @@ import os
 from typing import ClassVar
 
 from recovr_jax.protocol import source as source_lib
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules
 
 MISSING_IDS = ('error', 'drop')
 PHRASERS = ('none', 'smollm2')
@@ -43,12 +45,19 @@ class RealData:
   start: str = 'composed'
 
 
+# What real files offer the reasoners: no lexicon applies, so the rules pass
+# the user's words through (``FreeTextReasoner``); no grounding, no few-shot
+# examples (the world's would mislead), no default flax_lm checkpoint (the
+# shipped one knows only the world's words).
+VOCABULARY = registry.Vocabulary(data='webvid_covr',
+                                 rules=rules.FreeTextReasoner)
+
+
 class RealSource(source_lib.Source):
   """Annotation CSV, precomputed gallery embeddings, a local CLIP, the
   caption user and the free-text reasoners."""
 
   NAME = 'webvid_covr'
-  REASONERS = ('rules', 'flax_lm', 'smollm2', 'smollm2_world')
   # The jitted driver ranks; the caption user and the reasoning stay on the
   # host, a turn per pass (``protocol.stepped``).
   JITTED = True
@@ -156,11 +165,9 @@ class RealSource(source_lib.Source):
                                  seed=run.user_seed, phrase=phrase),
         env.captions)
 
-  def reasoner(self, run, env):
-    del env
-    from recovr_jax.real import environment  # pylint: disable=g-import-not-at-top
-    return environment.make_reasoner(run.reasoner, run.reasoner_checkpoint,
-                                     chat_options=run.chat_options())
+  def vocabulary(self, run):
+    del run
+    return VOCABULARY
 
   def jitted_environment(self, built):
     """The host environment: the stepped face is made per batch from it

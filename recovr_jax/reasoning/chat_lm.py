@@ -28,6 +28,7 @@ from recovr_jax.reasoning import constrained
 from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import llama_decode
 from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import schemas
 
 DTYPES = ('float32', 'bfloat16')
@@ -327,3 +328,84 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
                         constrained_decoding=constrained_decoding,
                         dtype=dtype, adapter=adapter, preprocess=preprocess,
                         reflect_literals=reflect_literals)
+
+
+class _Chat(registry.Backend):
+  """``smollm2`` (zero-shot or few-shot) and ``smollm2_world`` (with its
+  LoRA adapter): ``make`` above over the source's vocabulary."""
+  FLAGS = ('reasoner_checkpoint', 'few_shot', 'prompt_wording',
+           'reasoner_dtype', 'constrained_decoding', 'reasoner_batch')
+
+  def __init__(self, name: str, adapter: bool):
+    self.NAME = name  # pylint: disable=invalid-name
+    self.adapter = adapter
+    if adapter:
+      self.FLAGS = self.FLAGS + ('reasoner_adapter',)  # pylint: disable=invalid-name
+
+  def adapter_dir(self, config) -> pathlib.Path:
+    return pathlib.Path(config.chat.adapter or DEFAULT_ADAPTER_DIR)
+
+  def problems(self, config, vocab):
+    chat = config.chat
+    if chat.batch_size < 1:
+      return ['--reasoner_batch must be >= 1']
+    if chat.few_shot is not None and chat.few_shot < 0:
+      return ['--few_shot must be >= 0']
+    if chat.few_shot and vocab.examples is None:
+      return [f'--few_shot: --data={vocab.data} has no examples to draw; '
+              'use 0']
+    if config.checkpoint:
+      if not is_chat_checkpoint(config.checkpoint):
+        return [f'--reasoner_checkpoint {config.checkpoint}: not a Llama '
+                'directory with a chat template (config.json, '
+                'tokenizer_config.json); experiments/convert_gguf.py writes '
+                'one']
+    else:
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+      problem = gguf_llama.smollm2_problem()
+      if problem:
+        return [f'--reasoner={config.name}: {problem}']
+    if not self.adapter:
+      return []
+    adapter = self.adapter_dir(config)
+    if not (adapter / 'adapter.json').is_file():
+      return [f'--reasoner={config.name}: the adapter {adapter} is missing '
+              '(no adapter.json); experiments/train_adapter.py writes it']
+    from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+    try:  # its files, tensors, layers and shapes, before any model loads
+      lora.check(lora.load(adapter), f'LoRA adapter {adapter}',
+                 model_config(config.checkpoint))
+    except (OSError, ValueError) as e:
+      return [f'--reasoner={config.name}: {e}']
+    if vocab.check_adapter is not None:
+      try:
+        vocab.check_adapter(adapter_meta(adapter))
+      except (OSError, ValueError) as e:
+        return [f'--reasoner={config.name}: {adapter / "adapter.json"}: {e}']
+    return []
+
+  def inputs(self, config, vocab):
+    del vocab
+    if config.checkpoint:
+      paths = {'reasoner_checkpoint': config.checkpoint}
+    else:
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+      paths = {'reasoner_gguf': str(gguf_llama.find_smollm2())}
+    if self.adapter:
+      paths['reasoner_adapter'] = str(self.adapter_dir(config))
+    return paths
+
+  def make(self, config, vocab, encode_text=None, **kwargs):
+    del encode_text, kwargs
+    # The spelling fixer in front of the model when the adapter was trained
+    # with it (the zero-shot model: always).
+    fixer = not self.adapter or adapter_meta(self.adapter_dir(config))[
+        'prompt'].get('spelling_fixer', True)
+    return make(self.NAME, vocab.rules(), config.checkpoint,
+                examples=vocab.examples(8) if vocab.examples else None,
+                preprocess=vocab.preprocess if fixer else None,
+                reflect_literals=vocab.literals, **config.chat.as_kwargs())
+
+
+SMOLLM2 = _Chat('smollm2', adapter=False)
+SMOLLM2_WORLD = _Chat('smollm2_world', adapter=True)

@@ -19,6 +19,7 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax import pretrained
 from recovr_jax.reasoning import prompts as prompt_suite
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import schemas
 
 PROMPTS = prompt_suite.PLAIN  # the plain prompts (reasoning/prompts.py)
@@ -276,3 +277,43 @@ class FlaxLMReasoner(LMReasoner):
     prompts = [prompt(module, self.preprocess(r) if self.preprocess else r)
                + attempt for r in requests]
     return [('{' + t) if attempt else t for t in self.generate(prompts)]
+
+
+class _FlaxLM(registry.Backend):
+  """``flax_lm``: a Flax causal-LM checkpoint (``ReasonerConfig.checkpoint``,
+  default the source's ``lm_checkpoint``) with the rules fallback."""
+  NAME = 'flax_lm'
+  FLAGS = ('reasoner_checkpoint',)
+
+  def directory(self, config, vocab):
+    return config.checkpoint or vocab.lm_checkpoint
+
+  def problems(self, config, vocab):
+    directory = self.directory(config, vocab)
+    if directory is None:
+      return [f'--reasoner=flax_lm on --data={vocab.data} needs '
+              '--reasoner_checkpoint (the shipped reasoner knows only the '
+              "world's words)"]
+    try:  # before any model loads
+      check_model_dir(directory)
+    except (FileNotFoundError, ValueError) as e:
+      return [f'--reasoner_checkpoint: {e}']
+    return []
+
+  def inputs(self, config, vocab):
+    directory = self.directory(config, vocab)
+    return {'reasoner_checkpoint': directory} if directory else {}
+
+  def make(self, config, vocab, encode_text=None, **kwargs):
+    del encode_text
+    directory = self.directory(config, vocab)
+    if directory is None:
+      raise ValueError(self.problems(config, vocab)[0])
+    if vocab.lm_preprocess is not None:
+      preprocess = vocab.lm_preprocess(directory)
+      if preprocess is not None:
+        kwargs.setdefault('preprocess', preprocess)
+    return FlaxLMReasoner(str(directory), fallback=vocab.rules(), **kwargs)
+
+
+BACKEND = _FlaxLM()

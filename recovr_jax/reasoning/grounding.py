@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from recovr_jax.reasoning import registry
+
 # The score of a span a lexical resource relates to a value (above every
 # similarity, so always read).
 RELATED = 2.0
@@ -339,3 +341,31 @@ def fit_abstain(reader: GroundingReader, texts: Sequence[str],
       best = curve[-1]
   return {**best, 'named_unread': unread, 'utterances': len(texts),
           'curve': curve[::-1]}
+
+
+class _Grounded(registry.Backend):
+  """``grounded``: the rules reasoning over the source's grounding reader
+  (``Vocabulary.grounding``; on the world ``world.reading.Grounding``),
+  with ``ReasonerConfig.grounded`` overriding its options."""
+  NAME = 'grounded'
+  JITTED = True
+
+  def offered(self, vocab):
+    return vocab.grounding is not None
+
+  def problems(self, config, vocab):
+    try:
+      vocab.grounding.check_options(config.grounded)
+    except ValueError as e:
+      return [f'--{e}']
+    return []
+
+  def make(self, config, vocab, encode_text=None, **kwargs):
+    del kwargs
+    if encode_text is None:
+      raise ValueError("--reasoner=grounded needs the source's text "
+                       'encoder (encode_text)')
+    return vocab.grounding.reasoner(encode_text, config.grounded)
+
+
+BACKEND = _Grounded()

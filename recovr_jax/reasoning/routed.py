@@ -28,6 +28,7 @@ lexical reading are injected.
 import collections
 from collections.abc import Callable
 
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 
@@ -136,3 +137,35 @@ class RoutedReasoner:
                 'lexical', '_replies'):
       raise AttributeError(name)
     return getattr(self.base, name)
+
+
+class _GroundedSmollm2(registry.Backend):
+  """``grounded_smollm2``: ``grounded``, with ``smollm2_world`` for the
+  feedback the source's grounding routes to it
+  (``Vocabulary.grounding.route``)."""
+  NAME = 'grounded_smollm2'
+
+  @property
+  def FLAGS(self):  # pylint: disable=invalid-name
+    return registry.get('smollm2_world').FLAGS
+
+  def offered(self, vocab):
+    return vocab.grounding is not None
+
+  def problems(self, config, vocab):
+    return (registry.get('grounded').problems(config, vocab) or
+            registry.get('smollm2_world').problems(config, vocab))
+
+  def inputs(self, config, vocab):
+    return registry.get('smollm2_world').inputs(config, vocab)
+
+  def make(self, config, vocab, encode_text=None, **kwargs):
+    grounded = registry.get('grounded').make(config, vocab, encode_text)
+    model = registry.get('smollm2_world').make(config, vocab, **kwargs)
+    return RoutedReasoner(
+        grounded, model, vocab.grounding.route(grounded),
+        read_reply=vocab.grounding.model_reading,
+        lexical=grounded.reader.lexical, name=self.NAME)
+
+
+GROUNDED_SMOLLM2 = _GroundedSmollm2()

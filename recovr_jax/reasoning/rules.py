@@ -31,6 +31,7 @@ by rule (relative feedback; an answer names exactly the attribute asked);
 import numpy as np
 
 from recovr_jax.reasoning import frames as frames_lib
+from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 
@@ -344,3 +345,18 @@ class FreeTextReasoner(_Backend):
   def rewrite(self, dialogue) -> list[str]:
     return [' '.join(u.strip() for u in utterances if u.strip())
             for utterances in dialogue]
+
+
+class _Rules(registry.Backend):
+  """``rules``: the source's lexicon-only reasoner (on real data the user's
+  words pass through, ``FreeTextReasoner``)."""
+  NAME = 'rules'
+  JITTED = True
+  LEXICAL = True
+
+  def make(self, config, vocab, encode_text=None, **kwargs):
+    del config, encode_text, kwargs
+    return vocab.rules()
+
+
+BACKEND = _Rules()

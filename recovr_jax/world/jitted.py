@@ -67,6 +67,9 @@ class WorldFace(jitted.Face):
   utterances: bool = False  # each utterance's embedding (MERLIN)
   dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
   reasoner: str = 'rules'   # whose reading of the words is tabulated
+  # That reasoner reads the words with the lexicon alone (the host rules'
+  # reading); else with its own reader, so the words are always tabulated.
+  lexical: bool = True
   num_attributes: int = world_lib.NUM_ATTRIBUTES  # 8 with the layout
 
   def start(self, data, tables, query):
@@ -291,12 +294,14 @@ def _question_tables(words, num_attrs: int):
 def sim_config(method, base: ranking.LoopConfig,
                user: simulated_user.UserConfig, composer,
                reasoner: str = 'rules',
+               lexical: bool = True,
                sigma: str = 'rules',
                num_attributes: int = world_lib.NUM_ATTRIBUTES
                ) -> jitted.SimConfig:
   """``reasoner``: the host backend whose reading the jitted mode
-  reproduces ('rules': the lexicon; another: its reader, so the words are
-  always tabulated, read by ``word_table``'s ``parse``); ``sigma``: its
+  reproduces (``lexical``: with the lexicon, as the rules read; else with
+  its reader, so the words are always tabulated, read by ``word_table``'s
+  ``parse``); ``sigma``: its
   Reflector's rule (``JaxForm.sigma_rule``); ``num_attributes``: the
   world's (8 with the layout)."""
   needs = getattr(method.jax_form, 'needs', ())
@@ -307,10 +312,10 @@ def sim_config(method, base: ranking.LoopConfig,
   loop = method.ranking(base)
   face = WorldFace(
       user=dataclasses.replace(user, draws='jax'), num_turns=loop.num_turns,
-      reasoner=reasoner,
+      reasoner=reasoner, lexical=lexical,
       # Answers' words are always read from the table.
       words=(user.language != 'lexicon' or user.noise_rate > 0
-             or bool(needs) or asks or reasoner != 'rules'),
+             or bool(needs) or asks or not lexical),
       utterances='utterances' in needs, dialogues='dialogues' in needs,
       num_attributes=num_attributes)
   return jitted.SimConfig(loop=loop, face=face, form=form, composer=composer)
@@ -320,15 +325,15 @@ def word_table(env: SimEnvironment, config: jitted.SimConfig, seed: int,
                parse=None, label=None):
   """The ``words.WordTable`` of ``config``'s user and ``seed`` (None when
   its words need no tabulating). ``parse``: what ``config``'s reasoner
-  reads the words with; required to make the table of a reasoner other
-  than 'rules' (later calls find it made); ``label``: its reading of the
+  reads the words with; required to make the table of a reasoner that
+  reads with more than the lexicon (later calls find it made); ``label``: its reading of the
   user's decision (``words -> frames.LABELS`` index), if it has one."""
   face = config.face
   if not face.words:
     return None
   key = (face.user, seed, config.loop.num_turns, face.reasoner)
   if key not in env.word_tables:
-    if face.reasoner != 'rules' and parse is None:
+    if not face.lexical and parse is None:
       raise ValueError(f'the word table of reasoner {face.reasoner!r} '
                        'needs the parse it reads the words with')
     env.word_tables[key] = words_lib.WordTable(

@@ -302,3 +302,47 @@ def model_reading(reply: dict, request) -> dict[int, int]:
   named = {a: v for a, v in search.items() if carry.get(a) != v}
   named.update(edit)
   return named
+
+
+class Grounding:
+  """The world's grounding reader as a ``registry.Vocabulary.grounding``:
+  the ``grounded`` reasoner of the world ``world_config`` (``reasoner``),
+  its option check and the routing of ``grounded_smollm2`` (``route``,
+  ``model_reading``)."""
+
+  model_reading = staticmethod(model_reading)
+
+  def __init__(self, world_config=None):
+    self.world_config = world_config or world_lib.WorldConfig()
+
+  @staticmethod
+  def check_options(options: dict | None) -> None:
+    check_grounded_options(options)
+
+  def reasoner(self, encode_text, options: dict | None = None):
+    """The rules reasoning reading the user through the grounding reader
+    (the lexicon, the training phrasings, WordNet and MiniLM
+    ``encode_text`` for the rest, its thresholds fitted on the train split;
+    ``options`` override ``GROUNDED_OPTIONS``) with the Reflector's sigma
+    as docs/reading.md maps the user's decisions, read by a frame
+    classifier fitted on the train split."""
+    from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
+    world = world_lib.make_world(self.world_config)
+    check_grounded_options(options)
+    reader, fit = grounding_reader(
+        world, encode_text, **{**GROUNDED_OPTIONS, **(options or {})})
+    classifier = (frame_classifier(world, reader)
+                  if GROUNDED_SIGMA == 'frames' else None)
+    reasoner = rules.RulesReasoner(lexicon, reader=reader,
+                                   sigma=GROUNDED_SIGMA, name='grounded',
+                                   frames=classifier)
+    reasoner.fit = {k: v for k, v in fit.items() if k != 'curve'}
+    return reasoner
+
+  def route(self, grounded):
+    """``grounded_smollm2``'s route: the feedback holding words that
+    neither ``grounded``'s lexicon, the training phrasings nor the user's
+    frames read."""
+    reader = grounded.reader
+    words = frame_words(world_lib.make_world(self.world_config), reader)
+    return lambda text: bool(unread_words(reader, words, text))

@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from recovr_jax.protocol import source as source_lib
+from recovr_jax.reasoning import registry
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 
@@ -112,11 +113,8 @@ class WorldSource(source_lib.Source):
   """The generated world, its encoders, captioner, user and reasoners."""
 
   NAME = 'world'
-  REASONERS = ('rules', 'grounded', 'flax_lm', 'smollm2', 'smollm2_world',
-               'grounded_smollm2')
   JITTED = True
   OWN_MEDIA = True
-  FEW_SHOT = True
 
   def default_reasoner(self) -> str:
     """``grounded``: the best reader on the reading benchmark's dev split
@@ -179,8 +177,9 @@ class WorldSource(source_lib.Source):
         out.append(f'--captioner_checkpoint {captioner}: trained '
                    f'{"with" if theirs else "without"} --describe_layout, the '
                    f'run is {"with" if layout else "without"} it')
-    if layout and run.reasoner != 'rules':
-      out.append(f'--describe_layout reads the layout with --reasoner=rules '
+    if layout and not registry.get(run.reasoner).LEXICAL:
+      out.append(f'--describe_layout reads the layout with --reasoner='
+                 f'{registry.or_list(registry.with_property("LEXICAL"))} '
                  f'only (got {run.reasoner!r}: its reader knows no layout '
                  'words)')
     return out
@@ -216,29 +215,9 @@ class WorldSource(source_lib.Source):
     print(f'warning: {message} (accepted)', flush=True)
     return None
 
-  def default_reasoner_checkpoint(self, backend):
-    if backend == 'flax_lm':
-      from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
-      return reasoner_training.DEFAULT_REASONER_DIR
-    return None
-
-  def reasoner_problems(self, run):
-    """The smollm2_world adapter's recorded world split and benchmark."""
-    if run.reasoner not in ('smollm2_world', 'grounded_smollm2'):
-      return []
-    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
-    from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
-    adapter = pathlib.Path(run.reasoner_adapter or chat_lm.DEFAULT_ADAPTER_DIR)
-    try:
-      meta = json.loads((adapter / 'adapter.json').read_text())
-      notes = reasoner_training.check_adapter(
-          meta, self.config.world, run.user, run.allow_other_world_encoders)
-    except (OSError, ValueError) as e:
-      return [f'--reasoner=smollm2_world: {adapter / "adapter.json"}: {e}']
-    for note in notes:
-      logging.warning('--reasoner=smollm2_world: %s', note)
-      print(f'warning: --reasoner=smollm2_world: {note}', flush=True)
-    return []
+  def vocabulary(self, run):
+    return vocabulary(self.config.world, run.user,
+                      run.allow_other_world_encoders)
 
   def input_paths(self, run):
     paths = {'checkpoint_dir': (self.config.checkpoint_dir or
@@ -310,19 +289,14 @@ class WorldSource(source_lib.Source):
         attribute_names=names,
         question_about=lambda a: words.QUESTIONS[names[a]][0])
 
-  def reasoner(self, run, env):
-    from recovr_jax.world import environment  # pylint: disable=g-import-not-at-top
-    return environment.make_reasoner(
-        run.reasoner, run.reasoner_checkpoint, chat_options=run.chat_options(),
-        world_config=self.config.world, encode_text=env.encode_text)
-
   def jitted_environment(self, built):
     from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
     return jitted.prepare(built.env)
 
   def jit_problems(self, run):
-    if run.reasoner not in ('rules', 'grounded'):
-      return ['--simulation=jit needs --reasoner=rules or grounded on the '
+    if not registry.get(run.reasoner).JITTED:
+      return ['--simulation=jit needs --reasoner='
+              f'{registry.or_list(registry.with_property("JITTED"))} on the '
               'world (its face reproduces their reading of the words)']
     return []
 
@@ -334,6 +308,7 @@ class WorldSource(source_lib.Source):
     sim_env = built.sim_env
     sim_config = jitted.sim_config(
         method, loop, run.user, sim_env.composer, reasoner=run.reasoner,
+        lexical=registry.get(run.reasoner).LEXICAL,
         sigma=reasoner.sigma_rule,
         num_attributes=len(self.config.world.attributes))
     # Made here with the reasoner's reader; jitted.run finds it by key.
@@ -367,3 +342,45 @@ class WorldSource(source_lib.Source):
       return np.asarray(render(attrs[index], keys[index], scene))
 
     return frames_of
+
+
+def vocabulary(world_config, user=None, allow_other_world: bool = False):
+  """What the world ``world_config`` offers the reasoner backends
+  (``reasoning.registry.Vocabulary``): its lexicon (with the layout's words
+  when it is describable), its grounding reader, few-shot examples from the
+  train split, the Reflector's literal sets, the lexicon's spelling fixer,
+  the shipped flax_lm checkpoint and the check of an adapter's recorded
+  data against the world and ``user`` (a ``UserConfig``)."""
+  from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import lexicon  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import reading  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import reasoner_training  # pylint: disable=g-import-not-at-top
+  words = (lexicon.for_attributes(len(world_config.attributes))
+           if world_config.describe_layout else lexicon)
+
+  def lm_preprocess(directory):
+    # A checkpoint trained by experiments.train_reasoner gets the lexicon's
+    # spelling fixer in front of the model, as in its training.
+    marker = pathlib.Path(directory) / reasoner_training.MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get(
+        'spelling_fixer'):
+      return reasoner_training.preprocess
+    return None
+
+  def check_adapter(meta):
+    # The smollm2_world adapter's recorded world split and benchmark.
+    for note in reasoner_training.check_adapter(meta, world_config, user,
+                                                allow_other_world):
+      logging.warning('--reasoner=smollm2_world: %s', note)
+      print(f'warning: --reasoner=smollm2_world: {note}', flush=True)
+
+  return registry.Vocabulary(
+      data=WorldSource.NAME, rules=lambda: rules.RulesReasoner(words),
+      grounding=reading.Grounding(world_config),
+      examples=lambda n: reasoner_training.few_shot_examples(
+          world_lib.make_world(world_config), per_module=n),
+      # The Reflector's items are the world's literals (DESIGN section 10).
+      literals={a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES},
+      preprocess=reasoner_training.preprocess,
+      lm_checkpoint=reasoner_training.DEFAULT_REASONER_DIR,
+      lm_preprocess=lm_preprocess, check_adapter=check_adapter)
