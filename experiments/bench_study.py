@@ -153,10 +153,11 @@ def main(argv):
                          'simulated user: --data=world')
   run.use_compilation_cache(config)
   start = time.perf_counter()
+  built = runner.build(config)
   the_study, media = study.make_study(
-      config, participants_are='scripted (the simulated user\'s words)')
+      config, built, participants_are='scripted (the simulated user\'s words)')
   load_s = time.perf_counter() - start
-  user, _ = runner.user_and_reasoner(config, the_study.env)
+  user = built.source.user(config, built.env)
   from recovr_jax.study import app as app_lib  # pylint: disable=g-import-not-at-top
   server, port = serve(app_lib.make_app(the_study, media))
   pids = list(the_study.config.participants)

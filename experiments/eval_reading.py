@@ -111,14 +111,15 @@ def main(argv):
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
-  vocab = config_lib.source(config).vocabulary(config)
+  source = config_lib.source(config)
+  vocab = source.vocabulary(config)
   for backend in _BACKENDS.value:  # each backend's checks, before any load
     problems = registry.problems(reading.reasoner_config(
         config, backend, options), vocab)
     if problems:
       raise app.UsageError(f'--backends={backend}: ' + '; '.join(problems))
   run.use_compilation_cache(config)
-  built = runner.build(config)
+  built = runner.build(config, source)
   requested, total = num, len(built.env.target)
   if num > total:  # recorded as run, as experiments.run records it
     print(f'--num_sessions={num}: the environment has {total} test '

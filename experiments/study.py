@@ -165,11 +165,10 @@ def make_study(config, built=None, participants_are='human'):
     print('loading the environment and models (the first time on a '
           'machine this encodes the gallery: a few minutes)', flush=True)
     built = runner.build(config)
-  env = built.env
-  source = config_lib.source(config)
-  _, ctx = runner.user_and_context(config, env, source)
+  env, source = built.env, built.source
+  _, ctx = runner.user_and_context(config, built)
   base = dataclasses.replace(config.loop, num_ids=env.searchable)
-  identity = {'identity': runner.resolved_config(config)['identity'],
+  identity = {'identity': runner.resolved_config(config, source)['identity'],
               'data': config.data.NAME, 'participants_are': participants_are}
   try:
     study = study_lib.Study(env, methods.make(config.methods[0],

@@ -43,7 +43,7 @@ def simulate(config, method_names, sessions, num_turns, built=None):
   if built is None:
     built = runner.build(config)
   env = built.env
-  user, ctx = runner.user_and_context(config, env)
+  user, ctx = runner.user_and_context(config, built)
   base = dataclasses.replace(config.loop, num_turns=num_turns,
                              num_ids=env.searchable)
   out = {}

@@ -487,8 +487,7 @@ class SameLoopTest(absltest.TestCase):
   def test_scripted_participant_equals_the_runner(self):
     study, client = Tiny.study('same_loop')
     config = Tiny.config
-    from recovr_jax.experiment import runner  # pylint: disable=g-import-not-at-top
-    user, _ = runner.user_and_reasoner(config, study.env)
+    user = Tiny.built.source.user(config, Tiny.built.env)
     sessions = []
     for _ in range(2):
       view = study.view('bob')

@@ -20,7 +20,6 @@ import numpy as np
 
 from recovr_jax import methods as methods_lib
 from recovr_jax.experiment import checks
-from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import integrity
 from recovr_jax.experiment import reporting
 from recovr_jax.profiling import part as profiled
@@ -257,7 +256,7 @@ def _run_jit(config, built, method, batch, base, user, ctx):
     mesh = sharding.make_mesh(gallery_shards=1,
                               session_shards=config.session_shards,
                               devices=jax.local_devices())
-  return config_lib.source(config).run_jitted(
+  return built.source.run_jitted(
       config, built, method, batch, base, user, ctx,
       log=lambda msg: print(f'[{method.name}] {msg}', flush=True), mesh=mesh)
 

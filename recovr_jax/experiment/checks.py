@@ -31,11 +31,12 @@ def fail(msg):
   raise ConfigError(msg)
 
 
-def validate(config: config_lib.RunConfig,
-             create: bool = True) -> pathlib.Path | None:
+def validate(config: config_lib.RunConfig, create: bool = True,
+             source=None) -> pathlib.Path | None:
   """Everything that can be checked before any work; returns the output
   directory (created and writable; with ``create=False`` neither it nor
-  --cache_dir is created and ``None`` is returned). Every independent
+  --cache_dir is created and ``None`` is returned). ``source``: the run's
+  data source (default: a new one of ``config.data``). Every independent
   problem is found before the one ``ConfigError`` (a line each) is
   raised."""
   problems = []
@@ -63,7 +64,7 @@ def validate(config: config_lib.RunConfig,
     problems.append('--max_error_share must be in [0, 1], got '
                     f'{config.max_error_share}')
   try:
-    source = config_lib.source(config)
+    source = source or config_lib.source(config)
   except ValueError as e:
     source = None
     problems.append(str(e))

@@ -31,11 +31,11 @@ PACKAGES = ('recovr_jax', 'jax', 'jaxlib', 'flax', 'optax',
             'safetensors')
 
 
-def input_paths(config) -> dict[str, str]:
+def input_paths(config, source=None) -> dict[str, str]:
   """Name -> path of every file or directory ``config`` reads that can
-  change its numbers (defaults resolved): its data source's, then the
-  reasoner's."""
-  source = config_lib.source(config)
+  change its numbers (defaults resolved): its data source's (``source``,
+  default a new one of ``config.data``), then the reasoner's."""
+  source = source or config_lib.source(config)
   paths = source.input_paths(config)
   paths.update(registry.get(config.reasoner).inputs(
       config.reasoner_config(), source.vocabulary(config)))
@@ -62,13 +62,13 @@ def portable(path, output_dir=None) -> str:
     return str(path)
 
 
-def input_hashes(config) -> dict[str, dict[str, str]]:
+def input_hashes(config, source=None) -> dict[str, dict[str, str]]:
   """Name -> ``{'path', 'sha256'}`` of ``input_paths(config)`` (paths
   portable: relative to the repository or the output directory where they
   lie under them)."""
   return {name: {'path': portable(path, config.output_dir),
                  'sha256': path_digest(path)}
-          for name, path in input_paths(config).items()}
+          for name, path in input_paths(config, source).items()}
 
 
 @functools.cache
@@ -132,7 +132,7 @@ _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'environment')
 
 
-def resolved_config(config: config_lib.RunConfig) -> dict:
+def resolved_config(config: config_lib.RunConfig, source=None) -> dict:
   """Everything that shapes the run's numbers, with content hashes of the
   files and directories it reads, and ``identity``: the hash of the part
   that shapes a batch's lists (each batch checkpoint records it)."""
@@ -145,7 +145,7 @@ def resolved_config(config: config_lib.RunConfig) -> dict:
       for k, v in resolved['data'].items()}}
   for name in ('output_dir', 'flags_text', 'resume'):
     resolved.pop(name)
-  resolved['files'] = input_hashes(config)
+  resolved['files'] = input_hashes(config, source)
   resolved['backend'] = jax.default_backend()
   shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
   # Files by content: the same inputs elsewhere are the same run.

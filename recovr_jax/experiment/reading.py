@@ -47,7 +47,6 @@ import numpy as np
 
 from recovr_jax import methods
 from recovr_jax.core import metrics
-from recovr_jax.experiment import config as config_lib
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import frames
@@ -276,7 +275,7 @@ def evaluate(built, config, backend: str, noise_rate: float, num_sessions,
   ``grounded_options``: overrides of the grounded reader's options
   (``world.reading.GROUNDED_OPTIONS``), for reader development on dev."""
   env = built.env
-  vocab = config_lib.source(config).vocabulary(config)
+  vocab = built.source.vocabulary(config)
   reasoner = registry.make(reasoner_config(config, backend, grounded_options),
                            vocab, env.encode_text)
   user = dataclasses.replace(config.user, noise_rate=noise_rate)

@@ -43,37 +43,40 @@ resolved_config = integrity.resolved_config
 differences = integrity.differences
 
 
-def build(config: config_lib.RunConfig) -> source_lib.Built:
+def build(config: config_lib.RunConfig, source=None) -> source_lib.Built:
   """Loads the data and encoders of ``config`` through its data source
-  (the expensive part)."""
+  (``source``, default a new one of ``config.data``; the expensive part).
+  The ``Built`` holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
+  source = source or config_lib.source(config)
   try:
-    built = config_lib.source(config).build(config)
+    built = dataclasses.replace(source.build(config), source=source)
   except source_lib.SourceError as e:
     _fail(str(e))
   if config.simulation == 'jit':
-    built = dataclasses.replace(
-        built, sim_env=config_lib.source(config).jitted_environment(built))
+    built = dataclasses.replace(built,
+                                sim_env=source.jitted_environment(built))
   return built
 
 
-def user_and_reasoner(config, env, source=None):
-  """The run's simulated user and reasoner on ``env`` (of ``source``,
-  default ``config``'s)."""
-  source = source or config_lib.source(config)
-  return source.user(config, env), source.reasoner(config, env)
+def user_and_reasoner(config, built: Built):
+  """The run's simulated user and reasoner on ``built`` (by its
+  source)."""
+  source = built.source
+  return source.user(config, built.env), source.reasoner(config, built.env)
 
 
-def user_and_context(config, env, source=None):
+def user_and_context(config, built: Built):
   """``(user, ctx)``: the run's simulated user and what its methods may
   read (``plan.Context``: Progress Memory, the encoders, the reasoner)."""
-  user, reasoner = user_and_reasoner(config, env, source)
+  env = built.env
+  user, reasoner = user_and_reasoner(config, built)
   return user, plan_lib.Context(
       gallery=env.gallery, captions=env.captions,
       encode_text=env.encode_text, compose=env.compose, reasoner=reasoner)
 
 
-def _claim(out: pathlib.Path, config, resolved: dict):
+def _claim(out: pathlib.Path, config, resolved: dict, source):
   """Takes the directory's lock and checks that a resume would only reuse
   batches of this run identity, before anything is written to it. Returns
   the held lock (close it to release)."""
@@ -102,7 +105,7 @@ def _claim(out: pathlib.Path, config, resolved: dict):
       for directory in ('batches', 'trec'):
         if (out / directory).exists():
           shutil.rmtree(out / directory)
-      for pattern in OUTPUT_FILES + config_lib.source(config).OUTPUT_FILES:
+      for pattern in OUTPUT_FILES + source.OUTPUT_FILES:
         for f in out.glob(pattern):
           f.unlink()
   except BaseException:
@@ -113,18 +116,21 @@ def _claim(out: pathlib.Path, config, resolved: dict):
 
 def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   """One run; returns the per-method metrics. ``built``: a ``build`` of an
-  earlier config with the same data (sweeps pass it to reuse the gallery)."""
-  out = validate(config)
+  earlier config with the same data (sweeps pass it to reuse the gallery,
+  and its data source). The run's data source is made once, here."""
+  source = built.source if built is not None else config_lib.source(config)
+  out = validate(config, source=source)
   start = time.time()
-  resolved = resolved_config(config)
+  resolved = resolved_config(config, source)
   # In a multi-process run process 0 holds the directory (and clears it on
   # --noresume) before any process writes a batch.
-  lock = _claim(out, config, resolved) if config.process_id == 0 else None
+  lock = (_claim(out, config, resolved, source) if config.process_id == 0
+          else None)
   distributed.barrier('directory claimed')
   profile = profiling.Profile()
   try:
     with profile.active():
-      result = _run_claimed(config, built, out, start, resolved)
+      result = _run_claimed(config, source, built, out, start, resolved)
   finally:
     if lock is not None:
       lock.close()
@@ -136,7 +142,7 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   return result
 
 
-def _run_claimed(config, built, out, start, resolved):
+def _run_claimed(config, source, built, out, start, resolved):
   """``run`` once the directory is held and its batches are known to be
   this run's."""
   lead = config.process_id == 0   # the process that writes the outputs
@@ -147,10 +153,9 @@ def _run_claimed(config, built, out, start, resolved):
     (out / 'flags.txt').write_text(config.flags_text)
     (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
   identity = resolved['identity']
-  source = config_lib.source(config)
   if built is None:
     with profiling.part('loading data and models'):
-      built = build(config)
+      built = build(config, source)
   env = built.env
   if checksums.unverified() and lead:  # recorded beside the settings
     resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
@@ -161,7 +166,7 @@ def _run_claimed(config, built, out, start, resolved):
   base = dataclasses.replace(config.loop, num_ids=env.searchable)
   _check_batch_fits(config, env, base)
   with profiling.part('loading data and models'):
-    user, ctx = user_and_context(config, env, source)
+    user, ctx = user_and_context(config, built)
   total = len(env.target)
   num = min(config.num_sessions or total, total)
   if config.num_sessions is not None and config.num_sessions > total and lead:

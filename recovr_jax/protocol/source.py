@@ -55,6 +55,7 @@ class Built:
   env: host.Environment
   sim_env: object = None   # its protocol.jitted.Environment, jit runs only
   extra: object = None     # the source's own (e.g. the generated world)
+  source: object = None    # the Source that built it (set by the runner)
 
 
 class Source(abc.ABC):
