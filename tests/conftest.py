@@ -67,3 +67,54 @@ def _free_compiled_programs():
     import jax  # pylint: disable=g-import-not-at-top
     jax.clear_caches()
     gc.collect()
+
+
+# ``pytest -m fast``: a quick pass over every package (the unit tests that
+# build no world, load no model and start no run), for the edit-test loop;
+# the README's test command runs everything. Module -> its fast test
+# classes (None: all of them).
+FAST = {
+    # core
+    'demotion_test.py': None, 'fusion_test.py': None, 'metrics_test.py': None,
+    'ring_test.py': None, 'slerp_test.py': None,
+    # protocol, methods
+    'jitted_toy_test.py': None,
+    'methods_test.py': {'RegistryTest', 'AnchoredTest'},
+    # reasoning
+    'rules_core_test.py': None, 'reflection_test.py': None,
+    'asking_test.py': None, 'wordnet_test.py': None, 'lora_test.py': None,
+    'reasoning_test.py': {'SchemaTest', 'RulesReasonerTest', 'FreeTextTest'},
+    'reasoning_registry_test.py': {'RegistryTest'},
+    # world
+    'simulated_user_test.py': None, 'user_language_test.py': None,
+    # real
+    'data_test.py': None,
+    # experiment, study, the project
+    'profiling_test.py': None, 'resources_test.py': None,
+    'claims_test.py': {'VerdictTest', 'StatisticsTest'},
+    'study_test.py': {'FeedbackTextTest'},
+    'layering_test.py': None, 'readme_test.py': None,
+    'model_card_test.py': None,
+}
+
+
+def pytest_configure(config):
+  here = os.path.dirname(os.path.abspath(__file__))
+  missing = sorted(m for m in FAST if not os.path.isfile(os.path.join(here, m)))
+  if missing:
+    raise pytest.UsageError(f'tests/conftest.py FAST names missing test '
+                            f'modules: {", ".join(missing)}')
+  config.addinivalue_line(
+      'markers', 'fast: the quick pass over every package (tests/conftest.py '
+      'FAST; pytest -m fast)')
+
+
+def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+  for item in items:
+    name = os.path.basename(str(item.fspath))
+    if name not in FAST:
+      continue
+    classes = FAST[name]
+    cls = getattr(item, 'cls', None)
+    if classes is None or (cls is not None and cls.__name__ in classes):
+      item.add_marker(pytest.mark.fast)
