@@ -100,5 +100,25 @@ class LayeringTest(absltest.TestCase):
     self.assertEqual(cycles(edges), [('protocol', 'world')])
 
 
+class ModuleSizeTest(absltest.TestCase):
+  """A library module of more than ``MAX_LINES`` lines says in its
+  docstring why it is one module ("Why one module ...")."""
+
+  MAX_LINES = 400
+
+  def test_long_modules_say_why(self):
+    silent = []
+    for path in sorted(ROOT.rglob('*.py')):
+      text = path.read_text(encoding='utf-8')
+      if text.count('\n') <= self.MAX_LINES:
+        continue
+      doc = ast.get_docstring(ast.parse(text)) or ''
+      if 'Why one module' not in doc:
+        silent.append(f'{path.relative_to(ROOT.parent)} '
+                      f'({text.count(chr(10))} lines)')
+    self.assertEmpty(silent, 'modules over 400 lines whose docstring does '
+                     'not say why they are one module')
+
+
 if __name__ == '__main__':
   absltest.main()
