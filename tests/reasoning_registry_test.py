@@ -83,6 +83,17 @@ class RegistryTest(absltest.TestCase):
         'smollm2_world', chat=registry.ChatOptions(adapter=missing)),
         WORLD)[0], 'the adapter .* is missing')
 
+  def test_an_unknown_reasoner_is_named_before_any_work(self):
+    flags.FLAGS.mark_as_parsed()
+    out = pathlib.Path(tempfile.mkdtemp()) / 'unknown'
+    # The layout's and the jitted driver's checks ask the registry too:
+    # they leave an unknown name to the reasoner check.
+    with self.assertRaisesRegex(Exception, "unknown --reasoner 'gpt'; "
+                                'valid: rules, grounded'):
+      run_test.run_main(out, methods=['recovr'], reasoner='gpt',
+                        simulation='jit', benchmark='v2',
+                        describe_layout=True)
+
   def test_registered_backend_runs_through_the_runner(self):
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())

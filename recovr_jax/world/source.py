@@ -177,7 +177,9 @@ class WorldSource(source_lib.Source):
         out.append(f'--captioner_checkpoint {captioner}: trained '
                    f'{"with" if theirs else "without"} --describe_layout, the '
                    f'run is {"with" if layout else "without"} it')
-    if layout and not registry.get(run.reasoner).LEXICAL:
+    # (an unknown --reasoner is the reasoner check's to name)
+    if (layout and run.reasoner in registry.REGISTRY and
+        not registry.get(run.reasoner).LEXICAL):
       out.append(f'--describe_layout reads the layout with --reasoner='
                  f'{registry.or_list(registry.with_property("LEXICAL"))} '
                  f'only (got {run.reasoner!r}: its reader knows no layout '
@@ -294,7 +296,8 @@ class WorldSource(source_lib.Source):
     return jitted.prepare(built.env)
 
   def jit_problems(self, run):
-    if not registry.get(run.reasoner).JITTED:
+    if (run.reasoner in registry.REGISTRY and
+        not registry.get(run.reasoner).JITTED):
       return ['--simulation=jit needs --reasoner='
               f'{registry.or_list(registry.with_property("JITTED"))} on the '
               'world (its face reproduces their reading of the words)']
