@@ -8,7 +8,8 @@ r"""The refactoring guard: every run flagfile at small size, hashed.
 Runs each flagfile of ``experiments/flagfiles`` (not ``study``, which is an
 interactive server) under the host and the jitted driver, at small size
 (``SMALL``), on the world or, for the real-data flagfiles, on the tiny CLIP
-and gallery of ``tests.clip_test.write_real_data``; each run in a fresh
+and gallery of ``tests.clip_test.write_real_data`` (with four MSR-VTT-style text queries
+for ``--start=text``); each run in a fresh
 output directory, all in one cache directory that starts empty (so two
 calls run against the same cache states, in the same order). Records the SHA-256 of every ``metrics.json``,
 ``trajectories.jsonl`` and ``ranks.csv`` a run writes (sweeps and suites
@@ -63,6 +64,10 @@ def is_real(name: str) -> bool:
   return '--data=webvid_covr' in text.split()
 
 
+def is_text_start(name: str) -> bool:
+  return '--start=text' in (FLAGFILES / name).read_text().split()
+
+
 def hashes(directory: pathlib.Path) -> dict[str, str]:
   out = {}
   for p in sorted(directory.rglob('*')):
@@ -83,6 +88,8 @@ def run_one(name: str, simulation: str, work: pathlib.Path,
     args.append('--num_test_triplets=200')
   if is_real(name):
     args += real_flags
+    if is_text_start(name):  # text-to-video queries in MSR-VTT's layout
+      args.append(f'--annotations={work / "real_files" / "queries.csv"}')
   start = time.time()
   done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
                         check=False)
@@ -130,6 +137,10 @@ def main(argv):
                 annotations=str(real_dir / 'ann.csv'),
                 gallery_embeddings=str(real_dir / 'gallery.npz'),
                 clip_dir=str(real_dir / 'clip'))
+  queries = real_dir / 'queries.csv'
+  if not queries.exists():
+    queries.write_text('video_id,sentence\n' + ''.join(
+        f'v{i},video number {i}\n' for i in range(1, 5)))
   real_flags = [f'--{k}={v}' for k, v in real.items() if k != 'data']
   records = {}
   for i, name in enumerate(names):
