@@ -382,7 +382,7 @@ def vocabulary(world_config, user=None, allow_other_world: bool = False):
       grounding=reading.Grounding(world_config),
       examples=lambda n: reasoner_training.few_shot_examples(
           world_lib.make_world(world_config), per_module=n),
-      # The Reflector's items are the world's literals (DESIGN section 10).
+      # The Reflector's items are the world's literals (docs/reasoning.md).
       literals={a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES},
       preprocess=reasoner_training.preprocess,
       lm_checkpoint=reasoner_training.DEFAULT_REASONER_DIR,
