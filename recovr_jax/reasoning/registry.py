@@ -19,6 +19,7 @@ do)::
   BACKEND = _Echo()
 """
 
+import abc
 import contextlib
 import dataclasses
 import importlib
@@ -77,7 +78,7 @@ class Vocabulary:
   check_adapter: Callable[[dict], None] | None = None
 
 
-class Backend:
+class Backend(abc.ABC):
   """One reasoner backend (subclasses set ``NAME`` and ``make``)."""
   NAME = ''
   JITTED = False    # the jitted world face reproduces its reading
@@ -102,11 +103,11 @@ class Backend:
     del config, vocab
     return {}
 
+  @abc.abstractmethod
   def make(self, config: ReasonerConfig, vocab: Vocabulary,
            encode_text=None, **kwargs):
     """The reasoner (``encode_text``: the source's text encoder; ``kwargs``:
     a model backend's constructor options, e.g. ``batch_size``)."""
-    raise NotImplementedError
 
 
 def names() -> tuple[str, ...]:
