@@ -35,6 +35,7 @@ from experiments import cli
 from experiments import run
 from experiments import study
 from recovr_jax.experiment import runner
+from recovr_jax.experiment import assemble
 from recovr_jax.world import source as world_source
 
 _OUTPUT_JSON = flags.DEFINE_string('output_json', None,
@@ -153,11 +154,11 @@ def main(argv):
                          'simulated user: --data=world')
   run.use_compilation_cache(config)
   start = time.perf_counter()
-  built = runner.build(config)
-  the_study, media = study.make_study(
-      config, built, participants_are='scripted (the simulated user\'s words)')
+  run_ = assemble.assemble(config, runner.build(config))
+  the_study, media = study.assembled_study(
+      run_, participants_are='scripted (the simulated user\'s words)')
   load_s = time.perf_counter() - start
-  user = built.source.user(config, built.env)
+  user = run_.user
   from recovr_jax.study import app as app_lib  # pylint: disable=g-import-not-at-top
   server, port = serve(app_lib.make_app(the_study, media))
   pids = list(the_study.config.participants)

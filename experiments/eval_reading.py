@@ -17,7 +17,6 @@ the command in docs/reading.md, and committed; no choice is made on them.
 Definitions: ``recovr_jax/experiment/reading.py`` and docs/reading.md.
 """
 
-import dataclasses
 import time
 
 from absl import app
@@ -27,10 +26,11 @@ from absl import logging
 from experiments import cli
 from experiments import outputs
 from experiments import run
+from recovr_jax import drivers
 from recovr_jax.experiment import reading
 from recovr_jax.experiment import runner
-from recovr_jax.experiment import config as config_lib
 from recovr_jax.reasoning import registry
+from recovr_jax.experiment import assemble
 from recovr_jax.world import source as world_source
 
 _BACKENDS = flags.DEFINE_list(
@@ -96,7 +96,8 @@ def main(argv):
   if not isinstance(config.data, world_source.WorldData):
     raise app.UsageError('eval_reading reads the embedded world\'s '
                          'simulated user: --data=world')
-  if config.simulation != 'host':
+  source = assemble.data_source(config)
+  if not drivers.choose(config.simulation, source).STEPWISE:
     raise app.UsageError('eval_reading draws requests in the host loop: '
                          '--simulation=host')
   unread = [b for b in _BACKENDS.value if not registry.get(b).LEXICAL]
@@ -111,7 +112,6 @@ def main(argv):
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
-  source = config_lib.source(config)
   vocab = source.vocabulary(config)
   for backend in _BACKENDS.value:  # each backend's checks, before any load
     problems = registry.problems(reading.reasoner_config(
@@ -130,7 +130,9 @@ def main(argv):
     report[backend] = {}
     for rate in rates:
       start = time.time()
-      scored = reading.evaluate(built, config, backend, rate, num, options)
+      scored = reading.evaluate(assemble.assemble(
+          config, built, reading.reasoner_config(config, backend, options)),
+                                rate, num)
       report[backend][str(rate)] = (scored if _TEST_SPLIT.value else
                                     reading.without_test(scored))
       print(f'{backend} at noise {rate}: {time.time() - start:.0f}s',

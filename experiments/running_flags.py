@@ -8,6 +8,7 @@ from absl import app
 from absl import flags
 import jax
 
+from recovr_jax import drivers
 from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import distributed
 from recovr_jax.experiment import paper_claims
@@ -36,13 +37,14 @@ _NUM_SESSIONS = flags.DEFINE_integer(
 _BATCH = flags.DEFINE_integer('batch_size', 100, 'Sessions per batch.')
 
 _SIMULATION = flags.DEFINE_enum(
-    'simulation', 'host', ['host', 'jit'],
-    'host: the user and the reasoner run in Python between jitted ranking '
-    'steps (every method, backend and user). jit: whole sessions as one '
-    'lax.scan inside vmap (the embedded world and the rules or grounded '
-    'reasoner; every '
-    'method, user and ask policy: the user\'s words are tabulated on the '
-    'host); implies --user_draws=jax.')
+    'simulation', 'host', list(drivers.NAMES),
+    'The driver (recovr_jax/drivers). host: the user and the reasoner run '
+    'in Python between jitted ranking steps (every method, backend and '
+    'user). jit: whole sessions as one lax.scan inside vmap; on the '
+    'embedded world (rules or grounded reasoner; every method, user and '
+    'ask policy) the user\'s words are tabulated on the host and '
+    '--user_draws=jax is implied; on files the caption user and the '
+    'reasoning step on the host between passes.')
 
 _JIT_CHUNK = flags.DEFINE_integer(
     'jit_chunk_size', 64,

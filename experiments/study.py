@@ -24,9 +24,10 @@ from absl import logging
 
 from experiments import cli
 from experiments import run
-from recovr_jax import methods
-from recovr_jax.experiment import config as config_lib
+from recovr_jax import drivers
 from recovr_jax.experiment import runner
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.experiment import assemble
 from recovr_jax.study import study as study_lib
 
 _HOST = flags.DEFINE_string(
@@ -101,7 +102,8 @@ def checked_config():
     raise app.UsageError(
         '--methods: a study talks to one method, got '
         f'{",".join(config.methods)}')
-  if config.simulation != 'host':
+  if not drivers.choose(config.simulation,
+                        assemble.data_source(config)).STEPWISE:
     raise app.UsageError('--simulation=jit runs simulated users only; a '
                          'study needs --simulation=host')
   if getattr(config.data, 'start', 'composed') != 'composed':
@@ -111,7 +113,8 @@ def checked_config():
   if _VIDEO_SIZE.value < 16:
     raise app.UsageError(f'--video_size must be >= 16, got '
                          f'{_VIDEO_SIZE.value}')
-  if _FRAMES_DIR.value and config_lib.source(config).OWN_MEDIA:
+  if _FRAMES_DIR.value and isinstance(assemble.data_source(config),
+                                     source_lib.OwnMedia):
     raise app.UsageError('--frames_dir is for data whose videos are frame '
                          f'folders, not --data={config.data.NAME} (it renders '
                          'its own)')
@@ -155,36 +158,40 @@ def check_port(host: str, port: int) -> None:
 
 
 def make_study(config, built=None, participants_are='human'):
-  """``(study, media)`` of a checked config (loads data and models).
+  """``(study, media)`` of a checked config (loads data and models unless
+  ``built``, a ``runner.build`` of the same data, is given).
   ``participants_are``: who writes the feedback, kept in every log's header
   and in the report's column names (``experiments/bench_study.py`` scripts
   them)."""
-  from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
-  sconfig = study_config(config)
   if built is None:
     print('loading the environment and models (the first time on a '
           'machine this encodes the gallery: a few minutes)', flush=True)
     built = runner.build(config)
-  env, source = built.env, built.source
-  _, ctx = runner.user_and_context(config, built)
-  base = dataclasses.replace(config.loop, num_ids=env.searchable)
+  return assembled_study(assemble.assemble(config, built), participants_are)
+
+
+def assembled_study(run_, participants_are='human'):
+  """``(study, media)`` of an assembled run (``experiment.assemble.Run``) of a
+  checked config."""
+  from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+  config, env, source = run_.config, run_.env, run_.source
+  sconfig = study_config(config)
   identity = {'identity': runner.resolved_config(config, source)['identity'],
               'data': config.data.NAME, 'participants_are': participants_are}
   try:
-    study = study_lib.Study(env, methods.make(config.methods[0],
-                                              config.settings),
-                            ctx, base, sconfig, identity)
+    study = study_lib.Study(env, run_.method(config.methods[0]), run_.ctx,
+                            run_.loop, sconfig, identity)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  frames_of = source.frames(built)
-  if frames_of is not None:
-    media = media_lib.Media(len(env.gallery), frames_of, _VIDEO_SIZE.value)
+  if isinstance(source, source_lib.OwnMedia):
+    media = media_lib.Media(len(env.gallery), source.frames(run_.built),
+                            _VIDEO_SIZE.value)
   elif _FRAMES_DIR.value:
     media = media_lib.folder_media(_FRAMES_DIR.value, env.video_ids,
                                    _VIDEO_SIZE.value)
   else:
     media = None
-  source.save_caches(built)
+  source.save_caches(run_.built)
   return study, media
 
 

@@ -26,7 +26,7 @@ from experiments import study  # pylint: disable=unused-import  (its flags)
 from recovr_jax import methods
 from recovr_jax.experiment import reporting
 from recovr_jax.experiment import runner
-from recovr_jax.protocol import host
+from recovr_jax.experiment import assemble
 from recovr_jax.study import report as report_lib
 
 _SIMULATED = flags.DEFINE_bool(
@@ -39,18 +39,21 @@ _REFERENCE = flags.DEFINE_string(
 
 def simulate(config, method_names, sessions, num_turns, built=None):
   """``{method: BatchResult}`` of the runner's simulated user on
-  ``sessions`` (host loop, the run's own seeds per session)."""
-  if built is None:
-    built = runner.build(config)
-  env = built.env
-  user, ctx = runner.user_and_context(config, built)
-  base = dataclasses.replace(config.loop, num_turns=num_turns,
-                             num_ids=env.searchable)
+  ``sessions`` (the study's driver, a turn at a time; the run's own seeds
+  per session)."""
+  run_ = assemble.assemble(config, built if built is not None else
+                           runner.build(config))
+  loop = dataclasses.replace(run_.loop, num_turns=num_turns)
   out = {}
   for name in method_names:
     print(f'simulated user x {name} on {len(sessions)} instances', flush=True)
-    out[name] = host.run_batch(env, methods.make(name, config.settings),
-                               np.asarray(sessions), user, ctx, base)
+    errors = {}
+    out[name] = run_.driver.run_batch(run_, run_.method(name),
+                                      np.asarray(sessions), loop,
+                                      f'the study\'s {name}', errors)
+    if errors:
+      raise RuntimeError(f'the simulated user x {name}: {len(errors)} '
+                         f'instance(s) raised: {errors}')
   return out
 
 

@@ -1,7 +1,8 @@
 """Package-level layering: dependencies point one way (docs/layout.md).
 
-core <- protocol <- methods <- the data sources (world, real) <- experiment
-<- experiments/; reasoning sits beside protocol (both read only core). Root
+core <- protocol <- methods <- drivers, the data sources (world, real) <-
+experiment <- experiments/; reasoning sits beside protocol (both read only
+core). Root
 modules (checksums, profiling, ...) may be imported from anywhere; no two
 subpackages import each other, directly or through others.
 """
@@ -18,6 +19,7 @@ ALLOWED = {
     'reasoning': {'core'},
     'protocol': {'core', 'reasoning'},
     'methods': {'core', 'protocol', 'reasoning'},
+    'drivers': {'core', 'protocol', 'reasoning', 'methods'},
     'world': {'core', 'protocol', 'reasoning', 'methods'},
     'real': {'core', 'protocol', 'reasoning', 'methods', 'world'},
 }

@@ -48,10 +48,9 @@ class BrowserTest(absltest.TestCase):
     from selenium import webdriver  # pylint: disable=g-import-not-at-top
     from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
     self.study, _ = study_test.Tiny.study('browser', participant_flow=True)
-    from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
     built = study_test.Tiny.built
-    frames_of = config_lib.source(study_test.Tiny.config).frames(built)
+    frames_of = built.source.frames(built)
     media = media_lib.Media(len(built.env.gallery), frames_of, 160)
     self.port = _free_port()
     self.server = uvicorn.Server(uvicorn.Config(

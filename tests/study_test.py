@@ -487,7 +487,8 @@ class SameLoopTest(absltest.TestCase):
   def test_scripted_participant_equals_the_runner(self):
     study, client = Tiny.study('same_loop')
     config = Tiny.config
-    user = Tiny.built.source.user(config, Tiny.built.env)
+    from recovr_jax.experiment import assemble  # pylint: disable=g-import-not-at-top
+    user = assemble.assemble(config, Tiny.built).user
     sessions = []
     for _ in range(2):
       view = study.view('bob')

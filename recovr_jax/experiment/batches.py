@@ -1,5 +1,5 @@
-"""A run's batches: computing one (host or jitted driver), its checkpoint
-files, and a resume that checks them.
+"""A run's batches: computing one (by the run's driver, ``drivers``), its
+checkpoint files, and a resume that checks them.
 
 Each finished batch is a NumPy archive of its displayed lists and a JSON
 file of its sessions, trajectory records, errors and reasoning counts, with
@@ -14,11 +14,8 @@ import os
 import pathlib
 import time
 
-from absl import logging
-import jax
 import numpy as np
 
-from recovr_jax import methods as methods_lib
 from recovr_jax.experiment import checks
 from recovr_jax.experiment import integrity
 from recovr_jax.experiment import reporting
@@ -150,27 +147,15 @@ def load(out, method, b, shape, sessions, identity, num_ids):
                            records=stored[3]), stored[4], stored[5])
 
 
-def compute(config, built, method, b, batch, base, user, ctx, out, identity,
-            keep: bool = True):
-  """Runs batch ``b`` of ``method`` and saves its checkpoint (``keep``);
-  returns ``(result, errors, reasoning counts)``."""
-  env, reasoner = built.env, ctx.reasoner
-  shape = (len(batch), base.num_turns + 1, base.list_length)
+def compute(run, method, b, batch, out, identity, keep: bool = True):
+  """Runs batch ``b`` of ``method`` on the assembled ``run``
+  (``experiment.assemble.Run``) by its driver and saves its checkpoint
+  (``keep``); returns ``(result, errors, reasoning counts)``."""
+  reasoner = run.reasoner
   errors = {}
   before = reasoner.validity()
-  if built.sim_env is not None:
-    with profiled('jitted sessions'):
-      result = _run_jit(config, built, method, batch, base, user, ctx)
-  else:
-    try:
-      result = host.run_batch(env, method, batch, user, ctx, base)
-    except Exception as e:  # pylint: disable=broad-except
-      # A batch whose reasoning raises is run session by session, and the
-      # sessions that raise are recorded with their error.
-      logging.warning('batch %d of %s raised %r; retrying per session', b,
-                      method.name, e)
-      result = _per_session(env, method, batch, user, ctx, base, shape,
-                            errors)
+  result = run.driver.run_batch(run, method, batch, run.loop,
+                                f'batch {b} of {method.name}', errors)
   counts = reporting.validity_counts(before, reasoner.validity())
   if keep:
     with profiled('batch files (I/O)'):
@@ -178,35 +163,35 @@ def compute(config, built, method, b, batch, base, user, ctx, out, identity,
   return result, errors, counts
 
 
-def run_own_share(config, built, out, batches, base, user, ctx, identity):
+def run_own_share(run, out, batches, identity):
   """A process of a multi-process run: the batches ``b`` with ``b %
   num_processes == process_id`` of every method, run (or found finished)
   and saved; process 0 then reads them all like a resume."""
-  env = built.env
+  config, env, base = run.config, run.env, run.loop
   for name in config.methods:
-    method = methods_lib.make(name, config.settings)
+    method = run.method(name)
     for b, batch in enumerate(batches):
       if b % config.num_processes != config.process_id:
         continue
       shape = (len(batch), base.num_turns + 1, base.list_length)
       state = 'found saved'
       if load(out, name, b, shape, batch, identity, env.searchable) is None:
-        compute(config, built, method, b, batch, base, user, ctx, out,
-                identity)
+        compute(run, method, b, batch, out, identity)
         state = 'done'
       print(f'process {config.process_id}: {name} batch {b + 1} of '
             f'{len(batches)} {state}', flush=True)
 
 
-def run_together(config, built, out, batches, base, user, ctx, identity):
-  """A multi-process run of the jitted driver: every process takes part in
+def run_together(run, out, batches, identity):
+  """A multi-process run of a joint driver (``Driver.JOINT``, the jitted
+  ones): every process takes part in
   every batch, whose sessions are split over one mesh of all processes'
   devices (``sharding.process_mesh``); process 0 saves the batches and
   decides which are found saved (the others follow it, so they never
   disagree on which computations to join); then reads them all like a
   resume."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  env = built.env
+  config, env, base = run.config, run.env, run.loop
   lead = config.process_id == 0
   if lead and config.gallery_over_processes:
     from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
@@ -228,50 +213,15 @@ def run_together(config, built, out, batches, base, user, ctx, identity):
           f'{config.session_shards * config.num_processes} devices of '
           f'{config.num_processes} processes', flush=True)
   for name in config.methods:
-    method = methods_lib.make(name, config.settings)
+    method = run.method(name)
     for b, batch in enumerate(batches):
       shape = (len(batch), base.num_turns + 1, base.list_length)
       saved = lead and load(out, name, b, shape, batch, identity,
                             env.searchable) is not None
       saved = bool(multihost_utils.broadcast_one_to_all(np.asarray(saved)))
       if not saved:
-        compute(config, built, method, b, batch, base, user, ctx, out,
-                identity, keep=lead)
+        compute(run, method, b, batch, out, identity, keep=lead)
       if lead:
         print(f'{name} batch {b + 1} of {len(batches)} '
               f'{"found saved" if saved else "done"} on '
               f'{config.num_processes} processes', flush=True)
-
-
-def _run_jit(config, built, method, batch, base, user, ctx):
-  """``method`` on ``batch`` in the jitted driver (the source's face
-  reproduces ``user`` and ``ctx.reasoner``'s reading of its words)."""
-  from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
-  mesh = None
-  if config.gallery_over_processes:  # rows over processes
-    mesh = sharding.process_gallery_mesh(config.session_shards)
-  elif config.num_processes > 1:  # one mesh over every process's devices
-    mesh = sharding.process_mesh(config.session_shards)
-  elif config.session_shards > 1:
-    mesh = sharding.make_mesh(gallery_shards=1,
-                              session_shards=config.session_shards,
-                              devices=jax.local_devices())
-  return built.source.run_jitted(
-      config, built, method, batch, base, user, ctx,
-      log=lambda msg: print(f'[{method.name}] {msg}', flush=True), mesh=mesh)
-
-
-def _per_session(env, method, batch, user, ctx, base, shape, errors):
-  displayed = np.full(shape, -1, np.int32)
-  top_scores = np.full(shape[:2], -np.inf, np.float32)
-  records = []
-  for i, sess in enumerate(batch):
-    try:
-      r = host.run_batch(env, method, np.array([sess]), user, ctx, base)
-      displayed[i], top_scores[i] = r.displayed[0], r.top_scores[0]
-      records.append(r.records[0])
-    except Exception as e:  # pylint: disable=broad-except
-      errors[str(i)] = f'{type(e).__name__}: {e}'
-      records.append([])
-  return host.BatchResult(displayed=displayed, top_scores=top_scores,
-                          records=records)

@@ -11,6 +11,7 @@ import pathlib
 import jax
 
 from recovr_jax import checksums
+from recovr_jax import drivers
 from recovr_jax import methods as methods_lib
 from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import resources
@@ -70,7 +71,13 @@ def validate(config: config_lib.RunConfig, create: bool = True,
     problems.append(str(e))
   if source is not None:
     problems.extend(source.problems(config, create))
-  check(_check_simulation, config)
+  driver = None
+  try:
+    driver = drivers.choose(config.simulation, source)
+  except ValueError as e:
+    problems.append(str(e))
+  if driver is not None:
+    check(_check_sharding, config, driver)
   if source is not None:
     check(_check_reasoner, config, source)
   if not config.output_dir or not str(config.output_dir).strip():
@@ -83,8 +90,8 @@ def validate(config: config_lib.RunConfig, create: bool = True,
     resources.select_device(config.platform)
   except ValueError as e:
     problems.append(str(e))
-  if config.simulation == 'jit' and methods_ok and source is not None:
-    check(check_jit, config, source)
+  if driver is not None and methods_ok and source is not None:
+    problems.extend(driver.problems(config, source))
   if problems:
     raise ConfigError('\n'.join(problems))
   if not create:
@@ -122,13 +129,10 @@ def _check_methods(config) -> None:
          f'not in --methods: {", ".join(also or ["recovr"])}')
 
 
-def _check_simulation(config) -> None:
-  if config.simulation not in config_lib.SIMULATIONS:
-    fail(f'unknown --simulation {config.simulation!r}; valid: '
-         f'{", ".join(config_lib.SIMULATIONS)}')
-  if config.session_shards > 1 and config.simulation != 'jit':
+def _check_sharding(config, driver) -> None:
+  if config.session_shards > 1 and not driver.SHARDS:
     fail('--session_shards needs --simulation=jit')
-  if config.gallery_over_processes and (config.simulation != 'jit' or
+  if config.gallery_over_processes and (not driver.SHARDS or
                                        config.num_processes < 2):
     fail('--gallery_over_processes needs --simulation=jit and '
          f'--num_processes >= 2 (got --simulation={config.simulation}, '
@@ -176,17 +180,9 @@ def writable_dir(path, message: str) -> pathlib.Path:
   return path
 
 
-def check_jit(config, source) -> None:
-  """What --simulation=jit cannot run, named by flag."""
-  from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
-  if not source.JITTED:
-    fail(f'--simulation=jit cannot run on --data={source.NAME} yet (its '
-         'user has no jitted form); use --simulation=host')
-  for problem in source.jit_problems(config):
-    fail(problem)
-  for name in config.methods:
-    try:
-      jitted.check_supported(methods_lib.make(name, config.settings))
-    except jitted.Unsupported as e:
-      fail(f'--simulation=jit: {e}; change {e.flag} or use '
-           '--simulation=host')
+def check_driver(config, source) -> None:
+  """What the run's driver (``--simulation``) cannot run, named by flag."""
+  problems = drivers.choose(config.simulation, source).problems(config,
+                                                                source)
+  if problems:
+    fail('\n'.join(problems))

@@ -26,7 +26,6 @@ DATA = tuple(SOURCES)
 # The embedded benchmarks (constructors of the world's config).
 BENCHMARKS = world_source.BENCHMARKS
 DEFAULT_BENCHMARK = world_source.DEFAULT_BENCHMARK
-SIMULATIONS = ('host', 'jit')
 
 
 @dataclasses.dataclass(frozen=True)

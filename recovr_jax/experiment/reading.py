@@ -48,7 +48,6 @@ import numpy as np
 from recovr_jax import methods
 from recovr_jax.core import metrics
 from recovr_jax.protocol import host
-from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import registry
 from recovr_jax.world import lexicon
@@ -98,10 +97,11 @@ def _kind(attribute, value, clean_text):
   return kind if kind in ('dev', 'test') else 'train'
 
 
-def collect(env, reasoner, user_config, seed: int, sessions, base,
+def collect(env, ctx, user_config, seed: int, sessions, base,
             settings, batch_size: int = 100):
   """``(turns, intents, reflects)`` of ReCoVR's sessions ``sessions`` on
-  ``env`` with ``reasoner``: aligned lists, one entry per feedback turn."""
+  ``env`` with ``ctx`` (a run's ``plan.Context``) and its reasoner: aligned
+  lists, one entry per feedback turn."""
   user = simulated_user.SimulatedUser(user_config, seed=seed)
   clean = simulated_user.SimulatedUser(dataclasses.replace(
       user_config, noise_rate=0.0), seed=seed)
@@ -122,10 +122,8 @@ def collect(env, reasoner, user_config, seed: int, sessions, base,
           session=int(session)))
     return fb
 
-  recording = _RecordingReasoner(reasoner)
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
-                         encode_text=env.encode_text, compose=env.compose,
-                         reasoner=recording)
+  recording = _RecordingReasoner(ctx.reasoner)
+  ctx = dataclasses.replace(ctx, reasoner=recording)
   method = methods.make('recovr', settings)
   sessions = np.asarray(sessions)
   for i in range(0, len(sessions), batch_size):
@@ -268,19 +266,16 @@ def reasoner_config(config, backend: str,
       grounded=grounded_options)
 
 
-def evaluate(built, config, backend: str, noise_rate: float, num_sessions,
-             grounded_options: dict | None = None):
-  """The reading metrics of ``backend`` at ``noise_rate`` on the first
-  ``num_sessions`` test queries of ``built``'s environment;
-  ``grounded_options``: overrides of the grounded reader's options
-  (``world.reading.GROUNDED_OPTIONS``), for reader development on dev."""
-  env = built.env
-  vocab = built.source.vocabulary(config)
-  reasoner = registry.make(reasoner_config(config, backend, grounded_options),
-                           vocab, env.encode_text)
+def evaluate(run, noise_rate: float, num_sessions):
+  """The reading metrics of the assembled ``run``'s reasoner
+  (``experiment.assemble.Run``; ``reasoner_config`` sets a backend and overrides
+  of the grounded reader's options for it) at ``noise_rate`` on the first
+  ``num_sessions`` test queries of its environment."""
+  config = run.config
+  env, reasoner = run.env, run.reasoner
   user = dataclasses.replace(config.user, noise_rate=noise_rate)
   sessions = np.arange(min(num_sessions, len(env.target)))
-  turns, intents, reflects = collect(env, reasoner, user, config.user_seed,
+  turns, intents, reflects = collect(env, run.ctx, user, config.user_seed,
                                      sessions, config.loop, config.settings,
                                      config.batch_size)
   out = score(turns, intents, reflects,

@@ -2,7 +2,8 @@
 
 ``run(config)`` runs every method of a ``RunConfig`` over its sessions in
 batches (each finished batch checkpointed, so a repeated run resumes) and
-writes the outputs. Its parts: ``checks`` (everything checked before any
+writes the outputs; the run is assembled once (``experiment.assemble``) and its
+driver runs the batches (``drivers``). Its parts: ``checks`` (everything checked before any
 work), ``batches`` (computing, saving and resuming a batch), ``outputs``
 (what a finished run writes) and ``sweeps`` (one factor at a time).
 ``experiments/run.py`` is the absl front end.
@@ -17,7 +18,6 @@ import time
 import numpy as np
 
 from recovr_jax import checksums
-from recovr_jax import methods as methods_lib
 from recovr_jax import profiling
 from recovr_jax.core import retrieval
 from recovr_jax.experiment import batches as batches_lib
@@ -28,8 +28,8 @@ from recovr_jax.experiment import integrity
 from recovr_jax.experiment import outputs
 from recovr_jax.experiment import reporting
 from recovr_jax.experiment import resources
-from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import source as source_lib
+from recovr_jax.experiment import assemble
 
 # The checks' names, as the front ends use them.
 ConfigError = checks.ConfigError
@@ -44,36 +44,11 @@ differences = integrity.differences
 
 
 def build(config: config_lib.RunConfig, source=None) -> source_lib.Built:
-  """Loads the data and encoders of ``config`` through its data source
-  (``source``, default a new one of ``config.data``; the expensive part).
-  The ``Built`` holds the source: what runs on it asks that one."""
-  checksums.allow_unverified(config.allow_unverified_checkpoints)
-  source = source or config_lib.source(config)
+  """``assemble.build``, its unreadable inputs a ``ConfigError``."""
   try:
-    built = dataclasses.replace(source.build(config), source=source)
+    return assemble.build(config, source)
   except source_lib.SourceError as e:
     _fail(str(e))
-  if config.simulation == 'jit':
-    built = dataclasses.replace(built,
-                                sim_env=source.jitted_environment(built))
-  return built
-
-
-def user_and_reasoner(config, built: Built):
-  """The run's simulated user and reasoner on ``built`` (by its
-  source)."""
-  source = built.source
-  return source.user(config, built.env), source.reasoner(config, built.env)
-
-
-def user_and_context(config, built: Built):
-  """``(user, ctx)``: the run's simulated user and what its methods may
-  read (``plan.Context``: Progress Memory, the encoders, the reasoner)."""
-  env = built.env
-  user, reasoner = user_and_reasoner(config, built)
-  return user, plan_lib.Context(
-      gallery=env.gallery, captions=env.captions,
-      encode_text=env.encode_text, compose=env.compose, reasoner=reasoner)
 
 
 def _claim(out: pathlib.Path, config, resolved: dict, source):
@@ -118,7 +93,8 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   """One run; returns the per-method metrics. ``built``: a ``build`` of an
   earlier config with the same data (sweeps pass it to reuse the gallery,
   and its data source). The run's data source is made once, here."""
-  source = built.source if built is not None else config_lib.source(config)
+  source = (built.source if built is not None else
+            assemble.data_source(config))
   out = validate(config, source=source)
   start = time.time()
   resolved = resolved_config(config, source)
@@ -163,10 +139,10 @@ def _run_claimed(config, source, built, out, start, resolved):
     for item in checksums.unverified():
       print(f'warning: unverified checkpoint (no checksums.json): {item}',
             flush=True)
-  base = dataclasses.replace(config.loop, num_ids=env.searchable)
-  _check_batch_fits(config, env, base)
+  _check_batch_fits(config, env, config.loop)
   with profiling.part('loading data and models'):
-    user, ctx = user_and_context(config, built)
+    assembled = assemble.assemble(config, built)
+  base = assembled.loop
   total = len(env.target)
   num = min(config.num_sessions or total, total)
   if config.num_sessions is not None and config.num_sessions > total and lead:
@@ -186,14 +162,14 @@ def _run_claimed(config, source, built, out, start, resolved):
           f' listed in {out / "dropped_rows.json"})', flush=True)
 
   if config.num_processes > 1:  # the batches, then process 0 reads them
-    share = (batches_lib.run_together if config.simulation == 'jit' else
+    share = (batches_lib.run_together if assembled.driver.JOINT else
              batches_lib.run_own_share)
-    share(config, built, out, batches, base, user, ctx, identity)
+    share(assembled, out, batches, identity)
     distributed.barrier('batches done')
     if not lead:
       return None
-  collected = _collect(config, built, out, batches, base, user, ctx, identity)
-  outputs.write_reasoner_notes(out, collected.speed, ctx.reasoner)
+  collected = _collect(assembled, out, batches, identity)
+  outputs.write_reasoner_notes(out, collected.speed, assembled.reasoner)
   for name, (content, line) in source.extra_outputs(built).items():
     (out / name).write_text(json.dumps(content, indent=2))
     print(line, flush=True)
@@ -204,16 +180,16 @@ def _run_claimed(config, source, built, out, start, resolved):
         env, source.target_captions(built), sessions, base.list_length,
         config.bootstrap_resamples, config.seed)
     return outputs.write(config, out, env, sessions, collected, start,
-                         ceiling, source.ask_truth(built, user))
+                         ceiling, source.ask_truth(built, assembled.user))
 
 
-def _check_batch_fits(config, env, base):
+def _check_batch_fits(config, env, loop):
   n, d = env.searchable, env.gallery.shape[1]
   try:
     resources.check_fits(
         resources.session_batch_bytes(
-            min(config.batch_size, len(env.target)), base.num_channels, n, d,
-            base.list_length, base.window, retrieval.DEFAULT_BLOCK_SIZE),
+            min(config.batch_size, len(env.target)), loop.num_channels, n, d,
+            loop.list_length, loop.window, retrieval.DEFAULT_BLOCK_SIZE),
         f'a batch of {config.batch_size} sessions', '--batch_size')
   except ValueError as e:
     _fail(str(e))
@@ -230,14 +206,15 @@ class Collected:
   speed: dict          # method -> its LM's speed (batches run here)
 
 
-def _collect(config, built, out, batches, base, user, ctx, identity):
-  """Every method's batches, loaded when finished, else run and saved."""
-  env, reasoner = built.env, ctx.reasoner
+def _collect(run, out, batches, identity):
+  """Every method's batches of the assembled ``run``, loaded when finished,
+  else run and saved."""
+  config, env, reasoner, base = run.config, run.env, run.reasoner, run.loop
   progress = batches_lib.Progress(
       sum(len(b) for b in batches) * len(config.methods))
   c = Collected({}, [], {}, {}, {}, {})
   for name in config.methods:
-    method = methods_lib.make(name, config.settings)
+    method = run.method(name)
     parts = []
     method_start, lm_before = time.time(), outputs.lm_speed(reasoner)
     ran = 0
@@ -249,7 +226,7 @@ def _collect(config, built, out, batches, base, user, ctx, identity):
       if loaded is None:
         ran += len(batch)
         result, errors, counts = batches_lib.compute(
-            config, built, method, b, batch, base, user, ctx, out, identity)
+            run, method, b, batch, out, identity)
       else:
         result, errors, counts = loaded
       parts.append(result)

@@ -75,8 +75,7 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
 def _check_setting(config):
   """What a setting adds to the checks (without creating its output
   directory)."""
-  if config.simulation == 'jit':
-    checks.check_jit(config, config_lib.source(config))
+  checks.check_driver(config, config_lib.source(config))
 
 
 def run_parts(config: config_lib.RunConfig, parts) -> None:

@@ -11,10 +11,15 @@ own typed config (``RunConfig.data``: ``world.source.WorldData`` or
   ``host.Environment``), and what to keep after a run (``save_caches``);
 * the simulated user, and what it offers the reasoner backends
   (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
-  registry makes the reasoner of ``run.reasoner`` over it);
-* the study's videos (``frames``), what a run's outputs add
-  (``extra_outputs``) and the captions of its T2V ceiling
-  (``target_captions``).
+  assembly, ``experiment.assemble``, has the registry make the reasoner of
+  ``run.reasoner`` over it);
+* what a run's outputs add (``extra_outputs``) and the captions of its
+  T2V ceiling (``target_captions``).
+
+Optional capabilities are their own interfaces, tested with
+``isinstance``: ``TracedFace`` (the user and the reading of its words run
+inside ``jit``; the jitted driver runs on it, ``drivers.jit_driver``) and
+``OwnMedia`` (the source renders the study's videos itself).
 
 ``run`` below is the run's ``experiment.config.RunConfig``; the protocol
 reads only its generic fields (reasoner, user, seeds, cache directory).
@@ -53,9 +58,20 @@ class SourceError(ValueError):
 class Built:
   """A source's environment with what runs on it (a sweep's runs share it)."""
   env: host.Environment
-  sim_env: object = None   # its protocol.jitted.Environment, jit runs only
+  sim_env: object = None   # a traced face's protocol.jitted.Environment
+                           # (drivers.jit_driver.Traced.prepare)
   extra: object = None     # the source's own (e.g. the generated world)
-  source: object = None    # the Source that built it (set by the runner)
+  source: object = None    # the Source that built it (experiment.assemble.build)
+
+
+@dataclasses.dataclass(frozen=True)
+class JitBatch:
+  """What the jitted driver runs for one batch: ``protocol.jitted.run(env,
+  config, ...)``, then ``result(trace)`` is the batch's
+  ``host.BatchResult``."""
+  env: object       # a protocol.jitted.Environment
+  config: object    # its protocol.jitted.SimConfig
+  result: Callable  # SimTrace -> host.BatchResult
 
 
 class Source(abc.ABC):
@@ -63,10 +79,6 @@ class Source(abc.ABC):
   reasoners a ``vocabulary``."""
 
   NAME: str = ''
-  # The jitted driver (--simulation=jit) can run on it.
-  JITTED: bool = False
-  # It renders its own study media (no --frames_dir).
-  OWN_MEDIA: bool = False
   # Files ``extra_outputs`` may write (a fresh run removes them).
   OUTPUT_FILES: tuple[str, ...] = ()
 
@@ -102,11 +114,6 @@ class Source(abc.ABC):
     """What this source offers the reasoner backends (its lexicon-only
     reasoner, grounding, examples...); cheap: the parts load when used."""
 
-  def reasoner(self, run, env: host.Environment):
-    """The reasoner of ``run.reasoner`` on this source."""
-    return registry.make(run.reasoner_config(), self.vocabulary(run),
-                         env.encode_text)
-
   def target_captions(self, built: Built) -> dict[str, tuple[str, ...]]:
     """Kind -> ``[N]`` captions of the gallery's videos whose T2V search,
     given the target's caption, is the run's T2V ceiling (a diagnostic
@@ -116,34 +123,6 @@ class Source(abc.ABC):
   def save_caches(self, built: Built) -> None:
     """Keeps what a later run can reuse (e.g. text embeddings)."""
     del built
-
-  def frames(self, built: Built):
-    """``frames_of(index) -> [F, H, W, 3]`` of the gallery's videos when
-    the source renders them itself (``OWN_MEDIA``; the study shows them),
-    else None."""
-    del built
-    return None
-
-  def jitted_environment(self, built: Built):
-    """The ``protocol.jitted.Environment`` of ``built``. A source without
-    a jitted face (``JITTED`` False; the runner refuses --simulation=jit on
-    it first) says so."""
-    raise SourceError(f'--data={self.NAME} has no jitted face; use '
-                      '--simulation=host')
-
-  def run_jitted(self, run, built: Built, method, sessions, loop, user, ctx,
-                 log=None, mesh=None) -> host.BatchResult:
-    """``method`` on ``sessions`` in the jitted driver (``loop``: the
-    run's ``ranking.LoopConfig``; ``user`` and ``ctx``: the host driver's
-    user and context, whose reasoner's reading of the user's words the face
-    reproduces)."""
-    raise SourceError(f'--data={self.NAME} has no jitted face; use '
-                      '--simulation=host')
-
-  def jit_problems(self, run) -> list[str]:
-    """What --simulation=jit cannot run on this source (a line each)."""
-    del run
-    return []
 
   def ask_truth(self, built: Built, user):
     """``AskTruth`` for scoring when and what the methods
@@ -158,3 +137,34 @@ class Source(abc.ABC):
     model fell back, how many texts the encoder truncated)."""
     del built
     return {}
+
+
+class TracedFace(abc.ABC):
+  """A source whose user, and the reasoner's reading of its words, have a
+  pure-JAX face: the jitted driver (``drivers.jit_driver.Traced``)
+  runs whole sessions inside ``jit`` on it."""
+
+  @abc.abstractmethod
+  def traced_environment(self, built: Built):
+    """The ``protocol.jitted.Environment`` of ``built`` (once per build)."""
+
+  @abc.abstractmethod
+  def traced_batch(self, run, built: Built, method, sessions, loop,
+                   reasoner) -> JitBatch:
+    """``method`` on ``sessions`` (``loop``: the run's
+    ``ranking.LoopConfig``; the face reproduces the user and ``reasoner``'s
+    reading of its words)."""
+
+  def traced_problems(self, run) -> list[str]:
+    """What the traced face cannot run of ``run`` (a line each)."""
+    del run
+    return []
+
+
+class OwnMedia(abc.ABC):
+  """A source that renders its gallery's videos (the study shows them; no
+  --frames_dir)."""
+
+  @abc.abstractmethod
+  def frames(self, built: Built) -> Callable:
+    """``frames_of(index) -> [F, H, W, 3]`` of the gallery's videos."""

@@ -58,9 +58,9 @@ class RealSource(source_lib.Source):
   caption user and the free-text reasoners."""
 
   NAME = 'webvid_covr'
-  # The jitted driver ranks; the caption user and the reasoning stay on the
-  # host, a turn per pass (``protocol.stepped``).
-  JITTED = True
+  # No traced face: under --simulation=jit the caption user and the
+  # reasoning stay on the host, a turn per pass (drivers.jit_driver.
+  # Stepped).
   OUTPUT_FILES = ('user_phraser.json',)
 
   def __init__(self, config):
@@ -168,22 +168,6 @@ class RealSource(source_lib.Source):
   def vocabulary(self, run):
     del run
     return VOCABULARY
-
-  def jitted_environment(self, built):
-    """The host environment: the stepped face is made per batch from it
-    (it tabulates that batch's user and method)."""
-    return built.env
-
-  def run_jitted(self, run, built, method, sessions, loop, user, ctx,
-                 log=None, mesh=None):
-    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
-    from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
-    env = stepped.StepEnvironment(built.env, method, sessions, user, ctx,
-                                  loop)
-    trace = jitted.run(env, env.config(loop), sessions, run.user_seed,
-                       log=log, chunk_size=run.jit_chunk_size or None,
-                       mesh=mesh)
-    return env.result(trace)
 
   def extra_outputs(self, built):
     out = {}

@@ -109,12 +109,13 @@ class _Extra:
                               # names (the edit, or a text start's query)
 
 
-class WorldSource(source_lib.Source):
-  """The generated world, its encoders, captioner, user and reasoners."""
+class WorldSource(source_lib.Source, source_lib.TracedFace,
+                  source_lib.OwnMedia):
+  """The generated world, its encoders, captioner, user and reasoners; its
+  user and the lexical readers have a traced face (``world.jitted``), and
+  it renders its videos."""
 
   NAME = 'world'
-  JITTED = True
-  OWN_MEDIA = True
 
   def default_reasoner(self) -> str:
     """``grounded``: the best reader on the reading benchmark's dev split
@@ -129,9 +130,6 @@ class WorldSource(source_lib.Source):
     if self.config.start not in STARTS:
       out.append(f'unknown --start {self.config.start!r}; valid: '
                  f'{", ".join(STARTS)}')
-    elif self.config.start == 'text' and run.simulation == 'jit':
-      out.append('--start=text runs on --simulation=host only (the jitted '
-                 "world face starts every session from a reference video)")
     if self.config.captions not in CAPTIONS:
       out.append(f'unknown --captions {self.config.captions!r}; valid: '
                  f'{", ".join(CAPTIONS)}')
@@ -291,23 +289,24 @@ class WorldSource(source_lib.Source):
         attribute_names=names,
         question_about=lambda a: words.QUESTIONS[names[a]][0])
 
-  def jitted_environment(self, built):
+  def traced_environment(self, built):
     from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
     return jitted.prepare(built.env)
 
-  def jit_problems(self, run):
+  def traced_problems(self, run):
+    out = []
+    if self.config.start == 'text':
+      out.append('--start=text runs on --simulation=host only (the jitted '
+                 "world face starts every session from a reference video)")
     if (run.reasoner in registry.REGISTRY and
         not registry.get(run.reasoner).JITTED):
-      return ['--simulation=jit needs --reasoner='
-              f'{registry.or_list(registry.with_property("JITTED"))} on the '
-              'world (its face reproduces their reading of the words)']
-    return []
+      out.append('--simulation=jit needs --reasoner='
+                 f'{registry.or_list(registry.with_property("JITTED"))} on '
+                 'the world (its face reproduces their reading of the words)')
+    return out
 
-  def run_jitted(self, run, built, method, sessions, loop, user, ctx,
-                 log=None, mesh=None):
+  def traced_batch(self, run, built, method, sessions, loop, reasoner):
     from recovr_jax.world import jitted  # pylint: disable=g-import-not-at-top
-    del user  # the face holds the user's jitted form
-    reasoner = ctx.reasoner
     sim_env = built.sim_env
     sim_config = jitted.sim_config(
         method, loop, run.user, sim_env.composer, reasoner=run.reasoner,
@@ -321,9 +320,10 @@ class WorldSource(source_lib.Source):
       label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
     table = jitted.word_table(sim_env, sim_config, run.user_seed,
                               parse=reasoner.feedback_values, label=label)
-    trace = jitted.run(sim_env, sim_config, sessions, run.user_seed, log=log,
-                       chunk_size=run.jit_chunk_size or None, mesh=mesh)
-    return jitted.batch_result(sim_env, trace, table, sessions=sessions)
+    return source_lib.JitBatch(
+        env=sim_env, config=sim_config,
+        result=lambda trace: jitted.batch_result(sim_env, trace, table,
+                                                 sessions=sessions))
 
   def frames(self, built):
     """The gallery's videos rendered as the encoders saw them (same keys,

@@ -1,0 +1,39 @@
+"""The drivers: how a run's sessions are stepped (``--simulation``).
+
+A driver runs one batch of one method's sessions (``Driver.run_batch``) on
+an assembled run (``experiment.assemble.Run``). There are three, and
+``choose`` is the one place a run's driver is picked:
+
+* ``host`` (``host_driver.OnHost``): the protocol's Python loop, a
+  turn at a time on the host (``protocol.host``);
+* ``jit`` on a source with a traced face (``protocol.source.TracedFace``,
+  the world): whole sessions in one ``lax.scan`` inside ``vmap``, the
+  user's words and their reading tabulated (``jit_driver.Traced``);
+* ``jit`` on any other source: the same scan, with the host's user and
+  reasoning stepped between passes (``jit_driver.Stepped``,
+  ``protocol.stepped``).
+
+Adding a driver: a ``Driver`` subclass in its own module and a line in
+``choose``.
+"""
+
+from recovr_jax.drivers import driver as driver_lib
+from recovr_jax.drivers import host_driver
+from recovr_jax.drivers import jit_driver
+from recovr_jax.protocol import source as source_lib
+
+Driver = driver_lib.Driver
+# The --simulation values.
+NAMES = ('host', 'jit')
+
+
+def choose(simulation: str, source: source_lib.Source) -> Driver:
+  """The driver of ``--simulation=simulation`` on ``source``."""
+  if simulation == 'host':
+    return host_driver.OnHost()
+  if simulation == 'jit':
+    if isinstance(source, source_lib.TracedFace):
+      return jit_driver.Traced()
+    return jit_driver.Stepped()
+  raise ValueError(f'unknown --simulation {simulation!r}; valid: '
+                   f'{", ".join(NAMES)}')

@@ -1,0 +1,42 @@
+"""The driver interface (``drivers`` chooses one per run)."""
+
+import abc
+
+from recovr_jax.protocol import host
+from recovr_jax.protocol import source as source_lib
+
+
+class Driver(abc.ABC):
+  """Runs the batches of an assembled run (``experiment.assemble.Run``)."""
+
+  NAME: str = ''   # its --simulation value
+  # A multi-process run: every process takes part in every batch (one mesh
+  # over all processes' devices); otherwise each runs its own share.
+  JOINT: bool = False
+  # The user and the method are called a turn at a time in the host's
+  # Python loop, where a caller can watch or take part (the study, the
+  # reading benchmark need it).
+  STEPWISE: bool = False
+  # It can split sessions over devices (--session_shards) and the gallery
+  # over processes (--gallery_over_processes).
+  SHARDS: bool = False
+
+  def problems(self, config, source: source_lib.Source) -> list[str]:
+    """What this driver cannot run of ``config`` on ``source`` (a line
+    each, naming the flag), before anything loads."""
+    del config, source
+    return []
+
+  def prepare(self, source: source_lib.Source,
+              built: source_lib.Built) -> source_lib.Built:
+    """``built`` with what this driver runs on (once per build)."""
+    del source
+    return built
+
+  @abc.abstractmethod
+  def run_batch(self, run, method, batch, loop, label: str,
+                errors: dict) -> host.BatchResult:
+    """``method`` on the sessions ``batch`` of ``run`` (``loop``: its
+    ``ranking.LoopConfig``); sessions that raise are recorded in ``errors``
+    (position -> message) where the driver can go on without them.
+    ``label`` names the batch in messages."""

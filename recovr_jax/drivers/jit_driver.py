@@ -1,0 +1,94 @@
+"""The jitted drivers: whole sessions as one ``lax.scan`` inside ``vmap``
+(``protocol.jitted``), on a source's traced face or stepping the host's
+user and reasoning between passes (``protocol.stepped``)."""
+
+import abc
+import dataclasses
+
+import jax
+
+from recovr_jax import methods as methods_lib
+from recovr_jax.drivers import driver
+from recovr_jax.profiling import part as profiled
+from recovr_jax.protocol import source as source_lib
+
+
+class _Jitted(driver.Driver):
+  """What both jitted drivers share: the method check, the device mesh and
+  the chunked run of a ``source_lib.JitBatch``."""
+
+  NAME = 'jit'
+  JOINT = True
+  SHARDS = True
+
+  def problems(self, config, source):
+    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+    out = []
+    for name in config.methods:
+      if name not in methods_lib.REGISTRY:
+        continue  # the method check names it
+      try:
+        jitted.check_supported(methods_lib.make(name, config.settings))
+      except jitted.Unsupported as e:
+        out.append(f'--simulation=jit: {e}; change {e.flag} or use '
+                   '--simulation=host')
+    return out
+
+  @abc.abstractmethod
+  def batch(self, run, method, sessions, loop) -> source_lib.JitBatch:
+    """What ``protocol.jitted.run`` runs for this batch."""
+
+  def run_batch(self, run, method, batch, loop, label, errors):
+    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+    del label, errors  # a batch that raises fails the run
+    config = run.config
+    with profiled('jitted sessions'):
+      mesh = _mesh(config)
+      face = self.batch(run, method, batch, loop)
+      trace = jitted.run(
+          face.env, face.config, batch, config.user_seed,
+          log=lambda msg: print(f'[{method.name}] {msg}', flush=True),
+          chunk_size=config.jit_chunk_size or None, mesh=mesh)
+      return face.result(trace)
+
+
+def _mesh(config):
+  """The device mesh of ``config``'s sharding flags (None: one device)."""
+  from recovr_jax.core import sharding  # pylint: disable=g-import-not-at-top
+  if config.gallery_over_processes:  # rows over processes
+    return sharding.process_gallery_mesh(config.session_shards)
+  if config.num_processes > 1:  # one mesh over every process's devices
+    return sharding.process_mesh(config.session_shards)
+  if config.session_shards > 1:
+    return sharding.make_mesh(gallery_shards=1,
+                              session_shards=config.session_shards,
+                              devices=jax.local_devices())
+  return None
+
+
+class Traced(_Jitted):
+  """A source's traced face (``source_lib.TracedFace``): its user and the
+  reasoner's reading of the words run inside the scan, from tables."""
+
+  def problems(self, config, source):
+    return source.traced_problems(config) + super().problems(config, source)
+
+  def prepare(self, source, built):
+    return dataclasses.replace(built,
+                               sim_env=source.traced_environment(built))
+
+  def batch(self, run, method, sessions, loop):
+    return run.source.traced_batch(run.config, run.built, method, sessions,
+                                   loop, run.reasoner)
+
+
+class Stepped(_Jitted):
+  """The host's user and reasoning stepped a turn per pass, the ranking in
+  JAX (``protocol.stepped``); the lists equal the host driver's."""
+
+  def batch(self, run, method, sessions, loop):
+    from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
+    env = stepped.StepEnvironment(run.env, method, sessions, run.user,
+                                  run.ctx, loop)
+    return source_lib.JitBatch(env=env, config=env.config(loop),
+                               result=env.result)
