@@ -12,7 +12,8 @@ A method is an object with
   list just ranked (the question is part of the turn's plan, but it reads the
   list it is shown with, so the protocol asks for it after ranking);
 * optionally ``jax_form``: a pure-JAX form of ``init`` / ``step`` that the
-  jitted driver (``protocol.jitted``) runs inside ``lax.scan``.
+  jitted driver (``protocol.jitted``) runs inside ``lax.scan``: a
+  ``plan.JaxForm`` (and a ``plan.JaxAsker`` when it asks).
 
 ``state`` is the method's own, for the whole batch (a list, an array): the
 protocol never reads it. Methods never see the target.
@@ -80,7 +81,7 @@ class Method(abc.ABC):
   fusion: str | None = None       # None: the CoVR list is shown
   rank_cap: bool = False
   asks_every_turn: bool = False   # IVR-style: a question every turn
-  jax_form = None                 # a pure-JAX form, or None (host only)
+  jax_form: plan_lib.JaxForm | None = None  # None: host only
 
   def __init__(self, settings: Settings = Settings()):
     self.settings = settings

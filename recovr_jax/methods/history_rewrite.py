@@ -12,7 +12,7 @@ from recovr_jax.protocol import plan as plan_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm:
+class JaxForm(plan_lib.JaxForm):
   """Full-history rewriting with the rules reasoner over attribute vectors.
 
   State: ``mentions [A]`` int32, every value the dialogue has named so far
@@ -35,10 +35,6 @@ class JaxForm:
         use_edit=True, sigma=sigma, anchor=obs.reference,
         avoid=jnp.zeros((mentions.shape[0], obs.num_values), bool))
     return {'mentions': mentions}, plan
-
-  def penalty(self, avoid, caption_attrs):
-    del avoid, caption_attrs
-    return None
 
 
 class HistoryRewrite(ivr.IVR):

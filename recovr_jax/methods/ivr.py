@@ -48,7 +48,7 @@ def single_list_plan(obs, edit_embedding, anchor=None):
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm:
+class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   """IVR (and UMIVR) in the jitted mode: the dialogue so far (the
   modification text and every utterance, joined with ``SEPARATOR``, as the
   driver's dialogue table encodes it) composed with ``v_ref``.
@@ -93,10 +93,6 @@ class JaxForm:
           asked)
     return (jnp.where(active, question, -1).astype(jnp.int32),
             active.astype(jnp.int32))
-
-  def penalty(self, avoid, caption_attrs):
-    del avoid, caption_attrs
-    return None
 
 
 def nth_stated(values, asked):

@@ -18,7 +18,7 @@ from recovr_jax.protocol import plan as plan_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm:
+class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   """MERLIN in the jitted mode: the running text embedding moves towards
   each utterance's embedding (the driver's word table holds them); asks
   about the reference video's caption."""
@@ -42,10 +42,6 @@ class JaxForm:
     question = ivr.jax_caption_question(memory, reference, asked)
     return (jnp.where(active, question, -1).astype(jnp.int32),
             active.astype(jnp.int32))
-
-  def penalty(self, avoid, caption_attrs):
-    del avoid, caption_attrs
-    return None
 
 
 class MERLIN(base.Method):

@@ -169,7 +169,7 @@ class ReCoVR(base.Method):
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm:
+class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   """ReCoVR's step with the rules reasoner over attribute vectors.
 
   State (Progress Memory, short-term part): ``keep [A]`` int32 the kept
@@ -192,6 +192,9 @@ class JaxForm:
   # 'rules', 'paper' (an edit pos, an answer to the question shown neu) or
   # 'frames' (the same mapping of the words' label, ``obs.label``).
   sigma_rule: str = 'rules'
+
+  def with_sigma_rule(self, rule):
+    return dataclasses.replace(self, sigma_rule=rule)
 
   def init(self, start):
     """``start``: a ``plan.JaxStart``; ReCoVR reads the T2V

@@ -104,7 +104,7 @@ class SimConfig:
   """Static settings of a jitted run (hashable)."""
   loop: ranking.LoopConfig
   face: Face                # the source's face with its settings
-  form: object              # the method's ``jax_form`` (hashable)
+  form: plan_lib.JaxForm    # the method's ``jax_form`` (hashable)
   # A flax Module applied to composer_params, 'sum', or 'given' (the edit
   # embedding is the composed query itself: a source that tabulates the
   # host method's queries, ``protocol.stepped``).
@@ -270,7 +270,7 @@ class _JitDriver:
     """The method's question shown with the list just ranked, as the
     attribute the user reads in it."""
     form = self.config.form
-    if getattr(form, 'question', None) is None:
+    if not plan_lib.asks(form):
       return carry
     question, counted = form.jax_question(
         carry.method, carry.state.shown_ids, carry.state.shown_scores,

@@ -10,6 +10,7 @@ the batch they are.
 Channels: ``T2V`` (index 0) and ``COVR`` (index 1), DESIGN section 1.
 """
 
+import abc
 import dataclasses
 from collections.abc import Callable, Sequence
 
@@ -230,3 +231,58 @@ class JaxData:
   target: jax.Array           # [Q] int32 gallery ids (the stop rule's)
   modification: jax.Array     # [Q, D] float32 modification texts, encoded
   own: object = None          # the source's own arrays (its face reads them)
+
+
+class JaxForm(abc.ABC):
+  """A method's pure-JAX form, which the jitted drivers run: ``init`` at
+  turn 0 and ``step`` at each feedback turn, one session at a time under
+  ``vmap`` (a method's form is a frozen dataclass subclass, so it is a
+  static, hashable part of the compiled program).
+
+  What the driver reads besides: ``t2v`` and ``covr`` (the channels the
+  method uses), ``needs`` (the face's tables it reads: ``'utterances'``,
+  ``'dialogues'``), ``penalty`` (a per-video penalty of the avoided values
+  on the composed channel, or None) and ``with_sigma_rule`` (the
+  Reflector's sigma rule of the reasoner whose reading the face
+  reproduces). A form that asks is also a ``JaxAsker``.
+  """
+  t2v: bool = True
+  covr: bool = True
+  needs: tuple[str, ...] = ()
+
+  @abc.abstractmethod
+  def init(self, start: JaxStart):
+    """``(state, init_search [A])`` of turn 0."""
+
+  @abc.abstractmethod
+  def step(self, state, obs: JaxObservation):
+    """``(state, JaxPlan)`` of a feedback turn."""
+
+  def penalty(self, avoid, caption_attrs):
+    """``[N]`` penalty of the gallery's videos holding an ``avoid`` value
+    (``caption_attrs [N, A]``), or None: none."""
+    del avoid, caption_attrs
+    return None
+
+  def with_sigma_rule(self, rule: str) -> 'JaxForm':
+    """This form reading sigma by ``rule`` (a form without a Reflector
+    reads none: itself)."""
+    del rule
+    return self
+
+
+class JaxAsker(abc.ABC):
+  """A ``JaxForm`` that asks a question after each ranking when its
+  ``question`` (what it asks about) is not None."""
+  question: str | None = None
+
+  @abc.abstractmethod
+  def jax_question(self, state, shown_ids, shown_scores, asked, reference,
+                   memory: JaxMemory, active):
+    """``(attribute the user reads in the question or -1, 1 when asked)``
+    for the list just ranked (``shown_ids [K]``)."""
+
+
+def asks(form: JaxForm) -> bool:
+  """Whether the jitted driver asks ``form``'s question."""
+  return isinstance(form, JaxAsker) and form.question is not None

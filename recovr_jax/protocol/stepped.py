@@ -49,23 +49,17 @@ class StepTables:
 
 
 @dataclasses.dataclass(frozen=True)
-class TabulatedForm:
+class TabulatedForm(plan_lib.JaxForm):
   """A method's host step as read from the table: the plan the face found
   (``JaxObservation.plan``). The host asks the questions."""
   t2v: bool = True
   covr: bool = True
-  question: None = None
-  needs: tuple[str, ...] = ()
 
   def init(self, start):
     return {}, start.init_search
 
   def step(self, state, obs):
     return state, obs.plan
-
-  def penalty(self, avoid, caption_attrs):
-    del avoid, caption_attrs
-    return None
 
 
 @dataclasses.dataclass(frozen=True)

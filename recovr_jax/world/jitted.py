@@ -308,11 +308,8 @@ def sim_config(method, base: ranking.LoopConfig,
   ``parse``); ``sigma``: its
   Reflector's rule (``JaxForm.sigma_rule``); ``num_attributes``: the
   world's (8 with the layout)."""
-  needs = getattr(method.jax_form, 'needs', ())
-  asks = getattr(method.jax_form, 'question', None) is not None
-  form = method.jax_form
-  if hasattr(form, 'sigma_rule'):
-    form = dataclasses.replace(form, sigma_rule=sigma)
+  form = method.jax_form.with_sigma_rule(sigma)
+  needs, asks = form.needs, plan_lib.asks(form)
   loop = method.ranking(base)
   face = WorldFace(
       user=dataclasses.replace(user, draws='jax'), num_turns=loop.num_turns,
