@@ -1,5 +1,5 @@
 r"""The reading benchmark: how well each backend's Intent Decomposer and
-State Reflector read the simulated user (DESIGN section 10).
+State Reflector read the simulated user (docs/definitions.md §10).
 
     python -m experiments.eval_reading --backends=rules,grounded \
         --output_json=results/reading.json --output_md=results/reading.md

@@ -74,7 +74,7 @@ _UNREFLECTED = flags.DEFINE_enum(
     '(no_reflection, ...): neutral caps the top-1 just rejected at '
     'kappa_neu (sigma neutral); stagnation, the paper\'s reading ("can only '
     'react to stagnation"), gives it no cap of its own, so only top-1s shown '
-    'before it are demoted (DESIGN section 3).')
+    'before it are demoted (docs/definitions.md §3).')
 
 HELP_GROUP = ('Methods and the protocol', [
     'methods', 'num_turns', 'list_length', 'window', 'rrf_k', 'recency',

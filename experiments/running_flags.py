@@ -22,8 +22,9 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the bootstrap.', lower_bound=0)
 _BOOT_BASELINE = flags.DEFINE_string(
     'bootstrap_baseline', 'umivr',
     'The method the report\'s paired bootstrap compares recovr with '
-    '(DESIGN section 5: umivr); strongest: the baseline with the best mean '
-    'R@1 over feedback turns. Absent from --methods: the strongest one.')
+    '(docs/definitions.md §5: umivr); strongest: the baseline with the '
+    'best mean R@1 over feedback turns. Absent from --methods: the '
+    'strongest one.')
 
 _BOOT_ALSO = flags.DEFINE_list(
     'bootstrap_also', [],

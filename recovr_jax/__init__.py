@@ -1,6 +1,7 @@
 """recovr_jax: interactive composed video retrieval in JAX.
 
-The public API of DESIGN section 7. Metrics live in ``recovr_jax.metrics``.
+The public API of docs/definitions.md §7. Metrics live in
+``recovr_jax.metrics``.
 
 Dimension legend used in every docstring: ``B`` queries (sessions in a batch),
 ``S`` sessions, ``T`` feedback turns, ``W`` ring window, ``C`` channels,

@@ -1,4 +1,4 @@
-"""The metrics of DESIGN section 6 under their public path
+"""The metrics of docs/definitions.md §6 under their public path
 (``from recovr_jax.metrics import ...``); they live in ``core.metrics``."""
 
 from recovr_jax.core.metrics import BootstrapInterval

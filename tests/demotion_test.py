@@ -35,7 +35,7 @@ def reference_rank_cap(ids, scores, demote_ids, caps):
 
 
 def design_letter_rank_cap(ids, demote_ids, caps):
-  """DESIGN section 3's sort keys, read literally."""
+  """docs/definitions.md §3's sort keys, read literally."""
   cap_of = {}
   for d, c in zip(demote_ids, caps):
     if d != -1:
@@ -103,8 +103,8 @@ class RankCapTest(parameterized.TestCase):
       np.testing.assert_array_equal(got, design_letter_rank_cap(ids, d, c))
 
   def test_rejected_top1_never_returns_to_the_top(self):
-    # DESIGN's letter: 20 (cap 4) moves behind 30, and 30 (the top-1 just
-    # rejected with sigma pos, cap 2) rises back to position 1.
+    # the letter of docs/definitions.md: 20 (cap 4) moves behind 30, and 30 (the
+    # top-1 just rejected with sigma pos, cap 2) rises back to position 1.
     ids = np.array([20, 30, 40, 50, 60])
     self.assertEqual(design_letter_rank_cap(ids, [20, 30], [4, 2])[0], 30)
     got, _ = rank_cap(ids, np.zeros(5, np.float32), [20, 30], [4, 2])

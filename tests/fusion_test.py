@@ -17,7 +17,7 @@ RRF_METHODS = ('tw_rrf', 'static_rrf', 'uniform_rrf', 'penalty_rrf')
 
 def reference_scores(ids, scores, valid, method, k=60, recency='linear',
                      gamma=0.5, channel_weights=None, penalty_rank=None):
-  """DESIGN section 4 read literally, in float64: {id: fused score}."""
+  """docs/definitions.md §4 read literally, in float64: {id: fused score}."""
   w, c, kk = ids.shape
   lam = np.ones(c) if channel_weights is None else np.asarray(channel_weights)
   if method == 'uniform_rrf' or recency == 'uniform':

@@ -299,7 +299,8 @@ class FrameClassifierTest(absltest.TestCase):
 
 
 class PaperSigmaTest(absltest.TestCase):
-  """``sigma='paper'``: DESIGN section 10's mapping of the user's turns."""
+  """``sigma='paper'``: docs/definitions.md §10's mapping of the user's
+  turns."""
 
   SHOWN = 'two large blue circles moving left on grass in daylight'
 

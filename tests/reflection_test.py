@@ -1,6 +1,6 @@
 """State Reflection that acts (issue #13): constraints reach the next turn,
 the avoid penalty, rank-cap placement and firing, and the baselines'
-questions (DESIGN sections 1, 3, 5, 6)."""
+questions (docs/definitions.md §§1, 3, 5, 6)."""
 
 import dataclasses
 
@@ -180,7 +180,7 @@ class PlacementTest(absltest.TestCase):
 
 class UnreflectedRankCapTest(absltest.TestCase):
   """The paper's reading of rank-cap without State Reflection: only
-  stagnation demotes (DESIGN section 3)."""
+  stagnation demotes (docs/definitions.md §3)."""
 
   def test_just_rejected_top1_keeps_its_place_until_it_stagnates(self):
     gallery = jnp.eye(8, dtype=jnp.float32)
@@ -263,7 +263,7 @@ class FiringTest(absltest.TestCase):
 
 
 def _split_entropy_reference(scores, values, tau):
-  """DESIGN section 5's rule, group by group, in NumPy."""
+  """docs/definitions.md §5's rule, group by group, in NumPy."""
   valid = np.isfinite(scores)
   z = np.where(valid, scores / tau, -np.inf)
   p = np.exp(z - z[valid].max()) * valid

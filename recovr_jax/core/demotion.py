@@ -1,14 +1,14 @@
-"""Rank-cap: demoting rejected and stagnant candidates (DESIGN section 3).
+"""Rank-cap: demoting rejected and stagnant candidates (docs/definitions.md §3).
 
-DESIGN's rule gives a demoted id found at 1-based position ``p < cap`` the
-sort key ``cap + 0.5``, keeps key ``p`` for every other entry and sorts
-stably. Read to the letter, that rule breaks DESIGN's own promise that "a
-rejected top-1 is never shown again as top-1 while any other candidate
+The definition's rule gives a demoted id found at 1-based position ``p < cap``
+the sort key ``cap + 0.5``, keeps key ``p`` for every other entry and sorts
+stably. Read to the letter, that rule breaks the definition's own promise that
+"a rejected top-1 is never shown again as top-1 while any other candidate
 exists": with ``kappa_pos = 2``, a just-rejected top-1 that sits at position
 2 (because another demoted id was ahead of it) keeps key 2 and rises back to
 position 1 once the id ahead moves behind it. The rule implemented here is the
-one that keeps the promise and agrees with DESIGN's wherever demotions do not
-interact (in particular, a single demoted id lands exactly at its cap):
+one that keeps the promise and agrees with the definition's wherever demotions
+do not interact (in particular, a single demoted id lands exactly at its cap):
 
   Entries that are not demoted keep their order. A demoted id (an id of the
   demotion set found in the list, wherever it is) is placed after
@@ -39,7 +39,7 @@ def rank_cap(ids, scores, demote_ids, caps):
   """Demotes each listed id to its cap (1-based) or below in one list.
 
   See the module docstring for the exact rule and how it differs from
-  DESIGN's sort keys when demotions interact.
+  the definition's sort keys when demotions interact.
 
   Args:
     ids: ``[K]`` integer gallery ids, best first, each at most once, ``-1``
@@ -140,7 +140,7 @@ def rank_cap_sources(ids, demote_ids, caps):
 
 def demotion_set(top1_history, turn, sigma, *, kappa=DEFAULT_KAPPA,
                  window=None):
-  """The demotion set at turn ``t >= 1`` (DESIGN section 3).
+  """The demotion set at turn ``t >= 1`` (docs/definitions.md §3).
 
   The top-1 shown before this turn (``top1_history[turn - 1]``, just rejected)
   gets cap ``kappa[sigma]``; every earlier displayed top-1 gets
@@ -153,8 +153,9 @@ def demotion_set(top1_history, turn, sigma, *, kappa=DEFAULT_KAPPA,
     sigma: integer scalar, ``SIGMA_NEG`` (0), ``SIGMA_NEU`` (1) or
       ``SIGMA_POS`` (2), from the State Reflector.
     kappa: ``(kappa_neg, kappa_neu, kappa_pos)`` caps, or a ``[3]`` array.
-    window: ``None`` (every earlier top-1 of the session, as DESIGN says) or an
-      int ``>= 1``: only top-1s displayed in the last ``window`` turns.
+    window: ``None`` (every earlier top-1 of the session, as
+      docs/definitions.md says) or an int ``>= 1``: only top-1s displayed in
+      the last ``window`` turns.
 
   Returns:
     ``(demote_ids, caps)``: ``[H]`` int32 each, ``-1`` / ``0`` where unused.

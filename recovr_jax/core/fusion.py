@@ -1,4 +1,5 @@
-"""Fusion of the ring's ranked lists (DESIGN section 4), TW-RRF by default.
+"""Fusion of the ring's ranked lists (docs/definitions.md §4), TW-RRF by
+default.
 
 One session's ring holds ``P = W * C * K`` entries. Fusion has to sum the
 contributions of each gallery id across lists, which needs equal ids next to
@@ -196,7 +197,7 @@ def fuse_with_rank_cap(ids, scores, valid, demote_ids, caps, *,
                        return_fired: bool = False, **fuse_kwargs):
   """Rank-cap on every ring list, fusion, and rank-cap on the fused list.
 
-  This is the ranking path of one ReCoVR turn (DESIGN section 1):
+  This is the ranking path of one ReCoVR turn (docs/definitions.md §1):
   ``ring -> rank_cap -> fuse -> rank_cap``.
 
   Args:

@@ -1,4 +1,4 @@
-"""Metrics over displayed lists (DESIGN section 6).
+"""Metrics over displayed lists (docs/definitions.md §6).
 
 Dimension legend: ``S`` sessions, ``T + 1`` turns (turn 0 and ``T`` feedback
 turns), ``K`` displayed list length, ``R`` bootstrap resamples.
@@ -102,7 +102,7 @@ def _bri(ranks):
 
 
 def failure_modes(ranks, top1, active=None) -> FailureModes:
-  """Failure-mode rates over active transitions (DESIGN section 6).
+  """Failure-mode rates over active transitions (docs/definitions.md §6).
 
   Args:
     ranks: ``[S, T+1]`` integer target ranks.
@@ -177,7 +177,8 @@ def cumulative_hits(ranks, k: int):
 
 
 def rank_cap_firing(ranks, fired, active=None) -> RankCapFiring:
-  """The rank-cap firing rate and same-turn improvement (DESIGN section 6).
+  """The rank-cap firing rate and same-turn improvement (docs/definitions.md
+  §6).
 
   Args:
     ranks: ``[S, T+1]`` integer target ranks.

@@ -4,8 +4,8 @@ The gallery is scored in blocks of ``block_size`` rows and a running top-K is
 merged with each block, so memory stays ``O(B * block_size + N * D)``; a full
 ``[B, N]`` score matrix is never built. The merge keeps the running list in
 front of the new block, and ``lax.top_k`` puts equal values at lower positions
-first, so equal scores come out in ascending gallery id, as DESIGN section 2
-requires.
+first, so equal scores come out in ascending gallery id, as docs/definitions.md
+§2 requires.
 
 Selection is most of the cost beside the matmul on a CPU (XLA's top-k there
 is a per-row partial sort whose cost grows with every entry that enters its

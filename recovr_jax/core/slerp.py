@@ -1,4 +1,4 @@
-"""Query updates of the adapted baselines (DESIGN section 5)."""
+"""Query updates of the adapted baselines (docs/definitions.md §5)."""
 
 import jax
 import jax.numpy as jnp

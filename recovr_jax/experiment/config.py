@@ -57,8 +57,8 @@ class RunConfig:
   user_seed: int = 0
   bootstrap_resamples: int = 10_000
   # The baseline the report's paired bootstrap compares recovr with
-  # (DESIGN section 5: default umivr, the paper's Table 7); 'strongest': the
-  # baseline with the best mean R@1 over feedback turns. A baseline not in
+  # (docs/definitions.md §5: default umivr, the paper's Table 7); 'strongest':
+  # the baseline with the best mean R@1 over feedback turns. A baseline not in
   # `methods` falls back to the strongest one present (bootstrap.json names
   # the one used).
   bootstrap_baseline: str = 'umivr'

@@ -7,7 +7,7 @@ user in its own words), the backend's own earlier replies as the session's
 memory, test-split sessions. Ground truth comes from the simulator for each
 utterance: the values it names, the values it changes (named values that
 differ from the shown video's true ones) and its label of the turn as sigma
-(DESIGN section 10: Modify ``pos``, Answer ``neu``, Rewrite ``neg``).
+(docs/definitions.md §10: Modify ``pos``, Answer ``neu``, Rewrite ``neg``).
 
 Each named value is classed by the phrase that stated it
 (``user_language.phrasing_of`` on the clean words of the same decision):

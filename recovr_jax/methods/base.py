@@ -46,7 +46,7 @@ class Settings:
   question_candidates: int = 10   # top results the Question Asker reads
   avoid_penalty: float = AVOID_PENALTY
   question_tau: float = QUESTION_TAU
-  # Rank-cap of a method without State Reflection (DESIGN section 3):
+  # Rank-cap of a method without State Reflection (docs/definitions.md §3):
   # 'neutral' caps the top-1 just rejected at kappa_neu (sigma neutral);
   # 'stagnation' (the paper's reading) gives it no cap of its own.
   unreflected_rank_cap: str = 'neutral'

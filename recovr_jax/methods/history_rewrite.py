@@ -1,6 +1,6 @@
-"""Full-history rewriting (DESIGN section 5): one edit regenerated from the
-whole dialogue each turn by the reasoning backend (``rewrite``), composed with
-``v_ref``; the modification text stands in when the rewrite is empty."""
+"""Full-history rewriting (docs/definitions.md §5): one edit regenerated from
+the whole dialogue each turn by the reasoning backend (``rewrite``), composed
+with ``v_ref``; the modification text stands in when the rewrite is empty."""
 
 import dataclasses
 

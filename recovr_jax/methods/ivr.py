@@ -1,4 +1,4 @@
-"""IVR, adapted (DESIGN section 5): asks a question about the shown top
+"""IVR, adapted (docs/definitions.md §5): asks a question about the shown top
 result every turn (IVR-QA's heuristic question generator); the modification
 text and every answer and piece of feedback so far are joined with
 ``" [SEP] "``, re-encoded and composed with ``v_ref`` each turn; the CoVR

@@ -1,4 +1,4 @@
-"""MERLIN, adapted (DESIGN section 5): asks every turn about the anchor's
+"""MERLIN, adapted (docs/definitions.md §5): asks every turn about the anchor's
 caption (the reference video's: the anchor is fixed), and moves its running
 query text embedding towards each answer's text embedding by spherical
 interpolation (its eq. 6), keeping ``alpha`` (0.8) of the previous one; the

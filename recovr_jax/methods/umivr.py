@@ -1,6 +1,6 @@
-"""UMIVR, adapted (DESIGN section 5): asks every turn the question that most
-reduces uncertainty over the current top candidates, and the answer extends
-the IVR query text.
+"""UMIVR, adapted (docs/definitions.md §5): asks every turn the question that
+most reduces uncertainty over the current top candidates, and the answer
+extends the IVR query text.
 
 For each attribute the top ``Settings.question_candidates`` results are
 split by their caption's value of it, and the split is scored by the

@@ -7,7 +7,7 @@ valid, sigma, and per-session record fields). Both are batched over the
 sessions of a batch that are still searching; ``sessions`` says which rows of
 the batch they are.
 
-Channels: ``T2V`` (index 0) and ``COVR`` (index 1), DESIGN section 1.
+Channels: ``T2V`` (index 0) and ``COVR`` (index 1), docs/definitions.md §1.
 """
 
 import abc

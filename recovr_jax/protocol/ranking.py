@@ -1,4 +1,5 @@
-"""One interactive turn's ranking core, pure and jit-able (DESIGN section 1).
+"""One interactive turn's ranking core, pure and jit-able (docs/definitions.md
+§1).
 
 ``turn_step`` retrieves every channel's list, pushes them into the Result
 Memory ring, applies rank-cap over the ring, fuses, and applies rank-cap to
@@ -46,11 +47,11 @@ class LoopConfig:
   kappa: tuple[int, int, int] = demotion.DEFAULT_KAPPA
   rank_cap: bool = True
   # 'all': every ring list and the fused list; 'current': the current
-  # turn's lists before fusion only (DESIGN section 3).
+  # turn's lists before fusion only (docs/definitions.md §3).
   rank_cap_placement: str = 'all'
   # False: the top-1 just rejected gets no cap of its own; only top-1s shown
   # before it are demoted (the paper's reading of rank-cap without State
-  # Reflection: it "can only react to stagnation"; DESIGN section 3).
+  # Reflection: it "can only react to stagnation"; docs/definitions.md §3).
   cap_just_rejected: bool = True
   num_ids: int | None = None    # gallery size, for the one-pass id sort
 

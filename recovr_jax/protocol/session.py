@@ -1,4 +1,4 @@
-"""The protocol of a session, written once (DESIGN section 1).
+"""The protocol of a session, written once (docs/definitions.md §1).
 
 Turn 0 is the shared composed query; each feedback turn is
 

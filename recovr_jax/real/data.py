@@ -1,4 +1,4 @@
-"""Real data (DESIGN section 9): WebVid-CoVR-style annotations and
+"""Real data (docs/definitions.md §9): WebVid-CoVR-style annotations and
 precomputed gallery embeddings.
 
 Every check runs before any model work and names the file, row and column.

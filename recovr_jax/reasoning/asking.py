@@ -69,7 +69,7 @@ def should_ask(policy: AskPolicy, entropy, asked_so_far: int) -> bool:
 
 
 def expected_split_entropy(scores, values, tau):
-  """UMIVR's question rule (DESIGN section 5): for each candidate question
+  """UMIVR's question rule (docs/definitions.md §5): for each candidate question
   (an attribute), the expected normalised entropy of the softmax of the
   top-K scores after the answer.
 

@@ -7,8 +7,8 @@ the values. ``FrameClassifier`` is a multinomial logistic regression over
 the frame's words (those outside every value span a reader read; see
 ``grounding.GroundingReader.frame``) and how many values were read, fitted
 on training utterances only. The State Reflector maps its label to sigma as
-DESIGN section 10 does (``SIGMA``), with one rule the words cannot carry: an
-answer needs a question, so without one it is read as an edit.
+docs/definitions.md §10 does (``SIGMA``), with one rule the words cannot carry:
+an answer needs a question, so without one it is read as an edit.
 """
 
 import numpy as np

@@ -18,8 +18,8 @@ A lexicon is any object with ``A`` (attribute names), ``QUESTIONS``
 dialogues) with another reader (any object with ``parse``; e.g.
 ``reasoning.grounding.GroundingReader``) while captions and modification
 texts, which are in the lexicon's words, are still read by the lexicon.
-``sigma='paper'``: the Reflector labels a turn as DESIGN section 10 maps the
-user's decisions (an edit of the shown video ``pos``, an answer to the
+``sigma='paper'``: the Reflector labels a turn as docs/definitions.md §10 maps
+the user's decisions (an edit of the shown video ``pos``, an answer to the
 question shown ``neu``, a rejection or fresh description ``neg``) instead of
 the rules' own rule (``pos`` only for a one-value edit), telling them apart
 by rule (relative feedback; an answer names exactly the attribute asked);

@@ -1,4 +1,4 @@
-"""The reasoning modules' schemas (DESIGN section 1).
+"""The reasoning modules' schemas (docs/definitions.md §1).
 
 Each module reads text and writes a small JSON object with a fixed schema;
 none scores videos or sees the target:

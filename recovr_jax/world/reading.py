@@ -1,5 +1,5 @@
 """Reading the user on the world: the grounding reader's prototypes, its
-training utterances and its threshold fit (DESIGN section 10).
+training utterances and its threshold fit (docs/definitions.md §10).
 
 Everything here is drawn from the world's train split and the user's
 training phrasings (``user_language``'s split): a reader built here never
@@ -225,8 +225,8 @@ def frame_classifier(world, reader, num: int = FIT_UTTERANCES,
 def sigma_agreement(reasoner, world, num: int = FIT_UTTERANCES,
                     seed: int = VALIDATION_SEED) -> float:
   """The share of ``num`` training utterances (another seed than the
-  fits') whose sigma ``reasoner``'s Reflector gets right (DESIGN section
-  10's mapping), each against its shown video's true caption."""
+  fits') whose sigma ``reasoner``'s Reflector gets right (docs/definitions.md
+  section 10's mapping), each against its shown video's true caption."""
   texts, _, actions, questions, shown = training_utterances(
       world, num, seed, with_decisions=True)
   rng = np.random.default_rng(seed)

@@ -325,7 +325,7 @@ class TeacherReasoner(rules.RulesReasoner):
   (``set_truth``: the values it names and the user's decision): training
   targets only, never a backend. Intent: the feedback is an edit of the
   shown video unless the user rewrote; Reflector: sigma is the decision as
-  DESIGN section 10 maps it (Modify ``pos``, Answer ``neu``, Rewrite
+  docs/definitions.md §10 maps it (Modify ``pos``, Answer ``neu``, Rewrite
   ``neg``); keep and avoid as the rules write them, so a memory keeps one
   value per attribute and never avoids a kept one."""
 
