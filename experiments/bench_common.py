@@ -183,3 +183,21 @@ def split_cpu_devices(count: int):
   if count > 1 and 'device_count' not in flags:
     os.environ['XLA_FLAGS'] = (
         f'{flags} --xla_force_host_platform_device_count={count}').strip()
+
+
+def world_run(world_config, user_config, cache_dir, simulation='jit'):
+  """The assembled run (``experiment.assemble.Run``) the method and session
+  benchmarks time: the generated world of ``world_config`` with the
+  shipped v1 encoders and its true captions, the ``rules`` reasoner and
+  the simulated user of ``user_config``, prepared for ``simulation``."""
+  from recovr_jax.experiment import assemble  # pylint: disable=g-import-not-at-top
+  from recovr_jax.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import encoders  # pylint: disable=g-import-not-at-top
+  from recovr_jax.world import source as world_source  # pylint: disable=g-import-not-at-top
+  config = config_lib.RunConfig(
+      methods=('recovr',), output_dir='', cache_dir=cache_dir or None,
+      data=world_source.WorldData(world=world_config,
+                                  checkpoint_dir=encoders.DEFAULT_CHECKPOINT_DIR,
+                                  captions='oracle'),
+      reasoner='rules', user=user_config, simulation=simulation)
+  return assemble.assemble(config)

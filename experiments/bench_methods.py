@@ -40,17 +40,11 @@ from experiments import cli
 from recovr_jax import methods
 from recovr_jax.experiment import resources
 from recovr_jax.protocol import host as host_driver
-from recovr_jax.world import jitted as simulation
-from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
-from recovr_jax.reasoning import rules
-from recovr_jax.world import encoders
-from recovr_jax.world import environment
 from recovr_jax.world import generator as world_lib
-from recovr_jax.world import lexicon
+from recovr_jax.world import jitted as simulation
 from recovr_jax.world import simulated_user
-from recovr_jax.world import training
 
 _MAIN = ('recovr,covr_only,t2v_only,intent_only,no_rankcap,no_reflection,'
          'no_keep,no_avoid,covr_plain,t2v_plain,fixed_anchor,static_rrf,'
@@ -97,26 +91,17 @@ def main(argv):
   device = resources.select_device('auto')
   s, n, p = _SESSIONS.value, _GALLERY.value, _PER_SESSION.value
   test_share = max(0.2, min(0.9, (n + 60) / num_combos))
-  world = world_lib.make_world(world_lib.WorldConfig(
-      test_share=test_share, gallery_size=n, num_test_triplets=s,
-      num_train_triplets=1))
-  log(f'world: gallery {n}, {s} sessions ({p} per-session), '
-      f'{_TURNS.value} turns on {device.platform}')
-  video, composer = training.load_world_models(
-      encoders.DEFAULT_CHECKPOINT_DIR, world)
-  env = environment.world_environment(world, encoders.TextEncoder(), video,
-                                      composer,
-                                      cache_dir=_CACHE.value or None)
-  base = ranking.LoopConfig(num_turns=_TURNS.value, num_ids=n)
-  settings = methods.base.Settings(ask=asking.AskPolicy(mode=_ASK.value))
   user_config = simulated_user.UserConfig(draws='jax', style=_STYLE.value,
                                           language=_LANGUAGE.value)
-  user = environment.attribute_user(
-      simulated_user.SimulatedUser(user_config, seed=0), env.attributes)
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
-                         encode_text=env.encode_text, compose=env.compose,
-                         reasoner=rules.RulesReasoner(lexicon))
-  sim_env = simulation.prepare(env)
+  log(f'world: gallery {n}, {s} sessions ({p} per-session), '
+      f'{_TURNS.value} turns on {device.platform}')
+  run = bench_common.world_run(
+      world_lib.WorldConfig(test_share=test_share, gallery_size=n,
+                            num_test_triplets=s, num_train_triplets=1),
+      user_config, _CACHE.value)
+  env, user, ctx, sim_env = run.env, run.user, run.ctx, run.built.sim_env
+  base = ranking.LoopConfig(num_turns=_TURNS.value, num_ids=n)
+  settings = methods.base.Settings(ask=asking.AskPolicy(mode=_ASK.value))
   sessions = np.arange(s)
   rows = {}
   for name in _METHODS.value:

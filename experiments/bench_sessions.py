@@ -48,17 +48,12 @@ from recovr_jax.core import sharding
 from recovr_jax.experiment import resources
 from recovr_jax.protocol import host as host_driver
 from recovr_jax.world import jitted as simulation
-from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
-from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas as reasoning
-from recovr_jax.world import encoders
 from recovr_jax.world import environment
 from recovr_jax.world import generator as world_lib
-from recovr_jax.world import lexicon
 from recovr_jax.world import simulated_user
-from recovr_jax.world import training
 
 _SESSIONS = flags.DEFINE_integer('num_sessions', 1000, 'Sessions S.')
 _TURNS = flags.DEFINE_integer('num_turns', 5, 'Feedback turns T.')
@@ -194,17 +189,15 @@ def main(argv):
     raise app.UsageError(str(e)) from e
   s, n = _SESSIONS.value, _GALLERY.value
   test_share = max(0.2, min(0.9, (n + 60) / num_combos))
-  config = world_lib.WorldConfig(test_share=test_share, gallery_size=n,
-                                 num_test_triplets=s, num_train_triplets=1)
   log(f'world: gallery {n}, {s} sessions, {_TURNS.value} turns on '
       f'{device.platform}')
+  jax_config = simulated_user.UserConfig(draws='jax')
   start = time.perf_counter()
-  world = world_lib.make_world(config)
-  video, composer = training.load_world_models(
-      encoders.DEFAULT_CHECKPOINT_DIR, world)
-  text = encoders.TextEncoder()
-  env = environment.world_environment(world, text, video, composer,
-                                      cache_dir=_CACHE.value or None)
+  run = bench_common.world_run(
+      world_lib.WorldConfig(test_share=test_share, gallery_size=n,
+                            num_test_triplets=s, num_train_triplets=1),
+      jax_config, _CACHE.value)
+  env, composer = run.env, run.env.composer_params
   setup_s = time.perf_counter() - start
   base = ranking.LoopConfig(num_turns=_TURNS.value, num_ids=n)
   resources.check_fits(
@@ -216,9 +209,10 @@ def main(argv):
       ask=asking.AskPolicy(mode='never')))
   sessions = np.arange(s)
   targets = np.asarray(env.target)[sessions]
-  reasoner = rules.RulesReasoner(lexicon)
+  reasoner = run.reasoner
+  # The host loop and the NumPy reference loop with both kinds of draws
+  # (the run's user draws as the jitted face does).
   numpy_user = simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=0)
-  jax_config = simulated_user.UserConfig(draws='jax')
   jax_user = simulated_user.SimulatedUser(jax_config, seed=0)
   results = {'config': dict(num_sessions=s, num_turns=_TURNS.value,
                             gallery_size=n, dim=int(env.gallery.shape[1]),
@@ -227,7 +221,7 @@ def main(argv):
              'setup_s': setup_s}
 
   log('jit: compile and fill the phrase table')
-  sim_env = simulation.prepare(env)
+  sim_env = run.built.sim_env
   cfg = simulation.sim_config(method, base, jax_config, sim_env.composer)
   start = time.perf_counter()
   jit_trace = simulation.run(sim_env, cfg, sessions, seed=0, log=log)
@@ -250,9 +244,7 @@ def main(argv):
         _REPEATS.value)
 
   log('host: warm-up (fills the text cache), then timed')
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
-                         encode_text=env.encode_text, compose=env.compose,
-                         reasoner=reasoner)
+  ctx = run.ctx
   run_host = lambda user: host_driver.run_batch(
       env, method, sessions,
       environment.attribute_user(user, env.attributes), ctx, base)

@@ -14,6 +14,7 @@ from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
+from recovr_jax.real import source as real_source
 from recovr_jax.reasoning import rules
 from recovr_jax.world import environment
 from recovr_jax.world import lexicon
@@ -68,6 +69,30 @@ class ChooseTest(absltest.TestCase):
         'loop (it has no jax_form); change --methods or use '
         '--simulation=host'])
     self.assertEqual(drivers.choose('host', None).problems(config, None), [])
+
+
+class CapabilitiesTest(absltest.TestCase):
+  """A source's optional capabilities are interfaces it implements, and a
+  source keeps no state between the runner's calls."""
+
+  def test_each_source_states_what_it_offers(self):
+    world = world_source.WorldSource(world_source.WorldData())
+    real = real_source.RealSource(real_source.RealData())
+    for capability, offered in (
+        (source_lib.TracedFace, (True, False)),
+        (source_lib.OwnMedia, (True, False)),
+        (source_lib.ScoresAsking, (True, False)),
+        (source_lib.ExtraOutputs, (False, True))):
+      self.assertEqual((isinstance(world, capability),
+                        isinstance(real, capability)), offered,
+                       capability.__name__)
+    # What a fresh run removes includes every file extra_outputs writes.
+    self.assertEqual(real.OUTPUT_FILES,
+                     ('user_phraser.json', 'text_truncation.json'))
+
+  def test_a_source_holds_its_config_only(self):
+    real = real_source.RealSource(real_source.RealData())
+    self.assertEqual(list(vars(real)), ['config'])
 
 
 class SteppedOnTheWorldTest(absltest.TestCase):

@@ -99,8 +99,8 @@ class RunConfig:
 
 
 def source(config: RunConfig) -> source_lib.Source:
-  """The ``Source`` of ``config.data`` (a new one per call: it may keep
-  what its user made for ``extra_outputs``)."""
+  """The ``Source`` of ``config.data`` (a new one per call; cheap: nothing
+  loads)."""
   return source_of(config.data)
 
 

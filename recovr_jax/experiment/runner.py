@@ -80,7 +80,9 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
       for directory in ('batches', 'trec'):
         if (out / directory).exists():
           shutil.rmtree(out / directory)
-      for pattern in OUTPUT_FILES + source.OUTPUT_FILES:
+      own = (source.OUTPUT_FILES
+             if isinstance(source, source_lib.ExtraOutputs) else ())
+      for pattern in OUTPUT_FILES + own:
         for f in out.glob(pattern):
           f.unlink()
   except BaseException:
@@ -170,9 +172,11 @@ def _run_claimed(config, source, built, out, start, resolved):
       return None
   collected = _collect(assembled, out, batches, identity)
   outputs.write_reasoner_notes(out, collected.speed, assembled.reasoner)
-  for name, (content, line) in source.extra_outputs(built).items():
-    (out / name).write_text(json.dumps(content, indent=2))
-    print(line, flush=True)
+  if isinstance(source, source_lib.ExtraOutputs):
+    for name, (content, line) in source.extra_outputs(
+        built, assembled.user).items():
+      (out / name).write_text(json.dumps(content, indent=2))
+      print(line, flush=True)
   with profiling.part('text embedding cache (I/O)'):
     source.save_caches(built)
   with profiling.part('metrics, bootstrap and report'):
@@ -180,7 +184,10 @@ def _run_claimed(config, source, built, out, start, resolved):
         env, source.target_captions(built), sessions, base.list_length,
         config.bootstrap_resamples, config.seed)
     return outputs.write(config, out, env, sessions, collected, start,
-                         ceiling, source.ask_truth(built, assembled.user))
+                         ceiling,
+                         source.ask_truth(built, assembled.user)
+                         if isinstance(source, source_lib.ScoresAsking)
+                         else None)
 
 
 def _check_batch_fits(config, env, loop):

@@ -13,13 +13,14 @@ own typed config (``RunConfig.data``: ``world.source.WorldData`` or
   (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
   assembly, ``experiment.assemble``, has the registry make the reasoner of
   ``run.reasoner`` over it);
-* what a run's outputs add (``extra_outputs``) and the captions of its
-  T2V ceiling (``target_captions``).
+* the captions of its T2V ceiling (``target_captions``).
 
 Optional capabilities are their own interfaces, tested with
 ``isinstance``: ``TracedFace`` (the user and the reading of its words run
-inside ``jit``; the jitted driver runs on it, ``drivers.jit_driver``) and
-``OwnMedia`` (the source renders the study's videos itself).
+inside ``jit``; the jitted driver runs on it, ``drivers.jit_driver``),
+``OwnMedia`` (the source renders the study's videos itself),
+``ScoresAsking`` (it knows the targets' attributes, so asking is scored)
+and ``ExtraOutputs`` (its runs write files of their own).
 
 ``run`` below is the run's ``experiment.config.RunConfig``; the protocol
 reads only its generic fields (reasoner, user, seeds, cache directory).
@@ -79,8 +80,6 @@ class Source(abc.ABC):
   reasoners a ``vocabulary``."""
 
   NAME: str = ''
-  # Files ``extra_outputs`` may write (a fresh run removes them).
-  OUTPUT_FILES: tuple[str, ...] = ()
 
   def __init__(self, config):
     self.config = config   # the source's own typed config
@@ -124,20 +123,6 @@ class Source(abc.ABC):
     """Keeps what a later run can reuse (e.g. text embeddings)."""
     del built
 
-  def ask_truth(self, built: Built, user):
-    """``AskTruth`` for scoring when and what the methods
-    ask (``user``: the run's user, replayed), or None when the source
-    does not know its targets' attributes."""
-    del built, user
-    return None
-
-  def extra_outputs(self, built: Built) -> dict[str, tuple[dict, str]]:
-    """File name -> (JSON content, printed line) that a finished run adds
-    for ``built`` and the user ``user()`` made (e.g. how often a phrasing
-    model fell back, how many texts the encoder truncated)."""
-    del built
-    return {}
-
 
 class TracedFace(abc.ABC):
   """A source whose user, and the reasoner's reading of its words, have a
@@ -168,3 +153,26 @@ class OwnMedia(abc.ABC):
   @abc.abstractmethod
   def frames(self, built: Built) -> Callable:
     """``frames_of(index) -> [F, H, W, 3]`` of the gallery's videos."""
+
+
+class ScoresAsking(abc.ABC):
+  """A source that knows its targets' attributes, so the runner scores
+  when and what the methods ask (``experiment.asking``)."""
+
+  @abc.abstractmethod
+  def ask_truth(self, built: Built, user) -> AskTruth:
+    """``AskTruth`` of ``built`` (``user``: the run's user, replayed)."""
+
+
+class ExtraOutputs(abc.ABC):
+  """A source whose runs write files of their own beside the outputs."""
+
+  # Files ``extra_outputs`` may write (a fresh run removes them).
+  OUTPUT_FILES: tuple[str, ...] = ()
+
+  @abc.abstractmethod
+  def extra_outputs(self, built: Built,
+                    user) -> dict[str, tuple[dict, str]]:
+    """File name -> (JSON content, printed line) that a finished run adds
+    for ``built`` and its user ``user`` (e.g. how often a phrasing model
+    fell back, how many texts the encoder truncated)."""

@@ -5,6 +5,8 @@ backend is ``reasoning.rules.FreeTextReasoner``, which keeps the user's
 words (``real.source.RealSource.vocabulary``).
 """
 
+import dataclasses
+
 import numpy as np
 
 from recovr_jax.core import vectors
@@ -192,10 +194,19 @@ def sum_composer(reference, edit):
                                          np.asarray(edit, np.float32)))
 
 
-def caption_user(user, captions):
-  """The host driver's user function for a ``caption_user.CaptionUser``."""
-  def respond(session, turn, target, shown, question):
+@dataclasses.dataclass(frozen=True)
+class HostCaptionUser:
+  """The host driver's user function for a ``caption_user.CaptionUser``
+  (``user``, whose phrasing model's counts go to the run's outputs)."""
+  user: object        # a caption_user.CaptionUser
+  captions: object    # [N] the gallery's captions
+
+  def __call__(self, session, turn, target, shown, question):
     del question  # the caption user does not answer questions
-    return user.respond(session, turn, target, shown, captions[target],
-                        captions[shown])
-  return respond
+    return self.user.respond(session, turn, target, shown,
+                             self.captions[target], self.captions[shown])
+
+
+def caption_user(user, captions) -> HostCaptionUser:
+  """The host driver's user function for a ``caption_user.CaptionUser``."""
+  return HostCaptionUser(user, captions)

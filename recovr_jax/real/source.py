@@ -53,7 +53,7 @@ VOCABULARY = registry.Vocabulary(data='webvid_covr',
                                  rules=rules.FreeTextReasoner)
 
 
-class RealSource(source_lib.Source):
+class RealSource(source_lib.Source, source_lib.ExtraOutputs):
   """Annotation CSV, precomputed gallery embeddings, a local CLIP, the
   caption user and the free-text reasoners."""
 
@@ -61,11 +61,7 @@ class RealSource(source_lib.Source):
   # No traced face: under --simulation=jit the caption user and the
   # reasoning stay on the host, a turn per pass (drivers.jit_driver.
   # Stepped).
-  OUTPUT_FILES = ('user_phraser.json',)
-
-  def __init__(self, config):
-    super().__init__(config)
-    self._phrase = None   # user()'s phrasing model, for extra_outputs()
+  OUTPUT_FILES = ('user_phraser.json', 'text_truncation.json')
 
   def problems(self, run, create):
     del run, create
@@ -159,7 +155,6 @@ class RealSource(source_lib.Source):
       phrase = caption_user.LMPhraser(
           chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
           seed=run.user_seed)
-    self._phrase = phrase  # its counts go to the run's outputs
     return environment.caption_user(
         caption_user.CaptionUser(drop_rate=run.user.drop_rate,
                                  seed=run.user_seed, phrase=phrase),
@@ -169,7 +164,7 @@ class RealSource(source_lib.Source):
     del run
     return VOCABULARY
 
-  def extra_outputs(self, built):
+  def extra_outputs(self, built, user):
     out = {}
     text = built.env.encode_text
     truncated = getattr(text, 'truncated', None)
@@ -184,7 +179,7 @@ class RealSource(source_lib.Source):
           f'distinct texts were longer than its {text.max_tokens} '
           'token positions and were encoded from their first tokens '
           '(text_truncation.json)')
-    phrase = self._phrase
+    phrase = user.user.phrase  # environment.HostCaptionUser's
     if phrase is None or not phrase.calls:
       return out
     counts = {'calls': phrase.calls, 'fallbacks_to_rules': phrase.fallbacks}

@@ -110,7 +110,7 @@ class _Extra:
 
 
 class WorldSource(source_lib.Source, source_lib.TracedFace,
-                  source_lib.OwnMedia):
+                  source_lib.OwnMedia, source_lib.ScoresAsking):
   """The generated world, its encoders, captioner, user and reasoners; its
   user and the lexical readers have a traced face (``world.jitted``), and
   it renders its videos."""
