@@ -13,7 +13,10 @@ from recovr_jax.experiment import runner
 def sweep(config: config_lib.RunConfig, settings) -> str:
   """Runs every ``(name, [values])`` of ``settings`` one factor at a time,
   each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
-  ``(text, parsed)`` pairs. Every setting is checked before the first run."""
+  ``(text, parsed)`` pairs. Every setting is checked before the first run
+  (what the driver cannot run of the sweep's own config is named first,
+  without a setting)."""
+  checks.check_driver(config, config_lib.source(config))
   configs = []
   for name, values in settings:
     for text, value in values:
