@@ -70,7 +70,7 @@ def run_config() -> config_lib.RunConfig:
   ask = part(protocol_flags.ask, asking.AskPolicy())
   settings = part(lambda: protocol_flags.settings(ask),
                   methods_base.Settings())
-  user = part(lambda: user_flags.user(running_flags.jitted()),
+  user = part(lambda: user_flags.user(running_flags.user_draws()),
               simulated_user.UserConfig())
   fields = dict(
       methods=protocol_flags.method_names(), loop=loop, settings=settings,

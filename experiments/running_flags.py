@@ -144,9 +144,9 @@ HELP_GROUPS = (
 )
 
 
-def jitted() -> bool:
-  """--simulation=jit."""
-  return _SIMULATION.value == 'jit'
+def user_draws() -> str | None:
+  """The simulated user's draws the --simulation driver imposes."""
+  return drivers.user_draws(_SIMULATION.value)
 
 
 def fields() -> dict:

@@ -42,12 +42,13 @@ HELP_GROUP = ('Simulated user', [
     'noise_rate', 'drop_rate', 'user_seed', 'user_draws'])
 
 
-def user(jitted: bool) -> simulated_user.UserConfig:
-  """The user's config; ``jitted``: the jitted driver's draws."""
+def user(draws: str | None = None) -> simulated_user.UserConfig:
+  """The user's config; ``draws``: the draws the driver imposes
+  (``drivers.user_draws``; None: --user_draws)."""
   return simulated_user.UserConfig(
       modify_threshold=_MODIFY.value, policy=_POLICY.value,
       noise_rate=_NOISE.value, drop_rate=_DROP.value,
-      draws='jax' if jitted else _USER_DRAWS.value,
+      draws=draws or _USER_DRAWS.value,
       style=source_flags.user_preset('user_style', _STYLE.value),
       language=source_flags.user_preset('user_language', _LANGUAGE.value))
 

@@ -80,6 +80,8 @@ FAST = {
     # protocol, methods
     'jitted_toy_test.py': None,
     'methods_test.py': {'RegistryTest', 'AnchoredTest'},
+    # drivers
+    'drivers_test.py': {'ChooseTest', 'CapabilitiesTest'},
     # reasoning
     'rules_core_test.py': None, 'reflection_test.py': None,
     'asking_test.py': None, 'wordnet_test.py': None, 'lora_test.py': None,

@@ -49,6 +49,9 @@ class ChooseTest(absltest.TestCase):
     self.assertFalse(jit.STEPWISE)
     self.assertTrue(jit.JOINT and jit.SHARDS)
     self.assertFalse(host.JOINT or host.SHARDS)
+    # The jitted drivers draw the user's decisions as inside jit.
+    self.assertEqual((drivers.user_draws('host'), drivers.user_draws('jit')),
+                     (None, 'jax'))
 
   def test_a_method_without_a_jax_form_is_named(self):
 

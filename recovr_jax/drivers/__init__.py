@@ -37,3 +37,9 @@ def choose(simulation: str, source: source_lib.Source) -> Driver:
     return jit_driver.Stepped()
   raise ValueError(f'unknown --simulation {simulation!r}; valid: '
                    f'{", ".join(NAMES)}')
+
+
+def user_draws(simulation: str) -> str | None:
+  """The simulated user's draws ``--simulation`` imposes (the jitted
+  drivers': 'jax', on any source), or None: the user's own setting."""
+  return choose(simulation, None).USER_DRAWS

@@ -17,6 +17,9 @@ class Driver(abc.ABC):
   # Python loop, where a caller can watch or take part (the study, the
   # reading benchmark need it).
   STEPWISE: bool = False
+  # The simulated user's draws it imposes ('jax': drawn as inside jit, so
+  # the host's answers equal the traced face's), or None: the user's own.
+  USER_DRAWS: str | None = None
   # It can split sessions over devices (--session_shards) and the gallery
   # over processes (--gallery_over_processes).
   SHARDS: bool = False

@@ -20,6 +20,7 @@ class _Jitted(driver.Driver):
   NAME = 'jit'
   JOINT = True
   SHARDS = True
+  USER_DRAWS = 'jax'
 
   def problems(self, config, source):
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
