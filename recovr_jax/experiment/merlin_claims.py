@@ -1,7 +1,9 @@
-"""MERLIN's own claims (``../shared/papers/merlin.txt``), checked in its
-setting: interactive text-to-video retrieval on the world (``--start=text``;
-``experiments/flagfiles/text_start``), on the runs of ``merlin_alpha=0.8``
-(MERLIN's default, ``main``) and ``merlin_alpha=0.2`` (``alpha_0.2``).
+"""MERLIN's own claims (the paper "MERLIN: Multimodal Embedding Refinement
+via LLM-based Iterative Navigation for Text-Video Retrieval-Rerank
+Pipeline"), checked in its setting: interactive text-to-video retrieval on
+the world (``--start=text``; ``experiments/flagfiles/text_start``), on the
+runs of ``merlin_alpha=0.8`` (MERLIN's default, ``main``) and
+``merlin_alpha=0.2`` (``alpha_0.2``).
 
 Encoding rules: "improves with each round" is a check per round against the
 round before; "substantially improves" is round T against round 0; the
