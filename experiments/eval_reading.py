@@ -27,10 +27,11 @@ from experiments import cli
 from experiments import outputs
 from experiments import run
 from recovr_jax import drivers
+from recovr_jax.experiment import assemble
+from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import reading
 from recovr_jax.experiment import runner
 from recovr_jax.reasoning import registry
-from recovr_jax.experiment import assemble
 from recovr_jax.world import source as world_source
 
 _BACKENDS = flags.DEFINE_list(
@@ -96,7 +97,7 @@ def main(argv):
   if not isinstance(config.data, world_source.WorldData):
     raise app.UsageError('eval_reading reads the embedded world\'s '
                          'simulated user: --data=world')
-  source = assemble.data_source(config)
+  source = config_lib.source(config)
   if not drivers.choose(config.simulation, source).STEPWISE:
     raise app.UsageError('eval_reading draws requests in the host loop: '
                          '--simulation=host')

@@ -25,9 +25,10 @@ from absl import logging
 from experiments import cli
 from experiments import run
 from recovr_jax import drivers
+from recovr_jax.experiment import assemble
+from recovr_jax.experiment import config as config_lib
 from recovr_jax.experiment import runner
 from recovr_jax.protocol import source as source_lib
-from recovr_jax.experiment import assemble
 from recovr_jax.study import study as study_lib
 
 _HOST = flags.DEFINE_string(
@@ -103,7 +104,7 @@ def checked_config():
         '--methods: a study talks to one method, got '
         f'{",".join(config.methods)}')
   if not drivers.choose(config.simulation,
-                        assemble.data_source(config)).STEPWISE:
+                        config_lib.source(config)).STEPWISE:
     raise app.UsageError('--simulation=jit runs simulated users only; a '
                          'study needs --simulation=host')
   if getattr(config.data, 'start', 'composed') != 'composed':
@@ -113,7 +114,7 @@ def checked_config():
   if _VIDEO_SIZE.value < 16:
     raise app.UsageError(f'--video_size must be >= 16, got '
                          f'{_VIDEO_SIZE.value}')
-  if _FRAMES_DIR.value and isinstance(assemble.data_source(config),
+  if _FRAMES_DIR.value and isinstance(config_lib.source(config),
                                      source_lib.OwnMedia):
     raise app.UsageError('--frames_dir is for data whose videos are frame '
                          f'folders, not --data={config.data.NAME} (it renders '

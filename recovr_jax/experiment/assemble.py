@@ -31,11 +31,6 @@ from recovr_jax.protocol import source as source_lib
 from recovr_jax.reasoning import registry
 
 
-def data_source(config: config_lib.RunConfig) -> source_lib.Source:
-  """The data source of ``config`` (cheap; nothing loads)."""
-  return config_lib.source(config)
-
-
 def build(config: config_lib.RunConfig,
           source: source_lib.Source | None = None) -> source_lib.Built:
   """Loads the data and encoders of ``config`` through its data source
@@ -43,7 +38,7 @@ def build(config: config_lib.RunConfig,
   for its driver. ``source_lib.SourceError`` names an unreadable input.
   The ``Built`` holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
-  source = source or data_source(config)
+  source = source or config_lib.source(config)
   built = dataclasses.replace(source.build(config), source=source)
   return drivers.choose(config.simulation, source).prepare(source, built)
 

@@ -95,8 +95,7 @@ def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
   """One run; returns the per-method metrics. ``built``: a ``build`` of an
   earlier config with the same data (sweeps pass it to reuse the gallery,
   and its data source). The run's data source is made once, here."""
-  source = (built.source if built is not None else
-            assemble.data_source(config))
+  source = built.source if built is not None else config_lib.source(config)
   out = validate(config, source=source)
   start = time.time()
   resolved = resolved_config(config, source)
