@@ -101,12 +101,12 @@ class GroupedHelpTest(absltest.TestCase):
     from experiments import run  # pylint: disable=g-import-not-at-top
     grouped = [n for _, names in run.HELP_GROUPS for n in names]
     self.assertLen(set(grouped), len(grouped))  # none twice
+    from experiments import run_flags  # pylint: disable=g-import-not-at-top
+    # The settings' flags (whichever entry point defined them first) and
+    # the run's own.
     by_module = flags.FLAGS.flags_by_module_dict()
-    modules = ('source_flags', 'protocol_flags', 'reasoner_flags',
-               'user_flags', 'running_flags', 'world_flags')
-    defined = {f.name for m in modules
-               for f in by_module[f'experiments.{m}']}
-    defined |= {'annotations', 'clip_dir', 'missing_ids'}  # data_flags'
+    defined = {leaf.name for leaf in run_flags.LEAVES} | {
+        f.name for f in by_module['experiments.run_flags']}
     self.assertEqual(set(grouped), defined)
     for name in grouped:  # every name is a flag
       self.assertIn(name, flags.FLAGS)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import run
-from experiments import source_flags
+from experiments import run_flags
 from recovr_jax import methods
 from recovr_jax.core import demotion
 from recovr_jax.experiment import resources
@@ -47,7 +47,7 @@ def run_main(output_dir, **overrides):
                 cache_dir=str(pathlib.Path(output_dir).parent / 'cache'))
   values.update(overrides)
   if values.get('data') == 'webvid_covr':  # the world's flags are refused
-    for name in source_flags.FLAGS['world']:
+    for name in run_flags.SOURCE_FLAGS['world']:
       values.pop(name, None)
   with flagsaver.flagsaver(**values):
     return run.main(['run'])

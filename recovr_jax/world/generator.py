@@ -21,10 +21,13 @@ module reads; its parts share the attribute tables.
 
 import dataclasses
 import itertools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from recovr_jax import config_tree
 
 # Each attribute: values and, per value, phrases for captions and edits.
 ATTRIBUTES = ('shape', 'colour', 'count', 'motion', 'background', 'lighting',
@@ -142,29 +145,44 @@ def _layout_mask(layout, h: int) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class WorldConfig:
   """Everything that defines a world; the world is a pure function of it."""
-  seed: int = 0
-  test_share: float = 0.2          # share of combinations held out for test
-  num_frames: int = 4
+  HELP_GROUP: ClassVar[str] = 'Benchmark and world'
+  #: Seed of the generated world.
+  seed: int = config_tree.setting(0, flag='world_seed', lower_bound=0)
+  #: Share of attribute combinations held out as the test split.
+  test_share: float = config_tree.setting(0.2)
+  #: Frames per clip (4..8).
+  num_frames: int = config_tree.setting(4)
   image_size: int = 32
-  pixel_noise: float = 0.03
-  num_test_triplets: int = 500
-  num_train_triplets: int = 20_000
-  unmentioned_share: float = 0.5   # triplets whose target also differs unnamed
-  max_unmentioned: int = 1         # unnamed differences in such triplets: 1..max
-  gallery_size: int | None = None  # test combinations in the gallery
-                                   # (None: all), each in `renditions`
-  renditions: int = 1              # gallery videos per combination: scenes
-                                   # (layout, texture) words do not name
-  # Probability that a test triplet's target is in its reference's scene
-  # (1.0: always, as a CoVR target keeps its reference's scene; otherwise
-  # another of the `renditions` scenes). A benchmark-family axis: the
-  # scene is what no word names, so sharing it favours reference anchors.
-  scene_shared: float = 1.0
-  # Whether the scene's layout is describable: gallery videos get an eighth
-  # attribute, ``layout`` (``VALUES['layout'][scene % 4]``), drawn in the
-  # pixels and named by captions and the user's words (so words can tell
-  # renditions apart). A benchmark-family axis; False in v1 and v2.
-  describe_layout: bool = False
+  #: Standard deviation of Gaussian pixel noise.
+  pixel_noise: float = config_tree.setting(0.03)
+  #: Test triplets (distinct targets).
+  num_test_triplets: int = config_tree.setting(500)
+  #: Train triplets for the composer.
+  num_train_triplets: int = config_tree.setting(20_000)
+  #: Share of triplets whose target also differs in attributes the edit
+  #: does not name.
+  unmentioned_share: float = config_tree.setting(0.5)
+  #: Unnamed differences in such triplets: 1..max_unmentioned (0..2).
+  max_unmentioned: int = config_tree.setting(1)
+  #: Test combinations in the gallery; default every test combination.
+  gallery_size: int | None = config_tree.setting(None)
+  #: Gallery videos per combination (1..16): scenes that share everything
+  #: words name and differ in layout and texture; a triplet's reference and
+  #: target share a scene.
+  renditions: int = config_tree.setting(1, preset=True)
+  #: Probability that a test triplet's target is in its reference's scene
+  #: (rendition); else another scene. 1.0 (the default) as a CoVR target
+  #: keeps its reference's scene; the benchmark family also uses 0.5 and 0.0
+  #: (docs/benchmark.md). Needs --renditions >= 2 below 1.0. The scene is
+  #: what no word names, so sharing it favours reference anchors.
+  scene_shared: float = config_tree.setting(1.0)
+  #: Make the scene's layout describable: each gallery video gets an eighth
+  #: attribute, its scene's layout (fence, pole, arch or open; scene r has
+  #: layout r % 4), drawn in the pixels and named by captions and the
+  #: user's words, so words can tell renditions apart. Needs --renditions
+  #: >= 2, encoders and a captioner trained for it (docs/benchmark.md). A
+  #: benchmark-family axis; off in v1 and v2.
+  describe_layout: bool = config_tree.setting(False)
 
   def __post_init__(self):
     if self.seed < 0:

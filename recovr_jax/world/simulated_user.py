@@ -32,11 +32,13 @@ and modify-only / rewrite-only policies.
 import collections
 import dataclasses
 import functools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.core import checks
 from recovr_jax.protocol import plan
 from recovr_jax.world import lexicon
@@ -65,15 +67,34 @@ STOP, MODIFY, REWRITE, ANSWER = (plan.STOP, plan.MODIFY, plan.REWRITE,
 @dataclasses.dataclass(frozen=True)
 class UserConfig:
   """The simulated user's policy and degradations."""
-  modify_threshold: int = 2    # m: Modify when at most m attributes differ
-  policy: str = 'mixed'        # one of POLICIES
-  noise_rate: float = 0.0      # share of words perturbed
-  drop_rate: float = 0.0       # probability of dropping each mention
+  HELP_GROUP: ClassVar[str] = 'Simulated user'
+  #: m: Modify when at most m attributes differ.
+  modify_threshold: int = config_tree.setting(2, sweep=True)
+  #: The user's policy.
+  policy: str = config_tree.setting('mixed', flag='user_policy',
+                                    choices=POLICIES, sweep=True)
+  #: Surface noise per word (share of words perturbed).
+  noise_rate: float = config_tree.setting(0.0, sweep=True)
+  #: Constraint dropping rate (probability of dropping each mention).
+  drop_rate: float = config_tree.setting(0.0, sweep=True)
   min_described: int = 2       # a Rewrite names between these many
   max_described: int = 5       # attributes (never all of them)
-  draws: str = 'numpy'         # one of DRAWS
-  style: str = 'template'      # one of STYLES
-  language: str = 'lexicon'    # one of LANGUAGES
+  #: Source of the user's random decisions. jax: the draws of the jitted
+  #: mode, so a host run equals a --simulation=jit run list for list.
+  draws: str = config_tree.setting('numpy', flag='user_draws', choices=DRAWS)
+  #: The user's feedback (default: the --benchmark preset's). template:
+  #: Modify names any differences, Rewrite 2-5 of 7 attributes. paper:
+  #: Modify names at most --modify_threshold differences, Rewrite describes
+  #: the target completely (appendix D.2).
+  style: str = config_tree.setting('template', flag='user_style',
+                                   choices=STYLES, sweep=True, preset=True)
+  #: The user's words (default: the --benchmark preset's). lexicon: the
+  #: world's caption words, all known to the rules reasoner. own: its own
+  #: phrase bank (caption words, training and dev phrasings), partly unknown
+  #: to it. own_v3: own with the test phrasings (docs/reading.md).
+  language: str = config_tree.setting('lexicon', flag='user_language',
+                                      choices=LANGUAGES, sweep=True,
+                                      preset=True)
   # Under an own language: 'all' of the bank, or only the caption words
   # and the phrasings a training set may use ('train';
   # user_language.PHRASINGS).

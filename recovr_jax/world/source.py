@@ -14,14 +14,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.protocol import source as source_lib
 from recovr_jax.reasoning import registry
 from recovr_jax.world import encoders
 from recovr_jax.world import generator as world_lib
 
-# model: Progress Memory holds the captioning VLM's captions; oracle: the
-# world's ground-truth captions (an ablation: the system sees the truth).
-CAPTIONS = ('oracle', 'model')
+CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
 STARTS = ('composed', 'text')  # a reference and an edit; a description
 # The embedded benchmarks. v3 (the default) is v2 with the user's test
 # phrasings in its bank (user_language's test split: words no reader
@@ -55,11 +54,27 @@ LAYOUT_CAPTIONER_DIR = str(pathlib.Path(__file__).parents[1] /
 class WorldData:
   """The world a run generates and the checkpoints it reads."""
   NAME: ClassVar[str] = 'world'
+  HELP_GROUP: ClassVar[str] = 'Benchmark and world'
   world: world_lib.WorldConfig = world_lib.WorldConfig()
-  checkpoint_dir: str | None = None        # encoders (None: shipped v1)
-  captions: str = 'model'                  # one of CAPTIONS
-  captioner_checkpoint: str | None = None  # None: the shipped captioner
-  start: str = 'composed'                  # one of STARTS
+  #: Encoder checkpoints (default: the --benchmark preset's shipped ones:
+  #: checkpoints/world_renditions for v3, v2; checkpoints/world for v1).
+  checkpoint_dir: str | None = config_tree.setting(None, preset=True)
+  #: What Progress Memory holds as gallery and reference captions (default:
+  #: the --benchmark preset's). model: the captioning VLM's
+  #: (world/captioner.py). oracle: the world's ground-truth captions, an
+  #: ablation in which the system sees the truth.
+  captions: str = config_tree.setting('model', choices=CAPTIONS, preset=True)
+  #: --captions=model: a captioner directory (default: the shipped one;
+  #: experiments/train_captioner.py writes one).
+  captioner_checkpoint: str | None = config_tree.setting(None)
+  #: How a session starts. composed: a reference video and a modification
+  #: text (CoVR). text: interactive text-to-video retrieval (I-TVR, MERLIN's
+  #: setting): no reference video, turn 0 is T2V from a text query (world: a
+  #: description naming 3 of the target's 7 attributes in the user's words;
+  #: webvid_covr: --annotations holds video_id, sentence rows as MSR-VTT-1kA's
+  #: test CSV); from turn 1 composed channels anchor on the shown result and
+  #: the baselines search with their dialogue text alone. Host driver only.
+  start: str = config_tree.setting('composed', choices=STARTS)
 
   @classmethod
   def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
@@ -87,17 +102,10 @@ class WorldData:
               if v is not None or k not in defaults}
     return cls(world=world, **{**defaults, **fields})
 
-  @classmethod
-  def v3(cls, **fields) -> 'WorldData':
-    return cls.preset('v3', **fields)
-
-  @classmethod
-  def v2(cls, **fields) -> 'WorldData':
-    return cls.preset('v2', **fields)
-
-  @classmethod
-  def v1(cls, **fields) -> 'WorldData':
-    return cls.preset('v1', **fields)
+  # ``WorldData.v3(**fields)``: ``preset('v3', **fields)``; likewise v2, v1.
+  v3 = classmethod(lambda cls, **fields: cls.preset('v3', **fields))
+  v2 = classmethod(lambda cls, **fields: cls.preset('v2', **fields))
+  v1 = classmethod(lambda cls, **fields: cls.preset('v1', **fields))
 
 
 @dataclasses.dataclass(frozen=True)
