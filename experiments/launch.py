@@ -26,7 +26,7 @@ import time
 from absl import app
 from absl import flags
 
-from experiments import cli
+from experiments.common import cli
 
 _NUM = flags.DEFINE_integer('num_processes', 2, 'Local processes to start.')
 _MODULE = flags.DEFINE_string('module', 'experiments.run',

@@ -17,10 +17,10 @@ import sys
 from absl import app
 from absl import logging
 
-from experiments import cli
-from experiments import run_flags
-from recovr_jax.experiment import runner
-from recovr_jax.experiment import sweeps
+from experiments.common import cli
+from experiments.common import run_flags
+from recovr_jax.run import runner
+from recovr_jax.run import sweeps
 
 HELP_GROUPS = run_flags.HELP_GROUPS
 HELP_DEFAULTS = run_flags.HELP_DEFAULTS

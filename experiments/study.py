@@ -22,13 +22,13 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from experiments import cli
+from experiments.common import cli
 from experiments import run
 from recovr_jax import drivers
-from recovr_jax.experiment import assemble
-from recovr_jax.experiment import config as config_lib
-from recovr_jax.experiment import runner
 from recovr_jax.protocol import source as source_lib
+from recovr_jax.run import assemble
+from recovr_jax.run import config as config_lib
+from recovr_jax.run import runner
 from recovr_jax.study import study as study_lib
 
 _HOST = flags.DEFINE_string(
@@ -162,7 +162,7 @@ def make_study(config, built=None, participants_are='human'):
   """``(study, media)`` of a checked config (loads data and models unless
   ``built``, a ``runner.build`` of the same data, is given).
   ``participants_are``: who writes the feedback, kept in every log's header
-  and in the report's column names (``experiments/bench_study.py`` scripts
+  and in the report's column names (``experiments/bench/bench_study.py`` scripts
   them)."""
   if built is None:
     print('loading the environment and models (the first time on a '
@@ -172,7 +172,7 @@ def make_study(config, built=None, participants_are='human'):
 
 
 def assembled_study(run_, participants_are='human'):
-  """``(study, media)`` of an assembled run (``experiment.assemble.Run``) of a
+  """``(study, media)`` of an assembled run (``run.assemble.Run``) of a
   checked config."""
   from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
   config, env, source = run_.config, run_.env, run_.source

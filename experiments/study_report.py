@@ -20,13 +20,13 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from experiments import cli
+from experiments.common import cli
 from experiments import run
 from experiments import study  # pylint: disable=unused-import  (its flags)
 from recovr_jax import methods
-from recovr_jax.experiment import reporting
-from recovr_jax.experiment import runner
-from recovr_jax.experiment import assemble
+from recovr_jax.run import assemble
+from recovr_jax.run import reporting
+from recovr_jax.run import runner
 from recovr_jax.study import report as report_lib
 
 _SIMULATED = flags.DEFINE_bool(

@@ -11,8 +11,8 @@ embedding size.
 
 from recovr_jax.core.demotion import rank_cap
 from recovr_jax.core.fusion import fuse
-from recovr_jax.core.slerp import slerp
 from recovr_jax.core.retrieval import retrieve
+from recovr_jax.core.slerp import slerp
 
 __all__ = ['fuse', 'rank_cap', 'retrieve', 'slerp']
 __version__ = '0.1.0'

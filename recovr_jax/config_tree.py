@@ -1,7 +1,7 @@
 """A setting written once: the field of its config dataclass.
 
 Each setting a user can set is one field of the run's config tree
-(``experiment.config.RunConfig`` and the sub-configs it holds), declared
+(``run.config.RunConfig`` and the sub-configs it holds), declared
 with ``setting(...)``. The field carries everything about it:
 
 * its type and default (the dataclass field's own);
@@ -13,7 +13,7 @@ with ``setting(...)``. The field carries everything about it:
   its ``--help`` group.
 
 ``leaves`` walks the tree and returns one ``Leaf`` per flag; the command
-line (``experiments/config_flags.py``) defines the flags from them, the
+line (``experiments/common/config_flags.py``) defines the flags from them, the
 sweeps read ``sweepable`` and ``replace``. Nothing here imports absl or the
 rest of the package: every layer may declare its settings.
 """

@@ -1,6 +1,6 @@
 """Orbax checkpointing that each process does on its own.
 
-A run of several processes (``experiment.distributed``) saves and loads its
+A run of several processes (``run.distributed``) saves and loads its
 batch files and encoder checkpoints per process, never as one global array:
 orbax's default would make every save wait for every process.
 """

@@ -1,5 +1,5 @@
 """Tests for the settings written once (recovr_jax/config_tree.py) and the
-flags derived from them (experiments/config_flags.py)."""
+flags derived from them (experiments/common/config_flags.py)."""
 
 import dataclasses
 from typing import ClassVar
@@ -7,10 +7,10 @@ from typing import ClassVar
 from absl import flags
 from absl.testing import absltest
 
-from experiments import config_flags
-from experiments import run_flags
+from experiments.common import config_flags
+from experiments.common import run_flags
 from recovr_jax import config_tree
-from recovr_jax.experiment import config as config_lib
+from recovr_jax.run import config as config_lib
 
 
 @dataclasses.dataclass(frozen=True)

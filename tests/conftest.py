@@ -3,6 +3,7 @@ freed when the process's memory maps grow large."""
 
 import gc
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -75,7 +76,7 @@ def _free_compiled_programs():
 # classes (None: all of them).
 FAST = {
     # core
-    'demotion_test.py': None, 'fusion_test.py': None, 'metrics_test.py': None,
+    'demotion_test.py': None, 'fusion_test.py': None, 'list_metrics_test.py': None,
     'ring_test.py': None, 'slerp_test.py': None,
     # protocol, methods
     'jitted_toy_test.py': None,
@@ -84,7 +85,7 @@ FAST = {
     'drivers_test.py': {'ChooseTest', 'CapabilitiesTest'},
     # reasoning
     'rules_core_test.py': None, 'reflection_test.py': None,
-    'asking_test.py': None, 'wordnet_test.py': None, 'lora_test.py': None,
+    'ask_scores_test.py': None, 'wordnet_test.py': None, 'lora_test.py': None,
     'reasoning_test.py': {'SchemaTest', 'RulesReasonerTest', 'FreeTextTest'},
     'reasoning_registry_test.py': {'RegistryTest'},
     # world
@@ -103,7 +104,8 @@ FAST = {
 
 def pytest_configure(config):
   here = os.path.dirname(os.path.abspath(__file__))
-  missing = sorted(m for m in FAST if not os.path.isfile(os.path.join(here, m)))
+  present = {p.name for p in pathlib.Path(here).rglob('*_test.py')}
+  missing = sorted(m for m in FAST if m not in present)
   if missing:
     raise pytest.UsageError(f'tests/conftest.py FAST names missing test '
                             f'modules: {", ".join(missing)}')

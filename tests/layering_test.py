@@ -1,10 +1,12 @@
 """Package-level layering: dependencies point one way (docs/layout.md).
 
-core <- protocol <- methods <- drivers, the data sources (world, real) <-
-experiment <- experiments/; reasoning sits beside protocol (both read only
-core). Root
-modules (checksums, profiling, ...) may be imported from anywhere; no two
-subpackages import each other, directly or through others.
+core <- reasoners <- protocol <- methods <- drivers and the environments
+(envs.world, envs.files) <- run and analysis <- experiments/. Inside
+envs.world the benchmark, the simulated user, the trained models and the
+JAX face are apart: benchmark <- user <- models <- face, and the source and
+environment modules at envs/world/ sit above them. Root modules
+(config_tree, checksums, paths, ...) may be imported from anywhere; no two
+units import each other, directly or through others.
 """
 
 import ast
@@ -13,29 +15,48 @@ import pathlib
 from absl.testing import absltest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / 'recovr_jax'
-# What each lower subpackage may import besides itself and root modules.
+_BELOW_ENVS = {'core', 'reasoners', 'protocol', 'methods'}
+_WORLD = ('envs.world.benchmark', 'envs.world.user', 'envs.world.models',
+          'envs.world.face')
+# What each lower unit may import besides itself and root modules.
 ALLOWED = {
     'core': set(),
-    'reasoning': {'core'},
-    'protocol': {'core', 'reasoning'},
-    'methods': {'core', 'protocol', 'reasoning'},
-    'drivers': {'core', 'protocol', 'reasoning', 'methods'},
-    'world': {'core', 'protocol', 'reasoning', 'methods'},
-    'real': {'core', 'protocol', 'reasoning', 'methods', 'world'},
+    'reasoners': {'core'},
+    'protocol': {'core', 'reasoners'},
+    'methods': {'core', 'protocol', 'reasoners'},
+    'drivers': _BELOW_ENVS,
+    'envs.world.benchmark': {'core', 'reasoners'},
+    'envs.world.user': {'core', 'reasoners', 'protocol',
+                        'envs.world.benchmark'},
+    'envs.world.models': _BELOW_ENVS | set(_WORLD[:2]),
+    'envs.world.face': _BELOW_ENVS | set(_WORLD[:3]),
+    'envs.world': _BELOW_ENVS | set(_WORLD),
+    'envs.files': _BELOW_ENVS,
 }
-NEVER = {'experiment', 'study'}  # above every data source
+NEVER = {'run', 'analysis', 'study'}  # above every environment
+
+
+def unit(parts, root=ROOT) -> str:
+  """The layering unit of a module path below the package (``parts``
+  without the file name): a top subpackage, ``envs.<env>``, or a
+  subpackage of ``envs.world``."""
+  if parts[0] != 'envs' or len(parts) < 2:
+    return parts[0]
+  if len(parts) > 2 and (root / 'envs' / parts[1] / parts[2]).is_dir():
+    return '.'.join(parts[:3])
+  return '.'.join(parts[:2])
 
 
 def package_imports(root=ROOT) -> dict:
-  """(importing subpackage, imported subpackage) -> 'file:line' of the
-  first import, over every module of package ``root`` (function-level
-  imports included)."""
+  """(importing unit, imported unit) -> 'file:line' of the first import,
+  over every module of package ``root`` (function-level imports
+  included)."""
   edges, package = {}, root.name
   for path in sorted(root.rglob('*.py')):
     rel = path.relative_to(root).parts
     if len(rel) < 2:
       continue  # a root module
-    src = rel[0]
+    src = unit(rel[:-1], root)
     for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
       if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
@@ -46,9 +67,14 @@ def package_imports(root=ROOT) -> dict:
       for imported in names:
         parts = imported.split('.')
         where = f'{path.relative_to(root.parent)}:{node.lineno}'
-        if (parts[0] == package and len(parts) > 1
-            and (root / parts[1]).is_dir() and parts[1] != src):
-          edges.setdefault((src, parts[1]), where)
+        if parts[0] == package and len(parts) > 1 and (root / parts[1]).is_dir():
+          inner = [p for p in parts[1:]]
+          depth = len(inner)
+          while depth and not (root.joinpath(*inner[:depth])).is_dir():
+            depth -= 1  # the package that holds the imported module
+          dst = unit(inner[:max(depth, 1)], root)
+          if dst != src:
+            edges.setdefault((src, dst), where)
         if parts[0] == 'experiments':
           edges.setdefault((src, 'experiments/'), where)
   return edges
@@ -89,17 +115,49 @@ class LayeringTest(absltest.TestCase):
   def test_the_checks_see_a_fault_and_a_cycle(self):
     root = pathlib.Path(self.create_tempdir().full_path) / 'pkg'
     for sub, body in {
-        'core': 'from pkg.experiment import x\n',  # a fault
-        'protocol': 'def f():\n  from pkg.world import y\n',  # a cycle
-        'world': 'import pkg.protocol.z\n',
-        'experiment': ''}.items():
+        'core': 'from pkg.run import x\n',  # a fault
+        'protocol': 'def f():\n  from pkg.envs.files import y\n',  # a cycle
+        'envs/files': 'import pkg.protocol.z\n',
+        'envs/world/benchmark': 'from pkg.envs.world.face import w\n',
+        'envs/world/face': '',
+        'run': ''}.items():
       (root / sub).mkdir(parents=True)
       (root / sub / 'm.py').write_text(body)
     edges = package_imports(root)
     self.assertEqual(faults(edges), [
-        'core -> experiment (pkg/core/m.py:1)',
-        'protocol -> world (pkg/protocol/m.py:2)'])
-    self.assertEqual(cycles(edges), [('protocol', 'world')])
+        'core -> run (pkg/core/m.py:1)',
+        'envs.world.benchmark -> envs.world.face '
+        '(pkg/envs/world/benchmark/m.py:1)',
+        'protocol -> envs.files (pkg/protocol/m.py:2)'])
+    self.assertEqual(cycles(edges), [('envs.files', 'protocol')])
+
+
+class NamesTest(absltest.TestCase):
+
+  def test_no_two_library_modules_share_a_base_name(self):
+    stems = {}
+    for path in sorted(ROOT.rglob('*.py')):
+      if path.name != '__init__.py':
+        stems.setdefault(path.stem, []).append(
+            str(path.relative_to(ROOT.parent)))
+    self.assertEqual({k: v for k, v in stems.items() if len(v) > 1}, {})
+
+  def test_the_top_of_experiments_holds_at_most_eight_files(self):
+    top = sorted(p.name for p in (ROOT.parent / 'experiments').iterdir()
+                 if p.is_file())
+    self.assertLessEqual(len(top), 8, top)
+
+  def test_tests_mirror_the_package(self):
+    # Every test folder but experiments/ and helpers/ (what tests share)
+    # is a package of recovr_jax.
+    tests = ROOT.parent / 'tests'
+    for folder in sorted(p for p in tests.rglob('*') if p.is_dir()
+                         and '__pycache__' not in p.parts
+                         and p.name != 'data'):
+      rel = folder.relative_to(tests)
+      if rel.parts[0] in ('experiments', 'helpers'):
+        continue
+      self.assertTrue((ROOT / rel).is_dir(), f'tests/{rel} mirrors nothing')
 
 
 class ModuleSizeTest(absltest.TestCase):

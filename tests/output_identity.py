@@ -8,7 +8,7 @@ r"""The refactoring guard: every run flagfile at small size, hashed.
 Runs each flagfile of ``experiments/flagfiles`` (not ``study``, which is an
 interactive server) under the host and the jitted driver, at small size
 (``SMALL``), on the world or, for the real-data flagfiles, on the tiny CLIP
-and gallery of ``tests.clip_test.write_real_data`` (with four MSR-VTT-style text queries
+and gallery of ``tests.envs.files.real_files.write_real_data`` (with four MSR-VTT-style text queries
 for ``--start=text``); each run in a fresh
 output directory, all in one cache directory that starts empty (so two
 calls run against the same cache states, in the same order). Records the SHA-256 of every ``metrics.json``,
@@ -130,8 +130,8 @@ def main(argv):
                          'call; give an empty directory')
   real_dir = work / 'real_files'
   if not real_dir.exists():
-    from tests import clip_test  # pylint: disable=g-import-not-at-top
-    real = clip_test.write_real_data(real_dir)
+    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
+    real = real_files.write_real_data(real_dir)
   else:  # written by an earlier call into this work directory
     real = dict(data='webvid_covr',
                 annotations=str(real_dir / 'ann.csv'),

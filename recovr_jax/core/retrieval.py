@@ -68,7 +68,7 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
       recall target, which is fast on TPUs; the running list is still
       merged exactly. The result may miss items and equal scores need not
       come out in ascending id (on CPU and GPU XLA computes it exactly;
-      ``experiments/bench_retrieval.py`` reports the measured recall@K).
+      ``experiments/bench/bench_retrieval.py`` reports the measured recall@K).
 
   Returns:
     ``(ids, scores)``: ``[B, k]`` int32 gallery ids and ``[B, k]`` float32

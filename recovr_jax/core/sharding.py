@@ -7,7 +7,7 @@ one more ``lax.top_k``, whose lower-index-first tie rule then gives exactly
 the unsharded result, ties included. A gallery whose size does not divide by
 the number of shards is padded with rows that are never returned.
 
-Several processes (``experiment.distributed``): the runner gives each its
+Several processes (``run.distributed``): the runner gives each its
 ``jax.local_devices()``. Global meshes: call ``jax.distributed.initialize()``
 on every process first; then ``jax.devices()`` lists every process's devices
 and ``make_mesh`` spans them. ``shard_gallery`` places a gallery every

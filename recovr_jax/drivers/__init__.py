@@ -1,7 +1,7 @@
 """The drivers: how a run's sessions are stepped (``--simulation``).
 
 A driver runs one batch of one method's sessions (``Driver.run_batch``) on
-an assembled run (``experiment.assemble.Run``). There are three, and
+an assembled run (``run.assemble.Run``). There are three, and
 ``choose`` is the one place a run's driver is picked:
 
 * ``host`` (``host_driver.OnHost``): the protocol's Python loop, a

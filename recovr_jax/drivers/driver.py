@@ -7,7 +7,7 @@ from recovr_jax.protocol import source as source_lib
 
 
 class Driver(abc.ABC):
-  """Runs the batches of an assembled run (``experiment.assemble.Run``)."""
+  """Runs the batches of an assembled run (``run.assemble.Run``)."""
 
   NAME: str = ''   # its --simulation value
   # A multi-process run: every process takes part in every batch (one mesh

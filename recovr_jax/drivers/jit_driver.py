@@ -7,8 +7,8 @@ import dataclasses
 
 import jax
 
-from recovr_jax import methods as methods_lib
 from recovr_jax.drivers import driver
+from recovr_jax import methods as methods_lib
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import source as source_lib
 

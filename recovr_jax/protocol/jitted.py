@@ -16,7 +16,7 @@ host, a ``Face`` under ``jit``):
   reports what it lacked (``SimTrace.needed`` and the face's own outputs),
   the host adds it (``Environment.filler``) and the batch runs again.
 
-The world's face (``world.jitted``) is the one the runs use; the tests also
+The world's face (``envs.world.face.traced_face``) is the one the runs use; the tests also
 run a toy environment written in the test.
 
 Why one module of about 440 lines: the driver is one scan body and what it

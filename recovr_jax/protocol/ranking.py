@@ -27,8 +27,8 @@ from recovr_jax import config_tree
 from recovr_jax.core import checks
 from recovr_jax.core import demotion
 from recovr_jax.core import fusion
-from recovr_jax.core import ring as ring_lib
 from recovr_jax.core import retrieval
+from recovr_jax.core import ring as ring_lib
 from recovr_jax.core import sharding
 
 

@@ -2,16 +2,16 @@
 
 The runner asks its source and never tests which one it is (big_vision's
 ``DataSource``, looked up by name, is the model). A source is made from its
-own typed config (``RunConfig.data``: ``world.source.WorldData`` or
-``real.source.RealData``) and answers for
+own typed config (``RunConfig.data``: ``envs.world.world_source.WorldData`` or
+``envs.files.files_source.RealData``) and answers for
 
 * the run's input checks (``problems``, before anything loads) and the
   files whose contents make the run's identity (``input_paths``);
 * the queries, Progress Memory and encoders (``build`` ->
   ``host.Environment``), and what to keep after a run (``save_caches``);
 * the simulated user, and what it offers the reasoner backends
-  (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
-  assembly, ``experiment.assemble``, has the registry make the reasoner of
+  (``user``, ``vocabulary``: ``reasoners.registry.Vocabulary``; the
+  assembly, ``run.assemble``, has the registry make the reasoner of
   ``run.reasoner`` over it);
 * the captions of its T2V ceiling (``target_captions``).
 
@@ -22,7 +22,7 @@ inside ``jit``; the jitted driver runs on it, ``drivers.jit_driver``),
 ``ScoresAsking`` (it knows the targets' attributes, so asking is scored)
 and ``ExtraOutputs`` (its runs write files of their own).
 
-``run`` below is the run's ``experiment.config.RunConfig``; the protocol
+``run`` below is the run's ``run.config.RunConfig``; the protocol
 reads only its generic fields (reasoner, user, seeds, cache directory).
 """
 
@@ -33,13 +33,13 @@ import dataclasses
 import numpy as np
 
 from recovr_jax.protocol import host
-from recovr_jax.reasoning import registry
+from recovr_jax.reasoners import registry
 
 
 @dataclasses.dataclass(frozen=True)
 class AskTruth:
   """What a source knows about its sessions for scoring when and what a
-  method asks (``experiment.asking``); never given to a method."""
+  method asks (``run.ask_scores``); never given to a method."""
   attributes: np.ndarray            # [N, A] int, every gallery video
   query_named: np.ndarray           # [Q, A] bool, named by the modification
   user: Callable                    # (session, turn, target, shown, question)
@@ -62,7 +62,7 @@ class Built:
   sim_env: object = None   # a traced face's protocol.jitted.Environment
                            # (drivers.jit_driver.Traced.prepare)
   extra: object = None     # the source's own (e.g. the generated world)
-  source: object = None    # the Source that built it (experiment.assemble.build)
+  source: object = None    # the Source that built it (run.assemble.build)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +157,7 @@ class OwnMedia(abc.ABC):
 
 class ScoresAsking(abc.ABC):
   """A source that knows its targets' attributes, so the runner scores
-  when and what the methods ask (``experiment.asking``)."""
+  when and what the methods ask (``run.ask_scores``)."""
 
   @abc.abstractmethod
   def ask_truth(self, built: Built, user) -> AskTruth:

@@ -32,8 +32,8 @@ import jinja2
 import markupsafe
 from starlette import concurrency
 
+from recovr_jax.study import instance as session_lib
 from recovr_jax.study import log as log_lib
-from recovr_jax.study import session as session_lib
 from recovr_jax.study import study as study_lib
 
 MAX_BODY = 64 * 1024   # bytes of a form (the feedback is at most 1,000 chars)

@@ -64,7 +64,7 @@ class Media:
 def folder_media(frames_dir, video_ids, size: int = 192) -> Media:
   """Real data: ``<frames_dir>/<video id>/`` holds each video's frames as
   ``.png`` / ``.jpg`` files in name order (the layout
-  ``experiments/embed_videos.py`` reads); a video without a folder is shown
+  ``experiments/data/embed_videos.py`` reads); a video without a folder is shown
   by its caption. Ids are looked up in ``video_ids``, never taken from a
   request."""
   root = pathlib.Path(frames_dir).resolve()

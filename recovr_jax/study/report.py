@@ -16,7 +16,7 @@ import statistics
 import jax
 import numpy as np
 
-from recovr_jax.core import metrics
+from recovr_jax.core import list_metrics as metrics
 from recovr_jax.study import log as log_lib
 
 LIST = 10   # the logs keep each turn's top 10

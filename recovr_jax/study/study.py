@@ -31,8 +31,8 @@ import time
 from absl import logging
 import numpy as np
 
+from recovr_jax.study import instance as session_lib
 from recovr_jax.study import log as log_lib
-from recovr_jax.study import session as session_lib
 
 PARTICIPANT_ID = re.compile(r'[A-Za-z0-9_-]{1,64}')
 FeedbackError = session_lib.FeedbackError

@@ -1,0 +1,127 @@
+"""Running an entry point: a refused flag value is one line, not the help;
+the help is the entry point's flags grouped by concern.
+
+``app.run`` answers a ``UsageError`` with the module's docstring and every
+flag's help (hundreds of lines) before the one line that matters; ``run``
+prints that line (one per problem when several are found at once) and where
+to find the help instead, and exits with the error's code. A flag absl
+cannot parse is already one line. Before ``main`` runs, every output file a
+flag names (``OUTPUT_FILE_FLAGS``) is checked writable, so a benchmark or
+evaluation of many minutes cannot fail at its last line.
+
+With ``groups``, ``--help`` / ``--helpshort`` print the module's docstring
+and its flags under one heading per concern (flags defined in shared modules
+included); ``--helpfull`` stays absl's (every flag, absl's own included).
+"""
+
+import os
+import sys
+import textwrap
+
+from absl import app
+from absl import flags
+
+HELP_ARGS = ('--help', '--helpshort', '-h', '-?', '--help=true',
+             '--helpshort=true')
+
+
+def _name() -> str:
+  name = os.path.basename(sys.argv[0]) or 'experiments'
+  if name == '__main__.py' or name.endswith('.py'):
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    name = spec.name if spec is not None else 'experiments'
+  return name
+
+
+def error_lines(e: app.UsageError) -> str:
+  """``e`` as the entry point's error lines, one per problem."""
+  name = _name()
+  lines = str(e).splitlines() or ['(no message)']
+  return ''.join(f'{name}: error: {line}\n' for line in lines)
+
+
+def grouped_help(doc: str, groups, defaults=None) -> str:
+  """``doc`` and the flags of ``groups`` (``[(title, [flag names])]``), each
+  with its help and default; ``defaults``: flag name -> the default to show
+  instead of the flag's own (a preset's)."""
+  out = [(doc or '').strip(), '']
+  for title, names in groups:
+    out.append(f'{title}:')
+    for name in names:
+      flag = flags.FLAGS[name]
+      help_text = ' '.join(flag.help.split())
+      out.extend(textwrap.wrap(f'--{name}: {help_text}', 79,
+                               initial_indent='  ',
+                               subsequent_indent='    '))
+      default = (defaults or {}).get(name, flag.default_as_str)
+      out.append(f'    (default: {default})')
+    out.append('')
+  out.append('--helpfull: every flag, absl\'s own included. '
+             '--flagfile=F: flags from a file.')
+  return '\n'.join(out) + '\n'
+
+
+def _writable(folder: str, message: str) -> str:
+  """``checks.writable_dir`` (the folder created and probed for writing),
+  its refusal as a ``UsageError``."""
+  from recovr_jax.run import validation as checks  # pylint: disable=g-import-not-at-top
+  try:
+    return str(checks.writable_dir(folder, message))
+  except checks.ConfigError as e:
+    raise app.UsageError(str(e)) from None
+
+
+# Flags that name a file an entry point writes its results to.
+OUTPUT_FILE_FLAGS = ('output_json', 'output_md', 'eval_json', 'output',
+                     'reference_output', 'screenshot')
+
+
+def check_output_files(flag_values=None) -> None:
+  """Raises ``UsageError`` naming each output-file flag of ``flag_values``
+  (default: absl's) whose file cannot be written (its folder is created, as
+  the writers would)."""
+  flag_values = flags.FLAGS if flag_values is None else flag_values
+  problems = []
+  for name in OUTPUT_FILE_FLAGS:
+    if name not in flag_values or not flag_values[name].value:
+      continue
+    value = flag_values[name].value
+    path = os.path.abspath(value)
+    if os.path.isdir(path):
+      problems.append(f'--{name} {value}: a directory; expected a file path')
+      continue
+    try:
+      _writable(os.path.dirname(path),
+                f'--{name} {value}: cannot write there ({{1}})')
+    except app.UsageError as e:
+      problems.append(str(e))
+  if problems:
+    raise app.UsageError('\n'.join(problems))
+
+
+def writable_dir(flag) -> str:
+  """The folder the string flag ``flag`` (a ``FlagHolder``) names, created
+  and probed for writing; ``UsageError`` names the flag when it cannot be
+  (a trainer checks this before its minutes of training, not at the save)."""
+  if not flag.value:
+    raise app.UsageError(f'--{flag.name} is empty; name a folder')
+  return _writable(flag.value,
+                   f'--{flag.name} {flag.value}: cannot write there ({{1}})')
+
+
+def run(main, groups=None, defaults=None) -> None:
+  """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
+  with ``groups``, the help grouped (``grouped_help``)."""
+  if groups is not None and any(a in HELP_ARGS for a in sys.argv[1:]):
+    doc = getattr(sys.modules.get('__main__'), '__doc__', '')
+    sys.stdout.write(grouped_help(doc, groups, defaults))
+    sys.exit(0)
+
+  def checked(argv):
+    try:
+      check_output_files()
+      return main(argv)
+    except app.UsageError as e:
+      sys.stderr.write(error_lines(e) + 'Pass --helpshort to see the flags.\n')
+      sys.exit(e.exitcode if e.exitcode else 1)
+  app.run(checked)

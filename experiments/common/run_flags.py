@@ -1,0 +1,250 @@
+"""The run's flags, derived from ``RunConfig``'s tree, and ``run_config()``,
+which reads them into one ``RunConfig``.
+
+Every setting is declared once, as a field of its config (type, default,
+help in the ``#:`` comment above it, choices, sweepable or not;
+``recovr_jax.config_tree``); ``config_flags`` defines the flag from it. The
+flags defined here by hand steer the command rather than configure a run:
+--benchmark (a preset of several settings), --sweep, --suite and
+--compilation_cache. Also here: joining the processes, the compilation cache
+and parsing the sweep's settings.
+"""
+
+import pathlib
+
+from absl import app
+from absl import flags
+import jax
+
+from experiments.common import config_flags
+from experiments.common import world_flags  # the world's flags: its key flags
+from recovr_jax.analysis import paper_claims
+from recovr_jax import config_tree
+from recovr_jax import drivers
+from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.world.user import simulated_user
+from recovr_jax.envs.world import world_source
+from recovr_jax.methods import base as methods_base
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoners import asking
+from recovr_jax.run import config as config_lib
+from recovr_jax.run import distributed
+from recovr_jax.run import validation as checks
+
+LEAVES = config_flags.define(config_lib.RunConfig, __name__)
+
+_BENCHMARK = flags.DEFINE_enum(
+    'benchmark', config_lib.DEFAULT_BENCHMARK, list(config_lib.BENCHMARKS),
+    'The embedded benchmark; sets --renditions, --checkpoint_dir, '
+    '--captions, --user_style and --user_language unless given explicitly. '
+    "v3 (the default): v2 with the user's test phrasings in its bank "
+    '(docs/benchmark.md). '
+    'v2: 4 renditions per combination with their encoders, '
+    "captions written by the captioning VLM, the paper's user in its own "
+    'words. v1 (the first benchmark, for comparison): one video per '
+    'combination, ground-truth captions, the template user speaking the '
+    "rules reasoner's lexicon.")
+
+_COMPILATION_CACHE = flags.DEFINE_bool(
+    'compilation_cache', True,
+    'Keep compiled XLA programs in <cache_dir>/xla for later runs (JAX\'s '
+    'persistent compilation cache; same programs, same results). Needs '
+    '--cache_dir.')
+
+_SWEEP = flags.DEFINE_multi_string(
+    'sweep', [],
+    'One-factor-at-a-time sweep, repeatable: NAME=V1|V2|... runs every '
+    f'value of NAME with the other flags fixed, each in --output_dir/'
+    f'NAME=V, and writes sweep.md. Sweepable: '
+    f'{", ".join(config_lib.SWEEPABLE)}.')
+
+SUITES = {'fidelity': paper_claims.FIDELITY_PARTS}
+_SUITE = flags.DEFINE_enum(
+    'suite', None, list(SUITES),
+    'Run a named set of configurations, each in its own subdirectory of '
+    '--output_dir, with the other flags fixed (the suite sets --methods). '
+    'fidelity: every run experiments.evaluate.fidelity reads (the main methods, the '
+    'paper\'s reading of the no-reflection ablation, the degraded users, '
+    'the sensitivity settings); docs/benchmark.md lists them.')
+
+# Each source's own flags (an error with another --data).
+SOURCE_FLAGS = {
+    name: [leaf.name for leaf in LEAVES if leaf.variant == name]
+    for name in config_lib.DATA}
+
+# --help: the flags by concern (tests/experiments/cli_test.py checks that every flag the
+# run reads is in one group).
+HELP_GROUPS = config_flags.help_groups(LEAVES, extra=(
+    ('Benchmark and world', ['data', 'benchmark']),
+    ('Running', ['compilation_cache', 'sweep', 'suite'])))
+# Defaults that come from the --benchmark preset, as --help shows them.
+HELP_DEFAULTS = {
+    name: 'the --benchmark preset\'s: ' + ', '.join(
+        f'{b}: {config_lib.BENCHMARKS[b][name]}' for b in config_lib.BENCHMARKS)
+    for name in ('renditions', 'captions', 'user_style', 'user_language')}
+HELP_DEFAULTS['reasoner'] = ('grounded on --data=world, rules with '
+                             '--describe_layout and on real data')
+
+
+def given(name: str) -> bool:
+  return config_flags.given(name)
+
+
+def _data(values: dict):
+  """``RunConfig.data`` of the flags; ``ValueError`` (a line per flag)
+  when flags of another source are given."""
+  name = values['data']
+  wrong = [f'--{flag} is for --data={other}, not --data={name}'
+           for other, names in SOURCE_FLAGS.items() if other != name
+           for flag in names
+           if flag not in SOURCE_FLAGS[name] and given(flag)]
+  if wrong:
+    raise ValueError('\n'.join(wrong))
+  if name == real_source.RealData.NAME:
+    return real_source.RealData(
+        **config_tree.kwargs(real_source.RealData, values))
+  return world_source.WorldData.preset(
+      _BENCHMARK.value, world_fields=world_flags.world_fields(),
+      **config_tree.kwargs(world_source.WorldData, values, nested=False))
+
+
+def _user(values: dict) -> simulated_user.UserConfig:
+  """The user's config: the --benchmark preset's style and language unless
+  given (real data's caption user reads neither), the draws the driver
+  imposes (``drivers.user_draws``) or --user_draws."""
+  fields = config_tree.kwargs(simulated_user.UserConfig, values)
+  preset = config_lib.BENCHMARKS[_BENCHMARK.value]
+  for field, flag in (('style', 'user_style'), ('language', 'user_language')):
+    fields.setdefault(field, preset[flag])
+  fields['draws'] = drivers.user_draws(values['simulation']) or fields.get(
+      'draws', 'numpy')
+  return simulated_user.UserConfig(**fields)
+
+
+def run_config() -> config_lib.RunConfig:
+  """The ``RunConfig`` of the flags (every flag is read here, once).
+
+  Raises ``app.UsageError`` naming every problem found at once: each part
+  (data source, loop, ask policy, settings, user) is built on its own, a
+  part that fails is replaced by its default so that the rest is still
+  checked, and then ``checks.validate`` checks the whole."""
+  problems = []
+
+  def part(build, default):
+    try:
+      return build()
+    except ValueError as e:
+      problems.extend(str(e).splitlines())
+      return default
+
+  values = config_flags.values(LEAVES)
+  kwargs = config_tree.kwargs
+  data = part(lambda: _data(values), None)
+  loop = part(lambda: ranking.LoopConfig(**kwargs(ranking.LoopConfig, values)),
+              ranking.LoopConfig())
+  ask = part(lambda: asking.AskPolicy(**kwargs(asking.AskPolicy, values)),
+             asking.AskPolicy())
+  settings = part(lambda: methods_base.Settings(
+      **kwargs(methods_base.Settings, values, nested=False), ask=ask),
+                  methods_base.Settings())
+  user = part(lambda: _user(values), simulated_user.UserConfig())
+  fields = kwargs(config_lib.RunConfig, values, nested=False)
+  reasoner = values['reasoner']
+  if reasoner is None:  # the source's default
+    source_data = world_source.WorldData.preset() if data is None else data
+    reasoner = config_lib.source_of(source_data).default_reasoner()
+  count, pid = processes()
+  fields.update(loop=loop, settings=settings, user=user, reasoner=reasoner,
+                num_processes=count, process_id=pid,
+                flags_text=flags.FLAGS.flags_into_string())
+  if data is not None:
+    fields['data'] = data
+  config = part(lambda: config_lib.RunConfig(**fields), None)
+  if problems:
+    if config is not None and data is not None:  # what the whole adds
+      try:
+        checks.validate(config, create=False)
+      except checks.ConfigError as e:
+        problems.extend(str(e).splitlines())
+    raise app.UsageError('\n'.join(problems))
+  return config
+
+
+def sweep_settings():
+  """The --sweep settings, parsed and checked."""
+  return parse_sweep(_SWEEP.value)
+
+
+def suite_parts():
+  """The --suite's parts with their values parsed (``None`` without
+  --suite); it excludes --sweep and --methods."""
+  if _SUITE.value is None:
+    return None
+  clash = [f'--{n}' for n in ('sweep', 'methods') if flags.FLAGS[n].present]
+  if clash:
+    raise app.UsageError(f'--suite={_SUITE.value} sets the methods and '
+                         f'settings of each run; drop {" and ".join(clash)}')
+  parts = []
+  for sub, methods, settings in SUITES[_SUITE.value]:
+    parts.append((sub, methods, [(n, text, flags.FLAGS[n].parser.parse(text))
+                                 for n, text in settings]))
+  return parts
+
+
+def processes() -> tuple[int, int]:
+  """``(num_processes, process_id)`` of the joined run."""
+  return _PROCESSES['count'], _PROCESSES['id']
+
+
+_PROCESSES = {'count': 1, 'id': 0}
+
+
+def start_processes() -> None:
+  """Joins the run's processes (--coordinator_address) before JAX starts
+  its backend; checks the process flags first."""
+  n, pid = flags.FLAGS.num_processes, flags.FLAGS.process_id
+  coordinator = flags.FLAGS.coordinator_address
+  if n < 1:
+    raise app.UsageError(f'--num_processes must be >= 1, got {n}')
+  if not 0 <= pid < n:
+    raise app.UsageError(f'--process_id must be in 0..{n - 1}, got {pid}')
+  if n > 1 and not coordinator:
+    raise app.UsageError('--num_processes > 1 needs --coordinator_address '
+                         '(or start them with experiments/launch.py)')
+  try:
+    _PROCESSES['count'], _PROCESSES['id'] = distributed.initialize(
+        coordinator, n, pid)
+  except (RuntimeError, ValueError) as e:
+    raise app.UsageError(f'--coordinator_address={coordinator}: '
+                         f'cannot join the run\'s processes ({e})') from e
+
+
+def use_compilation_cache(config: config_lib.RunConfig):
+  """Compiled XLA programs (MiniLM per padded width, the captioner, the
+  ranking core) kept beside Progress Memory (--compilation_cache): a later
+  run loads them instead of compiling; the programs and so the results are
+  the same."""
+  if _COMPILATION_CACHE.value and config.cache_dir:
+    jax.config.update('jax_compilation_cache_dir', str(
+        pathlib.Path(config.cache_dir).absolute() / 'xla'))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.2)
+
+
+def parse_sweep(specs):
+  """``['NAME=V1|V2']`` -> ``[(NAME, [(V1, parsed V1), ...])]``, checked."""
+  out = []
+  for spec in specs:
+    name, sep, values = spec.partition('=')
+    if not sep or not values:
+      raise app.UsageError(f'--sweep {spec!r}: expected NAME=V1|V2|...')
+    if name not in config_lib.SWEEPABLE:
+      raise app.UsageError(f'--sweep {name!r} is not sweepable; valid: '
+                           f'{", ".join(config_lib.SWEEPABLE)}')
+    parsed = []
+    for v in values.split('|'):
+      try:
+        parsed.append((v, flags.FLAGS[name].parser.parse(v)))
+      except ValueError as e:
+        raise app.UsageError(f'--sweep {name}={v}: {e}') from e
+    out.append((name, parsed))
+  return out

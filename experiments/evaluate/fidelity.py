@@ -1,0 +1,141 @@
+"""The paper's claims, each with its 95% interval and a verdict.
+
+  for s in 1.0 0.5 0.0; do
+    python -m experiments.run --flagfile=experiments/flagfiles/fidelity \\
+        --scene_shared=$s --output_dir=out/fidelity/scene_shared=$s
+  done
+  python -m experiments.run --flagfile=experiments/flagfiles/fidelity \\
+      --describe_layout --output_dir=out/fidelity/describe_layout
+  python -m experiments.evaluate.fidelity --output_md=fidelity.md \\
+      --output_json=fidelity.json
+
+Every checkable claim of the paper's text (``recovr_jax.run.
+paper_claims``: the sentence, where it stands, the paper's number) is read
+off each family member's runs as paired comparisons on the same sessions:
+reproduced, contradicted, inconclusive (its interval holds the boundary),
+untestable here (with the reason) or not run (its runs are missing from the
+directory). A member directory holds ``main/``, ``stagnation/``,
+``degraded/<setting>/`` and ``sensitivity/<setting>/`` as
+``experiments.run --suite=fidelity`` writes them; ``main/`` is required.
+"""
+
+import json
+import pathlib
+
+from absl import app
+from absl import flags
+
+from experiments.common import cli
+from experiments.common import outputs
+from recovr_jax.analysis import claims as claims_lib
+from recovr_jax.analysis import paper_claims
+
+_DIRS = flags.DEFINE_list(
+    'fidelity_dirs',
+    [f'out/fidelity/scene_shared={s}' for s in ('1.0', '0.5', '0.0')] + [
+        'out/fidelity/describe_layout'],
+    'Family members: each a directory written by experiments.run '
+    '--suite=fidelity, or the .npz --save_sessions_dir wrote of one (the '
+    'setting is named by the directory or file).')
+_RESAMPLES = flags.DEFINE_integer(
+    'fidelity_resamples', 10_000,
+    'Session resamples per run group (the same for every method and setting '
+    'of the group).')
+_SEED = flags.DEFINE_integer('fidelity_seed', 0,
+                             'Seed of the resampled sessions.', lower_bound=0)
+_SAVE = flags.DEFINE_string(
+    'save_sessions_dir', None,
+    'Also write each member\'s per-session outcomes (what the claims read: '
+    'target ranks, top-1 codes, rank-cap firing; with the runs\' resolved '
+    'configs) to DIR/<member>.npz, which --fidelity_dirs reads back.')
+_JSON = flags.DEFINE_string('output_json', None,
+                            'Also write every row and check (JSON) here.')
+
+
+def groups_of(member: pathlib.Path) -> tuple[dict, dict]:
+  """``(groups, meta)`` of a family member: a directory written by
+  ``experiments.run --suite=fidelity``, or the ``.npz`` that
+  ``--save_sessions_dir`` wrote of one (``claims.save_groups``)."""
+  if member.suffix == '.npz':
+    return claims_lib.load_groups(member)
+  if not (member / 'main').is_dir():
+    raise app.UsageError(f'{member / "main"} does not exist: run '
+                         'experiments.run --flagfile=experiments/flagfiles/'
+                         f'fidelity --output_dir={member} first')
+  main = {'main': claims_lib.load(member / 'main')}
+  if (member / 'stagnation').is_dir():
+    main['stagnation'] = claims_lib.load(member / 'stagnation')
+  groups = {'main': main}
+  for group in ('degraded', 'sensitivity'):
+    if (member / group).is_dir():
+      groups[group] = {p.name: claims_lib.load(p)
+                       for p in sorted((member / group).iterdir())
+                       if p.is_dir()}
+  meta = {}
+  for config in sorted(member.glob('**/resolved_config.json')):
+    meta[str(config.parent.relative_to(member))] = json.loads(
+        config.read_text())
+  return groups, {'member': member.name, 'resolved_configs': meta}
+
+
+def evidence(groups: dict, num_resamples: int,
+             seed: int) -> tuple[claims_lib.Evidence, bool]:
+  """The ``Evidence`` of a member's groups, and whether it holds the
+  paper's reading of the no-reflection ablation (``stagnation``)."""
+  if 'main' not in groups.get('main', {}):
+    raise ValueError('no main run (main/)')
+  stagnation = 'stagnation' in groups['main']
+  return claims_lib.Evidence(groups, num_resamples, seed), stagnation
+
+
+def markdown(results: dict) -> str:
+  """``results``: member -> rows (``claims.markdown``)."""
+  return claims_lib.markdown(results)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if _RESAMPLES.value < 1:
+    raise app.UsageError(f'--fidelity_resamples must be >= 1, got '
+                         f'{_RESAMPLES.value}')
+  if _SAVE.value:
+    cli.writable_dir(_SAVE)
+  members = [pathlib.Path(d) for d in _DIRS.value]
+  if not members:
+    raise app.UsageError('--fidelity_dirs is empty')
+  for m in members:
+    if not m.exists():
+      raise app.UsageError(f'--fidelity_dirs: {m} does not exist')
+    if not (m.is_dir() or (m.suffix == '.npz' and m.is_file())):
+      raise app.UsageError(f'--fidelity_dirs: {m} is neither a run '
+                           'directory nor a .npz file')
+  names = [m.stem if m.suffix == '.npz' else m.name for m in members]
+  if len(set(names)) != len(names):
+    raise app.UsageError('--fidelity_dirs: each member is named by its '
+                         'directory or file, and two share a name '
+                         f'({", ".join(names)})')
+  results = {}
+  for m, name in zip(members, names):
+    try:
+      groups, meta = groups_of(m)
+      if _SAVE.value:
+        claims_lib.save_groups(pathlib.Path(_SAVE.value) / f'{name}.npz',
+                               groups, meta)
+      ev, stagnation = evidence(groups, _RESAMPLES.value, _SEED.value)
+      results[name] = claims_lib.evaluate(
+          paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
+    except (FileNotFoundError, ValueError) as e:
+      raise app.UsageError(f'{m}: {e}') from e
+  outputs.write_markdown(markdown(results))
+  if _JSON.value:
+    outputs.write_json(_JSON.value, {
+        'margins': {'points': claims_lib.MARGIN_POINTS,
+                    'bri': claims_lib.MARGIN_BRI},
+        'bootstrap_resamples': _RESAMPLES.value, 'seed': _SEED.value,
+        'summary': {m: claims_lib.summary(r) for m, r in results.items()},
+        'rows': results})
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,650 @@
+"""Bad inputs and faults tried against the runner (the README's Reliability
+table).
+
+  python -m experiments.evaluate.reliability --output_md=results/reliability.md
+
+Each case runs ``python -m experiments.run`` in a subprocess on a tiny world
+(v1, 12 sessions, 3 turns) in a scratch directory, after breaking one thing,
+and checks what the run does: refuse before work with a message that names
+what to fix, recompute derived data with a warning, or give the same outputs
+as a clean run. The kill-and-resume case SIGKILLs a run after its first
+batch and compares the resumed outputs byte for byte. Exits non-zero if any
+case does not behave as expected.
+"""
+
+import http.client
+import itertools
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from experiments.common import cli
+from experiments.common import outputs
+
+_KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
+GROUPS = ('runner', 'processes', 'study', 'importer', 'lora')
+_GROUPS = flags.DEFINE_multi_enum(
+    'cases', list(GROUPS), GROUPS,
+    'Which groups of cases to try (repeatable): the runner, the runner as '
+    'several processes, the study app, '
+    'the CoVR importer, LoRA adapters.')
+
+TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
+        '--gallery_size=300', '--num_sessions=12', '--batch_size=5',
+        '--num_turns=3', '--bootstrap_resamples=200', '--methods=recovr']
+OUTPUTS = ('metrics.json', 'trajectories.jsonl', 'failure_modes.json',
+           'bootstrap.json')
+
+
+class Scratch:
+  """A scratch root with a shared cache and a clean reference run."""
+
+  def __init__(self, root: pathlib.Path):
+    self.root = root
+    self.cache = root / 'cache'
+
+  def run(self, out, *args, wait=True):
+    cmd = [sys.executable, '-m', 'experiments.run', *TINY,
+           f'--cache_dir={self.cache}', f'--output_dir={out}', *args]
+    if not wait:
+      return subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    start = time.time()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout + done.stderr, time.time() - start
+
+  def copy(self, src, name):
+    dst = self.root / name
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _same(a, b) -> bool:
+  return all((a / n).read_bytes() == (b / n).read_bytes() for n in OUTPUTS)
+
+
+def _message(text: str) -> str:
+  """The line of the output that carries the warning or the error (absl
+  prints a refused run's message last, after the usage text)."""
+  for pattern in (r': error: (.*)', r'(warning: .*)', r'FAILED: (.*)'):
+    found = re.findall(pattern, text)
+    if found:
+      return '; '.join(f.strip() for f in found) if ': error: ' in \
+          pattern else found[-1].strip()
+  lines = [line for line in text.strip().splitlines() if line.strip()]
+  return lines[-1].strip() if lines else '(no output)'
+
+
+def _refused(rc, text, pattern) -> tuple[str, bool]:
+  msg = _message(text)
+  return f'refused (exit {rc}): {msg}', rc != 0 and bool(
+      re.search(pattern, text))
+
+
+def cases(s: Scratch, clean: pathlib.Path):
+  """Yields ``(case, outcome, as_expected)``."""
+  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+
+  # Resume and run identity.
+  d = s.copy(clean, 'seed')
+  flags_before = (d / 'flags.txt').read_bytes()
+  rc, text, _ = s.run(d, '--user_seed=7')
+  outcome, ok = _refused(rc, text, r'user_seed: 0 -> 7')
+  ok &= (d / 'flags.txt').read_bytes() == flags_before
+  yield ('--user_seed=7 into a directory of a seed-0 run', outcome +
+         '; its flags.txt untouched', ok)
+
+  d = s.root / 'noresume'
+  s.run(d, '--rrf_k=1', '--recency=uniform')
+  s.run(d, '--noresume', '--num_sessions=5')
+  rc, _, _ = s.run(d)
+  yield ('`--rrf_k=1 --recency=uniform` run, then `--noresume '
+         '--num_sessions=5`, then a default resume',
+         f'exit {rc}; outputs equal a clean run: {_same(d, clean)} (the '
+         'old batches were cleared)', rc == 0 and _same(d, clean))
+
+  d = s.root / 'grow'
+  s.run(d, '--num_sessions=6')
+  rc, _, _ = s.run(d)
+  yield ('growing --num_sessions from 6 to 12 in the same directory',
+         f'exit {rc}; the partial batch is rerun; outputs equal a clean run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean))
+
+  d = s.copy(clean, 'batch')
+  rc, text, _ = s.run(d, '--batch_size=4')
+  yield ('changing --batch_size in an existing directory',
+         *_refused(rc, text, r'batch_size: 5 -> 4'))
+
+  # Values.
+  for args, pattern in (
+      (['--rrf_k=nan'], 'rrf_k must be a finite number'),
+      (['--rrf_k=inf'], 'rrf_k must be a finite number'),
+      (['--recency=exp', '--gamma=-1'], r'gamma .* must be in \(0, 1\]'),
+      (['--sweep=rrf_k=nan'], r'--sweep rrf_k=nan: rrf_k must be'),
+      (['--methods=merlin', '--merlin_alpha=5'], 'merlin_alpha must be in'),
+      (['--ask_tau=nan'], 'ask tau must be a finite number'),
+      (['--noise_rate=1.5'], r'noise_rate must be in \[0, 1\]')):
+    d = s.root / ('value' + str(abs(hash(tuple(args)))))
+    rc, text, _ = s.run(d, *args)
+    outcome, ok = _refused(rc, text, pattern)
+    yield (' '.join(f'`{a}`' for a in args), outcome +
+           f'; output directory created: {d.exists()}', ok and not d.exists())
+
+  # A session start the driver or the directory cannot take.
+  d = s.root / 'text_jit'
+  rc, text, _ = s.run(d, '--start=text', '--simulation=jit')
+  outcome, ok = _refused(rc, text, r'--start=text runs on --simulation=host')
+  yield ('`--start=text --simulation=jit`', outcome +
+         f'; output directory created: {d.exists()}', ok and not d.exists())
+  d = s.copy(clean, 'text_into_composed')
+  rc, text, _ = s.run(d, '--start=text')
+  yield ('`--start=text` into the directory of a composed run',
+         *_refused(rc, text, r"data.start: 'composed' -> 'text'"))
+
+  # Artefacts.
+  cache_file = next(s.cache.glob('gallery-*.npz'))
+  backup = cache_file.read_bytes()
+  with np.load(cache_file) as data:
+    arrays = {k: data[k] for k in data.files}
+  arrays['video'][:50] = np.nan
+  np.savez(cache_file, **arrays)
+  d = s.root / 'nan_cache'
+  rc, text, _ = s.run(d)
+  yield ('50 NaN rows in the gallery cache',
+         f'exit {rc}: {_message(text)}; outputs equal a clean run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean) and
+         'recomputing it' in text)
+  cache_file.write_bytes(backup[:len(backup) // 2])
+  d = s.root / 'cut_cache'
+  rc, text, _ = s.run(d)
+  yield ('a truncated gallery cache',
+         f'exit {rc}: {_message(text)}; outputs equal a clean run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean) and
+         'recomputing it' in text)
+
+  ckpt = s.root / 'ckpt_flip'
+  shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
+  flip_bytes(ckpt / 'composer', 1000, 400)
+  rc, text, _ = s.run(s.root / 'flip', f'--checkpoint_dir={ckpt}')
+  yield ('400 flipped bytes in the composer checkpoint',
+         *_refused(rc, text, 'does not match its checksum'))
+
+  ckpt = s.root / 'ckpt_nan'
+  shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
+  _nan_composer(ckpt)
+  rc, text, _ = s.run(s.root / 'nan_ckpt', f'--checkpoint_dir={ckpt}')
+  yield ('a composer checkpoint with one NaN leaf value (re-saved, so its '
+         'checksums match)', *_refused(rc, text, 'NaN or infinite values'))
+
+  d = s.copy(clean, 'zeroed')
+  big = d / 'batches' / 'recovr' / '00000.npz'
+  raw = bytearray(big.read_bytes())
+  mid = len(raw) // 2
+  raw[mid:mid + 100] = bytes(100)
+  big.write_bytes(bytes(raw))
+  rc, text, _ = s.run(d)
+  yield ('100 zeroed bytes in a batch checkpoint',
+         *_refused(rc, text, r'batch checkpoint .*00000'))
+
+  d = s.copy(clean, 'json')
+  path = d / 'batches' / 'recovr' / '00001.json'
+  path.write_text(path.read_text()[:40])
+  rc, text, _ = s.run(d)
+  yield ('a truncated batch JSON', *_refused(
+      rc, text, r'00001.json is unreadable or incomplete'))
+
+  ckpt = s.root / 'ckpt_unverified'
+  shutil.copytree(encoders.DEFAULT_CHECKPOINT_DIR, ckpt)
+  flip_bytes(ckpt / 'composer', 1000, 400)
+  (ckpt / 'composer' / 'checksums.json').unlink()
+  rc, text, _ = s.run(s.root / 'unverified', f'--checkpoint_dir={ckpt}')
+  yield ('the composer\'s checksums.json deleted and 400 bytes flipped',
+         *_refused(rc, text, r'has no checksums\.json.*'
+                   '--allow_unverified_checkpoints'))
+  d = s.root / 'unverified_allowed'
+  rc, text, _ = s.run(d, f'--checkpoint_dir={ckpt}',
+                      '--allow_unverified_checkpoints')
+  listed = (d / 'resolved_config.json').exists() and 'unverified_checkpoints' \
+      in (d / 'resolved_config.json').read_text() and (
+          d / 'report.md').exists() and 'Unverified checkpoints' in (
+              d / 'report.md').read_text()
+  yield ('the same with --allow_unverified_checkpoints',
+         f'exit {rc}; resolved_config.json and report.md list the unverified '
+         f'checkpoint: {listed}', rc == 0 and listed)
+
+  d = s.copy(clean, 'edited_record')
+  path = d / 'batches' / 'recovr' / '00000.json'
+  path.write_text(path.read_text().replace('"sigma": "neg"', '"sigma": "pos"'
+                                           ).replace('"sigma": "neu"',
+                                                     '"sigma": "pos"'))
+  rc, text, _ = s.run(d)
+  yield ('a sigma edited in a batch\'s trajectory records', *_refused(
+      rc, text, r'00000.json: its sessions, records or counts do not match'))
+
+  d = s.copy(clean, 'other_code')
+  path = d / 'batches' / 'recovr' / '00000.json'
+  meta = json.loads(path.read_text())
+  meta['code'] = '0' * 64  # as if the package's sources had changed since
+  path.write_text(json.dumps(meta))
+  rc, text, _ = s.run(d)
+  yield ('a batch written by other code (its recorded source digest '
+         'differs)', *_refused(rc, text, r'00000.json was computed by other '
+                                         r'code'))
+
+  d = s.root / 'clamped'
+  rc, text, _ = s.run(d, '--num_sessions=100000')
+  recorded = (d / 'resolved_config.json').exists() and '"num_sessions": 12' \
+      in (d / 'resolved_config.json').read_text()
+  yield ('`--num_sessions=100000` on 12 test queries',
+         f'exit {rc}; resolved_config.json records the 12 run: {recorded}',
+         rc == 0 and recorded)
+
+  rc, text, _ = s.run(s.root / 'many', '--batch_size=0', '--rrf_k=-1',
+                      '--methods=recovr,bogus', '--window=0')
+  lines = [l for l in text.splitlines() if ': error: ' in l]
+  yield ('four bad flags at once (`--batch_size=0 --rrf_k=-1 '
+         '--methods=recovr,bogus --window=0`)',
+         f'refused (exit {rc}) with {len(lines)} error lines',
+         rc != 0 and len(lines) == 4)
+
+  rc, text, _ = s.run(s.root / 'seed1', '--world_seed=1')
+  yield ('--world_seed=1 with the encoders trained on seed 0',
+         *_refused(rc, text, r'% of this world\'s test combinations'))
+
+  # Errors visible in the outputs.
+  d = s.root / 'lock'
+  first = s.run(d, '--methods=recovr,ivr,merlin,umivr,history_rewrite',
+                wait=False)  # long enough to be caught holding the lock
+  while not (d / 'flags.txt').exists() and first.poll() is None:
+    time.sleep(0.2)
+  rc, text, _ = s.run(d)
+  first.wait()
+  yield ('two runs into one directory at once', *_refused(
+      rc, text, 'another run is writing'))
+
+  rc, text, _ = s.run('')
+  yield ('`--output_dir=` (empty)', *_refused(rc, text, 'output_dir is empty'))
+  a_file = s.root / 'a_file'
+  a_file.write_text('x')
+  rc, text, secs = s.run(s.root / 'cachefile', f'--cache_dir={a_file}')
+  outcome, ok = _refused(rc, text, 'cannot be used as a directory')
+  yield ('`--cache_dir` naming a file', outcome + f' after {secs:.0f} s', ok)
+
+  reasoner = s.root / 'reasoner_missing'
+  reasoner.mkdir()
+  (reasoner / 'config.json').write_text('{}')
+  rc, text, secs = s.run(s.root / 'lm', '--reasoner=flax_lm',
+                         f'--reasoner_checkpoint={reasoner}')
+  outcome, ok = _refused(rc, text, 'is missing')
+  yield ('a reasoner directory missing files', outcome + f' after {secs:.0f} '
+         's (before any model loads)', ok)
+
+  # Kill and resume.
+  d = s.root / 'killed'
+  proc = s.run(d, wait=False)
+  first_batch = d / 'batches' / 'recovr' / '00000.json'
+  while not first_batch.exists() and proc.poll() is None:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  rc, _, _ = s.run(d)
+  yield ('SIGKILL after the first batch, then the same command',
+         f'exit {rc}; outputs byte-identical to an uninterrupted run: '
+         f'{_same(d, clean)}', rc == 0 and _same(d, clean))
+
+  d = s.copy(clean, 'killed_noresume')
+  shutil.rmtree(d / 'batches')  # the first batch seen is the new run's
+  proc = s.run(d, '--noresume', '--rrf_k=1', wait=False)
+  first_batch = d / 'batches' / 'recovr' / '00000.json'
+  while not first_batch.exists() and proc.poll() is None:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  stale = (d / 'metrics.json').exists()
+  marked = (d / 'INCOMPLETE').exists()
+  yield ('SIGKILL of a `--noresume --rrf_k=1` run over a finished one',
+         f'old metrics.json left beside the new settings: {stale}; '
+         f'INCOMPLETE marker: {marked}', not stale and marked)
+
+
+def _child_pid(parent: int, marker: str) -> int | None:
+  """The pid of ``parent``'s child process whose command line holds the
+  argument ``marker`` (None: none yet)."""
+  for proc in pathlib.Path('/proc').iterdir():
+    if not proc.name.isdigit():
+      continue
+    try:
+      ppid = int((proc / 'stat').read_text().rsplit(')', 1)[1].split()[1])
+      args = (proc / 'cmdline').read_bytes().split(b'\0')
+    except (OSError, ValueError, IndexError):
+      continue
+    if ppid == parent and marker.encode() in args:
+      return int(proc.name)
+  return None
+
+
+def multi_process_cases(s: Scratch):
+  """Two processes of the jitted driver (one mesh over both): process 1
+  killed after the first batch; the launcher must name it and the same
+  command resume to the one-process outputs."""
+  ref = s.root / 'jit_one'
+  s.run(ref, '--simulation=jit')
+  d = s.root / 'jit_two'
+  cmd = [sys.executable, '-m', 'experiments.launch', '--num_processes=2',
+         '--', *TINY, f'--cache_dir={s.cache}', f'--output_dir={d}',
+         '--simulation=jit']
+  launch = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+  first_batch = d / 'batches' / 'recovr' / '00000.json'
+  while not first_batch.exists() and launch.poll() is None:
+    time.sleep(0.05)
+  victim = _child_pid(launch.pid, '--process_id=1')
+  if victim is not None:
+    os.kill(victim, signal.SIGKILL)
+  text = launch.communicate(timeout=600)[0]
+  named = 'process 1 of 2 was killed by signal 9 (SIGKILL)' in text
+  done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  same = done.returncode == 0 and _same(d, ref)
+  yield ('`--simulation=jit` over 2 processes, process 1 SIGKILLed after '
+         'the first batch, then the same command',
+         f'launch exit {launch.returncode}, the process named: {named}; '
+         f'resumed exit {done.returncode}, outputs byte-identical to one '
+         f'process: {same}', victim is not None and launch.returncode != 0
+         and named and same)
+
+
+# Straight to the instances (the cases try the instance pages' forms; the
+# consent form goes through the same checks).
+STUDY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
+         '--gallery_size=300', '--participants=ann,bob', '--instances=2',
+         '--noparticipant_flow']
+
+
+class _Server:
+  """``python -m experiments.study`` in a subprocess on a free port, read
+  until it serves (or exits: ``self.rc``)."""
+
+  def __init__(self, s: Scratch, out, *args):
+    with socket.socket() as sock:
+      sock.bind(('127.0.0.1', 0))
+      self.port = sock.getsockname()[1]
+    self.proc = subprocess.Popen(
+        [sys.executable, '-m', 'experiments.study', *STUDY,
+         f'--cache_dir={s.cache}', f'--output_dir={out}',
+         f'--port={self.port}', *args], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    self.text, self.rc = '', None
+    for line in self.proc.stdout:
+      self.text += line
+      if line.startswith('open http'):
+        break
+    else:
+      self.rc = self.proc.wait()
+      return
+    for _ in range(200):  # until uvicorn accepts
+      try:
+        socket.create_connection(('127.0.0.1', self.port), 0.2).close()
+        break
+      except OSError:
+        time.sleep(0.1)
+
+  def request(self, method, path, body=None, headers=None):
+    conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=60)
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    out = (r.status, r.read().decode(errors='replace'), r.getheader(
+        'set-cookie') or '')
+    conn.close()
+    return out
+
+  def stop(self):
+    if self.rc is None:
+      self.proc.terminate()
+      self.proc.wait()
+      self.proc.stdout.close()
+
+
+def _form(fields) -> tuple[str, dict]:
+  return urllib.parse.urlencode(fields), {
+      'Content-Type': 'application/x-www-form-urlencoded'}
+
+
+def study_cases(s: Scratch):
+  """The study app: access, forged forms, limits, a second server, remote
+  binding, a damaged log."""
+  out = s.root / 'study'
+  server = _Server(s, out)
+  if server.rc is not None:
+    yield 'the study server starts', f'exit {server.rc}: {_message(server.text)}', False
+    return
+  try:
+    access = json.loads((out / 'logs' / 'access.json').read_text())
+    mode = (out / 'logs' / 'access.json').stat().st_mode & 0o777
+    yield ('the participants\' access codes on disk',
+           f'access.json mode {mode:o}', mode == 0o600)
+    status, body, _ = server.request('GET', '/p/ann')
+    yield ('a participant\'s page without signing in',
+           f'HTTP {status}; shows a video: {"<video" in body or ".gif" in body}',
+           status == 403 and '.gif' not in body)
+    status, _, cookie = server.request('GET', '/p/ann/join?code=guess')
+    yield 'signing in with a guessed code', f'HTTP {status}', status == 403
+    status, _, cookie = server.request(
+        'GET', f'/p/ann/join?code={access["codes"]["ann"]}')
+    cookie = cookie.split(';')[0]
+    _, page, _ = server.request('GET', '/p/ann', headers={'Cookie': cookie})
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    view = {k: re.search(rf'name="{k}" value="(\d+)"', page).group(1)
+            for k in ('instance', 'turn')}
+    log = out / 'logs' / 'ann.jsonl'
+    before = log.read_bytes()
+
+    def post(fields, **headers):
+      body, h = _form(fields)
+      return server.request('POST', '/p/ann/feedback', body, {
+          **h, 'Cookie': cookie, **headers})[0]
+
+    good = dict(view, feedback='red', csrf=csrf)
+    status = post(good, Origin='http://evil.example')
+    yield ('a signed-in participant\'s form posted from another site',
+           f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
+           status == 403 and log.read_bytes() == before)
+    status = post(dict(good, csrf='forged'))
+    yield ('a form without this study\'s CSRF token',
+           f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
+           status == 403 and log.read_bytes() == before)
+    report_dir = out / 'report'
+    status = server.request('POST', '/admin/report', '', {
+        'Cookie': cookie})[0]
+    yield ('a participant posting the Table 4 build',
+           f'HTTP {status}; build started: {report_dir.exists()}',
+           status == 403 and not report_dir.exists())
+    admin = f'recovr_study_admin={access["admin"]}'
+    status = server.request('POST', '/admin/report', '', {
+        'Cookie': admin, 'Origin': 'http://evil.example'})[0]
+    yield ('the Table 4 build posted from another site with the admin\'s '
+           'cookie', f'HTTP {status}; build started: {report_dir.exists()}',
+           status == 403 and not report_dir.exists())
+    bob = f'{cookie.split("=")[0]}={access["codes"]["bob"]}'
+    status = post(good, Cookie=bob)
+    yield ('ann\'s form sent with bob\'s access code',
+           f'HTTP {status}; log unchanged: {log.read_bytes() == before}',
+           status == 403 and log.read_bytes() == before)
+    status = post(dict(good, feedback='x' * 2_000_000))
+    yield ('a 2 MB feedback', f'HTTP {status}; log unchanged: '
+           f'{log.read_bytes() == before}',
+           status == 413 and log.read_bytes() == before)
+    status = post(dict(good, feedback='red\x00\x1b[31m'))
+    last = json.loads(log.read_text().splitlines()[-1])
+    clean = '\x00' not in json.dumps(last) and '\x1b' not in last.get(
+        'feedback', '')
+    yield ('a feedback with NUL and ESC characters',
+           f'HTTP {status}; logged without them: {clean}',
+           status == 303 and clean)
+    second = _Server(s, out)
+    second.stop()
+    yield ('a second study server on the same output directory',
+           *_refused(second.rc, second.text, 'another study server'))
+  finally:
+    server.stop()
+  remote = _Server(s, s.root / 'study_remote', '--host=0.0.0.0')
+  remote.stop()
+  yield ('`--host=0.0.0.0` without --allow_remote',
+         *_refused(remote.rc, remote.text, 'allow_remote'))
+  lines = log.read_text().splitlines()
+  lines[-1] = lines[-1][:20] + '\x00' + lines[-1][20:]
+  log.write_text('\n'.join(lines) + '\n')
+  again = _Server(s, out)
+  try:
+    status, page, _ = again.request('GET', '/p/ann',
+                                    headers={'Cookie': cookie})
+    warned = 'was damaged at line' in again.text
+    yield ('a damaged last line in a participant\'s log, then a restart',
+           f'warning at start: {warned}; participant page HTTP {status}',
+           again.rc is None and warned and status == 200)
+  finally:
+    again.stop()
+
+
+def importer_cases(s: Scratch):
+  """``experiments.data.import_covr`` on crafted ``.pth`` headers."""
+  from recovr_jax.envs.files import torch_files  # pylint: disable=g-import-not-at-top
+  data = np.arange(12, dtype=np.float32)
+  for name, header in (('a negative stride', (0, (4,), (-1,))),
+                       ('stride 0 over a 1 GiB size', (0, (1 << 28,), (0,))),
+                       ('a stride far past the storage', (0, (3, 4),
+                                                          (4, 1 << 28))),
+                       ('a negative offset', (-4, (2,), (1,)))):
+    root = s.root / f'import_{abs(hash(name))}'
+    (root / 'emb' / '00').mkdir(parents=True)
+    (root / 'ann.csv').write_text(
+        'pth1,pth2,edit,txt1,txt2\n00/r,00/t,make it red,a,b\n')
+    torch_files.save(root / 'emb' / '00' / 'r.pth', data.reshape(3, 4))
+    torch_files.save(root / 'emb' / '00' / 't.pth', data, header=header)
+    out = root / 'g.npz'
+    done = subprocess.run(
+        [sys.executable, '-m', 'experiments.data.import_covr',
+         f'--embeddings_dir={root / "emb"}', f'--annotations={root / "ann.csv"}',
+         f'--output={out}', f'--reference_output={root / "r.npz"}'],
+        capture_output=True, text=True, check=False)
+    outcome, ok = _refused(done.returncode, done.stdout + done.stderr,
+                           r't\.pth')
+    yield (f'import_covr: a feature file with {name}',
+           outcome + f'; output written: {out.exists()}',
+           ok and done.returncode == 1 and not out.exists())
+
+
+def lora_cases(s: Scratch):
+  """A LoRA adapter whose tensors adapt nothing the model has."""
+  from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
+  from recovr_jax import checksums  # pylint: disable=g-import-not-at-top
+  shipped = pathlib.Path(__file__).resolve().parents[2] / 'recovr_jax' / \
+      'checkpoints' / 'smollm2_world'
+  for name, edit, pattern in (
+      ('a projection renamed (q_proj -> qproj)', 'rename',
+       r'adapter\.safetensors: tensor 0/qproj: not a Llama projection'),
+      ('a layer the model does not have', 'layer',
+       r'tensor 99/\.\.\.: the model has 30 layers'),
+      ('adapter.safetensors deleted', 'delete',
+       'has no adapter.safetensors')):
+    d = s.root / f'lora_{edit}'
+    shutil.copytree(shipped, d)
+    path = d / 'adapter.safetensors'
+    if edit == 'delete':
+      path.unlink()
+    else:
+      tensors = st.load_file(str(path))
+      for key in [k for k in tensors if k.startswith('0/q_proj/')]:
+        new = (key.replace('q_proj', 'qproj') if edit == 'rename' else
+               key.replace('0/', '99/', 1))
+        tensors[new] = tensors.pop(key)
+      st.save_file(tensors, str(path))
+    checksums.write_manifest(d)
+    rc, text, secs = s.run(s.root / f'lora_run_{edit}',
+                           '--reasoner=smollm2_world',
+                           f'--reasoner_adapter={d}')
+    outcome, ok = _refused(rc, text, pattern)
+    yield (f'--reasoner_adapter: {name}', outcome + f' after {secs:.0f} s '
+           '(before any model loads)', ok and 'Traceback' not in text)
+
+
+def _largest_file(directory: pathlib.Path) -> pathlib.Path:
+  return max((p for p in directory.rglob('*') if p.is_file()),
+             key=lambda p: p.stat().st_size)
+
+
+def flip_bytes(directory: pathlib.Path, start: int, count: int):
+  """Inverts ``count`` bytes from ``start`` of the largest file under
+  ``directory`` (a checkpoint's data); returns that file."""
+  path = _largest_file(directory)
+  raw = bytearray(path.read_bytes())
+  for i in range(start, min(start + count, len(raw))):
+    raw[i] ^= 0xFF
+  path.write_bytes(bytes(raw))
+  return path
+
+
+def _nan_composer(ckpt: pathlib.Path) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.benchmark import generator  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
+  world = generator.make_world(generator.WorldConfig(
+      num_test_triplets=4, num_train_triplets=4, gallery_size=50))
+  _, composer = training.load_world_models(ckpt, world)
+  composer = jax.tree.map(np.array, composer)
+  jax.tree.leaves(composer)[0].flat[0] = np.nan
+  encoders.save_params(ckpt / 'composer', composer,
+                       encoders.load_metadata(ckpt / 'composer'))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  root = pathlib.Path(tempfile.mkdtemp(prefix='reliability-'))
+  s = Scratch(root)
+  clean = root / 'clean'
+  rc, text, secs = s.run(clean)
+  if rc:
+    raise RuntimeError(f'the clean reference run failed:\n{text[-2000:]}')
+  print(f'clean reference run: {secs:.0f} s', flush=True)
+  rows = []
+  repo = str(pathlib.Path(__file__).resolve().parents[2])
+  groups = {'runner': lambda: cases(s, clean),
+            'processes': lambda: multi_process_cases(s),
+            'study': lambda: study_cases(s),
+            'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s)}
+  for case, outcome, ok in itertools.chain.from_iterable(
+      groups[g]() for g in GROUPS if g in _GROUPS.value):
+    outcome = outcome.replace(str(root), '<scratch>').replace(repo, '<repo>')
+    print(f'[{"ok" if ok else "UNEXPECTED"}] {case}: {outcome}', flush=True)
+    rows.append((case, outcome, ok))
+  lines = ['| case | what the run does now | as intended |',
+           '|---|---|---|']
+  for case, outcome, ok in rows:
+    outcome = outcome.replace('|', '\\|')
+    lines.append(f'| {case} | {outcome} | {"yes" if ok else "NO"} |')
+  table = '\n'.join(lines) + '\n'
+  outputs.write_markdown(table)
+  if not _KEEP.value:
+    shutil.rmtree(root, ignore_errors=True)
+  bad = [r[0] for r in rows if not r[2]]
+  if bad:
+    return f'{len(bad)} case(s) not as intended: {"; ".join(bad)}'
+  return None
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,175 @@
+"""CoVR / CoVR-2 per-video feature files as our embeddings files.
+
+CoVR stores one ``torch.save`` file per video, ``<dir>/<pth>.pth`` where
+``<pth>`` is the CSV's ``pth1`` / ``pth2`` value (``<page_dir>/<videoid>``):
+frame embeddings ``[F, D]``, or ``[F, 32, D]`` query tokens for BLIP-2.
+``import_features`` reads them without torch (``torch_files``), pools each
+video to one ``[D]`` row and returns what ``data.save_embeddings`` writes.
+
+Pooling: every frame (and token) vector is made unit length first when
+``unit_tokens`` (CoVR-2 scores the average of unit tokens by a plain dot
+product), then averaged over frames (with per-frame weights when given) and
+over tokens. The rows are not normalised again here; the loader's
+``--normalize_rows`` decides that.
+"""
+
+import dataclasses
+import pathlib
+import time
+
+import numpy as np
+
+from recovr_jax.envs.files import data
+from recovr_jax.envs.files import torch_files
+
+MISSING = ('error', 'drop')
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+  ids: tuple[str, ...]              # [N] gallery ids, CSV order
+  video: np.ndarray                 # [N, D] float32 pooled rows
+  captions: tuple[str, ...]         # [N] txt1 / txt2 of the CSV
+  reference_ids: tuple[str, ...]    # references outside the gallery
+  reference_video: np.ndarray       # their pooled rows
+  reference_captions: tuple[str, ...]
+  dropped_rows: list[dict]          # CSV rows dropped, with their ids
+  missing_ids: list[str]            # ids with no file
+  frames: dict                      # summary: files read, frames pooled
+
+
+def feature_path(root: pathlib.Path, video_id: str) -> pathlib.Path:
+  """``<root>/<video_id>.pth``; an id may not leave ``root``."""
+  path = (root / f'{video_id}.pth').resolve()
+  if root.resolve() not in path.parents:
+    raise ValueError(f'video id {video_id!r} points outside '
+                     f'--embeddings_dir {root}')
+  return path
+
+
+def pool(array: np.ndarray, path, unit_tokens: bool = True,
+         weights: np.ndarray | None = None) -> np.ndarray:
+  """``[F, D]`` or ``[F, T, D]`` (or ``[D]``) -> ``[D]`` float32."""
+  x = np.asarray(array, np.float32)
+  if x.ndim == 1:
+    x = x[None]
+  if x.ndim not in (2, 3) or x.shape[0] == 0 or x.shape[-1] == 0:
+    raise ValueError(f'{path}: expected frame embeddings [F, D] or '
+                     f'[F, T, D], got shape {x.shape}')
+  if not np.isfinite(x).all():
+    raise ValueError(f'{path}: holds NaN or inf')
+  if unit_tokens:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    if (norms == 0).any():
+      raise ValueError(f'{path}: a frame/token vector is all zeros')
+    x = x / norms
+  if x.ndim == 3:
+    x = x.mean(axis=1)
+  if weights is None:
+    return x.mean(axis=0)
+  w = np.asarray(weights, np.float32).reshape(-1)
+  if w.shape[0] != x.shape[0] or (w < 0).any() or w.sum() <= 0:
+    raise ValueError(f'{path}: frame weights must be {x.shape[0]} '
+                     f'non-negative values with a positive sum, got {w}')
+  return (w[:, None] * x).sum(axis=0) / w.sum()
+
+
+def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
+                    missing_ids: str = 'error', unit_tokens: bool = True,
+                    frame_weights: dict | None = None,
+                    progress=print) -> Imported:
+  """Reads the features of every video the CSV names.
+
+  Args:
+    embeddings_dir: the root of the ``.pth`` files.
+    annotations: the WebVid-CoVR CSV (``data.load_covr_csv``).
+    gallery: ``targets`` (CoVR's test gallery: the set of targets;
+      references come separately) or ``all`` (targets and references).
+    missing_ids: ``error`` (a missing file stops the import, naming the CSV
+      row and the path tried) or ``drop`` (rows naming a missing video are
+      dropped and reported).
+    unit_tokens: make every frame/token vector unit length before pooling.
+    frame_weights: optional ``{video id: [F] weights}``.
+    progress: called with a line at least every 10 s.
+
+  Raises:
+    ValueError: naming the file (and CSV row) of any bad input.
+  """
+  if gallery not in ('targets', 'all'):
+    raise ValueError(f'--gallery must be targets or all, got {gallery!r}')
+  if missing_ids not in MISSING:
+    raise ValueError(f'--missing_ids must be error or drop, got '
+                     f'{missing_ids!r}')
+  root = pathlib.Path(embeddings_dir)
+  if not root.is_dir():
+    raise ValueError(f'--embeddings_dir {root} is not a directory')
+  ann = data.load_covr_csv(annotations)
+  caption, first_row = {}, {}
+  for row, (r, t, tr, tt) in enumerate(zip(
+      ann.reference, ann.target, ann.reference_caption, ann.target_caption),
+                                       start=2):
+    for vid, text in ((t, tt), (r, tr)):
+      first_row.setdefault(vid, row)
+      if text and not caption.get(vid):
+        caption[vid] = text
+  wanted = list(dict.fromkeys(ann.target + ann.reference))
+  pooled, missing, dim_of = {}, [], None
+  shapes = {}
+  start = last = time.time()
+  for n, vid in enumerate(wanted, 1):
+    path = feature_path(root, vid)
+    if not path.is_file():
+      if missing_ids == 'error':
+        raise ValueError(
+            f'{annotations}: row {first_row[vid]} names video {vid!r} but '
+            f'{path} does not exist (--missing_ids=drop drops such rows and '
+            'reports them)')
+      missing.append(vid)
+      continue
+    array = torch_files.load(path)
+    if not isinstance(array, np.ndarray):
+      raise ValueError(f'{path}: expected one tensor, got a '
+                       f'{type(array).__name__}')
+    weights = None if frame_weights is None else frame_weights.get(vid)
+    if frame_weights is not None and weights is None:
+      raise ValueError(f'--frame_weights has no weights for {vid!r} ({path})')
+    row = pool(array, path, unit_tokens, weights)
+    if dim_of is None:
+      dim_of = (row.shape[0], path)
+    elif row.shape[0] != dim_of[0]:
+      raise ValueError(f'{path}: embedding size {row.shape[0]}, but '
+                       f'{dim_of[1]} has {dim_of[0]} (mixed feature files)')
+    pooled[vid] = row
+    shapes[array.shape] = shapes.get(array.shape, 0) + 1
+    now = time.time()
+    if now - last >= 10 or n == len(wanted):
+      last = now
+      progress(f'[import] {n}/{len(wanted)} videos, {len(missing)} missing, '
+               f'{n / max(now - start, 1e-9):.0f}/s')
+  dropped = []
+  missing_set = set(missing)
+  keep_rows = []
+  for i, (r, t) in enumerate(zip(ann.reference, ann.target)):
+    gone = [v for v in (r, t) if v in missing_set]
+    if gone:
+      dropped.append({'row': i + 2, 'pth1': r, 'pth2': t, 'missing': gone})
+    else:
+      keep_rows.append(i)
+  if not keep_rows:
+    raise ValueError(f'{annotations}: every row names a missing video; '
+                     'nothing to import')
+  targets = list(dict.fromkeys(ann.target[i] for i in keep_rows))
+  refs = list(dict.fromkeys(ann.reference[i] for i in keep_rows))
+  ids = targets + ([v for v in refs if v not in set(targets)]
+                   if gallery == 'all' else [])
+  outside = [v for v in refs if v not in set(ids)]
+  stack = lambda vs: (np.stack([pooled[v] for v in vs]).astype(np.float32)
+                      if vs else np.zeros((0, dim_of[0]), np.float32))
+  return Imported(
+      ids=tuple(ids), video=stack(ids),
+      captions=tuple(caption.get(v, '') for v in ids),
+      reference_ids=tuple(outside), reference_video=stack(outside),
+      reference_captions=tuple(caption.get(v, '') for v in outside),
+      dropped_rows=dropped, missing_ids=sorted(missing_set),
+      frames={'videos_read': len(pooled), 'missing': len(missing),
+              'shapes': {str(list(k)): v for k, v in shapes.items()}})

@@ -1,0 +1,311 @@
+"""The user's words in the jitted mode: what the reasoner reads, tabulated.
+
+The jitted driver's user decides in JAX (``simulated_user.decide``: action,
+named attributes, Rewrite prefix); the words it would say are the host
+user's (``SimulatedUser.words``: its own phrase bank or the lexicon's, then
+surface noise, all drawn from NumPy seeded by (seed, session, turn)), which
+only the host can write and parse. A ``WordTable`` holds, per decision, what
+the rules reasoner reads out of those words (the attribute values it parses
+and whether a rejection marker is present) and the words themselves. It
+fills itself like the phrase table: a pass reports the decisions it lacks,
+the host writes and parses them, and the batch runs again.
+
+A decision's key is one int32: ``(query * (T + 1) + turn) * CODES + code``
+with ``code = (action * 2^8 + named mask) * 8 + prefix`` (room for eight
+attributes: the layout of a world whose layout is describable); so a run needs
+``num_queries * (T + 1) * CODES < 2^31`` (``check_capacity``).
+
+Methods that read the words themselves get their embeddings: each word
+table entry's (``encode_text``, for MERLIN's answers) and, in a
+``DialogueTable``, each dialogue's (the modification text and every
+utterance so far joined with " [SEP] ", as IVR and UMIVR encode it). A
+dialogue is a node: the root of query ``q`` is ``q``, and each utterance
+leads from a node to a child, looked up by ``(parent, word key)`` in an
+open-addressing hash table.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import lexicon
+from recovr_jax.reasoners import rules
+
+_PREFIXES = 8            # room for the Rewrite prefixes (5)
+_MASKS = 2 ** (world_lib.NUM_ATTRIBUTES + 1)  # and for the layout's bit
+CODES = 4 * _MASKS * _PREFIXES
+_EMPTY_KEY = np.iinfo(np.int32).max
+
+
+def check_capacity(num_queries: int, num_turns: int):
+  """Raises ``ValueError`` when the keys of ``num_queries`` queries over
+  ``num_turns`` turns would not fit in int32."""
+  if num_queries * (num_turns + 1) * CODES >= 2 ** 31:
+    raise ValueError(
+        f'the jitted mode tabulates the user\'s words per (query, turn) in '
+        f'int32 keys: {num_queries} queries x {num_turns + 1} turns is more '
+        f'than {(2 ** 31 - 1) // CODES // (num_turns + 1)} queries; use '
+        'fewer queries or --simulation=host')
+
+
+def key(query, turn, action, named, prefix, num_turns: int):
+  """The int32 key of one decision (traced)."""
+  mask = jnp.sum(named.astype(jnp.int32) << jnp.arange(named.shape[0],
+                                                       dtype=jnp.int32))
+  code = (action * _MASKS + mask) * _PREFIXES + prefix
+  return ((query * (num_turns + 1) + turn) * CODES + code).astype(jnp.int32)
+
+
+def decode(k: int, num_turns: int,
+           num_attributes: int = world_lib.NUM_ATTRIBUTES):
+  """``(query, turn, action, named [A] bool, prefix)`` of a key."""
+  row, code = divmod(int(k), CODES)
+  query, turn = divmod(row, num_turns + 1)
+  rest, prefix = divmod(code, _PREFIXES)
+  action, mask = divmod(rest, _MASKS)
+  named = ((mask >> np.arange(num_attributes)) & 1).astype(bool)
+  return query, turn, action, named, prefix
+
+
+def lookup(keys, mentions, negative, embedding, label, k):
+  """``(found, mentions [A], negative, embedding [D], label)`` of key
+  ``k`` in sorted ``keys``."""
+  i = jnp.minimum(jnp.searchsorted(keys, k), keys.shape[0] - 1)
+  return keys[i] == k, mentions[i], negative[i], embedding[i], label[i]
+
+
+class WordTable:
+  """Per decision: the parse of the user's words, filled by the host.
+
+  Args:
+    user: the ``SimulatedUser`` (``draws='jax'``) whose words these are.
+    attributes: ``[N, A]`` true gallery attributes (the user's view).
+    target: ``[Q]`` target gallery id per query.
+    num_turns: T.
+  """
+
+  def __init__(self, user, attributes, target, num_turns: int,
+               encode_text=None, dim: int = 1, parse=None, label=None):
+    self._user = user
+    # What the reasoner reads the words with (default: the lexicon), and
+    # its reading of the user's decision (a ``frames.LABELS`` index; None:
+    # none, -1 in the table).
+    self._parse = parse or lexicon.for_attributes(
+        np.shape(attributes)[1]).parse
+    self._label = label
+    self._attributes = np.asarray(attributes)
+    self._target = np.asarray(target)
+    self._turns = num_turns
+    self._encode = encode_text  # None: no embeddings held
+    self._dim = dim if encode_text is not None else 1
+    self._entries = {}   # key -> (mentions [A] int32, negative, words)
+    self._embedding = {}  # key -> [D] float32 (with encode_text)
+    self._arrays = None
+
+  def __len__(self):
+    return len(self._entries)
+
+  def add(self, keys) -> int:
+    """Writes and parses the decisions ``keys`` not yet held; returns how
+    many were new."""
+    new = sorted({int(k) for k in np.ravel(keys)} - set(self._entries))
+    num = self._attributes.shape[1]
+    for k in new:
+      query, turn, action, named, prefix = decode(k, self._turns, num)
+      words = self._user.words(query, turn, action, named, prefix,
+                               self._attributes[self._target[query]])
+      row = np.full(num, -1, np.int32)
+      for a, v in self._parse(words).items():
+        row[a] = v
+      self._entries[k] = (row, rules.has_negative_marker(words), words,
+                          -1 if self._label is None else self._label(words))
+    if new and self._encode is not None:
+      vectors = np.asarray(self._encode([self._entries[k][2] for k in new]),
+                           np.float32)
+      self._embedding.update(zip(new, vectors))
+    if new:
+      self._arrays = None
+    return len(new)
+
+  def words(self, k: int) -> str:
+    return self._entries[int(k)][2]
+
+  def hold_embeddings(self, encode_text, dim: int):
+    """From now on the table holds each entry's embedding too (those it
+    holds already are encoded now)."""
+    if self._encode is not None:
+      return
+    self._encode, self._dim = encode_text, dim
+    keys = sorted(self._entries)
+    if keys:
+      vectors = np.asarray(encode_text([self._entries[k][2] for k in keys]),
+                           np.float32)
+      self._embedding.update(zip(keys, vectors))
+    self._arrays = None
+
+  def arrays(self, least: int = 0):
+    """``(keys [C] int32 sorted, mentions [C, A] int32, negative [C]
+    bool, embedding [C, D] float32, label [C] int32)`` (``D`` 1, zeros,
+    without ``encode_text``; label -1 without a label reader), padded to a
+    power-of-two capacity ``C`` of at least ``least`` entries (so the
+    jitted run recompiles only when the table outgrows it: a run asks for
+    room for every turn it can add)."""
+    capacity = _capacity(max(len(self._entries), least))
+    if self._arrays is None or self._arrays[0].shape[0] != capacity:
+      keys = np.full(capacity, _EMPTY_KEY, np.int32)
+      mentions = np.full((capacity, self._attributes.shape[1]), -1,
+                         np.int32)
+      negative = np.zeros(capacity, bool)
+      embedding = np.zeros((capacity, self._dim), np.float32)
+      label = np.full(capacity, -1, np.int32)
+      for i, k in enumerate(sorted(self._entries)):
+        keys[i] = k
+        mentions[i], negative[i], _, label[i] = self._entries[k]
+        if self._encode is not None:
+          embedding[i] = self._embedding[k]
+      self._arrays = tuple(jnp.asarray(x) for x in (keys, mentions, negative,
+                                                    embedding, label))
+    return self._arrays
+
+
+def _capacity(n: int, least: int = 64) -> int:
+  """The power of two >= ``n`` (at least ``least``), as the phrase table
+  rounds its rows, so a growing table recompiles rarely."""
+  return max(least, 1 << (max(n, 1) - 1).bit_length())
+
+
+def empty_arrays(num_attributes: int = world_lib.NUM_ATTRIBUTES):
+  """A table of nothing (runs whose words need no tabulating)."""
+  return (jnp.full((1,), _EMPTY_KEY, jnp.int32),
+          jnp.full((1, num_attributes), -1, jnp.int32),
+          jnp.zeros((1,), bool), jnp.zeros((1, 1), jnp.float32),
+          jnp.full((1,), -1, jnp.int32))
+
+
+SEPARATOR = ' [SEP] '  # IVR's (methods.ivr.SEPARATOR)
+_GOLDEN = np.uint32(0x9E3779B1)
+_MIX = np.uint32(0x85EBCA77)
+
+
+def _hash(parent, word, xp):
+  """The slot hash of a ``(parent, word)`` pair (NumPy or jnp, uint32)."""
+  h = xp.asarray(parent).astype(xp.uint32) * _GOLDEN
+  h = h ^ (xp.asarray(word).astype(xp.uint32) * _MIX)
+  return h ^ (h >> 15)
+
+
+class DialogueTable:
+  """Embeddings of the dialogue so far, per node (host-filled).
+
+  Args:
+    modification: ``[Q]`` modification texts (the roots' dialogue).
+    words: the ``WordTable`` whose entries the utterances are.
+    encode_text: the text encoder.
+    dim: its embedding size.
+  """
+
+  def __init__(self, modification, words: WordTable, encode_text, dim: int):
+    self._roots = tuple(modification)
+    self._words = words
+    self._encode = encode_text
+    self._dim = dim
+    self._children = {}   # (parent, word) -> node id
+    self._texts = {}      # node id (>= Q) -> tuple of utterances
+    self._rows = []       # [D] per node id - Q
+    self._arrays = None
+
+  def __len__(self):
+    return len(self._rows)
+
+  def texts(self, node: int) -> tuple[str, ...]:
+    node = int(node)
+    if node < len(self._roots):
+      return (self._roots[node],)
+    return self._texts[node]
+
+  def add(self, pairs) -> int:
+    """Encodes the dialogues ``(parent, word key)`` not yet held (the
+    word keys must be in the word table); returns how many were new."""
+    new = sorted({(int(p), int(w)) for p, w in pairs} - set(self._children))
+    texts = []
+    for parent, word in new:
+      node = len(self._roots) + len(self._rows) + len(texts)
+      self._children[(parent, word)] = node
+      self._texts[node] = self.texts(parent) + (self._words.words(word),)
+      texts.append(SEPARATOR.join(self._texts[node]))
+    if texts:
+      self._rows.extend(np.asarray(self._encode(texts), np.float32))
+      self._arrays = None
+    return len(new)
+
+  def arrays(self, least: int = 0):
+    """``(parent [H], word [H], node [H] int32, rows [R, D] float32)``:
+    an open-addressing hash table of ``H`` slots (a power of two, at most
+    half full; empty slots have word ``-1``) and the nodes' embeddings
+    (node ``n``'s is row ``n - Q``), with room for at least ``least``
+    nodes (as ``WordTable.arrays``)."""
+    size = max(len(self._children), least)
+    slots, capacity = _capacity(2 * size + 2), _capacity(size)
+    if self._arrays is None or (self._arrays[0].shape[0],
+                                self._arrays[3].shape[0]) != (slots, capacity):
+      parent = np.zeros(slots, np.int32)
+      word = np.full(slots, -1, np.int32)
+      node = np.zeros(slots, np.int32)
+      for (p, w), n in sorted(self._children.items()):
+        i = int(_hash(np.array([p]), np.array([w]), np)[0]) & (slots - 1)
+        while word[i] != -1:
+          i = (i + 1) & (slots - 1)
+        parent[i], word[i], node[i] = p, w, n
+      rows = np.zeros((capacity, self._dim), np.float32)
+      if self._rows:
+        rows[:len(self._rows)] = np.stack(self._rows)
+      self._arrays = tuple(jnp.asarray(x) for x in (parent, word, node, rows))
+    return self._arrays
+
+
+def empty_dialogues():
+  return (jnp.zeros((2,), jnp.int32), jnp.full((2,), -1, jnp.int32),
+          jnp.zeros((2,), jnp.int32), jnp.zeros((1, 1), jnp.float32))
+
+
+def lookup_dialogue(tables, num_queries: int, parent, word):
+  """``(found, node, embedding [D])`` of the child of ``parent`` by
+  ``word`` (traced; ``tables`` from ``DialogueTable.arrays()``)."""
+  parents, words, nodes, rows = tables
+  mask = parents.shape[0] - 1
+  start = (_hash(parent, word, jnp) & mask).astype(jnp.int32)
+
+  def probing(i):
+    return (words[i] != -1) & ~((words[i] == word) & (parents[i] == parent))
+
+  i = jax.lax.while_loop(probing, lambda i: (i + 1) & mask, start)
+  found = (words[i] == word) & (parents[i] == parent)
+  node = jnp.where(found, nodes[i], parent)
+  row = jnp.clip(node - num_queries, 0, rows.shape[0] - 1)
+  return found, node, jnp.where(found, rows[row], 0.0)
+
+
+def first_missing(active, own: dict, dialogues: bool):
+  """Per session, the first active turn whose word (or, with
+  ``dialogues``, dialogue) a table lacked: ``(word keys, (parent, word)
+  pairs)`` to add (later turns of that session ran on placeholders and are
+  ignored). ``active [S, T]`` and ``own`` (the face's record outputs) of a
+  ``jitted.SimTrace``."""
+  active = np.asarray(active)
+  word_found = np.asarray(own['word_found'])
+  missing = active & ~word_found
+  if dialogues:
+    missing |= active & ~np.asarray(own['dialogue_found'])
+  keys, pairs = [], []
+  for s in range(missing.shape[0]):
+    turns = np.flatnonzero(missing[s])
+    if not len(turns):
+      continue
+    t = turns[0]
+    if not word_found[s, t]:
+      keys.append(int(own['word'][s, t]))
+    else:
+      pairs.append((int(own['dialogue_parent'][s, t]),
+                    int(own['word'][s, t])))
+  return keys, pairs

@@ -1,0 +1,101 @@
+"""The phrase table: text encoding as a lookup for the jitted driver.
+
+The rules reasoner's outputs on the world are canonical texts of partial
+attribute assignments (``lexicon.canonical_description`` for searches,
+``lexicon.canonical_edit`` for edits), so each has a code (mixed radix over
+``value + 1``) and ``PhraseTable`` holds the text encoder's embedding of every
+code seen, filled lazily on the host. The codes span eight attributes (the
+layout last, of a world whose layout is describable); a seven-attribute
+assignment is coded with no layout, which keeps the codes' order.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import lexicon
+
+_RADIX = tuple(n + 1 for n in world_lib.num_values(
+    world_lib.NUM_ATTRIBUTES + 1))
+NUM_CODES = int(np.prod(_RADIX))        # partial assignments, incl. empty
+_STRIDES = tuple(int(np.prod(_RADIX[a + 1:])) for a in range(len(_RADIX)))
+
+
+def code(attrs) -> jax.Array:
+  """``[..., A]`` partial assignments (-1 = absent; ``A`` 7, or 8 with the
+  layout) -> ``[...]`` int32 codes; 0 is the empty assignment."""
+  attrs = jnp.asarray(attrs, jnp.int32)
+  strides = jnp.asarray(_STRIDES[:attrs.shape[-1]], jnp.int32)
+  return jnp.sum((attrs + 1) * strides, axis=-1)
+
+
+def decode(c: int) -> dict[int, int]:
+  """A code -> ``{attribute: value}``."""
+  out = {}
+  for a, (radix, stride) in enumerate(zip(_RADIX, _STRIDES)):
+    v = (int(c) // stride) % radix - 1
+    if v >= 0:
+      out[a] = v
+  return out
+
+
+def phrase_text(c: int) -> str:
+  """The rules reasoner's text of a table code: codes below ``NUM_CODES``
+  are searches (``canonical_description``), the rest edits
+  (``canonical_edit`` of ``c - NUM_CODES``); the empty code is ''."""
+  if c in (0, NUM_CODES):
+    return ''
+  if c < NUM_CODES:
+    return lexicon.canonical_description(decode(c))
+  return lexicon.canonical_edit(decode(c - NUM_CODES))
+
+
+class PhraseTable:
+  """Embeddings of the reasoner's canonical texts, by code, filled lazily
+  with ``encode_text``. Row 0 is the empty text (its channel is invalid)."""
+
+  def __init__(self, encode_text, dim: int):
+    self._encode = encode_text
+    self._dim = dim
+    self._row = {0: 0, NUM_CODES: 0}
+    self._rows = [np.zeros((1, dim), np.float32)]
+    self._cache = None
+
+  def __len__(self):
+    return sum(len(r) for r in self._rows)
+
+  def missing(self, codes) -> list[int]:
+    return sorted({int(c) for c in codes} - set(self._row))
+
+  def add(self, codes) -> int:
+    """Encodes the codes not in the table; returns how many were added."""
+    new = self.missing(codes)
+    if new:
+      emb = np.asarray(self._encode([phrase_text(c) for c in new]),
+                       np.float32)
+      start = len(self)
+      self._row.update({c: start + i for i, c in enumerate(new)})
+      self._rows.append(emb)
+      self._cache = None
+    return len(new)
+
+  def arrays(self):
+    """``(index [2 * NUM_CODES] int32, rows [R, D] float32)``; ``index`` is
+    -1 for codes not in the table. ``R`` is rounded up to a power of two so
+    that a growing table recompiles rarely."""
+    if self._cache is None:
+      index = np.full(2 * NUM_CODES, -1, np.int32)
+      index[list(self._row)] = list(self._row.values())
+      rows = np.concatenate(self._rows)
+      capacity = max(1024, 1 << (len(rows) - 1).bit_length())
+      rows = np.pad(rows, ((0, capacity - len(rows)), (0, 0)))
+      self._cache = (jnp.asarray(index), jnp.asarray(rows))
+    return self._cache
+
+
+def lookup(index, rows, c):
+  """The table row of code ``c`` (row 0, the empty text, for a code not yet
+  in the table: the jitted driver then adds it and runs the batch again, so no
+  such lookup survives into a returned trace)."""
+  return rows[jnp.maximum(index[c], 0)]

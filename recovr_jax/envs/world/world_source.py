@@ -1,0 +1,396 @@
+"""The generated world as a run's data source (``--data=world``).
+
+``WorldData`` is its config; the embedded benchmarks are its constructors
+(``WorldData.v3()``, the default, ``WorldData.v2()`` and
+``WorldData.v1()``). ``WorldSource``
+answers the runner's questions (``protocol.source.Source``).
+"""
+
+import dataclasses
+import json
+import logging
+import pathlib
+from typing import ClassVar
+
+import numpy as np
+
+from recovr_jax import config_tree
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.models import encoders
+from recovr_jax import paths
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.reasoners import registry
+
+CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
+STARTS = ('composed', 'text')  # a reference and an edit; a description
+# The embedded benchmarks. v3 (the default) is v2 with the user's test
+# phrasings in its bank (user_language's test split: words no reader
+# trained or was chosen on). v2 is the first one with no oracle: several
+# renditions per combination with encoders trained for them, captions
+# written by the captioning VLM, and the paper's user in its own words.
+# v1 is the first benchmark, kept for comparison: one video per
+# combination, ground-truth captions, the template user speaking the rules
+# reasoner's lexicon. The user's fields are the simulated user's
+# (``simulated_user.UserConfig``), which the run holds.
+BENCHMARKS = {
+    'v3': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
+           'captions': 'model', 'user_style': 'paper',
+           'user_language': 'own_v3'},
+    'v2': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
+           'captions': 'model', 'user_style': 'paper',
+           'user_language': 'own'},
+    'v1': {'renditions': 1, 'checkpoint_dir': None, 'captions': 'oracle',
+           'user_style': 'template', 'user_language': 'lexicon'},
+}
+DEFAULT_BENCHMARK = 'v3'
+# captioner.DEFAULT_CAPTIONER_DIR and LAYOUT_CAPTIONER_DIR (not imported:
+# the captioner module loads transformers).
+_DEFAULT_CAPTIONER_DIR = str(paths.CHECKPOINTS / 'captioner')
+LAYOUT_CAPTIONER_DIR = str(paths.CHECKPOINTS / 'captioner_layout')
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldData:
+  """The world a run generates and the checkpoints it reads."""
+  NAME: ClassVar[str] = 'world'
+  HELP_GROUP: ClassVar[str] = 'Benchmark and world'
+  world: world_lib.WorldConfig = world_lib.WorldConfig()
+  #: Encoder checkpoints (default: the --benchmark preset's shipped ones:
+  #: checkpoints/world_renditions for v3, v2; checkpoints/world for v1).
+  checkpoint_dir: str | None = config_tree.setting(None, preset=True)
+  #: What Progress Memory holds as gallery and reference captions (default:
+  #: the --benchmark preset's). model: the captioning VLM's
+  #: (envs/world/models/captioner.py). oracle: the world's ground-truth captions, an
+  #: ablation in which the system sees the truth.
+  captions: str = config_tree.setting('model', choices=CAPTIONS, preset=True)
+  #: --captions=model: a captioner directory (default: the shipped one;
+  #: experiments/train/train_captioner.py writes one).
+  captioner_checkpoint: str | None = config_tree.setting(None)
+  #: How a session starts. composed: a reference video and a modification
+  #: text (CoVR). text: interactive text-to-video retrieval (I-TVR, MERLIN's
+  #: setting): no reference video, turn 0 is T2V from a text query (world: a
+  #: description naming 3 of the target's 7 attributes in the user's words;
+  #: webvid_covr: --annotations holds video_id, sentence rows as MSR-VTT-1kA's
+  #: test CSV); from turn 1 composed channels anchor on the shown result and
+  #: the baselines search with their dialogue text alone. Host driver only.
+  start: str = config_tree.setting('composed', choices=STARTS)
+
+  @classmethod
+  def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
+             world_fields: dict | None = None, **fields) -> 'WorldData':
+    """The ``benchmark`` preset; ``world_fields`` (of ``WorldConfig``) and
+    ``fields`` given override it."""
+    if benchmark not in BENCHMARKS:
+      raise ValueError(f'unknown benchmark {benchmark!r}; valid: '
+                       f'{", ".join(BENCHMARKS)}')
+    preset = BENCHMARKS[benchmark]
+    try:
+      world = world_lib.WorldConfig(
+          **{'renditions': preset['renditions'], **(world_fields or {})})
+    except ValueError as e:
+      if 'renditions' in (world_fields or {}) or 'renditions' not in str(e):
+        raise  # not the preset's renditions
+      raise ValueError(f'{e} (benchmark {benchmark} renders '
+                       f'{preset["renditions"]} per video)') from e
+    defaults = {'checkpoint_dir': preset['checkpoint_dir'],
+                'captions': preset['captions']}
+    if world.describe_layout:  # the encoders and captioner trained for it
+      defaults.update(checkpoint_dir=encoders.LAYOUT_CHECKPOINT_DIR,
+                      captioner_checkpoint=LAYOUT_CAPTIONER_DIR)
+    fields = {k: v for k, v in fields.items()
+              if v is not None or k not in defaults}
+    return cls(world=world, **{**defaults, **fields})
+
+  # ``WorldData.v3(**fields)``: ``preset('v3', **fields)``; likewise v2, v1.
+  v3 = classmethod(lambda cls, **fields: cls.preset('v3', **fields))
+  v2 = classmethod(lambda cls, **fields: cls.preset('v2', **fields))
+  v1 = classmethod(lambda cls, **fields: cls.preset('v1', **fields))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Extra:
+  world: object          # the generated world
+  text: object           # encoders.TextEncoder
+  text_cache: object     # where its embeddings are kept across runs
+  query_named: object = None  # [Q, A] what each session's first query
+                              # names (the edit, or a text start's query)
+
+
+class WorldSource(source_lib.Source, source_lib.TracedFace,
+                  source_lib.OwnMedia, source_lib.ScoresAsking):
+  """The generated world, its encoders, captioner, user and reasoners; its
+  user and the lexical readers have a traced face (``envs.world.face.traced_face``), and
+  it renders its videos."""
+
+  NAME = 'world'
+
+  def default_reasoner(self) -> str:
+    """``grounded``: the best reader on the reading benchmark's dev split
+    of those that run ``main`` in minutes (docs/reading.md); ``rules`` in
+    a world whose layout is describable (only its lexicon reads the
+    layout)."""
+    return 'rules' if self.config.world.describe_layout else 'grounded'
+
+  def problems(self, run, create):
+    del create
+    out = []
+    if self.config.start not in STARTS:
+      out.append(f'unknown --start {self.config.start!r}; valid: '
+                 f'{", ".join(STARTS)}')
+    if self.config.captions not in CAPTIONS:
+      out.append(f'unknown --captions {self.config.captions!r}; valid: '
+                 f'{", ".join(CAPTIONS)}')
+    elif self.config.captions == 'model':
+      from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
+      try:
+        captioner.check_dir(self.config.captioner_checkpoint or
+                            captioner.DEFAULT_CAPTIONER_DIR)
+      except FileNotFoundError as e:
+        out.append(f'--captioner_checkpoint: {e}')
+    problem = self._seed_problem(run)
+    if problem:
+      out.append(problem)
+    out += self._layout_problems(run)
+    return out
+
+  def _layout_problems(self, run) -> list[str]:
+    """A describable layout needs encoders and a captioner trained for it
+    (and they refuse a world without it), the host driver and the rules
+    reasoner (whose lexicon reads the layout)."""
+    layout = self.config.world.describe_layout
+    out = []
+    checkpoint = pathlib.Path(self.config.checkpoint_dir or
+                              encoders.DEFAULT_CHECKPOINT_DIR)
+    try:
+      trained = encoders.load_metadata(checkpoint / 'video_encoder')[
+          'world_config'].get('describe_layout', False)
+    except (FileNotFoundError, KeyError, ValueError):
+      trained = layout  # _seed_problem names the unreadable checkpoint
+    if trained != layout:
+      out.append(f'--checkpoint_dir {checkpoint}: its encoders were trained '
+                 f'{"with" if trained else "without"} --describe_layout, the '
+                 f'run is {"with" if layout else "without"} it')
+    if self.config.captions == 'model':
+      captioner = pathlib.Path(self.config.captioner_checkpoint or
+                               _DEFAULT_CAPTIONER_DIR)
+      try:
+        theirs = json.loads((captioner / 'recovr_captioner.json').read_text())[
+            'world'].get('describe_layout', False)
+      except (OSError, KeyError, ValueError):
+        theirs = layout  # problems() names a missing checkpoint
+      if theirs != layout:
+        out.append(f'--captioner_checkpoint {captioner}: trained '
+                   f'{"with" if theirs else "without"} --describe_layout, the '
+                   f'run is {"with" if layout else "without"} it')
+    # (an unknown --reasoner is the reasoner check's to name)
+    if (layout and run.reasoner in registry.REGISTRY and
+        not registry.get(run.reasoner).LEXICAL):
+      out.append(f'--describe_layout reads the layout with --reasoner='
+                 f'{registry.or_list(registry.with_property("LEXICAL"))} '
+                 f'only (got {run.reasoner!r}: its reader knows no layout '
+                 'words)')
+    return out
+
+  def _seed_problem(self, run) -> str | None:
+    """Encoders trained on another world's split have seen this world's
+    test combinations: refused unless --allow_other_world_encoders, with
+    the overlap stated."""
+    checkpoint = pathlib.Path(self.config.checkpoint_dir or
+                              encoders.DEFAULT_CHECKPOINT_DIR)
+    try:
+      trained = encoders.load_metadata(checkpoint / 'video_encoder')[
+          'world_config']
+    except (FileNotFoundError, KeyError, ValueError) as e:
+      return (f'--checkpoint_dir {checkpoint}: cannot read the world the '
+              f'encoders were trained on ({e})')
+    world = self.config.world
+    theirs = (trained['seed'], trained['test_share'])
+    if theirs == (world.seed, world.test_share):
+      return None
+    ours = world_lib.test_split(world.seed, world.test_share)
+    seen = ~world_lib.test_split(*theirs)
+    overlap = float((ours & seen).sum() / ours.sum())
+    message = (f'the encoders in {checkpoint} were trained on the world with '
+               f'seed {theirs[0]}, test_share {theirs[1]}; '
+               f'{100 * overlap:.1f}% of this world\'s test combinations '
+               '(--world_seed / --test_share) are in their training split')
+    if not run.allow_other_world_encoders:
+      return (message + '; train encoders for this world (python -m '
+              'experiments.train.train_world --world_seed=...) or pass '
+              '--allow_other_world_encoders to accept the leak')
+    logging.warning('%s (accepted: --allow_other_world_encoders)', message)
+    print(f'warning: {message} (accepted)', flush=True)
+    return None
+
+  def vocabulary(self, run):
+    return vocabulary(self.config.world, run.user,
+                      run.allow_other_world_encoders)
+
+  def input_paths(self, run):
+    paths = {'checkpoint_dir': (self.config.checkpoint_dir or
+                                encoders.DEFAULT_CHECKPOINT_DIR),
+             'text_encoder': encoders.minilm_path()}
+    if self.config.captions == 'model':
+      from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
+      paths['captioner_checkpoint'] = (self.config.captioner_checkpoint or
+                                       captioner.DEFAULT_CAPTIONER_DIR)
+    return paths
+
+  def build(self, run):
+    from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
+    world = world_lib.make_world(self.config.world)
+    checkpoint = self.config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
+    video, composer = training.load_world_models(checkpoint, world)
+    text = encoders.TextEncoder()
+    text_cache = None
+    if run.cache_dir:  # the embeddings of earlier runs' texts
+      text_cache = text.cache_path(run.cache_dir)
+      text.load_cache(text_cache)
+    writer = None
+    if self.config.captions == 'model':
+      from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
+      writer = captioner.Captioner(self.config.captioner_checkpoint or
+                                   captioner.DEFAULT_CAPTIONER_DIR)
+    env = environment.world_environment(world, text, video, composer,
+                                        cache_dir=run.cache_dir or None,
+                                        captioner=writer)
+    named = np.asarray(world.test.named)
+    if self.config.start == 'text':  # no reference; a first description
+      from recovr_jax.envs.world.user import text_start  # pylint: disable=g-import-not-at-top
+      texts, named = text_start.first_queries(
+          env.attributes, env.target, run.user.language, run.user.phrasings)
+      env = dataclasses.replace(
+          env, reference=np.full(len(env.target), -1, np.int64),
+          modification=texts)
+    return source_lib.Built(env=env, extra=_Extra(world, text, text_cache,
+                                                  named))
+
+  def target_captions(self, built):
+    """The world's true captions, and the captioner's when the run reads
+    them."""
+    out = {'true caption': tuple(built.extra.world.gallery_captions)}
+    if self.config.captions == 'model':
+      out['model caption'] = tuple(built.env.captions)
+    return out
+
+  def save_caches(self, built):
+    if built.extra.text_cache is not None:
+      built.extra.text.save_cache(built.extra.text_cache)
+
+  def user(self, run, env):
+    from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
+    return environment.attribute_user(
+        simulated_user.SimulatedUser(run.user, seed=run.user_seed),
+        env.attributes)
+
+  def ask_truth(self, built, user):
+    from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
+    names = self.config.world.attributes
+    words = lexicon.for_attributes(len(names))
+    return source_lib.AskTruth(
+        attributes=np.asarray(built.env.attributes),
+        query_named=built.extra.query_named, user=user,
+        question_attribute=words.question_attribute,
+        attribute_names=names,
+        question_about=lambda a: words.QUESTIONS[names[a]][0])
+
+  def traced_environment(self, built):
+    from recovr_jax.envs.world.face import traced_face as jitted  # pylint: disable=g-import-not-at-top
+    return jitted.prepare(built.env)
+
+  def traced_problems(self, run):
+    out = []
+    if self.config.start == 'text':
+      out.append('--start=text runs on --simulation=host only (the jitted '
+                 "world face starts every session from a reference video)")
+    if (run.reasoner in registry.REGISTRY and
+        not registry.get(run.reasoner).JITTED):
+      out.append('--simulation=jit needs --reasoner='
+                 f'{registry.or_list(registry.with_property("JITTED"))} on '
+                 'the world (its face reproduces their reading of the words)')
+    return out
+
+  def traced_batch(self, run, built, method, sessions, loop, reasoner):
+    from recovr_jax.envs.world.face import traced_face as jitted  # pylint: disable=g-import-not-at-top
+    sim_env = built.sim_env
+    sim_config = jitted.sim_config(
+        method, loop, run.user, sim_env.composer, reasoner=run.reasoner,
+        lexical=registry.get(run.reasoner).LEXICAL,
+        sigma=reasoner.sigma_rule,
+        num_attributes=len(self.config.world.attributes))
+    # Made here with the reasoner's reader; jitted.run finds it by key.
+    label = None
+    if getattr(reasoner, 'frames', None) is not None:
+      from recovr_jax.reasoners import frames  # pylint: disable=g-import-not-at-top
+      label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
+    table = jitted.word_table(sim_env, sim_config, run.user_seed,
+                              parse=reasoner.feedback_values, label=label)
+    return source_lib.JitBatch(
+        env=sim_env, config=sim_config,
+        result=lambda trace: jitted.batch_result(sim_env, trace, table,
+                                                 sessions=sessions))
+
+  def frames(self, built):
+    """The gallery's videos rendered as the encoders saw them (same keys,
+    frames and size)."""
+    import jax  # pylint: disable=g-import-not-at-top
+    world = built.extra.world
+    wc = world.config
+    keys, scenes = world.gallery_keys()
+    attrs = world.gallery_attributes
+
+    @jax.jit
+    def render(a, key, scene):
+      return world_lib.render(a, key, num_frames=wc.num_frames,
+                              image_size=wc.image_size,
+                              pixel_noise=wc.pixel_noise, scene_key=scene)
+
+    def frames_of(index):
+      scene = None if scenes is None else scenes[index]
+      return np.asarray(render(attrs[index], keys[index], scene))
+
+    return frames_of
+
+
+def vocabulary(world_config, user=None, allow_other_world: bool = False):
+  """What the world ``world_config`` offers the reasoner backends
+  (``reasoners.registry.Vocabulary``): its lexicon (with the layout's words
+  when it is describable), its grounding reader, few-shot examples from the
+  train split, the Reflector's literal sets, the lexicon's spelling fixer,
+  the shipped flax_lm checkpoint and the check of an adapter's recorded
+  data against the world and ``user`` (a ``UserConfig``)."""
+  from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import reader_fit as reading  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import reasoner_training  # pylint: disable=g-import-not-at-top
+  words = (lexicon.for_attributes(len(world_config.attributes))
+           if world_config.describe_layout else lexicon)
+
+  def lm_preprocess(directory):
+    # A checkpoint trained by experiments.train.train_reasoner gets the lexicon's
+    # spelling fixer in front of the model, as in its training.
+    marker = pathlib.Path(directory) / reasoner_training.MARKER
+    if marker.is_file() and json.loads(marker.read_text()).get(
+        'spelling_fixer'):
+      return reasoner_training.preprocess
+    return None
+
+  def check_adapter(meta):
+    # The smollm2_world adapter's recorded world split and benchmark.
+    for note in reasoner_training.check_adapter(meta, world_config, user,
+                                                allow_other_world):
+      logging.warning('--reasoner=smollm2_world: %s', note)
+      print(f'warning: --reasoner=smollm2_world: {note}', flush=True)
+
+  return registry.Vocabulary(
+      data=WorldSource.NAME, rules=lambda: rules.RulesReasoner(words),
+      grounding=reading.Grounding(world_config),
+      examples=lambda n: reasoner_training.few_shot_examples(
+          world_lib.make_world(world_config), per_module=n),
+      # The Reflector's items are the world's literals (docs/reasoning.md).
+      literals={a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES},
+      preprocess=reasoner_training.preprocess,
+      lm_checkpoint=reasoner_training.DEFAULT_REASONER_DIR,
+      lm_preprocess=lm_preprocess, check_adapter=check_adapter)

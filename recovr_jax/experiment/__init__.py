@@ -1,4 +1,0 @@
-"""The experiment as a library: configuration, runner, reports, and
-``load_run`` to read a finished run back."""
-
-from recovr_jax.experiment.results import load_run

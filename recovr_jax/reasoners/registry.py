@@ -1,0 +1,188 @@
+"""The reasoner backends by name, and what a data source offers them.
+
+A backend is one object in its own module (``Backend``): its checks before
+any model loads (``problems``), the files that make a run's identity
+(``inputs``) and its reasoner (``make``). It is made from a
+``ReasonerConfig`` and a ``Vocabulary``, which the data source offers (the
+lexicon, the grounding reader, few-shot examples, the Reflector's literal
+sets, the spelling fixer), so no backend asks which source it runs on and no
+caller branches on a backend's name.
+
+Adding a backend takes its module and one line of ``REGISTRY``
+(``registered`` adds one for the length of a ``with`` block, as the tests
+do)::
+
+  class _Echo(registry.Backend):
+    NAME = 'echo'
+    def make(self, config, vocab, encode_text=None, **kwargs):
+      return EchoReasoner(vocab.rules())
+  BACKEND = _Echo()
+"""
+
+import abc
+import contextlib
+import dataclasses
+import importlib
+from typing import Any, Callable
+
+# name -> 'module:attribute' of its Backend (imported when first asked for).
+REGISTRY = {
+    'rules': 'recovr_jax.reasoners.rules:BACKEND',
+    'grounded': 'recovr_jax.reasoners.grounding:BACKEND',
+    'flax_lm': 'recovr_jax.reasoners.flax_lm:BACKEND',
+    'smollm2': 'recovr_jax.reasoners.chat_lm:SMOLLM2',
+    'smollm2_world': 'recovr_jax.reasoners.chat_lm:SMOLLM2_WORLD',
+    'grounded_smollm2': 'recovr_jax.reasoners.routed:GROUNDED_SMOLLM2',
+}
+_LOADED = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatOptions:
+  """The chat-LM backends' options (``chat_lm.make``)."""
+  few_shot: int | None = None   # examples per module (None: the default)
+  wording: int = 1              # the prompt wording
+  dtype: str = 'float32'
+  constrained_decoding: bool = True
+  batch_size: int = 16
+  adapter: str | None = None    # smollm2_world's LoRA adapter directory
+
+  def as_kwargs(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasonerConfig:
+  """One run's reasoner: its backend's name and the settings it reads."""
+  name: str
+  checkpoint: str | None = None      # a model directory (flax_lm, chat)
+  chat: ChatOptions = ChatOptions()  # read by the chat-LM backends
+  grounded: dict | None = None       # overrides of the grounding options
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+  """What a data source offers the backends (``None``: not offered)."""
+  data: str                          # the source's name, for messages
+  rules: Callable[[], Any]           # the lexicon-only reasoner (fallback)
+  grounding: Any = None              # the grounding reader's maker
+  # The few-shot examples (module -> prompts.Example), per module at most n.
+  examples: Callable[[int], dict] | None = None
+  literals: dict | None = None       # the Reflector's items per attribute
+  preprocess: Callable | None = None  # the lexicon's spelling fixer
+  lm_checkpoint: str | None = None   # flax_lm's default checkpoint
+  # flax_lm: the checkpoint directory -> the preprocess it was trained with.
+  lm_preprocess: Callable[[str], Callable | None] | None = None
+  # smollm2_world: checks adapter.json's contents against this source
+  # (ValueError naming the problem; warnings printed).
+  check_adapter: Callable[[dict], None] | None = None
+
+
+class Backend(abc.ABC):
+  """One reasoner backend (subclasses set ``NAME`` and ``make``)."""
+  NAME = ''
+  JITTED = False    # the jitted world face reproduces its reading
+  LEXICAL = False   # it reads the source's lexicon only (so: any layout)
+  # The ReasonerConfig settings it reads, as the flags that set them.
+  FLAGS: tuple[str, ...] = ()
+
+  def offered(self, vocab: Vocabulary) -> bool:
+    """Whether the source of ``vocab`` can run it."""
+    del vocab
+    return True
+
+  def problems(self, config: ReasonerConfig, vocab: Vocabulary
+               ) -> list[str]:
+    """What keeps ``config`` from running, before any model loads."""
+    del config, vocab
+    return []
+
+  def inputs(self, config: ReasonerConfig, vocab: Vocabulary
+             ) -> dict[str, str]:
+    """Name -> path of the files that can change its numbers."""
+    del config, vocab
+    return {}
+
+  @abc.abstractmethod
+  def make(self, config: ReasonerConfig, vocab: Vocabulary,
+           encode_text=None, **kwargs):
+    """The reasoner (``encode_text``: the source's text encoder; ``kwargs``:
+    a model backend's constructor options, e.g. ``batch_size``)."""
+
+
+def names() -> tuple[str, ...]:
+  """Every registered backend's name."""
+  return tuple(REGISTRY)
+
+
+def get(name: str) -> Backend:
+  """The backend registered as ``name``; ``ValueError`` naming the valid
+  ones otherwise."""
+  if name not in REGISTRY:
+    raise ValueError(f'unknown reasoner {name!r}; valid: {or_list(names())}')
+  if name not in _LOADED:
+    target = REGISTRY[name]
+    if isinstance(target, Backend):
+      _LOADED[name] = target
+    else:
+      module, attribute = target.split(':')
+      _LOADED[name] = getattr(importlib.import_module(module), attribute)
+  return _LOADED[name]
+
+
+def offered(vocab: Vocabulary) -> tuple[str, ...]:
+  """The backends the source of ``vocab`` offers."""
+  return tuple(n for n in names() if get(n).offered(vocab))
+
+
+def with_property(attribute: str) -> tuple[str, ...]:
+  """The backends whose class sets ``attribute`` (e.g. 'JITTED')."""
+  return tuple(n for n in names() if getattr(get(n), attribute))
+
+
+def or_list(items) -> str:
+  """'a, b or c'."""
+  items = list(items)
+  return (', '.join(items[:-1]) + ' or ' + items[-1] if len(items) > 1
+          else ''.join(items))
+
+
+def check_names(backends, flag: str = '--backends') -> None:
+  """``ValueError`` naming the first of ``backends`` that is not registered
+  or is listed twice."""
+  for i, b in enumerate(backends):
+    if b not in REGISTRY:
+      raise ValueError(f'{flag}: unknown backend {b!r}; valid: '
+                       f'{", ".join(names())}')
+    if b in backends[:i]:
+      raise ValueError(f'{flag} lists {b!r} twice')
+
+
+def problems(config: ReasonerConfig, vocab: Vocabulary) -> list[str]:
+  """Whether ``config`` runs on the source of ``vocab``, then its backend's
+  own checks."""
+  backend = get(config.name)
+  if not backend.offered(vocab):
+    return [f'--reasoner={config.name} is not offered on '
+            f'--data={vocab.data}; valid there: '
+            f'{", ".join(offered(vocab))}']
+  return backend.problems(config, vocab)
+
+
+def make(config: ReasonerConfig, vocab: Vocabulary, encode_text=None,
+         **kwargs):
+  """The reasoner of ``config`` on the source of ``vocab``."""
+  return get(config.name).make(config, vocab, encode_text, **kwargs)
+
+
+@contextlib.contextmanager
+def registered(backend: Backend):
+  """``backend`` registered under its ``NAME`` inside the block."""
+  if backend.NAME in REGISTRY:
+    raise ValueError(f'a reasoner named {backend.NAME!r} is registered')
+  REGISTRY[backend.NAME] = backend
+  try:
+    yield backend
+  finally:
+    del REGISTRY[backend.NAME]
+    _LOADED.pop(backend.NAME, None)

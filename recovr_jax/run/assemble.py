@@ -1,0 +1,94 @@
+"""One assembly: a run is (environment, user, reasoner, methods, driver).
+
+Each part is made once, here, from its own typed config: the data source
+from ``RunConfig.data`` (``run.config.SOURCES``), its environment
+(``Source.build``, the expensive part), the driver from ``--simulation``
+(``drivers.choose``), the user from the source, the reasoner from
+``RunConfig.reasoner_config()`` over the source's vocabulary
+(``reasoners.registry``) and each method from the method registry. The
+runner, the sweeps, the study, the reading benchmark, the benchmarks and
+the tests receive a ``Run`` and never re-make a part.
+
+    built = assemble.build(config)          # loads data and models
+    run = assemble.assemble(config, built)  # user, reasoner, driver
+    result = run.driver.run_batch(run, run.method('recovr'), sessions,
+                                  run.loop, 'batch 0', errors={})
+
+A sweep's runs share one ``build`` (the settings it sweeps leave the data
+as it is) and assemble each their own ``Run``.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+from recovr_jax import checksums
+from recovr_jax import drivers
+from recovr_jax import methods as methods_lib
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import ranking
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.reasoners import registry
+from recovr_jax.run import config as config_lib
+
+
+def build(config: config_lib.RunConfig,
+          source: source_lib.Source | None = None) -> source_lib.Built:
+  """Loads the data and encoders of ``config`` through its data source
+  (``source``, default a new one of ``config.data``) and prepares them
+  for its driver. ``source_lib.SourceError`` names an unreadable input.
+  The ``Built`` holds the source: what runs on it asks that one."""
+  checksums.allow_unverified(config.allow_unverified_checkpoints)
+  source = source or config_lib.source(config)
+  built = dataclasses.replace(source.build(config), source=source)
+  return drivers.choose(config.simulation, source).prepare(source, built)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """An assembled run: everything a driver runs a batch with."""
+  config: config_lib.RunConfig
+  built: source_lib.Built
+  driver: drivers.Driver
+  user: Callable        # respond(session, turn, target, shown, question)
+  ctx: plan_lib.Context  # what the methods may read (reasoner included)
+
+  @property
+  def source(self) -> source_lib.Source:
+    return self.built.source
+
+  @property
+  def env(self):
+    return self.built.env
+
+  @property
+  def reasoner(self):
+    return self.ctx.reasoner
+
+  @property
+  def loop(self) -> ranking.LoopConfig:
+    """The ranking loop's config on this environment's gallery."""
+    return dataclasses.replace(self.config.loop, num_ids=self.env.searchable)
+
+  def method(self, name: str):
+    """The method ``name`` with the run's settings."""
+    return methods_lib.make(name, self.config.settings)
+
+
+def assemble(config: config_lib.RunConfig,
+             built: source_lib.Built | None = None,
+             reasoner: registry.ReasonerConfig | None = None) -> Run:
+  """The ``Run`` of ``config`` on ``built`` (a ``build`` of ``config`` or
+  of a config with the same data; default: built here). ``reasoner``:
+  settings of the reasoner instead of ``config.reasoner_config()`` (the
+  reading benchmark's backends and options)."""
+  built = built if built is not None else build(config)
+  source, env = built.source, built.env
+  user = source.user(config, env)
+  reasoner = registry.make(reasoner or config.reasoner_config(),
+                           source.vocabulary(config), env.encode_text)
+  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+                         encode_text=env.encode_text, compose=env.compose,
+                         reasoner=reasoner)
+  return Run(config=config, built=built,
+             driver=drivers.choose(config.simulation, source), user=user,
+             ctx=ctx)

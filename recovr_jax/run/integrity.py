@@ -1,0 +1,169 @@
+"""Content hashes of what a run reads, so that its identity covers them.
+
+A run's ``resolved_config.json`` holds the SHA-256 of every file and
+directory that can change its numbers (encoder, captioner and reasoner
+checkpoints, the text encoder, real-data files); resume compares them, so
+a retrained checkpoint or an edited CSV is a different run, not a silent
+mix of batches.
+"""
+
+import dataclasses
+import datetime
+import functools
+import hashlib
+import importlib.metadata
+import json
+import pathlib
+import platform
+import subprocess
+
+import jax
+
+from recovr_jax import checksums
+from recovr_jax.reasoners import registry
+from recovr_jax.run import config as config_lib
+
+path_digest = checksums.path_digest
+# The repository (or the installed package's parent directory).
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGES = ('recovr_jax', 'jax', 'jaxlib', 'flax', 'optax',
+            'orbax-checkpoint', 'chex', 'absl-py', 'numpy', 'transformers',
+            'safetensors')
+
+
+def input_paths(config, source=None) -> dict[str, str]:
+  """Name -> path of every file or directory ``config`` reads that can
+  change its numbers (defaults resolved): its data source's (``source``,
+  default a new one of ``config.data``), then the reasoner's."""
+  source = source or config_lib.source(config)
+  paths = source.input_paths(config)
+  paths.update(registry.get(config.reasoner).inputs(
+      config.reasoner_config(), source.vocabulary(config)))
+  return paths
+
+
+def portable(path, output_dir=None) -> str:
+  """``path`` relative to the repository, or as ``<output_dir>/...`` under
+  the run's output directory, where it lies under them; otherwise as
+  given."""
+  p = pathlib.Path(path)
+  absolute = p.resolve() if p.exists() or p.is_absolute() else None
+  if absolute is None:
+    return str(path)
+  if output_dir is not None:
+    try:
+      rest = absolute.relative_to(pathlib.Path(output_dir).resolve())
+      return str(pathlib.Path('<output_dir>') / rest)
+    except ValueError:
+      pass
+  try:
+    return str(absolute.relative_to(ROOT))
+  except ValueError:
+    return str(path)
+
+
+def input_hashes(config, source=None) -> dict[str, dict[str, str]]:
+  """Name -> ``{'path', 'sha256'}`` of ``input_paths(config)`` (paths
+  portable: relative to the repository or the output directory where they
+  lie under them)."""
+  return {name: {'path': portable(path, config.output_dir),
+                 'sha256': path_digest(path)}
+          for name, path in input_paths(config, source).items()}
+
+
+@functools.cache
+def code_digest() -> str:
+  """SHA-256 of the package's Python sources (``recovr_jax/**/*.py``, by
+  relative path): the code that computes a batch. A batch records it, and
+  a resume refuses a batch computed by other code (``batches.load``)."""
+  package = pathlib.Path(__file__).resolve().parents[1]
+  h = hashlib.sha256()
+  for path in sorted(package.rglob('*.py')):
+    h.update(str(path.relative_to(package)).encode() + b'\0')
+    h.update(path.read_bytes() + b'\0')
+  return h.hexdigest()
+
+
+def _git(*args) -> str | None:
+  try:
+    out = subprocess.run(['git', '-C', str(ROOT), *args], capture_output=True,
+                         text=True, timeout=10, check=True)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return out.stdout.strip()
+
+
+def environment() -> dict:
+  """Where and with what a run ran: package versions, Python, the JAX
+  backend and devices, the git commit (and whether the tree had uncommitted
+  changes) and the date. Not part of a run's identity."""
+  versions = {}
+  for name in PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = None
+  commit = _git('rev-parse', 'HEAD')
+  status = _git('status', '--porcelain', '--untracked-files=no')
+  return {
+      'packages': versions,
+      'python': platform.python_version(),
+      'platform': platform.platform(),
+      'jax_backend': jax.default_backend(),
+      'devices': [str(d) for d in jax.devices()],
+      'git_commit': commit,
+      'git_dirty': None if status is None else bool(status),
+      'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec='seconds'),
+  }
+
+
+# RunConfig fields that do not shape a batch's lists: how many sessions
+# (each batch records its own), which methods (each has its own batches),
+# the report's bootstrap, where caches and outputs go, and bookkeeping.
+_NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
+                    'num_processes', 'process_id', 'coordinator_address',
+                    'gallery_over_processes',
+                    'unverified_checkpoints', 'allow_unverified_checkpoints',
+                    'bootstrap_resamples',
+                    'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
+                    'resume', 'flags_text', 'max_error_share',
+                    'allow_other_world_encoders', 'export_trec',
+                    'environment')
+
+
+def resolved_config(config: config_lib.RunConfig, source=None) -> dict:
+  """Everything that shapes the run's numbers, with content hashes of the
+  files and directories it reads, and ``identity``: the hash of the part
+  that shapes a batch's lists (each batch checkpoint records it)."""
+  resolved = json.loads(json.dumps(dataclasses.asdict(config)))
+  # Paths as ``portable`` writes them: the same inputs elsewhere are the
+  # same run.
+  resolved['data'] = {'source': config.data.NAME, **{
+      k: (portable(v, config.output_dir)
+          if isinstance(v, str) and pathlib.Path(v).is_absolute() else v)
+      for k, v in resolved['data'].items()}}
+  for name in ('output_dir', 'flags_text', 'resume'):
+    resolved.pop(name)
+  resolved['files'] = input_hashes(config, source)
+  resolved['backend'] = jax.default_backend()
+  shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
+  # Files by content: the same inputs elsewhere are the same run.
+  shaping['files'] = {k: v['sha256'] for k, v in resolved['files'].items()}
+  resolved['identity'] = hashlib.sha256(
+      json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:20]
+  resolved['environment'] = environment()
+  return resolved
+
+
+def differences(old: dict, new: dict, prefix='') -> list[str]:
+  out = []
+  for key in sorted(set(old) | set(new)):
+    if key in _NOT_IN_IDENTITY or key == 'identity':
+      continue
+    a, b = old.get(key), new.get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      out += differences(a, b, f'{prefix}{key}.')
+    elif a != b:
+      out.append(f'{prefix}{key}: {a!r} -> {b!r}')
+  return out

@@ -1,0 +1,253 @@
+"""What a finished run writes: metrics with intervals, the paired
+bootstrap, failure modes, trajectories, ranks, tables, the report, plots, and
+the wall time by part.
+"""
+
+import json
+import time
+
+import numpy as np
+
+from recovr_jax import checksums
+from recovr_jax import methods as methods_lib
+from recovr_jax import profiling
+from recovr_jax.run import ask_scores as asking
+from recovr_jax.run import reporting
+from recovr_jax.run import validation as checks
+
+
+# What a finished run leaves in its directory besides batches/ and the lock
+# (a --noresume run removes these before it starts; INCOMPLETE marks a
+# directory whose run has not finished).
+OUTPUT_FILES = ('metrics.json', 'metrics.csv', 'ranks.csv', 'tables.tex',
+                'report.md', 'bootstrap.json', 'bootstrap_also.json',
+                'failure_modes.json', 'rank_cap_firing.json',
+                'trajectories.jsonl', 'dropped_rows.json', 'profile.json',
+                'profile.md', 'plot_*.png', 'plot_*.pdf',
+                'reasoner_speed.json', 'reader.json',
+                't2v_ceiling.json')
+INCOMPLETE = 'INCOMPLETE'
+
+
+def write_profile(out, profile):
+  """``profile.json`` / ``profile.md``: the run's wall time by part."""
+  report = profile.report()
+  (out / 'profile.json').write_text(json.dumps(report, indent=2))
+  (out / 'profile.md').write_text(
+      '# Where the wall time went\n\nExclusive seconds per part of this '
+      'run (recovr_jax.profiling); resumed batches are loaded, '
+      'not run.\n\n' + profiling.table(report) + '\n')
+  print('time by part: ' + ', '.join(
+      f'{name} {p["seconds"]:.0f}s' for name, p in report['parts'].items()
+      if p['seconds'] >= 0.5) + f' (of {report["wall_s"]:.0f}s; {out}/'
+      'profile.md)')
+
+
+def lm_speed(reasoner):
+  """A language-model reasoner's time and token counters (None: none)."""
+  return reasoner.speed() if hasattr(reasoner, 'speed') else None
+
+
+def speed_row(wall, sessions, turns, before, after) -> dict:
+  """One method's wall time per session turn and its LM's throughput
+  (batches run in this process only; resumed batches are not timed)."""
+  delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+  lm = delta.get('seconds', 0.0)
+  return {'sessions_timed': int(sessions), 'wall_seconds': round(wall, 1),
+          'seconds_per_turn': round(wall / (sessions * (turns + 1)), 4),
+          'lm_seconds': round(lm, 1),
+          'lm_requests': int(delta.get('requests', 0)),
+          'prompt_tokens': int(delta.get('prompt_tokens', 0)),
+          'decoded_tokens': int(delta.get('decoded_tokens', 0)),
+          'decoded_tokens_per_s': round(
+              delta.get('decoded_tokens', 0) / lm, 1) if lm else 0.0,
+          'tokens_per_s': round((delta.get('decoded_tokens', 0) +
+                                 delta.get('prompt_tokens', 0)) / lm, 1)
+                          if lm else 0.0}
+
+
+def write_reasoner_notes(out, speed, reasoner) -> None:
+  """``reasoner_speed.json`` (a language-model reasoner's speed per method)
+  and ``reader.json`` (the grounding reader's fitted threshold and reads)."""
+  if speed:
+    (out / 'reasoner_speed.json').write_text(json.dumps(speed, indent=2))
+    print('reasoner speed: ' + '; '.join(
+        f'{m} {v["seconds_per_turn"]:.2f} s/turn, '
+        f'{v["decoded_tokens_per_s"]:.1f} decoded tokens/s'
+        for m, v in speed.items()), flush=True)
+  fit = getattr(reasoner, 'fit', None)
+  if fit is not None:  # --reasoner=grounded: its threshold and its reads
+    reader = reasoner.reader
+    (out / 'reader.json').write_text(json.dumps(
+        {'threshold_fit': fit, 'parses': reader.calls,
+         'values_grounded': reader.grounded}, indent=2))
+    print(f'grounding reader: threshold {fit["threshold"]:.2f} (fitted on '
+          f'{fit["utterances"]} train-split utterances); '
+          f'{reader.grounded} values grounded in {reader.calls} parses',
+          flush=True)
+
+
+def t2v_ceiling(env, captions: dict, sessions, list_length: int,
+                num_resamples: int, seed: int) -> dict:
+  """The T2V ceiling of a run's sessions: for each kind of ``captions``
+  (``Source.target_captions``), the gallery searched with the target's own
+  caption (its reference excluded), R@1/5/10 with 95% session-bootstrap
+  intervals. A diagnostic of the benchmark: no method reads a target."""
+  from recovr_jax.core import retrieval  # pylint: disable=g-import-not-at-top
+  targets = np.asarray(env.target)[sessions]
+  references = np.asarray(env.reference)[sessions]
+  gallery = np.asarray(env.gallery, np.float32)[:env.searchable]
+  # A reference outside the searchable gallery (real data: references
+  # are stored after the targets) has nothing to exclude.
+  references = np.where(references < env.searchable, references, -1)
+  out = {}
+  for kind, texts in captions.items():
+    queries = np.asarray(env.encode_text([texts[t] for t in targets]),
+                         np.float32)
+    ids, _ = retrieval.retrieve(queries, gallery, list_length,
+                                exclude=references)
+    shown = np.asarray(ids)[:, None, :]   # one turn
+    m = reporting.method_metrics(shown, targets)
+    iv = reporting.intervals(shown, targets, num_resamples, seed)
+    out[kind] = {key: {'value': m[key][0], 'lower': iv[key]['lower'][0],
+                       'upper': iv[key]['upper'][0]}
+                 for key in ('R@1', 'R@5', 'R@10')}
+  return out
+
+
+def ceiling_markdown(ceiling: dict) -> str:
+  lines = ['## T2V ceiling', '',
+           'The gallery searched with the target\'s own caption (reference '
+           'excluded): how far words alone can find the target. No method '
+           'reads it.', '', '| target caption | R@1 | R@5 | R@10 |',
+           '|---|---:|---:|---:|']
+  for kind, row in ceiling.items():
+    lines.append(f'| {kind} | ' + ' | '.join(
+        f'{100 * row[k]["value"]:.1f} [{100 * row[k]["lower"]:.1f}, '
+        f'{100 * row[k]["upper"]:.1f}]' for k in ('R@1', 'R@5', 'R@10')) +
+                 ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def write(config, out, env, sessions, collected, start, ceiling=None,
+          ask_truth=None):
+  """Every output of a finished run (``collected``: ``runner.Collected``);
+  returns the per-method metrics. ``ask_truth``: the source's
+  ``AskTruth`` (each method's ``asking`` scores), or None. ``RunFailed``
+  after writing them when more sessions raised than --max_error_share
+  allows."""
+  displayed, trajectories = collected.displayed, collected.trajectories
+  reasoning_counts, raised = collected.reasoning_counts, collected.raised
+  fired = collected.fired
+  targets = np.asarray(env.target)[sessions]
+  per_method = {m: reporting.method_metrics(d, targets)
+                for m, d in displayed.items()}
+  for m, d in displayed.items():
+    per_method[m]['intervals'] = reporting.intervals(
+        d, targets, config.bootstrap_resamples, config.seed)
+  failures = {m: reporting.failure_table(d, targets)
+              for m, d in displayed.items()}
+  # Rank-cap firing, for the methods that rank-cap.
+  firing = {m: reporting.firing_table(d, targets, fired[m])
+            for m, d in displayed.items()
+            if methods_lib.make(m, config.settings).ranking(
+                config.loop).rank_cap}
+  boot = None
+  against = config.bootstrap_baseline
+  if against not in displayed:
+    against = reporting.strongest_baseline(per_method, methods_lib.BASELINES)
+  if 'recovr' in displayed and against:
+    boot = reporting.bootstrap(displayed['recovr'], displayed[against],
+                               targets, config.bootstrap_resamples,
+                               config.seed)
+    boot.update(a='recovr', b=against,
+                num_resamples=config.bootstrap_resamples)
+
+  also = {}
+  for name in config.bootstrap_also:
+    also[name] = reporting.bootstrap(displayed['recovr'], displayed[name],
+                                     targets, config.bootstrap_resamples,
+                                     config.seed)
+    also[name].update(a='recovr', b=name,
+                      num_resamples=config.bootstrap_resamples)
+
+  if ask_truth is not None:
+    by_method = {m: [] for m in displayed}
+    for row in trajectories:
+      by_method[row['method']].append(row)
+    for m, rows in by_method.items():
+      per_method[m]['asking'] = asking.score(rows, ask_truth,
+                                             config.loop.num_turns)
+  for m, n in raised.items():
+    per_method[m]['sessions_raised'] = n
+  if env.dropped:  # --missing_ids=drop: the rows no session ran on
+    for m in per_method:
+      per_method[m]['rows_dropped'] = len(env.dropped)
+    (out / 'dropped_rows.json').write_text(reporting.dumps(list(env.dropped)))
+  if config.export_trec:
+    from recovr_jax.run import trec  # pylint: disable=g-import-not-at-top
+    paths = trec.write(out / 'trec', displayed, sessions, targets,
+                       env.video_ids)
+    print(f'wrote {len(paths)} TREC files in {out / "trec"}')
+  (out / 'metrics.json').write_text(reporting.dumps(per_method))
+  (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
+  (out / 'ranks.csv').write_text(reporting.ranks_csv(
+      displayed, sessions, targets, env.video_ids))
+  (out / 'tables.tex').write_text(reporting.latex_tables(
+      per_method, f'{len(sessions)} sessions; best per turn in bold; 95% '
+      'session-bootstrap intervals'))
+  (out / 'failure_modes.json').write_text(reporting.dumps(failures))
+  (out / 'rank_cap_firing.json').write_text(reporting.dumps(firing))
+  (out / 'bootstrap.json').write_text(reporting.dumps(boot))
+  if also:
+    (out / 'bootstrap_also.json').write_text(reporting.dumps(also))
+  with (out / 'trajectories.jsonl').open('w') as f:
+    for row in trajectories:
+      f.write(json.dumps(row, sort_keys=True) + '\n')
+  loop = config.loop
+  kappa = loop.kappa
+  header = (f'# recovr_jax run\n\n{len(sessions)} sessions, gallery '
+            f'{env.searchable} videos, T = {loop.num_turns}, W = '
+            f'{loop.window}, K = {loop.list_length}, k = {loop.rrf_k:g}, '
+            f'kappa = {kappa} (kappa_pos is the project\'s assumption), '
+            f'rank-cap placement {loop.rank_cap_placement}, avoid penalty '
+            f'{config.settings.avoid_penalty:g}, ask {config.settings.ask}, '
+            f'reasoner {config.reasoner}, user {config.user}.')
+  report = reporting.markdown(per_method, failures, boot, header, firing)
+  report += asking.markdown(per_method)
+  for interval in also.values():
+    report += reporting.bootstrap_markdown(interval) + '\n'
+
+  if ceiling:
+    (out / 't2v_ceiling.json').write_text(reporting.dumps(ceiling))
+    report += '\n' + ceiling_markdown(ceiling)
+  report += '\n' + reporting.errors_markdown(raised, len(sessions))
+  unverified = checksums.unverified()
+  if unverified:
+    report += ('\n**Unverified checkpoints** (--allow_unverified_checkpoints: '
+               'no checksums.json, their files not checked): ' +
+               '; '.join(unverified) + '\n')
+  if env.dropped:
+    report += (f'\n{len(env.dropped)} annotation rows were dropped '
+               '(--missing_ids=drop: an id in no embedding file); they are '
+               'listed in dropped_rows.json and no method ran on them.\n')
+  used = {m: c for m, c in reasoning_counts.items() if c}
+  if used:
+    report += '\n' + reporting.validity_markdown(used)
+  (out / 'report.md').write_text(report)
+  plots = reporting.plot(per_method, str(out / 'plot_'), boot)
+  (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written
+  print(report)
+  if not plots:
+    print('(matplotlib not installed: no plots; pip install ".[plots]")')
+  print(f'wrote {out} in {time.time() - start:.0f}s')
+  over = {m: n for m, n in raised.items()
+          if n > config.max_error_share * len(sessions)}
+  if over:
+    raise checks.RunFailed(
+        'sessions raised: ' + ', '.join(f'{m} {n} of {len(sessions)}'
+                                        for m, n in over.items()) +
+        f' (above --max_error_share={config.max_error_share:g}); the '
+        f'outputs in {out} count them as misses; the errors are in '
+        'trajectories.jsonl')
+  return per_method

@@ -1,0 +1,258 @@
+"""The experiment: a run's data source, batches, resume and outputs.
+
+``run(config)`` runs every method of a ``RunConfig`` over its sessions in
+batches (each finished batch checkpointed, so a repeated run resumes) and
+writes the outputs; the run is assembled once (``run.assemble``) and its
+driver runs the batches (``drivers``). Its parts: ``checks`` (everything checked before any
+work), ``batches`` (computing, saving and resuming a batch), ``outputs``
+(what a finished run writes) and ``sweeps`` (one factor at a time).
+``experiments/run.py`` is the absl front end.
+"""
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import time
+
+import numpy as np
+
+from recovr_jax import checksums
+from recovr_jax.core import retrieval
+from recovr_jax import profiling
+from recovr_jax.protocol import source as source_lib
+from recovr_jax.run import assemble
+from recovr_jax.run import batches as batches_lib
+from recovr_jax.run import config as config_lib
+from recovr_jax.run import distributed
+from recovr_jax.run import integrity
+from recovr_jax.run import outputs
+from recovr_jax.run import reporting
+from recovr_jax.run import resources
+from recovr_jax.run import validation as checks
+
+# The checks' names, as the front ends use them.
+ConfigError = checks.ConfigError
+RunFailed = checks.RunFailed
+validate = checks.validate
+_fail = checks.fail
+OUTPUT_FILES = outputs.OUTPUT_FILES
+INCOMPLETE = outputs.INCOMPLETE
+Built = source_lib.Built
+resolved_config = integrity.resolved_config
+differences = integrity.differences
+
+
+def build(config: config_lib.RunConfig, source=None) -> source_lib.Built:
+  """``assemble.build``, its unreadable inputs a ``ConfigError``."""
+  try:
+    return assemble.build(config, source)
+  except source_lib.SourceError as e:
+    _fail(str(e))
+
+
+def _claim(out: pathlib.Path, config, resolved: dict, source):
+  """Takes the directory's lock and checks that a resume would only reuse
+  batches of this run identity, before anything is written to it. Returns
+  the held lock (close it to release)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  lock = open(out / '.lock', 'w')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    lock.close()
+    _fail(f'another run is writing to --output_dir {out} (it holds '
+          f'{out / ".lock"}); wait for it or use another --output_dir')
+  try:
+    previous = out / 'resolved_config.json'
+    if config.resume and previous.exists():
+      try:
+        old = json.loads(previous.read_text())
+      except ValueError as e:
+        _fail(f'{previous} is unreadable ({e}); use --noresume to start '
+              'this directory afresh')
+      if old.get('identity') != resolved['identity']:
+        changed = differences(old, resolved) or ['(a run of an older version)']
+        _fail(f'--output_dir {out} holds a run with other settings ('
+              f'{"; ".join(changed[:6])}); use another --output_dir, or '
+              '--noresume to discard its batches')
+    if not config.resume:  # nothing of an earlier run may stay beside it
+      for directory in ('batches', 'trec'):
+        if (out / directory).exists():
+          shutil.rmtree(out / directory)
+      own = (source.OUTPUT_FILES
+             if isinstance(source, source_lib.ExtraOutputs) else ())
+      for pattern in OUTPUT_FILES + own:
+        for f in out.glob(pattern):
+          f.unlink()
+  except BaseException:
+    lock.close()
+    raise
+  return lock
+
+
+def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
+  """One run; returns the per-method metrics. ``built``: a ``build`` of an
+  earlier config with the same data (sweeps pass it to reuse the gallery,
+  and its data source). The run's data source is made once, here."""
+  source = built.source if built is not None else config_lib.source(config)
+  out = validate(config, source=source)
+  start = time.time()
+  resolved = resolved_config(config, source)
+  # In a multi-process run process 0 holds the directory (and clears it on
+  # --noresume) before any process writes a batch.
+  lock = (_claim(out, config, resolved, source) if config.process_id == 0
+          else None)
+  distributed.barrier('directory claimed')
+  profile = profiling.Profile()
+  try:
+    with profile.active():
+      result = _run_claimed(config, source, built, out, start, resolved)
+  finally:
+    if lock is not None:
+      lock.close()
+  if config.process_id == 0:
+    outputs.write_profile(out, profile)
+  # Every process leaves together (JAX's shutdown barrier would time out
+  # while process 0 writes the outputs).
+  distributed.barrier('outputs written')
+  return result
+
+
+def _run_claimed(config, source, built, out, start, resolved):
+  """``run`` once the directory is held and its batches are known to be
+  this run's."""
+  lead = config.process_id == 0   # the process that writes the outputs
+  if lead:
+    (out / INCOMPLETE).write_text(
+        'This run has not finished: the outputs here (if any) are not all '
+        'of it. Rerun the same command to resume.\n')
+    (out / 'flags.txt').write_text(config.flags_text)
+    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+  identity = resolved['identity']
+  if built is None:
+    with profiling.part('loading data and models'):
+      built = build(config, source)
+  env = built.env
+  if checksums.unverified() and lead:  # recorded beside the settings
+    resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
+    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+    for item in checksums.unverified():
+      print(f'warning: unverified checkpoint (no checksums.json): {item}',
+            flush=True)
+  _check_batch_fits(config, env, config.loop)
+  with profiling.part('loading data and models'):
+    assembled = assemble.assemble(config, built)
+  base = assembled.loop
+  total = len(env.target)
+  num = min(config.num_sessions or total, total)
+  if config.num_sessions is not None and config.num_sessions > total and lead:
+    # Recorded as run: the config says how many sessions there were.
+    print(f'--num_sessions={config.num_sessions}: the environment has '
+          f'{total} test queries; running {total}', flush=True)
+    resolved = {**resolved, 'num_sessions': num,
+                'num_sessions_requested': config.num_sessions}
+    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+  sessions = np.arange(num)
+  batches = [sessions[i:i + config.batch_size]
+             for i in range(0, num, config.batch_size)]
+  print(f'{num} sessions x {len(config.methods)} methods, gallery '
+        f'{env.searchable} videos, {base.num_turns} turns', flush=True)
+  if env.dropped:
+    print(f'{len(env.dropped)} annotation rows dropped (--missing_ids=drop;'
+          f' listed in {out / "dropped_rows.json"})', flush=True)
+
+  if config.num_processes > 1:  # the batches, then process 0 reads them
+    share = (batches_lib.run_together if assembled.driver.JOINT else
+             batches_lib.run_own_share)
+    share(assembled, out, batches, identity)
+    distributed.barrier('batches done')
+    if not lead:
+      return None
+  collected = _collect(assembled, out, batches, identity)
+  outputs.write_reasoner_notes(out, collected.speed, assembled.reasoner)
+  if isinstance(source, source_lib.ExtraOutputs):
+    for name, (content, line) in source.extra_outputs(
+        built, assembled.user).items():
+      (out / name).write_text(json.dumps(content, indent=2))
+      print(line, flush=True)
+  with profiling.part('text embedding cache (I/O)'):
+    source.save_caches(built)
+  with profiling.part('metrics, bootstrap and report'):
+    ceiling = outputs.t2v_ceiling(
+        env, source.target_captions(built), sessions, base.list_length,
+        config.bootstrap_resamples, config.seed)
+    return outputs.write(config, out, env, sessions, collected, start,
+                         ceiling,
+                         source.ask_truth(built, assembled.user)
+                         if isinstance(source, source_lib.ScoresAsking)
+                         else None)
+
+
+def _check_batch_fits(config, env, loop):
+  n, d = env.searchable, env.gallery.shape[1]
+  try:
+    resources.check_fits(
+        resources.session_batch_bytes(
+            min(config.batch_size, len(env.target)), loop.num_channels, n, d,
+            loop.list_length, loop.window, retrieval.DEFAULT_BLOCK_SIZE),
+        f'a batch of {config.batch_size} sessions', '--batch_size')
+  except ValueError as e:
+    _fail(str(e))
+
+
+@dataclasses.dataclass
+class Collected:
+  """Every method's batches of a run, run or resumed."""
+  displayed: dict      # method -> [Q, T+1, K] int32 shown lists
+  trajectories: list   # one dict per (method, session)
+  reasoning_counts: dict
+  raised: dict         # method -> sessions that raised
+  fired: dict          # method -> [Q, T] bool rank-cap fired
+  speed: dict          # method -> its LM's speed (batches run here)
+
+
+def _collect(run, out, batches, identity):
+  """Every method's batches of the assembled ``run``, loaded when finished,
+  else run and saved."""
+  config, env, reasoner, base = run.config, run.env, run.reasoner, run.loop
+  progress = batches_lib.Progress(
+      sum(len(b) for b in batches) * len(config.methods))
+  c = Collected({}, [], {}, {}, {}, {})
+  for name in config.methods:
+    method = run.method(name)
+    parts = []
+    method_start, lm_before = time.time(), outputs.lm_speed(reasoner)
+    ran = 0
+    for b, batch in enumerate(batches):
+      shape = (len(batch), base.num_turns + 1, base.list_length)
+      with profiling.part('batch files (I/O)'):
+        loaded = batches_lib.load(out, name, b, shape, batch, identity,
+                                  env.searchable)
+      if loaded is None:
+        ran += len(batch)
+        result, errors, counts = batches_lib.compute(
+            run, method, b, batch, out, identity)
+      else:
+        result, errors, counts = loaded
+      parts.append(result)
+      c.raised[name] = c.raised.get(name, 0) + len(errors)
+      c.reasoning_counts[name] = reporting.add_counts(
+          c.reasoning_counts.get(name, {}), counts)
+      for i, sess in enumerate(batch):
+        c.trajectories.append({
+            'method': name, 'session': int(sess),
+            'reference': int(env.reference[sess]),
+            'target': int(env.target[sess]),
+            'error': errors.get(str(i)) or errors.get(i),
+            'turns': [dict(rec, top10=result.displayed[i, t, :10].tolist())
+                      for t, rec in enumerate(result.records[i])]})
+      progress.update(len(batch), name)
+    if ran and lm_before is not None:
+      c.speed[name] = outputs.speed_row(
+          time.time() - method_start, ran, base.num_turns, lm_before,
+          outputs.lm_speed(reasoner))
+    c.displayed[name] = np.concatenate([p.displayed for p in parts])
+    c.fired[name] = np.concatenate([
+        reporting.fired_matrix(p.records, base.num_turns) for p in parts])
+  return c

@@ -1,0 +1,116 @@
+"""Sweeps: one factor at a time, each value a run of its own directory."""
+
+import dataclasses
+import json
+import os
+import pathlib
+
+from recovr_jax.run import config as config_lib
+from recovr_jax.run import runner
+from recovr_jax.run import validation as checks
+
+
+def sweep(config: config_lib.RunConfig, settings) -> str:
+  """Runs every ``(name, [values])`` of ``settings`` one factor at a time,
+  each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
+  ``(text, parsed)`` pairs. Every setting is checked before the first run
+  (what the driver cannot run of the sweep's own config is named first,
+  without a setting)."""
+  checks.check_driver(config, config_lib.source(config))
+  configs = []
+  for name, values in settings:
+    for text, value in values:
+      try:
+        c = config_lib.with_setting(config, name, value)
+        c = dataclasses.replace(
+            c, output_dir=os.path.join(config.output_dir, f'{name}={text}'),
+            flags_text=config.flags_text + f'# sweep setting: --{name}={text}\n')
+        _check_setting(c)
+      except ValueError as e:
+        checks.fail(f'--sweep {name}={text}: {e}')
+      configs.append((name, text, c))
+  checks.validate(config)  # the sweep's own directory, once its settings are good
+  built, rows, failed = None, [], []
+  for name, text, c in configs:
+    print(f'== sweep {name}={text}', flush=True)
+    if built is None:
+      built = runner.build(c)
+    try:
+      rows.append((name, text, runner.run(c, built)))
+    except checks.RunFailed as e:  # its outputs are written; the sweep goes on
+      failed.append(f'{name}={text}: {e}')
+      rows.append((name, text, json.loads(
+          (pathlib.Path(c.output_dir) / 'metrics.json').read_text())))
+  if config.process_id != 0:  # process 0 writes the sweep's table
+    return None
+  num_turns = len(next(iter(rows[0][2].values()))['R@1'])
+  # Ask scores (run/ask_scores.py) where the source knows the truth.
+  asks = any('asking' in m for _, _, pm in rows for m in pm.values())
+  ask_cols = (' | Ask-F1 | what-accuracy | questions / session'
+              if asks else '')
+  lines = ['# Sweep (one factor at a time)', '',
+           '| setting | method | ' + ' | '.join(
+               f'R@1 T{t}' for t in range(num_turns)) +
+           f' | gain T0->T{num_turns - 1} | BRI last{ask_cols} |',
+           '|---|---|' + '---:|' * (num_turns + 2 + 3 * asks)]
+  pct = lambda x: '-' if x is None else f'{100 * x:.1f}'
+  for name, text, per_method in rows:
+    for method, m in per_method.items():
+      r1 = m['R@1']
+      ask = ''
+      if asks:
+        a = m.get('asking')
+        ask = (f" | {pct(a['ask_f1'])} | {pct(a['what_accuracy'])} | "
+               f"{a['questions_per_session']:.2f}") if a else ' | - | - | -'
+      lines.append(f'| {name}={text} | {method} | ' + ' | '.join(
+          f'{100 * v:.1f}' for v in r1) +
+                   f" | {100 * (r1[-1] - r1[0]):+.1f} | {m['BRI'][-1]:.3f}"
+                   f'{ask} |')
+  summary = '\n'.join(lines) + '\n'
+  pathlib.Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+  (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)
+  print(summary)
+  if failed:
+    raise checks.RunFailed('; '.join(failed))
+  return summary
+
+
+def _check_setting(config):
+  """What a setting adds to the checks (without creating its output
+  directory)."""
+  checks.check_driver(config, config_lib.source(config))
+
+
+def run_parts(config: config_lib.RunConfig, parts) -> None:
+  """Runs a suite: each ``(subdirectory, methods, [(name, text, value)])``
+  of ``parts`` in ``output_dir/subdirectory`` with those methods and
+  sweepable settings (values parsed). Every part is checked before the
+  first runs; the data source is built once (the settings leave it as it
+  is). A part that fails still writes its outputs and the suite goes on;
+  ``RunFailed`` at the end names the failed parts."""
+  configs = []
+  for sub, methods, settings in parts:
+    c = dataclasses.replace(
+        config, methods=tuple(methods), bootstrap_also=(),
+        output_dir=os.path.join(config.output_dir, sub),
+        flags_text=config.flags_text + f'# suite part: {sub}\n')
+    try:
+      for name, _, value in settings:
+        c = config_lib.with_setting(c, name, value)
+      checks.validate(c, create=False)
+    except (ValueError, checks.ConfigError) as e:
+      checks.fail(f'suite part {sub}: {e}')
+    configs.append((sub, c))
+  checks.validate(config)
+  built, failed = None, []
+  for i, (sub, c) in enumerate(configs):
+    print(f'== part {i + 1} of {len(configs)}: {sub} '
+          f'({", ".join(c.methods)})', flush=True)
+    if built is None:
+      built = runner.build(c)
+    try:
+      runner.run(c, built)
+    except checks.RunFailed as e:
+      failed.append(f'{sub}: {e}')
+  if failed:
+    raise checks.RunFailed('; '.join(failed))

@@ -1,0 +1,417 @@
+"""recovr_jax.analysis.claims and paper_claims: verdicts with intervals."""
+
+import json
+import re
+
+from absl import app
+from absl.testing import absltest
+from absl.testing import flagsaver
+import chex
+import numpy as np
+
+from experiments.evaluate import fidelity
+from recovr_jax.analysis import claims
+from recovr_jax.analysis import paper_claims
+from recovr_jax.core import list_metrics as metrics
+from recovr_jax.run import reporting
+
+S, T = 400, 5
+RNG = np.random.default_rng(0)
+
+
+def _run(ranks: dict, top1=None, fired=None, sessions=None):
+  top1 = top1 or {m: RNG.integers(0, 3, r.shape) for m, r in ranks.items()}
+  fired = fired or {m: np.zeros(r.shape, bool) for m, r in ranks.items()}
+  n = len(next(iter(ranks.values())))
+  return claims.Run(np.arange(n) if sessions is None else sessions, ranks,
+                    top1, fired)
+
+
+def _hits(share, turns=T + 1):
+  """Ranks whose R@1 is ``share`` at every turn (rows in random order)."""
+  hit = np.arange(S) < round(share * S)
+  return np.where(RNG.permutation(hit)[:, None], 1, 50).repeat(turns, 1)
+
+
+def _claim(kind, margin=0.0, a='a', b='b'):
+  return claims.Claim('c', 'here', 'a claim', '-', lambda v: [claims.Check(
+      f'{a} - {b} T1', v.r(a, 1, 1) - v.r(b, 1, 1), kind, margin)])
+
+
+def _verdict(claim, runs, resamples=2000):
+  ev = claims.Evidence({'main': {'main': _run(runs)}}, resamples)
+  (row,) = claims.evaluate([claim], ev)
+  return row
+
+
+class VerdictTest(absltest.TestCase):
+
+  def test_greater(self):
+    far = {'a': _hits(0.7), 'b': _hits(0.3)}
+    self.assertEqual(_verdict(_claim('greater'), far)['verdict'],
+                     'reproduced')
+    self.assertEqual(_verdict(_claim('greater', a='b', b='a'), far)
+                     ['verdict'], 'contradicted')
+    identical = {'a': far['a'], 'b': far['a']}
+    row = _verdict(_claim('greater'), identical)
+    self.assertEqual(row['verdict'], 'untestable')
+    self.assertIn('agree on every session', fidelity.markdown({'m': [row]}))
+    same = {'a': _hits(0.5), 'b': _hits(0.5)}
+    row = _verdict(_claim('greater'), same)
+    self.assertEqual(row['verdict'], 'inconclusive')
+    (check,) = row['checks']
+    self.assertLess(check['lower'], 0)
+    self.assertGreater(check['upper'], 0)
+
+  def test_the_interval_is_the_paired_bootstrap(self):
+    runs = {'a': _hits(0.6), 'b': _hits(0.5)}
+    row = _verdict(_claim('greater'), runs, resamples=500)
+    (check,) = row['checks']
+    import jax  # pylint: disable=g-import-not-at-top
+    expected = metrics.paired_bootstrap(
+        (runs['a'] <= 1).astype(np.float32), (runs['b'] <= 1).astype(
+            np.float32), 500, jax.random.key(0))
+    self.assertAlmostEqual(check['value'], float(expected.mean[1]), 6)
+    self.assertAlmostEqual(check['lower'], float(expected.lower[1]), 5)
+    self.assertAlmostEqual(check['upper'], float(expected.upper[1]), 5)
+
+  def test_at_least_and_within(self):
+    close = {'a': _hits(0.5), 'b': _hits(0.51)}
+    self.assertEqual(_verdict(_claim('at_least', 0.1), close)['verdict'],
+                     'reproduced')
+    self.assertEqual(_verdict(_claim('within', 0.1), close)['verdict'],
+                     'reproduced')
+    far = {'a': _hits(0.2), 'b': _hits(0.6)}
+    self.assertEqual(_verdict(_claim('at_least', 0.1), far)['verdict'],
+                     'contradicted')
+    self.assertEqual(_verdict(_claim('within', 0.1), far)['verdict'],
+                     'contradicted')
+    self.assertEqual(_verdict(_claim('within', 0.1, 'b', 'a'), far)
+                     ['verdict'], 'contradicted')
+    edge = {'a': _hits(0.5), 'b': _hits(0.6)}  # -10 points: on the margin
+    self.assertEqual(_verdict(_claim('within', 0.1), edge)['verdict'],
+                     'inconclusive')
+
+  def test_a_count_that_holds_by_construction_is_no_check(self):
+    # ReCoVR's repeated top-1 is zero by construction under the default
+    # placement: the claim is untestable, with the reason, whatever the
+    # runs hold.
+    (claim,) = [c for c in paper_claims.CLAIMS
+                if c.key == 'no_repeated_top1']
+    self.assertIsNone(claim.checks)
+    (row,) = claims.evaluate([claim], _full_evidence())
+    self.assertEqual(row['verdict'], 'untestable')
+    self.assertIn('by construction', row['why'])
+
+  def test_umivr_repeats_is_tested_against_half_not_against_zero(self):
+    (claim,) = [c for c in paper_claims.CLAIMS
+                if c.key == 'umivr_repeats_top1']
+    ranks = np.full((S, T + 1), 3)
+    fresh = np.tile(np.arange(T + 1), (S, 1))      # a new top-1 every turn
+    rare = fresh.copy()
+    rare[:S // 5, 2] = rare[:S // 5, 1]            # a few repeats
+    most = np.zeros((S, T + 1), int)               # the same top-1 always
+    for top1, verdict in ((rare, 'contradicted'), (most, 'reproduced')):
+      runs = {m: ranks for m in paper_claims.MAIN_METHODS}
+      codes = {m: fresh for m in paper_claims.MAIN_METHODS}
+      codes['umivr'] = top1
+      ev = claims.Evidence({'main': {'main': _run(runs, codes)}}, 500)
+      (row,) = claims.evaluate([claim], ev)
+      # A few repeats beat ReCoVR's zero but are not "most" transitions.
+      self.assertEqual(row['verdict'], verdict)
+
+  def test_marginally_ahead_is_not_a_significant_lead(self):
+    keys = ('static_rrf_ahead_turn1', 'current_turn_fusion_t1')
+    for key in keys:
+      (claim,) = [c for c in paper_claims.CLAIMS if c.key == key]
+      other = 'static_rrf' if key.startswith('static') else (
+          'single_turn_fusion')
+      close = {m: _hits(0.5) for m in paper_claims.MAIN_METHODS}
+      ahead = close['recovr'].copy()            # paired: a few sessions
+      misses = np.flatnonzero(ahead[:, 1] > 1)  # found one turn earlier
+      ahead[misses[:len(ahead) // 100 + 1], 1] = 1
+      close[other] = ahead
+      ev = claims.Evidence({'main': {'main': _run(close)}}, 1000)
+      (row,) = claims.evaluate([claim], ev)
+      first = row['checks'][0]
+      self.assertEqual(first['kind'], 'within', key)
+      self.assertEqual(first['verdict'], 'reproduced', key)
+      far = dict(close)
+      far[other] = _hits(0.8)                   # far ahead: not marginal
+      ev = claims.Evidence({'main': {'main': _run(far)}}, 1000)
+      (row,) = claims.evaluate([claim], ev)
+      self.assertEqual(row['checks'][0]['verdict'], 'contradicted', key)
+
+  def test_untestable_and_not_run(self):
+    ev = claims.Evidence({'main': {'main': _run({'a': _hits(0.5)})}})
+    untestable = claims.Claim('u', 'here', 'q', '-', untestable='no data')
+    elsewhere = claims.Claim('d', 'here', 'q', '-', lambda v: [],
+                             group='degraded')
+    rows = claims.evaluate([untestable, elsewhere], ev)
+    self.assertEqual([r['verdict'] for r in rows], ['untestable', 'not run'])
+    self.assertEqual(rows[0]['why'], 'no data')
+    self.assertEqual(claims.summary(rows)['not run'], 1)
+
+  def test_a_claim_is_its_checks_together(self):
+    self.assertEqual(claims.combine(['reproduced'] * 3), 'reproduced')
+    self.assertEqual(claims.combine(['reproduced', 'inconclusive']),
+                     'inconclusive')
+    self.assertEqual(claims.combine(['inconclusive', 'contradicted',
+                                     'reproduced']), 'contradicted')
+    # A tied turn is not skipped: "every turn" without it is not shown.
+    self.assertEqual(claims.combine(['untestable', 'reproduced']),
+                     'inconclusive')
+    self.assertEqual(claims.combine(['untestable', 'contradicted']),
+                     'contradicted')
+    self.assertEqual(claims.combine(['untestable'] * 2), 'untestable')
+    with self.assertRaises(ValueError):
+      claims.combine([])
+
+  def test_missing_rows_and_unpaired_runs_are_errors(self):
+    ev = claims.Evidence({'main': {'main': _run({'a': _hits(0.5)})}})
+    with self.assertRaisesRegex(claims.MissingRows, "no method 'b'"):
+      claims.evaluate([_claim('greater')], ev)
+    with self.assertRaisesRegex(ValueError, 'other sessions'):
+      claims.Evidence({'main': {
+          'main': _run({'a': _hits(0.5)}),
+          'other': _run({'a': _hits(0.5)}, sessions=np.arange(S) + 1)}})
+
+
+class StatisticsTest(absltest.TestCase):
+
+  def test_per_session_statistics_pool_to_the_metrics(self):
+    ranks = RNG.integers(1, 12, (S, T + 1))
+    top1 = RNG.integers(0, 4, (S, T + 1))
+    pooled = metrics.failure_modes(ranks, top1)
+    for mode, (count, total) in claims.transitions(ranks, top1).items():
+      self.assertEqual(int(count.sum()), int(getattr(pooled, mode).count))
+      self.assertEqual(int(total.sum()), int(getattr(pooled, mode).total))
+    chex.assert_trees_all_close(claims.session_bri(ranks).mean(0),
+                                np.asarray(metrics.bri(ranks)), atol=1e-5)
+
+  def test_load_reads_a_run_directory(self):
+    d = self.create_tempdir()
+    targets = RNG.integers(0, 30, 6)
+    displayed = {m: RNG.integers(0, 30, (6, T + 1, 10)) for m in 'ab'}
+    sessions = np.array([3, 1, 4, 15, 9, 2])
+    d.create_file('ranks.csv', reporting.ranks_csv(displayed, sessions,
+                                                   targets))
+    lines = []
+    for m in 'ab':
+      for i, s in enumerate(sessions):
+        turns = [{'rank_cap_fired': bool((i + t) % 2)} for t in range(T + 1)]
+        lines.append(json.dumps({'method': m, 'session': int(s),
+                                 'turns': turns}))
+    d.create_file('trajectories.jsonl', '\n'.join(lines) + '\n')
+    run = claims.load(d.full_path)
+    order = np.argsort(sessions)
+    np.testing.assert_array_equal(run.sessions, np.sort(sessions))
+    for m in 'ab':
+      np.testing.assert_array_equal(
+          run.ranks[m], np.asarray(metrics.target_ranks(
+              displayed[m], targets))[order])
+      same = displayed[m][order, :, 0][:, 1:] == displayed[m][order, :, 0][
+          :, :-1]
+      np.testing.assert_array_equal(run.top1[m][:, 1:] == run.top1[m][:, :-1],
+                                    same)
+      self.assertTrue(run.fired[m][order.tolist().index(0), 1])
+    with self.assertRaisesRegex(FileNotFoundError, 'ranks.csv'):
+      claims.load(self.create_tempdir().full_path)
+
+
+  def test_saved_groups_read_back_the_same(self):
+    groups = {'main': {'main': _run({m: RNG.integers(1, 102, (S, T + 1))
+                                     for m in ('a', 'b')},
+                                    fired={'a': RNG.random((S, T + 1)) < .5})},
+              'sensitivity': {'window=1': _run({'a': _hits(0.3)})}}
+    path = self.create_tempdir().full_path + '/member.npz'
+    claims.save_groups(path, groups, {'member': 'm'})
+    back, meta = claims.load_groups(path)
+    self.assertEqual(meta, {'member': 'm'})
+    self.assertEqual({g: set(r) for g, r in back.items()},
+                     {g: set(r) for g, r in groups.items()})
+    for g, runs in groups.items():
+      for name, run in runs.items():
+        chex.assert_trees_all_equal(
+            (run.sessions, run.ranks, run.top1, run.fired),
+            (back[g][name].sessions, back[g][name].ranks, back[g][name].top1,
+             back[g][name].fired))
+    with self.assertRaisesRegex(ValueError, 'may not hold'):
+      claims.save_groups(path, {'main': {'a/b': groups['main']['main']}})
+    bad = self.create_tempdir().create_file('x.npz', 'not a zip').full_path
+    with self.assertRaisesRegex(ValueError, 'x.npz: not a file of'):
+      claims.load_groups(bad)
+
+
+def _full_evidence():
+  rank = lambda: RNG.integers(1, 102, (S, T + 1))
+  runs = lambda names: _run({m: rank() for m in names}, fired={
+      m: RNG.random((S, T + 1)) < 0.5 for m in names})
+  sensitivity = (['default', 'window=1'] +
+                 [f'{n}={x}' for n, xs in paper_claims.SENSITIVITY.items()
+                  for x in xs])
+  return claims.Evidence({
+      'main': {'main': runs(paper_claims.MAIN_METHODS),
+               'stagnation': runs(['no_reflection'])},
+      'degraded': {s: runs(['recovr', 'umivr']) for s in (
+          paper_claims.CLEAN,) + paper_claims.DEGRADED + (
+              paper_claims.REWRITE,)},
+      'sensitivity': {s: runs(['recovr']) for s in sensitivity}}, 200)
+
+
+class PaperClaimsTest(absltest.TestCase):
+
+  def test_every_claim_evaluates_and_both_readings(self):
+    rows = claims.evaluate(paper_claims.CLAIMS, _full_evidence(),
+                           'stagnation')
+    readings = [r['key'] for r in rows if r['reading']]
+    self.assertEqual(readings, [c.key for c in paper_claims.CLAIMS
+                                if c.readings])
+    self.assertLen(rows, len(paper_claims.CLAIMS) + len(readings))
+    self.assertEqual({r['verdict'] for r in rows} - set(claims.VERDICTS),
+                     set())
+    self.assertNotIn('not run', {r['verdict'] for r in rows})
+    keys = [c.key for c in paper_claims.CLAIMS]
+    self.assertLen(set(keys), len(keys))
+
+  def test_each_check_reads_the_rows_its_label_names(self):
+    ev = _full_evidence()
+    methods = set(paper_claims.MAIN_METHODS)
+    for claim in paper_claims.CLAIMS:
+      if claim.checks is None:
+        self.assertNotEmpty(claim.untestable)
+        continue
+      view = claims.View(ev, claim.group)
+      checks = claim.checks(view)
+      self.assertNotEmpty(checks, claim.key)
+      for check in checks:
+        words = set(re.findall(r'[a-z_0-9]+', check.label))
+        turns = set(re.findall(r'T(\d+)', check.label))
+        for _, key in check.quantity.terms:
+          kind, run, method = key[:3]
+          self.assertIn(method, words, (claim.key, check.label))
+          if kind in ('R', 'BRI') and 'gain' not in words:
+            self.assertIn(str(key[-1]), turns, (claim.key, check.label))
+          if claim.group == 'main':
+            self.assertIn(method, methods)
+      # Every method it reads is needed: without it the claim is an error.
+      for run, method in sorted(view.read):
+        group = ev.runs(claim.group)
+        r = group[run]
+        group[run] = claims.Run(r.sessions, {
+            m: x for m, x in r.ranks.items() if m != method}, r.top1, r.fired)
+        groups = {claim.group: group}
+        with self.assertRaisesRegex(claims.MissingRows, method):
+          claim.checks(claims.View(claims.Evidence(groups, 10), claim.group))
+
+  def test_the_suite_makes_the_runs_the_claims_read(self):
+    parts = {sub: (set(methods), dict(settings))
+             for sub, methods, settings in paper_claims.FIDELITY_PARTS}
+    self.assertEqual(parts['main'][0], set(paper_claims.MAIN_METHODS))
+    ev = _full_evidence()
+    for claim in paper_claims.CLAIMS:
+      if claim.checks is None:
+        continue
+      view = claims.View(ev, claim.group)
+      claim.checks(view)
+      for run, method in view.read:
+        sub = {'main': 'main', 'stagnation': 'stagnation'}.get(
+            run, f'{claim.group}/{run}')
+        self.assertIn(sub, parts, claim.key)
+        self.assertIn(method, parts[sub][0], claim.key)
+
+  def test_markdown_summarises_each_member_and_the_changes(self):
+    one = claims.evaluate(paper_claims.CLAIMS, _full_evidence(), 'stagnation')
+    other = [dict(r) for r in one]
+    other[0]['verdict'] = {'reproduced': 'contradicted'}.get(
+        one[0]['verdict'], 'reproduced')
+    table = fidelity.markdown({'scene_shared=1.0': one,
+                               'scene_shared=0.5': other})
+    self.assertIn('| scene_shared=0.5 |', table)
+    self.assertIn('Claims whose verdict changes across the family: 1.', table)
+    self.assertIn(f"| {one[0]['key']} | {one[0]['verdict']} | "
+                  f"{other[0]['verdict']} |", table)
+    self.assertEqual(table.count(f"| {one[0]['key']} | "), 3)
+
+
+  def test_the_command_reads_a_member_directory_or_its_saved_sessions(self):
+    member = self.create_tempdir('scene_shared=1.0')
+    sessions, targets = np.arange(40), RNG.integers(0, 30, 40)
+    displayed = {m: RNG.integers(0, 30, (40, T + 1, 10))
+                 for m in paper_claims.MAIN_METHODS}
+    main = member.mkdir('main')
+    main.create_file('ranks.csv', reporting.ranks_csv(displayed, sessions,
+                                                      targets))
+    main.create_file('trajectories.jsonl', ''.join(
+        json.dumps({'method': m, 'session': int(s), 'turns': [{}] * (T + 1)})
+        + '\n' for m in displayed for s in sessions))
+    main.create_file('resolved_config.json', '{"seed": 0}')
+    out = self.create_tempdir()
+    saved = out.full_path + '/sessions'
+    with flagsaver.flagsaver(fidelity_dirs=[member.full_path],
+                             fidelity_resamples=50, save_sessions_dir=saved,
+                             output_json=out.full_path + '/a.json',
+                             output_md=out.full_path + '/a.md'):
+      fidelity.main(['fidelity'])
+    with flagsaver.flagsaver(
+        fidelity_dirs=[saved + '/scene_shared=1.0.npz'],
+        fidelity_resamples=50, output_json=out.full_path + '/b.json',
+        output_md=out.full_path + '/b.md'):
+      fidelity.main(['fidelity'])
+    a, b = (json.load(open(f'{out.full_path}/{x}.json')) for x in 'ab')
+    self.assertEqual(a, b)
+    self.assertIn('scene_shared=1.0', a['rows'])
+    _, meta = claims.load_groups(saved + '/scene_shared=1.0.npz')
+    self.assertEqual(meta['resolved_configs'], {'main': {'seed': 0}})
+    # A directory and its saved sessions share a name: one row would be lost.
+    with flagsaver.flagsaver(
+        fidelity_dirs=[member.full_path, saved + '/scene_shared=1.0.npz'],
+        output_json=out.full_path + '/c.json'):
+      with self.assertRaisesRegex(app.UsageError, 'two share a name'):
+        fidelity.main(['fidelity'])
+
+
+if __name__ == '__main__':
+  absltest.main()
+
+
+class MerlinClaimsTest(absltest.TestCase):
+
+  def test_merlin_claims_read_their_runs(self):
+    from recovr_jax.analysis import merlin_claims  # pylint: disable=g-import-not-at-top
+    # MERLIN's target rank halves every round at alpha 0.8; at alpha 0.2 it
+    # is better at round 1 and worse again from round 2 on.
+    base = RNG.integers(20, 60, (S, 1))
+    better = np.maximum(base // 2 ** np.arange(T + 1), 1)
+    drift = better.copy()
+    found = RNG.random(S) < 0.5  # found at rounds 1-2, then lost (drift)
+    drift[found, 1:3] = 1
+    drift[:, 3:] = 30
+    ev = claims.Evidence({'main': {
+        'main': _run({'merlin': better}),
+        merlin_claims.LOW_ALPHA: _run({'merlin': drift})}}, 500)
+    rows = {r['key']: r for r in claims.evaluate(merlin_claims.CLAIMS, ev)}
+    self.assertEqual(set(rows), {c.key for c in merlin_claims.CLAIMS})
+    for key in ('improves_recall_at_1', 'rank_improves_each_round',
+                'low_alpha_helps_early', 'low_alpha_drifts'):
+      self.assertEqual(rows[key]['verdict'], 'reproduced', key)
+    ranks = rows['rank_improves_each_round']['checks']
+    self.assertLen(ranks, T)
+    self.assertEqual(ranks[0]['unit'], 'rank')
+    self.assertAlmostEqual(ranks[0]['value'],
+                           float(np.mean(better[:, 0] - better[:, 1])))
+    # Without the alpha 0.2 run its claims are not run, not guessed.
+    ev = claims.Evidence({'main': {'main': _run({'merlin': better})}}, 200)
+    with self.assertRaises(claims.MissingRows):
+      claims.evaluate(merlin_claims.CLAIMS, ev)
+
+  def test_the_command_names_a_missing_run(self):
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.evaluate.merlin_claims',
+         '--runs_dir=/nonexistent/text_start'], capture_output=True,
+        text=True, timeout=300)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('/nonexistent/text_start/merlin_alpha=0.8 does not exist',
+                  proc.stderr)

@@ -1,0 +1,74 @@
+"""The captioning VLM: save/load round trip, shipped checkpoint's captions."""
+
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import lexicon
+from recovr_jax.envs.world.models import captioner
+
+WORLD = world_lib.make_world(world_lib.WorldConfig(
+    num_test_triplets=10, num_train_triplets=10, gallery_size=200))
+
+
+def _clips(num, seed=0):
+  wc = WORLD.config
+  rng = np.random.default_rng(seed)
+  combos = rng.choice(np.flatnonzero(WORLD.is_test), num)
+  attrs = WORLD.combos[combos]
+  keys = jax.random.split(jax.random.key(seed), num)
+  return attrs, world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
+                                       image_size=wc.image_size,
+                                       pixel_noise=wc.pixel_noise)
+
+
+class RoundTripTest(absltest.TestCase):
+
+  def test_train_save_load_caption(self):
+    out = pathlib.Path(tempfile.mkdtemp()) / 'captioner'
+    config = captioner.CaptionerConfig(steps=2, batch=4, hidden=32, heads=2,
+                                       encoder_layers=1, decoder_layers=1,
+                                       vocabulary_samples=500)
+    report = captioner.train(config, WORLD, out, log=lambda _: None,
+                             eval_videos=4)
+    self.assertEqual(set(report['test']) >= {'shape', 'all_attributes'},
+                     True)
+    first = captioner.Captioner(str(out), batch_size=4)
+    _, clips = _clips(6)
+    captions = first(clips)
+    self.assertLen(captions, 6)
+    again = captioner.Captioner(str(out), batch_size=8)
+    self.assertEqual(again(clips), captions)  # same weights, any batching
+    jax.tree.map(np.testing.assert_array_equal, again.params,
+                 first.params)
+    self.assertEqual(again.fingerprint, report['id'])
+
+  def test_missing_files_are_named(self):
+    with self.assertRaisesRegex(FileNotFoundError,
+                                'missing: config.json, flax_model.msgpack'):
+      captioner.Captioner(tempfile.mkdtemp())
+
+
+class ShippedCaptionerTest(absltest.TestCase):
+  """The shipped checkpoint describes test renders, with real errors."""
+
+  def test_captions_are_readable_and_differ_from_the_truth(self):
+    model = captioner.Captioner(captioner.DEFAULT_CAPTIONER_DIR,
+                                batch_size=64)
+    attrs, clips = _clips(64, seed=3)
+    captions = model(clips)
+    accuracy = captioner.attribute_accuracy(captions, attrs)
+    # Mostly right (it learned to describe) ...
+    self.assertGreater(np.mean([accuracy[a] for a in world_lib.ATTRIBUTES]),
+                       0.5)
+    # ... but not the ground truth: some captions get something wrong.
+    self.assertGreater(accuracy['wrong_any'], 0.0)
+    self.assertTrue(all(lexicon.parse(c) for c in captions))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,219 @@
+"""Tests for the encoders, their checkpoints and a few training steps."""
+
+import json
+import pathlib
+import tempfile
+
+from absl.testing import absltest
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax.core import checks
+from recovr_jax.core import vectors
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.models import encoders
+from recovr_jax.envs.world.models import progress_memory
+from recovr_jax.envs.world.models import training
+from recovr_jax import paths
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / 'data'
+_TEXT = None
+
+
+def text_encoder():
+  """One MiniLM per test process: loading and compiling it is the slow part."""
+  global _TEXT
+  if _TEXT is None:
+    _TEXT = encoders.TextEncoder(batch_size=16, max_length=32)
+  return _TEXT
+
+
+class TextEncoderTest(absltest.TestCase):
+
+  def test_matches_the_pytorch_reference(self):
+    ref = json.loads((DATA / 'minilm_reference.json').read_text())
+    got = text_encoder()(ref['sentences'])
+    want = np.asarray(ref['embeddings'], np.float32)
+    self.assertEqual(got.shape, want.shape)
+    self.assertLess(float(np.abs(got - want).max()), 1e-5)
+
+  def test_cache_by_text(self):
+    enc = text_encoder()
+    first = enc(['make it blue', 'make it red', 'make it blue'])
+    size = enc.cache_size
+    second = enc(['make it red'])
+    self.assertEqual(enc.cache_size, size)
+    np.testing.assert_array_equal(first[1], second[0])
+    np.testing.assert_array_equal(first[0], first[2])
+    self.assertEqual(enc([]).shape, (0, 384))
+
+  def test_embedding_cache_round_trip(self):
+    texts = ['a red cube spinning', 'make it blue', 'show two of them']
+    with tempfile.TemporaryDirectory() as d:
+      enc = text_encoder()
+      want = enc(texts)
+      path = enc.cache_path(d)
+      self.assertGreaterEqual(enc.save_cache(path), 3)
+      self.assertEqual(enc.save_cache(path), 0)  # nothing new
+      other = encoders.TextEncoder(batch_size=16, max_length=32)
+      self.assertEqual(other.load_cache(path), enc.cache_size)
+      np.testing.assert_array_equal(other(texts), want)  # bit-identical
+      fresh = encoders.TextEncoder(batch_size=16, max_length=32)
+      np.testing.assert_array_equal(fresh(texts), want)  # as recomputed
+      # Another encoder's file, a corrupted one: ignored with a warning.
+      wide = encoders.TextEncoder(batch_size=8, max_length=32)
+      self.assertNotEqual(wide.cache_path(d), path)
+      with self.assertLogs(level='WARNING') as logs:
+        self.assertEqual(wide.load_cache(path), 0)
+      self.assertIn('another text encoder', logs.output[0])
+      data = dict(np.load(path))
+      data['vectors'] = data['vectors'] + 1e-3
+      np.savez(path, **data)
+      with self.assertLogs(level='WARNING') as logs:
+        self.assertEqual(fresh.load_cache(path), 0)
+      self.assertIn('fails its checksum', logs.output[0])
+      self.assertEqual(fresh.load_cache(pathlib.Path(d) / 'none.npz'), 0)
+
+  def test_missing_model_dir(self):
+    with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
+      encoders.TextEncoder(model_dir=tempfile.mkdtemp())
+
+
+class ModelsTest(absltest.TestCase):
+
+  def test_video_encoder_and_composers(self):
+    clips = jax.random.uniform(jax.random.key(0), (2, 4, 32, 32, 3))
+    model = encoders.VideoEncoder()
+    params = model.init(jax.random.key(1), clips)
+    out = model.apply(params, clips)
+    self.assertEqual(out.shape, (2, 384))
+    np.testing.assert_allclose(jnp.linalg.norm(out, axis=-1), 1, rtol=1e-5)
+    # Reversing time changes the embedding: the encoder sees motion.
+    reversed_out = model.apply(params, clips[:, ::-1])
+    self.assertGreater(float(jnp.abs(out - reversed_out).max()), 1e-4)
+    ref, edit = out, out[::-1]
+    comp = encoders.Composer()
+    cparams = comp.init(jax.random.key(2), ref, edit)
+    self.assertEqual(comp.apply(cparams, ref, edit).shape, (2, 384))
+    summed = vectors.sum_composer(ref, edit)
+    np.testing.assert_allclose(summed, (ref + edit) / jnp.linalg.norm(
+        ref + edit, axis=-1, keepdims=True), rtol=1e-5)
+
+  def test_checkpoint_round_trip_and_mismatch(self):
+    model = encoders.Composer(hidden=8)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+    with tempfile.TemporaryDirectory() as tmp:
+      encoders.save_params(pathlib.Path(tmp) / 'c', params, {'note': 'x'})
+      restored = encoders.restore_params(pathlib.Path(tmp) / 'c', params)
+      jax.tree.map(np.testing.assert_array_equal, params, restored)
+      self.assertEqual(encoders.load_metadata(pathlib.Path(tmp) / 'c'),
+                       {'note': 'x'})
+      other = encoders.Composer(hidden=16).init(
+          jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+      with self.assertRaisesRegex(ValueError, 'does not match the model'):
+        encoders.restore_params(pathlib.Path(tmp) / 'c', other)
+      with self.assertRaisesRegex(FileNotFoundError, 'no checkpoint'):
+        encoders.restore_params(pathlib.Path(tmp) / 'missing', params)
+
+  def test_corrupt_checkpoint_is_an_error(self):
+    model = encoders.Composer(hidden=8)
+    params = model.init(jax.random.key(0), jnp.zeros((1, 4)), jnp.zeros((1, 4)))
+    with tempfile.TemporaryDirectory() as tmp:
+      encoders.save_params(pathlib.Path(tmp) / 'c', params, {})
+      for f in (pathlib.Path(tmp) / 'c' / 'params').rglob('*'):
+        if f.is_file() and f.stat().st_size > 1000:
+          f.write_bytes(b'garbage' * 10)
+      with self.assertRaises(ValueError):
+        encoders.restore_params(pathlib.Path(tmp) / 'c', params)
+
+  def test_shipped_checkpoints_restore(self):
+    root = paths.CHECKPOINTS
+    world = world_lib.make_world(world_lib.WorldConfig(
+        num_test_triplets=5, num_train_triplets=5))
+    video, composer = training.load_world_models(root / 'world', world)
+    self.assertEqual(encoders.count_params(video),
+                     encoders.load_metadata(root / 'world' / 'video_encoder')[
+                         'parameters'])
+    self.assertGreater(encoders.count_params(composer), 0)
+
+
+class TrainingTest(absltest.TestCase):
+
+  def test_a_few_steps_and_evaluation(self):
+    config = world_lib.WorldConfig(num_test_triplets=8, num_train_triplets=40,
+                                   gallery_size=200)
+    world = world_lib.make_world(config)
+    train = training.TrainConfig(video_steps=2, video_batch=4,
+                                 composer_steps=2, composer_batch=8)
+    combos, captions = training.caption_pool(world, 1, 0)
+    combos, captions = combos[:32], captions[:32]
+    text = text_encoder()
+    seen = []
+    video = training.train_video_encoder(
+        world, combos, text(captions), train,
+        progress=lambda *a: seen.append(a))
+    self.assertEqual(seen[-1][1:3], (2, 2))
+    again = training.train_video_encoder(world, combos, text(captions), train)
+    jax.tree.map(np.testing.assert_array_equal, video, again)  # same seed
+    keys = world.video_keys(world.train_combos[:40])
+    emb = training.embed_videos(world, video['params'],
+                                world.combos[world.train_combos[:40]], keys,
+                                batch=16)
+    self.assertEqual(emb.shape, (40, 384))
+    composer = training.train_composer(emb[:20], emb[20:], emb[:20][::-1],
+                                       train)
+    with tempfile.TemporaryDirectory() as cache:
+      result = training.evaluate_world(world, text, video['params'],
+                                       composer['params'], cache_dir=cache)
+      self.assertFalse(result['gallery_from_cache'])
+      again = training.evaluate_world(world, text, video['params'],
+                                      composer['params'], cache_dir=cache)
+      self.assertTrue(again['gallery_from_cache'])
+      self.assertEqual(result['covr_composer'], again['covr_composer'])
+    for name in ('covr_composer', 'covr_sum'):
+      self.assertEqual(set(result[name]), {'R@1', 'R@5', 'R@10', 'R@50'})
+    self.assertEqual(result['gallery_size'], 200)
+
+  def test_a_diverged_training_stops_before_the_save(self):
+    # A NaN loss trained on to the end and saved a NaN model (exit 0).
+    train = training.TrainConfig(composer_steps=3, composer_batch=4)
+    emb = np.ones((8, 16), np.float32)
+    bad = emb.copy()
+    bad[0, 0] = np.nan
+    with self.assertRaisesRegex(FloatingPointError, 'composer: the training '
+                                'loss is nan at step 3; training diverged'):
+      training.train_composer(bad, emb, emb, train)
+    self.assertEqual(checks.training_loss('x', 1, np.float32(0.5)), 0.5)
+    with self.assertRaisesRegex(FloatingPointError, 'x: .* inf at step 7'):
+      checks.training_loss('x', 7, np.inf)
+
+
+class ProgressMemoryTest(absltest.TestCase):
+
+  def test_key_changes_with_params_and_cache_is_reused(self):
+    a = {'w': np.ones(3)}
+    b = {'w': np.array([1.0, 1.0, 2.0])}
+    self.assertNotEqual(progress_memory.params_fingerprint(a),
+                        progress_memory.params_fingerprint(b))
+    calls = []
+
+    def compute():
+      calls.append(1)
+      return np.ones((2, 3)), ('x', 'y'), np.zeros((2, 3))
+
+    with tempfile.TemporaryDirectory() as tmp:
+      key = progress_memory.cache_key(p=progress_memory.params_fingerprint(a))
+      first = progress_memory.load_or_compute(tmp, key, compute)
+      second = progress_memory.load_or_compute(tmp, key, compute)
+      self.assertLen(calls, 1)
+      self.assertTrue(second.from_cache)
+      self.assertEqual(second.captions, ('x', 'y'))
+      np.testing.assert_array_equal(first.video, second.video)
+      other = progress_memory.cache_key(p=progress_memory.params_fingerprint(b))
+      progress_memory.load_or_compute(tmp, other, compute)
+      self.assertLen(calls, 2)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,144 @@
+"""A refused flag value is one clear line and a hint, not the whole help."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from tests.helpers import entry_points
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class BadFlagValueTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ('run', ['--methods=bogus'], 'unknown --methods bogus; valid: recovr'),
+      ('run', ['--suite=fidelity', '--methods=recovr'], 'drop --methods'),
+      ('eval_reading', ['--noise_rates=2'], '--noise_rates: each must be in'),
+      ('fidelity', ['--fidelity_dirs=/nonexistent'],
+       '--fidelity_dirs: /nonexistent does not exist'),
+      ('study', ['--host=0.0.0.0'], 'pass --allow_remote to mean it'),
+      ('train_adapter', ['--init_adapter=/nonexistent'],
+       "--init_adapter: LoRA adapter '/nonexistent' has no adapter"),
+  )
+  def test_one_line_and_the_hint(self, script, args, expected):
+    proc = subprocess.run([sys.executable, '-m', f'{entry_points.module(script)}',
+                           *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    lines = [l for l in proc.stderr.splitlines()
+             if not l.startswith(('W', 'I')) or ': error: ' in l]
+    self.assertLess(len(lines), 10, proc.stderr)
+    self.assertIn(f'{entry_points.module(script)}: error: ', proc.stderr)
+    self.assertIn(expected, proc.stderr)
+    self.assertIn('Pass --helpshort to see the flags.', proc.stderr)
+    self.assertNotIn('flags:', proc.stderr)  # no help dump
+
+
+if __name__ == '__main__':
+  absltest.main()
+
+
+class StudyPortTest(absltest.TestCase):
+
+  def test_a_busy_port_is_found_before_the_models_load(self):
+    import socket  # pylint: disable=g-import-not-at-top
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      s.listen()
+      port = s.getsockname()[1]
+      proc = subprocess.run(
+          [sys.executable, '-m', 'experiments.study', f'--port={port}',
+           f'--output_dir={self.create_tempdir().full_path}'], cwd=ROOT,
+          capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    self.assertIn(f'--port={port} cannot be used', proc.stderr)
+    self.assertNotIn('loading the environment', proc.stdout)
+
+
+class SeveralProblemsTest(absltest.TestCase):
+
+  def test_every_independent_problem_in_one_error(self):
+    from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
+    config = config_lib.RunConfig(
+        methods=('recovr', 'bogus'), batch_size=0, num_sessions=0,
+        jit_chunk_size=-1, max_error_share=2.0, user_seed=-1,
+        reasoner_adapter='/nonexistent',
+        output_dir=self.create_tempdir().full_path)
+    with self.assertRaises(runner.ConfigError) as e:
+      runner.validate(config)
+    lines = str(e.exception).splitlines()
+    for expected in ('unknown --methods bogus', '--batch_size must be >= 1',
+                     '--num_sessions must be >= 1',
+                     '--jit_chunk_size must be >= 0',
+                     '--max_error_share must be in [0, 1]',
+                     '--user_seed must be >= 0',
+                     '--reasoner_adapter is for --reasoner=smollm2_world'):
+      self.assertLen([l for l in lines if expected in l], 1, lines)
+    self.assertLen(lines, 7, lines)
+
+  def test_the_command_line_prints_a_line_per_problem(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.run', '--batch_size=0',
+         '--rrf_k=-1', '--methods=recovr,bogus', '--window=0'], cwd=ROOT,
+        capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    errors = [l for l in proc.stderr.splitlines()
+              if l.startswith('experiments.run: error: ')]
+    self.assertLen(errors, 4, proc.stderr)
+    for expected in ('window must be >= 1', 'rrf_k must be',
+                     'unknown --methods bogus', '--batch_size must be >= 1'):
+      self.assertLen([l for l in errors if expected in l], 1, errors)
+
+
+class GroupedHelpTest(absltest.TestCase):
+
+  def test_every_flag_of_the_run_is_in_one_group(self):
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    from experiments import run  # pylint: disable=g-import-not-at-top
+    grouped = [n for _, names in run.HELP_GROUPS for n in names]
+    self.assertLen(set(grouped), len(grouped))  # none twice
+    from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
+    # The settings' flags (whichever entry point defined them first) and
+    # the run's own.
+    by_module = flags.FLAGS.flags_by_module_dict()
+    defined = {leaf.name for leaf in run_flags.LEAVES} | {
+        f.name for f in by_module['experiments.common.run_flags']}
+    self.assertEqual(set(grouped), defined)
+    for name in grouped:  # every name is a flag
+      self.assertIn(name, flags.FLAGS)
+
+  def test_entry_points_on_the_run_group_their_own_flags(self):
+    # Read from the sources: flag names are process-wide and two of these
+    # scripts both define --output_json.
+    for script, title in (('eval_reading', 'Reading benchmark'),
+                          ('study', 'Study app'),
+                          ('study_report', 'Study report'),
+                          ('bench_study', 'Study benchmark')):
+      with self.subTest(script=script):
+        source = entry_points.path(script).read_text()
+        own = set(re.findall(r"flags\.DEFINE_\w+\(\s*'(\w+)'", source))
+        self.assertNotEmpty(own)
+        group = source.split(f"(('{title}'")[1].split(')')[0]
+        self.assertEqual(set(re.findall(r"'(\w+)'", group)), own)
+
+  def test_helpshort_prints_the_groups_with_real_data_flags(self):
+    proc = subprocess.run([sys.executable, '-m', 'experiments.run',
+                           '--helpshort'], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    out = proc.stdout
+    for heading in ('Benchmark and world:', 'Real data (--data=webvid_covr',
+                    'Reasoner', 'Simulated user:', 'Running:', 'Outputs:'):
+      self.assertIn(heading, out)
+    self.assertIn('--annotations:', out)
+    self.assertIn('--clip_dir:', out)
+    self.assertIn("(default: the --benchmark preset's: v3: 4, v2: 4, v1: 1)",
+                  out)
+    self.assertIn('(default: grounded on --data=world, rules with', out)
+    self.assertNotIn('issue #', out)

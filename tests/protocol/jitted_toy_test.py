@@ -1,0 +1,161 @@
+"""protocol.jitted on a toy environment written here: the driver knows no
+data source (two attributes, a user who names what differs)."""
+
+import dataclasses
+import itertools
+
+from absl.testing import absltest
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import methods
+from recovr_jax.methods import base
+from recovr_jax.protocol import jitted
+from recovr_jax.protocol import plan
+from recovr_jax.protocol import ranking
+from recovr_jax.reasoners import asking
+
+A, V = 2, 3                  # attributes, values per attribute
+CODES = (V + 1) ** A         # partial assignments, the empty one included
+VIDEOS = np.array(list(itertools.product(range(V), repeat=A)), np.int32)
+
+
+def _encode(assignment):
+  """A partial assignment's text: its values one-hot, L2-normalised."""
+  x = np.zeros(A * V, np.float32)
+  for a, v in enumerate(assignment):
+    if v >= 0:
+      x[a * V + v] = 1.0
+  return x / max(np.linalg.norm(x), 1e-6)
+
+
+def _decode(code):
+  return [(code // (V + 1) ** (A - 1 - a)) % (V + 1) - 1 for a in range(A)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyFace:
+  """The user names the target's values the shown video lacks."""
+
+  def start(self, data, tables, query):
+    del tables
+    return plan.JaxStart(
+        init_search=jnp.full((A,), -1, jnp.int32),
+        modification_attrs=data.own[query],
+        modification=data.modification[query],
+        num_values=V), jnp.zeros((), jnp.int32)
+
+  def code(self, assignment):
+    radix = (V + 1) ** jnp.arange(A - 1, -1, -1)
+    return jnp.sum((assignment + 1) * radix).astype(jnp.int32)
+
+  def key(self, code, channel):
+    return code + CODES * channel
+
+  def text(self, tables, key):
+    return tables[key % CODES]
+
+  def respond(self, data, tables, seed_key, query, turn, state, top1,
+              question):
+    del tables, seed_key, turn
+    target = jnp.asarray(VIDEOS)[data.target[query]]
+    shown = jnp.asarray(VIDEOS)[top1]
+    mentions = jnp.where(target != shown, target, -1).astype(jnp.int32)
+    empty = jnp.zeros((1,), jnp.float32)
+    obs = plan.JaxObservation(
+        mentions=mentions, negative=jnp.asarray(False),
+        shown_attrs=shown, shown=top1, reference=data.reference[query],
+        action=jnp.asarray(plan.MODIFY, jnp.int32), utterance=empty,
+        dialogue=empty, asked=question, label=jnp.asarray(-1, jnp.int32),
+        num_values=V)
+    return obs, state + 1, {'mentioned': mentions}
+
+  def record(self, outputs, active):
+    return {'mentioned': jnp.where(active, outputs['mentioned'], -1)}
+
+  def stopped(self):
+    return {'mentioned': jnp.full((A,), -1, jnp.int32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyEnvironment:
+  data: plan.JaxData
+  composer: object = 'sum'
+  composer_params: object = None
+
+  def filler(self, config, seed, num_sessions):
+    del config, seed, num_sessions
+    return _Filler()
+
+
+class _Filler:
+  """Every text is encoded up front: nothing to add."""
+
+  def arrays(self):
+    return jnp.asarray(np.stack([_encode(_decode(c)) for c in range(CODES)]))
+
+  def add(self, trace):
+    assert (trace.needed < 2 * CODES).all()
+    return ''
+
+
+def _environment(pairs):
+  gallery = np.stack([_encode(v) for v in VIDEOS])
+  reference, target = (np.array(x, np.int32) for x in zip(*pairs))
+  # The modification names the target's values the reference lacks.
+  change = np.where(VIDEOS[target] != VIDEOS[reference], VIDEOS[target], -1)
+  memory = plan.JaxMemory(
+      caption_attrs=jnp.asarray(VIDEOS), asked_with_value=jnp.tile(
+          jnp.arange(A)[:, None], (1, V)).astype(jnp.int32),
+      asked_plain=jnp.arange(A, dtype=jnp.int32),
+      asked_open=jnp.asarray(-1, jnp.int32))
+  return ToyEnvironment(plan.JaxData(
+      gallery=jnp.asarray(gallery), memory=memory,
+      reference=jnp.asarray(reference), target=jnp.asarray(target),
+      modification=jnp.asarray(np.stack([_encode(c) for c in change])),
+      own=jnp.asarray(change)))
+
+
+class ToyEnvironmentTest(absltest.TestCase):
+
+  def test_recovr_finds_every_target_and_both_schedules_agree(self):
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t][::5]
+    env = _environment(pairs)
+    ask = base.Settings(ask=asking.AskPolicy(mode='always', budget=1))
+    config = jitted.SimConfig(
+        loop=ranking.LoopConfig(num_turns=3, list_length=5,
+                                num_ids=len(VIDEOS)),
+        face=ToyFace(), form=methods.make('recovr', ask).jax_form)
+    sessions = np.arange(len(pairs))
+    plain = jitted.run(env, config, sessions, seed=0, chunk_size=None)
+    compact = jitted.run(env, config, sessions, seed=0, chunk_size=3)
+    jax.tree.map(np.testing.assert_array_equal, compact, plain)
+    targets = np.array([t for _, t in pairs])
+    top1 = plain.displayed[:, :, 0]
+    # The user names every value that differs, so the T2V text of turn 1 is
+    # the target's whole assignment: every session ends on its target.
+    np.testing.assert_array_equal(top1[:, -1], targets)
+    self.assertLess((top1[:, 0] == targets).mean(), 1.0)
+    # Sessions that found their target stopped; their turns record nothing.
+    found = np.cumsum(top1[:, :-1] == targets[:, None], axis=1) > 0
+    np.testing.assert_array_equal(plain.active, ~found)
+    self.assertTrue((plain.own['mentioned'][~plain.active] == -1).all())
+    chex.assert_shape(plain.own['mentioned'], (len(pairs), 3, A))
+    # The Question Asker asks after a feedback turn's ranking, at most once
+    # (budget 1): no question at turn 1, one at turn 2 if still searching.
+    self.assertTrue((plain.asked[:, 0] == -1).all())
+    np.testing.assert_array_equal(plain.asked[:, 1] >= 0, plain.active[:, 1])
+    self.assertTrue((plain.asked[:, 2] == -1).all())
+    # Turn 1's T2V text is the target's whole assignment (code 0, nothing,
+    # for the sessions that stopped at turn 0).
+    code = jax.vmap(ToyFace().code)(jnp.asarray(VIDEOS[targets]))
+    np.testing.assert_array_equal(plain.search[:, 0],
+                                  np.where(plain.active[:, 0], code, 0))
+    self.assertTrue(plain.active[:, 0].any())
+
+
+if __name__ == '__main__':
+  absltest.main()

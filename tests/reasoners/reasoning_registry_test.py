@@ -1,0 +1,121 @@
+"""reasoners.registry: a backend is one module and one registry line."""
+
+import json
+import pathlib
+import tempfile
+
+from absl import flags
+from absl.testing import absltest
+
+from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world import world_source
+from recovr_jax.reasoners import registry
+from recovr_jax.reasoners import rules
+from tests.helpers import runs
+
+WORLD = world_source.vocabulary(world_lib.WorldConfig())
+
+
+class Shouting(rules.RulesReasoner):
+  """The source's rules, with every search in capitals (the text encoder
+  reads them as other words)."""
+
+  def intent(self, requests):
+    out = super().intent(requests)
+    return [{**o, 'search': o['search'].upper()} for o in out]
+
+
+class _Shouting(registry.Backend):
+  """A toy backend written in a test: what adding one takes."""
+  NAME = 'shouting'
+  FLAGS = ('reasoner_checkpoint',)
+
+  def problems(self, config, vocab):
+    if config.checkpoint is None:
+      return ['--reasoner=shouting needs --reasoner_checkpoint']
+    return []
+
+  def inputs(self, config, vocab):
+    return {'reasoner_checkpoint': config.checkpoint}
+
+  def make(self, config, vocab, encode_text=None, **kwargs):
+    return Shouting(vocab.rules().lexicon)
+
+
+class RegistryTest(absltest.TestCase):
+
+  def test_names_and_errors(self):
+    self.assertEqual(registry.names()[:2], ('rules', 'grounded'))
+    with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'; valid: "
+                                'rules, grounded'):
+      registry.get('gpt')
+    with self.assertRaisesRegex(ValueError, "--backends lists 'rules' twice"):
+      registry.check_names(['rules', 'grounded', 'rules'])
+    self.assertEqual(registry.or_list(['a', 'b', 'c']), 'a, b or c')
+
+  def test_what_each_source_offers(self):
+    self.assertEqual(registry.offered(WORLD), registry.names())
+    self.assertEqual(registry.offered(real_source.VOCABULARY),
+                     ('rules', 'flax_lm', 'smollm2', 'smollm2_world'))
+    self.assertEqual(
+        registry.problems(registry.ReasonerConfig('grounded'),
+                          real_source.VOCABULARY),
+        ['--reasoner=grounded is not offered on --data=webvid_covr; valid '
+         'there: rules, flax_lm, smollm2, smollm2_world'])
+    self.assertEqual(registry.with_property('JITTED'), ('rules', 'grounded'))
+    self.assertEqual(registry.with_property('LEXICAL'), ('rules',))
+
+  def test_backend_checks_before_any_load(self):
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'grounded', grounded={'depth': 3}), WORLD)[0],
+        '--grounded_options: unknown depth')
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'flax_lm'), real_source.VOCABULARY)[0],
+        '--reasoner=flax_lm on --data=webvid_covr needs '
+        '--reasoner_checkpoint')
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'smollm2', chat=registry.ChatOptions(few_shot=2)),
+        real_source.VOCABULARY)[0],
+        '--few_shot: --data=webvid_covr has no examples to draw')
+    missing = tempfile.mkdtemp()
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'smollm2_world', chat=registry.ChatOptions(adapter=missing)),
+        WORLD)[0], 'the adapter .* is missing')
+
+  def test_an_unknown_reasoner_is_named_before_any_work(self):
+    flags.FLAGS.mark_as_parsed()
+    out = pathlib.Path(tempfile.mkdtemp()) / 'unknown'
+    # The layout's and the jitted driver's checks ask the registry too:
+    # they leave an unknown name to the reasoner check.
+    with self.assertRaisesRegex(Exception, "unknown --reasoner 'gpt'; "
+                                'valid: rules, grounded'):
+      runs.run_main(out, methods=['recovr'], reasoner='gpt',
+                        simulation='jit', benchmark='v2',
+                        describe_layout=True)
+
+  def test_registered_backend_runs_through_the_runner(self):
+    flags.FLAGS.mark_as_parsed()
+    root = pathlib.Path(tempfile.mkdtemp())
+    with registry.registered(_Shouting()):
+      self.assertIn('shouting', registry.names())
+      with self.assertRaisesRegex(Exception, 'needs --reasoner_checkpoint'):
+        runs.run_main(root / 'refused', methods=['recovr'],
+                          reasoner='shouting')
+      self.assertFalse((root / 'refused' / 'metrics.json').exists())
+      out = root / 'shouting'
+      runs.run_main(out, methods=['recovr'], reasoner='shouting',
+                        reasoner_checkpoint=str(root))
+    self.assertNotIn('shouting', registry.names())
+    resolved = json.loads((out / 'resolved_config.json').read_text())
+    self.assertIn('reasoner_checkpoint', resolved['files'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    searches = [t['search'] for r in rows for t in r['turns'][1:]
+                if t.get('search')]
+    self.assertNotEmpty(searches)
+    self.assertTrue(all(s == s.upper() for s in searches))
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,151 @@
+"""One run as two processes on JAX's distributed runtime (gloo on CPU):
+the outputs equal the one-process run's byte for byte, for the host and
+the jitted driver; the launcher stops every process when one fails or is
+killed, naming it, and the same command resumes from the saved batches."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl.testing import absltest
+
+from tests.helpers import runs
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The runner tests' tiny world, as command-line flags.
+TINY = [f'--{k}={v}' for k, v in runs.TINY.items()
+        if not isinstance(v, bool)] + ['--nocompilation_cache',
+                                       '--methods=recovr']
+
+
+def _module(*args):
+  return subprocess.run([sys.executable, '-m', *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=900)
+
+
+def _pid_of(process_id: int, marker: str) -> int:
+  """The pid of ``experiments.run`` process ``process_id`` of the launch
+  whose command line holds ``marker`` (its output directory)."""
+  for proc in pathlib.Path('/proc').iterdir():
+    try:
+      cmd = (proc / 'cmdline').read_bytes().split(b'\0')
+    except OSError:
+      continue
+    args = [a.decode(errors='replace') for a in cmd]
+    if (f'--process_id={process_id}' in args
+        and any(marker in a for a in args) and 'experiments.run' in args):
+      return int(proc.name)
+  raise AssertionError(f'no process {process_id} with {marker} running')
+
+
+def _wait_for(path: pathlib.Path, text: str, proc, timeout=600):
+  start = time.time()
+  while time.time() - start < timeout:
+    if path.exists() and text in path.read_text():
+      return
+    if proc.poll() is not None:
+      raise AssertionError(f'the launch ended ({proc.returncode}) before '
+                           f'{path} said {text!r}')
+    time.sleep(0.05)
+  raise AssertionError(f'{path} did not say {text!r} in {timeout} s')
+
+
+class TwoProcessesTest(absltest.TestCase):
+
+  def _one(self, root, simulation, **flags):
+    # One process: in this one (run_main puts its cache in root/cache).
+    runs.run_main(root / 'one', methods=['recovr'], simulation=simulation,
+                      **flags)
+
+  def _assert_equal_outputs(self, root):
+    for name in ('metrics.json', 'trajectories.jsonl', 'bootstrap.json'):
+      self.assertEqual((root / 'one' / name).read_bytes(),
+                       (root / 'two' / name).read_bytes(), name)
+    self.assertFalse((root / 'two' / 'INCOMPLETE').exists())
+
+  def test_two_processes_equal_one_jitted(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    self._one(root, 'jit')
+    two = _module('experiments.launch', '--num_processes=2', '--', *TINY,
+                  '--simulation=jit', f'--cache_dir={root / "cache"}',
+                  f'--output_dir={root / "two"}')
+    self.assertEqual(two.returncode, 0, two.stderr[-3000:])
+    self._assert_equal_outputs(root)
+    # Every batch ran once, its sessions split over one mesh of both
+    # processes' devices (process 0 writes to the launcher's output).
+    log = two.stdout
+    self.assertIn('jitted sessions over 2 devices of 2 processes', log)
+    for b in (1, 2, 3):
+      self.assertIn(f'recovr batch {b} of 3 done on 2 processes', log)
+
+  def test_a_gallery_split_over_two_processes_equals_one(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    self._one(root, 'jit')
+    two = _module('experiments.launch', '--num_processes=2', '--', *TINY,
+                  '--simulation=jit', '--gallery_over_processes',
+                  f'--cache_dir={root / "cache"}',
+                  f'--output_dir={root / "two"}')
+    self.assertEqual(two.returncode, 0, two.stderr[-3000:])
+    self._assert_equal_outputs(root)
+    self.assertIn("the gallery's rows split over 2 processes", two.stdout)
+
+  def test_a_killed_process_is_named_and_the_same_command_resumes(self):
+    # Host driver, 12 batches of one session: process 1 runs the odd ones
+    # and is killed once its first is saved (5 of its batches are left, so
+    # no process can have reached the outputs).
+    root = pathlib.Path(tempfile.mkdtemp())
+    self._one(root, 'host', batch_size=1)
+    args = [sys.executable, '-m', 'experiments.launch', '--num_processes=2',
+            '--', *[f for f in TINY if not f.startswith('--batch_size=')],
+            '--batch_size=1', '--simulation=host',
+            f'--cache_dir={root / "cache"}', f'--output_dir={root / "two"}']
+    log = root / 'two' / 'process_1.log'
+    with open(root / 'launch.out', 'w') as out, \
+        open(root / 'launch.err', 'w') as err:
+      launch = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=err)
+      try:
+        _wait_for(log, 'process 1: recovr batch 2 of 12 done', launch)
+        os.kill(_pid_of(1, str(root / 'two')), signal.SIGKILL)
+        launch.wait(timeout=300)
+      finally:
+        if launch.poll() is None:
+          launch.kill()
+    self.assertEqual(launch.returncode, 128 + 9)
+    self.assertIn('process 1 of 2 was killed by signal 9 (SIGKILL)',
+                  (root / 'launch.err').read_text())
+    self.assertFalse((root / 'two' / 'metrics.json').exists())
+    # The same command resumes: process 1 finds its saved batch.
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)
+    self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+    self.assertIn('process 1: recovr batch 2 of 12 found saved',
+                  log.read_text())
+    self._assert_equal_outputs(root)
+
+
+class LaunchTest(absltest.TestCase):
+
+  def test_a_failing_process_stops_the_others_and_is_named(self):
+    start = time.time()
+    out = pathlib.Path(tempfile.mkdtemp())
+    proc = _module('experiments.launch', '--num_processes=3',
+                   '--module=tests.helpers.launch_fake', '--',
+                   f'--output_dir={out}')
+    self.assertEqual(proc.returncode, 3, proc.stderr)
+    self.assertIn('process 1 of 3 exited with code 3', proc.stderr)
+    self.assertIn('process_1.log', proc.stderr)
+    self.assertLess(time.time() - start, 60)  # the others did not sleep on
+
+  def test_the_launcher_sets_the_process_flags_itself(self):
+    proc = _module('experiments.launch', '--num_processes=2', '--',
+                   '--process_id=1')
+    self.assertEqual(proc.returncode, 1)
+    self.assertIn('the launcher sets it for each process', proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()

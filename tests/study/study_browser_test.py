@@ -1,0 +1,153 @@
+"""The study in a real browser: headless Chromium through the whole flow
+(instructions and consent, the practice instance, the instances, the
+debrief), with the layout checked at 1280x800 and 390 px.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
+them and sets ``RECOVR_REQUIRE_BROWSER=1``, under which a missing browser
+fails instead of skipping). ``STUDY_SCREENSHOT=<path.png>`` keeps the
+screenshot.
+"""
+
+import os
+import pathlib
+import shutil
+import socket
+import tempfile
+import threading
+import time
+
+from absl.testing import absltest
+
+from recovr_jax.study import app as app_lib
+from tests.study import study_test
+
+
+def _browser_paths():
+  chrome = shutil.which('chromium') or shutil.which('chromium-browser')
+  driver = shutil.which('chromedriver')
+  return chrome, driver
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+class BrowserTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    chrome, driver = _browser_paths()
+    if not (chrome and driver):
+      if os.environ.get('RECOVR_REQUIRE_BROWSER') == '1':
+        self.fail('chromium and chromedriver are required '
+                  '(apt-get install chromium chromium-driver)')
+      self.skipTest('no chromium/chromedriver on this machine')
+    import uvicorn  # pylint: disable=g-import-not-at-top
+    from selenium import webdriver  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
+    self.study, _ = study_test.Tiny.study('browser', participant_flow=True)
+    from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+    built = study_test.Tiny.built
+    frames_of = built.source.frames(built)
+    media = media_lib.Media(len(built.env.gallery), frames_of, 160)
+    self.port = _free_port()
+    self.server = uvicorn.Server(uvicorn.Config(
+        app_lib.make_app(self.study, media), host='127.0.0.1',
+        port=self.port, log_level='warning'))
+    thread = threading.Thread(target=self.server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not self.server.started:
+      self.assertLess(time.time(), deadline, 'the app did not start')
+      time.sleep(0.05)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
+                '--disable-gpu', '--window-size=1280,800'):
+      options.add_argument(arg)
+    self.browser = webdriver.Chrome(service=service.Service(driver),
+                                    options=options)
+    self.addCleanup(self._stop, thread)
+
+  def _stop(self, thread):
+    self.browser.quit()
+    self.server.should_exit = True
+    thread.join(timeout=10)
+
+  def test_one_instance_in_chromium(self):
+    from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.common.keys import Keys  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.support import ui  # pylint: disable=g-import-not-at-top
+    b = self.browser
+
+    def wait_for(text):  # a click returns before the next page loads
+      ui.WebDriverWait(b, 60).until(lambda d: text in d.page_source)
+    b.get(f'http://127.0.0.1:{self.port}/')
+    b.find_element(By.ID, 'participant').send_keys('cy')
+    b.find_element(By.ID, 'code').send_keys(self.study.code('cy'))
+    b.find_element(By.ID, 'signin').click()
+    wait_for('id="consent-text"')   # instructions and consent first
+    self.assertIn('practice', b.find_element(By.ID, 'instructions').text)
+    b.find_element(By.ID, 'agree').click()
+    wait_for('Practice video (not counted)')
+    images = b.find_elements(By.CSS_SELECTOR, 'img.video')
+    self.assertLen(images, 3)   # reference, top result, target
+    for img in images:  # each animation arrived and decoded
+      self.assertGreater(b.execute_script(
+          'return arguments[0].naturalWidth', img), 0)
+      alt = img.get_attribute('alt')
+      self.assertIn(alt, ('Current top result', 'Target video (your goal)',
+                          'Reference video'))
+    visible = ('const r = document.querySelector(arguments[0])'
+               '.getBoundingClientRect(); return r.top >= 0 && r.bottom <= '
+               'window.innerHeight && r.right <= window.innerWidth;')
+    no_sideways = ('return document.documentElement.scrollWidth <= '
+                   'window.innerWidth;')
+    for width, height in ((1280, 800), (390, 844)):
+      b.set_window_size(width, height)
+      b.execute_script('window.scrollTo(0, 0)')
+      for figure in ('#current img', '#goal img'):  # above the fold
+        self.assertTrue(b.execute_script(visible, figure), (width, figure))
+      self.assertTrue(b.execute_script(no_sideways), width)
+    b.set_window_size(1280, 800)
+    self.assertEqual(b.find_element(By.CSS_SELECTOR, 'label[for=feedback]')
+                     .tag_name, 'label')
+    # Keyboard only: type, then submit the form with Enter on the button.
+    words = ['make them red', 'no. I want circles', 'bigger please']
+    for t, text in enumerate(words, 1):
+      box = b.find_element(By.ID, 'feedback')
+      box.send_keys(text)
+      b.find_element(By.ID, 'send').send_keys(Keys.ENTER)
+      wait_for('last look' if t == 3 else f'feedback {t + 1} of 3')
+    # The last look asks nothing (no feedback could answer it).
+    self.assertEmpty(b.find_elements(By.ID, 'question'))
+    self.assertEmpty(b.find_elements(By.ID, 'feedback'))
+    history = b.find_element(By.ID, 'history').text
+    for text in words:
+      self.assertIn(text, history)
+    shot = os.environ.get('STUDY_SCREENSHOT') or str(
+        pathlib.Path(tempfile.mkdtemp()) / 'study.png')
+    self.assertTrue(b.save_screenshot(shot))
+    self.assertEqual(pathlib.Path(shot).read_bytes()[:4], b'\x89PNG')
+    b.find_element(By.ID, 'not-found').click()
+    for k in (1, 2):   # the counted instances
+      wait_for(f'Instance {k} of 2')
+      b.find_element(By.ID, 'found').click()
+    wait_for('id="debrief"')
+    self.assertEqual(b.find_element(By.ID, 'completion-code').text,
+                     self.study.completion_code('cy'))
+    # No video id anywhere the participant was.
+    ids = self.study.env.video_ids
+    events = study_test._log(self.study, 'cy')  # pylint: disable=protected-access
+    self.assertEqual([e['event'] for e in events],
+                     ['header', 'consent'] + ['turn'] * 4 +
+                     ['end', 'turn', 'end', 'turn', 'end'])
+    for e in events:
+      if e['event'] == 'turn':
+        for video in (e['reference'], e['target']):
+          self.assertNotIn(ids[video], b.page_source)
+
+if __name__ == '__main__':
+  absltest.main()
