@@ -28,7 +28,8 @@ class JaxForm(plan_lib.JaxForm):
             jnp.full_like(start.init_search, -1))
 
   def step(self, state, obs):
-    mentions = jnp.where(obs.mentions >= 0, obs.mentions, state['mentions'])
+    named = obs.info.mentions
+    mentions = jnp.where(named >= 0, named, state['mentions'])
     sigma = ivr.jax_action_sigma(obs.action)
     plan = plan_lib.JaxPlan(
         search=jnp.full_like(mentions, -1), edit=mentions, use_search=False,

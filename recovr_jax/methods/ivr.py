@@ -38,7 +38,7 @@ def jax_action_sigma(action):
 def single_list_plan(obs, edit_embedding, anchor=None):
   """A jitted single-list plan: ``edit_embedding [D]`` composed with
   ``anchor`` (default ``v_ref``), sigma from the action."""
-  none = jnp.full(obs.mentions.shape, -1, jnp.int32)
+  none = jnp.full(obs.info.mentions.shape, -1, jnp.int32)
   return plan_lib.JaxPlan(
       search=none, edit=none, use_search=False, use_edit=True,
       sigma=jax_action_sigma(obs.action),
@@ -69,7 +69,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
     return {}, jnp.full_like(start.init_search, -1)
 
   def step(self, state, obs):
-    return state, single_list_plan(obs, obs.dialogue)
+    return state, single_list_plan(obs, obs.info.dialogue)
 
   def jax_question(self, state, shown_ids, shown_scores, asked, reference,
                    memory, active):

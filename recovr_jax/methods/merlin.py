@@ -32,7 +32,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
     return {'text': start.modification}, jnp.full_like(start.init_search, -1)
 
   def step(self, state, obs):
-    text = slerp.slerp(state['text'], obs.utterance, self.alpha)
+    text = slerp.slerp(state['text'], obs.info.utterance, self.alpha)
     return {'text': text}, ivr.single_list_plan(obs, text)
 
   def jax_question(self, state, shown_ids, shown_scores, asked, reference,

@@ -190,7 +190,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   candidates: int = 10
   # The Reflector's sigma rule (``rules.RulesReasoner``'s ``sigma``):
   # 'rules', 'paper' (an edit pos, an answer to the question shown neu) or
-  # 'frames' (the same mapping of the words' label, ``obs.label``).
+  # 'frames' (the same mapping of the words' label, ``obs.info.label``).
   sigma_rule: str = 'rules'
 
   def with_sigma_rule(self, rule):
@@ -210,19 +210,21 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
 
     Args:
       state: ``{'keep': [A] int32, 'avoid': [A, V] bool}``.
-      obs: ``JaxObservation``: ``mentions [A]`` (what the feedback names),
-        ``negative []`` (a rejection marker in the words), ``shown_attrs
-        [A]`` (the shown video's caption, parsed), ``shown``, ``reference``.
+      obs: ``JaxObservation`` whose ``info`` is an ``AttributeReading``:
+        ``mentions [A]`` (what the feedback names), ``negative []`` (a
+        rejection marker in the words), ``shown_attrs [A]`` (the shown
+        video's caption, parsed); and ``shown``, ``reference``.
 
     Returns:
       ``(state, JaxPlan)``.
     """
-    mentions, shown = obs.mentions, obs.shown_attrs
+    reading = obs.info
+    mentions, shown = reading.mentions, reading.shown_attrs
     keep, avoid = state['keep'], state['avoid']
     read_keep = keep if self.keep else jnp.full_like(keep, -1)
     read_avoid = avoid if self.avoid else jnp.zeros_like(avoid)
     named, changes, num_changes, relative = rules_core.read(
-        mentions, shown, obs.negative, jnp)
+        mentions, shown, reading.negative, jnp)
     # Intent Decomposer: shown values (relative feedback, not avoided) <
     # kept values < this feedback.
     wanted = rules_core.wanted(mentions, shown, read_keep,
@@ -231,7 +233,8 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
     if self.sigma_rule == 'frames':
       # The frame classifier's label (frames.LABELS); an answer needs a
       # question shown.
-      label = jnp.where((obs.label == 1) & (obs.asked < 0), 0, obs.label)
+      label = jnp.where((reading.label == 1) & (obs.asked < 0), 0,
+                        reading.label)
       sigma = rules_core.sigma('frames', relative, num_changes, label=label,
                                xp=jnp)
     else:

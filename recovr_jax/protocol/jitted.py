@@ -27,7 +27,7 @@ step would live apart.
 
 import dataclasses
 import functools
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -73,7 +73,10 @@ class Face(Protocol):
   (anything while absent: the host adds what ``SimTrace.needed`` reports
   and the batch reruns); ``respond``: the user at a feedback turn
   (``question``: the attribute it reads in the question shown, -1 none);
-  ``record``: a turn's record outputs, ``stopped()`` a stopped turn's."""
+  ``record``: a turn's record outputs, ``stopped()`` a stopped turn's.
+  ``OBSERVATION``: the type of the observation ``respond`` gives a method
+  (``JaxObservation.info``)."""
+  OBSERVATION: ClassVar[type]
 
   def start(self, data, tables, query) -> tuple[plan_lib.JaxStart,
                                                  object]: ...
@@ -109,6 +112,14 @@ class SimConfig:
   # embedding is the composed query itself: a source that tabulates the
   # host method's queries, ``protocol.stepped``).
   composer: object = 'sum'
+
+  def __post_init__(self):
+    gives, reads = self.face.OBSERVATION, self.form.READS
+    if not issubclass(gives, reads):
+      raise Unsupported('--methods', (
+          f'the method\'s jitted form ({type(self.form).__name__}) reads '
+          f'{reads.__name__} observations; this source\'s face gives '
+          f'{gives.__name__}'))
 
 
 @jax.tree_util.register_dataclass

@@ -12,6 +12,7 @@ Channels: ``T2V`` (index 0) and ``COVR`` (index 1), docs/definitions.md §1.
 
 import abc
 import dataclasses
+from typing import ClassVar
 from collections.abc import Callable, Sequence
 
 import jax
@@ -188,25 +189,35 @@ class JaxStart:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class JaxObservation:
-  """What a jitted method observes at a feedback turn (one session)."""
-  mentions: jax.Array     # [A] int32 values the feedback names, -1 none
-  negative: jax.Array     # [] bool, a rejection marker in the words
-  shown_attrs: jax.Array  # [A] int32 the shown video's caption, parsed
+  """What a jitted method observes at a feedback turn (one session): what
+  every environment gives, and ``info``, the environment's own observation
+  pytree, of the type its face declares (``jitted.Face.OBSERVATION``, as
+  gymnax's ``observation_space``); a method's form declares the type it
+  reads (``JaxForm.READS``) and the driver refuses a pair that differs."""
   shown: jax.Array        # [] int32 gallery id of the shown top-1
   reference: jax.Array    # [] int32 v_ref
   action: jax.Array       # [] int32 the user's action (``ACTIONS`` index)
-  utterance: jax.Array    # [D'] the words' embedding (methods that need it)
-  dialogue: jax.Array     # [D'] the dialogue's embedding (likewise)
   asked: jax.Array        # [] int32 the question's attribute (-1 none)
-  # [] int32 the reasoner's reading of the user's decision from the words
-  # (``frames.LABELS`` index; -1 none).
-  label: jax.Array = None
-  # The turn's plan when the source tabulated the method's host step
-  # (``protocol.stepped``), read by ``stepped.TabulatedForm``; else None.
-  plan: object = None
+  info: object            # the environment's observation (its OBSERVATION)
   # V: values per attribute the environment's assignments range over (the
   # width of a plan's ``avoid [A, V]``).
   num_values: int = dataclasses.field(default=0, metadata=dict(static=True))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AttributeReading:
+  """The observation of an environment whose feedback reads as attribute
+  values (the world's face; the toy of ``tests/protocol/jitted_toy_test.py``):
+  what the reasoner reads in the words, and their embeddings."""
+  mentions: jax.Array     # [A] int32 values the feedback names, -1 none
+  negative: jax.Array     # [] bool, a rejection marker in the words
+  shown_attrs: jax.Array  # [A] int32 the shown video's caption, parsed
+  utterance: jax.Array    # [D'] the words' embedding (methods that need it)
+  dialogue: jax.Array     # [D'] the dialogue's embedding (likewise)
+  # [] int32 the reasoner's reading of the user's decision from the words
+  # (``frames.LABELS`` index; -1 none).
+  label: jax.Array = None
 
 
 @jax.tree_util.register_dataclass
@@ -246,6 +257,8 @@ class JaxForm(abc.ABC):
   Reflector's sigma rule of the reasoner whose reading the face
   reproduces). A form that asks is also a ``JaxAsker``.
   """
+  # The environment observation its ``step`` reads (``JaxObservation.info``).
+  READS: ClassVar[type] = AttributeReading
   t2v: bool = True
   covr: bool = True
   needs: tuple[str, ...] = ()

@@ -23,6 +23,7 @@ the lists the host has read did not change.
 """
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -48,10 +49,18 @@ class StepTables:
   filled: jax.Array        # [R] bool the host has planned this turn
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TabulatedStep:
+  """The stepped face's observation: the turn's plan the host tabulated."""
+  plan: plan_lib.JaxPlan
+
+
 @dataclasses.dataclass(frozen=True)
 class TabulatedForm(plan_lib.JaxForm):
   """A method's host step as read from the table: the plan the face found
-  (``JaxObservation.plan``). The host asks the questions."""
+  (``TabulatedStep.plan``). The host asks the questions."""
+  READS: ClassVar[type] = TabulatedStep
   t2v: bool = True
   covr: bool = True
 
@@ -59,12 +68,13 @@ class TabulatedForm(plan_lib.JaxForm):
     return {}, start.init_search
 
   def step(self, state, obs):
-    return state, obs.plan
+    return state, obs.info.plan
 
 
 @dataclasses.dataclass(frozen=True)
 class StepFace(jitted.Face):
   """Turns read from ``StepTables``; a text code is a table row (0: none)."""
+  OBSERVATION: ClassVar[type] = TabulatedStep
   num_turns: int
 
   def _row(self, tables, query, turn):
@@ -104,13 +114,10 @@ class StepFace(jitted.Face):
         sigma=jnp.where(filled, tables.sigma[row], demotion.SIGMA_NEU),
         anchor=top1, avoid=jnp.zeros((1, 0), bool),
         edit_embedding=tables.covr[row])
-    none = jnp.full((1,), -1, jnp.int32)
     obs = plan_lib.JaxObservation(
-        mentions=none, negative=jnp.asarray(False), shown_attrs=none,
         shown=top1, reference=data.reference[query],
         action=jnp.where(filled, tables.action[row], plan_lib.MODIFY),
-        utterance=jnp.zeros((1,)), dialogue=jnp.zeros((1,)), asked=question,
-        plan=plan)
+        asked=question, info=TabulatedStep(plan=plan))
     return obs, state, dict(filled=filled)
 
   def record(self, outputs, active):

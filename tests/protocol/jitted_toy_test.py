@@ -15,6 +15,7 @@ from recovr_jax.methods import base
 from recovr_jax.protocol import jitted
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
+from recovr_jax.protocol import stepped
 from recovr_jax.reasoners import asking
 
 A, V = 2, 3                  # attributes, values per attribute
@@ -38,6 +39,7 @@ def _decode(code):
 @dataclasses.dataclass(frozen=True)
 class ToyFace:
   """The user names the target's values the shown video lacks."""
+  OBSERVATION = plan.AttributeReading
 
   def start(self, data, tables, query):
     del tables
@@ -65,10 +67,12 @@ class ToyFace:
     mentions = jnp.where(target != shown, target, -1).astype(jnp.int32)
     empty = jnp.zeros((1,), jnp.float32)
     obs = plan.JaxObservation(
-        mentions=mentions, negative=jnp.asarray(False),
-        shown_attrs=shown, shown=top1, reference=data.reference[query],
-        action=jnp.asarray(plan.MODIFY, jnp.int32), utterance=empty,
-        dialogue=empty, asked=question, label=jnp.asarray(-1, jnp.int32),
+        shown=top1, reference=data.reference[query],
+        action=jnp.asarray(plan.MODIFY, jnp.int32), asked=question,
+        info=plan.AttributeReading(
+            mentions=mentions, negative=jnp.asarray(False),
+            shown_attrs=shown, utterance=empty, dialogue=empty,
+            label=jnp.asarray(-1, jnp.int32)),
         num_values=V)
     return obs, state + 1, {'mentioned': mentions}
 
@@ -155,6 +159,18 @@ class ToyEnvironmentTest(absltest.TestCase):
     np.testing.assert_array_equal(plain.search[:, 0],
                                   np.where(plain.active[:, 0], code, 0))
     self.assertTrue(plain.active[:, 0].any())
+
+
+  def test_a_form_that_reads_another_observation_is_refused(self):
+    # The stepped face's form reads the host's tabulated plan, which the
+    # toy's face does not give: refused before anything is traced.
+    loop = ranking.LoopConfig(num_turns=3, list_length=5,
+                              num_ids=len(VIDEOS))
+    with self.assertRaisesRegex(
+        jitted.Unsupported, 'reads TabulatedStep observations; this '
+        "source's face gives AttributeReading"):
+      jitted.SimConfig(loop=loop, face=ToyFace(),
+                       form=stepped.TabulatedForm())
 
 
 if __name__ == '__main__':

@@ -27,6 +27,7 @@ reasoner reads of it; split, each half would restate the other.
 """
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,7 @@ class WorldArrays:
 @dataclasses.dataclass(frozen=True)
 class WorldFace(jitted.Face):
   """The simulated user and the phrase and word tables, under ``jit``."""
+  OBSERVATION: ClassVar[type] = plan_lib.AttributeReading
   user: simulated_user.UserConfig
   num_turns: int
   # The user's words are tabulated (``words``): its own language or surface
@@ -123,10 +125,11 @@ class WorldFace(jitted.Face):
       dialogue_found, node, dialogue = words_lib.lookup_dialogue(
           tables[2], data.target.shape[0], state, word)
     obs = plan_lib.JaxObservation(
-        mentions=mentions, negative=negative,
-        shown_attrs=data.memory.caption_attrs[top1], shown=top1,
-        reference=data.reference[query], action=action, utterance=utterance,
-        dialogue=dialogue, asked=question, label=label,
+        shown=top1, reference=data.reference[query], action=action,
+        asked=question, info=plan_lib.AttributeReading(
+            mentions=mentions, negative=negative,
+            shown_attrs=data.memory.caption_attrs[top1],
+            utterance=utterance, dialogue=dialogue, label=label),
         num_values=data.memory.asked_with_value.shape[1])
     return obs, node, dict(mentioned=mentions, word=word, word_found=found,
                            dialogue_parent=state,
