@@ -74,9 +74,16 @@ SOURCE_FLAGS = {
 
 # --help: the flags by concern (tests/experiments/cli_test.py checks that every flag the
 # run reads is in one group).
-HELP_GROUPS = config_flags.help_groups(LEAVES, extra=(
-    ('Benchmark and world', ['data', 'benchmark']),
-    ('Running', ['compilation_cache', 'sweep', 'suite'])))
+# --help's order of the groups (a new one goes last).
+_ORDER = ('Benchmark and world', 'Real data', 'Methods and the protocol',
+          'Reasoner', 'Simulated user', 'Statistics', 'Running', 'Several',
+          'Outputs')
+HELP_GROUPS = tuple(sorted(
+    config_flags.help_groups(LEAVES, extra=(
+        ('Benchmark and world', ['data', 'benchmark']),
+        ('Running', ['compilation_cache', 'sweep', 'suite']))),
+    key=lambda group: next((i for i, o in enumerate(_ORDER)
+                            if group[0].startswith(o)), len(_ORDER))))
 # Defaults that come from the --benchmark preset, as --help shows them.
 HELP_DEFAULTS = {
     name: 'the --benchmark preset\'s: ' + ', '.join(
