@@ -1,6 +1,6 @@
 """Package-level layering: dependencies point one way (docs/layout.md).
 
-core <- reasoners <- protocol <- methods <- drivers and the environments
+core <- reasoning <- protocol <- methods <- drivers and the environments
 (envs.world, envs.files) <- run and analysis <- experiments/. Inside
 envs.world the benchmark, the simulated user, the trained models and the
 JAX face are apart: benchmark <- user <- models <- face, and the source and
@@ -15,18 +15,18 @@ import pathlib
 from absl.testing import absltest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / 'recovr_jax'
-_BELOW_ENVS = {'core', 'reasoners', 'protocol', 'methods'}
+_BELOW_ENVS = {'core', 'reasoning', 'protocol', 'methods'}
 _WORLD = ('envs.world.benchmark', 'envs.world.user', 'envs.world.models',
           'envs.world.face')
 # What each lower unit may import besides itself and root modules.
 ALLOWED = {
     'core': set(),
-    'reasoners': {'core'},
-    'protocol': {'core', 'reasoners'},
-    'methods': {'core', 'protocol', 'reasoners'},
+    'reasoning': {'core'},
+    'protocol': {'core', 'reasoning'},
+    'methods': {'core', 'protocol', 'reasoning'},
     'drivers': _BELOW_ENVS,
-    'envs.world.benchmark': {'core', 'reasoners'},
-    'envs.world.user': {'core', 'reasoners', 'protocol',
+    'envs.world.benchmark': {'core', 'reasoning'},
+    'envs.world.user': {'core', 'reasoning', 'protocol',
                         'envs.world.benchmark'},
     'envs.world.models': _BELOW_ENVS | set(_WORLD[:2]),
     'envs.world.face': _BELOW_ENVS | set(_WORLD[:3]),

@@ -113,7 +113,7 @@ def step_parts(params, shape, batch: int, length: int, repeats: int) -> dict:
   the 30 layers chained in ``llama_decode``'s order (``W @ X``), the
   vocabulary head, and the layers' attention over the cache
   (``llama_decode.attention``: scores, softmax, weighted sum)."""
-  from recovr_jax.reasoners import llama_decode  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import llama_decode  # pylint: disable=g-import-not-at-top
   names = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
   weights = [layer[n] for layer in params['layers'] for n in names]
   inputs = {w.shape[1]: jnp.ones((w.shape[1], batch), jnp.float32)
@@ -186,11 +186,11 @@ def main(argv):
     raise app.UsageError('--reasoner_batches must be distinct integers >= 1, '
                          f'got {",".join(_BATCHES.value)!r}')
   bench_common.full_speed_blas()
-  from recovr_jax.reasoners import chat_lm  # pylint: disable=g-import-not-at-top
-  from recovr_jax.reasoners import constrained  # pylint: disable=g-import-not-at-top
-  from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
-  from recovr_jax.reasoners import llama_decode  # pylint: disable=g-import-not-at-top
-  from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import constrained  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import llama_decode  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import captioner as captioner_lib  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import generator as world_lib  # pylint: disable=g-import-not-at-top
@@ -207,7 +207,7 @@ def main(argv):
     raise app.UsageError(f'--adapter {adapter}: not a LoRA adapter directory '
                          '(no adapter.json); experiments/train/train_adapter.py '
                          'writes one')
-  from recovr_jax.reasoners import lora  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
   try:  # its files, tensors, layers and shapes
     lora.check(lora.load(adapter), f'--adapter {adapter}',
                chat_lm.model_config())

@@ -43,7 +43,7 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.protocol import host as host_driver
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
+from recovr_jax.reasoning import asking
 from recovr_jax.run import resources
 
 _MAIN = ('recovr,covr_only,t2v_only,intent_only,no_rankcap,no_reflection,'

@@ -51,8 +51,8 @@ from recovr_jax.envs.world import world_environment as environment
 from recovr_jax import methods
 from recovr_jax.protocol import host as host_driver
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import schemas as reasoning
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import schemas as reasoning
 from recovr_jax.run import resources
 
 _SESSIONS = flags.DEFINE_integer('num_sessions', 1000, 'Sessions S.')

@@ -26,7 +26,7 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_source
 from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
+from recovr_jax.reasoning import asking
 from recovr_jax.run import config as config_lib
 from recovr_jax.run import distributed
 from recovr_jax.run import validation as checks

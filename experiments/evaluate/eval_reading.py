@@ -29,7 +29,7 @@ from experiments import run
 from recovr_jax.analysis import reading_benchmark as reading
 from recovr_jax import drivers
 from recovr_jax.envs.world import world_source
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 from recovr_jax.run import assemble
 from recovr_jax.run import config as config_lib
 from recovr_jax.run import runner

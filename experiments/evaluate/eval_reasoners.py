@@ -27,9 +27,9 @@ from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world import world_source
-from recovr_jax.reasoners import prompts
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import schemas
 
 _BACKENDS = flags.DEFINE_list(
     'backends', ['rules', 'flax_lm', 'smollm2', 'smollm2_world'],

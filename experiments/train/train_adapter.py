@@ -12,7 +12,7 @@ session's memory the chain of the State Reflector's replies, and as targets
 the simulator's ground truth (the rules reasoning over the values the user
 names and its decision, ``TeacherReasoner``) for the Intent Decomposer and
 the State Reflector, the rules backend's replies for the Question Asker and
-the T2V initializer. Prompts: the chat format of ``reasoners.prompts``
+the T2V initializer. Prompts: the chat format of ``reasoning.prompts``
 (wording 1, no system message, no examples, no spelling fixer). Only the
 adapter trains (optax AdamW, loss on the reply tokens).
 
@@ -43,9 +43,9 @@ from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world.models import training
 from recovr_jax.envs.world.user import simulated_user
-from recovr_jax.reasoners import chat_lm
-from recovr_jax.reasoners import lora
-from recovr_jax.reasoners import prompts
+from recovr_jax.reasoning import chat_lm
+from recovr_jax.reasoning import lora
+from recovr_jax.reasoning import prompts
 from recovr_jax.run import config as config_lib
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -159,8 +159,8 @@ def main(argv):
                {'directory': _INIT.value, 'steps': meta.get('steps'),
                 'best_step': meta.get('best_step'),
                 'curve': meta.get('curve')})
-  from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
-  from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import captioner as captioner_lib  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
   from transformers.models.llama import modeling_flax_llama  # pylint: disable=g-import-not-at-top

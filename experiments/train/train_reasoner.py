@@ -53,7 +53,7 @@ def main(argv):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1')
   if _EVAL_ONLY.value:
-    from recovr_jax.reasoners import flax_lm  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import flax_lm  # pylint: disable=g-import-not-at-top
     try:
       flax_lm.check_model_dir(_OUTPUT_DIR.value)
     except FileNotFoundError as e:

@@ -51,8 +51,8 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 from recovr_jax import methods
 from recovr_jax.protocol import host
-from recovr_jax.reasoners import frames
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import frames
+from recovr_jax.reasoning import registry
 
 SIGMA_OF_ACTION = frames.SIGMA  # the paper's sigma of the user's decision
 SIGMAS = ('neg', 'neu', 'pos')

@@ -28,8 +28,8 @@ from typing import ClassVar
 from recovr_jax import config_tree
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import schemas
 
 MERLIN_ALPHA = 0.8
 # Score lowered per avoided value a candidate's caption states (cosine

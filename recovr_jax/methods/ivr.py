@@ -13,8 +13,8 @@ import numpy as np
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import schemas
 
 SEPARATOR = ' [SEP] '
 # The sigma a single-list method reports, from the user's action (paper

@@ -22,9 +22,9 @@ import numpy as np
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import rules_core
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import rules_core
+from recovr_jax.reasoning import schemas
 
 
 class ReCoVR(base.Method):

@@ -16,8 +16,8 @@ import numpy as np
 
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import schemas
 
 _split_entropy = jax.jit(jax.vmap(asking.expected_split_entropy,
                                   in_axes=(0, 0, None)))

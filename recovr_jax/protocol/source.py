@@ -10,7 +10,7 @@ own typed config (``RunConfig.data``: ``envs.world.world_source.WorldData`` or
 * the queries, Progress Memory and encoders (``build`` ->
   ``host.Environment``), and what to keep after a run (``save_caches``);
 * the simulated user, and what it offers the reasoner backends
-  (``user``, ``vocabulary``: ``reasoners.registry.Vocabulary``; the
+  (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
   assembly, ``run.assemble``, has the registry make the reasoner of
   ``run.reasoner`` over it);
 * the captions of its T2V ceiling (``target_captions``).
@@ -33,7 +33,7 @@ import dataclasses
 import numpy as np
 
 from recovr_jax.protocol import host
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ from ``RunConfig.data`` (``run.config.SOURCES``), its environment
 (``Source.build``, the expensive part), the driver from ``--simulation``
 (``drivers.choose``), the user from the source, the reasoner from
 ``RunConfig.reasoner_config()`` over the source's vocabulary
-(``reasoners.registry``) and each method from the method registry. The
+(``reasoning.registry``) and each method from the method registry. The
 runner, the sweeps, the study, the reading benchmark, the benchmarks and
 the tests receive a ``Run`` and never re-make a part.
 
@@ -27,7 +27,7 @@ from recovr_jax import methods as methods_lib
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 from recovr_jax.run import config as config_lib
 
 

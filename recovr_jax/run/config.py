@@ -17,7 +17,7 @@ from recovr_jax import methods as methods_registry
 from recovr_jax.methods import base as methods_base
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 from recovr_jax.run import resources
 
 # The data sources, looked up by name (--data): each its config type and
@@ -62,7 +62,7 @@ class RunConfig:
   export_trec: bool = config_tree.setting(False, group=_OUTPUTS)
   #: Progress Memory cache of gallery embeddings.
   cache_dir: str | None = config_tree.setting('cache')
-  #: Reasoning backend (reasoners/registry.py; a backend registered there is
+  #: Reasoning backend (reasoning/registry.py; a backend registered there is
   #: accepted too; default: the source's). rules: the world lexicon on
   #: --data=world (the lexicon-only lower bound), the user's words kept as
   #: they are on real data. grounded (world only): the rules reasoning
@@ -78,7 +78,7 @@ class RunConfig:
   #: grounded_smollm2 (world only): grounded, except that feedback with
   #: words neither the lexicon, the training phrasings nor the user's frames
   #: read is also read by smollm2_world, whose values are accepted only
-  #: where they change the shown video's (reasoners/routed.py).
+  #: where they change the shown video's (reasoning/routed.py).
   reasoner: str = config_tree.setting('rules', preset=True, sweep=True,
                                       group=_REASONER)
   #: flax_lm: a local Flax causal LM directory (default: the shipped one).
@@ -91,7 +91,7 @@ class RunConfig:
   #: checked as the shipped one is.
   reasoner_adapter: str | None = config_tree.setting(None, group=_REASONER)
   #: smollm2*: which of the three wordings of the prompt suite
-  #: (reasoners/prompts.py; the paper's Table 9).
+  #: (reasoning/prompts.py; the paper's Table 9).
   prompt_wording: int = config_tree.setting(1, choices=(1, 2, 3), sweep=True,
                                             group=_REASONER)
   #: smollm2*: examples per module in the prompt, drawn from the training

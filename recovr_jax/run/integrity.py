@@ -20,7 +20,7 @@ import subprocess
 import jax
 
 from recovr_jax import checksums
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 from recovr_jax.run import config as config_lib
 
 path_digest = checksums.path_digest

@@ -13,7 +13,7 @@ import jax
 from recovr_jax import checksums
 from recovr_jax import drivers
 from recovr_jax import methods as methods_lib
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 from recovr_jax.run import config as config_lib
 from recovr_jax.run import resources
 
@@ -146,7 +146,7 @@ def _check_sharding(config, driver) -> None:
 def _check_reasoner(config, source) -> None:
   """--reasoner and its checkpoints, before any model loads: whether the
   source offers it, the flags it reads, then its backend's own checks
-  (``reasoners.registry``)."""
+  (``reasoning.registry``)."""
   if config.reasoner not in registry.REGISTRY:
     fail(f'unknown --reasoner {config.reasoner!r}; valid: '
          f'{", ".join(registry.names())}')

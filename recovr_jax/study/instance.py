@@ -15,7 +15,7 @@ import numpy as np
 
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan as plan_lib
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import rules
 
 MAX_FEEDBACK_CHARS = 1000
 

@@ -19,10 +19,10 @@ from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import reader_fit as reading
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
-from recovr_jax.reasoners import frames
-from recovr_jax.reasoners import grounding
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import frames
+from recovr_jax.reasoning import grounding
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 
 A = world_lib.ATTRIBUTES
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -521,7 +521,7 @@ class _Model:
 class RoutedReasonerTest(absltest.TestCase):
 
   def make(self, synonyms):
-    from recovr_jax.reasoners import routed  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import routed  # pylint: disable=g-import-not-at-top
     base, model = rules.RulesReasoner(lexicon), _Model(synonyms)
     return routed.RoutedReasoner(
         base, model, lambda text: 'cobalt' in text or 'quartet' in text,
@@ -583,7 +583,7 @@ class RoutedReasonerTest(absltest.TestCase):
     # A model that cannot read "cobalt" and writes the shown video's red
     # into its edit: not accepted; the colour is abstained on, so the
     # search does not carry red either.
-    from recovr_jax.reasoners import routed  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import routed  # pylint: disable=g-import-not-at-top
 
     class Copier:
       def call(self, module, requests):

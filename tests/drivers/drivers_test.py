@@ -17,7 +17,7 @@ from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import rules
 from recovr_jax.run import assemble
 from recovr_jax.run import config as config_lib
 from tests.helpers import toy_world

@@ -17,7 +17,7 @@ from absl.testing import absltest
 
 from experiments.bench import bench_common
 from experiments.common import cli
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 from tests.helpers import entry_points
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from recovr_jax import methods
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import rules
 
 DIM = 32
 COMBOS = world_lib.all_combos()

@@ -15,7 +15,7 @@ from recovr_jax import methods
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
+from recovr_jax.reasoning import asking
 from tests.helpers import runs
 from tests.helpers import toy_world
 
@@ -139,7 +139,7 @@ class ReadsThroughTheReasonerTest(absltest.TestCase):
   lists are the same under every backend (docs/reading.md)."""
 
   def test_only_history_rewrite_changes_with_the_reasoner(self):
-    from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
 
     class Blind(rules.RulesReasoner):

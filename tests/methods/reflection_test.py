@@ -20,8 +20,8 @@ from recovr_jax.methods import base
 from recovr_jax.methods import umivr
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import rules
 from recovr_jax.run import reporting
 from tests.helpers import toy_world
 

@@ -14,9 +14,9 @@ from recovr_jax.envs.world.face import traced_face as simulation
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 from tests.helpers import toy_world
 
 class DecideTest(absltest.TestCase):
@@ -261,14 +261,14 @@ class GroundedReaderJitTest(absltest.TestCase):
   Reflector uses the same sigma rule, so the lists equal the host's."""
 
   def test_same_lists_and_sigma_as_the_host(self):
-    from recovr_jax.reasoners import grounding  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import grounding  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import reader_fit as reading  # pylint: disable=g-import-not-at-top
     _, env, sim_env = toy_world.env_for('sum')
     # It abstains below its threshold (rules_core.ABSTAIN in the table).
     reader = grounding.GroundingReader(
         lexicon, toy_world.fake_encode, reading.prototypes('train'), threshold=0.4,
         exact=reading.training_phrases(), abstain=0.2)
-    from recovr_jax.reasoners import frames  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
     texts, _, actions, _, _ = reading.training_utterances(
         world_lib.make_world(world_lib.WorldConfig()), 300,
         with_decisions=True)
@@ -315,7 +315,7 @@ class GroundedReaderJitTest(absltest.TestCase):
           if name == 'recovr' and hr['action'] != 'stopped':
             sigmas.add(hr['sigma'])
     self.assertGreater(reader.grounded, 0)
-    from recovr_jax.reasoners import rules_core  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import rules_core  # pylint: disable=g-import-not-at-top
     self.assertTrue(np.any(np.asarray(table.arrays()[1]) ==
                            rules_core.ABSTAIN))  # host and jit abstained
     self.assertIn('neu', sigmas)  # answers to the question shown

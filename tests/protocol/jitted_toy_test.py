@@ -16,7 +16,7 @@ from recovr_jax.protocol import jitted
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import stepped
-from recovr_jax.reasoners import asking
+from recovr_jax.reasoning import asking
 
 A, V = 2, 3                  # attributes, values per attribute
 CODES = (V + 1) ** A         # partial assignments, the empty one included

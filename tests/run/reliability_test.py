@@ -25,8 +25,8 @@ from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import progress_memory
 from recovr_jax.envs.world.models import training
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules
 from recovr_jax.run import results
 from recovr_jax.run import runner
 from tests.helpers import runs

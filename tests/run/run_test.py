@@ -25,8 +25,8 @@ from recovr_jax.envs.world import world_environment as environment
 from recovr_jax.envs.world import world_source
 from recovr_jax import methods
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules
 from recovr_jax.run import resources
 from recovr_jax.run import runner
 from tests.helpers import runs

@@ -1,7 +1,7 @@
 """WebVid-CoVR-style files as a run's environment and its user.
 
 No text here goes through the embedded world's lexicon: the ``rules``
-backend is ``reasoners.rules.FreeTextReasoner``, which keeps the user's
+backend is ``reasoning.rules.FreeTextReasoner``, which keeps the user's
 words (``envs.files.files_source.RealSource.vocabulary``).
 """
 

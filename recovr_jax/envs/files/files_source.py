@@ -11,8 +11,8 @@ from typing import ClassVar
 
 from recovr_jax import config_tree
 from recovr_jax.protocol import source as source_lib
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules
 
 MISSING_IDS = ('error', 'drop')
 PHRASERS = ('none', 'smollm2')
@@ -108,7 +108,7 @@ class RealSource(source_lib.Source, source_lib.ExtraOutputs):
       out.append(f'--user_phraser must be none or smollm2, got '
                  f'{c.user_phraser!r}')
     elif c.user_phraser == 'smollm2':
-      from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       problem = gguf_llama.smollm2_problem()
       if problem:
         out.append(f'--user_phraser=smollm2: {problem}')
@@ -147,7 +147,7 @@ class RealSource(source_lib.Source, source_lib.ExtraOutputs):
                           'reference_embeddings', 'query_embeddings')
              if getattr(self.config, name)}
     if self.config.user_phraser == 'smollm2':
-      from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       paths['user_phraser_gguf'] = str(gguf_llama.find_smollm2())
     if self.config.text_encoder:  # its code, not the CLIP's, encodes text
       paths.pop('clip_dir', None)
@@ -178,8 +178,8 @@ class RealSource(source_lib.Source, source_lib.ExtraOutputs):
     from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
     phrase = None
     if self.config.user_phraser == 'smollm2':
-      from recovr_jax.reasoners import chat_lm  # pylint: disable=g-import-not-at-top
-      from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
       phrase = caption_user.LMPhraser(
           chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
           seed=run.user_seed)

@@ -19,7 +19,7 @@ from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.models import encoders
 from recovr_jax import paths
 from recovr_jax.protocol import source as source_lib
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 
 CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
 STARTS = ('composed', 'text')  # a reference and an edit; a description
@@ -323,7 +323,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     # Made here with the reasoner's reader; jitted.run finds it by key.
     label = None
     if getattr(reasoner, 'frames', None) is not None:
-      from recovr_jax.reasoners import frames  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
       label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
     table = jitted.word_table(sim_env, sim_config, run.user_seed,
                               parse=reasoner.feedback_values, label=label)
@@ -356,12 +356,12 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
 
 def vocabulary(world_config, user=None, allow_other_world: bool = False):
   """What the world ``world_config`` offers the reasoner backends
-  (``reasoners.registry.Vocabulary``): its lexicon (with the layout's words
+  (``reasoning.registry.Vocabulary``): its lexicon (with the layout's words
   when it is describable), its grounding reader, few-shot examples from the
   train split, the Reflector's literal sets, the lexicon's spelling fixer,
   the shipped flax_lm checkpoint and the check of an adapter's recorded
   data against the world and ``user`` (a ``UserConfig``)."""
-  from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import reader_fit as reading  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import reasoner_training  # pylint: disable=g-import-not-at-top

@@ -25,8 +25,8 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 from recovr_jax.envs.world import world_source
 from recovr_jax import paths
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 from tests.helpers import entry_points
 
 LAYOUT = world_lib.NUM_ATTRIBUTES  # the layout's attribute index

@@ -171,7 +171,7 @@ class SimulatedUserTest(parameterized.TestCase):
   def test_integer_settings_refuse_other_numbers(self):
     # NaN passed every `< 1` check (and 10.0 is no static shape).
     from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
-    from recovr_jax.reasoners import asking  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import asking  # pylint: disable=g-import-not-at-top
     nan = float('nan')
     for make, message in (
         (lambda: ranking.LoopConfig(window=nan), 'window must be an integer, '

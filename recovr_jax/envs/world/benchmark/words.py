@@ -30,7 +30,7 @@ import numpy as np
 
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import rules
 
 _PREFIXES = 8            # room for the Rewrite prefixes (5)
 _MASKS = 2 ** (world_lib.NUM_ATTRIBUTES + 1)  # and for the layout's bit

@@ -42,8 +42,8 @@ from recovr_jax.protocol import host
 from recovr_jax.protocol import jitted
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 
 NUM_CODES = phrase_table.NUM_CODES
 run = jitted.run

@@ -16,10 +16,10 @@ from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
-from recovr_jax.reasoners import frames
-from recovr_jax.reasoners import grounding
-from recovr_jax.reasoners import rules_core
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import frames
+from recovr_jax.reasoning import grounding
+from recovr_jax.reasoning import rules_core
+from recovr_jax.reasoning import schemas
 
 A = world_lib.ATTRIBUTES
 # The threshold fit's utterances (train split, training phrasings); fixed
@@ -135,11 +135,11 @@ def check_grounded_options(options: dict | None) -> None:
 
 @functools.cache
 def relater(phrasings: str = 'train', max_depth: int = 1):
-  """WordNet (``reasoners.wordnet``) over the world's vocabulary: every
+  """WordNet (``reasoning.wordnet``) over the world's vocabulary: every
   prototype's content words (``prototypes(phrasings)``), each of its words
   and every value's name, each to its value; a word of two values is left
   out."""
-  from recovr_jax.reasoners import wordnet  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import wordnet  # pylint: disable=g-import-not-at-top
   values = collections.defaultdict(set)
   for p in prototypes(phrasings):
     key = grounding.content(lexicon, lexicon.words(p.phrase))
@@ -326,7 +326,7 @@ class Grounding:
     ``options`` override ``GROUNDED_OPTIONS``) with the Reflector's sigma
     as docs/reading.md maps the user's decisions, read by a frame
     classifier fitted on the train split."""
-    from recovr_jax.reasoners import rules  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
     world = world_lib.make_world(self.world_config)
     check_grounded_options(options)
     reader, fit = grounding_reader(

@@ -27,10 +27,10 @@ from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import paths
-from recovr_jax.reasoners import flax_lm
-from recovr_jax.reasoners import frames
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import frames
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 
 EOS = '<|endoftext|>'
 MARKER = 'recovr_reasoner.json'  # marks a checkpoint trained here
@@ -285,7 +285,7 @@ def evaluate(model_dir, world, num: int, seed: int, batch_size: int = 32):
 def few_shot_examples(world, per_module: int = 3, seed: int = 7):
   """module -> ``prompts.Example``s from the training split, answered by
   the rules backend (the Reflector's include a rejection and an approval)."""
-  from recovr_jax.reasoners import prompts  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import prompts  # pylint: disable=g-import-not-at-top
   pairs = sample_requests(world, world.train_combos, 40 * per_module, seed)
   replies = [json.loads(t) for t in targets_of(pairs)]
   out = {}

@@ -28,9 +28,9 @@ lexical reading are injected.
 import collections
 from collections.abc import Callable
 
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules_core
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules_core
+from recovr_jax.reasoning import schemas
 
 ROUTED_MODULES = ('intent', 'reflect')
 

@@ -27,12 +27,12 @@ from typing import Any, Callable
 
 # name -> 'module:attribute' of its Backend (imported when first asked for).
 REGISTRY = {
-    'rules': 'recovr_jax.reasoners.rules:BACKEND',
-    'grounded': 'recovr_jax.reasoners.grounding:BACKEND',
-    'flax_lm': 'recovr_jax.reasoners.flax_lm:BACKEND',
-    'smollm2': 'recovr_jax.reasoners.chat_lm:SMOLLM2',
-    'smollm2_world': 'recovr_jax.reasoners.chat_lm:SMOLLM2_WORLD',
-    'grounded_smollm2': 'recovr_jax.reasoners.routed:GROUNDED_SMOLLM2',
+    'rules': 'recovr_jax.reasoning.rules:BACKEND',
+    'grounded': 'recovr_jax.reasoning.grounding:BACKEND',
+    'flax_lm': 'recovr_jax.reasoning.flax_lm:BACKEND',
+    'smollm2': 'recovr_jax.reasoning.chat_lm:SMOLLM2',
+    'smollm2_world': 'recovr_jax.reasoning.chat_lm:SMOLLM2_WORLD',
+    'grounded_smollm2': 'recovr_jax.reasoning.routed:GROUNDED_SMOLLM2',
 }
 _LOADED = {}
 

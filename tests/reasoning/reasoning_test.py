@@ -14,11 +14,11 @@ from recovr_jax.envs.files import files_source as real_source
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world import world_source
-from recovr_jax.reasoners import asking
-from recovr_jax.reasoners import flax_lm
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 
 SHOWN = 'two large blue circles moving left on grass in daylight'
 

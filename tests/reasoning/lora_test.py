@@ -13,7 +13,7 @@ from safetensors import numpy as st
 from transformers import LlamaConfig
 
 from recovr_jax import checksums
-from recovr_jax.reasoners import lora
+from recovr_jax.reasoning import lora
 
 CONFIG = LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=2,
                      num_attention_heads=2, num_key_value_heads=1,
@@ -91,7 +91,7 @@ class LoraCheckTest(absltest.TestCase):
       lora.check(adapter, 'x')
 
   def test_the_installed_smollm2_is_checked_from_its_header(self):
-    from recovr_jax.reasoners import chat_lm  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
     config = chat_lm.model_config()  # the GGUF's header: no weights read
     self.assertEqual((config.num_hidden_layers, config.hidden_size,
                       config.num_key_value_heads), (30, 576, 3))

@@ -7,11 +7,11 @@ from absl.testing import absltest
 import numpy as np
 
 from recovr_jax.envs.world.benchmark import lexicon
-from recovr_jax.reasoners import grounding
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import rules_core
-from recovr_jax.reasoners import schemas
-from recovr_jax.reasoners import wordnet
+from recovr_jax.reasoning import grounding
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import rules_core
+from recovr_jax.reasoning import schemas
+from recovr_jax.reasoning import wordnet
 
 
 def _database(synsets: dict) -> pathlib.Path:

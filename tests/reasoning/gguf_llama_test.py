@@ -11,10 +11,10 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax import pretrained
-from recovr_jax.reasoners import flax_lm
-from recovr_jax.reasoners import gguf_llama
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import gguf_llama
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 from third_party import transformers_flax_llama
 
 transformers_flax_llama.install()

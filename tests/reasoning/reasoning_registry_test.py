@@ -1,4 +1,4 @@
-"""reasoners.registry: a backend is one module and one registry line."""
+"""reasoning.registry: a backend is one module and one registry line."""
 
 import json
 import pathlib
@@ -10,8 +10,8 @@ from absl.testing import absltest
 from recovr_jax.envs.files import files_source as real_source
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world import world_source
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules
 from tests.helpers import runs
 
 WORLD = world_source.vocabulary(world_lib.WorldConfig())

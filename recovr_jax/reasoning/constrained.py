@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import schemas
 
 MAX_IDS = 64
 AVOID_KEY = ', "avoid":'  # what follows the keep list

@@ -16,7 +16,7 @@ A lexicon is any object with ``A`` (attribute names), ``QUESTIONS``
 
 ``RulesReasoner(lexicon, reader=...)`` reads the user's words (feedback,
 dialogues) with another reader (any object with ``parse``; e.g.
-``reasoners.grounding.GroundingReader``) while captions and modification
+``reasoning.grounding.GroundingReader``) while captions and modification
 texts, which are in the lexicon's words, are still read by the lexicon.
 ``sigma='paper'``: the Reflector labels a turn as docs/definitions.md §10 maps
 the user's decisions (an edit of the shown video ``pos``, an answer to the
@@ -30,10 +30,10 @@ by rule (relative feedback; an answer names exactly the attribute asked);
 
 import numpy as np
 
-from recovr_jax.reasoners import frames as frames_lib
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import rules_core
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import frames as frames_lib
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import rules_core
+from recovr_jax.reasoning import schemas
 
 
 class _Backend:

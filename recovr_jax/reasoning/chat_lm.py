@@ -1,16 +1,16 @@
 """The ``flax_lm`` backend for instruction-tuned Llama checkpoints (SmolLM2).
 
-Requests become chat prompts (``reasoners.prompts``: a system description of
+Requests become chat prompts (``reasoning.prompts``: a system description of
 the module, optional few-shot examples, the request) rendered with the
 checkpoint's chat template. Replies are decoded greedily with the key/value
 cache of transformers' Flax Llama, batched across sessions, and constrained
-by each module's JSON schema (``reasoners.constrained``), so first-pass
+by each module's JSON schema (``reasoning.constrained``), so first-pass
 validity is 100% by construction. ``constrained=False`` decodes freely and
 keeps the parse / retry / rules-fallback path, which is counted.
 
 Weights load from ``flax_model.msgpack`` or from a ``model.safetensors`` in
 transformers' PyTorch naming; ``dtype='bfloat16'`` halves their memory. A
-LoRA adapter (``reasoners.lora``) is merged into the weights at load.
+LoRA adapter (``reasoning.lora``) is merged into the weights at load.
 
 Why one module of about 410 lines: the chat backend end to end (loading from
 msgpack or safetensors with a LoRA merge, prompting, batched decoding calls,
@@ -30,12 +30,12 @@ import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax import paths
-from recovr_jax.reasoners import constrained
-from recovr_jax.reasoners import flax_lm
-from recovr_jax.reasoners import llama_decode
-from recovr_jax.reasoners import prompts
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import constrained
+from recovr_jax.reasoning import flax_lm
+from recovr_jax.reasoning import llama_decode
+from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import schemas
 
 DTYPES = ('float32', 'bfloat16')
 
@@ -67,7 +67,7 @@ def load_params(model_dir, config):
     return params
   if (d / 'model.safetensors').is_file():
     from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
-    from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
     try:
       tensors = st.load_file(str(d / 'model.safetensors'))
     except Exception as e:  # pylint: disable=broad-except
@@ -103,7 +103,7 @@ class ChatLMReasoner(flax_lm.LMReasoner):
       system: include the system description of the module.
       constrained_decoding: decode under each module's JSON grammar.
       dtype: ``float32`` or ``bfloat16`` parameters and activations.
-      adapter: a LoRA adapter directory (``reasoners.lora``).
+      adapter: a LoRA adapter directory (``reasoning.lora``).
       preprocess: optional ``request -> request`` before prompting.
       limits: token budgets of the constrained grammar.
       reflect_literals: attribute -> values: under constrained decoding the
@@ -124,7 +124,7 @@ class ChatLMReasoner(flax_lm.LMReasoner):
     self.model_dir = model_dir
     self.config = LlamaConfig.from_pretrained(model_dir)
     if adapter:  # checked against the model before its weights load
-      from recovr_jax.reasoners import lora  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
       adapter_params = lora.load(adapter)
       lora.check(adapter_params, f'LoRA adapter {adapter}', self.config)
     params = load_params(model_dir, self.config)
@@ -291,7 +291,7 @@ def model_config(checkpoint=None):
   from transformers import LlamaConfig  # pylint: disable=g-import-not-at-top
   if checkpoint:
     return LlamaConfig.from_pretrained(checkpoint)
-  from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
   return LlamaConfig(**gguf_llama.header_config(gguf_llama.find_smollm2()))
 
 
@@ -308,7 +308,7 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
   ``examples``: module -> ``prompts.Example``s to draw the few-shot examples
   from (``None``: none available).
   """
-  from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
   if backend not in CHAT_BACKENDS:
     raise ValueError(f'unknown chat reasoner {backend!r}; valid: '
                      f'{", ".join(CHAT_BACKENDS)}')
@@ -367,7 +367,7 @@ class _Chat(registry.Backend):
                 'tokenizer_config.json); experiments/train/convert_gguf.py writes '
                 'one']
     else:
-      from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       problem = gguf_llama.smollm2_problem()
       if problem:
         return [f'--reasoner={config.name}: {problem}']
@@ -377,7 +377,7 @@ class _Chat(registry.Backend):
     if not (adapter / 'adapter.json').is_file():
       return [f'--reasoner={config.name}: the adapter {adapter} is missing '
               '(no adapter.json); experiments/train/train_adapter.py writes it']
-    from recovr_jax.reasoners import lora  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
     try:  # its files, tensors, layers and shapes, before any model loads
       lora.check(lora.load(adapter), f'LoRA adapter {adapter}',
                  model_config(config.checkpoint))
@@ -395,7 +395,7 @@ class _Chat(registry.Backend):
     if config.checkpoint:
       paths = {'reasoner_checkpoint': config.checkpoint}
     else:
-      from recovr_jax.reasoners import gguf_llama  # pylint: disable=g-import-not-at-top
+      from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       paths = {'reasoner_gguf': str(gguf_llama.find_smollm2())}
     if self.adapter:
       paths['reasoner_adapter'] = str(self.adapter_dir(config))

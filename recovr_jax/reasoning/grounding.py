@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from recovr_jax.reasoners import registry
+from recovr_jax.reasoning import registry
 
 # The score of a span a lexical resource relates to a value (above every
 # similarity, so always read).

@@ -15,9 +15,9 @@ per-request ``suffix`` (the request and the assistant header).
 import dataclasses
 import json
 
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import schemas
 
-# Plain (non-chat) prompts of the tiny world GPT-2 (``reasoners.flax_lm``).
+# Plain (non-chat) prompts of the tiny world GPT-2 (``reasoning.flax_lm``).
 PLAIN = {
     'intent': ('Task: intent. Reply with JSON {{"search": str, "edit": str}}.'
                '\nKeep: {keep}\nAvoid: {avoid}\nShown: {shown}\n'

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import demotion
-from recovr_jax.reasoners import rules_core
+from recovr_jax.reasoning import rules_core
 
 A, V = 7, 6
 

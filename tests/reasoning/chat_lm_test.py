@@ -22,14 +22,14 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
-from recovr_jax.reasoners import chat_lm
-from recovr_jax.reasoners import constrained
-from recovr_jax.reasoners import gguf_llama
-from recovr_jax.reasoners import llama_decode
-from recovr_jax.reasoners import lora
-from recovr_jax.reasoners import prompts
-from recovr_jax.reasoners import rules
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import chat_lm
+from recovr_jax.reasoning import constrained
+from recovr_jax.reasoning import gguf_llama
+from recovr_jax.reasoning import llama_decode
+from recovr_jax.reasoning import lora
+from recovr_jax.reasoning import prompts
+from recovr_jax.reasoning import rules
+from recovr_jax.reasoning import schemas
 from third_party import transformers_flax_llama
 
 transformers_flax_llama.install()

@@ -12,7 +12,7 @@ none scores videos or sees the target:
 * T2V initializer -> ``{"search": str}`` from the reference caption and the
   modification text.
 
-Backends (``reasoners.rules``, ``reasoners.flax_lm``) take a batch of requests
+Backends (``reasoning.rules``, ``reasoning.flax_lm``) take a batch of requests
 (one per session) and return one object per request; every backend's
 ``call(module, requests) -> Outputs`` also says which outputs were valid on a
 model's first pass (``None`` for a deterministic backend).

@@ -13,8 +13,8 @@ from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import reasoner_training as rt
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
-from recovr_jax.reasoners import chat_lm
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import chat_lm
+from recovr_jax.reasoning import schemas
 
 A = world_lib.ATTRIBUTES
 WORLD = world_lib.make_world(world_lib.WorldConfig(renditions=4))

@@ -1,6 +1,6 @@
 """The ``flax_lm`` reasoning backend: any local transformers Flax causal LM.
 
-Prompts for every module live in ``reasoners.prompts`` (``PLAIN``).
+Prompts for every module live in ``reasoning.prompts`` (``PLAIN``).
 Generation is greedy and batched across sessions with fixed padded shapes
 (one compile per prompt length bucket). Each output is parsed as JSON and validated against its
 module's schema; an invalid output gets one retry with a stricter prompt and
@@ -18,11 +18,11 @@ import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax import pretrained
-from recovr_jax.reasoners import prompts as prompt_suite
-from recovr_jax.reasoners import registry
-from recovr_jax.reasoners import schemas
+from recovr_jax.reasoning import prompts as prompt_suite
+from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import schemas
 
-PROMPTS = prompt_suite.PLAIN  # the plain prompts (reasoners/prompts.py)
+PROMPTS = prompt_suite.PLAIN  # the plain prompts (reasoning/prompts.py)
 RETRY_SUFFIX = ' {'  # the retry starts the object for the model
 MAX_FIELD_CHARS = 800
 _REQUIRED_FILES = ('config.json', 'flax_model.msgpack')
@@ -193,7 +193,7 @@ class FlaxLMReasoner(LMReasoner):
     Args:
       model_dir: a transformers Flax causal-LM directory with its tokenizer.
       fallback: the backend used when an output stays invalid (a
-        ``reasoners.rules`` backend).
+        ``reasoning.rules`` backend).
       batch_size: prompts per generation call (padded to it).
       max_new_tokens: generation budget per output.
       max_prompt_tokens: prompts are cut from the left to this length.
