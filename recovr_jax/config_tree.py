@@ -14,19 +14,45 @@ with ``setting(...)``. The field carries everything about it:
 
 ``leaves`` walks the tree and returns one ``Leaf`` per flag; the command
 line (``experiments/common/config_flags.py``) defines the flags from them, the
-sweeps read ``sweepable`` and ``replace``. Nothing here imports absl or the
-rest of the package: every layer may declare its settings.
+sweeps read ``sweepable`` and ``replace``.
+
+A numeric field that no shape or branch depends on is declared *traced*
+(``setting(..., traced=True)``, or ``number(default)`` for a field that is
+not a flag): ``jit`` compiles a function of a config once for every value
+of such fields. It hands ``jax.jit`` the config's ``split``: a skeleton
+(the config with each traced field replaced by ``TRACED``, hashable and
+equal across values: the static argument) and the numbers (a dict of
+Python scalars: traced arguments), and rebuilds the config inside
+(``join``), its traced fields then being tracers. Nothing here imports absl
+or the rest of the package (``jit`` imports JAX when called): every layer
+may declare its settings.
 """
 
 import ast
 import dataclasses
+import functools
 import inspect
 import textwrap
 import types
 import typing
 
 KEY = 'recovr_jax.setting'
+TRACED_KEY = 'recovr_jax.traced'
 UNSET = type('Unset', (), {'__repr__': lambda self: 'UNSET'})()  # no value
+
+
+class _Traced:
+  """The skeleton's stand-in for a traced field's value (one object, so
+  skeletons of configs that differ only in numbers are equal)."""
+
+  def __repr__(self):
+    return 'TRACED'
+
+  def __reduce__(self):
+    return 'TRACED'
+
+
+TRACED = _Traced()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +71,20 @@ class Setting:
   only_for: str | None = None  # the data variant (NAME) it applies to
 
 
-def setting(default=dataclasses.MISSING, **options):
-  """A dataclass field that is a setting; ``options``: ``Setting``'s."""
-  return dataclasses.field(default=default,
-                           metadata={KEY: Setting(**options)})
+def setting(default=dataclasses.MISSING, *, traced: bool = False,
+            **options):
+  """A dataclass field that is a setting; ``options``: ``Setting``'s.
+  ``traced``: a number (or tuple of numbers) that ``jit`` traces."""
+  metadata = {KEY: Setting(**options)}
+  if traced:
+    metadata[TRACED_KEY] = True
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def number(default):
+  """A traced numeric field that is not a flag (a method form's copy of a
+  setting, say)."""
+  return dataclasses.field(default=default, metadata={TRACED_KEY: True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,3 +248,97 @@ def replace(config, leaf: Leaf, value):
         node, **{path[0]: put(getattr(node, path[0]), path[1:])})
 
   return put(config, leaf.path)
+
+
+def _walked(node) -> bool:
+  """Whether ``split`` / ``join`` look inside ``node``: a frozen dataclass
+  instance (a config, a face, a method form)."""
+  return (dataclasses.is_dataclass(node) and not isinstance(node, type)
+          and type(node).__dataclass_params__.frozen)
+
+
+def _scalar(value, where: str):
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise TypeError(f'traced field {where} must hold a number, got '
+                    f'{value!r}')
+  return value
+
+
+def _with(node, changes: dict):
+  """A copy of frozen dataclass ``node`` with ``changes``, made without
+  its ``__init__`` (whose checks need concrete values) and holding its
+  fields only (no cached value of the old numbers)."""
+  new = object.__new__(type(node))
+  for field in dataclasses.fields(node):
+    object.__setattr__(new, field.name,
+                       changes.get(field.name, getattr(node, field.name)))
+  return new
+
+
+def split(tree) -> tuple[object, dict]:
+  """``(skeleton, numbers)`` of a frozen dataclass tree: each traced field
+  (its metadata's ``TRACED_KEY``) replaced by ``TRACED``, and its value
+  under its dotted path (``loop.rrf_k``; a tuple field's value a tuple)."""
+  numbers = {}
+
+  def walk(node, prefix):
+    changes = {}
+    for field in dataclasses.fields(node):
+      value, path = getattr(node, field.name), prefix + field.name
+      if field.metadata.get(TRACED_KEY):
+        numbers[path] = (tuple(_scalar(v, path) for v in value)
+                         if isinstance(value, tuple) else _scalar(value, path))
+        changes[field.name] = TRACED
+      elif _walked(value):
+        new = walk(value, path + '.')
+        if new is not value:
+          changes[field.name] = new
+    return _with(node, changes) if changes else node
+
+  return (walk(tree, '') if _walked(tree) else tree), numbers
+
+
+def join(skeleton, numbers: dict):
+  """The tree ``split`` took apart, its traced fields from ``numbers``
+  (tracers under ``jit``)."""
+
+  def walk(node, prefix):
+    changes = {}
+    for field in dataclasses.fields(node):
+      value, path = getattr(node, field.name), prefix + field.name
+      if value is TRACED:
+        changes[field.name] = numbers[path]
+      elif _walked(value):
+        new = walk(value, path + '.')
+        if new is not value:
+          changes[field.name] = new
+    return _with(node, changes) if changes else node
+
+  return walk(skeleton, '') if _walked(skeleton) else skeleton
+
+
+def jit(fn, static_argnames: tuple[str, ...] = ()):
+  """``jax.jit`` of ``fn(config, *args, **kwargs)`` compiled once for all
+  values of ``config``'s traced fields (and per value of the rest of it and
+  of ``static_argnames``)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def body(skeleton, numbers, *args, **kwargs):
+    return fn(join(skeleton, numbers), *args, **kwargs)
+
+  # fn's signature with (skeleton, numbers) for its config, so that
+  # ``static_argnames`` name fn's own parameters.
+  params = list(inspect.signature(fn).parameters.values())
+  body.__signature__ = inspect.Signature(
+      [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+       for n in ('skeleton', 'numbers')] + params[1:])
+  compiled = jax.jit(body, static_argnums=0,
+                     static_argnames=tuple(static_argnames))
+
+  @functools.wraps(fn)
+  def call(config, *args, **kwargs):
+    skeleton, numbers = split(config)
+    return compiled(skeleton, numbers, *args, **kwargs)
+
+  call.compiled = compiled  # its cache (``compiled._cache_size()``)
+  return call

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
@@ -60,7 +61,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   """
   question: str = 'shown'
   candidates: int = 10
-  tau: float = base.QUESTION_TAU
+  tau: float = config_tree.number(base.QUESTION_TAU)
   t2v: bool = False
   covr: bool = True
   needs: tuple[str, ...] = ('dialogues',)

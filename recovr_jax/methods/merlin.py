@@ -11,6 +11,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.core import slerp
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
@@ -22,7 +23,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   """MERLIN in the jitted mode: the running text embedding moves towards
   each utterance's embedding (the driver's word table holds them); asks
   about the reference video's caption."""
-  alpha: float = base.MERLIN_ALPHA
+  alpha: float = config_tree.number(base.MERLIN_ALPHA)
   question: str = 'reference'
   t2v: bool = False
   covr: bool = True

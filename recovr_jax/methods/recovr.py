@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan as plan_lib
@@ -184,7 +185,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   dynamic_anchor: bool = True
   keep: bool = True
   avoid: bool = True
-  avoid_penalty: float = base.AVOID_PENALTY
+  avoid_penalty: float = config_tree.number(base.AVOID_PENALTY)
   question: str | None = None
   ask: asking.AskPolicy = asking.AskPolicy(mode='never')
   candidates: int = 10

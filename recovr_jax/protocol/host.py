@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax import profiling
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
@@ -65,14 +66,14 @@ class BatchResult:
   records: list[list[dict]]    # [S][turn] feedback, action, sigma, question
 
 
-@functools.partial(jax.jit, static_argnames=('config',))
+@config_tree.jit
 def _start(config, gallery, states, inputs):
   step = functools.partial(ranking.start_step, config)
   # config and gallery shared; state and inputs per session.
   return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)
 
 
-@functools.partial(jax.jit, static_argnames=('config',))
+@config_tree.jit
 def _turn(config, gallery, states, inputs):
   step = functools.partial(ranking.turn_step, config)
   return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)

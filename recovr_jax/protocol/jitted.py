@@ -35,6 +35,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.core import sharding
 from recovr_jax.core import vectors
@@ -361,16 +362,21 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
       questions=outs['questions'], own=outs['own'])
 
 
-simulate = jax.jit(simulate_batch, static_argnames=('config', 'chunk_size'))
+# Compiled once per shape and per non-numeric settings: the traced ones
+# (``config_tree.setting(traced=True)``: rrf_k, gamma, kappa, the user's
+# rates, ...) are arguments.
+simulate = config_tree.jit(simulate_batch, static_argnames=('chunk_size',))
 
 
 @functools.lru_cache(maxsize=16)
-def _over_sessions(config, chunk_size, mesh, data_structure=None,
+def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
                    num_rows=None):
   """``simulate_batch`` with the sessions split over the mesh's session
-  axis. ``data_structure`` (the data's treedef) and ``num_rows``: the
-  gallery's rows are split over the mesh's gallery axis (``num_rows`` real
-  rows); otherwise everything but the sessions is replicated."""
+  axis, for every config of ``skeleton`` (``config_tree.split``; its
+  numbers are the first argument). ``data_structure`` (the data's treedef)
+  and ``num_rows``: the gallery's rows are split over the mesh's gallery
+  axis (``num_rows`` real rows); otherwise everything but the sessions is
+  replicated."""
   shared, split = P(), P(sharding.SESSION_AXIS)
   data_spec, rows = shared, None
   if data_structure is not None:
@@ -379,10 +385,13 @@ def _over_sessions(config, chunk_size, mesh, data_structure=None,
         gallery=P(sharding.GALLERY_AXIS, None))
     rows = ranking.GallerySplit.of(sharding.GALLERY_AXIS, num_rows,
                                    mesh.shape[sharding.GALLERY_AXIS])
-  body = functools.partial(simulate_batch, config, chunk_size=chunk_size,
-                           split=rows)
+
+  def body(numbers, *args):
+    return simulate_batch(config_tree.join(skeleton, numbers), *args,
+                          chunk_size=chunk_size, split=rows)
   return jax.jit(jax.shard_map(
-      body, mesh=mesh, in_specs=(data_spec, shared, shared, split, shared),
+      body, mesh=mesh,
+      in_specs=(shared, data_spec, shared, shared, split, shared),
       out_specs=split, check_vma=False))
 
 
@@ -438,17 +447,20 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
     else:
       # Replicated on every device of the mesh (a copy per device); the
       # mesh may span several processes, each passing the same values.
+      # The config's numbers travel as Python scalars (the same on every
+      # process, replicated by jit).
+      skeleton, numbers = config_tree.split(config)
       tables, params, key = sharding.place(
           (tables, env.composer_params, seed_key), mesh)
       if split_rows:
         data = _place_split_gallery(env.data, mesh)
-        fn = _over_sessions(config, chunk_size, mesh,
+        fn = _over_sessions(skeleton, chunk_size, mesh,
                             jax.tree.structure(env.data),
                             int(env.data.gallery.shape[0]))
       else:
         data = sharding.place(env.data, mesh)
-        fn = _over_sessions(config, chunk_size, mesh)
-      trace = fn(data, tables, params,
+        fn = _over_sessions(skeleton, chunk_size, mesh)
+      trace = fn(numbers, data, tables, params,
                  sharding.place(padded, mesh, P(sharding.SESSION_AXIS)), key)
     trace = jax.tree.map(lambda x: x[:len(sessions)], sharding.gather(trace))
     added = filler.add(trace)

@@ -48,16 +48,16 @@ class LoopConfig:
   list_length: int = config_tree.setting(100, sweep=True)
   fusion_method: str | None = 'tw_rrf'  # None: show channel 1's list as is
   #: k, the RRF constant.
-  rrf_k: float = config_tree.setting(60.0, sweep=True)
+  rrf_k: float = config_tree.setting(60.0, sweep=True, traced=True)
   #: TW-RRF recency weights.
   recency: str = config_tree.setting('linear', choices=fusion.RECENCIES,
                                      sweep=True)
   #: Decay of exp recency.
-  gamma: float = config_tree.setting(0.5, sweep=True)
+  gamma: float = config_tree.setting(0.5, sweep=True, traced=True)
   #: Rank-cap kappa after the user's sigma: neg, neu, pos
   #: (docs/definitions.md §3).
   kappa: tuple[int, int, int] = config_tree.setting(
-      demotion.DEFAULT_KAPPA, sweep=True,
+      demotion.DEFAULT_KAPPA, sweep=True, traced=True,
       elements=('kappa_neg', 'kappa_neu', 'kappa_pos'),
       element_help=('Rank-cap after neg.', 'Rank-cap after neu.',
                     "Rank-cap after pos. The project's assumption, not a "

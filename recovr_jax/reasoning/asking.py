@@ -30,12 +30,13 @@ class AskPolicy:
                                   choices=ASK_MODES, sweep=True)
   #: Entropy gate of --ask_mode=entropy (normalised entropy in [0, 1]).
   threshold: float = config_tree.setting(0.8, flag='ask_threshold',
-                                         sweep=True)
+                                         sweep=True, traced=True)
   #: Softmax temperature of the entropy gate over fused scores.
-  tau: float = config_tree.setting(0.05, flag='ask_tau')
+  tau: float = config_tree.setting(0.05, flag='ask_tau', traced=True)
   #: Questions per session (5: one with every list after turn 0 when
   #: T = 5).
-  budget: int = config_tree.setting(5, flag='ask_budget', sweep=True)
+  budget: int = config_tree.setting(5, flag='ask_budget', sweep=True,
+                               traced=True)
 
   def __post_init__(self):
     if self.mode not in ASK_MODES:

@@ -161,6 +161,38 @@ class ToyEnvironmentTest(absltest.TestCase):
     self.assertTrue(plain.active[:, 0].any())
 
 
+  def test_numeric_settings_are_traced_and_compile_once(self):
+    # rrf_k, gamma, kappa and the ask policy's numbers are arguments of the
+    # compiled program, not constants in it: configs that differ only in
+    # them share one program, and each gives what a program compiled with
+    # its numbers as constants gives, to the bit.
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t][::7]
+    env = _environment(pairs)
+    queries = jnp.arange(len(pairs), dtype=jnp.int32)
+    tables = _Filler().arrays()
+    constants = jax.jit(jitted.simulate_batch,
+                        static_argnames=('config', 'chunk_size'))
+    before = jitted.simulate.compiled._cache_size()  # pylint: disable=protected-access
+    traces = []
+    for rrf_k, kappa, threshold in ((60.0, (11, 4, 2), 0.8),
+                                    (0.5, (2, 2, 1), 0.3)):
+      ask = base.Settings(ask=asking.AskPolicy(
+          mode='entropy', threshold=threshold, budget=2))
+      config = jitted.SimConfig(
+          loop=ranking.LoopConfig(num_turns=3, list_length=5, rrf_k=rrf_k,
+                                  recency='exp', gamma=0.7, kappa=kappa,
+                                  num_ids=len(VIDEOS)),
+          face=ToyFace(), form=methods.make('recovr', ask).jax_form)
+      args = (env.data, tables, None, queries, jax.random.key(0))
+      trace = jitted.simulate(config, *args)
+      jax.tree.map(np.testing.assert_array_equal, trace,
+                   constants(config, *args))
+      traces.append(trace)
+    self.assertEqual(jitted.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
+    # The numbers reach the program: the two configs rank differently.
+    self.assertFalse(np.array_equal(traces[0].scores, traces[1].scores))
+
   def test_a_form_that_reads_another_observation_is_refused(self):
     # The stepped face's form reads the host's tabulated plan, which the
     # toy's face does not give: refused before anything is traced.

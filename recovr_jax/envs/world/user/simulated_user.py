@@ -69,14 +69,14 @@ class UserConfig:
   """The simulated user's policy and degradations."""
   HELP_GROUP: ClassVar[str] = 'Simulated user'
   #: m: Modify when at most m attributes differ.
-  modify_threshold: int = config_tree.setting(2, sweep=True)
+  modify_threshold: int = config_tree.setting(2, sweep=True, traced=True)
   #: The user's policy.
   policy: str = config_tree.setting('mixed', flag='user_policy',
                                     choices=POLICIES, sweep=True)
   #: Surface noise per word (share of words perturbed).
-  noise_rate: float = config_tree.setting(0.0, sweep=True)
+  noise_rate: float = config_tree.setting(0.0, sweep=True, traced=True)
   #: Constraint dropping rate (probability of dropping each mention).
-  drop_rate: float = config_tree.setting(0.0, sweep=True)
+  drop_rate: float = config_tree.setting(0.0, sweep=True, traced=True)
   min_described: int = 2       # a Rewrite names between these many
   max_described: int = 5       # attributes (never all of them)
   #: Source of the user's random decisions. jax: the draws of the jitted
@@ -214,8 +214,8 @@ def decision_key(seed_key: jax.Array, session, turn) -> jax.Array:
   return jax.random.fold_in(jax.random.fold_in(seed_key, session), turn)
 
 
-@functools.partial(jax.jit, static_argnames=('config',))
-def _decide_host(seed_key, session, turn, target_attrs, shown_attrs, config,
+@config_tree.jit
+def _decide_host(config, seed_key, session, turn, target_attrs, shown_attrs,
                  asked):
   return decide(decision_key(seed_key, session, turn), target_attrs,
                 shown_attrs, config, asked)
@@ -251,8 +251,8 @@ class SimulatedUser:
         len(target)).question_attribute(question)
     if cfg.draws == 'jax':
       action, mask, prefix = _decide_host(
-          jax.random.key(self.seed), session, turn, jnp.asarray(target),
-          jnp.asarray(shown_attrs), cfg, -1 if asked is None else asked)
+          cfg, jax.random.key(self.seed), session, turn, jnp.asarray(target),
+          jnp.asarray(shown_attrs), -1 if asked is None else asked)
       action = ACTIONS[int(action)]
       named = [int(a) for a in np.flatnonzero(np.asarray(mask))]
       rewrite_prefix = _REWRITE_PREFIX[int(prefix)]
