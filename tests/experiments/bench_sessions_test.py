@@ -9,7 +9,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-from tests.helpers import entry_points
 
 from absl.testing import absltest
 

@@ -61,13 +61,14 @@ class TwoProcessesTest(absltest.TestCase):
     runs.run_main(root / 'one', methods=['recovr'], simulation=simulation,
                       **flags)
 
-  def _assert_equal_outputs(self, root):
+  def _assert_equal_outputs(self, root, two='two'):
     for name in ('metrics.json', 'trajectories.jsonl', 'bootstrap.json'):
       self.assertEqual((root / 'one' / name).read_bytes(),
-                       (root / 'two' / name).read_bytes(), name)
-    self.assertFalse((root / 'two' / 'INCOMPLETE').exists())
+                       (root / two / name).read_bytes(), name)
+    self.assertFalse((root / two / 'INCOMPLETE').exists())
 
-  def test_two_processes_equal_one_jitted(self):
+  def test_two_processes_equal_one_jitted_with_and_without_split_gallery(self):
+    # One test, one one-process run: the two launches compare with it.
     root = pathlib.Path(tempfile.mkdtemp())
     self._one(root, 'jit')
     two = _module('experiments.launch', '--num_processes=2', '--', *TINY,
@@ -81,17 +82,14 @@ class TwoProcessesTest(absltest.TestCase):
     self.assertIn('jitted sessions over 2 devices of 2 processes', log)
     for b in (1, 2, 3):
       self.assertIn(f'recovr batch {b} of 3 done on 2 processes', log)
-
-  def test_a_gallery_split_over_two_processes_equals_one(self):
-    root = pathlib.Path(tempfile.mkdtemp())
-    self._one(root, 'jit')
-    two = _module('experiments.launch', '--num_processes=2', '--', *TINY,
-                  '--simulation=jit', '--gallery_over_processes',
-                  f'--cache_dir={root / "cache"}',
-                  f'--output_dir={root / "two"}')
-    self.assertEqual(two.returncode, 0, two.stderr[-3000:])
-    self._assert_equal_outputs(root)
-    self.assertIn("the gallery's rows split over 2 processes", two.stdout)
+    # The gallery's rows split over the two processes: the same outputs.
+    split = _module('experiments.launch', '--num_processes=2', '--', *TINY,
+                    '--simulation=jit', '--gallery_over_processes',
+                    f'--cache_dir={root / "cache"}',
+                    f'--output_dir={root / "split"}')
+    self.assertEqual(split.returncode, 0, split.stderr[-3000:])
+    self._assert_equal_outputs(root, 'split')
+    self.assertIn("the gallery's rows split over 2 processes", split.stdout)
 
   def test_a_killed_process_is_named_and_the_same_command_resumes(self):
     # Host driver, 12 batches of one session: process 1 runs the odd ones
