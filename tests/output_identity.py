@@ -8,7 +8,7 @@ r"""The refactoring guard: every run flagfile at small size, hashed.
 Runs each flagfile of ``experiments/flagfiles`` (not ``study``, which is an
 interactive server) under the host and the jitted driver, at small size
 (``SMALL``), on the world or, for the real-data flagfiles, on the tiny CLIP
-and gallery of ``tests.envs.files.real_files.write_real_data`` (with four MSR-VTT-style text queries
+and gallery of ``tests.helpers.real_files.write_real_data`` (with four MSR-VTT-style text queries
 for ``--start=text``); each run in a fresh
 output directory, all in one cache directory that starts empty (so two
 calls run against the same cache states, in the same order). Records the SHA-256 of every ``metrics.json``,
