@@ -275,46 +275,43 @@ def _with(node, changes: dict):
   return new
 
 
-def split(tree) -> tuple[object, dict]:
-  """``(skeleton, numbers)`` of a frozen dataclass tree: each traced field
-  (its metadata's ``TRACED_KEY``) replaced by ``TRACED``, and its value
-  under its dotted path (``loop.rrf_k``; a tuple field's value a tuple)."""
-  numbers = {}
+def _swap_traced(tree, swap):
+  """``tree`` with each traced field (its metadata's ``TRACED_KEY``)
+  holding ``swap(dotted path, value)``; the nodes on no such path kept."""
 
   def walk(node, prefix):
     changes = {}
     for field in dataclasses.fields(node):
       value, path = getattr(node, field.name), prefix + field.name
       if field.metadata.get(TRACED_KEY):
-        numbers[path] = (tuple(_scalar(v, path) for v in value)
-                         if isinstance(value, tuple) else _scalar(value, path))
-        changes[field.name] = TRACED
+        changes[field.name] = swap(path, value)
       elif _walked(value):
         new = walk(value, path + '.')
         if new is not value:
           changes[field.name] = new
     return _with(node, changes) if changes else node
 
-  return (walk(tree, '') if _walked(tree) else tree), numbers
+  return walk(tree, '') if _walked(tree) else tree
+
+
+def split(tree) -> tuple[object, dict]:
+  """``(skeleton, numbers)`` of a frozen dataclass tree: each traced field
+  replaced by ``TRACED``, and its value under its dotted path
+  (``loop.rrf_k``; a tuple field's value a tuple)."""
+  numbers = {}
+
+  def take(path, value):
+    numbers[path] = (tuple(_scalar(v, path) for v in value)
+                     if isinstance(value, tuple) else _scalar(value, path))
+    return TRACED
+
+  return _swap_traced(tree, take), numbers
 
 
 def join(skeleton, numbers: dict):
   """The tree ``split`` took apart, its traced fields from ``numbers``
   (tracers under ``jit``)."""
-
-  def walk(node, prefix):
-    changes = {}
-    for field in dataclasses.fields(node):
-      value, path = getattr(node, field.name), prefix + field.name
-      if value is TRACED:
-        changes[field.name] = numbers[path]
-      elif _walked(value):
-        new = walk(value, path + '.')
-        if new is not value:
-          changes[field.name] = new
-    return _with(node, changes) if changes else node
-
-  return walk(skeleton, '') if _walked(skeleton) else skeleton
+  return _swap_traced(skeleton, lambda path, _: numbers[path])
 
 
 def jit(fn, static_argnames: tuple[str, ...] = ()):
