@@ -31,7 +31,6 @@ and modify-only / rewrite-only policies.
 
 import collections
 import dataclasses
-import functools
 from typing import ClassVar
 
 import jax
