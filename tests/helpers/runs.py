@@ -8,9 +8,10 @@ from experiments.common import run_flags
 from experiments import run
 
 # The runner's mechanics are tested on the first benchmark (no captioner to
-# load per run); BenchmarkPresetTest runs the default, v2, end to end.
+# load per run); BenchmarkPresetTest runs the default, v3, end to end.
+# Two full batches: a partial last batch would compile its programs again.
 TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20, gallery_size=300,
-            num_sessions=12, batch_size=5, num_turns=3,
+            num_sessions=10, batch_size=5, num_turns=3,
             bootstrap_resamples=200,
             # JAX's persistent compilation cache is process-wide: left off,
             # so the test process does not write into a temporary cache.

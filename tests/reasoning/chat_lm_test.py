@@ -9,6 +9,7 @@ constrained decoder has to survive."""
 import collections
 import contextlib
 import copy
+import functools
 import io
 import json
 import pathlib
@@ -16,6 +17,7 @@ import tempfile
 
 from absl.testing import absltest
 import chex
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -57,8 +59,25 @@ def setUpModule():  # pylint: disable=invalid-name
   checksums.write_manifest(d)  # loaders refuse unverified directories
   _STATE.update(dir=d, tensors=keep, kwargs=kwargs, model=model,
                 params=params)
+  # The reference: FlaxLlamaForCausalLM, jitted once over rows padded on
+  # the right to REFERENCE_LENGTH (causal attention: a padding token after
+  # position i changes no logit at i). Unjitted, each new length would run
+  # op by op and compile every operation again.
+  reference = jax.jit(lambda p, ids: model(ids, params=p).logits)
+  _STATE['reference'] = functools.partial(reference, params)
   _STATE['lm'] = chat_lm.ChatLMReasoner(
       str(d), rules.RulesReasoner(lexicon), batch_size=4, limits=LIMITS)
+
+
+REFERENCE_LENGTH = 32
+
+
+def _last_logits(ids):
+  """The reference model's logits after the last of ``ids``."""
+  assert len(ids) <= REFERENCE_LENGTH, len(ids)
+  padded = np.zeros((1, REFERENCE_LENGTH), np.int32)
+  padded[0, :len(ids)] = ids
+  return np.asarray(_STATE['reference'](padded)[0, len(ids) - 1])
 
 
 def _requests(module):
@@ -79,7 +98,6 @@ class ChatLMTest(absltest.TestCase):
 
   def test_cached_batched_decoding_matches_a_plain_forward_pass(self):
     lm = _STATE['lm']
-    model, params = _STATE['model'], _STATE['params']
     prefix = list(lm.vocab.encode('<|im_start|>system\nBe brief.<|im_end|>\n'))
     suffixes = [list(lm.vocab.encode('Hello there, who')),
                 list(lm.vocab.encode('One'))]
@@ -92,8 +110,7 @@ class ChatLMTest(absltest.TestCase):
     for suffix, text in zip(suffixes, texts):
       ids = prefix + suffix
       for _ in range(steps):  # greedy, no cache, no padding
-        logits = model(np.asarray([ids]), params=params).logits
-        ids.append(int(np.argmax(logits[0, -1])))
+        ids.append(int(np.argmax(_last_logits(ids))))
       expected = ''.join(lm.vocab.texts[i] or ''
                          for i in ids[len(prefix) + len(suffix):])
       self.assertEqual(text, expected)
@@ -103,7 +120,7 @@ class ChatLMTest(absltest.TestCase):
     gives FlaxLlamaForCausalLM's logits: a left-padded prefill of two rows,
     then three cached steps, the cache grown in between."""
     lm = _STATE['lm']
-    model, params = _STATE['model'], _STATE['params']
+    model = _STATE['model']
     shape = llama_decode.Shape.of(model.config)
     rows = [list(lm.vocab.encode('Hello there, who are')),
             list(lm.vocab.encode('One two'))]
@@ -123,7 +140,7 @@ class ChatLMTest(absltest.TestCase):
     for t in range(4):
       got = np.asarray(llama_decode.logits(lm.params, hidden[:, -1]))
       for i, r in enumerate(rows):
-        want = model(np.asarray([r]), params=params).logits[0, -1]
+        want = _last_logits(r)
         np.testing.assert_allclose(got[i], want, atol=2e-4, rtol=1e-4)
         r.append(int(np.argmax(want)))
       if t == 3:

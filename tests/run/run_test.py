@@ -32,6 +32,10 @@ from recovr_jax.run import runner
 from tests.helpers import runs
 from tests.helpers import toy_world
 
+# The tiny run's sessions (two batches of five).
+SESSIONS = runs.TINY['num_sessions']
+
+
 def _host_only(settings):
   """A method without a jitted form (IVR's host steps only)."""
   method = methods.ivr.IVR(settings)
@@ -115,7 +119,7 @@ class RunnerTest(absltest.TestCase):
     import csv  # pylint: disable=g-import-not-at-top
     with (self.out / 'ranks.csv').open() as f:
       ranks = list(csv.DictReader(f))
-    self.assertLen(ranks, 2 * 12 * 4)   # methods x sessions x turns
+    self.assertLen(ranks, 2 * SESSIONS * 4)   # methods x sessions x turns
     world = world_lib.make_world(world_lib.WorldConfig(
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
     ids = world.gallery_ids
@@ -165,7 +169,7 @@ class RunnerTest(absltest.TestCase):
     from recovr_jax import run as experiment  # pylint: disable=g-import-not-at-top
     plain = experiment.load_run(self.out, pandas=False)
     self.assertLen(plain['metrics'], 2 * 4)
-    self.assertLen(plain['ranks'], 2 * 12 * 4)
+    self.assertLen(plain['ranks'], 2 * SESSIONS * 4)
     first = plain['metrics'][0]
     self.assertEqual((first['method'], first['turn']), ('recovr', 0))
     metrics = json.loads((self.out / 'metrics.json').read_text())
@@ -178,7 +182,7 @@ class RunnerTest(absltest.TestCase):
     import pandas  # pylint: disable=g-import-not-at-top  (the test extra)
     frames = experiment.load_run(self.out)
     self.assertIsInstance(frames['metrics'], pandas.DataFrame)
-    self.assertEqual(len(frames['ranks']), 2 * 12 * 4)
+    self.assertEqual(len(frames['ranks']), 2 * SESSIONS * 4)
     self.assertEqual(frames['ranks']['target_id'].tolist(),
                      [r['target_id'] for r in plain['ranks']])
     with self.assertRaisesRegex(FileNotFoundError, 'ranks.csv'):
@@ -190,7 +194,7 @@ class RunnerTest(absltest.TestCase):
   def test_trajectories_and_no_repeated_rejected_top1(self):
     rows = [json.loads(line) for line in
             (self.out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertLen(rows, 24)
+    self.assertLen(rows, 2 * SESSIONS)
     for row in rows:
       self.assertLen(row['turns'], 4)
       self.assertLen(row['turns'][0]['top10'], 10)
