@@ -10,15 +10,13 @@ Why one module of about 480 lines: every check of the files a user gives
 names its file, row and column in one numbering.
 """
 
-import csv
 import dataclasses
-import io
-import itertools
 import json
 import pathlib
 
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax.envs.files import finecvr
 
 REQUIRED_COLUMNS = ('pth1', 'pth2', 'edit', 'txt1', 'txt2')
@@ -48,55 +46,26 @@ class GalleryEmbeddings:
 
 def _read_csv(path, required, nonempty, id_columns, known, fix):
   """The ``required`` columns of an annotation CSV as lists of stripped
-  strings; ``nonempty`` columns may not be empty and ``id_columns`` must be
+  strings (the whole file checked by ``readers.read_csv``: a duplicated
+  column, a row with more or fewer fields than the header, an unclosed
+  quote); ``nonempty`` columns may not be empty and ``id_columns`` must be
   in ``known`` (when given). Errors name the file, row and column; ``fix``
   says how to leave unknown ids out."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f'annotation file {path} does not exist')
+  table = readers.read_csv(path, required, what='annotation file')
   columns = {c: [] for c in required}
-  try:
-    text = path.read_bytes().decode('utf-8-sig')  # a BOM is not a column
-  except UnicodeDecodeError as e:
-    line = path.read_bytes()[:e.start].count(b'\n') + 1
-    raise ValueError(f'{path}: not UTF-8 text (line {line}, byte '
-                     f'{e.start}: {e.reason}); save it as UTF-8') from e
-  with io.StringIO(text, newline='') as f:
-    # strict: an unclosed quote is an error, not a field that swallows
-    # every later row.
-    reader = csv.DictReader(f, strict=True)
-    try:
-      header = reader.fieldnames or []
-    except csv.Error as e:
-      raise ValueError(f'{path}: the header row: {e}') from e
-    missing = [c for c in required if c not in header]
-    if missing:
-      raise ValueError(f'{path}: missing column(s) {", ".join(missing)}; '
-                       f'required: {", ".join(required)}; found: '
-                       f'{", ".join(header) or "no header"}')
-    rows = iter(reader)
-    for row_number in itertools.count(2):
-      try:
-        row = next(rows)
-      except StopIteration:
-        break
-      except csv.Error as e:
-        raise ValueError(
-            f'{path}: row {row_number}: {e}; an unclosed quote (") '
-            'would join every later row into one field') from e
-      for c in required:
-        value = row.get(c)
-        if value is None:
-          raise ValueError(f'{path}: row {row_number} has no value in column '
-                           f'{c!r} (too few fields)')
-        value = value.strip()
-        if c in nonempty and not value:
-          raise ValueError(f'{path}: row {row_number}, column {c!r} is empty')
-        if c in id_columns and known is not None and value not in known:
-          raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
-                           f'video id {value!r} (in no embedding file; '
-                           f'{fix})')
-        columns[c].append(value)
+  for row_number, row in zip(table.numbers, table.rows):
+    for c in required:
+      value = row[c]
+      if c in nonempty and not value:
+        raise ValueError(f'{path}: row {row_number}, column {c!r} is empty')
+      if c in id_columns and known is not None and value not in known:
+        raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
+                         f'video id {value!r} (in no embedding file; '
+                         f'{fix})')
+      columns[c].append(value)
   if not columns[required[0]]:
     raise ValueError(f'{path}: no data rows')
   return columns

@@ -42,11 +42,23 @@ class CsvTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "row 2, column 'edit' is empty"):
       data.load_covr_csv(path)
     path = self.write(HEADER + 'a,b\n')
-    with self.assertRaisesRegex(ValueError, "row 2 has no value in column"):
+    with self.assertRaisesRegex(ValueError, 'row 2: 2 fields, the header has '
+                                r'6 \(a row cut short\?\)'):
       data.load_covr_csv(path)
     with self.assertRaisesRegex(FileNotFoundError, 'does not exist'):
       data.load_covr_csv('/nonexistent.csv')
 
+  def test_a_duplicated_column_or_a_long_row_is_refused(self):
+    # Read as dicts, the second 'edit' would overwrite the first, and an
+    # extra field would shift nothing but vanish: both ran to exit 0.
+    path = self.write('pth1,pth2,edit,txt1,txt2,edit\na,b,x,y,z,w\n')
+    with self.assertRaisesRegex(ValueError, "row 1: the column 'edit' "
+                                'appears twice in the header'):
+      data.load_covr_csv(path)
+    path = self.write(HEADER + 'a,b,e,x,y,\nb,c,e,x,y,z,w\n')
+    with self.assertRaisesRegex(ValueError, 'row 3: 7 fields, the header has '
+                                r'6 \(an unquoted comma\?\)'):
+      data.load_covr_csv(path)
 
   def test_an_unclosed_quote_is_an_error_not_a_swallowed_file(self):
     # Without it, the last column would take every later row (the
