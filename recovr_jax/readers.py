@@ -24,6 +24,7 @@ import dataclasses
 import io
 import json
 import pathlib
+import warnings
 import zipfile
 
 import numpy as np
@@ -81,7 +82,7 @@ def read_json(path, what: str = 'JSON file'):
   try:
     return json.loads(text)
   except json.JSONDecodeError as e:
-    cut = e.pos >= len(text.rstrip())
+    cut = e.lineno >= text.rstrip().count('\n') + 1  # on the last line
     raise FileError(path, f'not valid JSON at column {e.colno}: {e.msg}'
                     + (' (the file ends early: cut while it was written?)'
                        if cut else ''), e.lineno) from e
@@ -233,11 +234,41 @@ def require_finished(directory, outputs=()) -> pathlib.Path:
   if not d.is_dir():
     raise FileNotFoundError(f'{d} does not exist or is not a directory')
   if (d / INCOMPLETE).exists():
-    raise FileError(d / INCOMPLETE, 'its run has not finished (stopped or '
-                    'failed); rerun the command to resume it')
+    raise FileNotFoundError(f'{d}: its run has not finished ({d / INCOMPLETE}'
+                            ': it was stopped or failed); rerun its command '
+                            'to resume it')
   for name in outputs:
     if not (d / name).is_file():
       raise FileNotFoundError(f'{d / name} does not exist: not a finished '
                               'run directory (python -m experiments.run '
                               'writes it)')
   return d
+
+
+# A video frame larger than this (8192 x 6104) is refused before it is
+# decoded: 4K frames are 8.3 M pixels; a forged header can claim billions.
+MAX_IMAGE_PIXELS = 50_000_000
+
+
+def read_image(path, max_pixels: int = MAX_IMAGE_PIXELS) -> np.ndarray:
+  """``[H, W, 3]`` uint8 RGB pixels of an image file, its dimensions read
+  from the header and checked against ``max_pixels`` before it is
+  decoded."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  path = _exists(path, 'image')
+  too_big = (f'an image over {max_pixels:,} pixels (a video frame is '
+             'rarely over 8.3 M, 4K); resize it or leave it out')
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+      with Image.open(path) as image:
+        width, height = image.size
+        if width * height > max_pixels:
+          raise FileError(path, f'{width} x {height} pixels: {too_big}')
+        return np.asarray(image.convert('RGB'))
+  except Image.DecompressionBombError as e:
+    raise FileError(path, f'{e}: {too_big}') from e
+  except (OSError, SyntaxError, ValueError) as e:
+    if isinstance(e, FileError):
+      raise
+    raise FileError(path, f'not a readable image ({e})') from e

@@ -95,7 +95,8 @@ FAST = {
     # experiment, study, the project
     'profiling_test.py': None, 'resources_test.py': None,
     'claims_test.py': {'VerdictTest', 'StatisticsTest'},
-    'study_test.py': {'FeedbackTextTest'},
+    'study_test.py': {'FeedbackTextTest'}, 'access_test.py': None,
+    'readers_test.py': None, 'compare_runs_test.py': {'CompareRunsTest'},
     'layering_test.py': None, 'readme_test.py': None,
     'config_tree_test.py': None,
     'model_card_test.py': None,

@@ -18,6 +18,7 @@ import numpy as np
 
 from experiments.common import cli
 from experiments.common import data_flags
+from recovr_jax import readers
 from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
 
@@ -49,15 +50,11 @@ def video_folders(videos_dir) -> list[pathlib.Path]:
 
 def read_frames(folder: pathlib.Path, max_frames: int) -> np.ndarray:
   """``[F, H, W, 3]`` uint8 frames, evenly spaced, at most ``max_frames``."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
   files = sorted(f for f in folder.iterdir()
                  if f.suffix.lower() in _EXTENSIONS)
   pick = np.unique(np.linspace(0, len(files) - 1, min(max_frames, len(files))
                                ).round().astype(int))
-  frames = []
-  for i in pick:
-    with Image.open(files[i]) as image:
-      frames.append(np.asarray(image.convert('RGB')))
+  frames = [readers.read_image(files[i]) for i in pick]
   sizes = {f.shape for f in frames}
   if len(sizes) != 1:
     raise ValueError(f'video folder {folder}: frames differ in size {sizes}')

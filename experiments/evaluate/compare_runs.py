@@ -10,7 +10,6 @@ resamples, 95% percentile interval). Runs must hold the same sessions with
 the same targets (checked). Also prints each run's ``reasoner_speed.json``.
 """
 
-import json
 import pathlib
 
 from absl import app
@@ -20,6 +19,7 @@ import numpy as np
 
 from experiments.common import cli
 from experiments.common import outputs
+from recovr_jax import readers
 from recovr_jax.core import list_metrics as metrics
 
 _RUNS = flags.DEFINE_list('runs', None, 'Run directories; the first is the '
@@ -36,12 +36,20 @@ _RESAMPLES = flags.DEFINE_integer('resamples', 10_000, 'Bootstrap resamples.')
 
 def hits(run_dir: pathlib.Path, method: str):
   """``(sessions, targets, [S, T+1] R@1 hits)`` of ``method`` in a run."""
+  try:
+    readers.require_finished(run_dir, ('trajectories.jsonl',))
+    records = readers.read_jsonl(run_dir / 'trajectories.jsonl')
+  except (OSError, ValueError) as e:
+    raise app.UsageError(f'--runs: {e}') from e
   path = run_dir / 'trajectories.jsonl'
-  if not path.is_file():
-    raise app.UsageError(f'--runs: {path} does not exist')
   rows = []
-  for n, line in enumerate(path.read_text().splitlines(), 1):
-    d = json.loads(line)
+  for n, d in enumerate(records, 1):
+    if not (isinstance(d, dict) and {'method', 'session', 'target', 'turns'}
+            <= set(d) and all(isinstance(t, dict) and t.get('top10')
+                              for t in d['turns'])):
+      raise app.UsageError(f'{path}, line {n}: not a session record '
+                           '(method, session, target and turns with their '
+                           'top10 lists); not a run of experiments.run?')
     if d['method'] == method:
       if d.get('error'):
         raise app.UsageError(f'{path} line {n}: session {d["session"]} '
@@ -94,7 +102,7 @@ def main(argv):
            '|' + '|'.join(['---'] + ['---:'] * (turns + 2)) + '|']
   for i, (label, d, (_, _, h)) in enumerate(zip(labels, dirs, loaded)):
     speed_path = d / 'reasoner_speed.json'
-    speed = (json.loads(speed_path.read_text()).get(
+    speed = (readers.read_json(speed_path).get(
         ref_method if i == 0 else _METHOD.value)
              if speed_path.is_file() else None)
     cells = ' | '.join(f'{100 * v:.1f}' for v in h.mean(0))

@@ -14,7 +14,32 @@ barrier with JAX's error naming it; the same command resumes from the
 batches saved.
 """
 
+import errno
+import socket
+
 import jax
+
+
+def check_port(coordinator_address: str) -> None:
+  """Refuses a coordinator address whose port another program holds (JAX's
+  coordination service would crash the process, not report it). Checked by
+  process 0, which serves it."""
+  host, sep, port = coordinator_address.rpartition(':')
+  if not sep or not port.isdigit():
+    raise ValueError(f'--coordinator_address={coordinator_address}: expected '
+                     'HOST:PORT')
+  with socket.socket(socket.AF_INET6 if ':' in host.strip('[]')
+                     else socket.AF_INET) as s:
+    try:
+      s.bind((host.strip('[]') or '0.0.0.0', int(port)))
+    except OSError as e:
+      if e.errno == errno.EADDRINUSE:
+        raise ValueError(
+            f'--coordinator_address={coordinator_address}: port {port} is '
+            'already in use (another run, or a process still holding it); '
+            'choose another port') from e
+      raise ValueError(f'--coordinator_address={coordinator_address}: '
+                       f'cannot listen there ({e.strerror})') from e
 
 
 def initialize(coordinator_address: str | None, num_processes: int,
@@ -30,6 +55,8 @@ def initialize(coordinator_address: str | None, num_processes: int,
   if coordinator_address == 'auto':
     jax.distributed.initialize()
   else:
+    if process_id == 0:
+      check_port(coordinator_address)
     jax.distributed.initialize(coordinator_address=coordinator_address,
                                num_processes=num_processes,
                                process_id=process_id)

@@ -6,21 +6,11 @@ ranks and its resolved configuration. With pandas installed (the
 are plain lists of row dicts with the same columns.
 """
 
-import csv
-import json
-import pathlib
+import importlib.util
 
+from recovr_jax import readers
 
-def _rows(path: pathlib.Path, numeric: dict) -> list[dict]:
-  with path.open(newline='') as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    for name, kind in numeric.items():
-      if row.get(name) not in (None, ''):
-        row[name] = kind(row[name])
-      elif name in row:
-        row[name] = None
-  return rows
+OUTPUTS = ('metrics.csv', 'ranks.csv', 'resolved_config.json')
 
 
 def load_run(directory, pandas: bool | None = None) -> dict:
@@ -31,35 +21,56 @@ def load_run(directory, pandas: bool | None = None) -> dict:
   session and turn (``ranks.csv``); ``config``: ``resolved_config.json``.
   ``pandas``: DataFrames (default: when pandas is importable).
 
-  Raises ``FileNotFoundError`` naming the first missing file.
+  Every file is read whole and checked first (``readers``): a run that has
+  not finished, a file cut while it was written, a row with the wrong
+  number of fields or a value that does not parse raises, naming the file,
+  the row and the column.
+
+  Raises ``FileNotFoundError`` naming the first missing file (or the
+  ``INCOMPLETE`` marker of a run that has not finished),
+  ``readers.FileError`` naming what is wrong in a file.
   """
-  d = pathlib.Path(directory)
-  if (d / 'INCOMPLETE').exists():
-    raise FileNotFoundError(f'{d}: its run has not finished ({d / "INCOMPLETE"}'
-                            '); rerun the command to resume it')
-  for name in ('metrics.csv', 'ranks.csv', 'resolved_config.json'):
-    if not (d / name).is_file():
-      raise FileNotFoundError(f'{d / name} does not exist: not a finished '
-                              'run directory (python -m experiments.run '
-                              'writes it)')
+  d = readers.require_finished(directory, OUTPUTS)
   if pandas is None:
-    try:
-      import pandas as pd  # pylint: disable=g-import-not-at-top,unused-import
-      pandas = True
-    except ImportError:
-      pandas = False
-  config = json.loads((d / 'resolved_config.json').read_text())
+    pandas = importlib.util.find_spec('pandas') is not None
+  config = readers.read_json(d / 'resolved_config.json')
+  metrics_header = readers.read_csv(d / 'metrics.csv', ('method', 'turn'),
+                                    written_by_us=True).header
+  numeric = {name: float for name in metrics_header
+             if name not in ('method', 'turn')}
+  numeric['turn'] = int
+  metrics = readers.read_csv(d / 'metrics.csv', types=numeric,
+                             written_by_us=True)
+  ranks = readers.read_csv(
+      d / 'ranks.csv', ('method', 'session', 'turn', 'rank'),
+      types={'session': int, 'turn': int, 'rank': int}, written_by_us=True)
+  _check_ranks(d / 'ranks.csv', ranks, metrics, config)
   if pandas:
     import pandas as pd  # pylint: disable=g-import-not-at-top
     return {'metrics': pd.read_csv(d / 'metrics.csv'),
             'ranks': pd.read_csv(d / 'ranks.csv', dtype={
                 'target_id': str, 'top1_id': str, 'query_id': str}),
             'config': config}
-  with (d / 'metrics.csv').open(newline='') as f:
-    header = next(csv.reader(f))
-  numeric = {name: float for name in header if name not in ('method', 'turn')}
-  numeric['turn'] = int
-  return {'metrics': _rows(d / 'metrics.csv', numeric),
-          'ranks': _rows(d / 'ranks.csv', {'session': int, 'turn': int,
-                                           'rank': int}),
-          'config': config}
+  return {'metrics': metrics.rows, 'ranks': ranks.rows, 'config': config}
+
+
+def _check_ranks(path, ranks, metrics, config):
+  """Each method of ``metrics.csv`` has one row per session and turn in
+  ``ranks.csv`` (the run's ``num_sessions`` x ``loop.num_turns + 1``): a
+  file cut at a row's end parses, and is caught here."""
+  try:
+    sessions, turns = config['num_sessions'], config['loop']['num_turns'] + 1
+  except (KeyError, TypeError) as e:
+    raise readers.FileError(path.parent / 'resolved_config.json',
+                            f'no num_sessions or loop.num_turns ({e!r}): not '
+                            'written by experiments.run') from e
+  counts = {}
+  for row in ranks.rows:
+    counts[row['method']] = counts.get(row['method'], 0) + 1
+  for method in dict.fromkeys(r['method'] for r in metrics.rows):
+    if counts.get(method, 0) != sessions * turns:
+      raise readers.FileError(
+          path, f'{counts.get(method, 0)} rows of method {method!r}; the run '
+          f'has {sessions} sessions x {turns} turns = {sessions * turns}: '
+          'the file was cut or edited (rerun the command to write it '
+          'again)')

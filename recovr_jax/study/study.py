@@ -31,6 +31,7 @@ import time
 from absl import logging
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax.study import instance as session_lib
 from recovr_jax.study import log as log_lib
 
@@ -122,21 +123,55 @@ def _lock_dir(log_dir: pathlib.Path):
 ACCESS_FILE = 'access.json'
 
 
+CODE_LENGTH = len(secrets.token_urlsafe(16))  # 22 characters, 128 bits
+
+
+def _check_access(path: pathlib.Path, data, participants):
+  """Refuses an access file that would let someone in or answer 500: every
+  code a string of the generated length, every participant one of the
+  study's, the admin token and the form key strings of their length."""
+  def refuse(what):
+    raise log_lib.LogError(
+        f'{path}: {what}; the study does not start with it. Move the file '
+        'aside to give every participant a new link, or restore it from '
+        'the copy the links were sent from')
+
+  if not isinstance(data, dict):
+    refuse('not a JSON object with codes, csrf_key and admin')
+  codes = data.get('codes')
+  if not isinstance(codes, dict):
+    refuse('no "codes" object (participant id -> access code)')
+  known = set(participants)
+  for pid, code in codes.items():
+    if pid not in known:
+      refuse(f'a code for participant {pid!r}, who is not in this study\'s '
+             f'participants ({", ".join(sorted(known))})')
+    if not isinstance(code, str) or len(code) != CODE_LENGTH:
+      refuse(f'the code of participant {pid!r} is not a string of '
+             f'{CODE_LENGTH} characters (an empty or short code would let '
+             'anyone in as them)')
+  if not isinstance(data.get('csrf_key'), str) or len(data['csrf_key']) != 64:
+    refuse('"csrf_key" is not a string of 64 hex digits')
+  admin = data.get('admin')
+  if admin is not None and (not isinstance(admin, str)
+                            or len(admin) != CODE_LENGTH):
+    refuse(f'"admin" is not a string of {CODE_LENGTH} characters')
+
+
 def _access(log_dir: pathlib.Path, participants) -> dict:
   """``{'codes': {participant: code}, 'csrf_key': key, 'admin': token}`` from
   ``<log_dir>/access.json`` (readable by its owner only), created or
-  extended for new participants; codes are unguessable (128 bits)."""
+  extended for new participants; codes are unguessable (128 bits). An
+  existing file is checked whole first (``_check_access``)."""
   path = log_dir / ACCESS_FILE
   data = {'codes': {}, 'csrf_key': None}
   if path.exists():
     try:
-      data = json.loads(path.read_text())
-      if not (isinstance(data.get('codes'), dict) and
-              isinstance(data.get('csrf_key'), str)):
-        raise ValueError('expected codes and csrf_key')
+      data = readers.read_json(path, 'access file')
     except ValueError as e:
-      raise log_lib.LogError(f'{path} is unreadable ({e}); move it aside '
-                             '(the participants get new links)') from e
+      raise log_lib.LogError(f'{e}; move it aside (the participants get new '
+                             'links)') from e
+    _check_access(path, data, participants)
   changed = data['csrf_key'] is None or not data.get('admin')
   data['csrf_key'] = data['csrf_key'] or secrets.token_hex(32)
   data['admin'] = data.get('admin') or secrets.token_urlsafe(16)

@@ -55,6 +55,21 @@ class CompareRunsTest(absltest.TestCase):
     self.assertIn('| b | 100.0 | 100.0 | - | - |', text)
     self.assertIn('| b | +66.7 [', text)
 
+  def test_an_unfinished_or_cut_run_is_refused_naming_it(self):
+    runs = [str(self.root / 'a'), str(self.root / 'b')]
+    (self.root / 'b' / 'INCOMPLETE').write_text('')
+    with flagsaver.flagsaver(runs=runs, resamples=10):
+      with self.assertRaisesRegex(app.UsageError, f'--runs: {self.root / "b"}'
+                                  ': its run has not finished'):
+        compare_runs.main(['x'])
+    (self.root / 'b' / 'INCOMPLETE').unlink()
+    path = self.root / 'b' / 'trajectories.jsonl'
+    path.write_text(path.read_text()[:-20])
+    with flagsaver.flagsaver(runs=runs, resamples=10):
+      with self.assertRaisesRegex(app.UsageError, f'--runs: {path}, line 3: '
+                                  'the last line has no newline'):
+        compare_runs.main(['x'])
+
   def test_first_method_compares_two_methods_of_one_run(self):
     d = self._both_methods_run()
     out = self.root / 'm.md'

@@ -6,6 +6,7 @@ killed, naming it, and the same command resumes from the saved batches."""
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,31 @@ class LaunchTest(absltest.TestCase):
     self.assertIn('process 1 of 3 exited with code 3', proc.stderr)
     self.assertIn('process_1.log', proc.stderr)
     self.assertLess(time.time() - start, 60)  # the others did not sleep on
+
+  def test_the_logs_go_where_a_flagfile_says_the_run_writes(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    inner = root / 'inner'
+    inner.write_text(f'# where the run writes\n--output_dir={root / "out"}\n')
+    outer = root / 'outer'
+    outer.write_text(f'--seed=3\n--flagfile={inner}\n')
+    proc = _module('experiments.launch', '--num_processes=2',
+                   '--module=tests.helpers.launch_fake', '--',
+                   f'--flagfile={outer}')
+    self.assertEqual(proc.returncode, 3, proc.stderr)
+    self.assertIn(str(root / 'out' / 'process_1.log'), proc.stderr)
+    self.assertTrue((root / 'out' / 'process_1.log').is_file())
+
+  def test_a_coordinator_port_in_use_is_named_not_a_crash(self):
+    from recovr_jax.run import distributed  # pylint: disable=g-import-not-at-top
+    with socket.socket() as held:
+      held.bind(('127.0.0.1', 0))
+      held.listen()
+      port = held.getsockname()[1]
+      with self.assertRaisesRegex(ValueError, f'127.0.0.1:{port}: port '
+                                  f'{port} is already in use'):
+        distributed.check_port(f'127.0.0.1:{port}')
+    with self.assertRaisesRegex(ValueError, 'expected HOST:PORT'):
+      distributed.check_port('localhost')
 
   def test_the_launcher_sets_the_process_flags_itself(self):
     proc = _module('experiments.launch', '--num_processes=2', '--',

@@ -191,6 +191,34 @@ class RunnerTest(absltest.TestCase):
       (empty / 'metrics.csv').write_text('method,turn\n')
       experiment.load_run(empty)
 
+  def test_load_run_refuses_damaged_files_naming_them(self):
+    from recovr_jax import readers  # pylint: disable=g-import-not-at-top
+    from recovr_jax import run as experiment  # pylint: disable=g-import-not-at-top
+    ranks = (self.out / 'ranks.csv').read_bytes()
+    config = (self.out / 'resolved_config.json').read_bytes()
+    mid_row = ranks.rindex(b'\n', 0, len(ranks) // 2) + 9
+    row_end = ranks.rindex(b'\n', 0, len(ranks) // 2) + 1
+    for name, data, message in (
+        # Cut mid-row: half the rows were returned without a word.
+        ('ranks.csv', ranks[:mid_row], 'the last line has no newline'),
+        ('ranks.csv', ranks[:row_end], r"rows of method 'recovr'; the run "
+         f'has {SESSIONS} sessions x 4 turns'),
+        ('ranks.csv', ranks.replace(b'session,', b'method,', 1),
+         "row 1: the column 'method' appears twice"),
+        ('ranks.csv', ranks.replace(b'\n', b',x\n', 2).replace(
+            b',x\n', b'\n', 1), 'row 2: 8 fields, the header has 7'),
+        ('resolved_config.json', config[:len(config) // 2],
+         'line [0-9]+: not valid JSON.*ends early'),
+    ):
+      with self.subTest(name=name, message=message):
+        damaged = self.root / 'damaged'
+        shutil.rmtree(damaged, ignore_errors=True)
+        shutil.copytree(self.out, damaged)
+        (damaged / name).write_bytes(data)
+        with self.assertRaisesRegex(readers.FileError,
+                                    f'^{damaged / name}.*{message}'):
+          experiment.load_run(damaged, pandas=False)
+
   def test_trajectories_and_no_repeated_rejected_top1(self):
     rows = [json.loads(line) for line in
             (self.out / 'trajectories.jsonl').read_text().splitlines()]
