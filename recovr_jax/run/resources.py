@@ -83,3 +83,33 @@ def session_batch_bytes(num_sessions: int, num_channels: int,
   scores = 3 * 4 * num_sessions * num_channels * block
   ring = 4 * 8 * num_sessions * window * num_channels * list_length
   return scores + ring + 4 * gallery_size * dim
+
+
+# Bytes the outputs take per session, method and turn (trajectories.jsonl,
+# ranks.csv and the batch files, measured on the quickstart with slack),
+# per TREC line (--export_trec: list_length lines per session, method and
+# turn) and for the fixed part (plots, tables, report).
+OUTPUT_BYTES_PER_TURN = 2_000
+TREC_BYTES_PER_LINE = 64
+OUTPUT_BYTES_FIXED = 8 << 20
+
+
+def output_bytes(num_sessions: int, num_methods: int, num_turns: int,
+                 list_length: int, export_trec: bool) -> int:
+  """An upper estimate of what a run writes to its output directory."""
+  turns = num_sessions * num_methods * (num_turns + 1)
+  return (OUTPUT_BYTES_FIXED + turns * OUTPUT_BYTES_PER_TURN
+          + (turns * list_length * TREC_BYTES_PER_LINE if export_trec
+             else 0))
+
+
+def check_disk(directory, needed: int, flag: str = '--output_dir') -> None:
+  """Refuses a run whose outputs would not fit in ``directory``'s free
+  space (before any work)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  free = shutil.disk_usage(directory).free
+  if needed > free:
+    raise ValueError(
+        f'{flag}={directory}: the run writes about {needed / 2**20:,.0f} MiB '
+        f'and the disk has {free / 2**20:,.0f} MiB free; free space or '
+        'write elsewhere')

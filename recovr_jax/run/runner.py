@@ -34,6 +34,7 @@ from recovr_jax.run import validation as checks
 # The checks' names, as the front ends use them.
 ConfigError = checks.ConfigError
 RunFailed = checks.RunFailed
+OutputsNotWritten = checks.OutputsNotWritten
 validate = checks.validate
 _fail = checks.fail
 OUTPUT_FILES = outputs.OUTPUT_FILES
@@ -153,6 +154,13 @@ def _run_claimed(config, source, built, out, start, resolved):
     resolved = {**resolved, 'num_sessions': num,
                 'num_sessions_requested': config.num_sessions}
     (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+  if lead:
+    try:
+      resources.check_disk(out, resources.output_bytes(
+          num, len(config.methods), base.num_turns, base.list_length,
+          config.export_trec))
+    except ValueError as e:
+      _fail(str(e))
   sessions = np.arange(num)
   batches = [sessions[i:i + config.batch_size]
              for i in range(0, num, config.batch_size)]
@@ -170,6 +178,20 @@ def _run_claimed(config, source, built, out, start, resolved):
     if not lead:
       return None
   collected = _collect(assembled, out, batches, identity)
+  try:
+    return _write_outputs(config, source, built, assembled, out, env,
+                          sessions, collected, start, base)
+  except OSError as e:  # a full disk, a folder made read-only meanwhile
+    where = e.filename or out
+    raise OutputsNotWritten(
+        f'{where}: could not be written ({e.strerror or e}); '
+        f'{out / INCOMPLETE} is kept: free space and rerun the command '
+        '(its batches are saved; it writes the outputs again)') from e
+
+
+def _write_outputs(config, source, built, assembled, out, env, sessions,
+                   collected, start, base):
+  """The run's outputs from its collected batches (process 0)."""
   outputs.write_reasoner_notes(out, collected.speed, assembled.reasoner)
   if isinstance(source, source_lib.ExtraOutputs):
     for name, (content, line) in source.extra_outputs(

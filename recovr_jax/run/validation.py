@@ -23,6 +23,12 @@ class RunFailed(RuntimeError):
   many sessions raised."""
 
 
+class OutputsNotWritten(RunFailed):
+  """A run whose sessions finished but whose outputs could not be written
+  (a full disk): its batches are saved and ``INCOMPLETE`` is kept, so the
+  same command writes them again."""
+
+
 class ConfigError(ValueError):
   """A setting that cannot run, found before any work; the message names
   the flag to change."""

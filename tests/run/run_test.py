@@ -1,11 +1,14 @@
 """Smoke and invariant tests of the runner on a tiny world."""
 
 import dataclasses
+import errno
 import json
 import pathlib
 import shutil
 import tempfile
+from unittest import mock
 
+from absl import app
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
@@ -27,6 +30,7 @@ from recovr_jax import methods
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
+from recovr_jax.run import outputs as outputs_lib
 from recovr_jax.run import resources
 from recovr_jax.run import runner
 from tests.helpers import runs
@@ -253,6 +257,45 @@ class RunnerTest(absltest.TestCase):
                  'bootstrap.json', 'trajectories.jsonl'):
       self.assertEqual((copy / name).read_bytes(),
                        (self.out / name).read_bytes(), name)
+
+  def test_a_full_disk_names_the_file_and_the_same_command_resumes(self):
+    copy = self.root / 'full_disk'
+    shutil.copytree(self.out, copy)
+    for name in ('metrics.json', 'trajectories.jsonl', 'ranks.csv'):
+      (copy / name).unlink()
+    real_write = outputs_lib.write
+
+    def full(config, out, *args, **kwargs):
+      raise OSError(errno.ENOSPC, 'No space left on device',
+                    str(out / 'trajectories.jsonl'))
+
+    with mock.patch.object(outputs_lib, 'write', full):
+      # experiments.run exits 1 with this one line (absl prints what main
+      # returns).
+      self.assertEqual(
+          runs.run_main(copy, methods=['recovr', 'ivr']),
+          f'FAILED: {copy / "trajectories.jsonl"}: could not be written (No '
+          f'space left on device); {copy / runner.INCOMPLETE} is kept: free '
+          'space and rerun the command (its batches are saved; it writes the '
+          'outputs again)')
+    self.assertTrue((copy / runner.INCOMPLETE).exists())
+    self.assertIs(outputs_lib.write, real_write)
+    runs.run_main(copy, methods=['recovr', 'ivr'])  # the same command
+    self.assertFalse((copy / runner.INCOMPLETE).exists())
+    for name in ('metrics.json', 'ranks.csv', 'trajectories.jsonl'):
+      self.assertEqual((copy / name).read_bytes(),
+                       (self.out / name).read_bytes(), name)
+
+  def test_outputs_that_would_not_fit_are_refused_before_the_work(self):
+    out = self.root / 'no_room'
+    with mock.patch('shutil.disk_usage',
+                    return_value=mock.Mock(free=1 << 20)):
+      with self.assertRaisesRegex(app.UsageError, f'--output_dir={out}: '
+                                  'the run writes about 8 MiB and the disk '
+                                  'has 1 MiB free'):
+        runs.run_main(out, methods=['recovr'])
+    self.assertEqual([p for p in out.rglob('*') if p.is_file()
+                      and 'batches' in p.parts], [])  # no session ran
 
   def test_no_reflection_keeps_sigma_neutral_and_sweeps(self):
     out = self.root / 'sweep'
