@@ -60,6 +60,7 @@ def _main(argv):
   suite = run_flags.suite_parts()
   run_flags.start_processes()
   config = run_config()
+  run_flags.check_processes_agree(config)
   run_flags.use_compilation_cache(config)
   try:
     if suite is not None:

@@ -226,6 +226,18 @@ def start_processes() -> None:
                          f'cannot join the run\'s processes ({e})') from e
 
 
+def check_processes_agree(config: config_lib.RunConfig) -> None:
+  """Every process of the run was started with the same --num_processes
+  and the same flags (its --process_id aside): checked by one collective
+  before any work."""
+  settings = '\n'.join(line for line in config.flags_text.splitlines()
+                       if not line.startswith('--process_id='))
+  try:
+    distributed.check_agreement(flags.FLAGS.num_processes, settings)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+
+
 def use_compilation_cache(config: config_lib.RunConfig):
   """Compiled XLA programs (MiniLM per padded width, the captioner, the
   ranking core) kept beside Progress Memory (--compilation_cache): a later

@@ -35,10 +35,12 @@ from experiments.common import cli
 from experiments.common import outputs
 
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
-GROUPS = ('runner', 'processes', 'study', 'importer', 'lora')
+GROUPS = ('runner', 'files', 'processes', 'study', 'importer', 'lora')
 _GROUPS = flags.DEFINE_multi_enum(
     'cases', list(GROUPS), GROUPS,
-    'Which groups of cases to try (repeatable): the runner, the runner as '
+    'Which groups of cases to try (repeatable): the runner, the files the '
+    'project reads (a user\'s, its own outputs, the study\'s access file, '
+    'images, the launcher\'s flagfiles and port), the runner as '
     'several processes, the study app, '
     'the CoVR importer, LoRA adapters.')
 
@@ -318,6 +320,152 @@ def cases(s: Scratch, clean: pathlib.Path):
   yield ('SIGKILL of a `--noresume --rrf_k=1` run over a finished one',
          f'old metrics.json left beside the new settings: {stale}; '
          f'INCOMPLETE marker: {marked}', not stale and marked)
+
+
+def _module(*args, cwd=None):
+  done = subprocess.run([sys.executable, '-m', *args], capture_output=True,
+                        text=True, check=False, cwd=cwd)
+  return done.returncode, done.stdout + done.stderr
+
+
+def _raises(fn, pattern) -> tuple[str, bool]:
+  """Calls ``fn``: the outcome of the error it raises (expected: one
+  matching ``pattern``)."""
+  try:
+    fn()
+  except (OSError, ValueError) as e:
+    return (f'refused: {type(e).__name__}: {e}',
+            bool(re.search(pattern, str(e))))
+  return 'accepted without an error', False
+
+
+def file_cases(s: Scratch, clean: pathlib.Path):
+  """Files read only in part, and the resources around them: each
+  refused with the file, the row or line and the field named."""
+  from recovr_jax import readers  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.files import data  # pylint: disable=g-import-not-at-top
+  from recovr_jax.run import results  # pylint: disable=g-import-not-at-top
+  from recovr_jax.study import study as study_lib  # pylint: disable=g-import-not-at-top
+
+  # The user's CSV.
+  header = 'pth1,pth2,edit,txt1,txt2'
+  for name, text, pattern in (
+      ('a duplicated column name', f'{header},edit\na,b,x,c,d,y\n',
+       "row 1: the column 'edit' appears twice"),
+      ('a row with more fields than the header',
+       f'{header}\na,b,x,c,d\nb,c,make it red, please,c,d\n',
+       r'row 3: 6 fields, the header has 5'),
+      ('a row with fewer fields', f'{header}\na,b,x\n',
+       r'row 2: 3 fields, the header has 5'),
+      ('an unclosed quote', f'{header}\na,b,"x,c,d\nb,c,y,c,d\n',
+       r'row 2: .*unclosed quote')):
+    path = s.root / 'user.csv'
+    path.write_text(text)
+    yield (f'an annotation CSV with {name}',
+           *_raises(lambda p=path: data.load_covr_csv(p), pattern))
+
+  # The project's own outputs.
+  ranks = (clean / 'ranks.csv').read_bytes()
+  half = ranks.rindex(b'\n', 0, len(ranks) // 2)
+  for name, cut, pattern in (
+      ('mid-row', half + 9, 'the last line has no newline'),
+      ('at a row end', half + 1, r"rows of method 'recovr'; the run has")):
+    d = s.copy(clean, f'ranks_{cut}')
+    (d / 'ranks.csv').write_bytes(ranks[:cut])
+    yield (f'`load_run` on a ranks.csv cut {name}',
+           *_raises(lambda d=d: results.load_run(d, pandas=False), pattern))
+  for name in ('resolved_config.json', 'metrics.csv'):
+    d = s.copy(clean, f'cut_{name}')
+    raw = (d / name).read_bytes()
+    (d / name).write_bytes(raw[:len(raw) // 2])
+    yield (f'`load_run` on a {name} cut in half', *_raises(
+        lambda d=d: results.load_run(d, pandas=False),
+        rf'{name}, line [0-9]+: (not valid JSON|the last line)'))
+  d = s.copy(clean, 'killed')
+  (d / readers.INCOMPLETE).write_text('killed\n')
+  rc, text = _module('experiments.evaluate.compare_runs',
+                     f'--runs={clean},{d}', '--resamples=10')
+  yield ('`compare_runs` on the directory of a killed run (INCOMPLETE)',
+         *_refused(rc, text, 'its run has not finished'))
+  d = s.copy(clean, 'cut_trajectories')
+  path = d / 'trajectories.jsonl'
+  path.write_bytes(path.read_bytes()[:-30])
+  rc, text = _module('experiments.evaluate.compare_runs',
+                     f'--runs={clean},{d}', '--resamples=10')
+  yield ('`compare_runs` on a trajectories.jsonl cut mid-line',
+         *_refused(rc, text, r'trajectories.jsonl, line [0-9]+: the last '
+                   'line has no newline'))
+
+  # The study's access file.
+  logs = s.root / 'access'
+  logs.mkdir()
+  good = study_lib._access(logs, ('p01', 'p02'))  # pylint: disable=protected-access
+  for name, change, pattern in (
+      ('an empty code', {'p01': ''}, "participant 'p01' is not a string"),
+      ('a code that is a number', {'p01': 7}, "participant 'p01' is not a "
+       'string'),
+      ('a code for an unknown participant', {'eve': 'x' * 22},
+       "participant 'eve', who is not in this study")):
+    (logs / study_lib.ACCESS_FILE).write_text(json.dumps(
+        {**good, 'codes': {**good['codes'], **change}}))
+    yield (f'the study restarted on an access.json with {name}', *_raises(
+        lambda: study_lib._access(logs, ('p01', 'p02')), pattern))  # pylint: disable=protected-access
+
+  # Images: a forged header claiming 20,000 x 20,000 pixels.
+  import struct  # pylint: disable=g-import-not-at-top
+  import zlib  # pylint: disable=g-import-not-at-top
+
+  def chunk(kind, body):
+    return (struct.pack('>I', len(body)) + kind + body
+            + struct.pack('>I', zlib.crc32(kind + body)))
+  bomb = s.root / 'frames' / 'v0' / '0000.png'
+  bomb.parent.mkdir(parents=True)
+  bomb.write_bytes(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack(
+      '>IIBBBBB', 20_000, 20_000, 8, 2, 0, 0, 0)) + chunk(
+          b'IDAT', zlib.compress(b'')) + chunk(b'IEND', b''))
+  yield ('a 20,000 x 20,000-pixel frame (a forged header)', *_raises(
+      lambda: readers.read_image(bomb), r'0000.png: .*over 50,000,000 '
+      'pixels'))
+
+  # The launcher and the coordinator's port.
+  flagfile = s.root / 'where.flags'
+  out = s.root / 'from_flagfile'
+  flagfile.write_text(f'--output_dir={out}\n--rrf_k=nan\n')
+  rc, text = _module('experiments.launch', '--num_processes=2', '--',
+                     *TINY, f'--cache_dir={s.cache}', f'--flagfile={flagfile}')
+  logged = (out / 'process_1.log').is_file()
+  yield ('the launcher with --output_dir set in a flagfile', f'exit {rc}; '
+         f'process 1\'s log in the flagfile\'s --output_dir: {logged}',
+         rc != 0 and logged)
+  with socket.socket() as held:
+    held.bind(('127.0.0.1', 0))
+    held.listen()
+    port = held.getsockname()[1]
+    rc, text, _ = s.run(s.root / 'port', '--num_processes=2',
+                        '--process_id=0',
+                        f'--coordinator_address=127.0.0.1:{port}')
+  yield ('process 0 of a run on a coordinator port already in use',
+         *_refused(rc, text, f'port {port} is already in use'))
+  # Two processes started by hand that disagree.
+  for name, extra, pattern in (
+      ('--num_processes (2 and 3)', ('--num_processes=3',),
+       r'different --num_processes \(2, 3; 2 joined\)'),
+      ('settings (--seed=0 and --seed=1)', ('--num_processes=2', '--seed=1'),
+       'process 1 was started with other settings than process 0')):
+    with socket.socket() as free:
+      free.bind(('127.0.0.1', 0))
+      port = free.getsockname()[1]
+    common = (f'--coordinator_address=127.0.0.1:{port}',)
+    first = s.run(s.root / 'disagree', *common, '--num_processes=2',
+                  '--process_id=0', wait=False)
+    rc, text, _ = s.run(s.root / 'disagree', *common, '--process_id=1',
+                        *extra)
+    first_text, _ = first.communicate(timeout=300)
+    both = rc != 0 and first.returncode != 0
+    yield (f'two processes started by hand with different {name}',
+           f'both refused (exits {first.returncode}, {rc}): '
+           f'{_message(text)}', both and bool(re.search(pattern, text))
+           and bool(re.search(pattern, first_text)))
 
 
 def _child_pid(parent: int, marker: str) -> int | None:
@@ -623,6 +771,7 @@ def main(argv):
   rows = []
   repo = str(pathlib.Path(__file__).resolve().parents[2])
   groups = {'runner': lambda: cases(s, clean),
+            'files': lambda: file_cases(s, clean),
             'processes': lambda: multi_process_cases(s),
             'study': lambda: study_cases(s),
             'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s)}

@@ -63,6 +63,33 @@ def initialize(coordinator_address: str | None, num_processes: int,
   return jax.process_count(), jax.process_index()
 
 
+def check_agreement(num_processes: int, settings: str) -> None:
+  """Refuses to go on unless every process was started with the same
+  process count and the same settings (``settings``: the run's flags, its
+  own process id left out): one all-gather of ``(count, hash)``."""
+  if jax.process_count() == 1 and num_processes == 1:
+    return
+  import hashlib  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  digest = int.from_bytes(hashlib.sha256(settings.encode()).digest()[:4],
+                          'little') & 0x7FFFFFFF
+  mine = np.asarray([num_processes, digest], np.int32)
+  every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 2)
+  counts = sorted({int(c) for c in every[:, 0]} | {jax.process_count()})
+  if len(counts) > 1:
+    raise ValueError(
+        f'the processes were started with different --num_processes '
+        f'({", ".join(map(str, counts))}; {jax.process_count()} joined): '
+        'start every process with the same count')
+  differ = [i for i, h in enumerate(every[:, 1]) if h != every[0, 1]]
+  if differ:
+    raise ValueError(
+        f'process {differ[0]} was started with other settings than process '
+        '0 (flags or flagfile contents differ): start every process with '
+        'the same flags')
+
+
 def barrier(name: str) -> None:
   """Waits until every process of the run reaches ``name`` (no-op alone)."""
   if jax.process_count() > 1:

@@ -164,6 +164,25 @@ class LaunchTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'expected HOST:PORT'):
       distributed.check_port('localhost')
 
+  def test_processes_started_with_different_counts_refuse_together(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      port = s.getsockname()[1]
+    procs = [subprocess.Popen(
+        [sys.executable, '-m', 'experiments.run', *TINY,
+         f'--cache_dir={root / "cache"}', f'--output_dir={root / "run"}',
+         f'--coordinator_address=127.0.0.1:{port}',
+         f'--num_processes={count}', f'--process_id={pid}'], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for pid, count in ((0, 2), (1, 3))]
+    for proc in procs:
+      out, _ = proc.communicate(timeout=300)
+      self.assertEqual(proc.returncode, 1, out[-2000:])
+      self.assertIn('the processes were started with different '
+                    '--num_processes (2, 3; 2 joined)', out)
+    self.assertFalse((root / 'run' / 'batches').exists())
+
   def test_the_launcher_sets_the_process_flags_itself(self):
     proc = _module('experiments.launch', '--num_processes=2', '--',
                    '--process_id=1')
