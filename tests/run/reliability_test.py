@@ -405,8 +405,8 @@ class MessagesTest(absltest.TestCase):
   def test_csv_encodings(self):
     header = 'pth1,pth2,edit,txt1,txt2\n'
     latin = self._csv(header + 'a,b,make it caf\u00e9,x,y\n', 'latin-1')
-    with self.assertRaisesRegex(ValueError, f'{latin}: not UTF-8 text '
-                                r'\(line 2'):
+    with self.assertRaisesRegex(ValueError, f'{latin}, line 2: not UTF-8 '
+                                'text'):
       data.load_covr_csv(latin)
     bom = self._csv('\ufeff' + header + 'a,b,edit,x,y\n')
     self.assertEqual(data.load_covr_csv(bom).reference, ('a',))

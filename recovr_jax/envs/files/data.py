@@ -142,12 +142,7 @@ def load_triplets(path, video_ids=None) -> CovrAnnotations:
 
 def _read_json(path: pathlib.Path):
   """An annotation file's JSON; errors name the file."""
-  if not path.is_file():
-    raise FileNotFoundError(f'annotation file {path} does not exist')
-  try:
-    return json.loads(path.read_text(encoding='utf-8'))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f'{path}: not a JSON file ({e})') from e
+  return readers.read_json(path, 'annotation file')
 
 
 def load_fashioniq_json(path, video_ids=None) -> CovrAnnotations:

@@ -11,10 +11,11 @@ line 46); its test gallery is every video of the split's map. Gallery ids
 here are the video names, so the features' rows and the triplets meet.
 """
 
-import json
 import pathlib
 
 import numpy as np
+
+from recovr_jax import readers
 
 FIELDS = ('idx', 'ref', 'target', 'cap', 'source', 'class_id')
 
@@ -40,10 +41,7 @@ def load_names(path) -> dict[str, str]:
     raise FileNotFoundError(
         f'{path}: FineCVR annotations need their video-name map {file} '
         f'(id2vdoname_<split>.json in the same directory)')
-  try:
-    names = json.loads(file.read_text(encoding='utf-8'))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f'{file}: not a JSON file ({e})') from e
+  names = readers.read_json(file, 'video-name map')
   if not isinstance(names, dict) or not names:
     raise ValueError(f'{file}: expected a non-empty JSON object '
                      '{"<id>": "<video name>"}')
@@ -65,11 +63,7 @@ def load_triplets(path, video_ids=None):
     raise FileNotFoundError(f'annotation file {path} does not exist')
   names = load_names(path)
   known = None if video_ids is None else set(video_ids)
-  try:
-    lines = path.read_bytes().decode('utf-8-sig').splitlines()
-  except UnicodeDecodeError as e:
-    raise ValueError(f'{path}: not UTF-8 text ({e.reason}); save it as '
-                     'UTF-8') from e
+  lines = readers.read_text(path, 'annotation file').splitlines()
   while lines and not lines[-1].strip():  # trailing blank lines
     lines.pop()
   out = ([], [], [])
