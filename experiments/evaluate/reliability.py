@@ -359,7 +359,7 @@ def file_cases(s: Scratch, clean: pathlib.Path):
        r'row 2: 3 fields, the header has 5'),
       ('an unclosed quote', f'{header}\na,b,"x,c,d\nb,c,y,c,d\n',
        r'row 2: .*unclosed quote')):
-    path = s.root / 'user.csv'
+    path = s.root / 'files_user.csv'
     path.write_text(text)
     yield (f'an annotation CSV with {name}',
            *_raises(lambda p=path: data.load_covr_csv(p), pattern))
@@ -370,24 +370,24 @@ def file_cases(s: Scratch, clean: pathlib.Path):
   for name, cut, pattern in (
       ('mid-row', half + 9, 'the last line has no newline'),
       ('at a row end', half + 1, r"rows of method 'recovr'; the run has")):
-    d = s.copy(clean, f'ranks_{cut}')
+    d = s.copy(clean, f'files_ranks_{cut}')
     (d / 'ranks.csv').write_bytes(ranks[:cut])
     yield (f'`load_run` on a ranks.csv cut {name}',
            *_raises(lambda d=d: results.load_run(d, pandas=False), pattern))
   for name in ('resolved_config.json', 'metrics.csv'):
-    d = s.copy(clean, f'cut_{name}')
+    d = s.copy(clean, f'files_cut_{name}')
     raw = (d / name).read_bytes()
     (d / name).write_bytes(raw[:len(raw) // 2])
     yield (f'`load_run` on a {name} cut in half', *_raises(
         lambda d=d: results.load_run(d, pandas=False),
         rf'{name}, line [0-9]+: (not valid JSON|the last line)'))
-  d = s.copy(clean, 'killed')
+  d = s.copy(clean, 'files_killed')
   (d / readers.INCOMPLETE).write_text('killed\n')
   rc, text = _module('experiments.evaluate.compare_runs',
                      f'--runs={clean},{d}', '--resamples=10')
   yield ('`compare_runs` on the directory of a killed run (INCOMPLETE)',
          *_refused(rc, text, 'its run has not finished'))
-  d = s.copy(clean, 'cut_trajectories')
+  d = s.copy(clean, 'files_cut_trajectories')
   path = d / 'trajectories.jsonl'
   path.write_bytes(path.read_bytes()[:-30])
   rc, text = _module('experiments.evaluate.compare_runs',
@@ -397,7 +397,7 @@ def file_cases(s: Scratch, clean: pathlib.Path):
                    'line has no newline'))
 
   # The study's access file.
-  logs = s.root / 'access'
+  logs = s.root / 'files_access'
   logs.mkdir()
   good = study_lib._access(logs, ('p01', 'p02'))  # pylint: disable=protected-access
   for name, change, pattern in (
@@ -418,7 +418,7 @@ def file_cases(s: Scratch, clean: pathlib.Path):
   def chunk(kind, body):
     return (struct.pack('>I', len(body)) + kind + body
             + struct.pack('>I', zlib.crc32(kind + body)))
-  bomb = s.root / 'frames' / 'v0' / '0000.png'
+  bomb = s.root / 'files_frames' / 'v0' / '0000.png'
   bomb.parent.mkdir(parents=True)
   bomb.write_bytes(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack(
       '>IIBBBBB', 20_000, 20_000, 8, 2, 0, 0, 0)) + chunk(
@@ -428,8 +428,8 @@ def file_cases(s: Scratch, clean: pathlib.Path):
       'pixels'))
 
   # The launcher and the coordinator's port.
-  flagfile = s.root / 'where.flags'
-  out = s.root / 'from_flagfile'
+  flagfile = s.root / 'files_where.flags'
+  out = s.root / 'files_from_flagfile'
   flagfile.write_text(f'--output_dir={out}\n--rrf_k=nan\n')
   rc, text = _module('experiments.launch', '--num_processes=2', '--',
                      *TINY, f'--cache_dir={s.cache}', f'--flagfile={flagfile}')
@@ -441,7 +441,7 @@ def file_cases(s: Scratch, clean: pathlib.Path):
     held.bind(('127.0.0.1', 0))
     held.listen()
     port = held.getsockname()[1]
-    rc, text, _ = s.run(s.root / 'port', '--num_processes=2',
+    rc, text, _ = s.run(s.root / 'files_port', '--num_processes=2',
                         '--process_id=0',
                         f'--coordinator_address=127.0.0.1:{port}')
   yield ('process 0 of a run on a coordinator port already in use',
@@ -456,10 +456,10 @@ def file_cases(s: Scratch, clean: pathlib.Path):
       free.bind(('127.0.0.1', 0))
       port = free.getsockname()[1]
     common = (f'--coordinator_address=127.0.0.1:{port}',)
-    first = s.run(s.root / 'disagree', *common, '--num_processes=2',
-                  '--process_id=0', wait=False)
-    rc, text, _ = s.run(s.root / 'disagree', *common, '--process_id=1',
-                        *extra)
+    d = s.root / f'files_disagree_{extra[-1][2:6]}'
+    first = s.run(d, *common, '--num_processes=2', '--process_id=0',
+                  wait=False)
+    rc, text, _ = s.run(d, *common, '--process_id=1', *extra)
     first_text, _ = first.communicate(timeout=300)
     both = rc != 0 and first.returncode != 0
     yield (f'two processes started by hand with different {name}',
