@@ -115,6 +115,10 @@ def verify_manifest(directory, what: str = 'checkpoint') -> bool:
     manifest = json.loads(path.read_text())
   except ValueError as e:
     raise ValueError(f'{what} manifest {path} is unreadable: {e}') from e
+  if not (isinstance(manifest, dict) and all(
+      isinstance(d, str) for d in manifest.values())):
+    raise ValueError(f'{what} manifest {path} is unreadable: expected a JSON '
+                     'object of file name -> SHA-256 hex digest')
   present = {f.relative_to(directory).as_posix() for f in _files(directory)}
   for name, digest in sorted(manifest.items()):
     if name not in present:

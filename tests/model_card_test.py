@@ -41,6 +41,15 @@ class ModelCardTest(absltest.TestCase):
       self.assertNotEqual(checksums.path_digest(d), before)
       with self.assertRaisesRegex(ValueError, 'other.bin'):
         checksums.verify_manifest(d)
+      # A manifest that parses but is not a name -> digest object (a
+      # list, a digest that is a number) is named, not a traceback.
+      (d / 'other.bin').unlink()
+      manifest = d / checksums.MANIFEST
+      for text in ('["weights.bin"]', '{"weights.bin": 7}', '{"weights'):
+        manifest.write_text(text)
+        with self.assertRaisesRegex(ValueError, f'manifest {manifest} is '
+                                    'unreadable'):
+          checksums.verify_manifest(d)
       shutil.rmtree(d)
 
 
