@@ -37,7 +37,6 @@ per run group and the verdict rules share the resampled sessions.
 """
 
 import collections
-import csv
 import dataclasses
 import json
 import pathlib
@@ -46,6 +45,7 @@ from typing import Callable
 import jax
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax.core import list_metrics as metrics
 
 MARGIN_POINTS = 0.03   # R@K and rates: 3 points
@@ -78,26 +78,21 @@ class Run:
 def load(directory) -> Run:
   """The ``Run`` of a finished run directory (``ranks.csv``, and
   ``trajectories.jsonl`` for rank-cap firing)."""
-  d = pathlib.Path(directory)
-  for name in ('ranks.csv', 'trajectories.jsonl'):
-    if not (d / name).is_file():
-      raise FileNotFoundError(f'{d / name} does not exist: not a finished run '
-                              'directory (python -m experiments.run writes it)')
-  if (d / 'INCOMPLETE').exists():
-    raise FileNotFoundError(f'{d}: its run has not finished; rerun its '
-                            'command to resume it')
+  d = readers.require_finished(directory, ('ranks.csv', 'trajectories.jsonl'))
   rows = collections.defaultdict(dict)  # method -> (session, turn) -> row
   codes = {}
-  with (d / 'ranks.csv').open(newline='') as f:
-    for line, row in enumerate(csv.DictReader(f), start=2):
-      try:
-        key = (int(row['session']), int(row['turn']))
-        rank = int(row['rank'])
-      except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'{d / "ranks.csv"} row {line}: expected integer '
-                         f'session, turn and rank ({e})') from e
-      top1 = codes.setdefault(row['top1_id'], len(codes))
-      rows[row['method']][key] = (rank, top1)
+  # Read whole and checked (readers): a file cut mid-row or edited is an
+  # error naming the row, not a shorter or shifted value.
+  table = readers.read_csv(d / 'ranks.csv',
+                           ('method', 'session', 'turn', 'rank', 'top1_id'),
+                           types={'session': int, 'turn': int, 'rank': int},
+                           written_by_us=True)
+  for line, row in zip(table.numbers, table.rows):
+    if None in (row['session'], row['turn'], row['rank']):
+      raise readers.FileError(d / 'ranks.csv', 'expected integer session, '
+                              'turn and rank', line, unit='row')
+    top1 = codes.setdefault(row['top1_id'], len(codes))
+    rows[row['method']][(row['session'], row['turn'])] = (row['rank'], top1)
   if not rows:
     raise ValueError(f'{d / "ranks.csv"} holds no rows')
   sessions = None
@@ -117,15 +112,13 @@ def load(directory) -> Run:
     ranks[method], top1[method] = grid[..., 0], grid[..., 1]
   position = {int(s): i for i, s in enumerate(sessions)}
   fired = {}
-  with (d / 'trajectories.jsonl').open() as f:
-    for line in f:
-      rec = json.loads(line)
-      method = rec['method']
-      if method not in ranks:
-        continue
-      out = fired.setdefault(method, np.zeros(ranks[method].shape, bool))
-      for t, turn in enumerate(rec['turns'][:out.shape[1]]):
-        out[position[rec['session']], t] = bool(turn.get('rank_cap_fired'))
+  for rec in readers.read_jsonl(d / 'trajectories.jsonl'):
+    method = rec['method']
+    if method not in ranks:
+      continue
+    out = fired.setdefault(method, np.zeros(ranks[method].shape, bool))
+    for t, turn in enumerate(rec['turns'][:out.shape[1]]):
+      out[position[rec['session']], t] = bool(turn.get('rank_cap_fired'))
   return Run(sessions=sessions, ranks=ranks, top1=top1, fired=fired)
 
 

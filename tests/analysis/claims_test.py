@@ -1,6 +1,7 @@
 """recovr_jax.analysis.claims and paper_claims: verdicts with intervals."""
 
 import json
+import pathlib
 import re
 
 from absl import app
@@ -10,6 +11,7 @@ import chex
 import numpy as np
 
 from experiments.evaluate import fidelity
+from recovr_jax import readers
 from recovr_jax.analysis import claims
 from recovr_jax.analysis import paper_claims
 from recovr_jax.core import list_metrics as metrics
@@ -217,6 +219,23 @@ class StatisticsTest(absltest.TestCase):
       self.assertTrue(run.fired[m][order.tolist().index(0), 1])
     with self.assertRaisesRegex(FileNotFoundError, 'ranks.csv'):
       claims.load(self.create_tempdir().full_path)
+    # Cut mid-row (the last rank would read as a shorter number) or
+    # mid-line: refused, naming the file and line.
+    ranks = pathlib.Path(d.full_path) / 'ranks.csv'
+    whole = ranks.read_text()
+    ranks.write_text(whole[:-2])
+    with self.assertRaisesRegex(readers.FileError, f'^{ranks}, line .*the '
+                                'last line has no newline'):
+      claims.load(d.full_path)
+    ranks.write_text(whole)
+    trajectories = pathlib.Path(d.full_path) / 'trajectories.jsonl'
+    trajectories.write_text('\n'.join(lines)[:-5])
+    with self.assertRaisesRegex(readers.FileError, f'^{trajectories}, line '
+                                f'{len(lines)}: the last line'):
+      claims.load(d.full_path)
+    (pathlib.Path(d.full_path) / 'INCOMPLETE').write_text('')
+    with self.assertRaisesRegex(FileNotFoundError, 'has not finished'):
+      claims.load(d.full_path)
 
 
   def test_saved_groups_read_back_the_same(self):
