@@ -39,31 +39,14 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def _expanded(args, seen=()) -> list[str]:
-  """``args`` with each ``--flagfile=F`` replaced by F's flags, in order
-  (as absl reads them: one flag per line, ``#`` and ``//`` comments)."""
-  out = []
-  for a in args:
-    if not a.startswith('--flagfile='):
-      out.append(a)
-      continue
-    path = pathlib.Path(a.split('=', 1)[1])
-    if path in seen:
-      raise app.UsageError(f'{a}: reads itself')
-    try:
-      lines = path.read_text().splitlines()
-    except OSError as e:
-      raise app.UsageError(f'{a}: cannot read it ({e.strerror})') from e
-    out += _expanded([line.strip() for line in lines if line.strip() and
-                      not line.strip().startswith(('#', '//'))],
-                     (*seen, path))
-  return out
-
-
 def _output_dir(args) -> pathlib.Path:
   """Where the processes write: the last --output_dir given, on the command
   line or in a flagfile (the logs go beside the run's outputs)."""
-  for a in reversed(_expanded(args)):
+  try:  # absl's own expansion of --flagfile (nested files, comments)
+    expanded = flags.FLAGS.read_flags_from_files(list(args), force_gnu=True)
+  except flags.Error as e:
+    raise app.UsageError(str(e)) from e
+  for a in reversed(expanded):
     if a.startswith('--output_dir='):
       return pathlib.Path(a.split('=', 1)[1])
   return pathlib.Path('out/run')  # experiments.run's default
