@@ -192,11 +192,14 @@ def read_csv(path, required=(), types=None, what: str = 'CSV file',
   return Table(header, rows, numbers)
 
 
-def read_npz(path, arrays: dict, what: str = 'NPZ file') -> dict:
+def read_npz(path, arrays: dict, what: str = 'NPZ file',
+             optional: dict | None = None) -> dict:
   """``{name: array}`` of the ``arrays`` named (``{name: (ndim, kinds)}``,
   ``kinds`` a string of NumPy kind codes such as ``'f'`` or ``'iu'``; None
-  for any), all of them read (a damaged archive fails here, not later)."""
+  for any) and of those of ``optional`` (same form) the archive holds, all
+  of them read (a damaged archive fails here, not later)."""
   path = _exists(path, what)
+  optional = optional or {}
   try:
     with np.load(path, allow_pickle=False) as data:
       names = set(data.files)
@@ -205,7 +208,8 @@ def read_npz(path, arrays: dict, what: str = 'NPZ file') -> dict:
         raise FileError(path, f'no array named {", ".join(missing)} (it '
                         f'holds {", ".join(sorted(names)) or "none"})')
       out = {}
-      for name, spec in arrays.items():
+      wanted = {**arrays, **{n: s for n, s in optional.items() if n in names}}
+      for name, spec in wanted.items():
         x = data[name]
         if spec is not None:
           ndim, kinds = spec

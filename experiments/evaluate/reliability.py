@@ -364,6 +364,22 @@ def file_cases(s: Scratch, clean: pathlib.Path):
     yield (f'an annotation CSV with {name}',
            *_raises(lambda p=path: data.load_covr_csv(p), pattern))
 
+  # The user's NPZ: gallery embeddings cut while copied, or holding
+  # Python objects (which NumPy would unpickle: code run on load).
+  gallery = s.root / 'files_gallery.npz'
+  np.savez(gallery, ids=np.array(['a', 'b']), video=np.eye(2, 3))
+  whole = gallery.read_bytes()
+  gallery.write_bytes(whole[:len(whole) // 2])
+  yield ('a gallery embeddings NPZ cut in half', *_raises(
+      lambda: data.load_embeddings(gallery),
+      r'files_gallery.npz: not a readable .npz archive'))
+  np.savez(gallery, ids=np.array(['a', 'b']), video=np.eye(2, 3),
+           captions=np.array(['red car', None], dtype=object))
+  yield ('a gallery embeddings NPZ whose captions are Python objects',
+         *_raises(lambda: data.load_embeddings(gallery),
+                  r'files_gallery.npz: not a readable .npz archive.*'
+                  'allow_pickle=False'))
+
   # The project's own outputs.
   ranks = (clean / 'ranks.csv').read_bytes()
   half = ranks.rindex(b'\n', 0, len(ranks) // 2)

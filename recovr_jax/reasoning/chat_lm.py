@@ -28,6 +28,7 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax import checksums
 from recovr_jax import paths
 from recovr_jax.reasoning import constrained
@@ -44,8 +45,8 @@ def is_chat_checkpoint(model_dir) -> bool:
   """A Llama checkpoint whose tokenizer has a chat template."""
   d = pathlib.Path(model_dir)
   try:
-    config = json.loads((d / 'config.json').read_text())
-    tok = json.loads((d / 'tokenizer_config.json').read_text())
+    config = readers.read_json(d / 'config.json', 'checkpoint config')
+    tok = readers.read_json(d / 'tokenizer_config.json', 'tokenizer config')
   except (OSError, json.JSONDecodeError):
     return False
   has_template = bool(tok.get('chat_template')) or (
@@ -281,7 +282,8 @@ DEFAULT_ADAPTER_DIR = str(paths.CHECKPOINTS /
 def adapter_meta(directory: str = DEFAULT_ADAPTER_DIR) -> dict:
   """The adapter's ``adapter.json``: its prompt, training report and the
   data it was trained on."""
-  return json.loads((pathlib.Path(directory) / 'adapter.json').read_text())
+  return readers.read_json(pathlib.Path(directory) / 'adapter.json',
+                           'adapter description')
 
 
 def model_config(checkpoint=None):

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax import checksums
 
 DEFAULT_TARGETS = ('q_proj', 'v_proj', 'o_proj', 'gate_proj', 'down_proj')
@@ -197,7 +198,7 @@ def load_peft(directory) -> dict:
   """An adapter (``{'layers', 'scale'}``) from PEFT's layout."""
   from safetensors import numpy as st  # pylint: disable=g-import-not-at-top
   d = pathlib.Path(directory)
-  config = json.loads((d / 'adapter_config.json').read_text())
+  config = readers.read_json(d / 'adapter_config.json', 'adapter config')
   if config.get('peft_type') != 'LORA':
     raise ValueError(f'{d / "adapter_config.json"}: not a LoRA adapter')
   layers = {}
@@ -224,7 +225,7 @@ def load(directory) -> dict:
     if not (d / name).is_file():
       raise FileNotFoundError(f'LoRA adapter {str(d)!r} has no {name}')
   checksums.verify_manifest(str(d), 'LoRA adapter')
-  meta = json.loads((d / 'adapter.json').read_text())
+  meta = readers.read_json(d / 'adapter.json', 'adapter description')
   layers = {}
   for key, value in st.load_file(str(d / 'adapter.safetensors')).items():
     parts = key.split('/')

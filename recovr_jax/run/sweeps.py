@@ -1,10 +1,10 @@
 """Sweeps: one factor at a time, each value a run of its own directory."""
 
 import dataclasses
-import json
 import os
 import pathlib
 
+from recovr_jax import readers
 from recovr_jax.run import config as config_lib
 from recovr_jax.run import runner
 from recovr_jax.run import validation as checks
@@ -39,8 +39,8 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
       rows.append((name, text, runner.run(c, built)))
     except checks.RunFailed as e:  # its outputs are written; the sweep goes on
       failed.append(f'{name}={text}: {e}')
-      rows.append((name, text, json.loads(
-          (pathlib.Path(c.output_dir) / 'metrics.json').read_text())))
+      rows.append((name, text, readers.read_json(
+          pathlib.Path(c.output_dir) / 'metrics.json', 'metrics file')))
   if config.process_id != 0:  # process 0 writes the sweep's table
     return None
   num_turns = len(next(iter(rows[0][2].values()))['R@1'])

@@ -312,17 +312,8 @@ def load_embeddings(path, dim: int | None = None,
   if not path.is_file():
     raise FileNotFoundError(f'embeddings file {path} does not exist')
   if path.suffix == '.npz':
-    try:
-      with np.load(path, allow_pickle=False) as data:
-        fields = dict(data.items())
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f'{path}: not a readable .npz archive ({type(e).__name__}'
-                       f': {e}); expected arrays ids, video and optional '
-                       'captions') from e
-    for key in ('ids', 'video'):
-      if key not in fields:
-        raise ValueError(f'{path}: missing array {key!r}; found '
-                         f'{", ".join(sorted(fields))}')
+    fields = readers.read_npz(path, {'ids': None, 'video': None},
+                              'embeddings file', optional={'captions': None})
     ids = [str(x) for x in np.asarray(fields['ids']).reshape(-1)]
     video = fields['video']
     captions = fields.get('captions')
@@ -409,14 +400,8 @@ def load_query_embeddings(path, annotations: CovrAnnotations, dim: int,
   if path.suffix != '.npz':
     raise ValueError(f'{path}: query embeddings are an .npz with array '
                      "'query' [rows, D] (and optional 'pth1', 'pth2')")
-  try:
-    with np.load(path, allow_pickle=False) as f:
-      fields = dict(f.items())
-  except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'{path}: not a readable .npz archive ({e})') from e
-  if 'query' not in fields:
-    raise ValueError(f"{path}: missing array 'query'; found "
-                     f'{", ".join(sorted(fields))}')
+  fields = readers.read_npz(path, {'query': None}, 'query embeddings file',
+                            optional={'pth1': None, 'pth2': None})
   query = np.asarray(fields['query'])
   rows = len(annotations.reference)
   if query.ndim != 2 or not np.issubdtype(query.dtype, np.floating):

@@ -111,8 +111,8 @@ def pooled_features(features_dir, names) -> np.ndarray:
       raise FileNotFoundError(f'{file}: no feature file for video {name!r}')
     try:
       x = np.load(file, allow_pickle=False)
-    except ValueError as e:
-      raise ValueError(f'{file}: not a NumPy array file ({e})') from e
+    except (ValueError, EOFError, OSError) as e:  # EOFError: an empty file
+      raise ValueError(f'{file}: not a readable NumPy array file ({e})') from e
     if x.ndim == 1:
       x = x[None]
     if x.ndim != 2 or not len(x):

@@ -8,6 +8,7 @@ from absl.testing import parameterized
 import numpy as np
 
 from recovr_jax.envs.files import data
+from recovr_jax.envs.files import finecvr
 
 HEADER = 'pth1,pth2,edit,txt1,txt2,extra\n'
 
@@ -120,7 +121,12 @@ class EmbeddingsTest(parameterized.TestCase):
   def test_npz_field_errors(self):
     path = self.path('.npz')
     np.savez(path, ids=np.array(['a']), other=np.ones((1, 2)))
-    with self.assertRaisesRegex(ValueError, "missing array 'video'"):
+    with self.assertRaisesRegex(ValueError, 'no array named video'):
+      data.load_embeddings(path)
+    np.savez(path, ids=np.array(['a']), video=np.ones((1, 2)))
+    whole = pathlib.Path(path).read_bytes()
+    pathlib.Path(path).write_bytes(whole[:len(whole) // 2])  # cut mid-write
+    with self.assertRaisesRegex(ValueError, 'not a readable .npz archive'):
       data.load_embeddings(path)
     np.savez(path, ids=np.array(['a', 'b']), video=np.ones((3, 2)))
     with self.assertRaisesRegex(ValueError, "'ids' has 2 entries but 'video'"):
@@ -128,6 +134,20 @@ class EmbeddingsTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'unknown embeddings format'):
       data.load_embeddings(self.create_tempfile(file_path='x.csv').full_path)
 
+
+
+class FineCvrFeaturesTest(absltest.TestCase):
+
+  def test_frames_averaged_and_damaged_files_named(self):
+    d = pathlib.Path(self.create_tempdir().full_path)
+    np.save(d / 'v1.npy', np.array([[1., 2.], [3., 4.]]))
+    np.testing.assert_allclose(finecvr.pooled_features(d, ['v1']), [[2., 3.]])
+    whole = (d / 'v1.npy').read_bytes()
+    for cut in (0, 20, len(whole) - 4):  # empty, in the header, in the data
+      (d / 'v2.npy').write_bytes(whole[:cut])
+      with self.subTest(cut=cut), self.assertRaisesRegex(
+          ValueError, r'v2.npy: not a readable NumPy array file'):
+        finecvr.pooled_features(d, ['v1', 'v2'])
 
 if __name__ == '__main__':
   absltest.main()

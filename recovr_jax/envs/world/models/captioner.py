@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recovr_jax import readers
 from recovr_jax import checksums
 from recovr_jax.core import checks
 from recovr_jax.envs.world.benchmark import generator as world_lib
@@ -161,7 +162,8 @@ class Captioner:
     self.params = self.model.params
     checksums.check_finite(self.params, f'captioner checkpoint {directory}')
     self.tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
-    self.info = json.loads((pathlib.Path(directory) / MARKER).read_text())
+    self.info = readers.read_json(pathlib.Path(directory) / MARKER,
+                                  'captioner description')
     self.fingerprint = self.info['id']
     self.batch_size = batch_size
     model, tok = self.model, self.tokenizer
