@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import chex
@@ -242,6 +243,27 @@ class MiniLMGroundingTest(absltest.TestCase):
         got = parse(text)
         right[name] += sum(got.get(a) == v for a, v in truth.items())
     self.assertGreater(right['grounded'], right['lexicon'])
+
+  def test_a_fit_is_computed_once_per_process_and_key(self):
+    # A sweep's runs share the fit (fit_key): the second call fits nothing
+    # and reads as the fresh reader of setUpClass does.
+    key = ('reading_test', self.encoder.shared_key)
+    self.assertIsNotNone(self.encoder.shared_key)
+    call = lambda: reading.grounding_reader(
+        self.world, self.encoder, num=300, fit_key=key,
+        **reading.GROUNDED_OPTIONS)
+    _, first = call()
+    with mock.patch.object(grounding, 'fit_threshold',
+                           side_effect=AssertionError('fitted again')):
+      reader, fit = call()
+    self.assertEqual(first, self.fit)
+    self.assertEqual(fit, self.fit)
+    self.assertEqual((reader.threshold, reader.abstain),
+                     (self.reader.threshold, self.reader.abstain))
+    texts, _ = reading.training_utterances(self.world, 100, seed=9)
+    for text in texts + ['I want it bright and swapped for a hexagon']:
+      self.assertEqual(reader.frame(text), self.reader.frame(text), text)
+      self.assertEqual(reader.abstained(text), self.reader.abstained(text))
 
   def test_frame_classifier_reads_the_decision(self):
     classifier = reading.frame_classifier(self.world, self.reader, num=400)

@@ -59,8 +59,12 @@ class TextEncoderTest(absltest.TestCase):
       other = encoders.TextEncoder(batch_size=16, max_length=32)
       self.assertEqual(other.load_cache(path), enc.cache_size)
       np.testing.assert_array_equal(other(texts), want)  # bit-identical
-      fresh = encoders.TextEncoder(batch_size=16, max_length=32)
+      fresh = encoders.TextEncoder(batch_size=16, max_length=32,
+                                   shared=False)
       np.testing.assert_array_equal(fresh(texts), want)  # as recomputed
+      # The encoders of a process share what they computed: the same.
+      again = encoders.TextEncoder(batch_size=16, max_length=32)
+      np.testing.assert_array_equal(again(texts[::-1]), want[::-1])
       # Another encoder's file, a corrupted one: ignored with a warning.
       wide = encoders.TextEncoder(batch_size=8, max_length=32)
       self.assertNotEqual(wide.cache_path(d), path)

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax import checksums
 from recovr_jax.core import vectors as vectors_lib
 from recovr_jax import paths
@@ -68,46 +69,91 @@ def quiet_transformers():
     hf_logging.set_verbosity(level)
 
 
+# What the text encoders of one process share, keyed by the model's files
+# (path, sizes, modification times), the rows per batch and the maximum
+# length: the loaded model with its jitted forward pass (loading and
+# compiling it took a second or more per run, and a sweep or a test process
+# builds many runs), and the embeddings computed so far (an embedding does
+# not depend on the texts encoded beside it, ``_encode_texts``, so one an
+# earlier run of the process computed is the one this run would compute).
+# At most ``MAX_SHARED_EMBEDDINGS`` per key (about 0.3 GB); beyond, each
+# encoder computes its own.
+_SHARED_MODELS: dict = {}
+_SHARED_EMBEDDINGS: dict = {}
+MAX_SHARED_EMBEDDINGS = 200_000
+
+
+def _model_files(model_dir: str) -> tuple:
+  d = pathlib.Path(model_dir).resolve()
+  return (str(d),) + tuple(sorted(
+      (f.name, f.stat().st_size, f.stat().st_mtime_ns)
+      for f in d.iterdir() if f.is_file()))
+
+
+def _load(model_dir: str):
+  """``(model, tokenizer, jitted forward pass)`` of a MiniLM directory."""
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+  from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
+  with quiet_transformers():
+    model = pretrained.from_pretrained(FlaxBertModel, model_dir,
+                                       'text encoder')
+  tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+  def encode(params, ids, mask):
+    hidden = model(input_ids=ids, attention_mask=mask,
+                   params=params).last_hidden_state
+    m = mask[..., None].astype(hidden.dtype)
+    pooled = jnp.sum(hidden * m, axis=1) / jnp.maximum(
+        jnp.sum(m, axis=1), 1e-9)
+    return vectors_lib.normalize(pooled)
+
+  return model, tokenizer, jax.jit(encode)
+
+
 class TextEncoder:
   """A frozen sentence encoder with a cache keyed by text.
 
   Texts are tokenised, padded to a multiple of 8 tokens (few compiled shapes)
   and encoded in batches of a fixed row count by one jitted forward pass;
   each distinct text is encoded once per process (the loop re-encodes the
-  same phrases often). Every width group is padded to whole batches, so
-  small batches (16 rows) waste little: 100 dialogue texts of mixed lengths
-  take 0.8 s at 16 rows and 5.9 s at 128 on a 2-core CPU.
+  same phrases often; the encoders of a process with the same model files,
+  rows and length share the model, its compiled programs and the
+  embeddings, unless ``shared=False``). Every width group is padded to
+  whole batches, so small batches (16 rows) waste little: 100 dialogue
+  texts of mixed lengths take 0.8 s at 16 rows and 5.9 s at 128 on a 2-core
+  CPU.
   """
 
   def __init__(self, model_dir: str | None = None, batch_size: int = 16,
-               max_length: int = 64):
-    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
-    from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
+               max_length: int = 64, shared: bool = True):
     model_dir = minilm_path() if model_dir is None else model_dir
     if not os.path.isfile(os.path.join(model_dir, 'config.json')):
       raise FileNotFoundError(
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
-    with quiet_transformers():
-      self._model = pretrained.from_pretrained(FlaxBertModel, model_dir,
-                                               'text encoder')
+    key = (_model_files(model_dir), batch_size, max_length)
+    loaded = _SHARED_MODELS.get(key) if shared else None
+    if loaded is None:
+      loaded = _load(model_dir)
+      if shared:
+        _SHARED_MODELS[key] = loaded
+    self._model, self._tokenizer, self._encode = loaded
     self._params = self._model.params
-    self._tokenizer = AutoTokenizer.from_pretrained(model_dir)
     self._batch_size = batch_size
     self._max_length = max_length
     self._cache: dict[str, np.ndarray] = {}
+    self._key = key
+    self._shared = (_SHARED_EMBEDDINGS.setdefault(key, {}) if shared
+                    else None)
     self._stored = -1  # cache size at the last save_cache / load_cache
-    model = self._model
 
-    def encode(params, ids, mask):
-      hidden = model(input_ids=ids, attention_mask=mask,
-                     params=params).last_hidden_state
-      m = mask[..., None].astype(hidden.dtype)
-      pooled = jnp.sum(hidden * m, axis=1) / jnp.maximum(
-          jnp.sum(m, axis=1), 1e-9)
-      return vectors_lib.normalize(pooled)
-
-    self._encode = jax.jit(encode)
+  @property
+  def shared_key(self):
+    """What fixes this encoder's embeddings within a process (its model
+    files, rows and length), or None when it shares nothing: a key for
+    what is computed from them once per process (the grounding reader's
+    fits, ``reader_fit``)."""
+    return self._key if self._shared is not None else None
 
   @property
   def dim(self) -> int:
@@ -206,6 +252,10 @@ class TextEncoder:
     """
     texts = list(texts)
     missing = sorted({t for t in texts if t not in self._cache})
+    if missing and self._shared:
+      self._cache.update((t, self._shared[t]) for t in missing
+                         if t in self._shared)
+      missing = [t for t in missing if t not in self._cache]
     if missing:
       lengths = [len(ids) for ids in self._tokenizer(
           missing, truncation=True, max_length=self._max_length)['input_ids']]
@@ -226,6 +276,9 @@ class TextEncoder:
           mask = np.pad(tokens['attention_mask'], ((0, rows), (0, 0)))
           out = np.asarray(self._encode(self._params, ids, mask))
           self._cache.update(zip(batch, out[:len(batch)]))
+          if (self._shared is not None and
+              len(self._shared) < MAX_SHARED_EMBEDDINGS):
+            self._shared.update(zip(batch, out[:len(batch)]))
           done += len(batch)
           if progress is not None:
             progress(done, len(missing))
@@ -328,4 +381,4 @@ def load_metadata(directory) -> dict:
   path = pathlib.Path(directory) / 'metadata.json'
   if not path.exists():
     raise FileNotFoundError(f'no checkpoint metadata at {path}')
-  return json.loads(path.read_text())
+  return readers.read_json(path, 'encoder description')

@@ -8,6 +8,7 @@ evaluated.
 """
 
 import collections
+import copy
 import functools
 
 import numpy as np
@@ -167,9 +168,17 @@ def _unless_frame(relater_, frames: frozenset):
   return related
 
 
+# The fits of ``grounding_reader`` and ``frame_classifier`` by what fixes
+# them (``fit_key``): computed once per process. They are deterministic
+# functions of the world's train split, the encoder and the options, and a
+# sweep or a test process builds many runs of one world (each fit took
+# 2-4 s of reading 2,000 utterances).
+_FITTED: dict = {}
+
+
 def grounding_reader(world, encode, phrasings: str = 'train',
                      num: int = FIT_UTTERANCES, seed: int = FIT_SEED,
-                     use_dictionary: bool = True, **options):
+                     use_dictionary: bool = True, fit_key=None, **options):
   """``(reader, fit)``: the grounding reader over ``encode`` (the world's
   MiniLM) with its threshold fitted on the train split (``fit``: the
   chosen threshold, its counts and the curve; with ``abstain=True`` in
@@ -180,7 +189,14 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   ``abstain``.
   ``phrasings='train'``: the
   training phrasings are prototypes and are read exactly; ``'lexicon'``:
-  zero-shot, the lexicon's phrases only."""
+  zero-shot, the lexicon's phrases only. ``fit_key``: a hashable that fixes
+  ``world`` and ``encode`` (the world's config and the encoder's
+  ``shared_key``); the fits are then computed once per process and key
+  (a later call gets what it would have fitted)."""
+  key = None if fit_key is None else (
+      'reader', fit_key, phrasings, num, seed, use_dictionary,
+      repr(sorted(options.items())))
+  done = _FITTED.get(key) if key is not None else None
   options = dict(options)
   abstain = options.pop('abstain', False)
   depth = options.pop('related_depth', None)  # None: no WordNet
@@ -192,15 +208,23 @@ def grounding_reader(world, encode, phrasings: str = 'train',
       unrelated_penalty=penalty, **options)
   # WordNet, never for the user's frame words (found with the reader's
   # lexicon, so set after it is made).
+  words = None
   if depth is not None:
-    reader.relate = _unless_frame(relater(phrasings, depth),
-                                  frame_words(world, reader))
-  utterances = training_utterances(world, num, seed)
-  fit = grounding.fit_threshold(reader, *utterances)
+    words = done['frame_words'] if done else frame_words(world, reader)
+    reader.relate = _unless_frame(relater(phrasings, depth), words)
+  if done is None:
+    utterances = training_utterances(world, num, seed)
+    fit = grounding.fit_threshold(reader, *utterances)
+    reader.threshold = fit['threshold']
+    if abstain:  # on the same training utterances, the threshold fixed
+      fit['abstain_fit'] = {k: v for k, v in grounding.fit_abstain(
+          reader, *utterances).items() if k != 'curve'}
+    done = {'fit': fit, 'frame_words': words}
+    if key is not None:
+      _FITTED[key] = done
+  fit = copy.deepcopy(done['fit'])
   reader.threshold = fit['threshold']
-  if abstain:  # on the same training utterances, the threshold fixed
-    fit['abstain_fit'] = {k: v for k, v in grounding.fit_abstain(
-        reader, *utterances).items() if k != 'curve'}
+  if abstain:
     reader.abstain = fit['abstain_fit']['abstain']
   return reader, fit
 
@@ -329,10 +353,20 @@ class Grounding:
     from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
     world = world_lib.make_world(self.world_config)
     check_grounded_options(options)
-    reader, fit = grounding_reader(
-        world, encode_text, **{**GROUNDED_OPTIONS, **(options or {})})
-    classifier = (frame_classifier(world, reader)
-                  if GROUNDED_SIGMA == 'frames' else None)
+    shared = getattr(encode_text, 'shared_key', None)
+    fit_key = None if shared is None else (self.world_config, shared)
+    options = {**GROUNDED_OPTIONS, **(options or {})}
+    reader, fit = grounding_reader(world, encode_text, fit_key=fit_key,
+                                   **options)
+    classifier = None
+    if GROUNDED_SIGMA == 'frames':
+      key = None if fit_key is None else (
+          'frames', fit_key, repr(sorted(options.items())))
+      classifier = _FITTED.get(key)
+      if classifier is None:
+        classifier = frame_classifier(world, reader)
+        if key is not None:
+          _FITTED[key] = classifier
     reasoner = rules.RulesReasoner(lexicon, reader=reader,
                                    sigma=GROUNDED_SIGMA, name='grounded',
                                    frames=classifier)
