@@ -79,6 +79,18 @@ def path_digest(path) -> str:
   return h.hexdigest()
 
 
+def source_digest() -> str:
+  """SHA-256 of the package's Python sources (``recovr_jax/**/*.py``, by
+  relative path): the code that computes a result kept between runs (a
+  batch, a fitted reader)."""
+  package = pathlib.Path(__file__).resolve().parent
+  h = hashlib.sha256()
+  for path in sorted(package.rglob('*.py')):
+    h.update(str(path.relative_to(package)).encode() + b'\0')
+    h.update(path.read_bytes() + b'\0')
+  return h.hexdigest()
+
+
 def write_manifest(directory) -> pathlib.Path:
   """Writes ``directory/checksums.json``: relative path -> SHA-256."""
   directory = pathlib.Path(directory)

@@ -76,12 +76,7 @@ def code_digest() -> str:
   """SHA-256 of the package's Python sources (``recovr_jax/**/*.py``, by
   relative path): the code that computes a batch. A batch records it, and
   a resume refuses a batch computed by other code (``batches.load``)."""
-  package = pathlib.Path(__file__).resolve().parents[1]
-  h = hashlib.sha256()
-  for path in sorted(package.rglob('*.py')):
-    h.update(str(path.relative_to(package)).encode() + b'\0')
-    h.update(path.read_bytes() + b'\0')
-  return h.hexdigest()
+  return checksums.source_digest()
 
 
 def _git(*args) -> str | None:

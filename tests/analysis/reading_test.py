@@ -265,6 +265,37 @@ class MiniLMGroundingTest(absltest.TestCase):
       self.assertEqual(reader.frame(text), self.reader.frame(text), text)
       self.assertEqual(reader.abstained(text), self.reader.abstained(text))
 
+  def test_fits_kept_in_the_cache_dir_are_the_fits(self):
+    # A later process (the memo cleared) loads them and fits nothing; a
+    # damaged file is fitted again, with a warning, and rewritten.
+    d = pathlib.Path(self.create_tempdir().full_path)
+    grounded = reading.Grounding(world_lib.WorldConfig(), d)
+    first = grounded.reasoner(self.encoder)
+    files = list(d.glob('grounded-fit-*.json'))
+    self.assertLen(files, 1)
+    reading._FITTED.clear()  # pylint: disable=protected-access
+    with mock.patch.object(grounding, 'fit_threshold',
+                           side_effect=AssertionError('fitted again')), \
+        mock.patch.object(reading, 'frame_classifier',
+                          side_effect=AssertionError('fitted again')):
+      again = grounded.reasoner(self.encoder)
+    self.assertEqual(again.fit, first.fit)
+    self.assertEqual(again.reader.threshold, first.reader.threshold)
+    np.testing.assert_array_equal(again.frames.weights, first.frames.weights)
+    texts, _ = reading.training_utterances(self.world, 100, seed=11)
+    for text in texts:
+      self.assertEqual(again.reader.frame(text), first.reader.frame(text))
+    files[0].write_text(files[0].read_text()[:-20])
+    reading._FITTED.clear()  # pylint: disable=protected-access
+    with self.assertLogs(level='WARNING') as logs:
+      third = grounded.reasoner(self.encoder)
+    self.assertIn('is unusable', logs.output[0])
+    self.assertEqual(third.fit, first.fit)
+    reading._FITTED.clear()  # pylint: disable=protected-access
+    self.assertTrue(reading.FitCache(
+        d, (world_lib.WorldConfig(), self.encoder.shared_key),
+        reading.GROUNDED_OPTIONS).load())  # rewritten whole
+
   def test_frame_classifier_reads_the_decision(self):
     classifier = reading.frame_classifier(self.world, self.reader, num=400)
     reasoner = rules.RulesReasoner(lexicon, reader=self.reader,

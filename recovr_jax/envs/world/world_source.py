@@ -224,7 +224,8 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
 
   def vocabulary(self, run):
     return vocabulary(self.config.world, run.user,
-                      run.allow_other_world_encoders)
+                      run.allow_other_world_encoders,
+                      cache_dir=run.cache_dir or None)
 
   def input_paths(self, run):
     paths = {'checkpoint_dir': (self.config.checkpoint_dir or
@@ -354,13 +355,15 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     return frames_of
 
 
-def vocabulary(world_config, user=None, allow_other_world: bool = False):
+def vocabulary(world_config, user=None, allow_other_world: bool = False,
+               cache_dir=None):
   """What the world ``world_config`` offers the reasoner backends
   (``reasoning.registry.Vocabulary``): its lexicon (with the layout's words
   when it is describable), its grounding reader, few-shot examples from the
   train split, the Reflector's literal sets, the lexicon's spelling fixer,
   the shipped flax_lm checkpoint and the check of an adapter's recorded
-  data against the world and ``user`` (a ``UserConfig``)."""
+  data against the world and ``user`` (a ``UserConfig``). ``cache_dir``:
+  where the grounding reader keeps its fits for later runs."""
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import reader_fit as reading  # pylint: disable=g-import-not-at-top
@@ -386,7 +389,7 @@ def vocabulary(world_config, user=None, allow_other_world: bool = False):
 
   return registry.Vocabulary(
       data=WorldSource.NAME, rules=lambda: rules.RulesReasoner(words),
-      grounding=reading.Grounding(world_config),
+      grounding=reading.Grounding(world_config, cache_dir),
       examples=lambda n: reasoner_training.few_shot_examples(
           world_lib.make_world(world_config), per_module=n),
       # The Reflector's items are the world's literals (docs/reasoning.md).

@@ -10,7 +10,12 @@ evaluated.
 import collections
 import copy
 import functools
+import hashlib
+import json
+import os
+import pathlib
 
+from absl import logging
 import numpy as np
 
 from recovr_jax.envs.world.benchmark import generator as world_lib
@@ -176,6 +181,13 @@ def _unless_frame(relater_, frames: frozenset):
 _FITTED: dict = {}
 
 
+def _reader_key(fit_key, phrasings='train', num=FIT_UTTERANCES,
+                seed=FIT_SEED, use_dictionary=True, options=None):
+  return None if fit_key is None else (
+      'reader', fit_key, phrasings, num, seed, use_dictionary,
+      repr(sorted((options or {}).items())))
+
+
 def grounding_reader(world, encode, phrasings: str = 'train',
                      num: int = FIT_UTTERANCES, seed: int = FIT_SEED,
                      use_dictionary: bool = True, fit_key=None, **options):
@@ -193,9 +205,7 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   ``world`` and ``encode`` (the world's config and the encoder's
   ``shared_key``); the fits are then computed once per process and key
   (a later call gets what it would have fitted)."""
-  key = None if fit_key is None else (
-      'reader', fit_key, phrasings, num, seed, use_dictionary,
-      repr(sorted(options.items())))
+  key = _reader_key(fit_key, phrasings, num, seed, use_dictionary, options)
   done = _FITTED.get(key) if key is not None else None
   options = dict(options)
   abstain = options.pop('abstain', False)
@@ -328,6 +338,83 @@ def model_reading(reply: dict, request) -> dict[int, int]:
   return named
 
 
+class FitCache:
+  """The grounded reasoner's fits (threshold, abstention, frame words,
+  frame classifier) in ``<cache_dir>/grounded-fit-<digest>.json``, the
+  digest over what fixes them: the world's config, the text encoder's
+  files, the options and the package's sources. A later run, in another
+  process, loads them instead of reading 6,000 training utterances again;
+  a file that is unreadable or fails its checksum is ignored with a
+  warning (derived data: fitted again, then rewritten). Nothing is kept
+  without a ``cache_dir`` or an encoder that says what fixes it
+  (``TextEncoder.shared_key``)."""
+
+  def __init__(self, cache_dir, fit_key, options: dict):
+    self.reader_key = _reader_key(fit_key, options=options)
+    self.frames_key = None if fit_key is None else (
+        'frames', fit_key, repr(sorted(options.items())))
+    self.path = None
+    self.unusable = False
+    if cache_dir and fit_key is not None:
+      from recovr_jax import checksums  # pylint: disable=g-import-not-at-top
+      digest = hashlib.sha256(repr((
+          self.reader_key, self.frames_key, GROUNDED_SIGMA,
+          checksums.source_digest())).encode()).hexdigest()[:16]
+      self.path = (pathlib.Path(cache_dir).absolute() /
+                   f'grounded-fit-{digest}.json')
+
+  @staticmethod
+  def _checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()
+                          ).hexdigest()
+
+  def load(self) -> bool:
+    """Puts the stored fits in the process's (``_FITTED``); whether it
+    did."""
+    if (self.path is None or not self.path.exists() or
+        self.reader_key in _FITTED):
+      return False
+    try:
+      data = json.loads(self.path.read_text())
+      body = data['body']
+      if data['checksum'] != self._checksum(body):
+        raise ValueError('fails its checksum')
+      words = body['frame_words']
+      reader = {'fit': body['fit'],
+                'frame_words': None if words is None else frozenset(words)}
+      classifier = body['classifier'] and frames.FrameClassifier(
+          **body['classifier'])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      logging.warning('grounded fit cache %s is unusable (%s); fitting '
+                      'again', self.path, e)
+      self.unusable = True
+      return False
+    _FITTED[self.reader_key] = reader
+    if classifier:
+      _FITTED[self.frames_key] = classifier
+    return True
+
+  def save(self) -> None:
+    """Writes the process's fits (atomically) when there are none yet or
+    the file was unusable."""
+    if self.path is None or (self.path.exists() and not self.unusable):
+      return
+    reader = _FITTED[self.reader_key]
+    classifier = _FITTED.get(self.frames_key)
+    body = {'fit': reader['fit'],
+            'frame_words': (None if reader['frame_words'] is None
+                            else sorted(reader['frame_words'])),
+            'classifier': classifier and {
+                'vocabulary': list(classifier.vocabulary),
+                'weights': classifier.weights.tolist(),
+                'bias': classifier.bias.tolist()}}
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = self.path.with_suffix(f'.{os.getpid()}.tmp')  # several processes
+    tmp.write_text(json.dumps({'body': body,
+                               'checksum': self._checksum(body)}))
+    tmp.replace(self.path)
+
+
 class Grounding:
   """The world's grounding reader as a ``registry.Vocabulary.grounding``:
   the ``grounded`` reasoner of the world ``world_config`` (``reasoner``),
@@ -336,8 +423,9 @@ class Grounding:
 
   model_reading = staticmethod(model_reading)
 
-  def __init__(self, world_config=None):
+  def __init__(self, world_config=None, cache_dir=None):
     self.world_config = world_config or world_lib.WorldConfig()
+    self.cache_dir = cache_dir
 
   @staticmethod
   def check_options(options: dict | None) -> None:
@@ -349,24 +437,27 @@ class Grounding:
     ``encode_text`` for the rest, its thresholds fitted on the train split;
     ``options`` override ``GROUNDED_OPTIONS``) with the Reflector's sigma
     as docs/reading.md maps the user's decisions, read by a frame
-    classifier fitted on the train split."""
+    classifier fitted on the train split. The fits are computed once per
+    process and, with a ``cache_dir``, kept there for later runs
+    (``FitCache``)."""
     from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
     world = world_lib.make_world(self.world_config)
     check_grounded_options(options)
     shared = getattr(encode_text, 'shared_key', None)
     fit_key = None if shared is None else (self.world_config, shared)
     options = {**GROUNDED_OPTIONS, **(options or {})}
+    stored = FitCache(self.cache_dir, fit_key, options)
+    stored.load()
     reader, fit = grounding_reader(world, encode_text, fit_key=fit_key,
                                    **options)
     classifier = None
     if GROUNDED_SIGMA == 'frames':
-      key = None if fit_key is None else (
-          'frames', fit_key, repr(sorted(options.items())))
-      classifier = _FITTED.get(key)
+      classifier = _FITTED.get(stored.frames_key)
       if classifier is None:
         classifier = frame_classifier(world, reader)
-        if key is not None:
-          _FITTED[key] = classifier
+        if stored.frames_key is not None:
+          _FITTED[stored.frames_key] = classifier
+    stored.save()
     reasoner = rules.RulesReasoner(lexicon, reader=reader,
                                    sigma=GROUNDED_SIGMA, name='grounded',
                                    frames=classifier)
