@@ -21,6 +21,9 @@ class _Jitted(driver.Driver):
   JOINT = True
   SHARDS = True
   USER_DRAWS = 'jax'
+  # A partial last batch runs padded to --batch_size (jitted.run's pad_to):
+  # the full batches' compiled program, not one of its own.
+  PAD_BATCHES = False
 
   def problems(self, config, source):
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
@@ -49,8 +52,16 @@ class _Jitted(driver.Driver):
       trace = jitted.run(
           face.env, face.config, batch, config.user_seed,
           log=lambda msg: print(f'[{method.name}] {msg}', flush=True),
-          chunk_size=config.jit_chunk_size or None, mesh=mesh)
+          chunk_size=config.jit_chunk_size or None, mesh=mesh,
+          pad_to=_full_batch(run) if self.PAD_BATCHES else None)
       return face.result(trace)
+
+
+def _full_batch(run) -> int:
+  """The sessions of the run's first (full) batch: ``--batch_size``, or
+  every session when there are fewer."""
+  total = len(run.env.target)
+  return min(run.config.batch_size, run.config.num_sessions or total, total)
 
 
 def _mesh(config):
@@ -70,6 +81,8 @@ def _mesh(config):
 class Traced(_Jitted):
   """A source's traced face (``source_lib.TracedFace``): its user and the
   reasoner's reading of the words run inside the scan, from tables."""
+
+  PAD_BATCHES = True
 
   def problems(self, config, source):
     return source.traced_problems(config) + super().problems(config, source)

@@ -416,9 +416,14 @@ def _place_split_gallery(data, mesh):
 
 
 def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
-        chunk_size: int | None = DEFAULT_CHUNK_SIZE, mesh=None) -> SimTrace:
+        chunk_size: int | None = DEFAULT_CHUNK_SIZE, mesh=None,
+        pad_to: int | None = None) -> SimTrace:
   """Runs ``sessions`` (query indices), filling the tables as needed.
 
+  ``pad_to``: fewer sessions than this (a run's partial last batch) are
+  run padded to it with copies of the last session, whose results are
+  dropped, so the batch has the full batches' shapes and reuses their
+  compiled program (each session's results do not depend on the others).
   ``chunk_size``: see ``simulate_batch``. ``mesh``: a ``sharding.make_mesh``
   mesh (it may span several processes, each calling this with the same
   values) whose ``session`` axis splits the sessions over devices and whose
@@ -429,6 +434,10 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   """
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f'chunk_size must be >= 1 or None, got {chunk_size}')
+  num = len(sessions)
+  if pad_to is not None and 0 < num < pad_to:
+    sessions = np.concatenate([np.asarray(sessions, np.int32), np.full(
+        pad_to - num, np.asarray(sessions)[-1], np.int32)])
   filler = env.filler(config, seed, len(sessions))
   queries = jnp.asarray(sessions, jnp.int32)
   seed_key = jax.random.key(seed)
@@ -462,7 +471,7 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
         fn = _over_sessions(skeleton, chunk_size, mesh)
       trace = fn(numbers, data, tables, params,
                  sharding.place(padded, mesh, P(sharding.SESSION_AXIS)), key)
-    trace = jax.tree.map(lambda x: x[:len(sessions)], sharding.gather(trace))
+    trace = jax.tree.map(lambda x: x[:num], sharding.gather(trace))
     added = filler.add(trace)
     if not added:
       return trace

@@ -221,6 +221,23 @@ class JitEqualsHostTest(parameterized.TestCase):
       jax.tree.map(np.testing.assert_array_equal, compact, plain)
     self.assertFalse(plain.active[:, -1].all())  # some sessions stopped
 
+  def test_a_partial_batch_padded_to_the_full_one_is_the_same(self):
+    # The runner's partial last batch runs padded (jitted.run's pad_to) so
+    # that it reuses the full batches' program: the copies of its last
+    # session are dropped, the other sessions' results are unchanged.
+    _, env, sim_env = toy_world.env_for('sum')
+    base = ranking.LoopConfig(num_turns=4, list_length=20,
+                              num_ids=len(env.gallery))
+    config = simulation.sim_config(methods.make('recovr', toy_world.NO_ASK),
+                                   base, simulated_user.UserConfig(), 'sum')
+    sessions = np.arange(3, 10)
+    plain = simulation.run(sim_env, config, sessions, seed=1, chunk_size=5)
+    padded = simulation.run(sim_env, config, sessions, seed=1, chunk_size=5,
+                            pad_to=12)
+    self.assertEqual(padded.displayed.shape[0], len(sessions))
+    jax.tree.map(np.testing.assert_array_equal, padded, plain)
+    self.assertFalse(plain.active[:, -1].all())  # some sessions stopped
+
   def test_table_fills_itself(self):
     _, env, _ = toy_world.env_for('sum')
     sim_env = simulation.prepare(env)  # an empty table
