@@ -23,6 +23,7 @@ from absl import flags
 
 HELP_ARGS = ('--help', '--helpshort', '-h', '-?', '--help=true',
              '--helpshort=true')
+HELP_FULL = ('--helpfull', '--helpfull=true')
 
 
 def _name() -> str:
@@ -112,10 +113,14 @@ def writable_dir(flag) -> str:
 def run(main, groups=None, defaults=None) -> None:
   """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
   with ``groups``, the help grouped (``grouped_help``)."""
-  if groups is not None and any(a in HELP_ARGS for a in sys.argv[1:]):
+  asked = [a for a in sys.argv[1:] if a in HELP_ARGS + HELP_FULL]
+  if groups is not None and set(asked) - set(HELP_FULL):
     doc = getattr(sys.modules.get('__main__'), '__doc__', '')
     sys.stdout.write(grouped_help(doc, groups, defaults))
     sys.exit(0)
+  if asked:  # absl's help, which exits 1 as if the help were an error
+    app.usage(shorthelp=not set(asked) & set(HELP_FULL),
+              writeto_stdout=True, exitcode=0)
 
   def checked(argv):
     try:

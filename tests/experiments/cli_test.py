@@ -127,6 +127,16 @@ class GroupedHelpTest(absltest.TestCase):
         group = source.split(f"(('{title}'")[1].split(')')[0]
         self.assertEqual(set(re.findall(r"'(\w+)'", group)), own)
 
+  def test_help_of_an_entry_point_without_groups_exits_0(self):
+    # absl's own --help exits 1, as if asking for help were an error.
+    proc = subprocess.run([sys.executable, '-m',
+                           'experiments.evaluate.compare_runs', '--help'],
+                          cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn('Compares one method across runs', proc.stdout)
+    self.assertIn('--runs:', proc.stdout)
+
   def test_helpshort_prints_the_groups_with_real_data_flags(self):
     proc = subprocess.run([sys.executable, '-m', 'experiments.run',
                            '--helpshort'], cwd=ROOT, capture_output=True,
