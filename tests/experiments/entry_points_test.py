@@ -118,6 +118,9 @@ class EntryPointRefusalsTest(absltest.TestCase):
         # Empty lists wrote an empty report and exited 0.
         ('bench_distributed', ['--parts=', f'--output_json={never}'],
          '--parts: give at least one value'),
+        # A warm run with no cold run to warm its cache.
+        ('bench_runs', ['--parts=quickstart_warm', f'--output_json={never}'],
+         '--parts: quickstart_warm reuses the cache of quickstart'),
         ('eval_reasoners', ['--backends=', f'--eval_json={never}'],
          '--backends: name at least one backend'),
         # Tracebacks.

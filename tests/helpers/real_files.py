@@ -1,8 +1,11 @@
 """Tiny real-data files the tests share: a random Flax CLIP saved to disk,
 a gallery of its embeddings and an annotation CSV."""
 
+import atexit
 import json
 import pathlib
+import shutil
+import tempfile
 
 import numpy as np
 from PIL import Image
@@ -11,8 +14,23 @@ from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
 
 
+# Made once per process, then copied (the model's seed is fixed, so every
+# copy holds the same files): the saved tiny CLIP and its embeddings of
+# write_real_data's videos.
+_MADE: dict = {}
+
+
 def save_tiny_clip(directory: pathlib.Path) -> None:
   """A random FlaxCLIPModel and a byte-level CLIP tokenizer, no downloads."""
+  if 'clip' not in _MADE:
+    made = pathlib.Path(tempfile.mkdtemp(prefix='tiny-clip-'))
+    atexit.register(shutil.rmtree, made, True)
+    _write_tiny_clip(made)
+    _MADE['clip'] = made
+  shutil.copytree(_MADE['clip'], directory, dirs_exist_ok=True)
+
+
+def _write_tiny_clip(directory: pathlib.Path) -> None:
   from transformers import CLIPConfig, CLIPTokenizer, FlaxCLIPModel  # pylint: disable=g-import-not-at-top,g-multiple-import
   from transformers.models.clip.tokenization_clip import bytes_to_unicode  # pylint: disable=g-import-not-at-top
   chars = list(bytes_to_unicode().values())
@@ -43,12 +61,14 @@ def write_real_data(root: pathlib.Path, frames_dir=None) -> dict:
   ``frames_dir`` when given. Returns the run flags of those files."""
   (root / 'clip').mkdir(parents=True)
   save_tiny_clip(root / 'clip')
-  encoder = clip_encoder.ClipEncoder(str(root / 'clip'))
   rng = np.random.default_rng(0)
-  videos = []
-  for v in range(8):
-    frames = rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
-    videos.append(encoder.encode_video(frames))
+  frames_of = [rng.integers(0, 256, (2, 16, 16, 3), dtype=np.uint8)
+               for _ in range(8)]
+  if 'videos' not in _MADE:
+    encoder = clip_encoder.ClipEncoder(str(root / 'clip'))
+    _MADE['videos'] = [encoder.encode_video(f) for f in frames_of]
+  videos = _MADE['videos']
+  for v, frames in enumerate(frames_of):
     if frames_dir is not None and v % 2 == 0:
       (frames_dir / f'v{v}').mkdir(parents=True)
       for i, f in enumerate(frames):

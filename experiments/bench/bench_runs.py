@@ -1,0 +1,220 @@
+r"""Whole runs, end to end: what a researcher waits for.
+
+    python -m experiments.bench.bench_runs --num_sessions=100 \
+        --output_json=results/bench_runs.json
+
+Runs each part of ``--parts`` as ``python -m experiments.run`` in a fresh
+process with a fresh ``--cache_dir`` (cold: no embeddings, fits or compiled
+programs kept from before), at ``--num_sessions`` sessions (and
+``--num_turns`` when given), with ``--run_args`` appended to every run's
+flags:
+
+* ``quickstart``: ``experiments/flagfiles/quickstart`` (its host driver),
+  then ``quickstart_warm``: the same command once more with the same
+  ``--cache_dir``;
+* ``main_jit``, ``main_host``: ``experiments/flagfiles/main`` under each
+  driver;
+* ``fidelity``: one member of the fidelity family
+  (``experiments/flagfiles/fidelity``: ``--suite=fidelity``, 19 runs).
+
+Per part: the process's wall time; its session-turns (each method's
+sessions' turns until they stopped, counted in ``trajectories.jsonl``) per
+second; the time by part from the runs' ``profile.json``; and the run's
+retrieval FLOPs against the machine. The ranking core scores its C = 2
+channels' queries against the whole gallery every turn a session is
+active, 2 x C x N x D FLOPs per session-turn (N gallery videos, D = 384);
+at the rate of a plain XLA matmul of a 64-row chunk against the gallery,
+measured in this process after the runs, those FLOPs take the "compute
+bound" seconds, reported with their share of the sessions' time (the
+``jitted sessions`` part, or ``ranking`` on the host driver) and of the
+wall. Not measured yet: text encoding against MiniLM's FLOP bound (a run
+does not record the tokens it encodes).
+"""
+
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.bench import bench_common
+from experiments.common import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FLAGFILES = ROOT / 'experiments' / 'flagfiles'
+# Each part: (flagfile, extra flags, the part whose cache it reuses).
+PARTS = {
+    'quickstart': ('quickstart', (), None),
+    'quickstart_warm': ('quickstart', (), 'quickstart'),
+    'main_jit': ('main', ('--simulation=jit',), None),
+    'main_host': ('main', ('--simulation=host',), None),
+    'fidelity': ('fidelity', (), None),
+}
+CHANNELS = 2     # the ranking core's lists per turn (T2V, composed)
+DIM = 384        # the world's embeddings (MiniLM)
+CHUNK = 64       # the jitted driver's sessions per chunk (--jit_chunk_size)
+
+_PARTS = flags.DEFINE_list('parts', list(PARTS),
+                           f'Which runs ({", ".join(PARTS)}); '
+                           'quickstart_warm needs quickstart before it.')
+_SESSIONS = flags.DEFINE_integer('num_sessions', 100,
+                                 "Every run's --num_sessions.")
+_TURNS = flags.DEFINE_integer('num_turns', None,
+                              "Every run's --num_turns (default: the "
+                              "flagfiles').")
+_RUN_ARGS = flags.DEFINE_list(
+    'run_args', [], 'Flags appended to every run (e.g. --methods=recovr '
+    'for a quick check); they override the flagfiles.')
+_REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed matmul repeats.')
+_KEEP = flags.DEFINE_bool('keep', False, 'Keep the runs\' directories.')
+_JSON = flags.DEFINE_string('output_json', None, 'Write the results here.')
+
+_SHAPE = re.compile(r'^(\d+) sessions x (\d+) methods, gallery (\d+) videos, '
+                    r'(\d+) turns', re.M)
+
+
+def session_turns(out: pathlib.Path) -> int:
+  """The session-turns the runs under ``out`` computed: per method and
+  session, its turns before it stopped (turn 0 included)."""
+  total = 0
+  for path in sorted(out.rglob('trajectories.jsonl')):
+    for line in path.read_text().splitlines():
+      total += sum(t.get('action') != 'stopped'
+                   for t in json.loads(line)['turns'])
+  return total
+
+
+def profile_parts(out: pathlib.Path) -> dict:
+  """Seconds per profile part, summed over the runs under ``out``."""
+  parts = {}
+  for path in sorted(out.rglob('profile.json')):
+    for name, row in json.loads(path.read_text())['parts'].items():
+      parts[name] = round(parts.get(name, 0.0) + row['seconds'], 3)
+  return parts
+
+
+def run_part(name: str, root: pathlib.Path) -> dict:
+  """Runs part ``name`` as a process; its measurements."""
+  flagfile, extra, reuses = PARTS[name]
+  out = root / name
+  cache = root / (reuses or name) / 'cache'
+  args = [sys.executable, '-m', 'experiments.run',
+          f'--flagfile={FLAGFILES / flagfile}', *extra,
+          f'--num_sessions={_SESSIONS.value}', '--noresume',
+          f'--output_dir={out / "run"}', f'--cache_dir={cache}']
+  if _TURNS.value is not None:
+    args.append(f'--num_turns={_TURNS.value}')
+  args += list(_RUN_ARGS.value)
+  bench_common.log(f'{name}: {" ".join(args[3:])}')
+  start = time.perf_counter()
+  proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
+                        check=False)
+  wall = time.perf_counter() - start
+  if proc.returncode:
+    raise RuntimeError(f'{name}: the run exited {proc.returncode}:\n'
+                       f'{proc.stderr[-3000:]}')
+  shapes = [tuple(map(int, m)) for m in _SHAPE.findall(proc.stdout)]
+  if not shapes:
+    raise RuntimeError(f'{name}: the run printed no "N sessions x M methods'
+                       '" line')
+  turns = session_turns(out / 'run')
+  parts = profile_parts(out / 'run')
+  gallery = max(s[2] for s in shapes)
+  row = {'wall_s': round(wall, 2), 'runs': len(shapes),
+         'sessions': shapes[0][0], 'methods': sum(s[1] for s in shapes),
+         'turns': shapes[0][3], 'gallery': gallery,
+         'session_turns': turns,
+         'session_turns_per_s': round(turns / wall, 1),
+         'retrieval_gflop': round(2 * CHANNELS * gallery * DIM * turns / 1e9,
+                                  3),
+         'profile_s': parts}
+  bench_common.log(f'{name}: {wall:.1f} s, {turns} session-turns')
+  return row
+
+
+def matmul_rate(gallery: int, repeats: int) -> dict:
+  """FLOP/s of a plain XLA matmul of a chunk of queries against a gallery
+  of ``gallery`` x ``DIM`` float32 rows (the ranking core's FLOPs)."""
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(CHUNK, DIM)), jnp.float32)
+  g = jnp.asarray(rng.normal(size=(gallery, DIM)), jnp.float32)
+  matmul = jax.jit(lambda a, b: a @ b.T)
+  seconds, _ = bench_common.timings(lambda: matmul(q, g), repeats)
+  return {'gallery': gallery, 'rows': CHUNK, 'seconds': seconds,
+          'gflops': 2 * CHUNK * gallery * DIM / seconds / 1e9}
+
+
+def _sessions_part(row: dict) -> float | None:
+  parts = row['profile_s']
+  for name in ('jitted sessions', 'ranking'):
+    if name in parts:
+      return parts[name]
+  return None
+
+
+def table(results: dict) -> str:
+  lines = ['| part | runs | sessions x methods x turns | wall s | '
+           'session-turns / s | retrieval GFLOP | compute bound s | '
+           'bound / sessions part | bound / wall |',
+           '|---|---:|---|---:|---:|---:|---:|---:|---:|']
+  for name, row in results['parts'].items():
+    bound = row['compute_bound_s']
+    part = _sessions_part(row)
+    lines.append(
+        f"| {name} | {row['runs']} | {row['sessions']} x {row['methods']} x "
+        f"{row['turns']} | {row['wall_s']:.1f} | "
+        f"{row['session_turns_per_s']:.1f} | {row['retrieval_gflop']:.1f} | "
+        f"{bound:.2f} | "
+        + (f'{100 * bound / part:.1f}% of {part:.1f} s' if part else '-')
+        + f" | {100 * bound / row['wall_s']:.2f}% |")
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  parts = bench_common.list_values(_PARTS, valid=tuple(PARTS))
+  for name in parts:
+    reuses = PARTS[name][2]
+    if reuses and (reuses not in parts or
+                   parts.index(reuses) > parts.index(name)):
+      raise app.UsageError(f'--parts: {name} reuses the cache of {reuses}, '
+                           f'which must come before it')
+  for flag in (_SESSIONS, _REPEATS) + ((_TURNS,) if _TURNS.value is not None
+                                       else ()):
+    if flag.value < 1:
+      raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
+  for arg in _RUN_ARGS.value:
+    if not arg.startswith('--'):
+      raise app.UsageError(f'--run_args: {arg!r} is not a flag (--name=...)')
+  root = pathlib.Path(tempfile.mkdtemp(prefix='bench-runs-'))
+  try:
+    results = {'config': {'num_sessions': _SESSIONS.value,
+                          'num_turns': _TURNS.value,
+                          'run_args': list(_RUN_ARGS.value)},
+               'parts': {name: run_part(name, root) for name in parts}}
+  finally:
+    if not _KEEP.value:
+      shutil.rmtree(root, ignore_errors=True)
+  gallery = max(row['gallery'] for row in results['parts'].values())
+  rate = matmul_rate(gallery, _REPEATS.value)
+  results['matmul'] = rate
+  for row in results['parts'].values():
+    row['compute_bound_s'] = round(
+        row['retrieval_gflop'] / rate['gflops'], 6)
+  print(table(results))
+  if _JSON.value:
+    bench_common.write_results(_JSON.value, results)
+
+
+if __name__ == '__main__':
+  cli.run(main)

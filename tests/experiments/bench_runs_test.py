@@ -1,0 +1,44 @@
+"""Smoke test of the whole-run benchmark on a tiny world (a subprocess: its
+flags share names with the runner's)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+from tests.helpers import entry_points
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class BenchRunsTest(absltest.TestCase):
+
+  def test_tiny_jitted_run(self):
+    out = pathlib.Path(tempfile.mkdtemp()) / 'bench.json'
+    tiny = ('--benchmark=v1,--gallery_size=300,--num_test_triplets=12,'
+            '--num_train_triplets=20,--methods=recovr,--batch_size=4,'
+            '--bootstrap_resamples=20,--bootstrap_also=,'
+            '--nocompilation_cache')
+    proc = subprocess.run(
+        [sys.executable, '-m', entry_points.module('bench_runs'),
+         '--parts=main_jit', '--num_sessions=4', '--num_turns=2',
+         f'--run_args={tiny}', '--repeats=1', f'--output_json={out}'],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    row = json.loads(out.read_text())['parts']['main_jit']
+    self.assertEqual((row['runs'], row['sessions'], row['methods'],
+                      row['turns'], row['gallery']), (1, 4, 1, 2, 300))
+    # Turn 0 of every session, at most every turn of every session.
+    self.assertBetween(row['session_turns'], 4, 4 * 3)
+    self.assertAlmostEqual(row['retrieval_gflop'], round(
+        2 * 2 * 300 * 384 * row['session_turns'] / 1e9, 3))
+    self.assertGreater(row['compute_bound_s'], 0)
+    self.assertIn('jitted sessions', row['profile_s'])
+    self.assertIn('| main_jit | 1 | 4 x 1 x 2 |', proc.stdout)
+
+
+if __name__ == '__main__':
+  absltest.main()
