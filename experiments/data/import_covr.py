@@ -5,8 +5,11 @@ r"""CoVR / CoVR-2 per-video feature files -> our embeddings files.
         --reference_output=references.npz
 
 reads ``<embeddings_dir>/<pth>.pth`` for every ``pth1`` / ``pth2`` of the
-CSV without torch (a restricted unpickler that rebuilds float tensors only),
-pools each video's frames (and BLIP-2 query tokens) to one row, and writes
+CSV (``<page_dir>/<videoid>``: WebVid's page directory and video id, the
+feature file's path under --embeddings_dir without ``.pth``) without torch
+(a restricted unpickler that rebuilds float tensors only), pools each
+video's frames (and BLIP-2 query tokens) to one row (--frame_pooling: by
+default CoVR's, the CSV's per-frame ``scores``), and writes
 the gallery (``--gallery=targets``: CoVR's test gallery, the set of targets;
 ``all``: targets and references) with the CSV's captions; references outside
 the gallery go to ``--reference_output`` (the runner's
@@ -54,6 +57,13 @@ _UNIT = flags.DEFINE_bool(
 _WEIGHTS = flags.DEFINE_string(
     'frame_weights', None, 'Optional .npz of per-frame weights, one array '
     'per video id (weighted mean over frames instead of the mean).')
+_POOLING = flags.DEFINE_enum(
+    'frame_pooling', 'auto', list(covr_import.FRAME_POOLING),
+    "How a video's frames become one row, as CoVR's emb_pool. query "
+    "(CoVR's default): a target's frames weighted by softmax(scores / 0.1) "
+    "from the CSV's per-frame 'scores' column (videos that are never a "
+    'target: the mean); mean; middle: the middle frame; auto: query when '
+    'the CSV has a scores column, else mean.')
 
 
 def _write_atomic(path: pathlib.Path, write):
@@ -92,7 +102,8 @@ def main(argv):
     got = covr_import.import_features(
         _DIR.value, _ANNOTATIONS.value, gallery=_GALLERY.value,
         missing_ids=_MISSING.value, unit_tokens=_UNIT.value,
-        frame_weights=weights, progress=lambda s: print(s, flush=True))
+        frame_weights=weights, frame_pooling=_POOLING.value,
+        progress=lambda s: print(s, flush=True))
   except (ValueError, FileNotFoundError) as e:
     raise app.UsageError(str(e)) from e
   if got.reference_ids and not _REF_OUTPUT.value:
@@ -118,7 +129,9 @@ def main(argv):
             f'; {outputs[1]}: {len(got.reference_ids)} references'
             if _REF_OUTPUT.value else '') +
         f'; read {got.frames["videos_read"]} files (shapes '
-        f'{got.frames["shapes"]}), {len(got.missing_ids)} ids missing, '
+        f'{got.frames["shapes"]}; frames pooled by '
+        f'{got.frames["frame_pooling"]}, {got.frames["scored_targets"]} '
+        f'targets by their scores), {len(got.missing_ids)} ids missing, '
         f'{len(got.dropped_rows)} CSV rows dropped' +
         (f' (listed in {dropped})' if _MISSING.value == 'drop' else ''))
 

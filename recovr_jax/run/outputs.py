@@ -3,6 +3,7 @@ bootstrap, failure modes, trajectories, ranks, tables, the report, plots, and
 the wall time by part.
 """
 
+import dataclasses
 import json
 import time
 
@@ -12,6 +13,7 @@ from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
 from recovr_jax import profiling
 from recovr_jax.run import ask_scores as asking
+from recovr_jax.run import figures
 from recovr_jax.run import reporting
 from recovr_jax.run import validation as checks
 
@@ -129,6 +131,31 @@ def ceiling_markdown(ceiling: dict) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def _in_words(settings) -> str:
+  """A settings dataclass as ``name value`` pairs (``noise rate 0.1``)."""
+  return ', '.join(f'{f.name.replace("_", " ")} {getattr(settings, f.name)}'
+                   for f in dataclasses.fields(settings))
+
+
+def _header(config, env, num_sessions: int) -> str:
+  """The report's opening: the benchmark, the sessions, the reasoner and
+  the methods, then the protocol's settings in words."""
+  loop, ask = config.loop, config.settings.ask
+  shown = ', '.join(methods_lib.display_name(m) for m in config.methods)
+  asking_line = ('no questions' if ask.mode == 'never' else
+                 f'asking: {_in_words(ask)}')
+  return '\n'.join([
+      f'# ReCoVR and baselines on {config.data.describe()}', '',
+      f'**{num_sessions:,} sessions**, {env.searchable:,} videos searched; '
+      f'reasoner **{config.reasoner}**; methods: {shown}.', '',
+      f'Protocol: T = {loop.num_turns} feedback turns, window W = '
+      f'{loop.window}, K = {loop.list_length} shown, RRF k = '
+      f'{loop.rrf_k:g}, kappa = {loop.kappa} (kappa_pos is the project\'s '
+      f'assumption), rank-cap placement {loop.rank_cap_placement}, avoid '
+      f'penalty {config.settings.avoid_penalty:g}; {asking_line}.', '',
+      f'Simulated user: {_in_words(config.user)}.'])
+
+
 def write(config, out, env, sessions, collected, start, ceiling=None,
           ask_truth=None):
   """Every output of a finished run (``collected``: ``runner.Collected``);
@@ -189,37 +216,40 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     paths = trec.write(out / 'trec', displayed, sessions, targets,
                        env.video_ids)
     print(f'wrote {len(paths)} TREC files in {out / "trec"}')
-  (out / 'metrics.json').write_text(reporting.dumps(per_method))
+  (out / 'metrics.json').write_text(
+      reporting.dumps(per_method, reporting.METRIC_DECIMALS))
   (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
+  actions = {(row['method'], row['session']):
+             [turn.get('action') for turn in row['turns']]
+             for row in trajectories}
   (out / 'ranks.csv').write_text(reporting.ranks_csv(
-      displayed, sessions, targets, env.video_ids))
-  (out / 'tables.tex').write_text(reporting.latex_tables(
-      per_method, f'{len(sessions)} sessions; best per turn in bold; 95% '
-      'session-bootstrap intervals'))
-  (out / 'failure_modes.json').write_text(reporting.dumps(failures))
-  (out / 'rank_cap_firing.json').write_text(reporting.dumps(firing))
-  (out / 'bootstrap.json').write_text(reporting.dumps(boot))
+      displayed, sessions, targets, env.video_ids, actions))
+  (out / 'tables.tex').write_text(figures.latex_tables(
+      per_method, sessions=len(sessions), benchmark=config.data.describe(),
+      resamples=config.bootstrap_resamples,
+      names={m: methods_lib.display_name(m) for m in per_method},
+      main=methods_lib.MAIN))
+  (out / 'failure_modes.json').write_text(
+      reporting.dumps(failures, reporting.METRIC_DECIMALS))
+  (out / 'rank_cap_firing.json').write_text(
+      reporting.dumps(firing, reporting.METRIC_DECIMALS))
+  (out / 'bootstrap.json').write_text(
+      reporting.dumps(boot, reporting.METRIC_DECIMALS))
   if also:
-    (out / 'bootstrap_also.json').write_text(reporting.dumps(also))
+    (out / 'bootstrap_also.json').write_text(
+        reporting.dumps(also, reporting.METRIC_DECIMALS))
   with (out / 'trajectories.jsonl').open('w') as f:
     for row in trajectories:
       f.write(json.dumps(row, sort_keys=True) + '\n')
-  loop = config.loop
-  kappa = loop.kappa
-  header = (f'# recovr_jax run\n\n{len(sessions)} sessions, gallery '
-            f'{env.searchable} videos, T = {loop.num_turns}, W = '
-            f'{loop.window}, K = {loop.list_length}, k = {loop.rrf_k:g}, '
-            f'kappa = {kappa} (kappa_pos is the project\'s assumption), '
-            f'rank-cap placement {loop.rank_cap_placement}, avoid penalty '
-            f'{config.settings.avoid_penalty:g}, ask {config.settings.ask}, '
-            f'reasoner {config.reasoner}, user {config.user}.')
-  report = reporting.markdown(per_method, failures, boot, header, firing)
+  report = reporting.markdown(per_method, failures, boot,
+                              _header(config, env, len(sessions)), firing)
   report += asking.markdown(per_method)
   for interval in also.values():
     report += reporting.bootstrap_markdown(interval) + '\n'
 
   if ceiling:
-    (out / 't2v_ceiling.json').write_text(reporting.dumps(ceiling))
+    (out / 't2v_ceiling.json').write_text(
+        reporting.dumps(ceiling, reporting.METRIC_DECIMALS))
     report += '\n' + ceiling_markdown(ceiling)
   report += '\n' + reporting.errors_markdown(raised, len(sessions))
   unverified = checksums.unverified()
@@ -235,7 +265,11 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   if used:
     report += '\n' + reporting.validity_markdown(used)
   (out / 'report.md').write_text(report)
-  plots = reporting.plot(per_method, str(out / 'plot_'), boot)
+  plots = figures.plot(
+      per_method, str(out / 'plot_'), boot,
+      title=f'{len(sessions):,} sessions of {config.data.describe()}',
+      names={m: methods_lib.display_name(m) for m in per_method},
+      main=methods_lib.MAIN)
   (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written
   print(report)
   if not plots:

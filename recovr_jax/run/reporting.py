@@ -12,7 +12,7 @@ from recovr_jax.core import list_metrics as metrics
 RECALL_KS = (1, 5, 10, 50)
 HITS_KS = (1, 5, 10)   # cumulative Hits@K
 # The metrics given a per-method 95% session-bootstrap interval per turn.
-INTERVAL_KEYS = ('R@1', 'R@5', 'R@10', 'Hits@1', 'Hits@5', 'Hits@10')
+INTERVAL_KEYS = ('R@1', 'R@5', 'R@10', 'Hits@1', 'Hits@5', 'Hits@10', 'BRI')
 
 
 def fired_matrix(records, num_turns: int) -> np.ndarray:
@@ -46,6 +46,18 @@ def method_metrics(displayed, targets) -> dict:
   return out
 
 
+def session_bri(ranks) -> np.ndarray:
+  """``[S, T+1]`` float32 BRI of each session alone (``metrics.bri``'s
+  formula before the mean over sessions, which is linear: the mean of
+  these rows is the run's BRI)."""
+  log_best = np.log(np.minimum.accumulate(np.asarray(ranks), axis=1)
+                    ).astype(np.float32)
+  trapezoids = (log_best[:, :-1] + log_best[:, 1:]) / 2
+  steps = np.arange(1, log_best.shape[1], dtype=np.float32)
+  return np.concatenate([log_best[:, :1],
+                         np.cumsum(trapezoids, axis=1) / steps], axis=1)
+
+
 def intervals(displayed, targets, num_resamples: int, seed: int) -> dict:
   """Per-turn 95% session-bootstrap intervals of ``INTERVAL_KEYS``:
   ``{key: {'lower': [T+1], 'upper': [T+1]}}``. Every method gets the same
@@ -54,9 +66,12 @@ def intervals(displayed, targets, num_resamples: int, seed: int) -> dict:
   best = np.minimum.accumulate(ranks, axis=1)
   columns = []
   for key in INTERVAL_KEYS:
+    if key == 'BRI':
+      columns.append(session_bri(ranks))
+      continue
     k = int(key.split('@')[1])
     columns.append((best if key.startswith('Hits') else ranks) <= k)
-  values = np.concatenate(columns, axis=1).astype(np.float32)  # [S, 6(T+1)]
+  values = np.concatenate(columns, axis=1).astype(np.float32)  # [S, 7(T+1)]
   out = metrics.bootstrap_mean(values, num_resamples,
                                jax.random.key(seed + 1))
   turns = ranks.shape[1]
@@ -66,23 +81,43 @@ def intervals(displayed, targets, num_resamples: int, seed: int) -> dict:
           for i, key in enumerate(INTERVAL_KEYS)}
 
 
-def ranks_csv(displayed: dict, sessions, targets, video_ids=None) -> str:
+def video_id(video_ids, index) -> str | None:
+  """The video id of gallery row ``index`` (its index as text where the
+  source has no ids; None for ``-1``, no video)."""
+  index = int(index)
+  if index < 0:
+    return None
+  return str(index) if video_ids is None else str(video_ids[index])
+
+
+def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
+              actions: dict | None = None) -> str:
   """One row per method, session and turn: ``method, session, query_id,
-  target_id, turn, rank, top1_id`` (``rank`` 1-based, ``K + 1`` when the
-  target is absent from the list; ids as in the TREC run files)."""
-  doc = (lambda i: str(int(i))) if video_ids is None else (
-      lambda i: str(video_ids[int(i)]) if i >= 0 else '')
+  target_id, turn, rank, top1_id, action, stopped``.
+
+  ``rank`` is the target's 1-based rank in the ``K`` videos shown at that
+  turn, and ``K + 1`` when the target is not among them: censored there,
+  not its rank in the gallery. Ids are video ids as in the TREC run files
+  (gallery indices where the source has no ids). ``actions``:
+  ``{(method, session): [action per turn]}`` from the trajectories
+  (``''`` at turn 0); ``stopped`` is 1 where the session had already
+  ended (the user found the target), its list carried over unchanged."""
+  doc = lambda i: video_id(video_ids, i) or ''
+  actions = actions or {}
   buffer = io.StringIO()
   writer = csv.writer(buffer, lineterminator='\n')
   writer.writerow(['method', 'session', 'query_id', 'target_id', 'turn',
-                   'rank', 'top1_id'])
+                   'rank', 'top1_id', 'action', 'stopped'])
   for method, d in displayed.items():
     d = np.asarray(d)
     ranks = np.asarray(metrics.target_ranks(d, targets))
     for row, (s, target) in enumerate(zip(sessions, targets)):
+      acts = actions.get((method, int(s)), ())
       for t in range(d.shape[1]):
+        action = (acts[t] if t < len(acts) else None) or ''
         writer.writerow([method, int(s), f'q{int(s)}', doc(target), t,
-                         int(ranks[row, t]), doc(d[row, t, 0])])
+                         int(ranks[row, t]), doc(d[row, t, 0]), action,
+                         int(action == 'stopped')])
   return buffer.getvalue()
 
 
@@ -135,12 +170,14 @@ def _pct(x):
 
 
 def _with_interval(m: dict, key: str, t: int) -> str:
-  """``56.8 [52.4, 61.2]``: a percentage with its interval when known."""
+  """``56.8 [52.4, 61.2]``: a percentage (BRI: a value to 3 decimals) with
+  its interval when known."""
+  text = (lambda v: f'{v:.3f}') if key == 'BRI' else _pct
   ci = m.get('intervals', {}).get(key)
-  value = _pct(m[key][t])
+  value = text(m[key][t])
   if ci is None:
     return value
-  return f"{value} [{_pct(ci['lower'][t])}, {_pct(ci['upper'][t])}]"
+  return f"{value} [{text(ci['lower'][t])}, {text(ci['upper'][t])}]"
 
 
 def markdown(per_method: dict, failures: dict, boot: dict | None,
@@ -162,8 +199,7 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
                 'intervals' in m for m in per_method.values()) else '')
     lines += [f'### {title}{note}', '', f'| method | {cols} |', f'|{sep}|']
     for method, m in per_method.items():
-      cells = (f'{v:.3f}' for v in m[key]) if key == 'BRI' else (
-          _with_interval(m, key, t) for t in range(turns))
+      cells = (_with_interval(m, key, t) for t in range(turns))
       lines.append(f'| {method} | ' + ' | '.join(cells) + ' |')
     lines.append('')
   lines += ['### Failure modes over active transitions', '',
@@ -192,45 +228,6 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
   return '\n'.join(lines)
 
 
-def _tex(text: str) -> str:
-  return text.replace('\\', r'\textbackslash{}').replace('_', r'\_').replace(
-      '%', r'\%').replace('&', r'\&').replace('#', r'\#')
-
-
-def latex_tables(per_method: dict, caption: str = '') -> str:
-  """``tables.tex``: booktabs tables of R@1, cumulative Hits@10 (%, with
-  the 95% interval below each value when known) and BRI per turn, the best
-  method per turn in bold (highest; lowest for BRI). Needs ``booktabs``."""
-  turns = len(next(iter(per_method.values()))['R@1'])
-  out = ['% recovr_jax run tables; \\usepackage{booktabs}', '']
-  for key, title, better in (('R@1', 'R@1 (\\%) per turn', max),
-                             ('Hits@10', 'Cumulative Hits@10 (\\%) per turn',
-                              max),
-                             ('BRI', 'BRI per turn (lower is better)', min)):
-    best = [better(m[key][t] for m in per_method.values())
-            for t in range(turns)]
-    out += ['\\begin{table}[t]', '\\centering', '\\small',
-            f'\\caption{{{title}{". " + _tex(caption) if caption else ""}}}',
-            '\\begin{tabular}{l' + 'r' * turns + '}', '\\toprule',
-            'Method & ' + ' & '.join(f'T{t}' for t in range(turns)) +
-            ' \\\\', '\\midrule']
-    for method, m in per_method.items():
-      cells = []
-      for t in range(turns):
-        v = m[key][t]
-        text = f'{v:.3f}' if key == 'BRI' else _pct(v)
-        if v == best[t]:
-          text = f'\\textbf{{{text}}}'
-        ci = m.get('intervals', {}).get(key)
-        if ci is not None:
-          text += (f' {{\\scriptsize[{_pct(ci["lower"][t])}, '
-                   f'{_pct(ci["upper"][t])}]}}')
-        cells.append(text)
-      out.append(f'{_tex(method)} & ' + ' & '.join(cells) + ' \\\\')
-    out += ['\\bottomrule', '\\end{tabular}', '\\end{table}', '']
-  return '\n'.join(out)
-
-
 def bootstrap_markdown(boot: dict) -> str:
   """One paired-bootstrap table (``bootstrap`` plus ``a``, ``b`` and
   ``num_resamples``)."""
@@ -244,74 +241,33 @@ def bootstrap_markdown(boot: dict) -> str:
       '| difference | ' + ' | '.join(_pct(v) for v in boot['mean']) + ' |',
       '| interval | ' + ' | '.join(
           f'[{_pct(lo)}, {_pct(hi)}]'
-          for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', ''])
+          for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '',
+      bootstrap_in_words(boot), ''])
 
 
-_MARKERS = ('o', 's', '^', 'D', 'v', 'P', 'X', '<', '>', 'h', '*', 'p')
-_LINES = ('-', '--', '-.', ':')
+def _turns(ts) -> str:
+  return ('turn ' if len(ts) == 1 else 'turns ') + ', '.join(map(str, ts))
 
 
-def _style(i: int) -> dict:
-  """A distinct colour, marker and line for the ``i``-th method, for any
-  number of methods (10 colours x 12 markers x 4 line styles)."""
-  return {'color': f'C{i % 10}', 'marker': _MARKERS[i % len(_MARKERS)],
-          'linestyle': _LINES[(i // 10) % len(_LINES)]}
-
-
-def plot(per_method: dict, path_prefix: str, boot: dict | None = None
-         ) -> list[str]:
-  """PNG and PDF plots of R@1 (%, with its 95% interval as a band) and BRI
-  against turns, and with ``boot`` the paired difference (ReCoVR minus the
-  bootstrap baseline, points, with its band); [] without matplotlib."""
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return []
-  written = []
-
-  def save(fig, name):
-    fig.tight_layout()
-    for ext in ('png', 'pdf'):
-      path = f'{path_prefix}{name}.{ext}'
-      fig.savefig(path, dpi=100)
-      written.append(path)
-    plt.close(fig)
-
-  for key in ('R@1', 'BRI'):
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    scale = 100.0 if key != 'BRI' else 1.0
-    for i, (method, m) in enumerate(per_method.items()):
-      turns = range(len(m[key]))
-      style = _style(i)
-      ax.plot(turns, [scale * v for v in m[key]], label=method,
-              markersize=4, linewidth=1.2, **style)
-      ci = m.get('intervals', {}).get(key)
-      if ci is not None:
-        ax.fill_between(turns, [scale * v for v in ci['lower']],
-                        [scale * v for v in ci['upper']],
-                        color=style['color'], alpha=0.12, linewidth=0)
-    ax.set_xlabel('turn')
-    ax.set_ylabel(f'{key} (%)' if key != 'BRI' else 'BRI (lower is better)')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
-    save(fig, key.replace('@', ''))
-  if boot:
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    turns = range(len(boot['mean']))
-    ax.plot(turns, [100 * v for v in boot['mean']], marker='o', color='C0',
-            label=f"{boot['a']} - {boot['b']}")
-    ax.fill_between(turns, [100 * v for v in boot['lower']],
-                    [100 * v for v in boot['upper']], color='C0', alpha=0.2,
-                    linewidth=0, label='95% paired bootstrap interval')
-    ax.axhline(0.0, color='k', linewidth=0.8)
-    ax.set_xlabel('turn')
-    ax.set_ylabel('R@1 difference (points)')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    save(fig, 'R1_difference')
-  return written
+def bootstrap_in_words(boot: dict) -> str:
+  """What a paired interval says, turn by turn: where it excludes 0 (one
+  method ahead) and where it holds 0 (the difference is within noise)."""
+  a, b = boot['a'], boot['b']
+  bounds = list(zip(boot['lower'], boot['upper']))
+  ahead = [t for t, (lo, _) in enumerate(bounds) if lo > 0]
+  behind = [t for t, (_, hi) in enumerate(bounds) if hi < 0]
+  holds = [t for t, (lo, hi) in enumerate(bounds) if lo <= 0 <= hi]
+  parts = []
+  if ahead:
+    parts.append(f'{a} is ahead of {b} at {_turns(ahead)} (the interval '
+                 'excludes 0)')
+  if behind:
+    parts.append(f'{a} is behind {b} at {_turns(behind)} (the interval '
+                 'excludes 0)')
+  if holds:
+    parts.append(f'the interval holds 0 at {_turns(holds)}: there the '
+                 'difference is within noise')
+  return 'In words: ' + '; '.join(parts) + '.'
 
 
 _COUNTS = ('calls', 'first_pass_valid', 'retry_valid', 'fallback')
@@ -370,5 +326,24 @@ def errors_markdown(raised: dict, num_sessions: int) -> str:
   return '\n'.join(lines) + '\n'
 
 
-def dumps(obj) -> str:
-  return json.dumps(obj, indent=2, sort_keys=True)
+# Decimals a metric file keeps: the values are float32 means, exact to about
+# 7 significant digits; past 6 decimals they print float32 noise
+# (0.56199997...).
+METRIC_DECIMALS = 6
+
+
+def rounded(obj, digits: int = METRIC_DECIMALS):
+  """``obj`` with every float rounded to ``digits`` decimals (NaN kept)."""
+  if isinstance(obj, float):
+    return obj if obj != obj else round(obj, digits)
+  if isinstance(obj, dict):
+    return {k: rounded(v, digits) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [rounded(v, digits) for v in obj]
+  return obj
+
+
+def dumps(obj, digits: int | None = None) -> str:
+  """Sorted, indented JSON; with ``digits``, floats rounded (``rounded``)."""
+  return json.dumps(obj if digits is None else rounded(obj, digits),
+                    indent=2, sort_keys=True)

@@ -1,25 +1,33 @@
 """Reading a finished run back: ``load_run(directory)``.
 
 Returns the run's per-turn metrics (with their intervals), its per-session
-ranks and its resolved configuration. With pandas installed (the
-``analysis`` extra) the metrics and ranks are DataFrames; without it they
-are plain lists of row dicts with the same columns.
+ranks, its trajectories (one row per method, session and turn) and its
+resolved configuration. With pandas installed (the ``analysis`` extra) the
+metrics, ranks and trajectories are DataFrames; without it they are plain
+lists of row dicts with the same columns.
 """
 
 import importlib.util
 
 from recovr_jax import readers
 
-OUTPUTS = ('metrics.csv', 'ranks.csv', 'resolved_config.json')
+OUTPUTS = ('metrics.csv', 'ranks.csv', 'trajectories.jsonl',
+           'resolved_config.json')
 
 
 def load_run(directory, pandas: bool | None = None) -> dict:
-  """``{'metrics', 'ranks', 'config'}`` of the run in ``directory``.
+  """``{'metrics', 'ranks', 'trajectories', 'config'}`` of the run in
+  ``directory``.
 
   ``metrics``: one row per method and turn (``metrics.csv``: R@K, BRI,
   Hits@K, ``<metric>_lower`` / ``_upper``); ``ranks``: one row per method,
-  session and turn (``ranks.csv``); ``config``: ``resolved_config.json``.
-  ``pandas``: DataFrames (default: when pandas is importable).
+  session and turn (``ranks.csv``); ``trajectories``: one row per method,
+  session and turn of ``trajectories.jsonl`` (the session's ``method``,
+  ``session``, ``reference`` / ``target`` (gallery indices) with their
+  ``reference_id`` / ``target_id``, ``error``, then the turn's fields:
+  ``turn``, ``action``, ``feedback``, ``question``, the reasoner's replies,
+  ``rank_cap_fired``, ``top10`` (indices) and ``top10_ids``); ``config``: ``resolved_config.json``. ``pandas``: DataFrames
+  (default: when pandas is importable).
 
   Every file is read whole and checked first (``readers``): a run that has
   not finished, a file cut while it was written, a row with the wrong
@@ -45,13 +53,28 @@ def load_run(directory, pandas: bool | None = None) -> dict:
       d / 'ranks.csv', ('method', 'session', 'turn', 'rank'),
       types={'session': int, 'turn': int, 'rank': int}, written_by_us=True)
   _check_ranks(d / 'ranks.csv', ranks, metrics, config)
+  turns = trajectory_rows(readers.read_jsonl(d / 'trajectories.jsonl'))
   if pandas:
     import pandas as pd  # pylint: disable=g-import-not-at-top
     return {'metrics': pd.read_csv(d / 'metrics.csv'),
             'ranks': pd.read_csv(d / 'ranks.csv', dtype={
-                'target_id': str, 'top1_id': str, 'query_id': str}),
+                'target_id': str, 'top1_id': str, 'query_id': str,
+                'action': str}, keep_default_na=False),
+            'trajectories': pd.DataFrame(turns),
             'config': config}
-  return {'metrics': metrics.rows, 'ranks': ranks.rows, 'config': config}
+  return {'metrics': metrics.rows, 'ranks': ranks.rows,
+          'trajectories': turns, 'config': config}
+
+
+_SESSION_FIELDS = ('method', 'session', 'reference', 'target',
+                   'reference_id', 'target_id', 'error')
+
+
+def trajectory_rows(sessions: list) -> list:
+  """``trajectories.jsonl``'s sessions as one flat row per turn: the
+  session's fields, then the turn's."""
+  return [{**{k: s.get(k) for k in _SESSION_FIELDS}, **turn}
+          for s in sessions for turn in s['turns']]
 
 
 def _check_ranks(path, ranks, metrics, config):

@@ -10,6 +10,7 @@ work), ``batches`` (computing, saving and resuming a batch), ``outputs``
 """
 
 import dataclasses
+import functools
 import json
 import pathlib
 import shutil
@@ -241,6 +242,7 @@ def _collect(run, out, batches, identity):
   progress = batches_lib.Progress(
       sum(len(b) for b in batches) * len(config.methods))
   c = Collected({}, [], {}, {}, {}, {})
+  ids = functools.partial(reporting.video_id, env.video_ids)
   for name in config.methods:
     method = run.method(name)
     parts = []
@@ -266,9 +268,13 @@ def _collect(run, out, batches, identity):
             'method': name, 'session': int(sess),
             'reference': int(env.reference[sess]),
             'target': int(env.target[sess]),
+            'reference_id': ids(env.reference[sess]),
+            'target_id': ids(env.target[sess]),
             'error': errors.get(str(i)) or errors.get(i),
-            'turns': [dict(rec, top10=result.displayed[i, t, :10].tolist())
-                      for t, rec in enumerate(result.records[i])]})
+            'turns': [dict(rec, top10=top.tolist(),
+                           top10_ids=[ids(v) for v in top])
+                      for t, rec in enumerate(result.records[i])
+                      for top in [result.displayed[i, t, :10]]]})
       progress.update(len(batch), name)
     if ran and lm_before is not None:
       c.speed[name] = outputs.speed_row(

@@ -201,6 +201,24 @@ class ToyBaseline(base.Method):
         np.full(len(obs.sessions), demotion.SIGMA_NEU))
 
 
+class DisplayNameTest(absltest.TestCase):
+
+  def test_every_registered_method_has_a_distinct_display_name(self):
+    shown = [methods.display_name(m) for m in methods.names()]
+    self.assertLen(set(shown), len(shown))
+    self.assertEqual(set(methods.DISPLAY_NAMES), set(methods.names()))
+    self.assertContainsSubset(methods.MAIN, methods.names())
+
+  def test_a_method_registered_with_or_without_one(self):
+    methods.register('toy', ToyBaseline, display='Toy baseline')
+    try:
+      self.assertEqual(methods.display_name('toy'), 'Toy baseline')
+    finally:
+      methods.unregister('toy')
+    self.assertEqual(methods.display_name('toy'), 'toy')
+    self.assertNotIn('toy', methods.DISPLAY_NAMES)
+
+
 class CustomMethodTest(absltest.TestCase):
 
   def test_registered_method_runs_through_the_runner(self):

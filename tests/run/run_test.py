@@ -114,6 +114,20 @@ class RunnerTest(absltest.TestCase):
       np.testing.assert_allclose(ci['upper'], upper, atol=1e-6)
       np.testing.assert_allclose(metrics['recovr'][key], values.mean(0),
                                  atol=1e-6)
+    # BRI: each session's own BRI (its log best rank, trapezoids averaged
+    # over the turns so far), bootstrapped alike; their mean is the BRI.
+    log_best = np.log(np.minimum.accumulate(table, 1))
+    steps = np.arange(1, table.shape[1])
+    per_session = np.concatenate(
+        [log_best[:, :1], np.cumsum((log_best[:, :-1] + log_best[:, 1:]) / 2,
+                                    1) / steps], 1)
+    np.testing.assert_allclose(metrics['recovr']['BRI'],
+                               per_session.mean(0), atol=1e-5)
+    lower, upper = np.percentile(per_session[idx].mean(axis=1), [2.5, 97.5],
+                                 axis=0)
+    ci = metrics['recovr']['intervals']['BRI']
+    np.testing.assert_allclose(ci['lower'], lower, atol=1e-4)
+    np.testing.assert_allclose(ci['upper'], upper, atol=1e-4)
     csv_text = (self.out / 'metrics.csv').read_text()
     self.assertIn('R@1_lower,R@1_upper', csv_text.splitlines()[0])
     report = (self.out / 'report.md').read_text()
@@ -133,9 +147,14 @@ class RunnerTest(absltest.TestCase):
       row = json.loads(line)
       for turn in row['turns']:
         r = by_key[row['method'], row['session'], turn['turn']]
+        self.assertEqual(r['action'], turn['action'] or '')
+        self.assertEqual(r['stopped'], str(int(turn['action'] == 'stopped')))
         self.assertEqual(r['target_id'], ids[row['target']])
         self.assertEqual(r['query_id'], f"q{row['session']}")
         self.assertEqual(r['top1_id'], ids[turn['top10'][0]])
+        # Trajectories name the videos by id too, beside their indices.
+        self.assertEqual(turn['top10_ids'], [ids[i] for i in turn['top10']])
+        self.assertEqual(row['target_id'], ids[row['target']])
         if row['target'] in turn['top10']:
           self.assertEqual(int(r['rank']),
                            turn['top10'].index(row['target']) + 1)
@@ -144,30 +163,35 @@ class RunnerTest(absltest.TestCase):
 
   def test_latex_tables_parse_with_the_numbers(self):
     import re  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import figures  # pylint: disable=g-import-not-at-top
     tex = (self.out / 'tables.tex').read_text()
     metrics = json.loads((self.out / 'metrics.json').read_text())
     tables = re.findall(r'\\begin\{tabular\}\{(lr*)\}(.*?)'
                         r'\\end\{tabular\}', tex, flags=re.S)
-    self.assertLen(tables, 3)
+    self.assertLen(tables, 4)  # R@1 compact; R@1, Hits@10, BRI wide
     self.assertEqual(tex.count('\\begin{table}'), tex.count('\\end{table}'))
-    spec, body = tables[0]   # R@1
-    self.assertEqual(spec, 'l' + 'r' * 4)
-    self.assertIn('\\toprule', body)
-    self.assertIn('\\bottomrule', body)
-    rows = {line.split(' & ')[0]: line.rstrip(' \\\\').split(' & ')[1:]
-            for line in body.splitlines() if ' & ' in line
-            and not line.startswith('Method')}
-    self.assertEqual(set(rows), {'recovr', 'ivr'})
-    for method, cells in rows.items():
-      self.assertLen(cells, 4)
-      for t, cell in enumerate(cells):
-        value = float(re.search(r'(\d+\.\d)', cell).group(1))
-        self.assertAlmostEqual(value, 100 * metrics[method]['R@1'][t],
-                               delta=0.051)
-        best = max(metrics[m]['R@1'][t] for m in metrics)
-        self.assertEqual('\\textbf' in cell,
-                         metrics[method]['R@1'][t] == best, (method, t))
-        self.assertIn('\\scriptsize[', cell)
+    bold = figures.bold_cells(metrics, 'R@1', max)
+    for spec, body in tables[:2]:   # R@1
+      self.assertEqual(spec, 'l' + 'r' * 4)
+      self.assertIn('\\toprule', body)
+      self.assertIn('\\bottomrule', body)
+      lines = body.splitlines()
+      rows = {line.split(' & ')[0]: (line.rstrip(' \\\\').split(' & ')[1:],
+                                     below.split(' & ')[1:])
+              for line, below in zip(lines, lines[1:]) if ' & ' in line
+              and not line.startswith((' & ', 'Method'))}
+      self.assertEqual(set(rows), {'ReCoVR', 'IVR'})
+      for name, (cells, intervals) in rows.items():
+        method = {'ReCoVR': 'recovr', 'IVR': 'ivr'}[name]
+        ci = metrics[method]['intervals']['R@1']
+        self.assertLen(cells, 4)
+        for t, (cell, interval) in enumerate(zip(cells, intervals)):
+          value = float(re.search(r'(\d+\.\d)', cell).group(1))
+          self.assertAlmostEqual(value, 100 * metrics[method]['R@1'][t],
+                                 delta=0.051)
+          self.assertEqual('\\textbf' in cell, (method, t) in bold)
+          self.assertIn(f'{100 * ci["lower"][t]:.1f}--'
+                        f'{100 * ci["upper"][t]:.1f}', interval)
 
   def test_load_run_with_and_without_pandas(self):
     from recovr_jax import run as experiment  # pylint: disable=g-import-not-at-top
@@ -189,6 +213,21 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(len(frames['ranks']), 2 * SESSIONS * 4)
     self.assertEqual(frames['ranks']['target_id'].tolist(),
                      [r['target_id'] for r in plain['ranks']])
+    self.assertEqual(frames['ranks']['action'].tolist(),
+                     [r['action'] for r in plain['ranks']])
+    # The trajectories: one row per method, session and turn, as the file.
+    sessions = [json.loads(line) for line in
+                (self.out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(plain['trajectories'], 2 * SESSIONS * 4)
+    self.assertEqual(len(frames['trajectories']), 2 * SESSIONS * 4)
+    first = plain['trajectories'][5]   # session 1, turn 1
+    self.assertEqual(first, {**{k: sessions[1][k] for k in (
+        'method', 'session', 'reference', 'target', 'reference_id',
+        'target_id', 'error')},
+                             **sessions[1]['turns'][1]})
+    self.assertEqual([a if isinstance(a, str) else None for a in
+                      frames['trajectories']['action'].tolist()[:8]],
+                     [t['action'] for s in sessions[:2] for t in s['turns']])
     with self.assertRaisesRegex(FileNotFoundError, 'ranks.csv'):
       empty = self.root / 'not_a_run'
       empty.mkdir(exist_ok=True)
@@ -210,7 +249,7 @@ class RunnerTest(absltest.TestCase):
         ('ranks.csv', ranks.replace(b'session,', b'method,', 1),
          "row 1: the column 'method' appears twice"),
         ('ranks.csv', ranks.replace(b'\n', b',x\n', 2).replace(
-            b',x\n', b'\n', 1), 'row 2: 8 fields, the header has 7'),
+            b',x\n', b'\n', 1), 'row 2: 10 fields, the header has 9'),
         ('resolved_config.json', config[:len(config) // 2],
          'line [0-9]+: not valid JSON.*ends early'),
     ):

@@ -8,21 +8,32 @@ video to one ``[D]`` row and returns what ``data.save_embeddings`` writes.
 
 Pooling: every frame (and token) vector is made unit length first when
 ``unit_tokens`` (CoVR-2 scores the average of unit tokens by a plain dot
-product), then averaged over frames (with per-frame weights when given) and
-over tokens. The rows are not normalised again here; the loader's
-``--normalize_rows`` decides that.
+product), then averaged over tokens and over frames. Over frames
+(``frame_pooling``), as CoVR's ``emb_pool``: ``query`` (CoVR's default) weighs
+a target's frames by ``softmax(scores / 0.1)``, ``scores`` being the CSV's
+per-frame list for that target (an empty list: equal weights); ``mean``
+and ``middle`` (the middle frame) need no scores; ``auto`` is ``query`` when
+the CSV has a ``scores`` column, else ``mean``. CoVR scores only targets, so
+a video that is never a target is averaged. The rows are not normalised
+again here; the loader's ``--normalize_rows`` decides that.
 """
 
+import ast
 import dataclasses
+import math
 import pathlib
 import time
 
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax.envs.files import data
 from recovr_jax.envs.files import torch_files
 
 MISSING = ('error', 'drop')
+FRAME_POOLING = ('auto', 'query', 'mean', 'middle')
+# CoVR's softmax temperature over a target's frame scores (emb_pool=query).
+SCORE_TEMPERATURE = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +58,44 @@ def feature_path(root: pathlib.Path, video_id: str) -> pathlib.Path:
   return path
 
 
+def read_frame_scores(path) -> dict | None:
+  """The CSV's ``scores`` column as ``{target id: [F] scores}`` (None
+  without the column; a target with an empty list is left out: its frames
+  weigh alike). Each value is a Python list literal of finite numbers, as
+  CoVR writes it; a target listed twice keeps its first row's scores."""
+  table = readers.read_csv(path, ('pth2',), what='annotation CSV')
+  if 'scores' not in table.header:
+    return None
+  out = {}
+  for number, row in zip(table.numbers, table.rows):
+    text = row['scores'] or '[]'
+    try:
+      value = ast.literal_eval(text)
+    except (ValueError, SyntaxError) as e:
+      raise ValueError(f"{path}: row {number}, column 'scores': not a list "
+                       f'of numbers ({text[:60]!r})') from e
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and
+        math.isfinite(v) for v in value):
+      raise ValueError(f"{path}: row {number}, column 'scores': expected a "
+                       f'list of finite numbers, got {text[:60]!r}')
+    if value:
+      out.setdefault(row['pth2'], np.asarray(value, np.float64))
+  return out
+
+
+def score_weights(scores: np.ndarray) -> np.ndarray:
+  """CoVR's frame weights: ``softmax(scores / 0.1)``."""
+  z = np.asarray(scores, np.float64) / SCORE_TEMPERATURE
+  w = np.exp(z - z.max())
+  return w / w.sum()
+
+
 def pool(array: np.ndarray, path, unit_tokens: bool = True,
-         weights: np.ndarray | None = None) -> np.ndarray:
-  """``[F, D]`` or ``[F, T, D]`` (or ``[D]``) -> ``[D]`` float32."""
+         weights: np.ndarray | None = None,
+         middle: bool = False) -> np.ndarray:
+  """``[F, D]`` or ``[F, T, D]`` (or ``[D]``) -> ``[D]`` float32: the mean
+  over frames, weighted by ``weights``, or the middle frame."""
   x = np.asarray(array, np.float32)
   if x.ndim == 1:
     x = x[None]
@@ -65,6 +111,8 @@ def pool(array: np.ndarray, path, unit_tokens: bool = True,
     x = x / norms
   if x.ndim == 3:
     x = x.mean(axis=1)
+  if middle:
+    return x[len(x) // 2]
   if weights is None:
     return x.mean(axis=0)
   w = np.asarray(weights, np.float32).reshape(-1)
@@ -77,6 +125,7 @@ def pool(array: np.ndarray, path, unit_tokens: bool = True,
 def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
                     missing_ids: str = 'error', unit_tokens: bool = True,
                     frame_weights: dict | None = None,
+                    frame_pooling: str = 'auto',
                     progress=print) -> Imported:
   """Reads the features of every video the CSV names.
 
@@ -89,7 +138,9 @@ def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
       row and the path tried) or ``drop`` (rows naming a missing video are
       dropped and reported).
     unit_tokens: make every frame/token vector unit length before pooling.
-    frame_weights: optional ``{video id: [F] weights}``.
+    frame_weights: optional ``{video id: [F] weights}`` (with
+      ``frame_pooling`` ``auto`` or ``mean``).
+    frame_pooling: ``FRAME_POOLING`` (module docstring).
     progress: called with a line at least every 10 s.
 
   Raises:
@@ -100,10 +151,24 @@ def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
   if missing_ids not in MISSING:
     raise ValueError(f'--missing_ids must be error or drop, got '
                      f'{missing_ids!r}')
+  if frame_pooling not in FRAME_POOLING:
+    raise ValueError(f'--frame_pooling must be one of '
+                     f'{", ".join(FRAME_POOLING)}, got {frame_pooling!r}')
   root = pathlib.Path(embeddings_dir)
   if not root.is_dir():
     raise ValueError(f'--embeddings_dir {root} is not a directory')
   ann = data.load_covr_csv(annotations)
+  scores = read_frame_scores(annotations)
+  if frame_pooling == 'auto':
+    frame_pooling = 'mean' if scores is None or frame_weights else 'query'
+  if frame_pooling == 'query' and scores is None:
+    raise ValueError(f'{annotations}: --frame_pooling=query needs a '
+                     "'scores' column (CoVR's per-frame scores); use "
+                     '--frame_pooling=mean or middle')
+  if frame_weights is not None and frame_pooling != 'mean':
+    raise ValueError('--frame_weights gives the frame weights itself: use '
+                     f'it with --frame_pooling=auto or mean, not '
+                     f'{frame_pooling}')
   caption, first_row = {}, {}
   for row, (r, t, tr, tt) in enumerate(zip(
       ann.reference, ann.target, ann.reference_caption, ann.target_caption),
@@ -133,7 +198,15 @@ def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
     weights = None if frame_weights is None else frame_weights.get(vid)
     if frame_weights is not None and weights is None:
       raise ValueError(f'--frame_weights has no weights for {vid!r} ({path})')
-    row = pool(array, path, unit_tokens, weights)
+    if frame_pooling == 'query' and vid in scores:
+      frames = np.shape(array)[0] if np.ndim(array) > 1 else 1
+      if len(scores[vid]) != frames:
+        raise ValueError(
+            f"{annotations}: the 'scores' of target {vid!r} list "
+            f'{len(scores[vid])} frames, but {path} holds {frames}')
+      weights = score_weights(scores[vid])
+    row = pool(array, path, unit_tokens, weights,
+               middle=frame_pooling == 'middle')
     if dim_of is None:
       dim_of = (row.shape[0], path)
     elif row.shape[0] != dim_of[0]:
@@ -172,4 +245,7 @@ def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
       reference_captions=tuple(caption.get(v, '') for v in outside),
       dropped_rows=dropped, missing_ids=sorted(missing_set),
       frames={'videos_read': len(pooled), 'missing': len(missing),
+              'frame_pooling': frame_pooling,
+              'scored_targets': (0 if frame_pooling != 'query' else
+                                 sum(v in scores for v in pooled)),
               'shapes': {str(list(k)): v for k, v in shapes.items()}})

@@ -72,6 +72,11 @@ class RealData:
   #: reference video; data.load_text_queries).
   start: str = config_tree.setting('composed', choices=STARTS)
 
+  def describe(self) -> str:
+    """The benchmark in words, for captions and report headers."""
+    name = os.path.basename(self.annotations or '') or 'no annotations'
+    return f'the annotations {name}'
+
 
 # What real files offer the reasoners: no lexicon applies, so the rules pass
 # the user's words through (``FreeTextReasoner``); no grounding, no few-shot

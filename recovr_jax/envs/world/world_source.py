@@ -1,9 +1,8 @@
 """The generated world as a run's data source (``--data=world``).
 
 ``WorldData`` is its config; the embedded benchmarks are its constructors
-(``WorldData.v3()``, the default, ``WorldData.v2()`` and
-``WorldData.v1()``). ``WorldSource``
-answers the runner's questions (``protocol.source.Source``).
+(``WorldData.v3()``, the default, ``WorldData.v2()`` and ``WorldData.v1()``).
+``WorldSource`` answers the runner's questions (``protocol.source.Source``).
 """
 
 import dataclasses
@@ -101,6 +100,11 @@ class WorldData:
               if v is not None or k not in defaults}
     return cls(world=world, **{**defaults, **fields})
 
+  def describe(self) -> str:
+    """The benchmark in words, for captions and report headers."""
+    return (f'the synthetic world (seed {self.world.seed}, '
+            f'{self.world.renditions} rendition(s) per combination)')
+
   # ``WorldData.v3(**fields)``: ``preset('v3', **fields)``; likewise v2, v1.
   v3 = classmethod(lambda cls, **fields: cls.preset('v3', **fields))
   v2 = classmethod(lambda cls, **fields: cls.preset('v2', **fields))
@@ -112,23 +116,20 @@ class _Extra:
   world: object          # the generated world
   text: object           # encoders.TextEncoder
   text_cache: object     # where its embeddings are kept across runs
-  query_named: object = None  # [Q, A] what each session's first query
-                              # names (the edit, or a text start's query)
+  query_named: object = None  # [Q, A] what each session's query names
 
 
 class WorldSource(source_lib.Source, source_lib.TracedFace,
                   source_lib.OwnMedia, source_lib.ScoresAsking):
-  """The generated world, its encoders, captioner, user and reasoners; its
-  user and the lexical readers have a traced face (``envs.world.face.traced_face``), and
-  it renders its videos."""
+  """The world, its encoders, captioner, user and reasoners; the user and
+  lexical readers have a traced face (``envs.world.face``); it renders."""
 
   NAME = 'world'
 
   def default_reasoner(self) -> str:
     """``grounded``: the best reader on the reading benchmark's dev split
-    of those that run ``main`` in minutes (docs/reading.md); ``rules`` in
-    a world whose layout is describable (only its lexicon reads the
-    layout)."""
+    of those that run ``main`` in minutes (docs/reading.md); ``rules`` in a
+    world with a describable layout (only its lexicon reads the layout)."""
     return 'rules' if self.config.world.describe_layout else 'grounded'
 
   def problems(self, run, create):
