@@ -124,7 +124,7 @@ def checked_config():
                          'directory')
   if not 1 <= _PORT.value <= 65535:
     raise app.UsageError(f'--port must be in 1..65535, got {_PORT.value}')
-  if not _is_loopback(_HOST.value) and not _REMOTE.value:
+  if not cli.is_loopback(_HOST.value) and not _REMOTE.value:
     raise app.UsageError(
         f'--host={_HOST.value} opens the study to the network (every page '
         'shows its target); pass --allow_remote to mean it')
@@ -133,29 +133,6 @@ def checked_config():
   except runner.ConfigError as e:
     raise app.UsageError(str(e)) from e
   return config
-
-
-def _is_loopback(host: str) -> bool:
-  import ipaddress  # pylint: disable=g-import-not-at-top
-  if host == 'localhost':
-    return True
-  try:
-    return ipaddress.ip_address(host).is_loopback
-  except ValueError:
-    return False
-
-
-def check_port(host: str, port: int) -> None:
-  """``UsageError`` when ``host:port`` cannot be bound (before any model
-  loads)."""
-  import socket  # pylint: disable=g-import-not-at-top
-  with socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET) as s:
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-      s.bind((host, port))
-    except OSError as e:
-      raise app.UsageError(f'--host={host} --port={port} cannot be used '
-                           f'({e.strerror}); is another server on it?') from e
 
 
 def make_study(config, built=None, participants_are='human'):
@@ -208,7 +185,7 @@ def main(argv):
                            'constraints.txt -e ".[study]"') from e
   config = checked_config()
   study_config(config)  # participant errors before the models load
-  check_port(_HOST.value, _PORT.value)
+  cli.check_port(_HOST.value, _PORT.value)
   run.use_compilation_cache(config)
   study, media = make_study(config)
   import uvicorn  # pylint: disable=g-import-not-at-top
@@ -221,7 +198,7 @@ def main(argv):
     print(f'warning: participant {pid}: the log was damaged at line '
           f'{lost["from_line"]}; continuing from the lines before it, '
           f'{lost["lines"]} line(s) kept in {lost["kept_aside"]}', flush=True)
-  if not _is_loopback(_HOST.value):
+  if not cli.is_loopback(_HOST.value):
     print(f'warning: --host={_HOST.value}: the study is reachable from the '
           'network (--allow_remote); only participants with their codes can '
           'sign in', flush=True)

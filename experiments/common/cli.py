@@ -130,3 +130,27 @@ def run(main, groups=None, defaults=None) -> None:
       sys.stderr.write(error_lines(e) + 'Pass --helpshort to see the flags.\n')
       sys.exit(e.exitcode if e.exitcode else 1)
   app.run(checked)
+
+
+def is_loopback(host: str) -> bool:
+  """Whether ``host`` is this machine only (localhost, 127.0.0.1, ::1)."""
+  import ipaddress  # pylint: disable=g-import-not-at-top
+  if host == 'localhost':
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+def check_port(host: str, port: int) -> None:
+  """``UsageError`` when ``host:port`` cannot be bound (before any model
+  loads)."""
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind((host, port))
+    except OSError as e:
+      raise app.UsageError(f'--host={host} --port={port} cannot be used '
+                           f'({e.strerror}); is another server on it?') from e

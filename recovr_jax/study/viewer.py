@@ -1,0 +1,305 @@
+"""The session viewer: a finished run's sessions, turn by turn, in a browser.
+
+``python -m experiments.view --run_dir=DIR`` serves it (127.0.0.1 by
+default). It reads the run's ``trajectories.jsonl``, ``ranks.csv`` and
+``resolved_config.json`` (``load``), and shows them with the study's
+templates and animations (``templates/``, ``media``): the index lists the
+sessions with each method's target rank per turn, filtered by method,
+outcome and turn; a session's page shows the reference, the target and,
+per turn and side by side for two methods, the user's feedback, the
+system's question, the reasoner's replies (search, edit, sigma, keep,
+avoid), whether rank-cap fired, the target's rank and the shown top 10
+(frames on the world, ids and captions on files). The viewer is for the
+researcher: unlike the study's pages it names videos by id.
+
+Routes (GET only; a parameter outside what the run holds is a 400 naming
+it): ``/?a=<method>&b=<method>&outcome=<outcome>&turn=<t>&page=<n>``,
+``/s/<session>?a=&b=&turn=``, ``/v/<gallery index>.gif``.
+"""
+
+import dataclasses
+import pathlib
+
+import fastapi
+from fastapi import responses
+import jinja2
+from starlette import concurrency
+
+from recovr_jax import readers
+
+# What the index can filter on: every session, those whose target was shown
+# first at some turn (found) or never, and those with a failure mode
+# (docs/definitions.md section 6) at some active transition.
+OUTCOMES = ('all', 'found', 'not_found', 'drift', 'stagnation',
+            'repeated_top1')
+PER_PAGE = 50
+SHOWN = 10   # the top of each list a session page shows
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(pathlib.Path(__file__).parent /
+                                   'templates'),
+    autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+@dataclasses.dataclass(frozen=True)
+class Videos:
+  """What the pages show of gallery video ``i``: ``ids[i]``,
+  ``captions[i]`` (or None: no captions) and ``media`` (``media.Media``;
+  None: no animations)."""
+  ids: tuple | None = None
+  captions: tuple | None = None
+  media: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """A finished run as the viewer reads it."""
+  directory: pathlib.Path
+  methods: tuple            # in the run's order
+  sessions: tuple           # session numbers, in file order
+  num_turns: int            # T (turns 0..T)
+  list_length: int          # K (a rank of K + 1: not shown)
+  rows: dict                # (method, session) -> trajectories row
+  ranks: dict               # (method, session) -> [T + 1] target ranks
+  header: str               # the report's first line
+
+
+def load(directory) -> Run:
+  """The run in ``directory`` (``readers``: a run that has not finished or
+  a damaged file is an error naming the file)."""
+  d = readers.require_finished(
+      directory, ('trajectories.jsonl', 'ranks.csv', 'resolved_config.json'))
+  config = readers.read_json(d / 'resolved_config.json')
+  try:
+    num_turns = int(config['loop']['num_turns'])
+    list_length = int(config['loop']['list_length'])
+  except (KeyError, TypeError, ValueError) as e:
+    raise readers.FileError(d / 'resolved_config.json',
+                            f'no loop.num_turns or loop.list_length ({e!r})'
+                            ) from e
+  rows, sessions, methods = {}, {}, {}
+  for row in readers.read_jsonl(d / 'trajectories.jsonl'):
+    rows[row['method'], row['session']] = row
+    sessions.setdefault(row['session'], None)
+    methods.setdefault(row['method'], None)
+  table = readers.read_csv(d / 'ranks.csv', ('method', 'session', 'turn',
+                                             'rank'),
+                           types={'session': int, 'turn': int, 'rank': int},
+                           written_by_us=True)
+  ranks = {key: [list_length + 1] * (num_turns + 1) for key in rows}
+  for number, r in zip(table.numbers, table.rows):
+    key = (r['method'], r['session'])
+    if key not in ranks or not 0 <= r['turn'] <= num_turns:
+      raise readers.FileError(d / 'ranks.csv', f'method {r["method"]!r}, '
+                              f'session {r["session"]}, turn {r["turn"]} is '
+                              'in no trajectory of the run', number,
+                              unit='row')
+    ranks[key][r['turn']] = r['rank']
+  report = d / 'report.md'
+  header = (report.read_text(encoding='utf-8').splitlines() or [''])[0] if (
+      report.is_file()) else ''
+  return Run(directory=d, methods=tuple(methods), sessions=tuple(sessions),
+             num_turns=num_turns, list_length=list_length, rows=rows,
+             ranks=ranks, header=header.lstrip('# '))
+
+
+def events(ranks, top1) -> dict:
+  """Per outcome, the turns where it happens in one session: ``found``
+  (the turn the target was first shown first), and per failure mode the
+  turns ``t`` whose active transition ``t-1 -> t`` (the target not yet
+  shown first before ``t``) drifted, stagnated or repeated the top-1."""
+  out = {k: [] for k in OUTCOMES[1:]}
+  found = next((t for t, r in enumerate(ranks) if r == 1), None)
+  if found is not None:
+    out['found'] = [found]
+  else:
+    out['not_found'] = [len(ranks) - 1]
+  for t in range(1, len(ranks)):
+    if min(ranks[:t]) <= 1:
+      break
+    if ranks[t] > ranks[t - 1]:
+      out['drift'].append(t)
+    if ranks[t] >= ranks[t - 1]:
+      out['stagnation'].append(t)
+    if top1[t] == top1[t - 1]:
+      out['repeated_top1'].append(t)
+  return out
+
+
+def _top1(row) -> list:
+  return [turn['top10'][0] if turn['top10'] else -1 for turn in row['turns']]
+
+
+class BadRequest(ValueError):
+  """A query parameter outside what the run holds."""
+
+
+class Viewer:
+  """The pages of one run (``Run``) and its ``Videos``."""
+
+  def __init__(self, run: Run, videos: Videos = Videos()):
+    self.run, self.videos = run, videos
+
+  # -- parameters -----------------------------------------------------------
+  def method(self, name: str, value: str, optional: bool = False):
+    if optional and not value:
+      return None
+    if value not in self.run.methods:
+      raise BadRequest(f'{name}={value!r} is not a method of this run '
+                       f'({", ".join(self.run.methods)})')
+    return value
+
+  def turn(self, value: str):
+    if value in ('', None):
+      return None
+    if not value.isdigit() or int(value) > self.run.num_turns:
+      raise BadRequest(f'turn={value!r}: expected 0..{self.run.num_turns}')
+    return int(value)
+
+  def session(self, value: str) -> int:
+    if not value.isdigit() or (self.run.methods[0], int(value)) not in (
+        self.run.rows):
+      raise BadRequest(f'session {value!r} is not a session of this run')
+    return int(value)
+
+  # -- pages -----------------------------------------------------------------
+  def video(self, index: int) -> dict:
+    """A gallery video as the templates show it."""
+    v = self.videos
+    index = int(index)
+    # Rendered when the browser asks (``/v/<index>.gif``; 404 without
+    # frames, the id and caption stay beside it).
+    media = v.media is not None and index >= 0
+    return {'index': index, 'src': f'/v/{index}.gif' if media else None,
+            'id': (v.ids[index] if v.ids is not None and index >= 0
+                   else str(index)),
+            'caption': (v.captions[index] if v.captions is not None and
+                        index >= 0 else '')}
+
+  def index(self, a: str = '', b: str = '', outcome: str = 'all',
+            turn: str = '', page: str = '1') -> str:
+    run = self.run
+    a = self.method('a', a or run.methods[0])
+    b = self.method('b', b, optional=True)
+    if outcome not in OUTCOMES:
+      raise BadRequest(f'outcome={outcome!r}: expected one of '
+                       f'{", ".join(OUTCOMES)}')
+    t = self.turn(turn)
+    if not page.isdigit() or int(page) < 1:
+      raise BadRequest(f'page={page!r}: expected a number from 1')
+    chosen = []
+    for s in run.sessions:
+      ranks = run.ranks[a, s]
+      happened = events(ranks, _top1(run.rows[a, s]))
+      if outcome == 'all':
+        # A turn alone: the sessions still running at that turn.
+        keep = t is None or min(ranks[:t] or [run.list_length + 1]) > 1
+      else:
+        keep = bool(happened[outcome]) and (t is None or
+                                            t in happened[outcome])
+      if keep:
+        chosen.append(s)
+    pages = max(1, -(-len(chosen) // PER_PAGE))
+    number = min(int(page), pages)
+    shown = chosen[(number - 1) * PER_PAGE:number * PER_PAGE]
+    sides = [m for m in (a, b) if m]
+    rows = []
+    for s in shown:
+      row = run.rows[a, s]
+      rows.append({
+          'session': s, 'reference': self.video(row['reference']),
+          'target': self.video(row['target']),
+          'modification': row['turns'][0].get('feedback') or '',
+          'ranks': {m: [self._rank(r) for r in run.ranks[m, s]]
+                    for m in sides}})
+    return _TEMPLATES.get_template('view_index.html').render(
+        title=f'Sessions: {run.directory.name}', header=run.header,
+        methods=run.methods, a=a, b=b or '', outcome=outcome,
+        outcomes=OUTCOMES, turn='' if t is None else t,
+        turns=range(run.num_turns + 1), rows=rows, sides=sides,
+        count=len(chosen), total=len(run.sessions), page=number, pages=pages)
+
+  def _rank(self, rank: int) -> str:
+    return str(rank) if rank <= self.run.list_length else (
+        f'>{self.run.list_length}')
+
+  def session_page(self, session: str, a: str = '', b: str = '',
+                   turn: str = '') -> str:
+    run = self.run
+    s = self.session(session)
+    a = self.method('a', a or run.methods[0])
+    b = self.method('b', b, optional=True)
+    t = self.turn(turn)
+    first = run.rows[a, s]
+    sides = []
+    for m in (a, b):
+      if not m:
+        continue
+      row = run.rows[m, s]
+      turns = []
+      for k, rec in enumerate(row['turns']):
+        if t is not None and k != t:
+          continue
+        turns.append({
+            'turn': k, 'action': rec.get('action') or '',
+            'feedback': rec.get('feedback') or '',
+            'question': rec.get('question') or '',
+            'asked': rec.get('asked') or '',
+            'replies': [(key, rec[key]) for key in
+                        ('search', 'edit', 'sigma', 'keep', 'avoid')
+                        if rec.get(key) not in (None, '', [])],
+            'fired': rec.get('rank_cap_fired'),
+            'rank': self._rank(run.ranks[m, s][k]),
+            'found': run.ranks[m, s][k] == 1,
+            'shown': [dict(self.video(i), target=i == row['target'])
+                      for i in rec['top10'][:SHOWN]]})
+      happened = events(run.ranks[m, s], _top1(row))
+      sides.append({'method': m, 'turns': turns, 'error': row.get('error'),
+                    'outcomes': [k for k, v in happened.items() if v]})
+    return _TEMPLATES.get_template('view_session.html').render(
+        title=f'Session {s}', header=run.header, session=s,
+        reference=self.video(first['reference']),
+        target=self.video(first['target']),
+        modification=first['turns'][0].get('feedback') or '',
+        sides=sides, methods=run.methods, a=a, b=b or '',
+        turn='' if t is None else t, turns=range(run.num_turns + 1))
+
+
+def make_app(viewer: Viewer) -> fastapi.FastAPI:
+  """The FastAPI app of ``viewer`` (read-only: GET routes only)."""
+  app = fastapi.FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+  def page(render, **params):
+    try:
+      return responses.HTMLResponse(render(**params))
+    except BadRequest as e:
+      return responses.HTMLResponse(
+          _TEMPLATES.get_template('error.html').render(
+              title='Bad request', heading='Not in this run',
+              message=str(e)), status_code=400)
+
+  @app.get('/', response_class=responses.HTMLResponse)
+  async def index(a: str = '', b: str = '', outcome: str = 'all',
+                  turn: str = '', page_number: str = fastapi.Query(
+                      '1', alias='page')):
+    return page(viewer.index, a=a, b=b, outcome=outcome, turn=turn,
+                page=page_number)
+
+  @app.get('/s/{session}', response_class=responses.HTMLResponse)
+  async def session(session: str, a: str = '', b: str = '', turn: str = ''):
+    return page(viewer.session_page, session=session, a=a, b=b, turn=turn)
+
+  @app.get('/v/{index}.gif')
+  async def animation(index: int):
+    media = viewer.videos.media
+    try:
+      data = None if media is None else await (
+          concurrency.run_in_threadpool(media.animation, index))
+    except KeyError as e:
+      raise fastapi.HTTPException(404, str(e)) from e
+    if data is None:
+      raise fastapi.HTTPException(404, 'no frames for this video')
+    return responses.Response(data, media_type='image/gif',
+                              headers={'Cache-Control': 'max-age=3600'})
+
+  return app

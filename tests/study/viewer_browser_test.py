@@ -1,0 +1,116 @@
+"""The session viewer in a real browser: headless Chromium through the
+index, its filters and a session with two methods side by side, at
+1280x800 and 390 px (as the study's browser test; ``.ci/run`` installs
+Chromium and sets ``RECOVR_REQUIRE_BROWSER=1``, under which a missing
+browser fails instead of skipping). ``VIEWER_SCREENSHOT=<path.png>`` keeps
+the session page's screenshot."""
+
+import os
+import pathlib
+import tempfile
+import threading
+import time
+
+from absl.testing import absltest
+
+from recovr_jax.study import media as media_lib
+from recovr_jax.study import viewer
+from tests.study import study_browser_test
+from tests.study import viewer_test
+
+
+class ViewerBrowserTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    chrome, driver = study_browser_test._browser_paths()  # pylint: disable=protected-access
+    if not (chrome and driver):
+      if os.environ.get('RECOVR_REQUIRE_BROWSER') == '1':
+        self.fail('chromium and chromedriver are required '
+                  '(apt-get install chromium chromium-driver)')
+      self.skipTest('no chromium/chromedriver on this machine')
+    import uvicorn  # pylint: disable=g-import-not-at-top
+    from selenium import webdriver  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
+    run = viewer.load(viewer_test.write_run(
+        pathlib.Path(tempfile.mkdtemp()) / 'run'))
+    videos = viewer.Videos(
+        ids=viewer_test.IDS, captions=tuple(f'caption {i}' for i in range(12)),
+        media=media_lib.Media(12, viewer_test.frames_of, 64))
+    self.port = study_browser_test._free_port()  # pylint: disable=protected-access
+    self.server = uvicorn.Server(uvicorn.Config(
+        viewer.make_app(viewer.Viewer(run, videos)), host='127.0.0.1',
+        port=self.port, log_level='warning'))
+    thread = threading.Thread(target=self.server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not self.server.started:
+      self.assertLess(time.time(), deadline, 'the viewer did not start')
+      time.sleep(0.05)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
+                '--disable-gpu', '--window-size=1280,800'):
+      options.add_argument(arg)
+    self.browser = webdriver.Chrome(service=service.Service(driver),
+                                    options=options)
+    self.addCleanup(self._stop, thread)
+
+  def _stop(self, thread):
+    self.browser.quit()
+    self.server.should_exit = True
+    thread.join(timeout=10)
+
+  def test_filter_open_and_compare_in_chromium(self):
+    from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.support import select  # pylint: disable=g-import-not-at-top
+    from selenium.webdriver.support import ui  # pylint: disable=g-import-not-at-top
+    b = self.browser
+
+    def wait_for(text):
+      ui.WebDriverWait(b, 60).until(lambda d: text in d.page_source)
+    b.get(f'http://127.0.0.1:{self.port}/')
+    wait_for('3 of 3 sessions')
+    # Filter: ReCoVR's sessions where it drifted, IVR beside it.
+    select.Select(b.find_element(By.ID, 'outcome')).select_by_value('drift')
+    select.Select(b.find_element(By.ID, 'b')).select_by_value('ivr')
+    b.find_element(By.ID, 'apply').click()
+    wait_for('1 of 3 sessions')
+    links = b.find_elements(By.CSS_SELECTOR, 'a.open')
+    self.assertEqual([a.text for a in links], ['2'])
+    links[0].click()
+    wait_for('id="side-2"')
+    sides = [b.find_element(By.ID, f'side-{k}') for k in (1, 2)]
+    self.assertEqual([s.get_attribute('data-method') for s in sides],
+                     ['recovr', 'ivr'])
+    left, right = (s.rect for s in sides)
+    self.assertGreater(right['x'], left['x'] + left['width'] - 1)  # apart
+    self.assertAlmostEqual(right['y'], left['y'], delta=2)
+    images = b.find_elements(By.CSS_SELECTOR, 'img')
+    self.assertGreater(len(images), 20)
+    ui.WebDriverWait(b, 60).until(lambda d: all(d.execute_script(
+        'return arguments[0].complete && arguments[0].naturalWidth > 0', i)
+                                                for i in images))
+    self.assertIn('recovr search 2.1', sides[0].text)
+    self.assertIn('rank-cap fired', sides[0].text)
+    shot = os.environ.get('VIEWER_SCREENSHOT') or str(
+        pathlib.Path(tempfile.mkdtemp()) / 'viewer.png')
+    self.assertTrue(b.save_screenshot(shot))
+    # On a phone the two methods stack, and nothing scrolls sideways.
+    b.set_window_size(390, 844)
+    left, right = (s.rect for s in sides)
+    self.assertGreater(right['y'], left['y'] + left['height'] - 1)
+    self.assertTrue(b.execute_script(
+        'return document.documentElement.scrollWidth <= window.innerWidth'))
+    # One turn only.
+    b.set_window_size(1280, 800)
+    select.Select(b.find_element(By.ID, 'turn')).select_by_value('1')
+    b.find_element(By.ID, 'apply').click()
+    ui.WebDriverWait(b, 60).until(lambda d: len(d.find_elements(
+        By.CSS_SELECTOR, '#side-1 .turn')) == 1)
+    self.assertEqual(b.find_element(By.CSS_SELECTOR, '#side-1 .turn')
+                     .get_attribute('data-turn'), '1')
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,181 @@
+"""The session viewer's data and pages, on a small hand-written run."""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+from fastapi import testclient
+import numpy as np
+
+from recovr_jax.run import reporting
+from recovr_jax.study import media as media_lib
+from recovr_jax.study import viewer
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+IDS = tuple(f'vid{i:02d}' for i in range(12))
+TARGETS = np.array([3, 7, 9])
+# [method][session][turn] the shown top 4; the target's rank follows.
+SHOWN = {
+    'recovr': [[[1, 3, 2, 0], [3, 1, 2, 0], [3, 1, 2, 0]],      # found at 1
+               [[1, 2, 3, 4], [2, 1, 3, 4], [7, 2, 1, 3]],      # found at 2
+               [[0, 9, 1, 2], [0, 1, 2, 4], [0, 1, 2, 4]]],     # drift, stuck
+    'ivr': [[[1, 3, 2, 0], [1, 2, 3, 0], [3, 1, 2, 0]],
+            [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]],
+            [[0, 9, 1, 2], [9, 0, 1, 2], [9, 0, 1, 2]]],
+}
+
+
+def write_run(d: pathlib.Path) -> pathlib.Path:
+  """A finished two-method run of 3 sessions and 2 feedback turns."""
+  d.mkdir(parents=True, exist_ok=True)
+  displayed = {m: np.array(v) for m, v in SHOWN.items()}
+  rows = []
+  for m, shown in displayed.items():
+    for s in range(3):
+      turns = []
+      for t in range(3):
+        stopped = t > 0 and (shown[s, :t, 0] == TARGETS[s]).any()
+        rec = {'turn': t, 'top10': shown[s, t].tolist(),
+               'top10_ids': [IDS[i] for i in shown[s, t]],
+               'feedback': f'edit of session {s}' if t == 0 else (
+                   '' if stopped else f'{m} feedback {s}.{t}'),
+               'question': None if t == 0 else f'{m} question {s}.{t}',
+               'action': None if t == 0 else ('stopped' if stopped
+                                              else 'modify')}
+        if t and not stopped:
+          rec.update(search=f'{m} search {s}.{t}', sigma='pos',
+                     keep=['red'], avoid=[], rank_cap_fired=m == 'recovr')
+        turns.append(rec)
+      rows.append({'method': m, 'session': s, 'reference': 10 + s % 2,
+                   'target': int(TARGETS[s]), 'reference_id': IDS[10 + s % 2],
+                   'target_id': IDS[TARGETS[s]], 'error': None,
+                   'turns': turns})
+  (d / 'trajectories.jsonl').write_text(
+      ''.join(json.dumps(r, sort_keys=True) + '\n' for r in rows))
+  (d / 'ranks.csv').write_text(reporting.ranks_csv(
+      displayed, np.arange(3), TARGETS, IDS))
+  (d / 'resolved_config.json').write_text(json.dumps(
+      {'loop': {'num_turns': 2, 'list_length': 4}, 'num_sessions': 3}))
+  (d / 'report.md').write_text('# ReCoVR and baselines on the test run\n')
+  return d
+
+
+def frames_of(index):
+  rng = np.random.default_rng(index)
+  return rng.random((3, 8, 8, 3))
+
+
+class EventsTest(absltest.TestCase):
+
+  def test_found_and_failure_modes_at_active_transitions(self):
+    self.assertEqual(viewer.events([2, 1, 1], [5, 3, 3]), {
+        'found': [1], 'not_found': [], 'drift': [], 'stagnation': [],
+        'repeated_top1': []})
+    self.assertEqual(viewer.events([2, 5, 5], [0, 0, 0]), {
+        'found': [], 'not_found': [2], 'drift': [1], 'stagnation': [1, 2],
+        'repeated_top1': [1, 2]})
+
+
+class ViewerTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.dir = write_run(pathlib.Path(tempfile.mkdtemp()) / 'run')
+    run = viewer.load(cls.dir)
+    cls.viewer = viewer.Viewer(run, viewer.Videos(
+        ids=IDS, captions=tuple(f'caption {i}' for i in range(12)),
+        media=media_lib.Media(12, frames_of, 32)))
+    cls.client = testclient.TestClient(viewer.make_app(cls.viewer))
+
+  def test_load(self):
+    run = self.viewer.run
+    self.assertEqual(run.methods, ('recovr', 'ivr'))
+    self.assertEqual(run.sessions, (0, 1, 2))
+    self.assertEqual(run.ranks['recovr', 1], [5, 5, 1])
+    self.assertEqual(run.ranks['ivr', 1], [5, 5, 5])   # K + 1: not shown
+    self.assertEqual(run.header, 'ReCoVR and baselines on the test run')
+
+  def _sessions(self, **params):
+    page = self.client.get('/', params=params)
+    self.assertEqual(page.status_code, 200, page.text)
+    return [int(s) for s in __import__('re').findall(
+        r'class="open" href="/s/(\d+)', page.text)], page.text
+
+  def test_index_filters_by_method_outcome_and_turn(self):
+    self.assertEqual(self._sessions()[0], [0, 1, 2])
+    self.assertEqual(self._sessions(outcome='found')[0], [0, 1])
+    self.assertEqual(self._sessions(outcome='found', turn='2')[0], [1])
+    self.assertEqual(self._sessions(a='ivr', outcome='found')[0], [0, 2])
+    self.assertEqual(self._sessions(outcome='drift')[0], [2])
+    self.assertEqual(self._sessions(a='ivr', outcome='stagnation')[0],
+                     [0, 1])
+    # A turn alone: the sessions still running at that turn.
+    self.assertEqual(self._sessions(turn='2')[0], [1, 2])
+    sessions, text = self._sessions(a='recovr', b='ivr')
+    self.assertIn('recovr: target rank per turn', text)
+    self.assertIn('ivr: target rank per turn', text)
+    self.assertIn('&gt;4', text)   # censored: not in the 4 shown
+    self.assertIn('3 of 3 sessions', text)
+
+  def test_a_session_side_by_side(self):
+    page = self.client.get('/s/1', params={'a': 'recovr', 'b': 'ivr'})
+    self.assertEqual(page.status_code, 200)
+    text = page.text
+    for words in ('recovr feedback 1.1', 'ivr feedback 1.2',
+                  'recovr question 1.1', 'recovr search 1.1',
+                  'rank-cap fired', 'edit of session 1', IDS[7],
+                  'caption 7'):
+      self.assertIn(words, text)
+    self.assertEqual(text.count('class="side"'), 2)
+    self.assertIn('thumb target', text)   # the target among the shown
+    one_turn = self.client.get('/s/1', params={'a': 'ivr', 'turn': '1'}).text
+    self.assertEqual(one_turn.count('class="turn"'), 1)
+    self.assertIn('ivr feedback 1.1', one_turn)
+    self.assertNotIn('ivr feedback 1.2', one_turn)
+
+  def test_animations_and_refusals(self):
+    gif = self.client.get('/v/3.gif')
+    self.assertEqual(gif.status_code, 200)
+    self.assertEqual(gif.content[:6], b'GIF89a')
+    self.assertEqual(self.client.get('/v/12.gif').status_code, 404)
+    for path, params, message in (
+        ('/', {'a': 'nope'}, "a='nope' is not a method of this run"),
+        ('/', {'b': 'x'}, "b='x' is not a method"),
+        ('/', {'outcome': 'lost'}, "outcome='lost': expected one of"),
+        ('/', {'turn': '3'}, "turn='3': expected 0..2"),
+        ('/', {'page': '0'}, "page='0'"),
+        ('/s/3', {}, "session '3' is not a session of this run"),
+        ('/s/x', {}, "session 'x'")):
+      page = self.client.get(path, params=params)
+      self.assertEqual(page.status_code, 400, (path, params))
+      self.assertIn(message.replace("'", '&#39;'), page.text)
+    self.assertEqual(self.client.post('/').status_code, 405)
+
+  def test_a_damaged_or_unfinished_run_is_named(self):
+    broken = write_run(pathlib.Path(tempfile.mkdtemp()) / 'broken')
+    text = (broken / 'ranks.csv').read_text()
+    (broken / 'ranks.csv').write_text(text.replace('recovr,2,', 'recovr,7,',
+                                                   1))
+    with self.assertRaisesRegex(Exception, r'ranks.csv.*session 7'):
+      viewer.load(broken)
+    (broken / 'INCOMPLETE').write_text('')
+    with self.assertRaisesRegex(FileNotFoundError, 'has not finished'):
+      viewer.load(broken)
+
+  def test_command_refuses_before_loading(self):
+    for args, message in (
+        ([f'--run_dir={self.dir}', '--host=0.0.0.0'], '--allow_remote'),
+        ([f'--run_dir={self.dir}'], 'flags.txt does not exist')):
+      proc = subprocess.run(
+          [sys.executable, '-m', 'experiments.view', *args], cwd=ROOT,
+          capture_output=True, text=True, timeout=300, check=False)
+      self.assertEqual(proc.returncode, 1, (args, proc.stderr[-800:]))
+      self.assertIn(message, proc.stderr, args)
+
+
+if __name__ == '__main__':
+  absltest.main()
