@@ -58,6 +58,11 @@ _FRAMES_DIR = flags.DEFINE_string(
     'animations; a video without a folder is shown by its caption.')
 _VIDEO_SIZE = flags.DEFINE_integer(
     'video_size', 192, 'Pixels of the longer side of a shown video.')
+_DEBRIEF = flags.DEFINE_string(
+    'debrief', None, 'The debrief\'s contact and withdrawal text (who to '
+    'write to, how to withdraw); default: recovr_jax.study.study.DEBRIEF '
+    '(write to the researcher who sent the link, quoting the participant '
+    'id).')
 
 # The study's own defaults where the runner's flags are not given (paper
 # section 4.4: ReCoVR, up to three turns); set on the config, not on the
@@ -77,7 +82,8 @@ def study_config(config) -> study_lib.StudyConfig:
   return study_lib.StudyConfig(
       participants=participants, instances=_INSTANCES.value,
       log_dir=str(pathlib.Path(config.output_dir).absolute() / 'logs'),
-      seed=config.seed, flow=_FLOW.value)
+      seed=config.seed, flow=_FLOW.value,
+      debrief=_DEBRIEF.value or study_lib.DEBRIEF)
 
 
 def run_config():
@@ -226,5 +232,5 @@ if __name__ == '__main__':
   cli.run(main, (('Study app', ['port', 'host', 'allow_remote',
                                 'participants', 'instances',
                                 'participant_flow', 'frames_dir',
-                                'video_size']),) +
+                                'video_size', 'debrief']),) +
           run.HELP_GROUPS, run.HELP_DEFAULTS)

@@ -87,7 +87,8 @@ def _drive(client, the_study, user, pid, waits, starts):
         start = time.perf_counter()   # the next instance's turn 0
         r = client.post(f'/p/{pid}/end', data={
             'instance': view['instance'], 'turn': t, 'csrf': csrf,
-            'found': '1' if view['top1'] == view['target'] else '0'},
+            'found': '1' if view['top1'] == view['target'] else '0',
+            'confirm': '1'},   # "Found it" and its confirmation
                         follow_redirects=True)
         r.raise_for_status()
         view = the_study.view(pid)

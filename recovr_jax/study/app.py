@@ -86,7 +86,7 @@ class _Renderer:
     return {'src': None, 'caption': self.env.captions[index]}
 
   def instance(self, view: dict, message: str = '', text: str = '',
-               csrf: str = '') -> str:
+               csrf: str = '', confirm: bool = False) -> str:
     pid = view['participant']
     quoted = urllib.parse.quote(pid)
     stage = view.get('stage', 'done' if view['done'] else 'instance')
@@ -105,7 +105,8 @@ class _Renderer:
     if stage == 'done':
       return _page('done.html', title='Done', participant=pid,
                    instances=view['instances'],
-                   completion_code=view.get('completion_code'))
+                   completion_code=view.get('completion_code'),
+                   debrief=view.get('debrief', ''))
     last = view['turn'] >= view['num_turns']
     hidden = markupsafe.Markup(
         '<input type="hidden" name="instance" value="{}"><input type="hidden"'
@@ -120,6 +121,7 @@ class _Renderer:
         turn=view['turn'] + 1, num_turns=view['num_turns'], last=last,
         message=message, text=text, hidden=hidden,
         feedback_url=f'/p/{quoted}/feedback', end_url=f'/p/{quoted}/end',
+        page_url=f'/p/{quoted}', confirm=confirm,
         top1=self.video(pid, view['top1']),
         target=self.video(pid, view['target']),
         reference=self.video(pid, view['reference']),
@@ -165,8 +167,9 @@ def make_app(study: study_lib.Study, media=None,
   def refuse(message):
     return responses.HTMLResponse(_signin(message), status_code=403)
 
-  def page_of(pid, message, text):
-    return render.instance(study.view(pid), message, text, study.csrf(pid))
+  def page_of(pid, message, text, confirm=False):
+    return render.instance(study.view(pid), message, text, study.csrf(pid),
+                           confirm)
 
   def signed_in(pid, request) -> bool:
     return study.check_code(pid, request.cookies.get(_cookie(pid)))
@@ -207,8 +210,9 @@ def make_app(study: study_lib.Study, media=None,
     response.set_cookie(_cookie(pid), code, httponly=True, samesite='strict')
     return response
 
-  async def page(pid, message='', text='', status=200):
-    body = await concurrency.run_in_threadpool(page_of, pid, message, text)
+  async def page(pid, message='', text='', status=200, confirm=False):
+    body = await concurrency.run_in_threadpool(page_of, pid, message, text,
+                                               confirm)
     return responses.HTMLResponse(body, status_code=status)
 
   @app.exception_handler(log_lib.LogError)
@@ -243,12 +247,18 @@ def make_app(study: study_lib.Study, media=None,
     except study_lib.UnknownParticipant as e:
       return refuse(f'Sign-in refused: {e.args[0]}')
 
-  async def act(pid, request, call, text=lambda form: ''):
+  async def act(pid, request, call, text=lambda form: '', first=None):
     """Runs ``call(form)`` on a participant's checked form: a redirect to
-    their page, or the page with what went wrong (the words kept)."""
+    their page, or the page with what went wrong (the words kept).
+    ``first(form)``: a page to answer with instead (nothing is run), or
+    None."""
     form, refused = await checked_form(pid, request)
     if refused is not None:
       return refused
+    if first is not None:
+      answer = await first(form)
+      if answer is not None:
+        return answer
     try:
       await concurrency.run_in_threadpool(call, form)
     except study_lib.UnknownParticipant as e:
@@ -275,9 +285,14 @@ def make_app(study: study_lib.Study, media=None,
 
   @app.post('/p/{pid}/end')
   async def end(pid: str, request: fastapi.Request):
+    async def confirm_first(form):
+      # "Found it" ends the search: asked once more before it is logged.
+      if form.get('found') == '1' and form.get('confirm') != '1':
+        return await page(pid, confirm=True)
+      return None
     return await act(pid, request, lambda form: study.end(
         pid, _int(form, 'instance'), _int(form, 'turn'),
-        form.get('found') == '1'))
+        form.get('found') == '1'), first=confirm_first)
 
   @app.get('/admin/join')
   async def admin_join(token: str = ''):

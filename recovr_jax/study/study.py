@@ -11,7 +11,7 @@ restarted after a crash, continues from the log: the unfinished instance is
 replayed turn by turn (the loop is deterministic) and each replayed list is
 checked against the logged one.
 
-Why one module of about 510 lines: the study's state machine (assignment,
+Why one module of about 580 lines: the study's state machine (assignment,
 turns, replay from the log, retries) stays in one place so that a replay is
 exact.
 """
@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import hashlib
 import hmac
+import itertools
 import json
 import os
 import secrets
@@ -58,6 +59,8 @@ class StudyConfig:
   # a completion code at the end. Off: straight to the instances (an
   # experimenter instructs in person).
   flow: bool = True
+  # The debrief's contact and withdrawal text (--debrief).
+  debrief: str = ''
 
 
 # What a participant agrees to (its SHA-256 is logged with the consent).
@@ -68,6 +71,13 @@ CONSENT = (
     'timing are recorded under my participant id, with no other personal '
     'data, and used for research only. I can stop at any time by closing '
     'the page.')
+
+
+# The debrief's default contact and withdrawal text.
+DEBRIEF = (
+    'Questions about the study, or want your answers withdrawn? Write to the '
+    'researcher who sent you the link, quoting your participant id; your '
+    'logged answers are then deleted and left out of every result.')
 
 
 def check_participant_ids(ids) -> tuple[str, ...]:
@@ -83,10 +93,14 @@ def check_participant_ids(ids) -> tuple[str, ...]:
   return ids
 
 
-def assignments(config: StudyConfig, num_queries: int) -> dict:
+def assignments(config: StudyConfig, num_queries: int,
+                starts_on_target=None) -> dict:
   """``{participant: [session indices]}``, disjoint: participant ``j``'s
   practice instance first (when ``config.flow``), then its
-  ``instances``."""
+  ``instances``. ``starts_on_target(session)``: whether a query's first
+  list already shows its target on top; such a query is never a practice
+  one (the next unassigned query of the permutation is taken instead, or
+  on a small split another participant's instance)."""
   if config.instances < 1:
     raise ValueError(f'--instances must be >= 1, got {config.instances}')
   n, k = config.instances, len(config.participants)
@@ -98,9 +112,25 @@ def assignments(config: StudyConfig, num_queries: int) -> dict:
         f'{k} participants x {each} = {need} instances, but the test split '
         f'has {num_queries} composed queries')
   order = np.random.default_rng(config.seed).permutation(num_queries)
-  return {p: ([int(order[k * n + j])] if config.flow else []) +
-             order[j * n:(j + 1) * n].tolist()
-          for j, p in enumerate(config.participants)}
+  spare = iter(order[k * (n + 1):].tolist())
+  queues = {}
+  for j, p in enumerate(config.participants):
+    own = order[j * n:(j + 1) * n].tolist()
+    practice = []
+    if config.flow:
+      # The practice query: the participant's own spare one; if its first
+      # list shows the target on top, the next unassigned query, then
+      # (a small split) another participant's instance, never their own.
+      others = (int(q) for i, q in enumerate(order[:k * n])
+                if i // n != j)
+      candidates = itertools.chain([int(order[k * n + j])], spare, others)
+      practice = [next((q for q in candidates if starts_on_target is None
+                        or not starts_on_target(q)), None)]
+      if practice[0] is None:
+        raise ValueError('every composed query starts with its target on '
+                         'top: there is no practice query to give')
+    queues[p] = practice + own
+  return queues
 
 
 def _lock_dir(log_dir: pathlib.Path):
@@ -241,7 +271,8 @@ class Study:
     check_participant_ids(config.participants)
     self.env, self.method, self.ctx, self.base = env, method, ctx, base
     self.config = config
-    self.queues = assignments(config, len(env.target))
+    self.queues = assignments(config, len(env.target),
+                              self._starts_on_target)
     # A log is checked against what shapes its participant's lists: the
     # run's identity, the study's settings and the participant's own queue
     # (so adding participants keeps the existing ones).
@@ -262,6 +293,13 @@ class Study:
         if p.log.recovered:
           self.recovered[pid] = p.log.recovered
     self._replay_all()
+
+  def _starts_on_target(self, session: int) -> bool:
+    """Whether query ``session``'s first list shows its target on top (a
+    practice instance must not: there would be nothing to practise)."""
+    shown = session_lib.Instance(self.env, self.method, session, self.ctx,
+                                 self.base).shown
+    return int(shown[0]) == int(self.env.target[session])
 
   def _replay_all(self):
     """Replays every participant's unfinished instance now, so a log whose
@@ -448,7 +486,7 @@ class Study:
                  number=max(position - practice, 0),
                  practice=position < practice, done=instance is None)
       if instance is None:
-        return dict(out, stage='done',
+        return dict(out, stage='done', debrief=self.config.debrief or DEBRIEF,
                     completion_code=self.completion_code(pid))
       env = self.env
       s = instance.session

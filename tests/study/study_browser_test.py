@@ -1,6 +1,7 @@
 """The study in a real browser: headless Chromium through the whole flow
 (instructions and consent, the practice instance, the instances, the
-debrief), with the layout checked at 1280x800 and 390 px.
+debrief), with the layout checked and screenshotted at 1280x800 and 390 px
+(``STUDY_SCREENSHOT_DIR=<dir>`` keeps them).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
 them and sets ``RECOVR_REQUIRE_BROWSER=1``, under which a missing browser
@@ -32,6 +33,11 @@ def _free_port() -> int:
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     return s.getsockname()[1]
+
+
+def _png_width(path) -> int:
+  """The pixel width in a PNG's header."""
+  return int.from_bytes(pathlib.Path(path).read_bytes()[16:20], 'big')
 
 
 class BrowserTest(absltest.TestCase):
@@ -105,12 +111,23 @@ class BrowserTest(absltest.TestCase):
                'window.innerHeight && r.right <= window.innerWidth;')
     no_sideways = ('return document.documentElement.scrollWidth <= '
                    'window.innerWidth;')
+    shots = pathlib.Path(os.environ.get('STUDY_SCREENSHOT_DIR') or
+                         tempfile.mkdtemp())
+    shots.mkdir(parents=True, exist_ok=True)
     for width, height in ((1280, 800), (390, 844)):
       b.set_window_size(width, height)
       b.execute_script('window.scrollTo(0, 0)')
-      for figure in ('#current img', '#goal img'):  # above the fold
-        self.assertTrue(b.execute_script(visible, figure), (width, figure))
+      # Above the fold: the current result, the target and the words that
+      # started the search.
+      for part in ('#current img', '#goal img', '#modification'):
+        self.assertTrue(b.execute_script(visible, part), (width, part))
       self.assertTrue(b.execute_script(no_sideways), width)
+      shot = shots / f'study_{width}.png'
+      self.assertTrue(b.save_screenshot(str(shot)))
+      self.assertEqual(shot.read_bytes()[:4], b'\x89PNG')
+      self.assertEqual(_png_width(shot), b.execute_script(
+          'return window.innerWidth') * b.execute_script(
+              'return window.devicePixelRatio'), width)
     b.set_window_size(1280, 800)
     self.assertEqual(b.find_element(By.CSS_SELECTOR, 'label[for=feedback]')
                      .tag_name, 'label')
@@ -135,9 +152,19 @@ class BrowserTest(absltest.TestCase):
     for k in (1, 2):   # the counted instances
       wait_for(f'Instance {k} of 2')
       b.find_element(By.ID, 'found').click()
+      # "Found it" is asked once more; going back keeps the search open.
+      wait_for('id="confirm-found"')
+      if k == 1:
+        b.find_element(By.ID, 'cancel-found').click()
+        wait_for(f'Instance {k} of 2')
+        self.assertEmpty(b.find_elements(By.ID, 'confirm-found'))
+        b.find_element(By.ID, 'found').click()
+        wait_for('id="confirm-found"')
+      b.find_element(By.ID, 'confirm-found').click()
     wait_for('id="debrief"')
     self.assertEqual(b.find_element(By.ID, 'completion-code').text,
                      self.study.completion_code('cy'))
+    self.assertIn('withdrawn', b.find_element(By.ID, 'contact').text)
     # No video id anywhere the participant was.
     ids = self.study.env.video_ids
     events = study_test._log(self.study, 'cy')  # pylint: disable=protected-access
@@ -148,6 +175,23 @@ class BrowserTest(absltest.TestCase):
       if e['event'] == 'turn':
         for video in (e['reference'], e['target']):
           self.assertNotIn(ids[video], b.page_source)
+    # The administration table at a phone's width: one block per row.
+    b.get(f'http://127.0.0.1:{self.port}/admin/join?token='
+          f'{self.study.admin_token()}')
+    wait_for('id="participants"')
+    b.set_window_size(390, 844)
+    self.assertTrue(b.execute_script(no_sideways))
+    cell = b.find_element(By.CSS_SELECTOR, '#participants td')
+    self.assertEqual(cell.value_of_css_property('display'), 'block')
+    self.assertEqual(b.execute_script(
+        "return getComputedStyle(arguments[0], '::before').content", cell),
+                     '"Participant: "')
+    self.assertIn('cy agreed done 2 of 2', b.find_element(
+        By.ID, 'participants').text)
+    shot = shots / 'admin_390.png'
+    self.assertTrue(b.save_screenshot(str(shot)))
+    self.assertEqual(shot.read_bytes()[:4], b'\x89PNG')
+
 
 if __name__ == '__main__':
   absltest.main()

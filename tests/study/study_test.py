@@ -200,8 +200,16 @@ class StudyAppTest(absltest.TestCase):
     self.assertIn('id="history"', page)
     for text in words:
       self.assertIn(text, page)
+    # "Found it" asks once more, and logs nothing until it is confirmed.
     r = client.post('/p/ann/end', data={'instance': 0, 'turn': 3,
                                         'found': '1'},
+                    follow_redirects=False)
+    self.assertEqual(r.status_code, 200)
+    self.assertIn('id="confirm-found"', r.text)
+    self.assertIn('id="cancel-found"', r.text)
+    self.assertLen(_log(study, 'ann'), 5)
+    r = client.post('/p/ann/end', data={'instance': 0, 'turn': 3,
+                                        'found': '1', 'confirm': '1'},
                     follow_redirects=False)
     self.assertEqual(r.status_code, 303)
     self.assertEqual(study.view('ann')['instance'], 1)
@@ -223,11 +231,13 @@ class StudyAppTest(absltest.TestCase):
     self.assertTrue(log[5]['found'])
     self.assertEqual(log[5]['turn'], 3)
     # A second click on the same form changes nothing.
-    client.post('/p/ann/end', data={'instance': 0, 'turn': 3, 'found': '1'})
+    client.post('/p/ann/end', data={'instance': 0, 'turn': 3, 'found': '1',
+                                    'confirm': '1'})
     self.assertLen(_log(study, 'ann'), 7)
     # Found it on turn 0 ends at once; the last instance ends the study.
     view = study.view('ann')
-    client.post('/p/ann/end', data={'instance': 1, 'turn': 0, 'found': '1'})
+    client.post('/p/ann/end', data={'instance': 1, 'turn': 0, 'found': '1',
+                                    'confirm': '1'})
     self.assertTrue(study.view('ann')['done'])
     self.assertIn('id="done"', client.get('/p/ann').text)
     # Not found is refused before the last turn.
@@ -499,7 +509,7 @@ class SameLoopTest(absltest.TestCase):
         if fb.action == 'stop' or view['turn'] == view['num_turns']:
           client.post('/p/bob/end', data={
               'instance': view['instance'], 'turn': view['turn'],
-              'found': '1'})
+              'found': '1', 'confirm': '1'})
           break
         _send(client, 'bob', view, fb.text)
         view = study.view('bob')
@@ -548,15 +558,19 @@ class ParticipantFlowTest(absltest.TestCase):
     for k in range(3):
       view = study.view('ann')
       self.assertEqual(view['practice'], k == 0)
+      if k == 0:   # the practice never starts with the target on top
+        self.assertNotEqual(view['top1'], view['target'])
       if k:
         self.assertIn(f'Instance {k} of 2', client.get('/p/ann').text)
       _send(client, 'ann', view, 'make them red')
       view = study.view('ann')
       r = client.post('/p/ann/end', data={
-          'instance': view['instance'], 'turn': view['turn'], 'found': '1'})
+          'instance': view['instance'], 'turn': view['turn'], 'found': '1',
+          'confirm': '1'})
       self.assertEqual(r.status_code, 200, r.text)
     page = client.get('/p/ann').text
     self.assertIn('id="debrief"', page)
+    self.assertIn(study_lib.DEBRIEF.split(',')[0], page)   # contact text
     code = study.completion_code('ann')
     self.assertRegex(code, r'^[0-9A-F]{10}$')
     self.assertIn(code, page)
@@ -574,7 +588,7 @@ class ParticipantFlowTest(absltest.TestCase):
     self.assertEqual(client.get('/admin').status_code, 403)  # a participant
     r = admin.get(f'/admin/join?token={study.admin_token()}')
     self.assertEqual(r.status_code, 200)
-    table = r.text
+    table = re.sub(r' data-label="[^"]*"', '', r.text)  # (phone labels)
     for row in ('<td>ann</td><td>agreed</td><td>done</td><td>2 of 2</td>',
                 '<td>bob</td><td>declined</td>',
                 '<td>cy</td><td>-</td><td>-</td><td>0 of 2</td>'):
@@ -788,6 +802,24 @@ class FeedbackTextTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, r'\(--instances=3 \+ 1 '
                                 r'practice\) = 8 instances'):
       study_lib.assignments(dataclasses.replace(config, flow=True), 7)
+    # A practice query whose first list already shows its target on top is
+    # replaced by the next unassigned one (the instances stay as they are).
+    on_top = {flow['a'][0], flow['b'][0]}
+    safer = study_lib.assignments(dataclasses.replace(config, flow=True), 10,
+                                  starts_on_target=on_top.__contains__)
+    self.assertEqual({p: v[1:] for p, v in safer.items()}, q)
+    practice = {safer['a'][0], safer['b'][0]}
+    self.assertEmpty(practice & on_top)
+    self.assertLen(set(safer['a']) | set(safer['b']), 8)
+    # Spares used up: another participant's instance, never one's own.
+    q8 = study_lib.assignments(config, 8)
+    few = study_lib.assignments(
+        dataclasses.replace(config, flow=True), 8,
+        starts_on_target=lambda s: s not in (q8['a'][0], q8['b'][0]))
+    self.assertEqual((few['a'][0], few['b'][0]), (q8['b'][0], q8['a'][0]))
+    with self.assertRaisesRegex(ValueError, 'starts with its target on top'):
+      study_lib.assignments(dataclasses.replace(config, flow=True), 10,
+                            starts_on_target=lambda s: True)
 
 
 if __name__ == '__main__':
