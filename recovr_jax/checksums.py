@@ -9,6 +9,7 @@ without a manifest is refused (it cannot be verified) unless
 then each one loaded is listed by ``unverified()`` for the run's outputs.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -79,10 +80,18 @@ def path_digest(path) -> str:
   return h.hexdigest()
 
 
+def json_digest(body) -> str:
+  """SHA-256 of ``body`` as canonical JSON (sorted keys): the checksum of a
+  JSON document kept between runs (a batch's records, a fitted reader)."""
+  return hashlib.sha256(json.dumps(body, sort_keys=True).encode()
+                        ).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
 def source_digest() -> str:
   """SHA-256 of the package's Python sources (``recovr_jax/**/*.py``, by
   relative path): the code that computes a result kept between runs (a
-  batch, a fitted reader)."""
+  batch, a fitted reader). Read once per process."""
   package = pathlib.Path(__file__).resolve().parent
   h = hashlib.sha256()
   for path in sorted(package.rglob('*.py')):

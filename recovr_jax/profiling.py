@@ -25,6 +25,7 @@ class Profile:
   def __init__(self):
     self.seconds = collections.Counter()
     self.calls = collections.Counter()
+    self.counts = collections.Counter()   # ``count``: work done, by name
     self._open = []  # [name, start, seconds of nested parts]
     self._start = None
     self.wall = 0.0
@@ -55,14 +56,19 @@ class Profile:
 
   def report(self) -> dict:
     """``{'wall_s', 'parts': {name: {'seconds', 'share', 'calls'}}}``,
-    largest first, with ``other`` the wall time outside every part."""
+    largest first, with ``other`` the wall time outside every part, and
+    ``counts`` (what ``count`` recorded) when there are any."""
     parts = dict(self.seconds)
     parts['other'] = max(self.wall - sum(parts.values()), 0.0)
     total = self.wall or 1.0
-    return {'wall_s': round(self.wall, 3), 'parts': {
+    out = {'wall_s': round(self.wall, 3), 'parts': {
         name: {'seconds': round(s, 3), 'share': round(s / total, 4),
                'calls': self.calls.get(name, 0)}
         for name, s in sorted(parts.items(), key=lambda kv: -kv[1])}}
+    if self.counts:
+      out['counts'] = {k: round(v, 3) if isinstance(v, float) else v
+                       for k, v in sorted(self.counts.items())}
+    return out
 
 
 @contextlib.contextmanager
@@ -77,6 +83,13 @@ def part(name: str):
     yield
   finally:
     profile._exit()  # pylint: disable=protected-access
+
+
+def count(name: str, amount) -> None:
+  """Adds ``amount`` to the work counted as ``name`` (e.g. the tokens a
+  part encoded; a no-op without an active profile)."""
+  if _ACTIVE:
+    _ACTIVE[0].counts[name] += amount
 
 
 def sync(tree):

@@ -43,6 +43,34 @@ class ProfileTest(absltest.TestCase):
     self.assertNotIn('nothing', profile.report()['parts'])
     self.assertEqual(profile.report()['parts']['double']['calls'], 1)
 
+  def test_counts(self):
+    profiling.count('tokens', 5)   # no profile: nothing recorded
+    profile = profiling.Profile()
+    self.assertNotIn('counts', profile.report())
+    with profile.active():
+      profiling.count('tokens', 3)
+      profiling.count('tokens', 4)
+      profiling.count('GFLOP', 0.25)
+    self.assertEqual(profile.report()['counts'],
+                     {'GFLOP': 0.25, 'tokens': 7})
+
+  def test_text_encoding_counts_its_work(self):
+    from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+    encoder = encoders.TextEncoder(shared=False)
+    profile = profiling.Profile()
+    with profile.active():
+      encoder(['a red circle', 'two small blue squares moving left'])
+    counts = profile.report()['counts']
+    c = encoder._model.config  # pylint: disable=protected-access
+    # Both texts fit 8 tokens ([CLS] and [SEP] included): one pass of 16
+    # rows x 8 tokens.
+    self.assertEqual(counts['text encoding: tokens computed'], 16 * 8)
+    self.assertBetween(counts['text encoding: tokens'], 10, 16)
+    d, inner = c.hidden_size, c.intermediate_size
+    self.assertAlmostEqual(counts['text encoding: GFLOP'], round(
+        c.num_hidden_layers * 2 * 16 * 8 * (4 * d * d + 2 * d * inner +
+                                            2 * 8 * d) / 1e9, 3))
+
   def test_one_active_profile(self):
     profile = profiling.Profile()
     with profile.active():

@@ -27,8 +27,12 @@ at the rate of a plain XLA matmul of a 64-row chunk against the gallery,
 measured in this process after the runs, those FLOPs take the "compute
 bound" seconds, reported with their share of the sessions' time (the
 ``jitted sessions`` part, or ``ranking`` on the host driver) and of the
-wall. Not measured yet: text encoding against MiniLM's FLOP bound (a run
-does not record the tokens it encodes).
+wall. Text encoding likewise: the runs count the tokens MiniLM encoded,
+those it computed (padding included) and their FLOPs (``profile.json``'s
+``counts``, ``TextEncoder._count``); at the rate of an XLA matmul of
+MiniLM's feed-forward shape (16 rows x 32 tokens by 384 x 1536) those
+FLOPs take the text-encoding bound, reported as a share of the ``text
+encoding`` part.
 """
 
 import json
@@ -102,6 +106,16 @@ def profile_parts(out: pathlib.Path) -> dict:
   return parts
 
 
+def profile_counts(out: pathlib.Path) -> dict:
+  """The work counted (``profiling.count``), summed over the runs."""
+  counts = {}
+  for path in sorted(out.rglob('profile.json')):
+    for name, value in json.loads(path.read_text()).get('counts',
+                                                        {}).items():
+      counts[name] = round(counts.get(name, 0) + value, 3)
+  return counts
+
+
 def run_part(name: str, root: pathlib.Path) -> dict:
   """Runs part ``name`` as a process; its measurements."""
   flagfile, extra, reuses = PARTS[name]
@@ -136,7 +150,7 @@ def run_part(name: str, root: pathlib.Path) -> dict:
          'session_turns_per_s': round(turns / wall, 1),
          'retrieval_gflop': round(2 * CHANNELS * gallery * DIM * turns / 1e9,
                                   3),
-         'profile_s': parts}
+         'profile_s': parts, 'counts': profile_counts(out / 'run')}
   bench_common.log(f'{name}: {wall:.1f} s, {turns} session-turns')
   return row
 
@@ -151,6 +165,35 @@ def matmul_rate(gallery: int, repeats: int) -> dict:
   seconds, _ = bench_common.timings(lambda: matmul(q, g), repeats)
   return {'gallery': gallery, 'rows': CHUNK, 'seconds': seconds,
           'gflops': 2 * CHUNK * gallery * DIM / seconds / 1e9}
+
+
+def minilm_rate(repeats: int) -> dict:
+  """FLOP/s of an XLA matmul of MiniLM's feed-forward shape: 16 texts x 32
+  tokens of width 384 by its 384 x 1536 weight."""
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.normal(size=(16 * 32, 384)), jnp.float32)
+  w = jnp.asarray(rng.normal(size=(384, 1536)), jnp.float32)
+  matmul = jax.jit(lambda a, b: a @ b)
+  seconds, _ = bench_common.timings(lambda: matmul(x, w), repeats)
+  return {'shape': [16 * 32, 384, 1536], 'seconds': seconds,
+          'gflops': 2 * 16 * 32 * 384 * 1536 / seconds / 1e9}
+
+
+def text_table(results: dict) -> str:
+  lines = ['| part | tokens | tokens computed | text GFLOP | text encoding s '
+           '| FLOP bound s | bound / text encoding |',
+           '|---|---:|---:|---:|---:|---:|---:|']
+  for name, row in results['parts'].items():
+    counts, spent = row['counts'], row['profile_s'].get('text encoding')
+    gflop = counts.get('text encoding: GFLOP', 0.0)
+    bound = row['text_bound_s']
+    lines.append(
+        f"| {name} | {counts.get('text encoding: tokens', 0):,} | "
+        f"{counts.get('text encoding: tokens computed', 0):,} | "
+        f'{gflop:.1f} | ' + (f'{spent:.1f}' if spent else '-') +
+        f' | {bound:.2f} | ' +
+        (f'{100 * bound / spent:.1f}%' if spent else '-') + ' |')
+  return '\n'.join(lines)
 
 
 def _sessions_part(row: dict) -> float | None:
@@ -208,10 +251,15 @@ def main(argv):
   gallery = max(row['gallery'] for row in results['parts'].values())
   rate = matmul_rate(gallery, _REPEATS.value)
   results['matmul'] = rate
+  text_rate = minilm_rate(_REPEATS.value)
+  results['minilm_matmul'] = text_rate
   for row in results['parts'].values():
     row['compute_bound_s'] = round(
         row['retrieval_gflop'] / rate['gflops'], 6)
+    row['text_bound_s'] = round(row['counts'].get(
+        'text encoding: GFLOP', 0.0) / text_rate['gflops'], 6)
   print(table(results))
+  print(text_table(results))
   if _JSON.value:
     bench_common.write_results(_JSON.value, results)
 

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import host
 from recovr_jax.run import integrity
@@ -78,14 +79,8 @@ def save(out, method, b, result, sessions, errors, counts, identity):
   tmp.write_text(json.dumps({
       'identity': identity, 'code': integrity.code_digest(),
       'checksum': _array_digest(result.displayed, result.top_scores),
-      'records_checksum': _json_digest(body), **body}))
+      'records_checksum': checksums.json_digest(body), **body}))
   tmp.replace(records)
-
-
-def _json_digest(body: dict) -> str:
-  """SHA-256 of ``body`` as canonical JSON (what a batch resumes besides
-  its lists: sessions, trajectory records, errors, reasoning counts)."""
-  return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 class CorruptBatch(checks.ConfigError):
@@ -111,7 +106,7 @@ def load(out, method, b, shape, sessions, identity, num_ids):
   except (ValueError, KeyError, TypeError) as e:
     raise CorruptBatch(f'batch checkpoint {records} is unreadable or '
                        f'incomplete ({type(e).__name__}: {e}); {fix}') from e
-  if _json_digest(body) != written:
+  if checksums.json_digest(body) != written:
     raise CorruptBatch(f'batch checkpoint {records}: its sessions, records '
                        f'or counts do not match their checksum (edited or '
                        f'corrupted); {fix}')

@@ -38,6 +38,14 @@ class BenchRunsTest(absltest.TestCase):
     self.assertGreater(row['compute_bound_s'], 0)
     self.assertIn('jitted sessions', row['profile_s'])
     self.assertIn('| main_jit | 1 | 4 x 1 x 2 |', proc.stdout)
+    # MiniLM's work as the run counted it, and its FLOP bound.
+    counts = row['counts']
+    self.assertGreater(counts['text encoding: tokens'], 0)
+    self.assertGreaterEqual(counts['text encoding: tokens computed'],
+                            counts['text encoding: tokens'])
+    self.assertGreater(counts['text encoding: GFLOP'], 0)
+    self.assertGreater(row['text_bound_s'], 0)
+    self.assertIn('| main_jit | ', proc.stdout.split('tokens computed')[1])
 
 
 if __name__ == '__main__':

@@ -564,7 +564,8 @@ class BenchmarkPresetTest(absltest.TestCase):
   def test_default_run_reads_only_model_captions(self):
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())
-    values = dict(runs.TINY, output_dir=str(root / 'v3'),
+    # 100 combinations x 4 renditions: 400 videos rendered and captioned.
+    values = dict(runs.TINY, output_dir=str(root / 'v3'), gallery_size=100,
                   cache_dir=str(root / 'cache'), methods=['recovr', 'umivr'])
     del values['benchmark']
     with flagsaver.flagsaver(**values):

@@ -21,18 +21,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import readers
 from recovr_jax import checksums
-from recovr_jax.core import vectors as vectors_lib
 from recovr_jax import paths
 from recovr_jax import pretrained
 from recovr_jax import profiling
+from recovr_jax import readers
 from recovr_jax import storage
+from recovr_jax.core import vectors as vectors_lib
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train.train_world).
-DEFAULT_CHECKPOINT_DIR = str(paths.CHECKPOINTS /
-                             'world')
+DEFAULT_CHECKPOINT_DIR = str(paths.CHECKPOINTS / 'world')
 # The encoders of the benchmark with several renditions per combination
 # (experiments/train/train_world.py --renditions=4 --scene_weight=0.5).
 RENDITIONS_CHECKPOINT_DIR = str(paths.CHECKPOINTS / 'world_renditions')
@@ -242,6 +241,21 @@ class TextEncoder:
     with profiling.part('text encoding'):
       return self._encode_texts(texts, progress)
 
+  def _count(self, shape, tokens: int):
+    """Counts one forward pass over ``shape`` = ``[rows, width]`` (padding
+    included: the work done) for the run's profile: the texts' tokens, the
+    tokens computed and the pass's FLOPs (per layer the four attention
+    projections, the two feed-forward matmuls, and the attention's scores
+    and weighted sum; multiply-add = 2 FLOPs)."""
+    c = self._model.config
+    rows, width = shape
+    d, inner = c.hidden_size, c.intermediate_size
+    flops = c.num_hidden_layers * 2 * rows * width * (
+        4 * d * d + 2 * d * inner + 2 * width * d)
+    profiling.count('text encoding: tokens', tokens)
+    profiling.count('text encoding: tokens computed', rows * width)
+    profiling.count('text encoding: GFLOP', flops / 1e9)
+
   def _encode_texts(self, texts, progress=None) -> np.ndarray:
     """``[n]`` texts -> ``[n, 384]`` float32 unit vectors.
 
@@ -275,6 +289,7 @@ class TextEncoder:
           ids = np.pad(tokens['input_ids'], ((0, rows), (0, 0)))
           mask = np.pad(tokens['attention_mask'], ((0, rows), (0, 0)))
           out = np.asarray(self._encode(self._params, ids, mask))
+          self._count(ids.shape, int(tokens['attention_mask'].sum()))
           self._cache.update(zip(batch, out[:len(batch)]))
           if (self._shared is not None and
               len(self._shared) < MAX_SHARED_EMBEDDINGS):

@@ -23,6 +23,7 @@ import pathlib
 from absl import logging
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
@@ -361,17 +362,11 @@ class FitCache:
     self.path = None
     self.unusable = False
     if cache_dir and fit_key is not None:
-      from recovr_jax import checksums  # pylint: disable=g-import-not-at-top
       digest = hashlib.sha256(repr((
           self.reader_key, self.frames_key, GROUNDED_SIGMA,
           checksums.source_digest())).encode()).hexdigest()[:16]
       self.path = (pathlib.Path(cache_dir).absolute() /
                    f'grounded-fit-{digest}.json')
-
-  @staticmethod
-  def _checksum(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()
-                          ).hexdigest()
 
   def load(self) -> bool:
     """Puts the stored fits in the process's (``_FITTED``); whether it
@@ -382,7 +377,7 @@ class FitCache:
     try:
       data = json.loads(self.path.read_text())
       body = data['body']
-      if data['checksum'] != self._checksum(body):
+      if data['checksum'] != checksums.json_digest(body):
         raise ValueError('fails its checksum')
       words = body['frame_words']
       reader = {'fit': body['fit'],
@@ -416,7 +411,7 @@ class FitCache:
     self.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = self.path.with_suffix(f'.{os.getpid()}.tmp')  # several processes
     tmp.write_text(json.dumps({'body': body,
-                               'checksum': self._checksum(body)}))
+                               'checksum': checksums.json_digest(body)}))
     tmp.replace(self.path)
 
 
