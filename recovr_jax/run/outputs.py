@@ -141,11 +141,11 @@ def _header(config, env, num_sessions: int) -> str:
   """The report's opening: the benchmark, the sessions, the reasoner and
   the methods, then the protocol's settings in words."""
   loop, ask = config.loop, config.settings.ask
-  shown = ', '.join(methods_lib.display_name(m) for m in config.methods)
+  shown = '; '.join(methods_lib.display_name(m) for m in config.methods)
   asking_line = ('no questions' if ask.mode == 'never' else
                  f'asking: {_in_words(ask)}')
   return '\n'.join([
-      f'# ReCoVR and baselines on {config.data.describe()}', '',
+      f'# ReCoVR and baselines on {config.data.describe(config.user)}', '',
       f'**{num_sessions:,} sessions**, {env.searchable:,} videos searched; '
       f'reasoner **{config.reasoner}**; methods: {shown}.', '',
       f'Protocol: T = {loop.num_turns} feedback turns, window W = '
@@ -225,7 +225,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   (out / 'ranks.csv').write_text(reporting.ranks_csv(
       displayed, sessions, targets, env.video_ids, actions))
   (out / 'tables.tex').write_text(figures.latex_tables(
-      per_method, sessions=len(sessions), benchmark=config.data.describe(),
+      per_method, sessions=len(sessions),
+      benchmark=config.data.describe(config.user),
       resamples=config.bootstrap_resamples,
       names={m: methods_lib.display_name(m) for m in per_method},
       main=methods_lib.MAIN))
@@ -267,7 +268,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   (out / 'report.md').write_text(report)
   plots = figures.plot(
       per_method, str(out / 'plot_'), boot,
-      title=f'{len(sessions):,} sessions of {config.data.describe()}',
+      title=(f'{len(sessions):,} sessions of '
+             f'{config.data.describe(config.user)}'),
       names={m: methods_lib.display_name(m) for m in per_method},
       main=methods_lib.MAIN)
   (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written

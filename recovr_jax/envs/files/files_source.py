@@ -72,8 +72,10 @@ class RealData:
   #: reference video; data.load_text_queries).
   start: str = config_tree.setting('composed', choices=STARTS)
 
-  def describe(self) -> str:
-    """The benchmark in words, for captions and report headers."""
+  def describe(self, user=None) -> str:
+    """The benchmark in words, for captions and report headers (``user``:
+    as ``WorldData.describe``'s, unused here)."""
+    del user
     name = os.path.basename(self.annotations or '') or 'no annotations'
     return f'the annotations {name}'
 

@@ -3,6 +3,11 @@
 ``WorldData`` is its config; the embedded benchmarks are its constructors
 (``WorldData.v3()``, the default, ``WorldData.v2()`` and ``WorldData.v1()``).
 ``WorldSource`` answers the runner's questions (``protocol.source.Source``).
+
+Why one module of about 410 lines: the world's config, its presets (the
+benchmarks, which also name a run's benchmark) and the source built from
+them change together; apart, a preset would live away from the config it
+constructs.
 """
 
 import dataclasses
@@ -23,14 +28,12 @@ from recovr_jax.reasoning import registry
 CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
 STARTS = ('composed', 'text')  # a reference and an edit; a description
 # The embedded benchmarks. v3 (the default) is v2 with the user's test
-# phrasings in its bank (user_language's test split: words no reader
-# trained or was chosen on). v2 is the first one with no oracle: several
-# renditions per combination with encoders trained for them, captions
-# written by the captioning VLM, and the paper's user in its own words.
-# v1 is the first benchmark, kept for comparison: one video per
-# combination, ground-truth captions, the template user speaking the rules
-# reasoner's lexicon. The user's fields are the simulated user's
-# (``simulated_user.UserConfig``), which the run holds.
+# phrasings in its bank (words no reader trained or was chosen on). v2, the
+# first with no oracle: several renditions per combination, encoders trained
+# for them, captions by the captioning VLM, the paper's user in its own
+# words. v1, kept for comparison: one video per combination, ground-truth
+# captions, the template user speaking the lexicon. The user's fields are
+# the simulated user's (``simulated_user.UserConfig``), which the run holds.
 BENCHMARKS = {
     'v3': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
            'captions': 'model', 'user_style': 'paper',
@@ -100,10 +103,25 @@ class WorldData:
               if v is not None or k not in defaults}
     return cls(world=world, **{**defaults, **fields})
 
-  def describe(self) -> str:
-    """The benchmark in words, for captions and report headers."""
-    return (f'the synthetic world (seed {self.world.seed}, '
-            f'{self.world.renditions} rendition(s) per combination)')
+  def describe(self, user=None) -> str:
+    """The benchmark in words (captions, report headers), named when it and
+    ``user`` are a preset's, whatever its sizes."""
+    w = self.world
+    named = [n for n in BENCHMARKS if user is not None and self._is(n, user)]
+    return (f'{"benchmark " + named[0] + ", " if named else ""}the synthetic '
+            f'world (seed {w.seed}, {w.renditions} rendition'
+            f'{"s" if w.renditions > 1 else ""} per combination)')
+
+  def _is(self, name: str, user) -> bool:
+    p = BENCHMARKS[name]
+    try:
+      preset = WorldData.preset(name, world_fields=dataclasses.replace(
+          self.world, renditions=p['renditions']).__dict__, start=self.start,
+                                captioner_checkpoint=self.captioner_checkpoint)
+    except ValueError:
+      return False
+    return preset == self and (user.style, user.language) == (
+        p['user_style'], p['user_language'])
 
   # ``WorldData.v3(**fields)``: ``preset('v3', **fields)``; likewise v2, v1.
   v3 = classmethod(lambda cls, **fields: cls.preset('v3', **fields))
