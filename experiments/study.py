@@ -233,4 +233,4 @@ if __name__ == '__main__':
                                 'participants', 'instances',
                                 'participant_flow', 'frames_dir',
                                 'video_size', 'debrief']),) +
-          run.HELP_GROUPS, run.HELP_DEFAULTS)
+          run.HELP_GROUPS, run.HELP_DEFAULTS, own=1)

@@ -138,4 +138,4 @@ def main(argv):
 
 if __name__ == '__main__':
   cli.run(main, (('Study report', ['simulated', 'reference_method']),) +
-          run.HELP_GROUPS, run.HELP_DEFAULTS)
+          run.HELP_GROUPS, run.HELP_DEFAULTS, own=1)

@@ -205,4 +205,4 @@ def main(argv):
 
 if __name__ == '__main__':
   cli.run(main, (('Study benchmark', ['output_json', 'screenshot']),) +
-          run.HELP_GROUPS, run.HELP_DEFAULTS)
+          run.HELP_GROUPS, run.HELP_DEFAULTS, own=1)

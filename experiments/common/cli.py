@@ -11,7 +11,8 @@ evaluation of many minutes cannot fail at its last line.
 
 With ``groups``, ``--help`` / ``--helpshort`` print the module's docstring
 and its flags under one heading per concern (flags defined in shared modules
-included); ``--helpfull`` stays absl's (every flag, absl's own included).
+included; with ``own``, ``--helpshort`` only the entry point's own groups);
+``--helpfull`` stays absl's (every flag, absl's own included).
 """
 
 import os
@@ -110,13 +111,21 @@ def writable_dir(flag) -> str:
                    f'--{flag.name} {flag.value}: cannot write there ({{1}})')
 
 
-def run(main, groups=None, defaults=None) -> None:
+def run(main, groups=None, defaults=None, own: int | None = None) -> None:
   """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
-  with ``groups``, the help grouped (``grouped_help``)."""
+  with ``groups``, the help grouped (``grouped_help``). ``own``: the first
+  ``own`` groups are the entry point's own flags, the rest the runner's
+  (which apply too): ``--helpshort`` shows only its own, ``--help`` all."""
   asked = [a for a in sys.argv[1:] if a in HELP_ARGS + HELP_FULL]
   if groups is not None and set(asked) - set(HELP_FULL):
     doc = getattr(sys.modules.get('__main__'), '__doc__', '')
-    sys.stdout.write(grouped_help(doc, groups, defaults))
+    short = own is not None and any(a.startswith('--helpshort')
+                                    for a in asked)
+    text = grouped_help(doc, groups[:own] if short else groups, defaults)
+    if short:
+      text += ('Every flag of experiments.run applies too: --help lists '
+               'them here, grouped.\n')
+    sys.stdout.write(text)
     sys.exit(0)
   if asked:  # absl's help, which exits 1 as if the help were an error
     app.usage(shorthelp=not set(asked) & set(HELP_FULL),

@@ -152,4 +152,4 @@ if __name__ == '__main__':
                                         'test_split', 'grounded_options',
                                         'output_json']),) +
           run.HELP_GROUPS,
-          run.HELP_DEFAULTS)
+          run.HELP_DEFAULTS, own=1)

@@ -137,6 +137,23 @@ class GroupedHelpTest(absltest.TestCase):
     self.assertIn('Compares one method across runs', proc.stdout)
     self.assertIn('--runs:', proc.stdout)
 
+  def test_helpshort_of_an_entry_point_on_the_run_shows_its_own_flags(self):
+    outs = {}
+    for arg in ('--helpshort', '--help'):
+      proc = subprocess.run([sys.executable, '-m', 'experiments.study', arg],
+                            cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+      self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+      outs[arg] = proc.stdout
+    short = re.findall(r'^  --(\w+):', outs['--helpshort'], flags=re.M)
+    self.assertCountEqual(short, ['port', 'host', 'allow_remote',
+                                  'participants', 'instances',
+                                  'participant_flow', 'frames_dir',
+                                  'video_size', 'debrief'])
+    self.assertIn('Every flag of experiments.run applies too',
+                  outs['--helpshort'])
+    self.assertIn('--num_turns:', outs['--help'])   # the runner's, in --help
+
   def test_helpshort_prints_the_groups_with_real_data_flags(self):
     proc = subprocess.run([sys.executable, '-m', 'experiments.run',
                            '--helpshort'], cwd=ROOT, capture_output=True,
