@@ -30,7 +30,7 @@ setuptools.setup(
         'test': ['pytest>=8.0', 'pytest-xdist>=3.5', 'pillow>=10.0',
                  'fastapi>=0.110', 'jinja2>=3.1', 'pandas>=2.0',
                  'uvicorn>=0.29', 'httpx>=0.27', 'selenium>=4.20',
-                 'hypothesis>=6.100'],
+                 'hypothesis>=6.100', 'matplotlib>=3.8'],
         # The human-feedback study app (experiments/study.py): FastAPI for
         # routes and forms, uvicorn to serve it, Pillow for the animations,
         # Jinja2 for the pages (autoescaped templates).

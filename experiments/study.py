@@ -167,14 +167,8 @@ def assembled_study(run_, participants_are='human'):
                             run_.loop, sconfig, identity)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  if isinstance(source, source_lib.OwnMedia):
-    media = media_lib.Media(len(env.gallery), source.frames(run_.built),
-                            _VIDEO_SIZE.value)
-  elif _FRAMES_DIR.value:
-    media = media_lib.folder_media(_FRAMES_DIR.value, env.video_ids,
-                                   _VIDEO_SIZE.value)
-  else:
-    media = None
+  media = media_lib.of_run(source, run_.built, _FRAMES_DIR.value,
+                           _VIDEO_SIZE.value)
   source.save_caches(run_.built)
   return study, media
 
@@ -183,12 +177,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
-  for module in ('fastapi', 'uvicorn', 'PIL'):
-    try:
-      __import__(module)
-    except ImportError as e:
-      raise app.UsageError(f'the study app needs {module}: pip install -c '
-                           'constraints.txt -e ".[study]"') from e
+  cli.require(('fastapi', 'uvicorn', 'PIL'), 'the study app', 'study')
   config = checked_config()
   study_config(config)  # participant errors before the models load
   cli.check_port(_HOST.value, _PORT.value)

@@ -80,7 +80,6 @@ def _given(arg: str) -> bool:
 def _videos(run_dir, run):
   """``viewer.Videos`` of the rebuilt run (ids, captions, animations),
   checked against the ids the run's trajectories hold."""
-  from recovr_jax.protocol import source as source_lib  # pylint: disable=g-import-not-at-top
   from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import viewer  # pylint: disable=g-import-not-at-top
@@ -103,14 +102,8 @@ def _videos(run_dir, run):
           f'gallery row {row["target"]}, but the rebuilt data has '
           f'{ids[row["target"]]!r} there: the data changed since the run '
           '(pass --nomedia to see ids only)')
-  if isinstance(source, source_lib.OwnMedia):
-    media = media_lib.Media(len(env.gallery), source.frames(built),
-                            _VIDEO_SIZE.value)
-  elif _FRAMES_DIR.value:
-    media = media_lib.folder_media(_FRAMES_DIR.value, env.video_ids,
-                                   _VIDEO_SIZE.value)
-  else:
-    media = None
+  media = media_lib.of_run(source, built, _FRAMES_DIR.value,
+                           _VIDEO_SIZE.value)
   return viewer.Videos(ids=ids, captions=tuple(env.captions), media=media)
 
 
@@ -118,12 +111,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
-  for module in ('fastapi', 'uvicorn', 'jinja2'):
-    try:
-      __import__(module)
-    except ImportError as e:
-      raise app.UsageError(f'the viewer needs {module}: pip install -c '
-                           'constraints.txt -e ".[study]"') from e
+  cli.require(('fastapi', 'uvicorn', 'jinja2'), 'the viewer', 'study')
   if not _RUN_DIR.value:
     raise app.UsageError('--run_dir is required')
   if not 1 <= _PORT.value <= 65535:

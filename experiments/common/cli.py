@@ -141,6 +141,17 @@ def run(main, groups=None, defaults=None, own: int | None = None) -> None:
   app.run(checked)
 
 
+def require(modules, who: str, extra: str) -> None:
+  """``UsageError`` naming the first of ``modules`` that is not installed
+  and the extra (``pip install -e ".[extra]"``) that brings it."""
+  for module in modules:
+    try:
+      __import__(module)
+    except ImportError as e:
+      raise app.UsageError(f'{who} needs {module}: pip install -c '
+                           f'constraints.txt -e ".[{extra}]"') from e
+
+
 def is_loopback(host: str) -> bool:
   """Whether ``host`` is this machine only (localhost, 127.0.0.1, ::1)."""
   import ipaddress  # pylint: disable=g-import-not-at-top

@@ -60,6 +60,9 @@ class RunConfig:
   #: Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for ranx,
   #: ir_measures or trec_eval.
   export_trec: bool = config_tree.setting(False, group=_OUTPUTS)
+  #: Write the PNG and PDF plots (with matplotlib, the plots extra); off:
+  #: none, e.g. for a sweep's members.
+  plots: bool = config_tree.setting(True, group=_OUTPUTS)
   #: Progress Memory cache of gallery embeddings.
   cache_dir: str | None = config_tree.setting('cache')
   #: Reasoning backend (reasoning/registry.py; a backend registered there is

@@ -266,7 +266,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   if used:
     report += '\n' + reporting.validity_markdown(used)
   (out / 'report.md').write_text(report)
-  plots = figures.plot(
+  plots = config.plots and figures.plot(
       per_method, str(out / 'plot_'), boot,
       title=(f'{len(sessions):,} sessions of '
              f'{config.data.describe(config.user)}'),
@@ -274,7 +274,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
       main=methods_lib.MAIN)
   (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written
   print(report)
-  if not plots:
+  if config.plots and not plots:
     print('(matplotlib not installed: no plots; pip install ".[plots]")')
   print(f'wrote {out} in {time.time() - start:.0f}s')
   over = {m: n for m, n in raised.items()

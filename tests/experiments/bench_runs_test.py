@@ -21,7 +21,7 @@ class BenchRunsTest(absltest.TestCase):
     tiny = ('--benchmark=v1,--gallery_size=300,--num_test_triplets=12,'
             '--num_train_triplets=20,--methods=recovr,--batch_size=4,'
             '--bootstrap_resamples=20,--bootstrap_also=,'
-            '--nocompilation_cache')
+            '--nocompilation_cache,--noplots')
     proc = subprocess.run(
         [sys.executable, '-m', entry_points.module('bench_runs'),
          '--parts=main_jit', '--num_sessions=4', '--num_turns=2',

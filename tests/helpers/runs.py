@@ -12,7 +12,7 @@ from experiments import run
 # Two full batches: a partial last batch would compile its programs again.
 TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20, gallery_size=300,
             num_sessions=10, batch_size=5, num_turns=3,
-            bootstrap_resamples=200,
+            bootstrap_resamples=200, plots=False,
             # JAX's persistent compilation cache is process-wide: left off,
             # so the test process does not write into a temporary cache.
             compilation_cache=False)

@@ -19,7 +19,7 @@ from tests.helpers import runs
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The runner tests' tiny world, as command-line flags.
 TINY = [f'--{k}={v}' for k, v in runs.TINY.items()
-        if not isinstance(v, bool)] + ['--nocompilation_cache',
+        if not isinstance(v, bool)] + ['--nocompilation_cache', '--noplots',
                                        '--methods=recovr']
 
 

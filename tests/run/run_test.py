@@ -57,6 +57,16 @@ class RunnerTest(absltest.TestCase):
     cls.out = cls.root / 'smoke'
     cls.returned = runs.run_main(cls.out, methods=['recovr', 'ivr'])
 
+  def test_plots_are_written_unless_turned_off(self):
+    self.assertEmpty(list(self.out.glob('plot_*')))   # TINY: --noplots
+    out = self.root / 'plotted'
+    runs.run_main(out, methods=['recovr', 'ivr'], plots=True)
+    self.assertCountEqual(
+        [p.name for p in out.glob('plot_*.png')],
+        ['plot_R1.png', 'plot_BRI.png', 'plot_R1_difference.png'])
+    self.assertEqual((out / 'metrics.json').read_bytes(),
+                     (self.out / 'metrics.json').read_bytes())
+
   def test_main_returns_none_so_the_process_exits_0(self):
     # absl's app.run exits with main's return value: anything but None is a
     # failing exit status.

@@ -11,76 +11,27 @@ screenshot.
 
 import os
 import pathlib
-import shutil
-import socket
 import tempfile
-import threading
-import time
 
 from absl.testing import absltest
 
 from recovr_jax.study import app as app_lib
+from tests.helpers import browser
 from tests.study import study_test
-
-
-def _browser_paths():
-  chrome = shutil.which('chromium') or shutil.which('chromium-browser')
-  driver = shutil.which('chromedriver')
-  return chrome, driver
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
-def _png_width(path) -> int:
-  """The pixel width in a PNG's header."""
-  return int.from_bytes(pathlib.Path(path).read_bytes()[16:20], 'big')
 
 
 class BrowserTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    chrome, driver = _browser_paths()
-    if not (chrome and driver):
-      if os.environ.get('RECOVR_REQUIRE_BROWSER') == '1':
-        self.fail('chromium and chromedriver are required '
-                  '(apt-get install chromium chromium-driver)')
-      self.skipTest('no chromium/chromedriver on this machine')
-    import uvicorn  # pylint: disable=g-import-not-at-top
-    from selenium import webdriver  # pylint: disable=g-import-not-at-top
-    from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
+    browser.require(self)   # before the study is built
     self.study, _ = study_test.Tiny.study('browser', participant_flow=True)
     from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
     built = study_test.Tiny.built
-    frames_of = built.source.frames(built)
-    media = media_lib.Media(len(built.env.gallery), frames_of, 160)
-    self.port = _free_port()
-    self.server = uvicorn.Server(uvicorn.Config(
-        app_lib.make_app(self.study, media), host='127.0.0.1',
-        port=self.port, log_level='warning'))
-    thread = threading.Thread(target=self.server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not self.server.started:
-      self.assertLess(time.time(), deadline, 'the app did not start')
-      time.sleep(0.05)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chrome
-    for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
-                '--disable-gpu', '--window-size=1280,800'):
-      options.add_argument(arg)
-    self.browser = webdriver.Chrome(service=service.Service(driver),
-                                    options=options)
-    self.addCleanup(self._stop, thread)
-
-  def _stop(self, thread):
-    self.browser.quit()
-    self.server.should_exit = True
-    thread.join(timeout=10)
+    media = media_lib.Media(len(built.env.gallery),
+                            built.source.frames(built), 160)
+    self.browser, self.port = browser.serve(
+        self, app_lib.make_app(self.study, media))
 
   def test_one_instance_in_chromium(self):
     from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top
@@ -125,7 +76,7 @@ class BrowserTest(absltest.TestCase):
       shot = shots / f'study_{width}.png'
       self.assertTrue(b.save_screenshot(str(shot)))
       self.assertEqual(shot.read_bytes()[:4], b'\x89PNG')
-      self.assertEqual(_png_width(shot), b.execute_script(
+      self.assertEqual(browser.png_width(shot), b.execute_script(
           'return window.innerWidth') * b.execute_script(
               'return window.devicePixelRatio'), width)
     b.set_window_size(1280, 800)

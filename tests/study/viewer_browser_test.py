@@ -1,21 +1,18 @@
 """The session viewer in a real browser: headless Chromium through the
 index, its filters and a session with two methods side by side, at
-1280x800 and 390 px (as the study's browser test; ``.ci/run`` installs
-Chromium and sets ``RECOVR_REQUIRE_BROWSER=1``, under which a missing
-browser fails instead of skipping). ``VIEWER_SCREENSHOT=<path.png>`` keeps
+1280x800 and 390 px (``tests.helpers.browser``: a missing Chromium skips, or fails under
+``RECOVR_REQUIRE_BROWSER=1``). ``VIEWER_SCREENSHOT=<path.png>`` keeps
 the session page's screenshot."""
 
 import os
 import pathlib
 import tempfile
-import threading
-import time
 
 from absl.testing import absltest
 
 from recovr_jax.study import media as media_lib
 from recovr_jax.study import viewer
-from tests.study import study_browser_test
+from tests.helpers import browser
 from tests.study import viewer_test
 
 
@@ -23,43 +20,13 @@ class ViewerBrowserTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    chrome, driver = study_browser_test._browser_paths()  # pylint: disable=protected-access
-    if not (chrome and driver):
-      if os.environ.get('RECOVR_REQUIRE_BROWSER') == '1':
-        self.fail('chromium and chromedriver are required '
-                  '(apt-get install chromium chromium-driver)')
-      self.skipTest('no chromium/chromedriver on this machine')
-    import uvicorn  # pylint: disable=g-import-not-at-top
-    from selenium import webdriver  # pylint: disable=g-import-not-at-top
-    from selenium.webdriver.chrome import service  # pylint: disable=g-import-not-at-top
     run = viewer.load(viewer_test.write_run(
         pathlib.Path(tempfile.mkdtemp()) / 'run'))
     videos = viewer.Videos(
         ids=viewer_test.IDS, captions=tuple(f'caption {i}' for i in range(12)),
         media=media_lib.Media(12, viewer_test.frames_of, 64))
-    self.port = study_browser_test._free_port()  # pylint: disable=protected-access
-    self.server = uvicorn.Server(uvicorn.Config(
-        viewer.make_app(viewer.Viewer(run, videos)), host='127.0.0.1',
-        port=self.port, log_level='warning'))
-    thread = threading.Thread(target=self.server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not self.server.started:
-      self.assertLess(time.time(), deadline, 'the viewer did not start')
-      time.sleep(0.05)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chrome
-    for arg in ('--headless=new', '--no-sandbox', '--disable-dev-shm-usage',
-                '--disable-gpu', '--window-size=1280,800'):
-      options.add_argument(arg)
-    self.browser = webdriver.Chrome(service=service.Service(driver),
-                                    options=options)
-    self.addCleanup(self._stop, thread)
-
-  def _stop(self, thread):
-    self.browser.quit()
-    self.server.should_exit = True
-    thread.join(timeout=10)
+    self.browser, self.port = browser.serve(
+        self, viewer.make_app(viewer.Viewer(run, videos)))
 
   def test_filter_open_and_compare_in_chromium(self):
     from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top

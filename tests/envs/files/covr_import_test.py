@@ -364,7 +364,7 @@ class RealDataOptionsTest(absltest.TestCase):
                     reference_embeddings=str(cls.root / 'r.npz'),
                     clip_dir=str(cls.root / 'clip'), list_length=4,
                     num_turns=2, bootstrap_resamples=50, batch_size=8,
-                    compilation_cache=False)
+                    compilation_cache=False, plots=False)
 
   def env(self, **kwargs):
     args = dict(normalize_rows=True,

@@ -220,7 +220,7 @@ def _flags(root) -> dict:
   return dict(
       benchmark='v2', num_test_triplets=8, num_train_triplets=20, gallery_size=300,
       num_sessions=8, batch_size=8, num_turns=3, bootstrap_resamples=100,
-      compilation_cache=False, describe_layout=True,
+      compilation_cache=False, plots=False, describe_layout=True,
       cache_dir=str(pathlib.Path(root) / 'cache'))
 
 
