@@ -155,6 +155,17 @@ class ViewerTest(absltest.TestCase):
       self.assertIn(message.replace("'", '&#39;'), page.text)
     self.assertEqual(self.client.post('/').status_code, 405)
 
+  def test_without_frames_the_ids_and_captions_show(self):
+    # Real files without --frames_dir: no animations, ids and captions.
+    plain = viewer.Viewer(self.viewer.run, viewer.Videos(
+        ids=IDS, captions=tuple(f'caption {i}' for i in range(12))))
+    client = testclient.TestClient(viewer.make_app(plain))
+    page = client.get('/s/0', params={'a': 'recovr'}).text
+    self.assertNotIn('.gif', page)
+    self.assertIn('<span class="caption">caption 1</span>', page)
+    self.assertIn(f'<code>{IDS[3]}</code>', page)
+    self.assertEqual(client.get('/v/3.gif').status_code, 404)
+
   def test_a_damaged_or_unfinished_run_is_named(self):
     broken = write_run(pathlib.Path(tempfile.mkdtemp()) / 'broken')
     text = (broken / 'ranks.csv').read_text()
