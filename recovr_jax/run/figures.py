@@ -4,9 +4,7 @@ Both print methods under their display names and mark only what an
 interval supports (docs/runner.md, "tables.tex").
 """
 
-
-def _pct(x):
-  return f'{100 * x:.1f}'
+from recovr_jax.run.reporting import pct as _pct
 
 
 def _tex(text: str) -> str:

@@ -137,7 +137,7 @@ def _in_words(settings) -> str:
                    for f in dataclasses.fields(settings))
 
 
-def _header(config, env, num_sessions: int) -> str:
+def _header(config, env, num_sessions: int, benchmark: str) -> str:
   """The report's opening: the benchmark, the sessions, the reasoner and
   the methods, then the protocol's settings in words."""
   loop, ask = config.loop, config.settings.ask
@@ -145,7 +145,7 @@ def _header(config, env, num_sessions: int) -> str:
   asking_line = ('no questions' if ask.mode == 'never' else
                  f'asking: {_in_words(ask)}')
   return '\n'.join([
-      f'# ReCoVR and baselines on {config.data.describe(config.user)}', '',
+      f'# ReCoVR and baselines on {benchmark}', '',
       f'**{num_sessions:,} sessions**, {env.searchable:,} videos searched; '
       f'reasoner **{config.reasoner}**; methods: {shown}.', '',
       f'Protocol: T = {loop.num_turns} feedback turns, window W = '
@@ -167,6 +167,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   reasoning_counts, raised = collected.reasoning_counts, collected.raised
   fired = collected.fired
   targets = np.asarray(env.target)[sessions]
+  benchmark = config.data.describe(config.user)   # captions, titles, header
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
   for m, d in displayed.items():
@@ -226,7 +227,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
       displayed, sessions, targets, env.video_ids, actions))
   (out / 'tables.tex').write_text(figures.latex_tables(
       per_method, sessions=len(sessions),
-      benchmark=config.data.describe(config.user),
+      benchmark=benchmark,
       resamples=config.bootstrap_resamples,
       names={m: methods_lib.display_name(m) for m in per_method},
       main=methods_lib.MAIN))
@@ -243,7 +244,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     for row in trajectories:
       f.write(json.dumps(row, sort_keys=True) + '\n')
   report = reporting.markdown(per_method, failures, boot,
-                              _header(config, env, len(sessions)), firing)
+                              _header(config, env, len(sessions), benchmark),
+                              firing)
   report += asking.markdown(per_method)
   for interval in also.values():
     report += reporting.bootstrap_markdown(interval) + '\n'
@@ -268,8 +270,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   (out / 'report.md').write_text(report)
   plots = config.plots and figures.plot(
       per_method, str(out / 'plot_'), boot,
-      title=(f'{len(sessions):,} sessions of '
-             f'{config.data.describe(config.user)}'),
+      title=f'{len(sessions):,} sessions of {benchmark}',
       names={m: methods_lib.display_name(m) for m in per_method},
       main=methods_lib.MAIN)
   (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written

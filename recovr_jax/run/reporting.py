@@ -165,14 +165,14 @@ def metrics_csv(per_method: dict) -> str:
   return buffer.getvalue()
 
 
-def _pct(x):
+def pct(x):
   return f'{100 * x:.1f}'
 
 
 def _with_interval(m: dict, key: str, t: int) -> str:
   """``56.8 [52.4, 61.2]``: a percentage (BRI: a value to 3 decimals) with
   its interval when known."""
-  text = (lambda v: f'{v:.3f}') if key == 'BRI' else _pct
+  text = (lambda v: f'{v:.3f}') if key == 'BRI' else pct
   ci = m.get('intervals', {}).get(key)
   value = text(m[key][t])
   if ci is None:
@@ -206,7 +206,7 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
             '| method | drift | stagnation | repeated top-1 | improvement | '
             'recovery | transitions |', '|---|---:|---:|---:|---:|---:|---:|']
   for method, f in failures.items():
-    cell = lambda n: (f"{_pct(f[n]['rate'])} ({f[n]['count']}/"
+    cell = lambda n: (f"{pct(f[n]['rate'])} ({f[n]['count']}/"
                       f"{f[n]['total']})") if f[n]['total'] else 'n/a'
     lines.append(f'| {method} | ' + ' | '.join(
         cell(n) for n in ('drift', 'stagnation', 'repeated_top1',
@@ -218,7 +218,7 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
               '| method | fires | target rank improves when it fires |',
               '|---|---:|---:|']
     for method, f in firing.items():
-      cell = lambda r: (f"{_pct(r['rate'])} ({r['count']}/{r['total']})"
+      cell = lambda r: (f"{pct(r['rate'])} ({r['count']}/{r['total']})"
                         if r['total'] else 'n/a')
       lines.append(f"| {method} | {cell(f['fired'])} | "
                    f"{cell(f['improved'])} |")
@@ -238,9 +238,9 @@ def bootstrap_markdown(boot: dict) -> str:
       f"### Paired bootstrap: {boot['a']} - {boot['b']}, R@1 "
       f"({boot['num_resamples']:,} resamples, 95% percentile interval, "
       'points)', '', f'| | {cols} |', f'|{sep}|',
-      '| difference | ' + ' | '.join(_pct(v) for v in boot['mean']) + ' |',
+      '| difference | ' + ' | '.join(pct(v) for v in boot['mean']) + ' |',
       '| interval | ' + ' | '.join(
-          f'[{_pct(lo)}, {_pct(hi)}]'
+          f'[{pct(lo)}, {pct(hi)}]'
           for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '',
       bootstrap_in_words(boot), ''])
 
@@ -312,7 +312,7 @@ def validity_markdown(counts_by_method: dict) -> str:
   for method, modules in counts_by_method.items():
     for module, c in sorted(modules.items()):
       lines.append(f"| {method} | {module} | {c['calls']} | "
-                   f"{_pct(c['first_pass_valid'] / c['calls'])} | "
+                   f"{pct(c['first_pass_valid'] / c['calls'])} | "
                    f"{c['retry_valid']} | {c['fallback']} |")
   return '\n'.join(lines) + '\n'
 
