@@ -15,9 +15,17 @@ flags:
 * ``main_jit``, ``main_host``: ``experiments/flagfiles/main`` under each
   driver;
 * ``fidelity``: one member of the fidelity family
-  (``experiments/flagfiles/fidelity``: ``--suite=fidelity``, 19 runs).
+  (``experiments/flagfiles/fidelity``: ``--suite=fidelity``, 19 runs);
+* ``files_host``, ``files_jit``: real files (``--data=webvid_covr``) under
+  each driver (the jitted one is the stepped face, ``protocol.stepped``):
+  ``--files_videos`` synthetic videos and ``--num_sessions`` queries in
+  WebVid-CoVR's layout (``synthetic_files.write``), the five main
+  methods.
 
-Per part: the process's wall time; its session-turns (each method's
+Per part: the process's wall time; the session-turns the ranking core
+scored (``profile.json``'s count, ``ranking.SCORED``: the host driver
+scores every session of a batch each turn, the jitted driver the chunks
+of sessions still searching) against those searched; its session-turns (each method's
 sessions' turns until they stopped, counted in ``trajectories.jsonl``) per
 second; the time by part from the runs' ``profile.json``; and the run's
 retrieval FLOPs against the machine. The ranking core scores its C = 2
@@ -51,7 +59,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import bench_common
+from experiments.bench import synthetic_files
 from experiments.common import cli
+from recovr_jax.protocol import ranking
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FLAGFILES = ROOT / 'experiments' / 'flagfiles'
@@ -62,6 +72,8 @@ PARTS = {
     'main_jit': ('main', ('--simulation=jit',), None),
     'main_host': ('main', ('--simulation=host',), None),
     'fidelity': ('fidelity', (), None),
+    'files_host': (None, ('--simulation=host',), None),
+    'files_jit': (None, ('--simulation=jit',), None),
 }
 CHANNELS = 2     # the ranking core's lists per turn (T2V, composed)
 DIM = 384        # the world's embeddings (MiniLM)
@@ -78,6 +90,8 @@ _TURNS = flags.DEFINE_integer('num_turns', None,
 _RUN_ARGS = flags.DEFINE_list(
     'run_args', [], 'Flags appended to every run (e.g. --methods=recovr '
     'for a quick check); they override the flagfiles.')
+_FILES_VIDEOS = flags.DEFINE_integer(
+    'files_videos', 20_000, 'Videos in the files parts\' synthetic gallery.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed matmul repeats.')
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the runs\' directories.')
 _JSON = flags.DEFINE_string('output_json', None, 'Write the results here.')
@@ -121,8 +135,10 @@ def run_part(name: str, root: pathlib.Path) -> dict:
   flagfile, extra, reuses = PARTS[name]
   out = root / name
   cache = root / (reuses or name) / 'cache'
-  args = [sys.executable, '-m', 'experiments.run',
-          f'--flagfile={FLAGFILES / flagfile}', *extra,
+  source = ([f'--flagfile={FLAGFILES / flagfile}'] if flagfile else
+            synthetic_files.write(root / 'files', _FILES_VIDEOS.value,
+                                  _SESSIONS.value))
+  args = [sys.executable, '-m', 'experiments.run', *source, *extra,
           f'--num_sessions={_SESSIONS.value}', '--noresume',
           f'--output_dir={out / "run"}', f'--cache_dir={cache}']
   if _TURNS.value is not None:
@@ -143,28 +159,32 @@ def run_part(name: str, root: pathlib.Path) -> dict:
   turns = session_turns(out / 'run')
   parts = profile_parts(out / 'run')
   gallery = max(s[2] for s in shapes)
+  dim = DIM if flagfile else synthetic_files.DIM
+  counts = profile_counts(out / 'run')
   row = {'wall_s': round(wall, 2), 'runs': len(shapes),
          'sessions': shapes[0][0], 'methods': sum(s[1] for s in shapes),
-         'turns': shapes[0][3], 'gallery': gallery,
+         'turns': shapes[0][3], 'gallery': gallery, 'dim': dim,
          'session_turns': turns,
          'session_turns_per_s': round(turns / wall, 1),
-         'retrieval_gflop': round(2 * CHANNELS * gallery * DIM * turns / 1e9,
+         'scored_session_turns': int(counts.get(ranking.SCORED, 0)),
+         'retrieval_gflop': round(2 * CHANNELS * gallery * dim * turns / 1e9,
                                   3),
-         'profile_s': parts, 'counts': profile_counts(out / 'run')}
+         'profile_s': parts, 'counts': counts}
   bench_common.log(f'{name}: {wall:.1f} s, {turns} session-turns')
   return row
 
 
-def matmul_rate(gallery: int, repeats: int) -> dict:
+def matmul_rate(gallery: int, repeats: int, dim: int = DIM) -> dict:
   """FLOP/s of a plain XLA matmul of a chunk of queries against a gallery
-  of ``gallery`` x ``DIM`` float32 rows (the ranking core's FLOPs)."""
+  of ``gallery`` x ``dim`` float32 rows (the ranking core's FLOPs)."""
   rng = np.random.default_rng(0)
-  q = jnp.asarray(rng.normal(size=(CHUNK, DIM)), jnp.float32)
-  g = jnp.asarray(rng.normal(size=(gallery, DIM)), jnp.float32)
+  q = jnp.asarray(rng.normal(size=(CHUNK, dim)), jnp.float32)
+  g = jnp.asarray(rng.normal(size=(gallery, dim)), jnp.float32)
   matmul = jax.jit(lambda a, b: a @ b.T)
   seconds, _ = bench_common.timings(lambda: matmul(q, g), repeats)
-  return {'gallery': gallery, 'rows': CHUNK, 'seconds': seconds,
-          'gflops': 2 * CHUNK * gallery * DIM / seconds / 1e9}
+  return {'gallery': gallery, 'dim': dim, 'rows': CHUNK,
+          'seconds': seconds,
+          'gflops': 2 * CHUNK * gallery * dim / seconds / 1e9}
 
 
 def minilm_rate(repeats: int) -> dict:
@@ -213,17 +233,18 @@ def _sessions_part(row: dict) -> float | None:
 
 def table(results: dict) -> str:
   lines = ['| part | runs | sessions x methods x turns | wall s | '
-           'session-turns / s | retrieval GFLOP | compute bound s | '
-           'bound / sessions part | bound / wall |',
-           '|---|---:|---|---:|---:|---:|---:|---:|---:|']
+           'session-turns / s | scored / searched | retrieval GFLOP | '
+           'compute bound s | bound / sessions part | bound / wall |',
+           '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|']
   for name, row in results['parts'].items():
     bound = row['compute_bound_s']
     part = _sessions_part(row)
+    scored = row['scored_session_turns'] / row['session_turns']
     lines.append(
         f"| {name} | {row['runs']} | {row['sessions']} x {row['methods']} x "
         f"{row['turns']} | {row['wall_s']:.1f} | "
-        f"{row['session_turns_per_s']:.1f} | {row['retrieval_gflop']:.1f} | "
-        f"{bound:.2f} | "
+        f"{row['session_turns_per_s']:.1f} | {scored:.2f} | "
+        f"{row['retrieval_gflop']:.1f} | {bound:.2f} | "
         + (f'{100 * bound / part:.1f}% of {part:.1f} s' if part else '-')
         + f" | {100 * bound / row['wall_s']:.2f}% |")
   return '\n'.join(lines)
@@ -255,14 +276,17 @@ def main(argv):
   finally:
     if not _KEEP.value:
       shutil.rmtree(root, ignore_errors=True)
-  gallery = max(row['gallery'] for row in results['parts'].values())
-  rate = matmul_rate(gallery, _REPEATS.value)
-  results['matmul'] = rate
+  rates = {}
+  for row in results['parts'].values():  # one per gallery shape
+    shape = (row['gallery'], row['dim'])
+    if shape not in rates:
+      rates[shape] = matmul_rate(*shape[:1], _REPEATS.value, dim=shape[1])
+    row['compute_bound_s'] = round(
+        row['retrieval_gflop'] / rates[shape]['gflops'], 6)
+  results['matmul'] = list(rates.values())
   text_rate = minilm_rate(_REPEATS.value)
   results['minilm_matmul'] = text_rate
   for row in results['parts'].values():
-    row['compute_bound_s'] = round(
-        row['retrieval_gflop'] / rate['gflops'], 6)
     row['text_bound_s'] = round(row['counts'].get(
         'text encoding: GFLOP', 0.0) / text_rate['gflops'], 6)
   print(table(results))

@@ -161,6 +161,7 @@ class HostDriver:
     return dataclasses.replace(carry, method_state=state), full
 
   def rank(self, carry, plan, active):
+    profiling.count(ranking.SCORED, len(active))  # every session's row
     with profiling.part('ranking'):
       states = profiling.sync(_turn(self.config, self.gallery, carry.ranking,
                                     _inputs(plan, self.reference, ~active)))
@@ -213,6 +214,7 @@ def begin(env: Environment, method,
                                         config)
   s = len(sessions)
   carry, plan, records = start_plan(driver)
+  profiling.count(ranking.SCORED, s)
   with profiling.part('ranking'):
     states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
                           ranking.init_state(config))

@@ -12,14 +12,16 @@ host, a ``Face`` under ``jit``):
   ranks (``ranking.turn_step``) and the method asks (``jax_form.
   jax_question``: the attribute the user will read in its question);
 * text encoding is a table lookup (``Face.text``) of the method's channel
-  texts as codes (``Face.code``). The tables fill themselves: a pass
-  reports what it lacked (``SimTrace.needed`` and the face's own outputs),
-  the host adds it (``Environment.filler``) and the batch runs again.
+  texts as codes (``Face.code``). The tables fill themselves turn by turn
+  (``run``): a probe of the turn (the user and the plan, not the ranking)
+  reports what it read (``SimTrace.needed`` and the face's own outputs),
+  the host adds what the tables lacked (``Filler``), and the turn is
+  ranked once it has all it reads.
 
 The world's face (``envs.world.face.traced_face``) is the one the runs use; the tests also
 run a toy environment written in the test.
 
-Why one module of about 470 lines: the driver is one scan body and what it
+Why one module of about 600 lines: the driver is one scan body and what it
 needs on both sides of ``jit`` (the ``Face`` and ``Environment`` protocols,
 ``SimConfig``, the chunked runner); split, the scan's carried state and its
 step would live apart.
@@ -36,6 +38,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from recovr_jax import config_tree
+from recovr_jax import profiling
 from recovr_jax.core import demotion
 from recovr_jax.core import sharding
 from recovr_jax.core import vectors
@@ -67,12 +70,12 @@ JaxData = plan_lib.JaxData
 
 class Face(Protocol):
   """A data source's pure-JAX face: static (hashable) settings and pure
-  functions of ``JaxData`` and the pass's tables, traced per session.
+  functions of ``JaxData`` and the run's tables, traced per session.
   ``start``: turn 0 (what the method reads, and the face's per-session
   state); ``code``: a ``[A]`` partial assignment's text code (0: the empty
   text); ``key``: a channel text's table key; ``text``: its encoding
   (anything while absent: the host adds what ``SimTrace.needed`` reports
-  and the batch reruns); ``respond``: the user at a feedback turn
+  before the turn is ranked); ``respond``: the user at a feedback turn
   (``question``: the attribute it reads in the question shown, -1 none);
   ``record``: a turn's record outputs, ``stopped()`` a stopped turn's.
   ``OBSERVATION``: the type of the observation ``respond`` gives a method
@@ -90,17 +93,39 @@ class Face(Protocol):
   def stopped(self) -> dict: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Fill:
+  """What a filler added for the turn a probe ran (``Filler.fill``):
+  ``added`` says it ('' nothing); ``again``: it changed what the turn's
+  user or plan read, so the turn is probed again before it is ranked."""
+  added: str = ''
+  again: bool = False
+
+
+class Filler(Protocol):
+  """The tables of one run, filled turn by turn (``run``); ``trace`` is
+  the batch's ``SimTrace`` through the turn at hand, ``t``."""
+
+  def arrays(self):
+    """The tables as they are now (a pytree; the faces read them)."""
+
+  def fill(self, trace) -> Fill:
+    """Turn ``t`` was probed (its last list not ranked): adds the entries
+    its user and plan read and the tables lacked."""
+
+  def settled(self, trace) -> None:
+    """Turn ``t`` was ranked with what it read: its lists are final."""
+
+
 class Environment(Protocol):
   """A data source's jitted face on the host: ``data``, ``composer`` (a
-  flax Module applied to ``composer_params``, or 'sum') and the tables.
-  ``filler``: the tables of one run, an object with ``arrays()`` (the
-  pass's tables, a pytree) and ``add(trace) -> str`` (what it added for
-  the next pass; '' when nothing was missing)."""
+  flax Module applied to ``composer_params``, or 'sum') and the tables of
+  a run (``filler``)."""
   data: plan_lib.JaxData
   composer: object
   composer_params: object
 
-  def filler(self, config, seed: int, num_sessions: int): ...
+  def filler(self, config, seed: int, num_sessions: int) -> Filler: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +204,16 @@ class _Shared:
   split: ranking.GallerySplit | None = None
 
 
-def _session_start(config: SimConfig, shared: _Shared, query):
+def _ranked(rank, step, state):
+  """``step()``, the turn's new ranking state, when ``rank`` (a Python
+  True: no branch at all); else ``state`` unchanged (a probe: the turn's
+  user and plan without the ranking, ``run``)."""
+  if rank is True:
+    return step()
+  return jax.lax.cond(rank, step, lambda: state)
+
+
+def _session_start(config: SimConfig, shared: _Shared, query, rank=True):
   """Turn 0 of one session: ``(carry, search key used)``."""
   face, data = config.face, shared.data
   ref = data.reference[query]
@@ -196,9 +230,9 @@ def _session_start(config: SimConfig, shared: _Shared, query):
           config.form.covr if start.covr_valid is None else start.covr_valid)]),
       exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
       stop=jnp.asarray(False))
-  state = ranking.start_step(config.loop, data.gallery,
-                             ranking.init_state(config.loop), inputs,
-                             split=shared.split)
+  init = ranking.init_state(config.loop)
+  state = _ranked(rank, lambda: ranking.start_step(
+      config.loop, data.gallery, init, inputs, split=shared.split), init)
   return SessionCarry(state=state, method=method_state,
                       question=jnp.asarray(-1, jnp.int32),
                       asked=jnp.asarray(0, jnp.int32),
@@ -231,8 +265,9 @@ def _turn_outputs(carry, active, action, sigma, search, edit, needed_search,
 class _JitDriver:
   """``session.Driver`` for one session in JAX (traced under vmap)."""
 
-  def __init__(self, config: SimConfig, shared: _Shared, query):
+  def __init__(self, config: SimConfig, shared: _Shared, query, rank=True):
     self.config, self.shared, self.query = config, shared, query
+    self.ranks = rank
     self.reference = shared.data.reference[query]
     self.target = shared.data.target[query]
 
@@ -274,8 +309,9 @@ class _JitDriver:
         exclude=self.reference, sigma=plan.sigma, stop=~active,
         penalty=self.config.form.penalty(plan.avoid,
                                          shared.data.memory.caption_attrs))
-    state = ranking.turn_step(self.config.loop, shared.data.gallery,
-                              carry.state, inputs, split=shared.split)
+    state = _ranked(self.ranks, lambda: ranking.turn_step(
+        self.config.loop, shared.data.gallery, carry.state, inputs,
+        split=shared.split), carry.state)
     return dataclasses.replace(carry, state=state)
 
   def ask(self, carry, active):
@@ -307,10 +343,10 @@ class _JitDriver:
 
 
 def _session_turn(config: SimConfig, shared: _Shared, query,
-                  carry: SessionCarry, turn):
+                  carry: SessionCarry, turn, rank=True):
   """Feedback turn ``turn`` of one session: ``(carry, outputs)``."""
-  return session_lib.feedback_turn(_JitDriver(config, shared, query), carry,
-                                   turn)
+  return session_lib.feedback_turn(_JitDriver(config, shared, query, rank),
+                                   carry, turn)
 
 
 def _stopped_turn(config: SimConfig, carry: SessionCarry):
@@ -332,7 +368,7 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
   ``chunk_size=None``: ``session.plain_turns`` (every session computes
   every turn); an int: ``session.compact_turns`` (same results; work only
   for sessions still searching).
-  ``tables``: the pass's tables (``Environment.filler(...).arrays()``).
+  ``tables``: tables that hold all the batch reads (``Filler.arrays()``).
   ``split``: ``data.gallery`` is this device's rows of a split gallery
   (inside ``shard_map``; see ``run``).
   """
@@ -362,21 +398,57 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
       questions=outs['questions'], own=outs['own'])
 
 
+def start_batch(config: SimConfig, data: plan_lib.JaxData, tables,
+                composer_params, queries, rank,
+                split: ranking.GallerySplit | None = None):
+  """Turn 0 of a batch (``simulate_batch``'s first step): ``(carry,
+  outputs)``, ``outputs`` the shown lists (``shown``, ``scores`` ``[S,
+  K]``) and the table keys read (``needed`` ``[S, 2]``). ``rank`` false: a
+  probe (the keys, not the lists)."""
+  shared = _Shared(data, tables, composer_params, None, split)
+  carry, search0 = jax.vmap(lambda q: _session_start(config, shared, q,
+                                                     rank))(queries)
+  return carry, dict(shown=carry.state.shown_ids,
+                     scores=carry.state.shown_scores,
+                     needed=jnp.stack([search0, jnp.zeros_like(search0)],
+                                      axis=1))
+
+
+def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
+               composer_params, queries, seed_key, carry: SessionCarry,
+               turn, rank, chunk_size: int | None = None,
+               split: ranking.GallerySplit | None = None):
+  """Feedback turn ``turn`` of a batch from its ``carry`` (one step of
+  ``simulate_batch``'s scan): ``(carry, outputs [S, ...])``. ``rank``
+  false: a probe (the user's answer and the plan, hence the table entries
+  the turn reads, without the ranking)."""
+  shared = _Shared(data, tables, composer_params, seed_key, split)
+  turn_fn = lambda q, c, t: _session_turn(config, shared, q, c, t, rank)
+  if chunk_size is None:
+    return session_lib.plain_turn(turn_fn, queries, carry, turn)
+  return session_lib.compact_turn(
+      turn_fn, functools.partial(_stopped_turn, config),
+      shared.data.target[queries], queries, carry, turn, chunk_size)
+
+
 # Compiled once per shape and per non-numeric settings: the traced ones
 # (``config_tree.setting(traced=True)``: rrf_k, gamma, kappa, the user's
-# rates, ...) are arguments.
+# rates, ...) are arguments; ``turn`` and ``rank`` are arguments too, so
+# every turn and every probe of a run shares one program.
 simulate = config_tree.jit(simulate_batch, static_argnames=('chunk_size',))
+start = config_tree.jit(start_batch)
+step = config_tree.jit(turn_batch, static_argnames=('chunk_size',))
 
 
 @functools.lru_cache(maxsize=16)
 def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
                    num_rows=None):
-  """``simulate_batch`` with the sessions split over the mesh's session
-  axis, for every config of ``skeleton`` (``config_tree.split``; its
-  numbers are the first argument). ``data_structure`` (the data's treedef)
-  and ``num_rows``: the gallery's rows are split over the mesh's gallery
-  axis (``num_rows`` real rows); otherwise everything but the sessions is
-  replicated."""
+  """``(start_batch, turn_batch)`` with the sessions (and the carry) split
+  over the mesh's session axis, for every config of ``skeleton``
+  (``config_tree.split``; its numbers are the first argument).
+  ``data_structure`` (the data's treedef) and ``num_rows``: the gallery's
+  rows are split over the mesh's gallery axis (``num_rows`` real rows);
+  otherwise everything but the sessions is replicated."""
   shared, split = P(), P(sharding.SESSION_AXIS)
   data_spec, rows = shared, None
   if data_structure is not None:
@@ -386,13 +458,20 @@ def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
     rows = ranking.GallerySplit.of(sharding.GALLERY_AXIS, num_rows,
                                    mesh.shape[sharding.GALLERY_AXIS])
 
-  def body(numbers, *args):
-    return simulate_batch(config_tree.join(skeleton, numbers), *args,
-                          chunk_size=chunk_size, split=rows)
-  return jax.jit(jax.shard_map(
-      body, mesh=mesh,
-      in_specs=(shared, data_spec, shared, shared, split, shared),
-      out_specs=split, check_vma=False))
+  def first(numbers, *args):
+    return start_batch(config_tree.join(skeleton, numbers), *args,
+                       split=rows)
+
+  def later(numbers, *args):
+    return turn_batch(config_tree.join(skeleton, numbers), *args,
+                      chunk_size=chunk_size, split=rows)
+
+  def mapped(fn, in_specs):
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs,
+                                 out_specs=split, check_vma=False))
+  return (mapped(first, (shared, data_spec, shared, shared, split, shared)),
+          mapped(later, (shared, data_spec, shared, shared, split, shared,
+                         split, shared, shared)))
 
 
 def _place_split_gallery(data, mesh):
@@ -415,10 +494,151 @@ def _place_split_gallery(data, mesh):
   return dataclasses.replace(rest, gallery=split_gallery)
 
 
+class _Programs:
+  """``start_batch`` and ``turn_batch`` of one run, on the default device
+  or over ``mesh`` (the batch's data, parameters, key and queries placed
+  once; the tables at every call)."""
+
+  def __init__(self, env, config, queries, seed_key, chunk_size, mesh):
+    self.env, self.config, self.chunk_size = env, config, chunk_size
+    self.mesh, self.seed_key = mesh, seed_key
+    self.num, self.padding = len(queries), 0
+    if mesh is None:
+      self.queries = jnp.asarray(queries)
+      return
+    skeleton, self.numbers = config_tree.split(config)
+    if mesh.shape[sharding.GALLERY_AXIS] > 1:
+      self.data = _place_split_gallery(env.data, mesh)
+      self.fns = _over_sessions(skeleton, chunk_size, mesh,
+                                jax.tree.structure(env.data),
+                                int(env.data.gallery.shape[0]))
+    else:
+      self.data = sharding.place(env.data, mesh)
+      self.fns = _over_sessions(skeleton, chunk_size, mesh)
+    self.params, self.key = sharding.place((env.composer_params, seed_key),
+                                           mesh)
+    # Padded to a multiple of the session shards.
+    shards = mesh.shape[sharding.SESSION_AXIS]
+    self.padding = -len(queries) % shards
+    self.queries = sharding.place(np.concatenate([queries, np.broadcast_to(
+        queries[-1:], (self.padding,))]), mesh, P(sharding.SESSION_AXIS))
+
+  def scored(self, active) -> int:
+    """The session-turns a ranked turn scores when ``active`` ``[S]`` (its
+    probe's) are still searching: every session at turn 0 and without
+    chunks, else the chunks of searching sessions on each device."""
+    if active is None or self.chunk_size is None:
+      return self.num + self.padding
+    shards = 1 if self.mesh is None else self.mesh.shape[
+        sharding.SESSION_AXIS]
+    active = np.concatenate([active, np.repeat(active[-1:], self.padding)])
+    per_shard = active.reshape(shards, -1).sum(axis=1)
+    rows = len(active) // shards  # as session.compact_turn chunks them
+    chunk = -(-rows // -(-rows // self.chunk_size))
+    return int(sum(-(-n // chunk) for n in per_shard) * chunk)
+
+  def __call__(self, tables, carry, turn: int, rank: bool):
+    """Turn ``turn`` (0: the start) from ``carry``: ``(carry, outputs)``,
+    the outputs as NumPy arrays, whole on every process (sessions past
+    the batch's, the mesh's padding, dropped)."""
+    rank = np.bool_(rank)
+    if self.mesh is None:
+      if turn == 0:
+        carry, outs = start(self.config, self.env.data, tables,
+                            self.env.composer_params, self.queries, rank)
+      else:
+        carry, outs = step(self.config, self.env.data, tables,
+                           self.env.composer_params, self.queries,
+                           self.seed_key, carry, np.int32(turn), rank,
+                           chunk_size=self.chunk_size)
+    else:
+      # Replicated on every device of the mesh (a copy per device); the
+      # mesh may span several processes, each passing the same values. The
+      # config's numbers travel as Python scalars (the same on every
+      # process, replicated by jit).
+      tables = sharding.place(tables, self.mesh)
+      first, later = self.fns
+      if turn == 0:
+        carry, outs = first(self.numbers, self.data, tables, self.params,
+                            self.queries, rank)
+      else:
+        carry, outs = later(self.numbers, self.data, tables, self.params,
+                            self.queries, self.key, carry, np.int32(turn),
+                            rank)
+    return carry, jax.tree.map(lambda x: x[:self.num],
+                               sharding.gather(outs))
+
+
+# The per-turn fields of ``_turn_outputs`` that ``SimTrace`` keeps as they
+# are, with their types.
+_PER_TURN = dict(shown=np.int32, scores=np.float32, active=bool,
+                 action=np.int32, sigma=np.int32, search=np.int32,
+                 edit=np.int32, fired=bool, asked=np.int32,
+                 questions=np.int32)
+
+
+class _Turns:
+  """The trace of a batch, turn by turn: turn ``t``'s outputs once ranked
+  (``set``); ``trace`` stacks them, with a probe's after them."""
+
+  def __init__(self):
+    self.turns = []
+
+  def set(self, turn: int, outs: dict):
+    assert turn == len(self.turns)
+    self.turns.append(outs)
+
+  def trace(self, probe: dict | None = None) -> SimTrace:
+    turns = self.turns + ([probe] if probe is not None else [])
+    first, later = turns[0], turns[1:]
+
+    def stacked(key, of=None):
+      return np.stack([(o[key] if of is None else o[of][key])
+                       for o in later], axis=1)
+    if later:
+      rest = {k: stacked(k) for k in _PER_TURN}
+      needed = np.stack([stacked('needed_search'), stacked('needed_edit')],
+                        axis=2)
+      own = {k: stacked(k, 'own') for k in later[0]['own']}
+    else:  # turn 0 only: the per-turn fields hold no turn (nor ``own``)
+      s = first['shown'].shape[0]
+      rest = {k: np.zeros((s, 0) + (first[k].shape[1:] if k in first
+                                    else ()), dtype)
+              for k, dtype in _PER_TURN.items()}
+      needed, own = np.zeros((s, 0, 2), np.int32), {}
+    scores = np.concatenate([first['scores'][:, None], rest['scores']],
+                            axis=1)
+    return SimTrace(
+        displayed=np.concatenate([first['shown'][:, None], rest['shown']],
+                                 axis=1),
+        top_scores=scores[:, :, 0], scores=scores, active=rest['active'],
+        action=rest['action'], sigma=rest['sigma'], search=rest['search'],
+        edit=rest['edit'],
+        needed=np.concatenate([first['needed'][:, None], needed], axis=1),
+        fired=rest['fired'], asked=rest['asked'],
+        questions=rest['questions'], own=own)
+
+
+# Probes of one turn before it settles (each fill adds what the turn's
+# user, then its plan, read; the world's face needs at most 2: its words
+# and dialogues, then the texts of the plan).
+MAX_PROBES = 3
+
+
 def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
         chunk_size: int | None = DEFAULT_CHUNK_SIZE, mesh=None,
         pad_to: int | None = None) -> SimTrace:
-  """Runs ``sessions`` (query indices), filling the tables as needed.
+  """Runs ``sessions`` (query indices) turn by turn, filling the tables as
+  needed, and returns ``simulate_batch``'s trace on the filled tables.
+
+  Each turn (the start, then the feedback turns) is first probed: its
+  user's answer and its method's plan are computed from the last turn's
+  carry without ranking, and the filler adds the table entries they read
+  (``Filler.fill``: the words, dialogues or texts the turn lacked; on
+  files, the host's plan of the turn), until the turn has all it reads;
+  then the turn runs once with its ranking (``turn_batch``) and the filler
+  sees the lists final (``Filler.settled``). So each session's turn is
+  ranked once; no settled turn runs again.
 
   ``pad_to``: fewer sessions than this (a run's partial last batch) are
   run padded to it with copies of the last session, whose results are
@@ -435,46 +655,28 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f'chunk_size must be >= 1 or None, got {chunk_size}')
   num = len(sessions)
+  sessions = np.asarray(sessions, np.int32)
   if pad_to is not None and 0 < num < pad_to:
-    sessions = np.concatenate([np.asarray(sessions, np.int32), np.full(
-        pad_to - num, np.asarray(sessions)[-1], np.int32)])
+    sessions = np.concatenate([sessions, np.full(pad_to - num, sessions[-1],
+                                                 np.int32)])
   filler = env.filler(config, seed, len(sessions))
-  queries = jnp.asarray(sessions, jnp.int32)
-  seed_key = jax.random.key(seed)
-  split_rows = mesh is not None and mesh.shape[sharding.GALLERY_AXIS] > 1
-  if mesh is not None:  # pad to a multiple of the session shards
-    shards = mesh.shape[sharding.SESSION_AXIS]
-    padded = np.concatenate([np.asarray(sessions, np.int32), np.broadcast_to(
-        np.asarray(sessions, np.int32)[-1:], (-len(sessions) % shards,))])
-  # Each pass settles at least one more turn of every session (its words,
-  # its dialogue, then the texts its plan needs, on the world).
-  for attempt in range(3 * config.loop.num_turns + 4):
-    tables = filler.arrays()
-    if mesh is None:
-      trace = simulate(config, env.data, tables, env.composer_params,
-                       queries, seed_key, chunk_size=chunk_size)
-    else:
-      # Replicated on every device of the mesh (a copy per device); the
-      # mesh may span several processes, each passing the same values.
-      # The config's numbers travel as Python scalars (the same on every
-      # process, replicated by jit).
-      skeleton, numbers = config_tree.split(config)
-      tables, params, key = sharding.place(
-          (tables, env.composer_params, seed_key), mesh)
-      if split_rows:
-        data = _place_split_gallery(env.data, mesh)
-        fn = _over_sessions(skeleton, chunk_size, mesh,
-                            jax.tree.structure(env.data),
-                            int(env.data.gallery.shape[0]))
-      else:
-        data = sharding.place(env.data, mesh)
-        fn = _over_sessions(skeleton, chunk_size, mesh)
-      trace = fn(numbers, data, tables, params,
-                 sharding.place(padded, mesh, P(sharding.SESSION_AXIS)), key)
-    trace = jax.tree.map(lambda x: x[:num], sharding.gather(trace))
-    added = filler.add(trace)
-    if not added:
-      return trace
-    if log is not None:
-      log(f'pass {attempt + 1}: {added}')
-  raise RuntimeError('the tables did not settle')  # cannot happen
+  programs = _Programs(env, config, sessions, jax.random.key(seed),
+                       chunk_size, mesh)
+  turns, carry = _Turns(), None
+  for turn in range(config.loop.num_turns + 1):
+    for _ in range(MAX_PROBES):
+      _, probe = programs(filler.arrays(), carry, turn, rank=False)
+      fill = filler.fill(turns.trace(probe))
+      if fill.added and log is not None:
+        log(f'turn {turn}: {fill.added}')
+      if not fill.again:
+        break
+    else:  # cannot happen
+      raise RuntimeError(f'turn {turn}: the tables did not settle')
+    profiling.count(ranking.SCORED, programs.scored(
+        probe['active'] if turn else None))
+    carry, outs = programs(filler.arrays(), carry, turn, rank=True)
+    turns.set(turn, outs)
+    filler.settled(turns.trace())
+  trace = turns.trace()
+  return jax.tree.map(lambda x: x[:num], trace)

@@ -33,6 +33,9 @@ from recovr_jax.core import sharding
 
 
 PLACEMENTS = ('all', 'current')
+# The profile's count of session-turns the ranking core scored against the
+# gallery (each 2 x C x N x D FLOPs; ``profiling.count``), by either driver.
+SCORED = 'ranking: session-turns scored'
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,41 +67,58 @@ def plain_turns(turn_fn, queries, carry, turns):
   return jax.vmap(one)(queries, carry)
 
 
+def plain_turn(turn_fn, queries, carry, turn):
+  """One turn of ``plain_turns``: ``(carry, outs [S, ...])``."""
+  return jax.vmap(lambda q, c: turn_fn(q, c, turn))(queries, carry)
+
+
 def compact_turns(turn_fn, stopped_fn, targets, queries, carry, turns,
                   chunk_size: int):
   """``plain_turns``'s results with work only for the sessions still
-  searching: ``lax.scan`` over turns; each turn sorts the sessions still
-  searching to the front and runs ``vmap``-ed chunks of ``chunk_size`` of
-  them, skipping (``lax.cond``) chunks with none, where ``stopped_fn(carry)
-  -> (carry, out)`` only carries a stopped session forward. ``carry.state``
-  is the ranking state ``searching`` reads; ``targets [S]``."""
-  s = queries.shape[0]
-  num_chunks = -(-s // chunk_size)
-  pad = num_chunks * chunk_size - s
-  batched_turn = jax.vmap(turn_fn, in_axes=(0, 0, None))
-  batched_stop = jax.vmap(stopped_fn)
-
+  searching: ``lax.scan`` over turns of ``compact_turn``. Returns
+  ``(carry, outs [S, T, ...])``."""
   def turn_step(carry, turn):
-    active = searching(carry.state, targets)  # the stop rule
-    order = jnp.argsort(~active, stable=True)  # searching sessions first
-    order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
-    chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
-                                         x.shape[1:])
-    xs = (jnp.arange(num_chunks) * chunk_size < jnp.sum(active),
-          chunked(queries), jax.tree.map(chunked, carry))
-
-    def chunk_fn(_, x):
-      busy, q, c = x
-      return None, jax.lax.cond(busy, lambda: batched_turn(q, c, turn),
-                                lambda: batched_stop(c))
-
-    _, out = jax.lax.scan(chunk_fn, None, xs)
-    # Row r of the chunked result is session order[r]; back to session order.
-    inverse = jnp.zeros((s,), order.dtype).at[order[:s]].set(
-        jnp.arange(s, dtype=order.dtype))
-    return jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:])[inverse],
-                        out)
+    return compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
+                        chunk_size)
 
   carry, outs = jax.lax.scan(turn_step, carry, turns)
   # [T, S, ...] -> [S, T, ...] as ``plain_turns`` returns them.
   return carry, jax.tree.map(lambda y: jnp.swapaxes(y, 0, 1), outs)
+
+
+def compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
+                 chunk_size: int):
+  """One turn of ``plain_turn``'s results with work only for the sessions
+  still searching: it sorts them to the front and runs ``vmap``-ed chunks
+  of them, skipping (``lax.cond``) chunks with none, where
+  ``stopped_fn(carry) -> (carry, out)`` only carries a stopped session
+  forward. The chunks hold at most ``chunk_size`` sessions, as evenly as
+  the batch allows (100 sessions: two chunks of 50 for a ``chunk_size`` of
+  64), so little of a chunk is padding. ``carry.state`` is the ranking
+  state ``searching`` reads; ``targets [S]``. Returns ``(carry, outs [S,
+  ...])``."""
+  s = queries.shape[0]
+  num_chunks = -(-s // chunk_size)
+  chunk_size = -(-s // num_chunks)
+  pad = num_chunks * chunk_size - s
+  batched_turn = jax.vmap(turn_fn, in_axes=(0, 0, None))
+  batched_stop = jax.vmap(stopped_fn)
+  active = searching(carry.state, targets)  # the stop rule
+  order = jnp.argsort(~active, stable=True)  # searching sessions first
+  order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
+  chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
+                                       x.shape[1:])
+  xs = (jnp.arange(num_chunks) * chunk_size < jnp.sum(active),
+        chunked(queries), jax.tree.map(chunked, carry))
+
+  def chunk_fn(_, x):
+    busy, q, c = x
+    return None, jax.lax.cond(busy, lambda: batched_turn(q, c, turn),
+                              lambda: batched_stop(c))
+
+  _, out = jax.lax.scan(chunk_fn, None, xs)
+  # Row r of the chunked result is session order[r]; back to session order.
+  inverse = jnp.zeros((s,), order.dtype).at[order[:s]].set(
+      jnp.arange(s, dtype=order.dtype))
+  return jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:])[inverse],
+                      out)

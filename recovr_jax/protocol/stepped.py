@@ -1,27 +1,27 @@
-"""A jitted face that steps the host's user and method one turn per pass.
+"""A jitted face that steps the host's user and method one turn at a time.
 
 For a data source whose user and reasoning exist only on the host (real
 files: the caption user compares captions, the free-text reasoner and the
 language models write text), the jitted driver (``protocol.jitted``) still
-runs every session as one ``lax.scan`` inside ``vmap``, and the ranking core
-(retrieval, TW-RRF, rank-cap, the stop rule) runs in JAX; what the host
+runs every session's turns in JAX, ``vmap``-ped over sessions, with the
+ranking core (retrieval, TW-RRF, rank-cap, the stop rule); what the host
 would compute at a turn is tabulated like the world's words:
 
 * the table holds each session's channel queries, their validity, sigma and
   the user's action per turn (``StepTables``); the face reads them
   (``StepFace``) and ``TabulatedForm`` passes them on as the turn's plan;
-* a pass shows the lists of every turn whose plan is in the table; the host
-  (``_Stepper``, the host driver itself: ``host.HostDriver``'s ``respond``,
-  ``plan``, ``ask`` and ``record``) then reads the lists now settled, asks
-  the method's question about the newest one, lets the user answer and the
-  method plan the next turn, and the batch runs again (``T + 1`` passes).
+* when turn ``t`` is probed, the host (``_Stepper``, the host driver
+  itself: ``host.HostDriver``'s ``respond``, ``plan``, ``ask`` and
+  ``record``) lets the user answer the list of turn ``t - 1`` and the
+  method plan turn ``t``; the turn is then ranked in JAX, and the host's
+  method asks its question about the new list and records the turn. Each
+  turn is ranked once, as on the host driver.
 
 The user and the method are called with the same lists, in the same order
 and batches as by the host driver, so the lists and records equal the host
-driver's (tested); only the ranking moves into JAX. Each pass checks that
+driver's (tested); only the ranking moves into JAX. Each turn checks that
 the lists the host has read did not change.
 """
-
 import dataclasses
 from typing import ClassVar
 
@@ -185,14 +185,15 @@ class StepEnvironment(jitted.Environment):
     return self.stepper
 
   def result(self, trace) -> host.BatchResult:
-    """The host driver's ``BatchResult`` of the final pass's trace."""
+    """The host driver's ``BatchResult`` of the run's trace."""
     return host.BatchResult(displayed=trace.displayed,
                             top_scores=trace.top_scores,
                             records=self.stepper.records)
 
 
 class _Stepper:
-  """The tables of one batch, filled a turn per pass by the host driver."""
+  """The tables of one batch, filled turn by turn by the host driver
+  (``jitted.Filler``)."""
 
   def __init__(self, driver: host.HostDriver, num_turns: int):
     self.driver, self.num_turns = driver, num_turns
@@ -232,20 +233,16 @@ class _Stepper:
   def arrays(self):
     return StepTables(**{k: jnp.asarray(v) for k, v in self.tables.items()})
 
-  def add(self, trace) -> str:
-    turn = self.turn
-    self._check(trace, turn - 1)
+  def fill(self, trace) -> jitted.Fill:
+    """Turn ``t`` was probed: the host's user answers the list of turn
+    ``t - 1`` and its method plans turn ``t`` (turn 0's plan is the
+    start's)."""
+    turn = trace.displayed.shape[1] - 1
+    if turn == 0:
+      return jitted.Fill()
+    if turn != self.turn:  # cannot happen
+      raise RuntimeError(f'turn {turn} was probed before turn {self.turn}')
     driver = self.driver
-    if turn > 1:  # the list of turn - 1 is settled: ask, then record
-      fb, plan, active = self.pending
-      carry = dataclasses.replace(self.carry,
-                                  ranking=_Settled.of(trace, turn - 1))
-      carry = driver.ask(carry, active)
-      for i, rec in enumerate(driver.record(carry, fb, plan, active)):
-        self.records[i].append(rec)
-      self.carry = dataclasses.replace(carry, questions=carry.new_questions)
-    if turn > self.num_turns:
-      return ''
     active = np.asarray(trace.active[:, turn - 1])
     carry = dataclasses.replace(self.carry,
                                 ranking=_Settled.of(trace, turn - 1))
@@ -254,17 +251,32 @@ class _Stepper:
     self._write(turn, fb.rows, plan,
                 [fb.responses[i].action for i in fb.rows])
     self.carry, self.pending, self.turn = carry, (fb, plan, active), turn + 1
-    return f'planned turn {turn} on the host ({len(fb.rows)} sessions)'
+    return jitted.Fill(
+        added=f'planned turn {turn} on the host ({len(fb.rows)} sessions)')
+
+  def settled(self, trace):
+    """Turn ``t`` was ranked: the host's method asks its question about
+    the list, and the turn is recorded."""
+    turn = trace.displayed.shape[1] - 1
+    self._check(trace, turn)
+    if turn == 0:
+      return
+    driver = self.driver
+    fb, plan, active = self.pending
+    carry = dataclasses.replace(self.carry, ranking=_Settled.of(trace, turn))
+    carry = driver.ask(carry, active)
+    for i, rec in enumerate(driver.record(carry, fb, plan, active)):
+      self.records[i].append(rec)
+    self.carry = dataclasses.replace(carry, questions=carry.new_questions)
 
   def _check(self, trace, settled):
-    """The lists up to turn ``settled`` are final: the host read those
-    before this pass, so they must not have changed, and every turn shown
-    so far was planned."""
+    """The lists up to turn ``settled`` are final: those the host read
+    before must not have changed, and every turn shown so far was
+    planned."""
     shown = np.asarray(trace.displayed[:, :settled + 1])
     if self.seen is not None and not np.array_equal(
         shown[:, :self.seen.shape[1]], self.seen):  # cannot happen
-      raise RuntimeError('a list the host had read changed between passes')
-    planned = trace.own['filled'][:, :settled]
-    if not planned.all():  # cannot happen
+      raise RuntimeError('a list the host had read changed')
+    if settled and not trace.own['filled'][:, :settled].all():  # cannot happen
       raise RuntimeError('a settled turn was shown without its plan')
     self.seen = shown

@@ -155,15 +155,17 @@ class RunConfig:
   resume: bool = config_tree.setting(True)
   #: The driver (recovr_jax/drivers). host: the user and the reasoner run in
   #: Python between jitted ranking steps (every method, backend and user).
-  #: jit: whole sessions as one lax.scan inside vmap; on the embedded world
-  #: (rules or grounded reasoner; every method, user and ask policy) the
-  #: user's words are tabulated on the host and --user_draws=jax is implied;
-  #: on files the caption user and the reasoning step on the host between
-  #: passes.
+  #: jit: each turn of a batch's sessions one compiled, vmapped program (the
+  #: ranking and, on the embedded world with the rules or grounded reasoner,
+  #: the user and the method too: every method, user and ask policy; the
+  #: user's words are tabulated on the host and --user_draws=jax is
+  #: implied); on files the caption user and the reasoning step on the host
+  #: between turns.
   simulation: str = config_tree.setting('host', choices=drivers.NAMES)
   #: --simulation=jit: each turn runs the sessions still searching in
-  #: vmapped chunks of this many and skips the rest; 0: every session runs
-  #: every turn (lax.scan inside vmap). Same results either way.
+  #: vmapped chunks of at most this many (as even as the batch allows) and
+  #: skips the rest; 0: every session runs every turn. Same results either
+  #: way.
   jit_chunk_size: int = config_tree.setting(64)
   #: --simulation=jit: split each batch's sessions over this many devices
   #: (world replicated). On a CPU, first export XLA_FLAGS=--xla_force_host_

@@ -88,10 +88,13 @@ class ToyEnvironment:
   data: plan.JaxData
   composer: object = 'sum'
   composer_params: object = None
+  lazy: bool = False  # the texts encoded when a turn first needs them
+  made: list = dataclasses.field(default_factory=list)  # its fillers
 
   def filler(self, config, seed, num_sessions):
     del config, seed, num_sessions
-    return _Filler()
+    self.made.append(_LazyFiller() if self.lazy else _Filler())
+    return self.made[-1]
 
 
 class _Filler:
@@ -100,12 +103,40 @@ class _Filler:
   def arrays(self):
     return jnp.asarray(np.stack([_encode(_decode(c)) for c in range(CODES)]))
 
-  def add(self, trace):
+  def fill(self, trace):
     assert (trace.needed < 2 * CODES).all()
-    return ''
+    return jitted.Fill()
+
+  def settled(self, trace):
+    del trace
 
 
-def _environment(pairs):
+class _LazyFiller:
+  """A text is encoded when a probe of a turn needs it (zeros until then);
+  it logs each fill and settled turn."""
+
+  def __init__(self):
+    self.codes, self.fills, self.settled_turns = {0}, [], []
+
+  def arrays(self):
+    return jnp.asarray(np.stack([_encode(_decode(c)) if c in self.codes
+                                 else np.zeros(A * V, np.float32)
+                                 for c in range(CODES)]))
+
+  def fill(self, trace):
+    turn = trace.displayed.shape[1] - 1
+    new = {int(k) % CODES for k in np.ravel(trace.needed[:, -1])} - self.codes
+    self.codes |= new
+    self.fills.append((turn, len(new)))
+    return jitted.Fill(added=f'encoded {len(new)}' if new else '')
+
+  def settled(self, trace):
+    needed = {int(k) % CODES for k in np.ravel(trace.needed[:, -1])}
+    assert needed <= self.codes, needed - self.codes
+    self.settled_turns.append(trace.displayed.shape[1] - 1)
+
+
+def _environment(pairs, lazy=False):
   gallery = np.stack([_encode(v) for v in VIDEOS])
   reference, target = (np.array(x, np.int32) for x in zip(*pairs))
   # The modification names the target's values the reference lacks.
@@ -119,7 +150,7 @@ def _environment(pairs):
       gallery=jnp.asarray(gallery), memory=memory,
       reference=jnp.asarray(reference), target=jnp.asarray(target),
       modification=jnp.asarray(np.stack([_encode(c) for c in change])),
-      own=jnp.asarray(change)))
+      own=jnp.asarray(change)), lazy=lazy)
 
 
 class ToyEnvironmentTest(absltest.TestCase):
@@ -160,6 +191,39 @@ class ToyEnvironmentTest(absltest.TestCase):
                                   np.where(plain.active[:, 0], code, 0))
     self.assertTrue(plain.active[:, 0].any())
 
+
+  def test_turns_are_ranked_once_and_equal_the_whole_scan(self):
+    # The tables start empty and fill as the turns' probes need them; each
+    # turn is ranked once, after its probe, and the trace equals
+    # simulate_batch's (the whole lax.scan) on the tables at the end.
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t][::3]
+    env = _environment(pairs, lazy=True)
+    config = jitted.SimConfig(
+        loop=ranking.LoopConfig(num_turns=3, list_length=5,
+                                num_ids=len(VIDEOS)),
+        face=ToyFace(), form=methods.make('recovr').jax_form)
+    sessions = np.arange(len(pairs))
+    for chunk_size in (None, 4):
+      with self.subTest(chunk_size=chunk_size):
+        logged = []
+        trace = jitted.run(env, config, sessions, seed=0,
+                           chunk_size=chunk_size, log=logged.append)
+        filler = env.made[-1]
+        self.assertEqual(filler.settled_turns, [0, 1, 2, 3])
+        # One probe per turn (the toy's texts change no plan: no second).
+        self.assertEqual([t for t, _ in filler.fills], [0, 1, 2, 3])
+        self.assertGreater(filler.fills[1][1], 0)  # turn 1's new texts
+        self.assertTrue(logged[0].startswith('turn 1: encoded'), logged)
+        whole = jax.tree.map(np.asarray, jitted.simulate(
+            config, env.data, filler.arrays(), None,
+            jnp.asarray(sessions, jnp.int32), jax.random.key(0),
+            chunk_size=chunk_size))
+        jax.tree.map(np.testing.assert_array_equal, trace, whole)
+        # And the lists equal those with every text encoded up front.
+        eager = jitted.run(dataclasses.replace(env, lazy=False), config,
+                           sessions, seed=0, chunk_size=chunk_size)
+        jax.tree.map(np.testing.assert_array_equal, trace, eager)
 
   def test_numeric_settings_are_traced_and_compile_once(self):
     # rrf_k, gamma, kappa and the ask policy's numbers are arguments of the

@@ -285,27 +285,3 @@ def lookup_dialogue(tables, num_queries: int, parent, word):
   row = jnp.clip(node - num_queries, 0, rows.shape[0] - 1)
   return found, node, jnp.where(found, rows[row], 0.0)
 
-
-def first_missing(active, own: dict, dialogues: bool):
-  """Per session, the first active turn whose word (or, with
-  ``dialogues``, dialogue) a table lacked: ``(word keys, (parent, word)
-  pairs)`` to add (later turns of that session ran on placeholders and are
-  ignored). ``active [S, T]`` and ``own`` (the face's record outputs) of a
-  ``jitted.SimTrace``."""
-  active = np.asarray(active)
-  word_found = np.asarray(own['word_found'])
-  missing = active & ~word_found
-  if dialogues:
-    missing |= active & ~np.asarray(own['dialogue_found'])
-  keys, pairs = [], []
-  for s in range(missing.shape[0]):
-    turns = np.flatnonzero(missing[s])
-    if not len(turns):
-      continue
-    t = turns[0]
-    if not word_found[s, t]:
-      keys.append(int(own['word'][s, t]))
-    else:
-      pairs.append((int(own['dialogue_parent'][s, t]),
-                    int(own['word'][s, t])))
-  return keys, pairs

@@ -14,9 +14,10 @@
 * the methods' questions reach the user as the attribute it reads in them
   (``plan.JaxMemory``'s tables, from the rules reasoner's questions);
 * text encoding is a lookup in the ``phrase_table.PhraseTable`` of the
-  reasoner's canonical texts. The tables fill themselves: a pass that needs
-  an entry a table lacks reports it, the host writes, parses or encodes it
-  and the batch runs again (at most ``3T + 4`` passes).
+  reasoner's canonical texts. The tables fill themselves turn by turn: a
+  probe of the turn that needs an entry a table lacks reports it, the host
+  writes, parses or encodes it, and the turn is probed again or, once it
+  has all it reads, ranked (at most two probes per turn).
 
 With ``UserConfig(draws='jax')`` the host driver shows the same lists, turn
 by turn (tested).
@@ -173,7 +174,8 @@ class SimEnvironment(jitted.Environment):
 
 
 class _Filler:
-  """The phrase, word and dialogue tables of one run, filled pass by pass."""
+  """The phrase, word and dialogue tables of one run, filled turn by turn
+  (``jitted.Filler``)."""
 
   def __init__(self, env, config, seed, num_sessions):
     self.env = env
@@ -183,7 +185,7 @@ class _Filler:
       words_lib.check_capacity(int(env.data.target.shape[0]),
                                config.loop.num_turns)
     # Room in the tables for as many entries as these sessions have user
-    # turns (or as the table holds), so the passes share one compiled
+    # turns (or as the table holds), so the turns share one compiled
     # program, and a rerun of the same sessions the program of the first.
     turns = num_sessions * config.loop.num_turns
     self.least_words = (0 if self.words is None
@@ -199,27 +201,49 @@ class _Filler:
             (words_lib.empty_dialogues() if self.dialogues is None
              else self.dialogues.arrays(self.least_nodes)))
 
-  def add(self, trace) -> str:
+  def fill(self, trace) -> jitted.Fill:
+    """Turn ``t``'s words (written and parsed) and dialogues (encoded)
+    that its probe lacked, then the phrases (encoded) of the plans made
+    from words the tables held (the others' plans wait for their words:
+    the turn is probed again)."""
     env, words, dialogues = self.env, self.words, self.dialogues
+    needed = np.asarray(trace.needed)[:, -1]  # turn t's table keys
     written = encoded = 0
-    if words is not None:
-      keys, pairs = words_lib.first_missing(trace.active, trace.own,
-                                            dialogues is not None)
-      written = words.add(keys)
-      if dialogues is not None:
-        encoded = dialogues.add(pairs)
-    needed = trace.needed
-    added = env.table.add(needed[needed > 0])
+    ready = np.ones(len(needed), bool)
+    if words is not None and trace.active.shape[1]:  # a feedback turn
+      own = {k: np.asarray(v)[:, -1] for k, v in trace.own.items()}
+      active = np.asarray(trace.active)[:, -1]
+      no_word = active & ~own['word_found']
+      no_dialogue = ((active & ~own['dialogue_found']) if dialogues is not None
+                     else np.zeros_like(no_word))
+      written = words.add(own['word'][no_word])
+      if dialogues is not None:  # after the words they join
+        encoded = dialogues.add(zip(own['dialogue_parent'][no_dialogue],
+                                    own['word'][no_dialogue]))
+      ready = ~(no_word | no_dialogue)
+    added = env.table.add(needed[ready][needed[ready] > 0])
     if not added and not written and not encoded:
-      settled = trace.own['word_found'] & trace.own['dialogue_found']
-      if not settled[trace.active].all():  # cannot happen
-        raise RuntimeError('the word or dialogue table did not settle')
-      return ''
-    return (f'encoded {added} new phrases (table {len(env.table)})' + (
-        f', wrote and parsed {written} user turns (table {len(words)})'
-        if words is not None else '') + (
-            f', encoded {encoded} dialogues (table {len(dialogues)})'
-            if dialogues is not None else ''))
+      return jitted.Fill()
+    return jitted.Fill(
+        added=(f'encoded {added} new phrases (table {len(env.table)})' + (
+            f', wrote and parsed {written} user turns (table {len(words)})'
+            if words is not None else '') + (
+                f', encoded {encoded} dialogues (table {len(dialogues)})'
+                if dialogues is not None else '')),
+        again=bool(written or encoded))
+
+  def settled(self, trace):
+    """Checks turn ``t`` read only what the tables held."""
+    needed = np.asarray(trace.needed)[:, -1]
+    lacking = self.env.table.missing(needed[needed > 0])
+    if trace.active.shape[1]:
+      own, active = trace.own, np.asarray(trace.active)[:, -1]
+      found = (np.asarray(own['word_found'])[:, -1] &
+               np.asarray(own['dialogue_found'])[:, -1])
+      lacking += [f'the words or dialogue of session {i}'
+                  for i in np.flatnonzero(active & ~found)]
+    if lacking:  # cannot happen: the probes added them
+      raise RuntimeError(f'a turn was ranked without {lacking[:3]}')
 
 
 def prepare(env: host.Environment) -> SimEnvironment:
