@@ -18,7 +18,8 @@ sweeps read ``sweepable`` and ``replace``.
 
 A numeric field that no shape or branch depends on is declared *traced*
 (``setting(..., traced=True)``, or ``number(default)`` for a field that is
-not a flag): ``jit`` compiles a function of a config once for every value
+not a flag; ``switch(default)`` for a bool read as a value, such as an
+ablation's): ``jit`` compiles a function of a config once for every value
 of such fields. It hands ``jax.jit`` the config's ``split``: a skeleton
 (the config with each traced field replaced by ``TRACED``, hashable and
 equal across values: the static argument) and the numbers (a dict of
@@ -39,6 +40,7 @@ import typing
 KEY = 'recovr_jax.setting'
 TRACED_KEY = 'recovr_jax.traced'
 UNSET = type('Unset', (), {'__repr__': lambda self: 'UNSET'})()  # no value
+SWITCH = 'switch'  # TRACED_KEY's value for a traced bool (``switch``)
 
 
 class _Traced:
@@ -85,6 +87,14 @@ def number(default):
   """A traced numeric field that is not a flag (a method form's copy of a
   setting, say)."""
   return dataclasses.field(default=default, metadata={TRACED_KEY: True})
+
+
+def switch(default: bool):
+  """A traced bool field that is not a flag: a switch the code reads as a
+  value (``jnp.where``), not as a branch, so configs that differ only in it
+  (a method and its ablations) share one compiled program."""
+  return dataclasses.field(default=default,
+                           metadata={TRACED_KEY: SWITCH})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,8 +267,12 @@ def _walked(node) -> bool:
           and type(node).__dataclass_params__.frozen)
 
 
-def _scalar(value, where: str):
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _scalar(value, where: str, kind=True):
+  if kind == SWITCH:
+    if not isinstance(value, bool):
+      raise TypeError(f'traced switch {where} must hold a bool, got '
+                      f'{value!r}')
+  elif isinstance(value, bool) or not isinstance(value, (int, float)):
     raise TypeError(f'traced field {where} must hold a number, got '
                     f'{value!r}')
   return value
@@ -277,14 +291,15 @@ def _with(node, changes: dict):
 
 def _swap_traced(tree, swap):
   """``tree`` with each traced field (its metadata's ``TRACED_KEY``)
-  holding ``swap(dotted path, value)``; the nodes on no such path kept."""
+  holding ``swap(dotted path, value, kind)`` (``kind``: the metadata's
+  value, ``SWITCH`` for a bool); the nodes on no such path kept."""
 
   def walk(node, prefix):
     changes = {}
     for field in dataclasses.fields(node):
       value, path = getattr(node, field.name), prefix + field.name
       if field.metadata.get(TRACED_KEY):
-        changes[field.name] = swap(path, value)
+        changes[field.name] = swap(path, value, field.metadata[TRACED_KEY])
       elif _walked(value):
         new = walk(value, path + '.')
         if new is not value:
@@ -300,9 +315,10 @@ def split(tree) -> tuple[object, dict]:
   (``loop.rrf_k``; a tuple field's value a tuple)."""
   numbers = {}
 
-  def take(path, value):
-    numbers[path] = (tuple(_scalar(v, path) for v in value)
-                     if isinstance(value, tuple) else _scalar(value, path))
+  def take(path, value, kind):
+    numbers[path] = (tuple(_scalar(v, path, kind) for v in value)
+                     if isinstance(value, tuple)
+                     else _scalar(value, path, kind))
     return TRACED
 
   return _swap_traced(tree, take), numbers
@@ -311,7 +327,7 @@ def split(tree) -> tuple[object, dict]:
 def join(skeleton, numbers: dict):
   """The tree ``split`` took apart, its traced fields from ``numbers``
   (tracers under ``jit``)."""
-  return _swap_traced(skeleton, lambda path, _: numbers[path])
+  return _swap_traced(skeleton, lambda path, *_: numbers[path])
 
 
 def jit(fn, static_argnames: tuple[str, ...] = ()):

@@ -13,7 +13,8 @@ flags:
   then ``quickstart_warm``: the same command once more with the same
   ``--cache_dir``;
 * ``main_jit``, ``main_host``: ``experiments/flagfiles/main`` under each
-  driver;
+  driver, then ``main_jit_warm``: the jitted run once more with the same
+  ``--cache_dir`` (its compiled programs and embeddings kept);
 * ``fidelity``: one member of the fidelity family
   (``experiments/flagfiles/fidelity``: ``--suite=fidelity``, 19 runs);
 * ``files_host``, ``files_jit``: real files (``--data=webvid_covr``) under
@@ -70,6 +71,7 @@ PARTS = {
     'quickstart': ('quickstart', (), None),
     'quickstart_warm': ('quickstart', (), 'quickstart'),
     'main_jit': ('main', ('--simulation=jit',), None),
+    'main_jit_warm': ('main', ('--simulation=jit',), 'main_jit'),
     'main_host': ('main', ('--simulation=host',), None),
     'fidelity': ('fidelity', (), None),
     'files_host': (None, ('--simulation=host',), None),
@@ -81,7 +83,8 @@ CHUNK = 64       # the jitted driver's sessions per chunk (--jit_chunk_size)
 
 _PARTS = flags.DEFINE_list('parts', list(PARTS),
                            f'Which runs ({", ".join(PARTS)}); '
-                           'quickstart_warm needs quickstart before it.')
+                           'quickstart_warm needs quickstart before it, '
+                           'main_jit_warm main_jit.')
 _SESSIONS = flags.DEFINE_integer('num_sessions', 100,
                                  "Every run's --num_sessions.")
 _TURNS = flags.DEFINE_integer('num_turns', None,

@@ -179,12 +179,14 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
   (``ask``'s gate, the rules question over the top ``candidates``), run by
   the jitted driver after each ranking.
   """
-  t2v: bool = True
-  covr: bool = True
-  reflection: bool = True
-  dynamic_anchor: bool = True
-  keep: bool = True
-  avoid: bool = True
+  # Switches (``config_tree.switch``): ReCoVR and its ablations share one
+  # compiled program.
+  t2v: bool = config_tree.switch(True)
+  covr: bool = config_tree.switch(True)
+  reflection: bool = config_tree.switch(True)
+  dynamic_anchor: bool = config_tree.switch(True)
+  keep: bool = config_tree.switch(True)
+  avoid: bool = config_tree.switch(True)
   avoid_penalty: float = config_tree.number(base.AVOID_PENALTY)
   question: str | None = None
   ask: asking.AskPolicy = asking.AskPolicy(mode='never')
@@ -202,7 +204,7 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
     initializer's assignment ``init_search [A]``."""
     init_search = start.init_search
     none = jnp.full_like(init_search, -1)
-    search = init_search if self.t2v else none
+    search = jnp.where(self.t2v, init_search, none)
     avoid = jnp.zeros((init_search.shape[0], start.num_values), bool)
     return {'keep': none, 'avoid': avoid}, search
 
@@ -222,8 +224,8 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
     reading = obs.info
     mentions, shown = reading.mentions, reading.shown_attrs
     keep, avoid = state['keep'], state['avoid']
-    read_keep = keep if self.keep else jnp.full_like(keep, -1)
-    read_avoid = avoid if self.avoid else jnp.zeros_like(avoid)
+    read_keep = jnp.where(self.keep, keep, -1)
+    read_avoid = avoid & self.avoid
     named, changes, num_changes, relative = rules_core.read(
         mentions, shown, reading.negative, jnp)
     # Intent Decomposer: shown values (relative feedback, not avoided) <
@@ -242,19 +244,21 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
       sigma = rules_core.sigma(
           self.sigma_rule, relative, num_changes,
           answers=rules_core.answers(named, obs.asked, jnp), xp=jnp)
-    if self.reflection:
-      new_keep, rejected = rules_core.reflect(mentions, shown, changes, keep,
-                                              jnp)
-      values = jnp.arange(avoid.shape[1])
-      kept = values[None, :] == new_keep[:, None]
-      rejected = values[None, :] == rejected[:, None]
-      new_state = {'keep': new_keep, 'avoid': (avoid & ~kept) | rejected}
-    else:
-      sigma = jnp.asarray(demotion.SIGMA_NEU, jnp.int32)
-      new_state = state
-    plan = JaxPlan(search=wanted, edit=changes, use_search=self.t2v,
-                   use_edit=self.covr, sigma=sigma,
-                   anchor=obs.shown if self.dynamic_anchor else obs.reference,
+    new_keep, rejected = rules_core.reflect(mentions, shown, changes, keep,
+                                            jnp)
+    values = jnp.arange(avoid.shape[1])
+    kept = values[None, :] == new_keep[:, None]
+    rejected = values[None, :] == rejected[:, None]
+    # Without State Reflection: sigma neu, the state as it was.
+    sigma = jnp.where(self.reflection, sigma, demotion.SIGMA_NEU)
+    new_state = jax.tree.map(
+        lambda new, old: jnp.where(self.reflection, new, old),
+        {'keep': new_keep, 'avoid': (avoid & ~kept) | rejected}, state)
+    plan = JaxPlan(search=wanted, edit=changes,
+                   use_search=jnp.asarray(self.t2v),
+                   use_edit=jnp.asarray(self.covr), sigma=sigma,
+                   anchor=jnp.where(self.dynamic_anchor, obs.shown,
+                                    obs.reference),
                    avoid=read_avoid)
     return new_state, plan
 
@@ -281,9 +285,8 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
 
   def penalty(self, avoid, caption_attrs):
     """``[N]`` float32: ``avoid_penalty`` per avoided value each caption
-    states (``caption_attrs [N, A]``, -1 none), or None without ``avoid``."""
-    if not self.avoid:
-      return None
+    states (``caption_attrs [N, A]``, -1 none); 0 without ``avoid`` (whose
+    plan avoids nothing)."""
     hits = jax.vmap(lambda row: jnp.sum(_holds(avoid, row)))(caption_attrs)
     return self.avoid_penalty * hits.astype(jnp.float32)
 

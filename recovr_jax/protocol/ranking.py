@@ -66,7 +66,7 @@ class LoopConfig:
                     "Rank-cap after pos. The project's assumption, not a "
                     'paper value (the paper gives kappa_neg and kappa_neu '
                     'only).'))
-  rank_cap: bool = True
+  rank_cap: bool = config_tree.switch(True)  # off: nothing is demoted
   #: Where rank-cap applies: all = every ring list and the fused list (a
   #: rejected top-1 never returns while another candidate exists); current
   #: = the current turn's lists before fusion only (the paper's sentence;
@@ -303,16 +303,15 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
   turn = state.turn + 1
   ids, scores, _, _ = _retrieve_channels(config, gallery, inputs, split)
   ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
-  if config.rank_cap:
-    demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
-                                         kappa=config.kappa)
-    if not config.cap_just_rejected:  # its own entry (age 0) left out
-      just = jnp.arange(state.top1.shape[0]) == turn - 1
-      demote = jnp.where(just, -1, demote)
-      caps = jnp.where(just, 0, caps)
-  else:
-    demote = jnp.full(state.top1.shape, -1, jnp.int32)
-    caps = jnp.zeros(state.top1.shape, jnp.int32)
+  demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
+                                       kappa=config.kappa)
+  if not config.cap_just_rejected:  # its own entry (age 0) left out
+    just = jnp.arange(state.top1.shape[0]) == turn - 1
+    demote = jnp.where(just, -1, demote)
+    caps = jnp.where(just, 0, caps)
+  # Without rank-cap nothing is demoted (a switch: one program for both).
+  demote = jnp.where(config.rank_cap, demote, -1)
+  caps = jnp.where(config.rank_cap, caps, 0)
   if config.fusion_method is None:
     # Single-list methods (the baselines): the CoVR list, rank-capped.
     shown_ids, shown_scores = demotion.rank_cap(ids[-1], scores[-1], demote,

@@ -257,6 +257,39 @@ class ToyEnvironmentTest(absltest.TestCase):
     # The numbers reach the program: the two configs rank differently.
     self.assertFalse(np.array_equal(traces[0].scores, traces[1].scores))
 
+  def test_recovr_and_its_ablations_share_one_program(self):
+    # The ReCoVR family's switches (the channels, State Reflection, the
+    # anchor, keep, avoid and rank-cap: config_tree.switch) are arguments
+    # of the compiled program: the ablations share ReCoVR's, and each gives
+    # what a program compiled with its switches as constants gives, to the
+    # bit.
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t][::4]
+    env = _environment(pairs)
+    base_loop = ranking.LoopConfig(num_turns=3, list_length=5,
+                                   num_ids=len(VIDEOS))
+    args = (env.data, _Filler().arrays(), None,
+            jnp.arange(len(pairs), dtype=jnp.int32), jax.random.key(0))
+    constants = jax.jit(jitted.simulate_batch,
+                        static_argnames=('config', 'chunk_size'))
+    names = ('recovr', 'covr_only', 't2v_only', 'intent_only', 'no_rankcap',
+             'no_reflection', 'no_keep', 'no_avoid', 'covr_plain',
+             't2v_plain', 'fixed_anchor')
+    before = jitted.simulate.compiled._cache_size()  # pylint: disable=protected-access
+    traces = {}
+    for name in names:
+      method = methods.make(name)
+      config = jitted.SimConfig(loop=method.ranking(base_loop),
+                                face=ToyFace(), form=method.jax_form)
+      traces[name] = jitted.simulate(config, *args)
+      jax.tree.map(lambda a, b, n=name: np.testing.assert_array_equal(
+          a, b, err_msg=n), traces[name], constants(config, *args))
+    self.assertEqual(jitted.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
+    # The switches reach the program: the ablations rank differently.
+    differ = [n for n in names[1:] if not np.array_equal(
+        traces[n].displayed, traces['recovr'].displayed)]
+    self.assertGreaterEqual(len(differ), 5, differ)
+
   def test_a_form_that_reads_another_observation_is_refused(self):
     # The stepped face's form reads the host's tabulated plan, which the
     # toy's face does not give: refused before anything is traced.

@@ -169,6 +169,12 @@ class WordTable:
     return self._arrays
 
 
+# The entries a run's word and dialogue tables hold room for from the
+# start (``jitted.run`` asks for it): `main` (500 sessions x 23 methods)
+# writes about 6,000 user turns and 2,000 dialogues.
+MIN_ENTRIES = 8192
+
+
 def _capacity(n: int, least: int = 64) -> int:
   """The power of two >= ``n`` (at least ``least``), as the phrase table
   rounds its rows, so a growing table recompiles rarely."""

@@ -185,9 +185,11 @@ class _Filler:
       words_lib.check_capacity(int(env.data.target.shape[0]),
                                config.loop.num_turns)
     # Room in the tables for as many entries as these sessions have user
-    # turns (or as the table holds), so the turns share one compiled
-    # program, and a rerun of the same sessions the program of the first.
-    turns = num_sessions * config.loop.num_turns
+    # turns (or as the table holds), and at least words_lib.MIN_ENTRIES, so
+    # the turns, and the methods after them, share one compiled program
+    # each (the tables' shapes are its inputs), and a rerun of the same
+    # sessions the program of the first.
+    turns = max(num_sessions * config.loop.num_turns, words_lib.MIN_ENTRIES)
     self.least_words = (0 if self.words is None
                         else max(len(self.words), turns))
     self.least_nodes = (0 if self.dialogues is None
