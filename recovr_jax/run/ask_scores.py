@@ -25,6 +25,9 @@ The scorer reads only a finished run's trajectories and the source's ground
 truth (``protocol.source.AskTruth``); no method sees it.
 """
 
+import dataclasses
+import functools
+
 import numpy as np
 
 TOP = 10  # the candidates whose disagreement makes an attribute worth asking
@@ -85,6 +88,15 @@ def score(rows, truth, num_turns: int) -> dict:
       'r1_points_per_question': (100 * gain / per_session
                                  if per_session else None),
   }
+
+
+def remembering(truth):
+  """``truth`` whose user replays each (session, turn, target, shown
+  video, question) once: the user is a deterministic function of them,
+  and the methods' sessions share many such turns (every method's turn 1
+  answers the same turn-0 list)."""
+  return dataclasses.replace(truth,
+                             user=functools.lru_cache(maxsize=None)(truth.user))
 
 
 def _named(truth, row, t: int) -> list[int]:

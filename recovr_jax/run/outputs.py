@@ -200,6 +200,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
                       num_resamples=config.bootstrap_resamples)
 
   if ask_truth is not None:
+    ask_truth = asking.remembering(ask_truth)  # one replay per user turn
     by_method = {m: [] for m in displayed}
     for row in trajectories:
       by_method[row['method']].append(row)

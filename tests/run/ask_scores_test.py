@@ -89,6 +89,30 @@ class AskScoringTest(absltest.TestCase):
     self.assertEqual(got['what_accuracy'], 0.0)
 
 
+class RememberingTest(absltest.TestCase):
+
+  def test_each_user_turn_is_replayed_once_with_the_same_scores(self):
+    calls = []
+    truth = make_truth({(0, 1): [0]})
+    user = truth.user
+
+    def counted(*key):
+      calls.append(key)
+      return user(*key)
+    truth = source.AskTruth(**{**truth.__dict__, 'user': counted})
+    rows = [{'session': 0, 'target': 0, 'turns': [
+        turn([3], action=None), turn([1, 4], asked='colour?'),
+        turn([1, 4]), turn([1, 4])]}]
+    plain = asking.score(rows, truth, num_turns=3)
+    replays = len(calls)
+    self.assertGreater(replays, 0)
+    remembered = asking.remembering(truth)
+    # Two methods that showed the same lists: the second replays nothing.
+    self.assertEqual(asking.score(rows, remembered, num_turns=3), plain)
+    self.assertEqual(asking.score(rows, remembered, num_turns=3), plain)
+    self.assertEqual(len(calls), 2 * replays)
+
+
 class JittedRecordsTest(absltest.TestCase):
 
   def test_jitted_records_score_as_the_host_records(self):
