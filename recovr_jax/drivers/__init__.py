@@ -7,10 +7,11 @@ an assembled run (``run.assemble.Run``). There are three, and
 * ``host`` (``host_driver.OnHost``): the protocol's Python loop, a
   turn at a time on the host (``protocol.host``);
 * ``jit`` on a source with a traced face (``protocol.source.TracedFace``,
-  the world): whole sessions in one ``lax.scan`` inside ``vmap``, the
-  user's words and their reading tabulated (``jit_driver.Traced``);
-* ``jit`` on any other source: the same scan, with the host's user and
-  reasoning stepped between passes (``jit_driver.Stepped``,
+  the world): each turn of a batch one ``vmap``-ped program (user,
+  method, ranking), the user's words and their reading tabulated
+  (``jit_driver.Traced``);
+* ``jit`` on any other source: the same turns, with the host's user and
+  reasoning planning each turn before it is ranked (``jit_driver.Stepped``,
   ``protocol.stepped``).
 
 Adding a driver: a ``Driver`` subclass in its own module and a line in

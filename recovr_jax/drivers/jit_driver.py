@@ -1,6 +1,6 @@
-"""The jitted drivers: whole sessions as one ``lax.scan`` inside ``vmap``
-(``protocol.jitted``), on a source's traced face or stepping the host's
-user and reasoning between passes (``protocol.stepped``)."""
+"""The jitted drivers: each turn of a batch one ``vmap``-ped program, run
+turn by turn (``protocol.jitted``), on a source's traced face or with the
+host's user and reasoning planning each turn (``protocol.stepped``)."""
 
 import abc
 import dataclasses
@@ -80,7 +80,8 @@ def _mesh(config):
 
 class Traced(_Jitted):
   """A source's traced face (``source_lib.TracedFace``): its user and the
-  reasoner's reading of the words run inside the scan, from tables."""
+  reasoner's reading of the words run inside the turn's program, from
+  tables."""
 
   PAD_BATCHES = True
 

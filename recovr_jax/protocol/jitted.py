@@ -1,5 +1,6 @@
-"""The jitted driver: whole sessions as one ``lax.scan`` over turns inside
-``vmap`` over sessions, compiled once per shape.
+"""The jitted driver: a batch's sessions ``vmap``-ped, each turn one program
+compiled once per shape and run turn by turn from the carried state
+(``run``), or all turns as one ``lax.scan`` (``simulate``: the same trace).
 
 It runs the protocol's skeleton (``session.feedback_turn``) on one session
 in JAX, for a method that gives a pure-JAX form of its step (``jax_form``)
@@ -21,7 +22,7 @@ host, a ``Face`` under ``jit``):
 The world's face (``envs.world.face.traced_face``) is the one the runs use; the tests also
 run a toy environment written in the test.
 
-Why one module of about 600 lines: the driver is one scan body and what it
+Why one module of about 680 lines: the driver is one scan body and what it
 needs on both sides of ``jit`` (the ``Face`` and ``Environment`` protocols,
 ``SimConfig``, the chunked runner); split, the scan's carried state and its
 step would live apart.
