@@ -256,6 +256,7 @@ def table(results: dict) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  bench_common.full_speed_blas()  # the runs inherit the environment
   parts = bench_common.list_values(_PARTS, valid=tuple(PARTS))
   for name in parts:
     reuses = PARTS[name][2]
