@@ -534,8 +534,7 @@ class _Programs:
         sharding.SESSION_AXIS]
     active = np.concatenate([active, np.repeat(active[-1:], self.padding)])
     per_shard = active.reshape(shards, -1).sum(axis=1)
-    rows = len(active) // shards  # as session.compact_turn chunks them
-    chunk = -(-rows // -(-rows // self.chunk_size))
+    _, chunk = session_lib.chunks(len(active) // shards, self.chunk_size)
     return int(sum(-(-n // chunk) for n in per_shard) * chunk)
 
   def __call__(self, tables, carry, turn: int, rank: bool):

@@ -72,6 +72,13 @@ def plain_turn(turn_fn, queries, carry, turn):
   return jax.vmap(lambda q, c: turn_fn(q, c, turn))(queries, carry)
 
 
+def chunks(num_sessions: int, chunk_size: int) -> tuple[int, int]:
+  """``(number, size)`` of ``compact_turn``'s chunks of ``num_sessions``:
+  at most ``chunk_size`` each, as even as the batch allows."""
+  number = -(-num_sessions // chunk_size)
+  return number, -(-num_sessions // number)
+
+
 def compact_turns(turn_fn, stopped_fn, targets, queries, carry, turns,
                   chunk_size: int):
   """``plain_turns``'s results with work only for the sessions still
@@ -98,8 +105,7 @@ def compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
   state ``searching`` reads; ``targets [S]``. Returns ``(carry, outs [S,
   ...])``."""
   s = queries.shape[0]
-  num_chunks = -(-s // chunk_size)
-  chunk_size = -(-s // num_chunks)
+  num_chunks, chunk_size = chunks(s, chunk_size)
   pad = num_chunks * chunk_size - s
   batched_turn = jax.vmap(turn_fn, in_axes=(0, 0, None))
   batched_stop = jax.vmap(stopped_fn)
