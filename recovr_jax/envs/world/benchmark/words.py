@@ -24,6 +24,8 @@ leads from a node to a child, looked up by ``(parent, word key)`` in an
 open-addressing hash table.
 """
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,6 +103,9 @@ class WordTable:
     self._dim = dim if encode_text is not None else 1
     self._entries = {}   # key -> (mentions [A] int32, negative, words)
     self._embedding = {}  # key -> [D] float32 (with encode_text)
+    # The entries as arrays in key order (``arrays`` before padding),
+    # merged with each ``add``'s new entries.
+    self._sorted = self._columns([])
     self._arrays = None
 
   def __len__(self):
@@ -125,8 +130,25 @@ class WordTable:
                            np.float32)
       self._embedding.update(zip(new, vectors))
     if new:
+      # The new keys are not held: each goes before the first key above it.
+      at = np.searchsorted(self._sorted[0], np.asarray(new, np.int32))
+      self._sorted = tuple(np.insert(held, at, added, axis=0) for held, added
+                           in zip(self._sorted, self._columns(new)))
       self._arrays = None
     return len(new)
+
+  def _columns(self, keys):
+    """``(keys, mentions, negative, embedding, label)`` of the held
+    entries ``keys`` (in that order), unpadded."""
+    entries = [self._entries[k] for k in keys]
+    num, dim = self._attributes.shape[1], self._dim
+    return (np.asarray(keys, np.int32).reshape(len(keys)),
+            np.asarray([e[0] for e in entries], np.int32).reshape(-1, num),
+            np.asarray([e[1] for e in entries], bool).reshape(len(keys)),
+            (np.asarray([self._embedding[k] for k in keys], np.float32
+                        ).reshape(-1, dim) if self._encode is not None
+             else np.zeros((len(keys), dim), np.float32)),
+            np.asarray([e[3] for e in entries], np.int32).reshape(len(keys)))
 
   def words(self, k: int) -> str:
     return self._entries[int(k)][2]
@@ -142,6 +164,7 @@ class WordTable:
       vectors = np.asarray(encode_text([self._entries[k][2] for k in keys]),
                            np.float32)
       self._embedding.update(zip(keys, vectors))
+    self._sorted = self._columns(keys)
     self._arrays = None
 
   def arrays(self, least: int = 0):
@@ -153,19 +176,11 @@ class WordTable:
     room for every turn it can add)."""
     capacity = _capacity(max(len(self._entries), least))
     if self._arrays is None or self._arrays[0].shape[0] != capacity:
-      keys = np.full(capacity, _EMPTY_KEY, np.int32)
-      mentions = np.full((capacity, self._attributes.shape[1]), -1,
-                         np.int32)
-      negative = np.zeros(capacity, bool)
-      embedding = np.zeros((capacity, self._dim), np.float32)
-      label = np.full(capacity, -1, np.int32)
-      for i, k in enumerate(sorted(self._entries)):
-        keys[i] = k
-        mentions[i], negative[i], _, label[i] = self._entries[k]
-        if self._encode is not None:
-          embedding[i] = self._embedding[k]
-      self._arrays = tuple(jnp.asarray(x) for x in (keys, mentions, negative,
-                                                    embedding, label))
+      pad = capacity - len(self._entries)
+      self._arrays = tuple(
+          jnp.asarray(np.pad(held, [(0, pad)] + [(0, 0)] * (held.ndim - 1),
+                             constant_values=empty))
+          for held, empty in zip(self._sorted, (_EMPTY_KEY, -1, False, 0, -1)))
     return self._arrays
 
 
@@ -219,6 +234,7 @@ class DialogueTable:
     self._children = {}   # (parent, word) -> node id
     self._texts = {}      # node id (>= Q) -> tuple of utterances
     self._rows = []       # [D] per node id - Q
+    self._slots = None    # (parent, word, node) slots, the nodes they hold
     self._arrays = None
 
   def __len__(self):
@@ -250,19 +266,25 @@ class DialogueTable:
     an open-addressing hash table of ``H`` slots (a power of two, at most
     half full; empty slots have word ``-1``) and the nodes' embeddings
     (node ``n``'s is row ``n - Q``), with room for at least ``least``
-    nodes (as ``WordTable.arrays``)."""
+    nodes (as ``WordTable.arrays``). A lookup finds the same node whatever
+    order the pairs went in, so the slots only gain the pairs added since
+    the last call (all of them again when ``H`` grows)."""
     size = max(len(self._children), least)
     slots, capacity = _capacity(2 * size + 2), _capacity(size)
     if self._arrays is None or (self._arrays[0].shape[0],
                                 self._arrays[3].shape[0]) != (slots, capacity):
-      parent = np.zeros(slots, np.int32)
-      word = np.full(slots, -1, np.int32)
-      node = np.zeros(slots, np.int32)
-      for (p, w), n in sorted(self._children.items()):
+      if self._slots is None or self._slots[0].shape[0] != slots:
+        self._slots = (np.zeros(slots, np.int32), np.full(slots, -1, np.int32),
+                       np.zeros(slots, np.int32), 0)
+      parent, word, node, held = self._slots
+      parent, word, node = parent.copy(), word.copy(), node.copy()
+      pairs = list(itertools.islice(self._children.items(), held, None))
+      for (p, w), n in pairs:
         i = int(_hash(np.array([p]), np.array([w]), np)[0]) & (slots - 1)
         while word[i] != -1:
           i = (i + 1) & (slots - 1)
         parent[i], word[i], node[i] = p, w, n
+      self._slots = (parent, word, node, held + len(pairs))
       rows = np.zeros((capacity, self._dim), np.float32)
       if self._rows:
         rows[:len(self._rows)] = np.stack(self._rows)

@@ -64,14 +64,19 @@ class PhraseTable:
     self._encode = encode_text
     self._dim = dim
     self._row = {0: 0, NUM_CODES: 0}
-    self._rows = [np.zeros((1, dim), np.float32)]
+    # ``arrays`` before padding, replaced (never written in place: arrays
+    # already handed out stay as they were) by each ``add``.
+    self._index = np.full(2 * NUM_CODES, -1, np.int32)
+    self._index[[0, NUM_CODES]] = 0
+    self._rows = np.zeros((1, dim), np.float32)
     self._cache = None
 
   def __len__(self):
-    return sum(len(r) for r in self._rows)
+    return len(self._rows)
 
   def missing(self, codes) -> list[int]:
-    return sorted({int(c) for c in codes} - set(self._row))
+    codes = np.unique(np.asarray(codes, np.int64))
+    return codes[self._index[codes] < 0].tolist()
 
   def add(self, codes) -> int:
     """Encodes the codes not in the table; returns how many were added."""
@@ -81,7 +86,9 @@ class PhraseTable:
                        np.float32)
       start = len(self)
       self._row.update({c: start + i for i, c in enumerate(new)})
-      self._rows.append(emb)
+      self._index = self._index.copy()
+      self._index[new] = np.arange(start, start + len(new), dtype=np.int32)
+      self._rows = np.concatenate([self._rows, emb])
       self._cache = None
     return len(new)
 
@@ -90,12 +97,9 @@ class PhraseTable:
     -1 for codes not in the table. ``R`` is at least ``MIN_ROWS``, rounded
     up to a power of two, so that a growing table recompiles rarely."""
     if self._cache is None:
-      index = np.full(2 * NUM_CODES, -1, np.int32)
-      index[list(self._row)] = list(self._row.values())
-      rows = np.concatenate(self._rows)
-      capacity = max(MIN_ROWS, 1 << (len(rows) - 1).bit_length())
-      rows = np.pad(rows, ((0, capacity - len(rows)), (0, 0)))
-      self._cache = (jnp.asarray(index), jnp.asarray(rows))
+      capacity = max(MIN_ROWS, 1 << (len(self._rows) - 1).bit_length())
+      rows = np.pad(self._rows, ((0, capacity - len(self._rows)), (0, 0)))
+      self._cache = (jnp.asarray(self._index), jnp.asarray(rows))
     return self._cache
 
 

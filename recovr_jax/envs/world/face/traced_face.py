@@ -194,13 +194,17 @@ class _Filler:
                         else max(len(self.words), turns))
     self.least_nodes = (0 if self.dialogues is None
                         else max(len(self.dialogues), turns))
+    # The tables of runs that hold none (made once: every call of the run's
+    # program passes them).
+    self.no_words = words_lib.empty_arrays(
+        int(env.data.own.attributes.shape[1]))
+    self.no_dialogues = words_lib.empty_dialogues()
 
   def arrays(self):
     return (self.env.table.arrays(),
-            (words_lib.empty_arrays(int(self.env.data.own.attributes.shape[1]))
-             if self.words is None
+            (self.no_words if self.words is None
              else self.words.arrays(self.least_words)),
-            (words_lib.empty_dialogues() if self.dialogues is None
+            (self.no_dialogues if self.dialogues is None
              else self.dialogues.arrays(self.least_nodes)))
 
   def fill(self, trace) -> jitted.Fill:

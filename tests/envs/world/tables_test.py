@@ -1,0 +1,129 @@
+"""The jitted driver's host tables filled a few entries at a time hold what
+a table filled at once holds, and find it the same way."""
+
+from absl.testing import absltest
+import numpy as np
+
+from recovr_jax.envs.world.benchmark import words as words_lib
+from recovr_jax.envs.world.face import phrase_table
+
+_NUM_TURNS = 3
+_DIM = 4
+
+
+class _User:
+  """Words that name the decision, so that each key's entry is its own."""
+
+  def words(self, query, turn, action, named, prefix, target):
+    del target
+    return f'q{query} t{turn} a{action} p{prefix} ' + ' '.join(
+        f'attr{a}' for a in np.flatnonzero(named))
+
+
+def _parse(words):
+  return {len(words) % 3: len(words) % 5}
+
+
+def _encode(texts):
+  return np.asarray([[len(t), t.count('a'), t.count('t'), hash(t) % 7]
+                     for t in texts], np.float32)
+
+
+def _word_table():
+  return words_lib.WordTable(_User(), np.zeros((6, 3), np.int32),
+                             np.arange(4), _NUM_TURNS, parse=_parse,
+                             label=lambda w: len(w) % 4)
+
+
+def _keys(rng, n):
+  return np.unique(rng.integers(0, 4 * (_NUM_TURNS + 1) * words_lib.CODES,
+                                size=n)).astype(np.int32)
+
+
+class WordTableTest(absltest.TestCase):
+
+  def test_filled_in_steps_equals_filled_at_once(self):
+    keys = _keys(np.random.default_rng(0), 60)
+    steps, once = _word_table(), _word_table()
+    order = np.random.default_rng(1).permutation(keys)
+    for part in np.array_split(order, 5):  # unsorted, interleaved parts
+      steps.add(part)
+      steps.arrays()  # the arrays in between are made and dropped
+    steps.add(order[:7])  # held already: nothing new
+    once.add(keys)
+    for got, want in zip(steps.arrays(128), once.arrays(128)):
+      np.testing.assert_array_equal(got, want)
+    table_keys = np.asarray(steps.arrays(128)[0])
+    np.testing.assert_array_equal(table_keys[:len(keys)], keys)  # sorted
+    self.assertTrue((table_keys[len(keys):] == np.iinfo(np.int32).max).all())
+
+  def test_each_row_is_its_keys_entry(self):
+    keys = _keys(np.random.default_rng(2), 30)
+    table = _word_table()
+    table.add(keys[::2])
+    table.hold_embeddings(_encode, _DIM)  # the held entries encoded now
+    table.add(keys[1::2])
+    got_keys, mentions, negative, embedding, label = map(
+        np.asarray, table.arrays())
+    for i, k in enumerate(keys):
+      words = table.words(k)
+      self.assertEqual(got_keys[i], k)
+      want = np.full(3, -1, np.int32)
+      for a, v in _parse(words).items():
+        want[a] = v
+      np.testing.assert_array_equal(mentions[i], want)
+      self.assertEqual(label[i], len(words) % 4)
+      self.assertFalse(negative[i])
+      np.testing.assert_array_equal(embedding[i], _encode([words])[0])
+
+
+class DialogueTableTest(absltest.TestCase):
+
+  def test_every_pair_found_after_growing_in_steps(self):
+    rng = np.random.default_rng(3)
+    word_table = _word_table()
+    keys = _keys(rng, 80)
+    word_table.add(keys)
+    dialogues = words_lib.DialogueTable(['m0', 'm1', 'm2', 'm3'], word_table,
+                                        _encode, _DIM)
+    pairs = {(int(p), int(w)) for p, w in zip(rng.integers(0, 4, 80), keys)}
+    pairs = sorted(pairs)
+    for part in np.array_split(np.arange(len(pairs)), 6):
+      dialogues.add([pairs[i] for i in part])
+      tables = dialogues.arrays()  # the slots grow on the way
+    self.assertGreater(tables[0].shape[0], 2 * len(pairs))
+    for parent, word in pairs:
+      found, node, row = words_lib.lookup_dialogue(tables, 4, parent, word)
+      self.assertTrue(found)
+      texts = dialogues.texts(int(node))
+      self.assertEqual(texts, (f'm{parent}', word_table.words(word)))
+      np.testing.assert_array_equal(
+          row, _encode([words_lib.SEPARATOR.join(texts)])[0])
+    found, node, _ = words_lib.lookup_dialogue(tables, 4, 2, int(keys[0]) + 1)
+    self.assertFalse(found)
+    self.assertEqual(int(node), 2)
+
+
+class PhraseTableTest(absltest.TestCase):
+
+  def test_index_and_rows_after_adds(self):
+    table = phrase_table.PhraseTable(_encode, _DIM)
+    first = table.arrays()
+    table.add([5, 9, 5, 0])
+    self.assertEqual(table.missing([9, 11, 5, 11, phrase_table.NUM_CODES]),
+                     [11])
+    table.add(np.array([11, 7]))
+    index, rows = map(np.asarray, table.arrays())
+    self.assertEqual(rows.shape, (phrase_table.MIN_ROWS, _DIM))
+    for c in (5, 9, 11, 7):
+      np.testing.assert_array_equal(
+          rows[index[c]], _encode([phrase_table.phrase_text(c)])[0])
+    self.assertEqual(index[0], 0)
+    self.assertEqual(index[phrase_table.NUM_CODES], 0)
+    self.assertEqual(int((index >= 0).sum()), 6)
+    # Arrays handed out before the adds are as they were.
+    self.assertEqual(int((np.asarray(first[0]) >= 0).sum()), 2)
+
+
+if __name__ == '__main__':
+  absltest.main()
