@@ -19,7 +19,8 @@ sweeps read ``sweepable`` and ``replace``.
 A numeric field that no shape or branch depends on is declared *traced*
 (``setting(..., traced=True)``, or ``number(default)`` for a field that is
 not a flag; ``switch(default)`` for a bool read as a value, such as an
-ablation's): ``jit`` compiles a function of a config once for every value
+ablation's; ``choice(default, choices)`` for a name read as its index, such
+as a fusion variant's): ``jit`` compiles a function of a config once for every value
 of such fields. It hands ``jax.jit`` the config's ``split``: a skeleton
 (the config with each traced field replaced by ``TRACED``, hashable and
 equal across values: the static argument) and the numbers (a dict of
@@ -267,7 +268,29 @@ def _walked(node) -> bool:
           and type(node).__dataclass_params__.frozen)
 
 
+def choice(default, choices: tuple[str, ...]):
+  """A traced field holding one of ``choices`` or None: a name the code
+  reads through ``is_choice`` (under ``jit`` the name's index in
+  ``choices``, traced, so configs that differ only in it share one compiled
+  program). None is kept in the skeleton as it is (a branch, not a value)."""
+  return dataclasses.field(default=default,
+                           metadata={TRACED_KEY: tuple(choices)})
+
+
+def is_choice(value, name: str, choices: tuple[str, ...]):
+  """Whether a ``choice`` field's ``value`` (a name, or its traced index
+  in ``choices`` under ``jit``) is ``name``: a bool, or a traced bool."""
+  if isinstance(value, str):
+    return value == name
+  return value == choices.index(name)
+
+
 def _scalar(value, where: str, kind=True):
+  if isinstance(kind, tuple):  # a choice: its index
+    if value not in kind:
+      raise TypeError(f'traced choice {where} must hold one of {kind}, got '
+                      f'{value!r}')
+    return kind.index(value)
   if kind == SWITCH:
     if not isinstance(value, bool):
       raise TypeError(f'traced switch {where} must hold a bool, got '
@@ -316,6 +339,8 @@ def split(tree) -> tuple[object, dict]:
   numbers = {}
 
   def take(path, value, kind):
+    if value is None and isinstance(kind, tuple):  # a choice of none
+      return None
     numbers[path] = (tuple(_scalar(v, path, kind) for v in value)
                      if isinstance(value, tuple)
                      else _scalar(value, path, kind))
@@ -326,8 +351,9 @@ def split(tree) -> tuple[object, dict]:
 
 def join(skeleton, numbers: dict):
   """The tree ``split`` took apart, its traced fields from ``numbers``
-  (tracers under ``jit``)."""
-  return _swap_traced(skeleton, lambda path, *_: numbers[path])
+  (tracers under ``jit``; a choice holds its index)."""
+  return _swap_traced(skeleton, lambda path, value, _: (
+      numbers[path] if value is TRACED else value))
 
 
 def jit(fn, static_argnames: tuple[str, ...] = ()):

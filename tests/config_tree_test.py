@@ -170,6 +170,43 @@ class TracedSettingsTest(absltest.TestCase):
     fn(_Outer(scale=_Scale(mode='none')), x)
     self.assertEqual(fn.compiled._cache_size(), 3)  # pylint: disable=protected-access
 
+  def test_a_choice_is_traced_as_its_index_and_none_stays_static(self):
+    fn = config_tree.jit(_chosen)
+    x = jnp.arange(4, dtype=jnp.float32)
+    for op in _OPS:
+      config = _Choosing(op=op)
+      skeleton, numbers = config_tree.split(config)
+      self.assertIs(skeleton.op, config_tree.TRACED)
+      self.assertEqual(numbers, {'op': _OPS.index(op)})
+      # Joined, it holds the index (a tracer under jit), read the same way.
+      self.assertEqual(config_tree.join(skeleton, numbers).op,
+                       _OPS.index(op))
+      np.testing.assert_array_equal(fn(config, x), _chosen(config, x))
+    self.assertEqual(fn.compiled._cache_size(), 1)  # pylint: disable=protected-access
+    skeleton, numbers = config_tree.split(_Choosing(op=None))
+    self.assertIsNone(skeleton.op)  # a branch: a program of its own
+    self.assertEqual(numbers, {})
+    np.testing.assert_array_equal(fn(_Choosing(op=None), x), x)
+    self.assertEqual(fn.compiled._cache_size(), 2)  # pylint: disable=protected-access
+    with self.assertRaisesRegex(TypeError, "op must hold one of"):
+      config_tree.split(_Choosing(op='div'))
+
+
+_OPS = ('add', 'mul', 'neg')
+
+
+@dataclasses.dataclass(frozen=True)
+class _Choosing:
+  op: str | None = config_tree.choice('add', _OPS)
+
+
+def _chosen(config, x):
+  if config.op is None:
+    return x
+  return jnp.where(config_tree.is_choice(config.op, 'add', _OPS), x + 2.0,
+                   jnp.where(config_tree.is_choice(config.op, 'mul', _OPS),
+                             x * 3.0, -x))
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -44,7 +44,10 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
       best first, ``-1`` padding; an id appears at most once per list.
     scores: ``[W, C, K]`` float similarities (used by ``sim_*`` only).
     valid: ``[W, C]`` bool, lists that exist.
-    method: one of ``METHODS`` (static).
+    method: one of ``METHODS`` (static), or its index in ``METHODS``
+      traced (a config's ``config_tree.choice``: the variants then share one
+      compiled program, each selected by value, each giving what its
+      static name gives).
     k: RRF constant, ``>= 0``.
     recency: turn weights ``w_a`` of ``tw_rrf`` and ``penalty_rrf``:
       ``'linear'`` ``(W - a) / W``, ``'exp'`` ``gamma ** a``, ``'uniform'`` 1.
@@ -59,7 +62,14 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
     ``(ids, scores)``: ``[out_k]`` int32 and ``[out_k]`` float32 fused
     scores, best first, ties by lower id, padded with ``-1`` / ``-inf``.
   """
-  method = checks.choice('fusion method', method, METHODS)
+  if isinstance(method, str):
+    method, method_index = checks.choice('fusion method', method,
+                                         METHODS), 0
+  else:  # an index, traced: read by value
+    if checks.is_concrete(method) and int(method) not in range(len(METHODS)):
+      raise ValueError(f'fusion method index must be in [0, {len(METHODS)})'
+                       f', got {method!r}')
+    method, method_index = None, method
   recency = checks.choice('recency', recency, RECENCIES)
   ids = checks.array('ids', ids, 3, 'int')
   scores = checks.array('scores', scores, 3, 'float')
@@ -93,7 +103,8 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
     key_bits = num_ids.bit_length()
   checks.gallery_ids('ids', ids, num_ids, 'num_ids')
   return _fuse(ids, scores, valid, k, gamma, channel_weights, penalty_rank,
-               method=method, recency=recency, out_k=out_k, key_bits=key_bits)
+               method_index, method=method, recency=recency, out_k=out_k,
+               key_bits=key_bits)
 
 
 def recency_weights(window: int, recency: str, gamma=0.5):
@@ -106,35 +117,61 @@ def recency_weights(window: int, recency: str, gamma=0.5):
   return jnp.ones((window,), jnp.float32)
 
 
+def _select(which, a, b):
+  """``a`` where ``which`` else ``b``: a Python branch for a static
+  ``which``, ``jnp.where`` for a traced one (each value computed as the
+  branch computes it, so both give the same bits)."""
+  if isinstance(which, bool):
+    return a() if which else b()
+  return jnp.where(which, a(), b())
+
+
 @functools.partial(jax.jit,
                    static_argnames=('method', 'recency', 'out_k', 'key_bits'))
-def _fuse(ids, scores, valid, k, gamma, channel_weights, penalty_rank, *,
-          method, recency, out_k, key_bits):
+def _fuse(ids, scores, valid, k, gamma, channel_weights, penalty_rank,
+          method_index, *, method, recency, out_k, key_bits):
+  """``fuse`` of ``method`` (static), or where it is None of the traced
+  ``method_index``."""
+  def is_(name):  # a bool, or a traced one
+    return (method == name if method is not None
+            else method_index == METHODS.index(name))
+
   w, c, kk = ids.shape
   num_entries = w * c * kk
   ids = ids.astype(jnp.int32)
-  list_valid = valid
-  if method == 'static_rrf':
-    list_valid = valid & (jnp.arange(w) == 0)[:, None]
+  list_valid = _select(is_('static_rrf'),
+                       lambda: valid & (jnp.arange(w) == 0)[:, None],
+                       lambda: valid)
   entry_ok = list_valid[:, :, None] & (ids >= 0)  # [W, C, K]
 
-  offset = jnp.float32(0)
-  if method in ('sim_max', 'sim_sum'):
-    contrib = scores.astype(jnp.float32)
-  else:
-    turn_w = recency_weights(w, 'uniform' if method == 'uniform_rrf'
-                             else recency, gamma)
+  def rrf():  # (contributions, offset) of the RRF variants
+    turn_w = _select(is_('uniform_rrf'),
+                     lambda: recency_weights(w, 'uniform', gamma),
+                     lambda: recency_weights(w, recency, gamma))
     list_w = turn_w[:, None] * jnp.asarray(channel_weights, jnp.float32)
     rank = jnp.arange(1, kk + 1, dtype=jnp.float32)
-    k = jnp.asarray(k, jnp.float32)
-    contrib = list_w[:, :, None] / (k + rank)
-    if method == 'penalty_rrf':
-      # Every valid list that lacks d costs pen; adding pen back on the lists
-      # that hold d turns that into a per-entry sum plus one constant.
-      pen = list_w / (k + jnp.asarray(penalty_rank, jnp.float32))  # [W, C]
-      contrib = contrib + pen[:, :, None]
-      offset = -jnp.sum(jnp.where(list_valid, pen, 0.0))
-    contrib = jnp.broadcast_to(contrib, (w, c, kk))
+    contrib = list_w[:, :, None] / (jnp.asarray(k, jnp.float32) + rank)
+    # penalty_rrf: every valid list that lacks d costs pen; adding pen back
+    # on the lists that hold d turns that into a per-entry sum plus one
+    # constant.
+    pen = list_w / (jnp.asarray(k, jnp.float32)
+                    + jnp.asarray(penalty_rank, jnp.float32))  # [W, C]
+    penalty = is_('penalty_rrf')
+    contrib = _select(penalty, lambda: contrib + pen[:, :, None],
+                      lambda: contrib)
+    offset = _select(penalty,
+                     lambda: -jnp.sum(jnp.where(list_valid, pen, 0.0)),
+                     lambda: jnp.float32(0))
+    return jnp.broadcast_to(contrib, (w, c, kk)), offset
+
+  similarity = is_('sim_max') | is_('sim_sum')
+  if isinstance(similarity, bool):
+    contrib, offset = ((scores.astype(jnp.float32), jnp.float32(0))
+                       if similarity else rrf())
+  else:
+    rrf_contrib, rrf_offset = rrf()
+    contrib = jnp.where(similarity, scores.astype(jnp.float32), rrf_contrib)
+    offset = jnp.where(similarity, jnp.float32(0), rrf_offset)
 
   sentinel = (1 << key_bits) - 1  # sorts after every valid id
   keys = jnp.where(entry_ok, ids, sentinel).reshape(num_entries)
@@ -150,14 +187,17 @@ def _fuse(ids, scores, valid, k, gamma, channel_weights, penalty_rank, *,
   pad_vals = jnp.concatenate([vals, jnp.zeros((span - 1,), jnp.float32)])
   pad_ok = jnp.concatenate([ok, jnp.zeros((span - 1,), bool)])
   fused = vals
+  maximum = is_('sim_max')
   for j in range(1, span):
     same = pad_ok[j:j + num_entries] & (
         pad_ids[j:j + num_entries] == sorted_ids)
     nxt = pad_vals[j:j + num_entries]
-    if method == 'sim_max':
-      fused = jnp.where(same, jnp.maximum(fused, nxt), fused)
-    else:
-      fused = fused + jnp.where(same, nxt, 0.0)
+    fused = _select(
+        maximum,
+        lambda fused=fused, same=same, nxt=nxt: jnp.where(
+            same, jnp.maximum(fused, nxt), fused),
+        lambda fused=fused, same=same, nxt=nxt: fused + jnp.where(
+            same, nxt, 0.0))
   fused = jnp.where(head, fused + offset, -jnp.inf)
 
   if out_k < num_entries:  # what cannot be in the top out_k skips the heap

@@ -49,7 +49,9 @@ class LoopConfig:
   num_channels: int = 2         # C: 0 = T2V, 1 = CoVR
   #: K, the candidate pool.
   list_length: int = config_tree.setting(100, sweep=True)
-  fusion_method: str | None = 'tw_rrf'  # None: show channel 1's list as is
+  # None: show channel 1's list as is. A choice (read by value under jit:
+  # the fusion variants share one compiled program).
+  fusion_method: str | None = config_tree.choice('tw_rrf', fusion.METHODS)
   #: k, the RRF constant.
   rrf_k: float = config_tree.setting(60.0, sweep=True, traced=True)
   #: TW-RRF recency weights.

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import methods
+from recovr_jax.core import fusion
 from recovr_jax.methods import base
 from recovr_jax.protocol import jitted
 from recovr_jax.protocol import plan
@@ -259,10 +260,11 @@ class ToyEnvironmentTest(absltest.TestCase):
 
   def test_recovr_and_its_ablations_share_one_program(self):
     # The ReCoVR family's switches (the channels, State Reflection, the
-    # anchor, keep, avoid and rank-cap: config_tree.switch) are arguments
-    # of the compiled program: the ablations share ReCoVR's, and each gives
-    # what a program compiled with its switches as constants gives, to the
-    # bit.
+    # anchor, keep, avoid and rank-cap: config_tree.switch) and its fusion
+    # variant (config_tree.choice) are arguments of the compiled program:
+    # the ablations and fusion variants share ReCoVR's, and each gives what
+    # a program compiled with its switches and fusion as constants gives,
+    # to the bit.
     pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
              if r != t][::4]
     env = _environment(pairs)
@@ -274,7 +276,8 @@ class ToyEnvironmentTest(absltest.TestCase):
                         static_argnames=('config', 'chunk_size'))
     names = ('recovr', 'covr_only', 't2v_only', 'intent_only', 'no_rankcap',
              'no_reflection', 'no_keep', 'no_avoid', 'covr_plain',
-             't2v_plain', 'fixed_anchor')
+             't2v_plain', 'fixed_anchor', 'static_rrf', 'uniform_rrf',
+             'penalty_rrf', 'sim_max', 'sim_sum')
     before = jitted.simulate.compiled._cache_size()  # pylint: disable=protected-access
     traces = {}
     for name in names:
@@ -285,10 +288,15 @@ class ToyEnvironmentTest(absltest.TestCase):
       jax.tree.map(lambda a, b, n=name: np.testing.assert_array_equal(
           a, b, err_msg=n), traces[name], constants(config, *args))
     self.assertEqual(jitted.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
-    # The switches reach the program: the ablations rank differently.
+    # The switches and the fusion reach the program: the ablations and the
+    # fusion variants rank differently.
     differ = [n for n in names[1:] if not np.array_equal(
         traces[n].displayed, traces['recovr'].displayed)]
     self.assertGreaterEqual(len(differ), 5, differ)
+    self.assertGreaterEqual(len(set(differ) & set(fusion.METHODS)), 3,
+                            differ)
+    scores = {n: traces[n].top_scores.tobytes() for n in fusion.METHODS[1:]}
+    self.assertLen(set(scores.values()), len(scores))  # each its own
 
   def test_a_form_that_reads_another_observation_is_refused(self):
     # The stepped face's form reads the host's tabulated plan, which the
