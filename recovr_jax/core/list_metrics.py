@@ -6,6 +6,7 @@ A target absent from a list of length ``K`` has rank ``K + 1`` (censored), so
 mean ranks and BRI are censored at ``log(K + 1)``.
 """
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -207,15 +208,41 @@ def bootstrap_indices(key, num_resamples: int, num_sessions: int):
                             num_sessions, dtype=jnp.int32)
 
 
-def _resamples(name: str, values, num_resamples: int, key):
-  """``[R, S]`` session indices for ``values`` ``[S, M]`` (at least one
-  session; ``key`` default ``jax.random.key(0)``)."""
+class _Draws(NamedTuple):
+  """One set of resamples: ``[R, S]`` session indices and ``[R, S]``
+  float32 counts (how many times each session is drawn in each)."""
+  indices: jax.Array
+  counts: jax.Array
+
+
+_DRAWN = {}  # (key data, key impl, R, S) -> _Draws, the last few
+_DRAWN_KEPT = 4
+
+
+def _resamples(name: str, values, num_resamples: int, key) -> _Draws:
+  """The resamples of ``values`` ``[S, M]`` (at least one session; ``key``
+  default ``jax.random.key(0)``), drawn once per key and size: every
+  method of a run is resampled with the same key."""
   num_resamples = checks.positive_int('num_resamples', num_resamples)
   s = values.shape[0]
   if s < 1:
     raise ValueError(f'{name} must hold at least one session')
   key = jax.random.key(0) if key is None else key
-  return bootstrap_indices(key, num_resamples, s)
+  drawn = (np.asarray(jax.random.key_data(key)).tobytes(),
+           str(jax.random.key_impl(key)), num_resamples, s)
+  if drawn not in _DRAWN:
+    if len(_DRAWN) >= _DRAWN_KEPT:
+      _DRAWN.pop(next(iter(_DRAWN)))
+    indices = bootstrap_indices(key, num_resamples, s)
+    _DRAWN[drawn] = _Draws(indices, _counts(indices))
+  return _DRAWN[drawn]
+
+
+@jax.jit
+def _counts(indices):
+  r, s = indices.shape
+  return jnp.zeros((r, s), jnp.float32).at[
+      jnp.arange(r)[:, None], indices].add(1.0)
 
 
 def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
@@ -239,9 +266,9 @@ def paired_bootstrap(hits_a, hits_b, num_resamples: int = DEFAULT_RESAMPLES,
   checks.shape('hits_b', hits_b, hits_a.shape)
   checks.finite('hits_a', hits_a, 'per-session values')
   checks.finite('hits_b', hits_b, 'per-session values')
-  indices = _resamples('hits_a', hits_a, num_resamples, key)
+  draws = _resamples('hits_a', hits_a, num_resamples, key)
   diffs = jnp.asarray(hits_a, jnp.float32) - jnp.asarray(hits_b, jnp.float32)
-  return _bootstrap(diffs, indices)
+  return _bootstrap(diffs, draws)
 
 
 def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
@@ -263,8 +290,8 @@ def bootstrap_mean(values, num_resamples: int = DEFAULT_RESAMPLES,
   """
   values = checks.array('values', values, 2, 'float')
   checks.finite('values', values, 'per-session values')
-  indices = _resamples('values', values, num_resamples, key)
-  return _bootstrap(jnp.asarray(values, jnp.float32), indices)
+  draws = _resamples('values', values, num_resamples, key)
+  return _bootstrap(values, draws)
 
 
 def bootstrap_ratio(numerators, denominators,
@@ -294,7 +321,7 @@ def bootstrap_ratio(numerators, denominators,
   checks.finite('denominators', denominators, 'per-session counts')
   if np.any(np.asarray(denominators) < 0):
     raise ValueError('denominators must be >= 0')
-  indices = _resamples('numerators', numerators, num_resamples, key)
+  indices = _resamples('numerators', numerators, num_resamples, key).indices
   return _bootstrap_ratio(jnp.asarray(numerators, jnp.float32),
                           jnp.asarray(denominators, jnp.float32), indices)
 
@@ -313,12 +340,37 @@ def _bootstrap_ratio(num, den, indices):
                            lower=lower, upper=upper)
 
 
-@jax.jit
-def _bootstrap(diffs, indices):
-  """``diffs [S, T+1]``, ``indices [R, S]`` -> ``BootstrapInterval``."""
-  # Resample means in chunks so memory stays O(chunk * S * (T+1)).
-  means = jax.lax.map(lambda idx: jnp.mean(diffs[idx], axis=0), indices,
-                      batch_size=256)  # [R, T+1]
+def _bootstrap(diffs, draws: _Draws) -> BootstrapInterval:
+  """``diffs [S, M]`` (concrete), ``draws`` -> ``BootstrapInterval``.
+
+  A resample's mean is its sum over S. Where a column holds whole numbers
+  whose sums stay below 2^24 every float32 sum is exact in any order, so
+  that column's sums are ``counts @ column`` (a matmul); the other columns
+  are gathered and summed as ``jnp.mean`` does. Both give ``jnp.mean`` of
+  the gathered rows to the bit."""
+  diffs = jnp.asarray(diffs, jnp.float32)
+  host = np.asarray(diffs)
+  whole = (np.all(host == np.rint(host), axis=0)
+           & (np.abs(host).max(axis=0, initial=0) * host.shape[0] < 2 ** 24))
+  return _bootstrap_columns(diffs, draws.indices, draws.counts,
+                            whole=tuple(np.flatnonzero(whole).tolist()),
+                            other=tuple(np.flatnonzero(~whole).tolist()))
+
+
+@functools.partial(jax.jit, static_argnames=('whole', 'other'))
+def _bootstrap_columns(diffs, indices, counts, *, whole, other):
+  s = diffs.shape[0]
+  means = jnp.zeros((indices.shape[0], diffs.shape[1]), jnp.float32)
+  if whole:
+    columns = jnp.asarray(whole)
+    means = means.at[:, columns].set(
+        (counts @ diffs[:, columns]) / jnp.float32(s))
+  if other:
+    columns = jnp.asarray(other)
+    # Resample means in chunks so memory stays O(chunk * S * M).
+    means = means.at[:, columns].set(jax.lax.map(
+        lambda idx: jnp.mean(diffs[:, columns][idx], axis=0), indices,
+        batch_size=256))  # [R, M]
   lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
   return BootstrapInterval(mean=jnp.mean(diffs, axis=0), lower=lower,
                            upper=upper)

@@ -199,12 +199,13 @@ def _write_outputs(config, source, built, assembled, out, env, sessions,
         built, assembled.user).items():
       (out / name).write_text(json.dumps(content, indent=2))
       print(line, flush=True)
-  with profiling.part('text embedding cache (I/O)'):
-    source.save_caches(built)
   with profiling.part('metrics, bootstrap and report'):
     ceiling = outputs.t2v_ceiling(
         env, source.target_captions(built), sessions, base.list_length,
         config.bootstrap_resamples, config.seed)
+  with profiling.part('text embedding cache (I/O)'):
+    source.save_caches(built)  # the ceiling's captions too
+  with profiling.part('metrics, bootstrap and report'):
     return outputs.write(config, out, env, sessions, collected, start,
                          ceiling,
                          source.ask_truth(built, assembled.user)

@@ -4,6 +4,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import list_metrics as metrics
@@ -140,6 +141,31 @@ class MetricsTest(parameterized.TestCase):
                                atol=1e-5)
     np.testing.assert_allclose(got.upper, np.percentile(means, 97.5, axis=0),
                                atol=1e-5)
+
+  def test_bootstrap_mean_is_the_gathered_mean_to_the_bit(self):
+    # Whole-number columns are summed by a matmul of the draw counts, the
+    # rest gathered: both as the mean of the gathered rows, bit for bit.
+    rng = np.random.default_rng(4)
+    s = 300
+    values = np.concatenate([
+        (rng.random((s, 3)) < 0.4).astype(np.float32),       # hits
+        rng.integers(-3, 4, (s, 2)).astype(np.float32),      # differences
+        np.log(rng.integers(1, 900, (s, 2))).astype(np.float32),  # BRI
+        # Whole, but their sums pass 2^24 (rounded: the order matters).
+        rng.integers(2 ** 20, 2 ** 21, (s, 1)).astype(np.float32),
+    ], axis=1)
+    key = jax.random.key(5)
+    got = metrics.bootstrap_mean(values, 700, key)
+    idx = metrics.bootstrap_indices(key, 700, s)
+    means = jax.jit(lambda v, i: jax.lax.map(
+        lambda r: jnp.mean(v[r], axis=0), i, batch_size=256))(values, idx)
+    lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
+    np.testing.assert_array_equal(got.lower, lower)
+    np.testing.assert_array_equal(got.upper, upper)
+    np.testing.assert_array_equal(got.mean, jnp.mean(values, axis=0))
+    # Another key draws other resamples (the draws are kept per key).
+    other = metrics.bootstrap_mean(values, 700, jax.random.key(6))
+    self.assertFalse(np.array_equal(other.lower, got.lower))
 
   def test_paired_bootstrap_default_and_reproducible(self):
     rng = np.random.default_rng(1)
