@@ -26,7 +26,6 @@ truth (``protocol.source.AskTruth``); no method sees it.
 """
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -90,20 +89,39 @@ def score(rows, truth, num_turns: int) -> dict:
   }
 
 
-def remembering(truth):
+def remembering(truth, rows=(), num_turns: int = 0):
   """``truth`` whose user replays each (session, turn, target, shown
   video, question) once: the user is a deterministic function of them,
   and the methods' sessions share many such turns (every method's turn 1
-  answers the same turn-0 list)."""
-  return dataclasses.replace(truth,
-                             user=functools.lru_cache(maxsize=None)(truth.user))
+  answers the same turn-0 list). With ``rows`` (every method's trajectory
+  rows) and ``num_turns``, the turns ``score`` replays are replayed up
+  front, in one batch where the user answers many at once (a ``many``
+  attribute: ``many(calls) -> [user(*call) for call in calls]``)."""
+  user, memo = truth.user, {}
+
+  def remembered(*call):
+    if call not in memo:
+      memo[call] = user(*call)
+    return memo[call]
+  calls = list(dict.fromkeys(
+      _replayed(truth, row, t) for row in rows if not row.get('error')
+      for t in range(1, num_turns)
+      if all(row['turns'][u]['action'] != 'stopped' for u in range(1, t + 1))))
+  if calls and getattr(user, 'many', None) is not None:
+    memo.update(zip(calls, user.many(calls)))
+  return dataclasses.replace(truth, user=remembered)
 
 
 def _named(truth, row, t: int) -> list[int]:
-  """The attributes the user's words at turn ``t`` named, replayed (the
-  user reads the question shown with the previous list: its text in the
-  host's records, its attribute in the jitted driver's, whose
-  ``mentioned`` is what the reasoner read, not what the user said)."""
+  """The attributes the user's words at turn ``t`` named, replayed."""
+  return list(truth.user(*_replayed(truth, row, t)).mentioned)
+
+
+def _replayed(truth, row, t: int) -> tuple:
+  """The user's arguments at turn ``t`` (it reads the question shown with
+  the previous list: its text in the host's records, its attribute in the
+  jitted driver's, whose ``mentioned`` is what the reasoner read, not what
+  the user said)."""
   rec = row['turns'][t]
   question = rec.get('question')
   if 'question_attribute' in rec:  # the jitted driver's record
@@ -111,8 +129,7 @@ def _named(truth, row, t: int) -> list[int]:
     question = (None if name is None else
                 truth.question_about(truth.attribute_names.index(name)))
   shown = row['turns'][t - 1]['top10'][0]
-  said = truth.user(row['session'], t, row['target'], shown, question)
-  return list(said.mentioned)
+  return row['session'], t, row['target'], shown, question
 
 
 def _question(truth, turns, t: int):

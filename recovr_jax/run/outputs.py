@@ -200,10 +200,12 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
                       num_resamples=config.bootstrap_resamples)
 
   if ask_truth is not None:
-    ask_truth = asking.remembering(ask_truth)  # one replay per user turn
     by_method = {m: [] for m in displayed}
     for row in trajectories:
       by_method[row['method']].append(row)
+    # One replay per user turn, all of them up front.
+    ask_truth = asking.remembering(ask_truth, trajectories,
+                                   config.loop.num_turns)
     for m, rows in by_method.items():
       per_method[m]['asking'] = asking.score(rows, ask_truth,
                                              config.loop.num_turns)

@@ -112,6 +112,33 @@ class RememberingTest(absltest.TestCase):
     self.assertEqual(asking.score(rows, remembered, num_turns=3), plain)
     self.assertEqual(len(calls), 2 * replays)
 
+  def test_a_user_that_answers_many_replays_every_turn_in_one_batch(self):
+    calls, batches = [], []
+    truth = make_truth({(0, 1): [0], (1, 2): [1]})
+    user = truth.user
+
+    def counted(*key):
+      calls.append(key)
+      return user(*key)
+
+    def many(keys):
+      batches.append(list(keys))
+      return [user(*key) for key in keys]
+    counted.many = many
+    truth = source.AskTruth(**{**truth.__dict__, 'user': counted})
+    rows = [{'session': s, 'target': 0, 'turns': [
+        turn([3], action=None), turn([1, 4], asked='colour?'),
+        turn([1, 4]), turn([1, 4])]} for s in (0, 1)]
+    rows.append({'session': 2, 'error': 'raised'})  # no turns: left out
+    plain = [asking.score(rows[i:i + 1], truth, num_turns=3) for i in (0, 1)]
+    calls.clear()
+    remembered = asking.remembering(truth, rows + rows, num_turns=3)
+    self.assertLen(batches, 1)
+    self.assertLen(batches[0], len(set(batches[0])))  # each call once
+    self.assertEqual([asking.score(rows[i:i + 1], remembered, num_turns=3)
+                      for i in (0, 1)], plain)
+    self.assertEqual(calls, [])  # every replay was in the batch
+
 
 class JittedRecordsTest(absltest.TestCase):
 

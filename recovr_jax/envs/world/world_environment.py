@@ -49,4 +49,10 @@ def attribute_user(user, attributes):
   def respond(session, turn, target, shown, question):
     return user.respond(session, turn, target, shown, attributes[target],
                         attributes[shown], question=question)
+
+  def many(calls):  # respond of each call, in one batch where it can
+    return user.respond_many([
+        (session, turn, target, shown, attributes[target], attributes[shown],
+         question) for session, turn, target, shown, question in calls])
+  respond.many = many
   return respond

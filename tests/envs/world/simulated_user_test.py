@@ -124,6 +124,23 @@ class SimulatedUserTest(parameterized.TestCase):
     self.assertNotEqual(texts, [self.respond(changes, user=other,
                                              session=s).text for s in range(8)])
 
+  @parameterized.parameters('jax', 'numpy')
+  def test_respond_many_is_respond_of_each(self, draws):
+    rng = np.random.default_rng(7)
+    user = simulated_user.SimulatedUser(
+        simulated_user.UserConfig(draws=draws), seed=3)
+    questions = [None, lexicon.QUESTIONS['colour'][0], 'what now?']
+    calls = []
+    for i in range(13):  # not a power of two: the batch is padded
+      target, shown = COMBOS[rng.integers(len(COMBOS), size=2)]
+      same = i % 5 == 0  # the target shown: a stop
+      calls.append((i // 2, 1 + i % 3, 4, 4 if same else 9, target,
+                    target if same else shown, questions[i % 3]))
+    many = user.respond_many(calls)
+    self.assertEqual(many, [user.respond(*c) for c in calls])
+    self.assertIn('stop', [f.action for f in many])
+    self.assertGreater(len({f.action for f in many}), 2)
+
   def test_policies(self):
     one = {0: (self.target[0] + 1) % 4}
     many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}

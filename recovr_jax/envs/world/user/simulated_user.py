@@ -220,6 +220,14 @@ def _decide_host(config, seed_key, session, turn, target_attrs, shown_attrs,
                 shown_attrs, config, asked)
 
 
+@config_tree.jit
+def _decide_many(config, seed_key, sessions, turns, target_attrs, shown_attrs,
+                 asked):
+  return jax.vmap(lambda s, t, target, shown, a: decide(
+      decision_key(seed_key, s, t), target, shown, config, a))(
+          sessions, turns, target_attrs, shown_attrs, asked)
+
+
 class SimulatedUser:
   """A target-conditioned user over the generated world."""
 
@@ -261,6 +269,44 @@ class SimulatedUser:
     mentioned = {int(a): int(target[a]) for a in named}
     return Feedback(action, self._text(rng, action, named, target,
                                        rewrite_prefix), mentioned)
+
+  def respond_many(self, calls) -> list[Feedback]:
+    """``[respond(*call) for call in calls]`` (each ``call`` respond's
+    arguments, ``question`` included); under ``draws='jax'`` the decisions
+    are drawn in one batch (padded to a power of two, so that a few
+    programs serve every size), each as ``respond`` draws it."""
+    calls = [tuple(c) + (None,) * (7 - len(c)) for c in calls]
+    if self.config.draws != 'jax':
+      return [self.respond(*call) for call in calls]
+    out = [Feedback('stop', '', {})] * len(calls)
+    todo = [i for i, c in enumerate(calls) if int(c[3]) != int(c[2])]
+    if not todo:
+      return out
+    num = len(np.asarray(calls[todo[0]][4]))
+    words = lexicon.for_attributes(num)
+
+    def asked(question):
+      a = None if question is None else words.question_attribute(question)
+      return -1 if a is None else a
+    size = 1 << (len(todo) - 1).bit_length()
+    rows = [calls[i] for i in todo] + [calls[todo[0]]] * (size - len(todo))
+    action, mask, prefix = map(np.asarray, _decide_many(
+        self.config, jax.random.key(self.seed),
+        np.array([c[0] for c in rows], np.int32),
+        np.array([c[1] for c in rows], np.int32),
+        np.stack([np.asarray(c[4]) for c in rows]),
+        np.stack([np.asarray(c[5]) for c in rows]),
+        np.array([asked(c[6]) for c in rows], np.int32)))
+    for j, i in enumerate(todo):
+      session, turn, _, _, target, _, _ = calls[i]
+      target = np.asarray(target)
+      named = [int(a) for a in np.flatnonzero(mask[j])]
+      name = ACTIONS[int(action[j])]
+      out[i] = Feedback(name, self._text(self.rng(session, turn), name,
+                                         named, target,
+                                         _REWRITE_PREFIX[int(prefix[j])]),
+                        {int(a): int(target[a]) for a in named})
+    return out
 
   def words(self, session: int, turn: int, action: int, named, prefix: int,
             target_attrs) -> str:
