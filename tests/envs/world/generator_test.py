@@ -55,13 +55,21 @@ class WorldTest(parameterized.TestCase):
                                   np.arange(len(combos)))
 
   def test_pure_function_of_the_seed(self):
-    again = _world()
+    again = world_lib._build_world(SMALL)  # pylint: disable=protected-access
     self.assertEqual(again.gallery_captions, self.world.gallery_captions)
     self.assertEqual(again.test.edit, self.world.test.edit)
     np.testing.assert_array_equal(again.train.reference,
                                   self.world.train.reference)
     other = _world(dataclasses.replace(SMALL, seed=1))
     self.assertNotEqual(other.test.edit, self.world.test.edit)
+
+  def test_built_once_per_config_and_read_only(self):
+    self.assertIs(_world(), self.world)
+    self.assertIs(_world(dataclasses.replace(SMALL)), self.world)
+    with self.assertRaisesRegex(ValueError, 'read-only'):
+      self.world.test.target[0] = 1
+    with self.assertRaisesRegex(ValueError, 'read-only'):
+      self.world.gallery_combos[0] = 1
 
   def test_splits_share_no_combination(self):
     w = self.world

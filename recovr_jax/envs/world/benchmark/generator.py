@@ -20,6 +20,7 @@ module reads; its parts share the attribute tables.
 """
 
 import dataclasses
+import functools
 import itertools
 from typing import ClassVar
 
@@ -532,7 +533,25 @@ def test_split(seed: int, test_share: float) -> np.ndarray:
 
 
 def make_world(config: WorldConfig = WorldConfig()) -> World:
-  """Builds the world of ``config``: splits, gallery, captions, triplets."""
+  """The world of ``config``: splits, gallery, captions, triplets. Built
+  once per config for the last few configs asked for (a run asks for its
+  world more than once), its arrays read-only, since every caller holds the
+  same one."""
+  return _built_world(config)
+
+
+@functools.lru_cache(maxsize=2)
+def _built_world(config: WorldConfig) -> World:
+  world = _build_world(config)
+  for part in (world, world.test, world.train):
+    for field in dataclasses.fields(part):
+      value = getattr(part, field.name)
+      if isinstance(value, np.ndarray):
+        value.setflags(write=False)
+  return world
+
+
+def _build_world(config: WorldConfig) -> World:
   rng = np.random.default_rng(config.seed)
   combos = all_combos()
   is_test = _split(rng, config.test_share)
