@@ -79,6 +79,39 @@ class TextEncoderTest(absltest.TestCase):
       self.assertIn('fails its checksum', logs.output[0])
       self.assertEqual(fresh.load_cache(pathlib.Path(d) / 'none.npz'), 0)
 
+  def test_cache_files_of_either_layout(self):
+    texts = ['zwei Würfel, rot', 'make it blue', 'show two of them']
+    with tempfile.TemporaryDirectory() as d:
+      enc = text_encoder()
+      want = enc(texts)
+      path = enc.cache_path(d)
+      enc.save_cache(path)
+      with np.load(path) as data:  # the texts as UTF-8 bytes and ends
+        self.assertNotIn('texts', data)
+        blob = data['text_bytes'].tobytes()
+        self.assertIn('zwei Würfel, rot'.encode(), blob)
+      fresh = encoders.TextEncoder(batch_size=16, max_length=32,
+                                   shared=False)
+      self.assertEqual(fresh.load_cache(path), enc.cache_size)
+      np.testing.assert_array_equal(fresh(texts), want)
+      # A file of the earlier layout (the texts as a NumPy string array)
+      # is read as it was.
+      legacy = pathlib.Path(d) / 'legacy.npz'
+      held = sorted(set(texts))
+      vectors = np.stack([want[texts.index(t)] for t in held])
+      np.savez(legacy, texts=np.array(held, dtype=str), vectors=vectors,
+               fingerprint=np.array(enc.fingerprint),
+               checksum=np.array(enc._checksum(held, vectors)))  # pylint: disable=protected-access
+      old = encoders.TextEncoder(batch_size=16, max_length=32, shared=False)
+      self.assertEqual(old.load_cache(legacy), 3)
+      np.testing.assert_array_equal(old(texts), want)
+      np.savez(legacy, texts=np.array(held[::-1], dtype=str),
+               vectors=vectors, fingerprint=np.array(enc.fingerprint),
+               checksum=np.array(enc._checksum(held, vectors)))  # pylint: disable=protected-access
+      with self.assertLogs(level='WARNING') as logs:
+        self.assertEqual(old.load_cache(legacy), 0)
+      self.assertIn('fails its checksum', logs.output[0])
+
   def test_missing_model_dir(self):
     with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
       encoders.TextEncoder(model_dir=tempfile.mkdtemp())

@@ -176,9 +176,17 @@ class TextEncoder:
     return pathlib.Path(cache_dir).absolute() / f'text-{digest}.npz'
 
   def _checksum(self, texts, vectors) -> str:
+    """The legacy files' checksum (before the UTF-8 layout)."""
     h = hashlib.sha256(self.fingerprint.encode())
     h.update('\0'.join(texts).encode())
     h.update(np.ascontiguousarray(vectors, np.float32).tobytes())
+    return h.hexdigest()
+
+  def _digest(self, text_bytes, text_ends, vectors) -> str:
+    h = hashlib.blake2b(self.fingerprint.encode(), digest_size=32)
+    for part in (text_bytes, text_ends, np.ascontiguousarray(vectors,
+                                                             np.float32)):
+      h.update(memoryview(np.ascontiguousarray(part)).cast('B'))
     return h.hexdigest()
 
   def save_cache(self, path) -> int:
@@ -186,43 +194,57 @@ class TextEncoder:
     a checksum) unless nothing is new since the last save or load; returns
     how many it wrote. Stored embeddings are bit-identical to recomputed
     ones (see ``_encode_texts``), so a later run that loads them gives the
-    same results."""
+    same results. The texts are stored as one UTF-8 byte string with each
+    text's end (a file of 200k texts: 15 MB of texts beside 300 MB of
+    vectors, where fixed-width NumPy strings took 600 MB)."""
     path = pathlib.Path(path)
     if len(self._cache) == self._stored and path.exists():
       return 0
     texts = sorted(self._cache)
     vectors = (np.stack([self._cache[t] for t in texts]).astype(np.float32)
                if texts else np.zeros((0, self.dim), np.float32))
+    encoded = [t.encode() for t in texts]
+    text_bytes = np.frombuffer(b''.join(encoded), np.uint8)
+    text_ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix('.tmp.npz')
-    np.savez(tmp, texts=np.array(texts, dtype=str), vectors=vectors,
-             fingerprint=np.array(self.fingerprint),
-             checksum=np.array(self._checksum(texts, vectors)))
+    np.savez(tmp, text_bytes=text_bytes, text_ends=text_ends,
+             vectors=vectors, fingerprint=np.array(self.fingerprint),
+             digest=np.array(self._digest(text_bytes, text_ends, vectors)))
     tmp.replace(path)
     self._stored = len(texts)
     return len(texts)
 
   def load_cache(self, path) -> int:
-    """Adds the embeddings ``save_cache`` wrote to ``path``; returns how
-    many. A missing file adds nothing; one that is unreadable, fails its
-    checksum, holds non-finite values or comes from another encoder is
+    """Adds the embeddings ``save_cache`` wrote to ``path`` (or an earlier
+    version of it wrote, with the texts as a NumPy string array); returns
+    how many. A missing file adds nothing; one that is unreadable, fails
+    its checksum, holds non-finite values or comes from another encoder is
     ignored with a warning (derived data: recomputed, then rewritten)."""
     path = pathlib.Path(path)
     if not path.exists():
       return 0
     try:
       with np.load(path, allow_pickle=False) as data:
-        texts = data['texts'].tolist()
         vectors = np.asarray(data['vectors'], np.float32)
         fingerprint = str(data['fingerprint'])
-        checksum = str(data['checksum'])
+        if 'texts' in data:  # the legacy layout
+          texts = data['texts'].tolist()
+          intact = str(data['checksum']) == self._checksum(texts, vectors)
+        else:
+          text_bytes, text_ends = data['text_bytes'], data['text_ends']
+          intact = str(data['digest']) == self._digest(text_bytes,
+                                                       text_ends, vectors)
+          blob = text_bytes.tobytes()
+          starts = np.concatenate([[0], text_ends[:-1]]).tolist()
+          texts = [blob[a:b].decode() for a, b in zip(starts,
+                                                       text_ends.tolist())]
     except Exception as e:  # pylint: disable=broad-except
       problem = f'unreadable ({type(e).__name__}: {e})'
     else:
       if fingerprint != self.fingerprint:
         problem = f'written by another text encoder ({fingerprint})'
-      elif (vectors.shape != (len(texts), self.dim) or
-            checksum != self._checksum(texts, vectors)):
+      elif vectors.shape != (len(texts), self.dim) or not intact:
         problem = 'fails its checksum'
       elif not np.isfinite(vectors).all():
         problem = 'holds NaN or infinite values'
