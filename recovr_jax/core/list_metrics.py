@@ -343,34 +343,28 @@ def _bootstrap_ratio(num, den, indices):
 def _bootstrap(diffs, draws: _Draws) -> BootstrapInterval:
   """``diffs [S, M]`` (concrete), ``draws`` -> ``BootstrapInterval``.
 
-  A resample's mean is its sum over S. Where a column holds whole numbers
-  whose sums stay below 2^24 every float32 sum is exact in any order, so
-  that column's sums are ``counts @ column`` (a matmul); the other columns
-  are gathered and summed as ``jnp.mean`` does. Both give ``jnp.mean`` of
-  the gathered rows to the bit."""
+  A resample's mean is its sum over S. Where every column holds whole
+  numbers whose sums stay below 2^24 (hits, their differences) every
+  float32 sum is exact in any order, so the sums are ``counts @ diffs`` (a
+  matmul); otherwise the rows are gathered and averaged (``jnp.mean``, whose
+  order of summation XLA may choose by the array's shape: so every column
+  at once, as always). Both give ``jnp.mean`` of the gathered rows to the
+  bit."""
   diffs = jnp.asarray(diffs, jnp.float32)
   host = np.asarray(diffs)
-  whole = (np.all(host == np.rint(host), axis=0)
-           & (np.abs(host).max(axis=0, initial=0) * host.shape[0] < 2 ** 24))
-  return _bootstrap_columns(diffs, draws.indices, draws.counts,
-                            whole=tuple(np.flatnonzero(whole).tolist()),
-                            other=tuple(np.flatnonzero(~whole).tolist()))
+  whole = bool(np.all(host == np.rint(host)) and
+               np.abs(host).max(initial=0) * host.shape[0] < 2 ** 24)
+  return _bootstrap_draws(diffs, draws.indices, draws.counts, whole=whole)
 
 
-@functools.partial(jax.jit, static_argnames=('whole', 'other'))
-def _bootstrap_columns(diffs, indices, counts, *, whole, other):
-  s = diffs.shape[0]
-  means = jnp.zeros((indices.shape[0], diffs.shape[1]), jnp.float32)
+@functools.partial(jax.jit, static_argnames=('whole',))
+def _bootstrap_draws(diffs, indices, counts, *, whole):
   if whole:
-    columns = jnp.asarray(whole)
-    means = means.at[:, columns].set(
-        (counts @ diffs[:, columns]) / jnp.float32(s))
-  if other:
-    columns = jnp.asarray(other)
+    means = (counts @ diffs) / jnp.float32(diffs.shape[0])
+  else:
     # Resample means in chunks so memory stays O(chunk * S * M).
-    means = means.at[:, columns].set(jax.lax.map(
-        lambda idx: jnp.mean(diffs[:, columns][idx], axis=0), indices,
-        batch_size=256))  # [R, M]
+    means = jax.lax.map(lambda idx: jnp.mean(diffs[idx], axis=0), indices,
+                        batch_size=256)  # [R, M]
   lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
   return BootstrapInterval(mean=jnp.mean(diffs, axis=0), lower=lower,
                            upper=upper)

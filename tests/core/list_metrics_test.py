@@ -66,6 +66,16 @@ def random_sessions(rng, s, t1, k):
   return ranks, top1
 
 
+@jax.jit
+def _gathered_bootstrap(values, indices):
+  # The bootstrap as it was computed before the draw counts (one program:
+  # XLA may fuse, and so round, its arithmetic by the whole program).
+  means = jax.lax.map(lambda r: jnp.mean(values[r], axis=0), indices,
+                      batch_size=256)
+  lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
+  return jnp.mean(values, axis=0), lower, upper
+
+
 class MetricsTest(parameterized.TestCase):
 
   def test_target_ranks(self):
@@ -142,11 +152,12 @@ class MetricsTest(parameterized.TestCase):
     np.testing.assert_allclose(got.upper, np.percentile(means, 97.5, axis=0),
                                atol=1e-5)
 
-  def test_bootstrap_mean_is_the_gathered_mean_to_the_bit(self):
+  @parameterized.parameters((300, 700), (6, 50), (40, 333))
+  def test_bootstrap_mean_is_the_gathered_mean_to_the_bit(self, s,
+                                                          resamples):
     # Whole-number columns are summed by a matmul of the draw counts, the
     # rest gathered: both as the mean of the gathered rows, bit for bit.
     rng = np.random.default_rng(4)
-    s = 300
     values = np.concatenate([
         (rng.random((s, 3)) < 0.4).astype(np.float32),       # hits
         rng.integers(-3, 4, (s, 2)).astype(np.float32),      # differences
@@ -155,16 +166,15 @@ class MetricsTest(parameterized.TestCase):
         rng.integers(2 ** 20, 2 ** 21, (s, 1)).astype(np.float32),
     ], axis=1)
     key = jax.random.key(5)
-    got = metrics.bootstrap_mean(values, 700, key)
-    idx = metrics.bootstrap_indices(key, 700, s)
-    means = jax.jit(lambda v, i: jax.lax.map(
-        lambda r: jnp.mean(v[r], axis=0), i, batch_size=256))(values, idx)
-    lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
-    np.testing.assert_array_equal(got.lower, lower)
-    np.testing.assert_array_equal(got.upper, upper)
-    np.testing.assert_array_equal(got.mean, jnp.mean(values, axis=0))
+    idx = metrics.bootstrap_indices(key, resamples, s)
+    for name, columns in (('mixed', values), ('whole', values[:, :5])):
+      got = metrics.bootstrap_mean(columns, resamples, key)
+      want = _gathered_bootstrap(columns, idx)
+      for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b, err_msg=name)
     # Another key draws other resamples (the draws are kept per key).
-    other = metrics.bootstrap_mean(values, 700, jax.random.key(6))
+    other = metrics.bootstrap_mean(values[:, :5], resamples,
+                                   jax.random.key(6))
     self.assertFalse(np.array_equal(other.lower, got.lower))
 
   def test_paired_bootstrap_default_and_reproducible(self):
