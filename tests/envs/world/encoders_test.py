@@ -21,6 +21,12 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / 'data'
 _TEXT = None
 
 
+def _encoded(texts, cache_dir):
+  """``(encoder, its embeddings of texts, its cache file in cache_dir)``."""
+  enc = text_encoder()
+  return enc, enc(texts), enc.cache_path(cache_dir)
+
+
 def text_encoder():
   """One MiniLM per test process: loading and compiling it is the slow part."""
   global _TEXT
@@ -51,9 +57,7 @@ class TextEncoderTest(absltest.TestCase):
   def test_embedding_cache_round_trip(self):
     texts = ['a red cube spinning', 'make it blue', 'show two of them']
     with tempfile.TemporaryDirectory() as d:
-      enc = text_encoder()
-      want = enc(texts)
-      path = enc.cache_path(d)
+      enc, want, path = _encoded(texts, d)
       self.assertGreaterEqual(enc.save_cache(path), 3)
       self.assertEqual(enc.save_cache(path), 0)  # nothing new
       other = encoders.TextEncoder(batch_size=16, max_length=32)
@@ -82,9 +86,7 @@ class TextEncoderTest(absltest.TestCase):
   def test_cache_files_of_either_layout(self):
     texts = ['zwei Würfel, rot', 'make it blue', 'show two of them']
     with tempfile.TemporaryDirectory() as d:
-      enc = text_encoder()
-      want = enc(texts)
-      path = enc.cache_path(d)
+      enc, want, path = _encoded(texts, d)
       enc.save_cache(path)
       with np.load(path) as data:  # the texts as UTF-8 bytes and ends
         self.assertNotIn('texts', data)
