@@ -208,11 +208,17 @@ def bootstrap_indices(key, num_resamples: int, num_sessions: int):
                             num_sessions, dtype=jnp.int32)
 
 
-class _Draws(NamedTuple):
-  """One set of resamples: ``[R, S]`` session indices and ``[R, S]``
-  float32 counts (how many times each session is drawn in each)."""
-  indices: jax.Array
-  counts: jax.Array
+class _Draws:
+  """One set of resamples: ``[R, S]`` session indices and, made when first
+  read, ``[R, S]`` float32 counts (how many times each session is drawn in
+  each)."""
+
+  def __init__(self, indices):
+    self.indices = indices
+
+  @functools.cached_property
+  def counts(self):
+    return _counts(self.indices)
 
 
 _DRAWN = {}  # (key data, key impl, R, S) -> _Draws, the last few
@@ -233,8 +239,7 @@ def _resamples(name: str, values, num_resamples: int, key) -> _Draws:
   if drawn not in _DRAWN:
     if len(_DRAWN) >= _DRAWN_KEPT:
       _DRAWN.pop(next(iter(_DRAWN)))
-    indices = bootstrap_indices(key, num_resamples, s)
-    _DRAWN[drawn] = _Draws(indices, _counts(indices))
+    _DRAWN[drawn] = _Draws(bootstrap_indices(key, num_resamples, s))
   return _DRAWN[drawn]
 
 
@@ -354,17 +359,26 @@ def _bootstrap(diffs, draws: _Draws) -> BootstrapInterval:
   host = np.asarray(diffs)
   whole = bool(np.all(host == np.rint(host)) and
                np.abs(host).max(initial=0) * host.shape[0] < 2 ** 24)
-  return _bootstrap_draws(diffs, draws.indices, draws.counts, whole=whole)
-
-
-@functools.partial(jax.jit, static_argnames=('whole',))
-def _bootstrap_draws(diffs, indices, counts, *, whole):
   if whole:
-    means = (counts @ diffs) / jnp.float32(diffs.shape[0])
-  else:
-    # Resample means in chunks so memory stays O(chunk * S * M).
-    means = jax.lax.map(lambda idx: jnp.mean(diffs[idx], axis=0), indices,
-                        batch_size=256)  # [R, M]
+    return _bootstrap_counted(diffs, draws.counts)
+  return _bootstrap_gathered(diffs, draws.indices)
+
+
+@jax.jit
+def _bootstrap_counted(diffs, counts):
+  return _interval(diffs, (counts @ diffs) / jnp.float32(diffs.shape[0]))
+
+
+@jax.jit
+def _bootstrap_gathered(diffs, indices):
+  # Resample means in chunks so memory stays O(chunk * S * M).
+  return _interval(diffs, jax.lax.map(lambda idx: jnp.mean(diffs[idx], axis=0),
+                                      indices, batch_size=256))
+
+
+def _interval(diffs, means):
+  """``BootstrapInterval`` of ``diffs [S, M]`` from its resamples' ``means
+  [R, M]`` (traced)."""
   lower, upper = jnp.percentile(means, jnp.array([2.5, 97.5]), axis=0)
   return BootstrapInterval(mean=jnp.mean(diffs, axis=0), lower=lower,
                            upper=upper)

@@ -63,7 +63,6 @@ class PhraseTable:
   def __init__(self, encode_text, dim: int):
     self._encode = encode_text
     self._dim = dim
-    self._row = {0: 0, NUM_CODES: 0}
     # ``arrays`` before padding, replaced (never written in place: arrays
     # already handed out stay as they were) by each ``add``.
     self._index = np.full(2 * NUM_CODES, -1, np.int32)
@@ -85,7 +84,6 @@ class PhraseTable:
       emb = np.asarray(self._encode([phrase_text(c) for c in new]),
                        np.float32)
       start = len(self)
-      self._row.update({c: start + i for i, c in enumerate(new)})
       self._index = self._index.copy()
       self._index[new] = np.arange(start, start + len(new), dtype=np.int32)
       self._rows = np.concatenate([self._rows, emb])

@@ -225,6 +225,13 @@ def _decide_host(config, seed_key, session, turn, target_attrs, shown_attrs,
                 shown_attrs, config, asked)
 
 
+def _asked(target, question) -> int | None:
+  """The attribute the user reads ``question`` as being about (None: no
+  question, or none it maps to)."""
+  return None if question is None else lexicon.for_attributes(
+      len(target)).question_attribute(question)
+
+
 @config_tree.jit
 def _decide_many(config, seed_key, sessions, turns, target_attrs, shown_attrs,
                  asked):
@@ -256,24 +263,26 @@ class SimulatedUser:
     """
     if int(shown_id) == int(target_id):
       return Feedback('stop', '', {})
-    rng = self.rng(session, turn)
     cfg = self.config
     target = np.asarray(target_attrs)
-    asked = None if question is None else lexicon.for_attributes(
-        len(target)).question_attribute(question)
+    asked = _asked(target, question)
     if cfg.draws == 'jax':
-      action, mask, prefix = _decide_host(
+      return self._said(session, turn, target, *_decide_host(
           cfg, jax.random.key(self.seed), session, turn, jnp.asarray(target),
-          jnp.asarray(shown_attrs), -1 if asked is None else asked)
-      action = ACTIONS[int(action)]
-      named = [int(a) for a in np.flatnonzero(np.asarray(mask))]
-      rewrite_prefix = _REWRITE_PREFIX[int(prefix)]
-    else:
-      action, named = self._draw_numpy(rng, target, shown_attrs, asked)
-      rewrite_prefix = None
-    mentioned = {int(a): int(target[a]) for a in named}
-    return Feedback(action, self._text(rng, action, named, target,
-                                       rewrite_prefix), mentioned)
+          jnp.asarray(shown_attrs), -1 if asked is None else asked))
+    rng = self.rng(session, turn)
+    action, named = self._draw_numpy(rng, target, shown_attrs, asked)
+    return Feedback(action, self._text(rng, action, named, target, None),
+                    {int(a): int(target[a]) for a in named})
+
+  def _said(self, session, turn, target, action, mask, prefix) -> Feedback:
+    """The feedback of a ``decide`` decision (``draws='jax'``)."""
+    action = ACTIONS[int(action)]
+    named = [int(a) for a in np.flatnonzero(np.asarray(mask))]
+    return Feedback(action, self._text(self.rng(session, turn), action, named,
+                                       target,
+                                       _REWRITE_PREFIX[int(prefix)]),
+                    {int(a): int(target[a]) for a in named})
 
   def respond_many(self, calls) -> list[Feedback]:
     """``[respond(*call) for call in calls]`` (each ``call`` respond's
@@ -287,11 +296,8 @@ class SimulatedUser:
     todo = [i for i, c in enumerate(calls) if int(c[3]) != int(c[2])]
     if not todo:
       return out
-    num = len(np.asarray(calls[todo[0]][4]))
-    words = lexicon.for_attributes(num)
-
-    def asked(question):
-      a = None if question is None else words.question_attribute(question)
+    def asked(call):
+      a = _asked(np.asarray(call[4]), call[6])
       return -1 if a is None else a
     size = 1 << (len(todo) - 1).bit_length()
     rows = [calls[i] for i in todo] + [calls[todo[0]]] * (size - len(todo))
@@ -301,16 +307,11 @@ class SimulatedUser:
         np.array([c[1] for c in rows], np.int32),
         np.stack([np.asarray(c[4]) for c in rows]),
         np.stack([np.asarray(c[5]) for c in rows]),
-        np.array([asked(c[6]) for c in rows], np.int32)))
+        np.array([asked(c) for c in rows], np.int32)))
     for j, i in enumerate(todo):
       session, turn, _, _, target, _, _ = calls[i]
-      target = np.asarray(target)
-      named = [int(a) for a in np.flatnonzero(mask[j])]
-      name = ACTIONS[int(action[j])]
-      out[i] = Feedback(name, self._text(self.rng(session, turn), name,
-                                         named, target,
-                                         _REWRITE_PREFIX[int(prefix[j])]),
-                        {int(a): int(target[a]) for a in named})
+      out[i] = self._said(session, turn, np.asarray(target), action[j],
+                          mask[j], prefix[j])
     return out
 
   def words(self, session: int, turn: int, action: int, named, prefix: int,
