@@ -2,6 +2,7 @@
 
 import pathlib
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -37,7 +38,10 @@ class RoundTripTest(absltest.TestCase):
                              eval_videos=4)
     self.assertEqual(set(report['test']) >= {'shape', 'all_attributes'},
                      True)
-    first = captioner.Captioner(str(out), batch_size=4)
+    with mock.patch.object(captioner.pretrained, 'from_pretrained',
+                           side_effect=AssertionError('weights loaded')):
+      first = captioner.Captioner(str(out), batch_size=4)
+      self.assertEqual(first.fingerprint, report['id'])  # weights unread
     _, clips = _clips(6)
     captions = first(clips)
     self.assertLen(captions, 6)

@@ -3,6 +3,7 @@
 import json
 import pathlib
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -95,7 +96,14 @@ class TextEncoderTest(absltest.TestCase):
       fresh = encoders.TextEncoder(batch_size=16, max_length=32,
                                    shared=False)
       self.assertEqual(fresh.load_cache(path), enc.cache_size)
-      np.testing.assert_array_equal(fresh(texts), want)
+      # Every text cached: the model is not loaded (a warm run's second).
+      with mock.patch.object(encoders, '_load',
+                             side_effect=AssertionError('model loaded')):
+        np.testing.assert_array_equal(fresh(texts), want)
+        self.assertEqual(fresh.dim, 384)
+      # A text it lacks loads it.
+      np.testing.assert_array_equal(fresh(['make it spin']),
+                                    enc(['make it spin']))
       # A file of the earlier layout (the texts as a NumPy string array)
       # is read as it was.
       legacy = pathlib.Path(d) / 'legacy.npz'

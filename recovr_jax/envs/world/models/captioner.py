@@ -144,29 +144,38 @@ def encode_captions(tokenizer, captions, max_length: int):
 
 
 class Captioner:
-  """A trained captioner: ``captioner(frames) -> captions``."""
+  """A trained captioner: ``captioner(frames) -> captions``.
+
+  The description (``info``, ``fingerprint``) is read at once; the weights,
+  checked against the checkpoint's manifest, when first used (a run whose
+  captions are all cached never loads them)."""
 
   def __init__(self, directory: str, batch_size: int = 256):
-    from transformers import FlaxVisionEncoderDecoderModel, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
     check_dir(directory)
-    checksums.verify_manifest(directory, 'captioner checkpoint')
     self.directory = str(directory)
-    with encoders.quiet_transformers():
-      try:
-        self.model = pretrained.from_pretrained(
-            FlaxVisionEncoderDecoderModel, directory, 'captioner checkpoint')
-      except Exception as e:  # pylint: disable=broad-except
-        raise ValueError(f'captioner checkpoint {str(directory)!r} cannot be '
-                         f'loaded ({type(e).__name__}: {e}); is '
-                         'flax_model.msgpack complete?') from e
-    self.params = self.model.params
-    checksums.check_finite(self.params, f'captioner checkpoint {directory}')
-    self.tokenizer = PreTrainedTokenizerFast.from_pretrained(directory)
     self.info = readers.read_json(pathlib.Path(directory) / MARKER,
                                   'captioner description')
     self.fingerprint = self.info['id']
     self.batch_size = batch_size
-    model, tok = self.model, self.tokenizer
+    self._loaded = None
+
+  def _load(self):
+    """``(model, tokenizer, jitted greedy generation)``."""
+    if self._loaded is not None:
+      return self._loaded
+    from transformers import FlaxVisionEncoderDecoderModel, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
+    directory = self.directory
+    checksums.verify_manifest(directory, 'captioner checkpoint')
+    with encoders.quiet_transformers():
+      try:
+        model = pretrained.from_pretrained(
+            FlaxVisionEncoderDecoderModel, directory, 'captioner checkpoint')
+      except Exception as e:  # pylint: disable=broad-except
+        raise ValueError(f'captioner checkpoint {directory!r} cannot be '
+                         f'loaded ({type(e).__name__}: {e}); is '
+                         'flax_model.msgpack complete?') from e
+    checksums.check_finite(model.params, f'captioner checkpoint {directory}')
+    tok = PreTrainedTokenizerFast.from_pretrained(directory)
     max_length = self.info['config']['max_length']
 
     def generate(params, pixel_values):
@@ -177,7 +186,20 @@ class Captioner:
           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
       ).sequences
 
-    self._generate = jax.jit(generate)
+    self._loaded = model, tok, jax.jit(generate)
+    return self._loaded
+
+  @property
+  def model(self):
+    return self._load()[0]
+
+  @property
+  def params(self):
+    return self._load()[0].params
+
+  @property
+  def tokenizer(self):
+    return self._load()[1]
 
   def __call__(self, frames) -> list[str]:
     """``[B, F, H, W, 3]`` clips -> ``B`` captions (greedy), batched with a
@@ -193,8 +215,9 @@ class Captioner:
       n = len(chunk)
       padded = np.concatenate([chunk, np.zeros(
           (self.batch_size - n,) + chunk.shape[1:], np.float32)])
-      seq = np.asarray(self._generate(self.params, pixels(padded)))
-      out.extend(self.tokenizer.batch_decode(seq[:n],
+      model, tokenizer, generate = self._load()
+      seq = np.asarray(generate(model.params, pixels(padded)))
+      out.extend(tokenizer.batch_decode(seq[:n],
                                              skip_special_tokens=True))
     return [' '.join(c.split()) for c in out]
 

@@ -136,13 +136,13 @@ class TextEncoder:
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
     key = (_model_files(model_dir), batch_size, max_length)
-    loaded = _SHARED_MODELS.get(key) if shared else None
-    if loaded is None:
-      loaded = _load(model_dir)
-      if shared:
-        _SHARED_MODELS[key] = loaded
-    self._model, self._tokenizer, self._encode = loaded
-    self._params = self._model.params
+    self._loaded = _SHARED_MODELS.get(key) if shared else None
+    config = os.path.join(model_dir, 'config.json')
+    self._dim = readers.read_json(config, 'text encoder config').get(
+        'hidden_size')
+    if not isinstance(self._dim, int) or self._dim < 1:
+      raise ValueError(f'text encoder config {config!r}: hidden_size must '
+                       f'be a positive integer, got {self._dim!r}')
     self._batch_size = batch_size
     self._max_length = max_length
     self._cache: dict[str, np.ndarray] = {}
@@ -150,6 +150,20 @@ class TextEncoder:
     self._shared = (_SHARED_EMBEDDINGS.setdefault(key, {}) if shared
                     else None)
     self._stored = -1  # cache size at the last save_cache / load_cache
+
+  def _model_parts(self):
+    """``(model, tokenizer, jitted forward pass)``, loaded when a text is
+    first encoded (a run whose texts are all cached never loads the model:
+    1.2 s of a warm run), and shared as ``_SHARED_MODELS`` says."""
+    if self._loaded is None:
+      self._loaded = _load(self.model_dir)
+      if self._shared is not None:
+        _SHARED_MODELS[self._key] = self._loaded
+    return self._loaded
+
+  @property
+  def _model(self):
+    return self._model_parts()[0]
 
   @property
   def shared_key(self):
@@ -161,7 +175,7 @@ class TextEncoder:
 
   @property
   def dim(self) -> int:
-    return self._model.config.hidden_size
+    return self._dim
 
   @property
   def fingerprint(self) -> str:
@@ -298,7 +312,8 @@ class TextEncoder:
                          if t in self._shared)
       missing = [t for t in missing if t not in self._cache]
     if missing:
-      lengths = [len(ids) for ids in self._tokenizer(
+      model, tokenizer, encode = self._model_parts()
+      lengths = [len(ids) for ids in tokenizer(
           missing, truncation=True, max_length=self._max_length)['input_ids']]
       groups = {}
       for text, length in zip(missing, lengths):
@@ -309,13 +324,13 @@ class TextEncoder:
         group = groups[width]
         for start in range(0, len(group), self._batch_size):
           batch = group[start:start + self._batch_size]
-          tokens = self._tokenizer(batch, padding='max_length',
+          tokens = tokenizer(batch, padding='max_length',
                                    truncation=True, max_length=width,
                                    return_tensors='np')
           rows = self._batch_size - len(batch)
           ids = np.pad(tokens['input_ids'], ((0, rows), (0, 0)))
           mask = np.pad(tokens['attention_mask'], ((0, rows), (0, 0)))
-          out = np.asarray(self._encode(self._params, ids, mask))
+          out = np.asarray(encode(model.params, ids, mask))
           self._count(ids.shape, int(tokens['attention_mask'].sum()))
           self._cache.update(zip(batch, out[:len(batch)]))
           if (self._shared is not None and
