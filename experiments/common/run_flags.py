@@ -242,11 +242,13 @@ def use_compilation_cache(config: config_lib.RunConfig):
   """Compiled XLA programs (MiniLM per padded width, the captioner, the
   ranking core) kept beside Progress Memory (--compilation_cache): a later
   run loads them instead of compiling; the programs and so the results are
-  the same."""
+  the same. Every program is kept, however fast it compiled: a warm `main`
+  compiled 53 small ones (metrics, bootstrap) again in 1.1 s that it loads
+  in 0.1 s."""
   if _COMPILATION_CACHE.value and config.cache_dir:
     jax.config.update('jax_compilation_cache_dir', str(
         pathlib.Path(config.cache_dir).absolute() / 'xla'))
-    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.2)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
 
 
 def parse_sweep(specs):
