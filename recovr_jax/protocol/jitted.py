@@ -93,6 +93,16 @@ class Face(Protocol):
   def record(self, outputs: dict, active) -> dict: ...
   def stopped(self) -> dict: ...
 
+  # Whether ``held`` tells; without it each turn ranks in a call of its
+  # own after its probes, and its filler sees every probe.
+  TELLS_HELD: ClassVar[bool] = False
+
+  def held(self, tables, record: dict, keys) -> jax.Array:
+    """Whether a searching session's turn read only what ``tables`` hold
+    (its ``record`` outputs and the table keys ``keys`` ``[2]`` its
+    ranking reads, 0 none): exactly when the run's filler would add
+    nothing for it (read when ``TELLS_HELD``)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Fill:
@@ -252,6 +262,13 @@ def _channels(face, plan) -> dict:
               edit_key=face.key(use_edit, plan_lib.COVR))
 
 
+def _needed(texts):
+  """The table keys a plan's ranking reads (0: none; ``texts``:
+  ``_channels``), for the host to fill: ``(search, edit)``."""
+  return (jnp.where(texts['use_search'], texts['search_key'], 0),
+          jnp.where(texts['use_edit'], texts['edit_key'], 0))
+
+
 def _turn_outputs(carry, active, action, sigma, search, edit, needed_search,
                   needed_edit, asked, own):
   state = carry.state
@@ -327,13 +344,20 @@ class _JitDriver:
     return dataclasses.replace(carry, question=question,
                                asked=carry.asked + counted)
 
+  def held(self, observation, plan, active):
+    """Whether the turn ``decide`` planned reads only held entries."""
+    _, _, own = observation
+    face = self.config.face
+    keys = jnp.stack([jnp.where(active, k, 0)
+                      for k in _needed(_channels(face, plan))])
+    return ~active | face.held(self.shared.tables, face.record(own, active),
+                               keys)
+
   def record(self, carry, observation, plan, active):
     obs, _, own = observation
     zero = jnp.zeros((), jnp.int32)
     texts = _channels(self.config.face, plan)
-    # The table keys the ranking read (0: none), for the host to fill.
-    needed = (jnp.where(texts['use_search'], texts['search_key'], 0),
-              jnp.where(texts['use_edit'], texts['edit_key'], 0))
+    needed = _needed(texts)
     return _turn_outputs(
         carry, active, jnp.where(active, obs.action, plan_lib.STOP),
         jnp.where(active, plan.sigma, demotion.SIGMA_NEU),
@@ -418,18 +442,52 @@ def start_batch(config: SimConfig, data: plan_lib.JaxData, tables,
 def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
                composer_params, queries, seed_key, carry: SessionCarry,
                turn, rank, chunk_size: int | None = None,
-               split: ranking.GallerySplit | None = None):
+               split: ranking.GallerySplit | None = None,
+               session_axis: str | None = None):
   """Feedback turn ``turn`` of a batch from its ``carry`` (one step of
   ``simulate_batch``'s scan): ``(carry, outputs [S, ...])``. ``rank``
   false: a probe (the user's answer and the plan, hence the table entries
-  the turn reads, without the ranking)."""
+  the turn reads), which ranks too when every session's turn reads only
+  entries the tables hold (a face that ``TELLS_HELD``: the turn in two
+  halves, ``session.decide`` and ``session.show``, with the test between;
+  the host then has nothing to add). ``outputs['ranked']`` ``[S]`` (all equal) says whether the turn
+  ranked. ``session_axis``: the mesh axis the sessions are split over
+  (inside ``shard_map``), over which the test is taken."""
   shared = _Shared(data, tables, composer_params, seed_key, split)
-  turn_fn = lambda q, c, t: _session_turn(config, shared, q, c, t, rank)
+  if not getattr(config.face, 'TELLS_HELD', False):  # one pass, as ranked
+    turn_fn = lambda q, c, t: _session_turn(config, shared, q, c, t, rank)
+    if chunk_size is None:
+      carry, outs = session_lib.plain_turn(turn_fn, queries, carry, turn)
+    else:
+      carry, outs = session_lib.compact_turn(
+          turn_fn, functools.partial(_stopped_turn, config),
+          shared.data.target[queries], queries, carry, turn, chunk_size)
+    return carry, dict(outs, ranked=jnp.broadcast_to(rank,
+                                                     queries.shape[:1]))
+
+  def first(q, c, t):
+    driver = _JitDriver(config, shared, q)
+    mid = session_lib.decide(driver, c, t)
+    return mid, driver.held(*mid[1:])
+
+  def second(q, mid, ranks):
+    return session_lib.show(_JitDriver(config, shared, q, ranks), *mid)
+
+  def between(held):
+    missing = jnp.sum(~held)
+    if session_axis is not None:
+      missing = jax.lax.psum(missing, session_axis)
+    return rank | (missing == 0)
+
   if chunk_size is None:
-    return session_lib.plain_turn(turn_fn, queries, carry, turn)
-  return session_lib.compact_turn(
-      turn_fn, functools.partial(_stopped_turn, config),
-      shared.data.target[queries], queries, carry, turn, chunk_size)
+    carry, outs, ranked = session_lib.halves_turn(first, second, between,
+                                                  queries, carry, turn)
+  else:
+    carry, outs, ranked = session_lib.compact_halves_turn(
+        first, second, between, functools.partial(_stopped_turn, config),
+        shared.data.target[queries], queries, carry, turn, chunk_size)
+  return carry, dict(outs, ranked=jnp.broadcast_to(ranked,
+                                                   queries.shape[:1]))
 
 
 # Compiled once per shape and per non-numeric settings: the traced ones
@@ -465,7 +523,8 @@ def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
 
   def later(numbers, *args):
     return turn_batch(config_tree.join(skeleton, numbers), *args,
-                      chunk_size=chunk_size, split=rows)
+                      chunk_size=chunk_size, split=rows,
+                      session_axis=sharding.SESSION_AXIS)
 
   def mapped(fn, in_specs):
     return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs,
@@ -665,7 +724,10 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   turns, carry = _Turns(), None
   for turn in range(config.loop.num_turns + 1):
     for _ in range(MAX_PROBES):
-      _, probe = programs(filler.arrays(), carry, turn, rank=False)
+      probed, probe = programs(filler.arrays(), carry, turn, rank=False)
+      ranked = bool(probe.pop('ranked', np.zeros(1, bool)).all())
+      if ranked:  # it read only held entries, and ranked
+        break
       fill = filler.fill(turns.trace(probe))
       if fill.added and log is not None:
         log(f'turn {turn}: {fill.added}')
@@ -675,7 +737,11 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
       raise RuntimeError(f'turn {turn}: the tables did not settle')
     profiling.count(ranking.SCORED, programs.scored(
         probe['active'] if turn else None))
-    carry, outs = programs(filler.arrays(), carry, turn, rank=True)
+    if ranked:
+      carry, outs = probed, probe
+    else:
+      carry, outs = programs(filler.arrays(), carry, turn, rank=True)
+      outs.pop('ranked', None)
     turns.set(turn, outs)
     filler.settled(turns.trace())
   trace = turns.trace()

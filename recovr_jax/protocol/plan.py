@@ -157,9 +157,11 @@ class Shown:
   asked: np.ndarray        # [B] int questions asked so far per session
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class JaxPlan:
-  """A jitted turn plan: channel texts as partial assignments."""
+  """A jitted turn plan: channel texts as partial assignments (a pytree:
+  a turn's two halves pass it, ``session.decide``)."""
   search: jnp.ndarray   # [A] int32 the T2V query's assignment
   edit: jnp.ndarray     # [A] int32 the edit's assignment (all -1: empty)
   use_search: bool      # the method uses the T2V channel

@@ -50,9 +50,20 @@ class Driver(Protocol):
 
 def feedback_turn(driver: Driver, carry, turn):
   """One feedback turn ``turn`` (>= 1): ``(carry, record)``."""
+  return show(driver, *decide(driver, carry, turn))
+
+
+def decide(driver: Driver, carry, turn):
+  """``feedback_turn``'s first half, what is decided before the ranking:
+  ``(carry, observation, plan, active)``."""
   active = driver.still_searching(carry)              # the stop rule
   observation = driver.respond(carry, turn, active)   # the user
   carry, plan = driver.plan(carry, observation, active)  # the method
+  return carry, observation, plan, active
+
+
+def show(driver: Driver, carry, observation, plan, active):
+  """Its second half, from ``decide``'s results: ``(carry, record)``."""
   carry = driver.rank(carry, plan, active)            # the ranking core
   carry = driver.ask(carry, active)                   # shown with the list
   return carry, driver.record(carry, observation, plan, active)
@@ -104,18 +115,9 @@ def compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
   64), so little of a chunk is padding. ``carry.state`` is the ranking
   state ``searching`` reads; ``targets [S]``. Returns ``(carry, outs [S,
   ...])``."""
-  s = queries.shape[0]
-  num_chunks, chunk_size = chunks(s, chunk_size)
-  pad = num_chunks * chunk_size - s
+  xs, restore = _compacted(targets, queries, carry, chunk_size)
   batched_turn = jax.vmap(turn_fn, in_axes=(0, 0, None))
   batched_stop = jax.vmap(stopped_fn)
-  active = searching(carry.state, targets)  # the stop rule
-  order = jnp.argsort(~active, stable=True)  # searching sessions first
-  order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
-  chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
-                                       x.shape[1:])
-  xs = (jnp.arange(num_chunks) * chunk_size < jnp.sum(active),
-        chunked(queries), jax.tree.map(chunked, carry))
 
   def chunk_fn(_, x):
     busy, q, c = x
@@ -123,8 +125,68 @@ def compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
                               lambda: batched_stop(c))
 
   _, out = jax.lax.scan(chunk_fn, None, xs)
+  return restore(out)
+
+
+def halves_turn(first_fn, second_fn, between, queries, carry, turn):
+  """``plain_turn`` of a turn in two halves with a test of the whole batch
+  between them: ``first_fn(query, carry, turn) -> (mid, ok)`` per session,
+  ``flag = between(ok [S])`` (a scalar), then ``second_fn(query, mid, flag)
+  -> (carry, out)``. Returns ``(carry, outs [S, ...], flag)``."""
+  mids, ok = jax.vmap(first_fn, in_axes=(0, 0, None))(queries, carry, turn)
+  flag = between(ok)
+  return (*jax.vmap(second_fn, in_axes=(0, 0, None))(queries, mids, flag),
+          flag)
+
+
+def compact_halves_turn(first_fn, second_fn, between, stopped_fn, targets,
+                        queries, carry, turn, chunk_size: int):
+  """``halves_turn`` with ``compact_turn``'s chunks: each half runs on the
+  chunks holding searching sessions; ``between`` reads ``ok`` of every
+  session (True for a stopped one). Returns ``(carry, outs [S, ...],
+  flag)``."""
+  xs, restore = _compacted(targets, queries, carry, chunk_size)
+  busy, chunked_queries, chunked_carry = xs
+  batched_first = jax.vmap(first_fn, in_axes=(0, 0, None))
+  shapes = jax.eval_shape(
+      lambda: batched_first(chunked_queries[0],
+                            jax.tree.map(lambda x: x[0], chunked_carry),
+                            turn))
+  nothing = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                                 shapes)
+  _, (mids, ok) = jax.lax.scan(
+      lambda _, x: (None, jax.lax.cond(
+          x[0], lambda: batched_first(x[1], x[2], turn), nothing)),
+      None, xs)
+  flag = between(ok | ~busy[:, None])
+  batched_second = jax.vmap(second_fn, in_axes=(0, 0, None))
+  batched_stop = jax.vmap(stopped_fn)
+
+  def chunk_fn(_, x):
+    b, q, c, mid = x
+    return None, jax.lax.cond(b, lambda: batched_second(q, mid, flag),
+                              lambda: batched_stop(c))
+
+  _, out = jax.lax.scan(chunk_fn, None, xs + (mids,))
+  return (*restore(out), flag)
+
+
+def _compacted(targets, queries, carry, chunk_size: int):
+  """``compact_turn``'s chunks: ``((busy [C], queries [C, n], carry [C,
+  n, ...]), restore)``, the searching sessions first; ``restore`` takes
+  results ``[C, n, ...]`` back to session order ``[S, ...]``."""
+  s = queries.shape[0]
+  num_chunks, chunk_size = chunks(s, chunk_size)
+  pad = num_chunks * chunk_size - s
+  active = searching(carry.state, targets)  # the stop rule
+  order = jnp.argsort(~active, stable=True)  # searching sessions first
+  order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
+  chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
+                                       x.shape[1:])
+  xs = (jnp.arange(num_chunks) * chunk_size < jnp.sum(active),
+        chunked(queries), jax.tree.map(chunked, carry))
   # Row r of the chunked result is session order[r]; back to session order.
   inverse = jnp.zeros((s,), order.dtype).at[order[:s]].set(
       jnp.arange(s, dtype=order.dtype))
-  return jax.tree.map(lambda y: y.reshape((-1,) + y.shape[2:])[inverse],
-                      out)
+  return xs, lambda out: jax.tree.map(
+      lambda y: y.reshape((-1,) + y.shape[2:])[inverse], out)

@@ -3,6 +3,7 @@ data source (two attributes, a user who names what differs)."""
 
 import dataclasses
 import itertools
+from unittest import mock
 
 from absl.testing import absltest
 import chex
@@ -82,6 +83,18 @@ class ToyFace:
 
   def stopped(self):
     return {'mentioned': jnp.full((A,), -1, jnp.int32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldToyFace(ToyFace):
+  """``ToyFace`` that tells a turn that read only encoded texts
+  (``jitted.Face.held``): the texts of code 0 and those not zero."""
+  TELLS_HELD = True
+
+  def held(self, tables, record, keys):
+    del record
+    return jnp.all((keys % CODES == 0) |
+                   jnp.any(tables[keys % CODES] != 0, axis=-1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +238,48 @@ class ToyEnvironmentTest(absltest.TestCase):
         eager = jitted.run(dataclasses.replace(env, lazy=False), config,
                            sessions, seed=0, chunk_size=chunk_size)
         jax.tree.map(np.testing.assert_array_equal, trace, eager)
+
+  def test_a_probe_that_reads_only_held_texts_ranks_in_its_call(self):
+    # A face that tells whether a turn read only held texts (Face.held):
+    # the probe of such a turn ranks too (no fill, no call of its own);
+    # other turns are probed, filled and ranked as before. The traces are
+    # the same either way.
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t][::3]
+    sessions = np.arange(len(pairs))
+    loop = ranking.LoopConfig(num_turns=3, list_length=5,
+                              num_ids=len(VIDEOS))
+    form = methods.make('recovr').jax_form
+    plain = jitted.SimConfig(loop=loop, face=ToyFace(), form=form)
+    telling = jitted.SimConfig(loop=loop, face=HeldToyFace(), form=form)
+    real_call = jitted._Programs.__call__  # pylint: disable=protected-access
+    for lazy, chunk_size in itertools.product((False, True), (None, 4)):
+      with self.subTest(lazy=lazy, chunk_size=chunk_size):
+        env = _environment(pairs, lazy=lazy)
+        calls = []
+
+        def counted(programs, tables, carry, turn, rank):
+          calls.append((turn, rank))
+          return real_call(programs, tables, carry, turn, rank)
+
+        with mock.patch.object(jitted._Programs, '__call__', counted):  # pylint: disable=protected-access
+          trace = jitted.run(env, telling, sessions, seed=0,
+                             chunk_size=chunk_size)
+        want = jitted.run(env, plain, sessions, seed=0,
+                          chunk_size=chunk_size)
+        jax.tree.map(np.testing.assert_array_equal, trace, want)
+        ranked_apart = [t for t, rank in calls if rank]
+        if not lazy:  # every text held: each feedback turn one call
+          self.assertEqual(calls, [(0, False), (0, True), (1, False),
+                                   (2, False), (3, False)])
+        else:  # turn 1's new texts: probed, filled, then ranked apart
+          self.assertIn(1, ranked_apart)
+          self.assertEqual(env.made[-2].settled_turns, [0, 1, 2, 3])
+          self.assertLess(len(calls), 2 * 4)
+          # Filled only after the probes that did not rank.
+          self.assertEqual([t for t, _ in env.made[-2].fills],
+                           [t for t, rank in calls
+                            if not rank and (t, True) in calls])
 
   def test_numeric_settings_are_traced_and_compile_once(self):
     # rrf_k, gamma, kappa and the ask policy's numbers are arguments of the

@@ -65,6 +65,7 @@ class WorldArrays:
 class WorldFace(jitted.Face):
   """The simulated user and the phrase and word tables, under ``jit``."""
   OBSERVATION: ClassVar[type] = plan_lib.AttributeReading
+  TELLS_HELD: ClassVar[bool] = True
   user: simulated_user.UserConfig
   num_turns: int
   # The user's words are tabulated (``words``): its own language or surface
@@ -143,6 +144,13 @@ class WorldFace(jitted.Face):
                 dialogue_parent=jnp.where(active, outputs['dialogue_parent'],
                                           -1),
                 dialogue_found=outputs['dialogue_found'] | ~active)
+
+  def held(self, tables, record, keys):
+    # The filler adds a turn's words and dialogue, then the phrases of
+    # the keys its ranking reads (``_Filler.fill``).
+    index, _ = tables[0]
+    return (record['word_found'] & record['dialogue_found'] &
+            jnp.all((keys == 0) | (index[keys] >= 0)))
 
   def stopped(self):
     none = jnp.asarray(-1, jnp.int32)
