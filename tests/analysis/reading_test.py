@@ -205,6 +205,19 @@ class MiniLMGroundingTest(absltest.TestCase):
     cls.reader, cls.fit = reading.grounding_reader(
         cls.world, cls.encoder, num=300, **reading.GROUNDED_OPTIONS)
 
+  def test_dictionary_is_the_tokenizers_whole_words(self):
+    # Read from tokenizer.json, as transformers' tokenizer gives it.
+    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+    vocab = AutoTokenizer.from_pretrained(encoders.minilm_path()).get_vocab()
+    want = {w for w in vocab if w.isalpha() and w.islower() and len(w) > 1}
+    self.assertEqual(reading.dictionary(), want)
+    self.assertIn('cube', want)
+    with tempfile.TemporaryDirectory() as d:  # one without a vocabulary
+      (pathlib.Path(d) / 'tokenizer.json').write_text('{"model": {}}')
+      with self.assertRaisesRegex(ValueError, 'tokenizer.json: no model '
+                                  'vocabulary'):
+        reading.dictionary(d)
+
   def test_never_sees_a_held_out_phrasing(self):
     held = {s for _, _, p in user_language.held_out_phrasings()
             for s in (p if isinstance(p, tuple) else (p,))}
