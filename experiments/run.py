@@ -76,4 +76,7 @@ def _main(argv):
 
 
 if __name__ == '__main__':
-  cli.run(main, HELP_GROUPS, HELP_DEFAULTS)
+  # A run of one process ends once its outputs are written (cli.exit_now):
+  # several wait on JAX's shutdown together.
+  cli.run(main, HELP_GROUPS, HELP_DEFAULTS,
+          quick_exit=lambda: run_flags.processes()[0] == 1)

@@ -111,11 +111,15 @@ def writable_dir(flag) -> str:
                    f'--{flag.name} {flag.value}: cannot write there ({{1}})')
 
 
-def run(main, groups=None, defaults=None, own: int | None = None) -> None:
+def run(main, groups=None, defaults=None, own: int | None = None,
+        quick_exit=None) -> None:
   """``app.run(main)``, with a ``UsageError`` told in a line per problem and,
   with ``groups``, the help grouped (``grouped_help``). ``own``: the first
   ``own`` groups are the entry point's own flags, the rest the runner's
-  (which apply too): ``--helpshort`` shows only its own, ``--help`` all."""
+  (which apply too): ``--helpshort`` shows only its own, ``--help`` all.
+  ``quick_exit``: a function saying, once ``main`` has returned None (its
+  work done, every file it wrote closed), whether the process may end at
+  once (``exit_now``) instead of through Python's teardown."""
   asked = [a for a in sys.argv[1:] if a in HELP_ARGS + HELP_FULL]
   if groups is not None and set(asked) - set(HELP_FULL):
     doc = getattr(sys.modules.get('__main__'), '__doc__', '')
@@ -134,11 +138,29 @@ def run(main, groups=None, defaults=None, own: int | None = None) -> None:
   def checked(argv):
     try:
       check_output_files()
-      return main(argv)
+      result = main(argv)
+      if result is None and quick_exit is not None and quick_exit():
+        exit_now(0)
+      return result
     except app.UsageError as e:
       sys.stderr.write(error_lines(e) + 'Pass --helpshort to see the flags.\n')
       sys.exit(e.exitcode if e.exitcode else 1)
   app.run(checked)
+
+
+def exit_now(code: int) -> None:
+  """Flushes the logs and the standard streams and ends the process with
+  ``code`` at once: no atexit handlers, no interpreter teardown (freeing
+  every object of a run that loaded MiniLM, the world and its text cache
+  took 0.75 s of a 25 s `main`). Only for a process whose files are all
+  written and closed, and that no other process waits on."""
+  import logging as std_logging  # pylint: disable=g-import-not-at-top
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  logging.flush()
+  std_logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)  # pylint: disable=protected-access
 
 
 def require(modules, who: str, extra: str) -> None:
