@@ -169,3 +169,32 @@ class GroupedHelpTest(absltest.TestCase):
                   out)
     self.assertIn('(default: grounded on --data=world, rules with', out)
     self.assertNotIn('issue #', out)
+
+
+_QUICK = '''
+import atexit, sys
+from absl import logging
+from experiments.common import cli
+atexit.register(lambda: print('teardown ran', flush=True))
+def main(argv):
+  print('written')            # buffered: stdout is a pipe
+  logging.warning('logged')
+  return {result!r}
+cli.run(main, quick_exit=lambda: {quick!r})
+'''
+
+
+class QuickExitTest(parameterized.TestCase):
+  """A finished run ends at once (no teardown), its output flushed; one
+  that failed, or may not end so, goes through absl's exit as before."""
+
+  @parameterized.parameters((None, True, 0, False), (None, False, 0, True),
+                            ('FAILED: x', True, 1, True))
+  def test_exit(self, result, quick, code, teardown):
+    proc = subprocess.run(
+        [sys.executable, '-c', _QUICK.format(result=result, quick=quick)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    self.assertEqual(proc.returncode, code, proc.stderr[-2000:])
+    self.assertIn('written', proc.stdout)
+    self.assertIn('logged', proc.stderr)
+    self.assertEqual('teardown ran' in proc.stdout, teardown)
