@@ -177,7 +177,7 @@ from absl import logging
 from experiments.common import cli
 atexit.register(lambda: print('teardown ran', flush=True))
 def main(argv):
-  print('written')            # buffered: stdout is a pipe
+  sys.stdout.write('written')  # no line end: held until flushed
   logging.warning('logged')
   return {result!r}
 cli.run(main, quick_exit=lambda: {quick!r})
