@@ -1,5 +1,6 @@
 """A refused flag value is one clear line and a hint, not the whole help."""
 
+import os
 import pathlib
 import re
 import subprocess
@@ -191,9 +192,11 @@ class QuickExitTest(parameterized.TestCase):
   @parameterized.parameters((None, True, 0, False), (None, False, 0, True),
                             ('FAILED: x', True, 1, True))
   def test_exit(self, result, quick, code, teardown):
+    env = {k: v for k, v in os.environ.items()
+           if k != 'PYTHONUNBUFFERED'}  # so that only a flush writes
     proc = subprocess.run(
         [sys.executable, '-c', _QUICK.format(result=result, quick=quick)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     self.assertEqual(proc.returncode, code, proc.stderr[-2000:])
     self.assertIn('written', proc.stdout)
     self.assertIn('logged', proc.stderr)
