@@ -450,9 +450,10 @@ def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
   the turn reads), which ranks too when every session's turn reads only
   entries the tables hold (a face that ``TELLS_HELD``: the turn in two
   halves, ``session.decide`` and ``session.show``, with the test between;
-  the host then has nothing to add). ``outputs['ranked']`` ``[S]`` (all equal) says whether the turn
-  ranked. ``session_axis``: the mesh axis the sessions are split over
-  (inside ``shard_map``), over which the test is taken."""
+  the host then has nothing to add). ``outputs['ranked']`` ``[S]`` (all
+  equal) says whether the turn ranked. ``session_axis``: the mesh axis
+  the sessions are split over (inside ``shard_map``), over which the test
+  is taken."""
   shared = _Shared(data, tables, composer_params, seed_key, split)
   if not getattr(config.face, 'TELLS_HELD', False):  # one pass, as ranked
     turn_fn = lambda q, c, t: _session_turn(config, shared, q, c, t, rank)
