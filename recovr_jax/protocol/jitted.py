@@ -226,6 +226,13 @@ def _ranked(rank, step, state):
 
 def _session_start(config: SimConfig, shared: _Shared, query, rank=True):
   """Turn 0 of one session: ``(carry, search key used)``."""
+  return _start_shown(config, shared, _start_decided(config, shared, query),
+                      rank)
+
+
+def _start_decided(config: SimConfig, shared: _Shared, query):
+  """Turn 0 before its ranking: ``(ranking inputs, method state, face
+  state, search key used)``."""
   face, data = config.face, shared.data
   ref = data.reference[query]
   start, face_state = face.start(data, shared.tables, query)
@@ -241,14 +248,21 @@ def _session_start(config: SimConfig, shared: _Shared, query, rank=True):
           config.form.covr if start.covr_valid is None else start.covr_valid)]),
       exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
       stop=jnp.asarray(False))
+  return inputs, method_state, face_state, jnp.where(search_code > 0,
+                                                     search_key, 0)
+
+
+def _start_shown(config: SimConfig, shared: _Shared, decided, rank):
+  """Turn 0 ranked (when ``rank``) from ``_start_decided``'s results."""
+  inputs, method_state, face_state, search_key = decided
   init = ranking.init_state(config.loop)
   state = _ranked(rank, lambda: ranking.start_step(
-      config.loop, data.gallery, init, inputs, split=shared.split), init)
+      config.loop, shared.data.gallery, init, inputs, split=shared.split),
+                  init)
   return SessionCarry(state=state, method=method_state,
                       question=jnp.asarray(-1, jnp.int32),
                       asked=jnp.asarray(0, jnp.int32),
-                      face=face_state), jnp.where(search_code > 0,
-                                                  search_key, 0)
+                      face=face_state), search_key
 
 
 def _channels(face, plan) -> dict:
@@ -425,18 +439,40 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
 
 def start_batch(config: SimConfig, data: plan_lib.JaxData, tables,
                 composer_params, queries, rank,
-                split: ranking.GallerySplit | None = None):
+                split: ranking.GallerySplit | None = None,
+                session_axis: str | None = None):
   """Turn 0 of a batch (``simulate_batch``'s first step): ``(carry,
   outputs)``, ``outputs`` the shown lists (``shown``, ``scores`` ``[S,
-  K]``) and the table keys read (``needed`` ``[S, 2]``). ``rank`` false: a
-  probe (the keys, not the lists)."""
+  K]``), the table keys read (``needed`` ``[S, 2]``) and whether it
+  ranked (``ranked`` ``[S]``). ``rank`` false: a probe (the keys, not the
+  lists), which ranks too when every key is held (``turn_batch``)."""
   shared = _Shared(data, tables, composer_params, None, split)
-  carry, search0 = jax.vmap(lambda q: _session_start(config, shared, q,
-                                                     rank))(queries)
+  if getattr(config.face, 'TELLS_HELD', False):  # as turn_batch
+    decided = jax.vmap(lambda q: _start_decided(config, shared, q))(queries)
+    keys = jnp.stack([decided[-1], jnp.zeros_like(decided[-1])], axis=1)
+    # Turn 0 reads no words: a stopped session's record.
+    held = jax.vmap(lambda k: config.face.held(
+        tables, config.face.stopped(), k))(keys)
+    rank = rank | _none_missing(held, session_axis)
+    carry, search0 = jax.vmap(lambda d: _start_shown(config, shared, d,
+                                                     rank))(decided)
+  else:
+    carry, search0 = jax.vmap(lambda q: _session_start(config, shared, q,
+                                                       rank))(queries)
   return carry, dict(shown=carry.state.shown_ids,
                      scores=carry.state.shown_scores,
                      needed=jnp.stack([search0, jnp.zeros_like(search0)],
-                                      axis=1))
+                                      axis=1),
+                     ranked=jnp.broadcast_to(rank, queries.shape[:1]))
+
+
+def _none_missing(held, session_axis):
+  """Whether every session of the batch (over ``session_axis`` too, under
+  a mesh) read only held entries."""
+  missing = jnp.sum(~held)
+  if session_axis is not None:
+    missing = jax.lax.psum(missing, session_axis)
+  return missing == 0
 
 
 def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
@@ -475,10 +511,7 @@ def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
     return session_lib.show(_JitDriver(config, shared, q, ranks), *mid)
 
   def between(held):
-    missing = jnp.sum(~held)
-    if session_axis is not None:
-      missing = jax.lax.psum(missing, session_axis)
-    return rank | (missing == 0)
+    return rank | _none_missing(held, session_axis)
 
   if chunk_size is None:
     carry, outs, ranked = session_lib.halves_turn(first, second, between,
@@ -520,7 +553,7 @@ def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
 
   def first(numbers, *args):
     return start_batch(config_tree.join(skeleton, numbers), *args,
-                       split=rows)
+                       split=rows, session_axis=sharding.SESSION_AXIS)
 
   def later(numbers, *args):
     return turn_batch(config_tree.join(skeleton, numbers), *args,
