@@ -17,12 +17,13 @@ host, a ``Face`` under ``jit``):
   (``run``): a probe of the turn (the user and the plan, not the ranking)
   reports what it read (``SimTrace.needed`` and the face's own outputs),
   the host adds what the tables lacked (``Filler``), and the turn is
-  ranked once it has all it reads.
+  ranked once it has all it reads (in the probe's own call when a face
+  that ``TELLS_HELD`` finds every entry held).
 
-The world's face (``envs.world.face.traced_face``) is the one the runs use; the tests also
-run a toy environment written in the test.
+The world's face (``envs.world.face.traced_face``) is the one the runs use;
+the tests also run a toy environment written in the test.
 
-Why one module of about 680 lines: the driver is one scan body and what it
+Why one module of about 780 lines: the driver is one scan body and what it
 needs on both sides of ``jit`` (the ``Face`` and ``Environment`` protocols,
 ``SimConfig``, the chunked runner); split, the scan's carried state and its
 step would live apart.
@@ -730,8 +731,10 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   (``Filler.fill``: the words, dialogues or texts the turn lacked; on
   files, the host's plan of the turn), until the turn has all it reads;
   then the turn runs once with its ranking (``turn_batch``) and the filler
-  sees the lists final (``Filler.settled``). So each session's turn is
-  ranked once; no settled turn runs again.
+  sees the lists final (``Filler.settled``). A probe on a face that
+  ``TELLS_HELD`` ranks at once when no session read anything the tables
+  lack (the filler then has nothing to add, and sees the lists final). So
+  each session's turn is ranked once; no settled turn runs again.
 
   ``pad_to``: fewer sessions than this (a run's partial last batch) are
   run padded to it with copies of the last session, whose results are
