@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import checks
+from recovr_jax.core import percentiles
 
 DEFAULT_RESAMPLES = 10_000
 
@@ -379,50 +380,7 @@ def _bootstrap_gathered(diffs, indices):
 def _interval(diffs, means):
   """``BootstrapInterval`` of ``diffs [S, M]`` from its resamples' ``means
   [R, M]`` (traced)."""
-  lower, upper = _percentiles(means, jnp.array([2.5, 97.5]))
+  lower, upper = percentiles.percentile(means, jnp.array([2.5, 97.5]))
   return BootstrapInterval(mean=jnp.mean(diffs, axis=0), lower=lower,
                            upper=upper)
 
-
-def _sort_key(x):
-  """float32 -> int32 keys in the floats' order (-0.0 below 0.0)."""
-  bits = jax.lax.bitcast_convert_type(x, jnp.int32)
-  return jnp.where(bits < 0, bits ^ jnp.int32(0x7FFFFFFF), bits)
-
-
-def _from_sort_key(key):
-  bits = jnp.where(key < 0, key ^ jnp.int32(0x7FFFFFFF), key)
-  return jax.lax.bitcast_convert_type(bits, jnp.float32)
-
-
-def _percentiles(x, q):
-  """``jnp.percentile(x, q, axis=0)`` (linear interpolation) of float32
-  ``x [R, M]``, bit for bit, four times faster on XLA:CPU: the columns are
-  sorted as int32 keys of the same order (XLA:CPU sorts float32 through
-  JAX's comparator, which orders -0.0 and 0.0 as equal, at 50 ms for
-  ``[10000, 42]``; the integer sort takes 11 ms). A column holding -0.0 or
-  NaN, whose order or result the keys would change, takes
-  ``jnp.percentile`` itself (tested against it on random values, shapes,
-  signed zeros and NaNs)."""
-  exact = jnp.any(jnp.isnan(x) | ((x == 0) & jnp.signbit(x)))
-  return jax.lax.cond(
-      exact, lambda: jnp.percentile(x, q, axis=0),
-      lambda: _linear(_from_sort_key(jnp.sort(_sort_key(x), axis=0)), q))
-
-
-@jax.jit
-def _linear(ordered, q):
-  """``jnp.percentile``'s linear interpolation of sorted ``ordered [R, M]``
-  at ``q`` ``[Q]`` percent, with its arithmetic (a program of its own within
-  the caller's, as there: XLA computes ``q / 100`` as ``q * 0.01``, where
-  JAX would fold a constant's division itself)."""
-  q = q / 100
-  n = jnp.float32(ordered.shape[0])
-  q = q * (n - 1)
-  low, high = jnp.floor(q), jnp.ceil(q)
-  high_weight = q - low
-  low_weight = 1 - high_weight
-  low = jnp.clip(low, 0, n - 1).astype(jnp.int32)
-  high = jnp.clip(high, 0, n - 1).astype(jnp.int32)
-  return (ordered[low] * low_weight[:, None] +
-          ordered[high] * high_weight[:, None])

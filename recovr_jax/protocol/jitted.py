@@ -762,7 +762,7 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   for turn in range(config.loop.num_turns + 1):
     for _ in range(MAX_PROBES):
       probed, probe = programs(filler.arrays(), carry, turn, rank=False)
-      ranked = bool(probe.pop('ranked', np.zeros(1, bool)).all())
+      ranked = bool(probe.pop('ranked').all())  # all equal
       if ranked:  # it read only held entries, and ranked
         break
       fill = filler.fill(turns.trace(probe))
@@ -778,7 +778,7 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
       carry, outs = probed, probe
     else:
       carry, outs = programs(filler.arrays(), carry, turn, rank=True)
-      outs.pop('ranked', None)
+      outs.pop('ranked')
     turns.set(turn, outs)
     filler.settled(turns.trace())
   trace = turns.trace()

@@ -177,26 +177,6 @@ class MetricsTest(parameterized.TestCase):
                                    jax.random.key(6))
     self.assertFalse(np.array_equal(other.lower, got.lower))
 
-  def test_percentiles_are_jnp_percentile_to_the_bit(self):
-    # The integer-key sort and the interpolation as jnp.percentile does
-    # them; -0.0 (which its sort orders as 0.0) and NaN take it as it is.
-    rng = np.random.default_rng(7)
-    q = jnp.array([2.5, 97.5])
-    want = jax.jit(lambda x: jnp.percentile(x, q, axis=0))
-    got = jax.jit(lambda x: metrics._percentiles(x, q))  # pylint: disable=protected-access
-    cases = [rng.normal(size=(10000, 42)), rng.standard_cauchy((777, 5)),
-             rng.integers(-300, 300, (501, 7)) / 500, np.ones((3, 2)),
-             rng.normal(size=(1, 4))]
-    zeros = (rng.integers(-2, 3, (200, 6)) / 7).astype(np.float32)
-    zeros[rng.random(zeros.shape) < 0.3] = -0.0
-    nan = rng.normal(size=(50, 3)).astype(np.float32)
-    nan[7, 1] = np.nan
-    for x in cases + [zeros, nan]:
-      x = np.asarray(x, np.float32)
-      np.testing.assert_array_equal(np.asarray(got(x)).view(np.int32),
-                                    np.asarray(want(x)).view(np.int32),
-                                    err_msg=str(x.shape))
-
   def test_paired_bootstrap_default_and_reproducible(self):
     rng = np.random.default_rng(1)
     a = rng.random((40, 3)).astype(np.float32)

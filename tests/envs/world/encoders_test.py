@@ -122,6 +122,17 @@ class TextEncoderTest(absltest.TestCase):
         self.assertEqual(old.load_cache(legacy), 0)
       self.assertIn('fails its checksum', logs.output[0])
 
+  def test_encoders_made_before_a_load_share_it(self):
+    # Neither has loaded when both are made: the first text loads the
+    # model once, for both (a key no other test uses: max_length 24).
+    first = encoders.TextEncoder(batch_size=16, max_length=24)
+    second = encoders.TextEncoder(batch_size=16, max_length=24)
+    parts = text_encoder()._model_parts()  # pylint: disable=protected-access
+    with mock.patch.object(encoders, '_load', return_value=parts) as load:
+      first(['make it red'])
+      second(['make it blue'])
+    self.assertEqual(load.call_count, 1)
+
   def test_missing_model_dir(self):
     with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
       encoders.TextEncoder(model_dir=tempfile.mkdtemp())

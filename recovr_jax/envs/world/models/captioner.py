@@ -209,16 +209,15 @@ class Captioner:
 
   def _caption(self, frames) -> list[str]:
     frames = np.asarray(frames, np.float32)
+    model, tokenizer, generate = self._load()
     out = []
     for start in range(0, len(frames), self.batch_size):
       chunk = frames[start:start + self.batch_size]
       n = len(chunk)
       padded = np.concatenate([chunk, np.zeros(
           (self.batch_size - n,) + chunk.shape[1:], np.float32)])
-      model, tokenizer, generate = self._load()
       seq = np.asarray(generate(model.params, pixels(padded)))
-      out.extend(tokenizer.batch_decode(seq[:n],
-                                             skip_special_tokens=True))
+      out.extend(tokenizer.batch_decode(seq[:n], skip_special_tokens=True))
     return [' '.join(c.split()) for c in out]
 
 

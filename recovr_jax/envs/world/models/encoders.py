@@ -136,7 +136,7 @@ class TextEncoder:
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
     key = (_model_files(model_dir), batch_size, max_length)
-    self._loaded = _SHARED_MODELS.get(key) if shared else None
+    self._loaded = None  # ``_model_parts``
     config = os.path.join(model_dir, 'config.json')
     self._dim = readers.read_json(config, 'text encoder config').get(
         'hidden_size')
@@ -155,6 +155,8 @@ class TextEncoder:
     """``(model, tokenizer, jitted forward pass)``, loaded when a text is
     first encoded (a run whose texts are all cached never loads the model:
     1.2 s of a warm run), and shared as ``_SHARED_MODELS`` says."""
+    if self._loaded is None and self._shared is not None:
+      self._loaded = _SHARED_MODELS.get(self._key)  # another's, loaded since
     if self._loaded is None:
       self._loaded = _load(self.model_dir)
       if self._shared is not None:
