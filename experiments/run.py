@@ -39,7 +39,6 @@ def main(argv):
     # One process of several: say why and leave at once (JAX's shutdown
     # would wait minutes for the others); they stop at their next barrier
     # or when experiments.launch sees this exit.
-    import os  # pylint: disable=g-import-not-at-top
     import traceback  # pylint: disable=g-import-not-at-top
     if isinstance(e, app.UsageError):
       sys.stderr.write(cli.error_lines(e))
@@ -47,9 +46,7 @@ def main(argv):
       traceback.print_exc()
     sys.stderr.write(f'process {pid} of {count} stopped; the same command '
                      'resumes\n')
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(1)  # pylint: disable=protected-access
+    cli.exit_now(1)
 
 
 def _main(argv):

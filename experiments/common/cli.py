@@ -153,7 +153,8 @@ def exit_now(code: int) -> None:
   ``code`` at once: no atexit handlers, no interpreter teardown (freeing
   every object of a run that loaded MiniLM, the world and its text cache
   took 0.75 s of a 25 s `main`). Only for a process whose files are all
-  written and closed, and that no other process waits on."""
+  written and closed, and that no other process waits on (or one of
+  several that failed and must not wait for the others)."""
   import logging as std_logging  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   logging.flush()
