@@ -361,6 +361,7 @@ def jit(fn, static_argnames: tuple[str, ...] = ()):
   values of ``config``'s traced fields (and per value of the rest of it and
   of ``static_argnames``)."""
   import jax  # pylint: disable=g-import-not-at-top
+  from recovr_jax import executables  # pylint: disable=g-import-not-at-top
 
   def body(skeleton, numbers, *args, **kwargs):
     return fn(join(skeleton, numbers), *args, **kwargs)
@@ -374,9 +375,23 @@ def jit(fn, static_argnames: tuple[str, ...] = ()):
   compiled = jax.jit(body, static_argnums=0,
                      static_argnames=tuple(static_argnames))
 
+  static = frozenset(static_argnames)
+  # A static argument passed by position: jit as before (a kept executable
+  # is keyed by the static arguments passed by name).
+  by_position = min((i for i, p in enumerate(params[1:]) if p.name in static),
+                    default=len(params))
+
   @functools.wraps(fn)
   def call(config, *args, **kwargs):
     skeleton, numbers = split(config)
+    if len(args) <= by_position:
+      dynamic = {k: v for k, v in kwargs.items() if k not in static}
+      kept = executables.find(
+          compiled, fn, skeleton,
+          {k: v for k, v in kwargs.items() if k in static}, numbers, args,
+          dynamic)
+      if kept is not None:  # kept on disk (a run's compilation cache)
+        return kept(numbers, *args, **dynamic)
     return compiled(skeleton, numbers, *args, **kwargs)
 
   call.compiled = compiled  # its cache (``compiled._cache_size()``)

@@ -1,0 +1,231 @@
+"""Compiled programs kept on disk by what they are made of, so that a later
+process calls them without tracing them again (``config_tree.jit``).
+
+JAX's persistent compilation cache keys an executable by its lowered
+program, so a warm process still traces and lowers every function before
+it finds the executable (about 2.7 s of a warm `main`'s jitted sessions,
+for its 13 programs). This cache keys a program by what decides it before
+any tracing:
+
+* the function (module and name) and the source of every module of the
+  package (an edit anywhere makes new keys);
+* the static config's ``repr`` and the static arguments' (a ``repr`` that
+  could hide a value, with an address or an ellipsis, is not keyed: that
+  call compiles as before);
+* the dynamic arguments' tree and each leaf's type (shape, dtype, weak
+  type);
+* the versions of jax, jaxlib and flax, the devices, the CPU's features,
+  ``XLA_FLAGS`` and JAX's settings.
+
+It is on where a run keeps its compiled programs (``keep_in``; the
+runner's ``--compilation_cache`` keeps them in ``executables/`` beside
+JAX's own cache): one file per program, which calls that lower to the
+same program share (an edit that leaves a program as it was adds only a
+small file naming it). Calls whose arrays are not all on the process's
+first device (a mesh's) compile as before.
+
+A program this cache lacks is compiled afresh, neither loaded from JAX's
+cache nor written to it: on XLA:CPU an executable that JAX's cache loaded
+serializes without its compiled functions (calling it back fails:
+"Function ... not found"). So it is compiled with a flag that only bounds
+what a debug listing of its buffers would show
+(``xla_debug_buffer_assignment_show_max``, at a value drawn for that
+compile; JAX keys its cache on it, so the compile cannot find a copy
+there), and kept only when JAX reports no cache hit. A file that cannot be
+read back is compiled and written again. The program is the same either
+way (a run's outputs are byte-identical; docs/performance.md).
+"""
+
+import functools
+import hashlib
+import os
+import pathlib
+import pickle
+import platform
+import secrets
+import sys
+import threading
+
+import jax
+from jax.experimental import serialize_executable
+
+# Compiled afresh (see above): a debug-output flag that JAX's cache keys on.
+_FRESH = 'xla_debug_buffer_assignment_show_max'
+_SETTINGS_SKIPPED = ('cache', 'log', 'dir', 'traceback', 'profil', 'dump',
+                     'pprint', 'timeout', 'address')
+_HIT = '/jax/compilation_cache/cache_hits'
+_loaded = {}  # in-process: call signature -> Compiled, or False
+_lock = threading.Lock()
+_hits = [0]
+_where = [None]
+
+
+def _count_hits(name, **_):
+  if name == _HIT:
+    _hits[0] += 1
+
+
+jax.monitoring.register_event_listener(_count_hits)
+
+
+def keep_in(where: str | os.PathLike | None):
+  """Keeps executables in the folder ``where`` from now on (None: not)."""
+  _where[0] = None if where is None else pathlib.Path(where).absolute()
+
+
+def folder() -> pathlib.Path | None:
+  """Where executables are kept, or None."""
+  return None if jax.config.jax_disable_jit else _where[0]
+
+
+def find(jitted, fn, skeleton, static: dict, numbers, args, kwargs):
+  """The executable of ``jitted(skeleton, numbers, *args, **static,
+  **kwargs)`` (``jitted``: ``jax.jit`` of ``fn``'s body), to be called
+  with ``(numbers, *args, **kwargs)``: loaded from ``folder()``, or
+  compiled and kept there. None when there is no folder or the call
+  cannot be keyed: the caller then calls ``jitted`` itself."""
+  where = folder()
+  if where is None:
+    return None
+  leaves, tree = jax.tree.flatten(((numbers, *args), kwargs))
+  if not all(_on_first_device(x) for x in leaves):
+    return None
+  signature = (fn, skeleton, tuple(sorted(static.items())), tree,
+               tuple(jax.typeof(x) for x in leaves))
+  exe = _loaded.get(signature)
+  if exe is None:
+    with _lock:
+      exe = _loaded.get(signature)
+      if exe is None:
+        exe = _loaded[signature] = _load_or_compile(
+            where, lambda: jitted.lower(skeleton, numbers, *args, **static,
+                                        **kwargs),
+            _key(fn, skeleton, static, tree, signature[-1]),
+            repr(signature[-1]))
+  return exe or None  # False: not keyed, jit as before
+
+
+def _key(fn, skeleton, static, tree, types) -> str | None:
+  """The call's key: what decides its program before tracing."""
+  described = repr((skeleton, sorted(static.items())))
+  if ' at 0x' in described or '...' in described:
+    return None
+  return _digest(f'{fn.__module__}.{fn.__qualname__}', _source(),
+                 _machine(), described, str(tree), repr(types))
+
+
+def _load_or_compile(where, lower, key, types: str):
+  """The call's executable: its program's, kept under the program's key
+  (its lowered text, its arguments' trees and types, which the text lacks
+  for arguments the program does not read, and the machine: calls that
+  lower to the same program share one file) and found from the call's key
+  (``KEY.program`` names it)."""
+  if key is None:
+    return False
+  named = where / f'{key}.program'
+  exe = _load(where, named)
+  if exe is not None:
+    return exe
+  lowered = lower()
+  program = _digest(lowered.as_text(), str(lowered.in_tree), types,
+                    str(lowered.out_tree), _machine())
+  exe = _load(where, program)
+  if exe is None:
+    hits = _hits[0]
+    exe = _compile_afresh(lowered)
+    if _hits[0] != hits:  # JAX's cache's copy: it cannot be kept
+      return exe
+    if not _write(where / f'{program}.pkl',
+                  pickle.dumps(serialize_executable.serialize(exe))):
+      return exe
+  _write(named, program.encode())
+  return exe
+
+
+def _compile_afresh(lowered):
+  """``lowered`` compiled, not loaded from JAX's cache, nor written to it
+  (its key, with the drawn flag, is never asked for again)."""
+  least = jax.config.jax_persistent_cache_min_compile_time_secs
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 1e9)
+  try:
+    return lowered.compile(
+        compiler_options={_FRESH: 1000 + secrets.randbelow(1 << 60)})
+  finally:
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', least)
+
+
+def _load(where, program):
+  """The executable kept as ``program`` (a key, or the path of a file
+  naming it), or None."""
+  try:
+    if isinstance(program, pathlib.Path):
+      program = program.read_text()
+    payload, in_tree, out_tree = pickle.loads(
+        (where / f'{program}.pkl').read_bytes())
+    return serialize_executable.deserialize_and_load(payload, in_tree,
+                                                     out_tree)
+  except Exception:  # pylint: disable=broad-except
+    return None  # absent, cut short or of another version: compiled
+
+
+def _write(path, content: bytes) -> bool:
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(f'.{os.getpid()}.part')
+    part.write_bytes(content)
+    os.replace(part, path)
+    return True
+  except OSError:
+    return False  # a cache: a run that cannot keep it is only slower
+
+
+def _digest(*parts) -> str:
+  return hashlib.sha256('\n'.join(parts).encode()).hexdigest()[:40]
+
+
+def _on_first_device(x) -> bool:
+  if not isinstance(x, jax.Array):
+    return True  # a NumPy array or a Python scalar: placed by the call
+  try:
+    return x.sharding.device_set == {jax.local_devices()[0]}
+  except Exception:  # pylint: disable=broad-except  # a deleted array
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _source() -> str:
+  """The digest of every module of the package."""
+  source = hashlib.sha256()
+  package = pathlib.Path(__file__).resolve().parent
+  for path in sorted(package.rglob('*.py')):
+    source.update(str(path.relative_to(package)).encode() + b'\0')
+    source.update(path.read_bytes() + b'\0')
+  return source.hexdigest()
+
+
+def _machine() -> str:
+  """What besides the program decides its executable: the libraries, the
+  devices, the CPU and JAX's settings."""
+  import jaxlib  # pylint: disable=g-import-not-at-top
+  versions = (jax.__version__, jaxlib.__version__,
+              getattr(sys.modules.get('flax'), '__version__', ''))
+  settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
+                    if not any(s in k for s in _SETTINGS_SKIPPED))
+  # The devices (a program runs on this process's first one).
+  devices = (repr(jax.devices()), jax.process_index(),
+             repr(jax.local_devices()), jax.local_devices()[0].device_kind)
+  return '\n'.join([repr(versions), repr(devices), platform.machine(),
+                    _cpu_features(), os.environ.get('XLA_FLAGS', ''),
+                    repr(settings)])
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_features() -> str:
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      for line in f:
+        if line.startswith('flags'):
+          return line.strip()
+  except OSError:
+    pass
+  return platform.processor()

@@ -1,0 +1,114 @@
+"""Tests for recovr_jax.executables: ``config_tree.jit`` programs kept on
+disk under a run's compilation cache, called by later processes without
+tracing."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+from absl.testing import absltest
+import jax.numpy as jnp
+import numpy as np
+
+from recovr_jax import config_tree
+from recovr_jax import executables
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# One process: three calls of one ``config_tree.jit`` function (two of one
+# skeleton that differ only in the shape of an argument the program does
+# not read, so their lowered texts are equal), under the compilation cache
+# at argv[1]; prints how many calls traced and the outputs.
+_SCRIPT = textwrap.dedent("""
+    import dataclasses, json, sys
+    import jax
+    jax.config.update('jax_compilation_cache_dir', sys.argv[1])
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+    import jax.numpy as jnp
+    import numpy as np
+    from recovr_jax import config_tree
+    from recovr_jax import executables
+    executables.keep_in(sys.argv[1] + '/executables')
+
+    @dataclasses.dataclass(frozen=True)
+    class Toy:
+      scale: float = config_tree.number(2.0)
+      mode: str = 'a'
+
+    traced = []
+
+    def fn(toy, x, unused, *, n):
+      traced.append(x.shape)
+      y = jnp.sort(jnp.pad(x * toy.scale, (1, 2)) * -1.0)[:n]
+      return {'y': y + (1.0 if toy.mode == 'a' else 2.0)}
+
+    g = config_tree.jit(fn, static_argnames=('n',))
+    outs = [g(Toy(), jnp.arange(5.0), np.zeros(3, np.float32), n=4),
+            g(Toy(3.0), jnp.arange(5.0), np.zeros(7, np.float32), n=4),
+            g(Toy(mode='b'), jnp.arange(6.0), np.zeros(3, np.float32), n=2)]
+    print(json.dumps({'traced': len(traced),
+                      'outs': [np.asarray(o['y']).tolist() for o in outs]}))
+""")
+
+
+def _expected():
+  def one(scale, mode, x, n):
+    y = np.sort(np.pad(np.asarray(x, np.float32) * scale, (1, 2)) * -1.0)
+    return (y[:n] + (1.0 if mode == 'a' else 2.0)).tolist()
+  return [one(2.0, 'a', np.arange(5.0), 4), one(3.0, 'a', np.arange(5.0), 4),
+          one(2.0, 'b', np.arange(6.0), 2)]
+
+
+class KeptExecutablesTest(absltest.TestCase):
+
+  def _run(self, cache):
+    env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
+    proc = subprocess.run([sys.executable, '-c', _SCRIPT, str(cache)],
+                          capture_output=True, text=True, env=env,
+                          cwd=_ROOT, timeout=300, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    self.assertEqual(result['outs'], _expected())
+    return result['traced']
+
+  def test_a_later_process_calls_the_kept_programs_without_tracing(self):
+    cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'
+    kept = cache / 'executables'
+    self.assertEqual(self._run(cache), 3)  # compiled and kept
+    # One program file per call (each of its own types) and a name each.
+    self.assertLen(list(kept.glob('*.pkl')), 3)
+    self.assertLen(list(kept.glob('*.program')), 3)
+    self.assertEqual(self._run(cache), 0)  # loaded: nothing traced
+    # Files cut short are compiled again and rewritten.
+    for path in kept.glob('*.pkl'):
+      path.write_bytes(path.read_bytes()[:100])
+    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(self._run(cache), 0)
+    # Without its files, but with JAX's cache beside them (whose copies
+    # of an executable cannot be serialized on CPU), it compiles afresh
+    # and keeps them again.
+    for path in kept.iterdir():
+      path.unlink()
+    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(self._run(cache), 0)
+
+  def test_without_a_compilation_cache_it_jits_as_before(self):
+    self.assertIsNone(executables.folder())
+    calls = []
+
+    def fn(toy, x):
+      calls.append(x.shape)
+      return x * toy
+
+    g = config_tree.jit(fn)
+    np.testing.assert_allclose(g(2.0, jnp.arange(3.0)), [0.0, 2.0, 4.0])
+    np.testing.assert_allclose(g(2.0, jnp.arange(3.0)), [0.0, 2.0, 4.0])
+    self.assertLen(calls, 1)  # jax.jit's own cache
+    self.assertEqual(g.compiled._cache_size(), 1)
+
+
+if __name__ == '__main__':
+  absltest.main()
