@@ -95,6 +95,34 @@ class KeptExecutablesTest(absltest.TestCase):
     self.assertEqual(self._run(cache), 3)
     self.assertEqual(self._run(cache), 0)
 
+  def test_a_jitted_run_again_traces_nothing_and_writes_the_same(self):
+    # The runner's programs (two methods, the world's face), kept by a
+    # first run and called by a second; JAX logs each function it traces.
+    tmp = pathlib.Path(self.create_tempdir().full_path)
+    env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu',
+               JAX_LOG_COMPILES='1')
+    logs = []
+    for name in ('first', 'second'):
+      proc = subprocess.run(
+          [sys.executable, '-m', 'experiments.run', '--benchmark=v1',
+           '--num_test_triplets=12', '--num_train_triplets=20',
+           '--gallery_size=300', '--num_sessions=10', '--batch_size=5',
+           '--num_turns=3', '--bootstrap_resamples=200', '--noplots',
+           '--simulation=jit', '--methods=recovr,ivr',
+           f'--cache_dir={tmp / "cache"}', f'--output_dir={tmp / name}'],
+          capture_output=True, text=True, env=env, cwd=_ROOT, timeout=600,
+          check=False)
+      self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+      logs.append(proc.stderr)
+    traced = 'Finished tracing body'  # config_tree.jit's programs
+    self.assertIn(traced, logs[0])
+    self.assertNotIn(traced, logs[1])
+    self.assertNotEmpty(list((tmp / 'cache' / 'xla' / 'executables').glob(
+        '*.pkl')))
+    for output in ('metrics.json', 'trajectories.jsonl', 'ranks.csv'):
+      self.assertEqual((tmp / 'first' / output).read_bytes(),
+                       (tmp / 'second' / output).read_bytes(), output)
+
   def test_without_a_compilation_cache_it_jits_as_before(self):
     self.assertIsNone(executables.folder())
     calls = []
