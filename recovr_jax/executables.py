@@ -32,8 +32,12 @@ what a debug listing of its buffers would show
 (``xla_debug_buffer_assignment_show_max``, at a value drawn for that
 compile; JAX keys its cache on it, so the compile cannot find a copy
 there), and kept only when JAX reports no cache hit. A file that cannot be
-read back is compiled and written again. The program is the same either
-way (a run's outputs are byte-identical; docs/performance.md).
+read back is compiled and written again; a program JAX cannot serialize
+(constants passed as arguments) is marked, and later processes jit it as
+before. The program is the same either way (a run's outputs are
+byte-identical; docs/performance.md). The files are pickles (JAX's
+``serialize_executable``): a cache folder is as private as the code
+that reads it.
 """
 
 import functools
@@ -54,6 +58,7 @@ _FRESH = 'xla_debug_buffer_assignment_show_max'
 _SETTINGS_SKIPPED = ('cache', 'log', 'dir', 'traceback', 'profil', 'dump',
                      'pprint', 'timeout', 'address')
 _HIT = '/jax/compilation_cache/cache_hits'
+_UNKEPT = 'jit'  # a call's ``.program`` file: its program cannot be kept
 _loaded = {}  # in-process: call signature -> Compiled, or False
 _lock = threading.Lock()
 _hits = [0]
@@ -123,7 +128,13 @@ def _load_or_compile(where, lower, key, types: str):
   if key is None:
     return False
   named = where / f'{key}.program'
-  exe = _load(where, named)
+  try:
+    kept = named.read_text()
+  except OSError:
+    kept = None
+  if kept == _UNKEPT:  # jit (and JAX's cache) as before
+    return False
+  exe = None if kept is None else _load(where, kept)
   if exe is not None:
     return exe
   lowered = lower()
@@ -135,8 +146,14 @@ def _load_or_compile(where, lower, key, types: str):
     exe = _compile_afresh(lowered)
     if _hits[0] != hits:  # JAX's cache's copy: it cannot be kept
       return exe
-    if not _write(where / f'{program}.pkl',
-                  pickle.dumps(serialize_executable.serialize(exe))):
+    try:
+      content = pickle.dumps(serialize_executable.serialize(exe))
+    except Exception:  # pylint: disable=broad-except
+      # One JAX cannot serialize (constants passed as arguments): later
+      # processes jit it as before.
+      _write(named, _UNKEPT.encode())
+      return exe
+    if not _write(where / f'{program}.pkl', content):
       return exe
   _write(named, program.encode())
   return exe
@@ -154,12 +171,9 @@ def _compile_afresh(lowered):
     jax.config.update('jax_persistent_cache_min_compile_time_secs', least)
 
 
-def _load(where, program):
-  """The executable kept as ``program`` (a key, or the path of a file
-  naming it), or None."""
+def _load(where, program: str):
+  """The executable kept as ``program``, or None."""
   try:
-    if isinstance(program, pathlib.Path):
-      program = program.read_text()
     payload, in_tree, out_tree = pickle.loads(
         (where / f'{program}.pkl').read_bytes())
     return serialize_executable.deserialize_and_load(payload, in_tree,

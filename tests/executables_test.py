@@ -32,6 +32,10 @@ _SCRIPT = textwrap.dedent("""
     from recovr_jax import config_tree
     from recovr_jax import executables
     executables.keep_in(sys.argv[1] + '/executables')
+    if len(sys.argv) > 2:  # as JAX does for a program it cannot serialize
+      def refuse(compiled):
+        raise NotImplementedError('serialize_executables with const_args')
+      executables.serialize_executable.serialize = refuse
 
     @dataclasses.dataclass(frozen=True)
     class Toy:
@@ -64,9 +68,9 @@ def _expected():
 
 class KeptExecutablesTest(absltest.TestCase):
 
-  def _run(self, cache):
+  def _run(self, cache, *extra):
     env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
-    proc = subprocess.run([sys.executable, '-c', _SCRIPT, str(cache)],
+    proc = subprocess.run([sys.executable, '-c', _SCRIPT, str(cache), *extra],
                           capture_output=True, text=True, env=env,
                           cwd=_ROOT, timeout=300, check=False)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
@@ -94,6 +98,16 @@ class KeptExecutablesTest(absltest.TestCase):
       path.unlink()
     self.assertEqual(self._run(cache), 3)
     self.assertEqual(self._run(cache), 0)
+
+  def test_a_program_jax_cannot_serialize_is_jitted_as_before(self):
+    cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'
+    kept = cache / 'executables'
+    self.assertEqual(self._run(cache, 'unserializable'), 3)
+    self.assertEmpty(list(kept.glob('*.pkl')))
+    self.assertEqual({p.read_text() for p in kept.glob('*.program')},
+                     {executables._UNKEPT})  # pylint: disable=protected-access
+    self.assertEqual(self._run(cache), 3)  # traced, through JAX's cache
+    self.assertEmpty(list(kept.glob('*.pkl')))
 
   def test_a_jitted_run_again_traces_nothing_and_writes_the_same(self):
     # The runner's programs (two methods, the world's face), kept by a
