@@ -110,8 +110,8 @@ class KeptExecutablesTest(absltest.TestCase):
     self.assertEmpty(list(kept.glob('*.pkl')))
 
   def test_a_jitted_run_again_traces_nothing_and_writes_the_same(self):
-    # The runner's programs (two methods, the world's face), kept by a
-    # first run and called by a second; JAX logs each function it traces.
+    # The runner's programs (ReCoVR on the world's face), kept by a first
+    # run and called by a second; JAX logs each function it traces.
     tmp = pathlib.Path(self.create_tempdir().full_path)
     env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu',
                JAX_LOG_COMPILES='1')
@@ -120,9 +120,9 @@ class KeptExecutablesTest(absltest.TestCase):
       proc = subprocess.run(
           [sys.executable, '-m', 'experiments.run', '--benchmark=v1',
            '--num_test_triplets=12', '--num_train_triplets=20',
-           '--gallery_size=300', '--num_sessions=10', '--batch_size=5',
-           '--num_turns=3', '--bootstrap_resamples=200', '--noplots',
-           '--simulation=jit', '--methods=recovr,ivr',
+           '--gallery_size=300', '--num_sessions=6', '--batch_size=6',
+           '--num_turns=2', '--bootstrap_resamples=50', '--noplots',
+           '--simulation=jit', '--methods=recovr',
            f'--cache_dir={tmp / "cache"}', f'--output_dir={tmp / name}'],
           capture_output=True, text=True, env=env, cwd=_ROOT, timeout=600,
           check=False)
