@@ -34,10 +34,10 @@ channels' queries against the whole gallery every turn a session is
 active, 2 x C x N x D FLOPs per session-turn (N gallery videos, D = 384);
 at the peak rate of a plain XLA matmul of a 64-row chunk against the
 gallery (the fastest of 20 timings, measured in this process after the
-runs; the median of 5 until e2d85eb, which varied from 177 to 265 GFLOP/s
-between runs), those FLOPs take the "compute bound" seconds, reported with their share of the sessions' time (the
-``jitted sessions`` part, or ``ranking`` on the host driver) and of the
-wall. Text encoding likewise: the runs count the tokens MiniLM encoded,
+runs; the median of 5 before 9abcb1d; either varies between processes,
+63-265 GFLOP/s on one machine), those FLOPs take the "compute bound"
+seconds, reported with their share of the sessions' time (the ``jitted
+sessions`` part, or ``ranking`` on the host driver) and of the wall. Text encoding likewise: the runs count the tokens MiniLM encoded,
 those it computed (padding included) and their FLOPs (``profile.json``'s
 ``counts``, ``TextEncoder._count``); at the peak rate of an XLA matmul of
 MiniLM's feed-forward shape (16 texts x 16, 32 or 64 tokens by 384 x 1536,
