@@ -93,7 +93,8 @@ def find(jitted, fn, skeleton, static: dict, numbers, args, kwargs):
   if where is None:
     return None
   leaves, tree = jax.tree.flatten(((numbers, *args), kwargs))
-  if not all(_on_first_device(x) for x in leaves):
+  first = {jax.local_devices()[0]}
+  if not all(_on_device(x, first) for x in leaves):
     return None
   signature = (fn, skeleton, tuple(sorted(static.items())), tree,
                tuple(jax.typeof(x) for x in leaves))
@@ -197,11 +198,11 @@ def _digest(*parts) -> str:
   return hashlib.sha256('\n'.join(parts).encode()).hexdigest()[:40]
 
 
-def _on_first_device(x) -> bool:
+def _on_device(x, devices: set) -> bool:
   if not isinstance(x, jax.Array):
     return True  # a NumPy array or a Python scalar: placed by the call
   try:
-    return x.sharding.device_set == {jax.local_devices()[0]}
+    return x.sharding.device_set == devices
   except Exception:  # pylint: disable=broad-except  # a deleted array
     return False
 
