@@ -177,8 +177,11 @@ def _load(where, program: str):
   try:
     payload, in_tree, out_tree = pickle.loads(
         (where / f'{program}.pkl').read_bytes())
-    return serialize_executable.deserialize_and_load(payload, in_tree,
-                                                     out_tree)
+    # On the device ``find`` compiles for (the process's first): by default
+    # it would load onto every device of the process.
+    return serialize_executable.deserialize_and_load(
+        payload, in_tree, out_tree,
+        execution_devices=jax.local_devices()[:1])
   except Exception:  # pylint: disable=broad-except
     return None  # absent, cut short or of another version: compiled
 

@@ -68,8 +68,10 @@ def _expected():
 
 class KeptExecutablesTest(absltest.TestCase):
 
-  def _run(self, cache, *extra):
+  def _run(self, cache, *extra, xla_flags=None):
     env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
+    if xla_flags is not None:
+      env['XLA_FLAGS'] = xla_flags
     proc = subprocess.run([sys.executable, '-c', _SCRIPT, str(cache), *extra],
                           capture_output=True, text=True, env=env,
                           cwd=_ROOT, timeout=300, check=False)
@@ -98,6 +100,15 @@ class KeptExecutablesTest(absltest.TestCase):
       path.unlink()
     self.assertEqual(self._run(cache), 3)
     self.assertEqual(self._run(cache), 0)
+
+  def test_a_process_with_several_devices_loads_onto_its_first(self):
+    # --session_shards needs several CPU devices; the programs it keeps
+    # run on the first (loaded onto every device, a call failed: "Expected
+    # args to execute_sharded_on_local_devices to have 2 shards").
+    cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'
+    two = '--xla_force_host_platform_device_count=2'
+    self.assertEqual(self._run(cache, xla_flags=two), 3)
+    self.assertEqual(self._run(cache, xla_flags=two), 0)
 
   def test_a_program_jax_cannot_serialize_is_jitted_as_before(self):
     cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'
