@@ -174,7 +174,7 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     else:
       floor = running[0][:, kept - 1:kept]  # the running K-th score
       can_enter = lambda x: x > floor
-    if group_size and blk % group_size == 0 and blk >= 4 * kept * group_size and (
+    if group_size and blk >= 4 * kept * group_size and (
         recall_target is None):
       # The drop is applied inside the group maxima and to the kept
       # candidates, so the block's scores are not written a second time.
@@ -247,20 +247,26 @@ def _candidate_groups(scores, block_ids, k: int, group: int, can_enter,
     ``(scores [B, k * group], ids [B, k * group])``.
   """
   b, blk = scores.shape
-  grouped = scores.reshape(b, blk // group, group)
-  maxima = jnp.max(jnp.where(dropped(block_ids).reshape(grouped.shape),
-                             -jnp.inf, grouped), axis=2)  # [B, G]
+  full = blk // group * group  # the last group may be short: its maximum
+  masked = jnp.where(dropped(block_ids), -jnp.inf, scores)  # taken alone
+  maxima = jnp.max(masked[:, :full].reshape(b, blk // group, group), axis=2)
+  if full < blk:
+    maxima = jnp.concatenate(
+        [maxima, jnp.max(masked[:, full:], axis=1, keepdims=True)], axis=1)
   if can_enter is None:
     floor = floors.kth_floor(maxima, k)
     can_enter = lambda x: x >= floor
   _, best = lax.top_k(jnp.where(can_enter(maxima), maxima, -jnp.inf), k)
   best = jnp.sort(best, axis=1)  # id order, so ties still favour lower ids
-  kept_scores = jnp.take_along_axis(grouped, best[:, :, None], axis=1)
-  kept_ids = block_ids.reshape(blk // group, group)[best]  # [B, k, group]
-  kept_scores = kept_scores.reshape(b, k * group)
-  kept_ids = kept_ids.reshape(b, k * group)
-  kept_scores = jnp.where(can_enter(kept_scores) & ~dropped(kept_ids),
-                          kept_scores, -jnp.inf)
+  # The kept groups' columns (past the block's end in a short last group:
+  # never kept).
+  columns = (best[:, :, None] * group + jnp.arange(group)).reshape(b, -1)
+  inside = columns < blk
+  columns = jnp.minimum(columns, blk - 1)
+  kept_scores = jnp.take_along_axis(scores, columns, axis=1)
+  kept_ids = block_ids[columns]
+  kept_scores = jnp.where(inside & can_enter(kept_scores) &
+                          ~dropped(kept_ids), kept_scores, -jnp.inf)
   return kept_scores, kept_ids
 
 

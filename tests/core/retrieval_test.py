@@ -73,19 +73,35 @@ class RetrieveTest(parameterized.TestCase):
       np.testing.assert_array_equal(scores, ref_scores)
 
   def test_candidate_group_pruning_is_exact(self):
-    # Blocks of 64 rows, k = 3, groups of 4: 64 >= 4 * 3 * 4 turns pruning on.
+    # Blocks of 64 rows, k = 3, groups of 4: 64 >= 4 * 3 * 4 turns pruning
+    # on. Blocks of 62 rows (and galleries whose last block holds 58 or 53)
+    # end in a short group of 2 or 1.
     for seed in range(12):
       rng = np.random.default_rng(seed)
-      n = (200, 256, 130)[seed % 3]
+      n = (200, 256, 130, 250)[seed % 4]
       gallery = integer_embeddings(rng, (n, 3), -1, 2)  # many ties
       queries = integer_embeddings(rng, (6, 3))
       exclude = rng.integers(-1, n, (6,)).astype(np.int32)
       ref = reference_retrieve(queries, gallery, 3, exclude)
-      for group in (4, 0):
+      for block, group in ((64, 4), (62, 4), (64, 0)):
         ids, scores = retrieve(queries, gallery, 3, exclude=exclude,
-                               block_size=64, group_size=group)
-        np.testing.assert_array_equal(ids, ref[0], err_msg=f'{seed} {group}')
-        np.testing.assert_array_equal(scores, ref[1])
+                               block_size=block, group_size=group)
+        msg = f'{seed} {block} {group}'
+        np.testing.assert_array_equal(ids, ref[0], err_msg=msg)
+        np.testing.assert_array_equal(scores, ref[1], err_msg=msg)
+
+  def test_a_short_last_group_is_searched(self):
+    # 50 rows in groups of 4: the last group holds ids 48 and 49 only. Its
+    # maximum (id 49) is the best entry; the tie at 5 between ids 6 and 48
+    # still goes to id 6; excluding id 49 leaves id 48 its group's maximum.
+    values = np.zeros((50, 1), np.float32)
+    values[6], values[48], values[49] = 5, 5, 9
+    ids, _ = retrieve(np.ones((1, 1), np.float32), values, 3, block_size=50,
+                      group_size=4)
+    np.testing.assert_array_equal(ids, [[49, 6, 48]])
+    ids, _ = retrieve(np.ones((1, 1), np.float32), values, 3, block_size=50,
+                      group_size=4, exclude=np.array([49], np.int32))
+    np.testing.assert_array_equal(ids, [[6, 48, 0]])
 
   def test_pruned_candidates_keep_id_order_for_ties(self):
     # Group 5 (ids 20-23) has the larger maximum, but the tie at 5 between
@@ -102,7 +118,8 @@ class RetrieveTest(parameterized.TestCase):
     # falling order (nothing after the first block can enter), shuffled
     # (entries one step above a floor must still enter), all equal
     # (every floor is a tie), a few distinct values, and a penalty. Blocks
-    # of 64 with groups of 4 and k = 3 turn pruning on; group 0 turns it off.
+    # of 64 with groups of 4 and k = 3 turn pruning on (blocks of 62: each
+    # ends in a short group); group 0 turns it off.
     rng = np.random.default_rng(7)
     q = np.ones((3, 1), np.float32) * np.array([[1], [2], [-1]], np.float32)
     rising = np.arange(512, dtype=np.float32)[:, None] / 512
@@ -118,10 +135,12 @@ class RetrieveTest(parameterized.TestCase):
       for penalty in (None, rng.integers(0, 2, (3, 512)).astype(np.float32)):
         scores = q @ gallery.T - (0 if penalty is None else penalty)
         ref = reference_retrieve_scores(scores, 3, exclude)
-        for group in (4, 0):
-          ids, got = retrieve(q, gallery, 3, exclude=exclude, block_size=64,
-                              group_size=group, penalty=penalty)
-          msg = f'{name}, penalty {penalty is not None}, group {group}'
+        for block, group in ((64, 4), (62, 4), (64, 0)):
+          ids, got = retrieve(q, gallery, 3, exclude=exclude,
+                              block_size=block, group_size=group,
+                              penalty=penalty)
+          msg = (f'{name}, penalty {penalty is not None}, block {block}, '
+                 f'group {group}')
           np.testing.assert_array_equal(ids, ref[0], err_msg=msg)
           np.testing.assert_array_equal(got, ref[1], err_msg=msg)
 
