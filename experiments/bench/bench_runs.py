@@ -32,12 +32,19 @@ second; the time by part from the runs' ``profile.json``; and the run's
 retrieval FLOPs against the machine. The ranking core scores its C = 2
 channels' queries against the whole gallery every turn a session is
 active, 2 x C x N x D FLOPs per session-turn (N gallery videos, D = 384);
-at the peak rate of a plain XLA matmul of a 64-row chunk against the
-gallery (the fastest of 20 timings, measured in this process after the
-runs; the median of 5 before 9abcb1d; either varies between processes,
-63-265 GFLOP/s on one machine), those FLOPs take the "compute bound"
-seconds, reported with their share of the sessions' time (the ``jitted
-sessions`` part, or ``ranking`` on the host driver) and of the wall. Text encoding likewise: the runs count the tokens MiniLM encoded,
+at the peak rate of a plain XLA matmul of the jitted driver's shape
+against the gallery (a chunk's 64 sessions x 2 channels = 128 query rows;
+the fastest of 20 timings, measured in this process after the runs; 64
+rows until the session after 9abcb1d, whose rate is lower; the median of 5
+before 9abcb1d; the rate varies between processes), those FLOPs take the
+"compute bound" seconds, reported with their share of the sessions' time
+(the ``jitted sessions`` part, or ``ranking`` on the host driver) and of
+the wall. What the ranking core alone allows: its time per session-turn
+on a chunk of 64 sessions (``ranking_core_rate``: a session's start and 5
+turns, both channels, the default loop; also the two channels' exact
+top-K and their matmul alone) times the session-turns the run scored,
+against the bound: the share the sessions could reach if the user, the
+plan and the host cost nothing. Text encoding likewise: the runs count the tokens MiniLM encoded,
 those it computed (padding included) and their FLOPs (``profile.json``'s
 ``counts``, ``TextEncoder._count``); at the peak rate of an XLA matmul of
 MiniLM's feed-forward shape (16 texts x 16, 32 or 64 tokens by 384 x 1536,
@@ -45,6 +52,7 @@ the fastest of 20 timings) those FLOPs take the text-encoding bound,
 reported as a share of the ``text encoding`` part.
 """
 
+import functools
 import json
 import pathlib
 import re
@@ -63,6 +71,7 @@ import numpy as np
 from experiments.bench import bench_common
 from experiments.bench import synthetic_files
 from experiments.common import cli
+from recovr_jax.core import retrieval
 from recovr_jax.protocol import ranking
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -181,19 +190,81 @@ def run_part(name: str, root: pathlib.Path) -> dict:
 
 
 def matmul_rate(gallery: int, repeats: int, dim: int = DIM) -> dict:
-  """The best FLOP/s of a plain XLA matmul of a chunk of queries against a
-  gallery of ``gallery`` x ``dim`` float32 rows (the ranking core's
-  FLOPs): the fastest of ``repeats`` (at least 20) timings, a peak rate,
-  so that the bound is one (and a rate a noisy timing does not halve)."""
+  """The best FLOP/s of a plain XLA matmul of the jitted driver's shape
+  against a gallery of ``gallery`` x ``dim`` float32 rows (the ranking
+  core's FLOPs): a chunk's ``CHUNK`` sessions' ``CHANNELS`` queries, the
+  rows one vmapped turn multiplies at once; the fastest of ``repeats`` (at
+  least 20) timings, a peak rate, so that the bound is one (and a rate a
+  noisy timing does not halve)."""
   rng = np.random.default_rng(0)
-  q = jnp.asarray(rng.normal(size=(CHUNK, dim)), jnp.float32)
+  rows = CHUNK * CHANNELS
+  q = jnp.asarray(rng.normal(size=(rows, dim)), jnp.float32)
   g = jnp.asarray(rng.normal(size=(gallery, dim)), jnp.float32)
   matmul = jax.jit(lambda a, b: a @ b.T)
   _, times = bench_common.timings(lambda: matmul(q, g), max(repeats, 20))
   seconds = min(times)
-  return {'gallery': gallery, 'dim': dim, 'rows': CHUNK,
+  return {'gallery': gallery, 'dim': dim, 'rows': rows,
           'seconds': seconds,
-          'gflops': 2 * CHUNK * gallery * dim / seconds / 1e9}
+          'gflops': 2 * rows * gallery * dim / seconds / 1e9}
+
+
+def ranking_core_rate(gallery: int, repeats: int, dim: int = DIM,
+                      turns: int = 5) -> dict:
+  """Seconds per session-turn of the ranking core alone on a chunk of
+  ``CHUNK`` sessions, as the jitted driver runs it, with no user, plan or
+  host work: each session's start and ``turns`` feedback turns
+  (``ranking.start_step`` and ``ranking.turn_step`` vmapped; both
+  channels valid, the default loop: TW-RRF over a window of 5, rank-cap
+  on every list; sigma cycling neg, neu, pos), and of two of its parts:
+  both channels' exact top-K (``retrieval.top_k_blocks``) and their
+  matmul alone. A gallery of ``gallery`` random unit rows; each query a
+  gallery row plus noise (cosine about 0.8), so that the top-K's floors
+  prune as on embeddings whose queries resemble their targets. Each the
+  fastest of ``repeats`` (at least 20) timings."""
+  rng = np.random.default_rng(2)
+  rows = rng.normal(size=(gallery, dim)).astype(np.float32)
+  rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+  g = jnp.asarray(rows)
+  config = ranking.LoopConfig(num_turns=turns, num_ids=gallery)
+
+  def inputs(turn):
+    near = rows[rng.integers(0, gallery, (CHUNK, CHANNELS))]
+    q = near + 0.8 / np.sqrt(dim) * rng.normal(size=near.shape)
+    q /= np.linalg.norm(q, axis=2, keepdims=True)
+    return ranking.TurnInputs(
+        queries=jnp.asarray(q, jnp.float32),
+        valid=jnp.ones((CHUNK, CHANNELS), bool),
+        exclude=jnp.asarray(rng.integers(0, gallery, CHUNK), jnp.int32),
+        sigma=jnp.full((CHUNK,), turn % 3, jnp.int32),
+        stop=jnp.zeros((CHUNK,), bool))
+  every = [inputs(t) for t in range(turns + 1)]
+  init = jax.vmap(lambda _: ranking.init_state(config))(jnp.arange(CHUNK))
+  start = jax.jit(jax.vmap(functools.partial(ranking.start_step, config),
+                           in_axes=(None, 0, 0)))
+  step = jax.jit(jax.vmap(functools.partial(ranking.turn_step, config),
+                          in_axes=(None, 0, 0)))
+
+  def session():
+    state = start(g, init, every[0])
+    for t in range(1, turns + 1):
+      state = step(g, state, every[t])
+    return state
+  queries = every[1].queries.reshape(CHUNK * CHANNELS, dim)
+  exclude = jnp.repeat(every[1].exclude, CHANNELS)
+  top_k = jax.jit(lambda q, e: retrieval.top_k_blocks(
+      q, g, e, k=config.list_length,
+      block_size=min(ranking.BLOCK_SIZE, gallery)))
+  matmul = jax.jit(lambda q: q @ g.T)
+  repeats = max(repeats, 20)
+  out = {'gallery': gallery, 'dim': dim, 'sessions': CHUNK,
+         'turns': turns + 1}
+  for name, fn, per in (
+      ('matmul', lambda: matmul(queries), CHUNK),
+      ('retrieval', lambda: top_k(queries, exclude), CHUNK),
+      ('ranking_core', session, CHUNK * (turns + 1))):
+    _, times = bench_common.timings(fn, repeats)
+    out[f'{name}_us_per_session_turn'] = round(1e6 * min(times) / per, 2)
+  return out
 
 
 def minilm_rate(repeats: int) -> dict:
@@ -229,6 +300,28 @@ def text_table(results: dict) -> str:
         f'{gflop:.1f} | ' + (f'{spent:.1f}' if spent else '-') +
         f' | {bound:.2f} | ' +
         (f'{100 * bound / spent:.1f}%' if spent else '-') + ' |')
+  return '\n'.join(lines)
+
+
+def ceiling_table(results: dict) -> str:
+  """What the ranking core alone allows: its time on the session-turns
+  each run scored against the compute bound."""
+  lines = ['| part | scored session-turns | matmul / retrieval / ranking core '
+           'us per session-turn | ranking core alone s | compute bound s | '
+           'bound / ranking core | bound / sessions part |',
+           '|---|---:|---|---:|---:|---:|---:|']
+  for name, row in results['parts'].items():
+    core = row['ranking_core']
+    part = _sessions_part(row)
+    lines.append(
+        f"| {name} | {row['scored_session_turns']:,} | "
+        f"{core['matmul_us_per_session_turn']:.1f} / "
+        f"{core['retrieval_us_per_session_turn']:.1f} / "
+        f"{core['ranking_core_us_per_session_turn']:.1f} | "
+        f"{row['ranking_core_s']:.2f} | {row['compute_bound_s']:.2f} | "
+        f"{100 * row['compute_bound_s'] / row['ranking_core_s']:.1f}% | "
+        + (f"{100 * row['compute_bound_s'] / part:.1f}%" if part else '-')
+        + ' |')
   return '\n'.join(lines)
 
 
@@ -286,13 +379,19 @@ def main(argv):
   finally:
     if not _KEEP.value:
       shutil.rmtree(root, ignore_errors=True)
-  rates = {}
+  rates, cores = {}, {}
   for row in results['parts'].values():  # one per gallery shape
     shape = (row['gallery'], row['dim'])
     if shape not in rates:
       rates[shape] = matmul_rate(*shape[:1], _REPEATS.value, dim=shape[1])
+      cores[shape] = ranking_core_rate(shape[0], _REPEATS.value,
+                                       dim=shape[1])
     row['compute_bound_s'] = round(
         row['retrieval_gflop'] / rates[shape]['gflops'], 6)
+    row['ranking_core'] = cores[shape]
+    row['ranking_core_s'] = round(
+        row['scored_session_turns'] *
+        cores[shape]['ranking_core_us_per_session_turn'] / 1e6, 6)
   results['matmul'] = list(rates.values())
   text_rate = minilm_rate(_REPEATS.value)
   results['minilm_matmul'] = text_rate
@@ -300,6 +399,7 @@ def main(argv):
     row['text_bound_s'] = round(row['counts'].get(
         'text encoding: GFLOP', 0.0) / text_rate['gflops'], 6)
   print(table(results))
+  print(ceiling_table(results))
   print(text_table(results))
   if _JSON.value:
     bench_common.write_results(_JSON.value, results)
