@@ -43,6 +43,20 @@ class BenchRunsTest(absltest.TestCase):
                        4 * 3)
     self.assertIn('jitted sessions', row['profile_s'])
     self.assertIn('| main_jit | 1 | 4 x 1 x 2 |', proc.stdout)
+    # The anchor is the driver's matmul: a chunk's 64 sessions x 2
+    # channels; the ranking core alone times the scored session-turns.
+    results = json.loads(out.read_text())
+    self.assertEqual([m['rows'] for m in results['matmul']], [128])
+    core = row['ranking_core']
+    self.assertEqual((core['gallery'], core['dim'], core['sessions'],
+                      core['turns']), (300, 384, 64, 6))
+    for part in ('matmul', 'retrieval', 'ranking_core'):
+      self.assertGreater(core[f'{part}_us_per_session_turn'], 0)
+    self.assertAlmostEqual(row['ranking_core_s'], row['scored_session_turns']
+                           * core['ranking_core_us_per_session_turn'] / 1e6,
+                           places=5)
+    self.assertIn(f"| main_jit | {row['scored_session_turns']:,} | ",
+                  proc.stdout.split('ranking core alone s')[1])
     # MiniLM's work as the run counted it, and its FLOP bound.
     counts = row['counts']
     self.assertGreater(counts['text encoding: tokens'], 0)
