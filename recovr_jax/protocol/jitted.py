@@ -326,25 +326,28 @@ class _JitDriver:
 
   def rank(self, carry, plan, active):
     shared, face = self.shared, self.config.face
-    texts = _channels(face, plan)
-    if plan.edit_embedding is None:  # the edit is a text of the table
-      edit = face.text(shared.tables, texts['edit_key'])
-      edit_valid = texts['use_edit']
-    else:  # the method's own text embedding (the dialogue, MERLIN's text)
-      edit, edit_valid = plan.edit_embedding, jnp.asarray(plan.use_edit)
-    covr_query = compose(self.config.composer, shared.composer_params,
-                         ranking.gallery_row(shared.data.gallery, plan.anchor,
-                                             shared.split), edit)
-    inputs = ranking.TurnInputs(
-        queries=jnp.stack([face.text(shared.tables, texts['search_key']),
-                           covr_query]),
-        valid=jnp.stack([texts['use_search'], edit_valid]),
-        exclude=self.reference, sigma=plan.sigma, stop=~active,
-        penalty=self.config.form.penalty(plan.avoid,
-                                         shared.data.memory.caption_attrs))
-    state = _ranked(self.ranks, lambda: ranking.turn_step(
-        self.config.loop, shared.data.gallery, carry.state, inputs,
-        split=shared.split), carry.state)
+
+    def ranked():  # the queries too: a probe that does not rank skips them
+      texts = _channels(face, plan)
+      if plan.edit_embedding is None:  # the edit is a text of the table
+        edit = face.text(shared.tables, texts['edit_key'])
+        edit_valid = texts['use_edit']
+      else:  # the method's own text embedding (the dialogue, MERLIN's text)
+        edit, edit_valid = plan.edit_embedding, jnp.asarray(plan.use_edit)
+      covr_query = compose(self.config.composer, shared.composer_params,
+                           ranking.gallery_row(shared.data.gallery,
+                                               plan.anchor, shared.split),
+                           edit)
+      inputs = ranking.TurnInputs(
+          queries=jnp.stack([face.text(shared.tables, texts['search_key']),
+                             covr_query]),
+          valid=jnp.stack([texts['use_search'], edit_valid]),
+          exclude=self.reference, sigma=plan.sigma, stop=~active,
+          penalty=self.config.form.penalty(
+              plan.avoid, shared.data.memory.caption_attrs))
+      return ranking.turn_step(self.config.loop, shared.data.gallery,
+                               carry.state, inputs, split=shared.split)
+    state = _ranked(self.ranks, ranked, carry.state)
     return dataclasses.replace(carry, state=state)
 
   def ask(self, carry, active):
