@@ -286,43 +286,54 @@ def minilm_rate(repeats: int) -> dict:
   return best
 
 
+def _markdown(columns, rows) -> str:
+  """A markdown table: ``columns`` ``(name, '---' or '---:')``, ``rows``
+  lists of cells."""
+  lines = ['| ' + ' | '.join(name for name, _ in columns) + ' |',
+           '|' + '|'.join(align for _, align in columns) + '|']
+  lines += ['| ' + ' | '.join(row) + ' |' for row in rows]
+  return '\n'.join(lines)
+
+
+def _share(part: float, whole: float | None, unit: str = '') -> str:
+  return f'{100 * part / whole:.1f}%{unit}' if whole else '-'
+
+
 def text_table(results: dict) -> str:
-  lines = ['| part | tokens | tokens computed | text GFLOP | text encoding s '
-           '| FLOP bound s | bound / text encoding |',
-           '|---|---:|---:|---:|---:|---:|---:|']
+  rows = []
   for name, row in results['parts'].items():
     counts, spent = row['counts'], row['profile_s'].get('text encoding')
-    gflop = counts.get('text encoding: GFLOP', 0.0)
     bound = row['text_bound_s']
-    lines.append(
-        f"| {name} | {counts.get('text encoding: tokens', 0):,} | "
-        f"{counts.get('text encoding: tokens computed', 0):,} | "
-        f'{gflop:.1f} | ' + (f'{spent:.1f}' if spent else '-') +
-        f' | {bound:.2f} | ' +
-        (f'{100 * bound / spent:.1f}%' if spent else '-') + ' |')
-  return '\n'.join(lines)
+    rows.append([name, f"{counts.get('text encoding: tokens', 0):,}",
+                 f"{counts.get('text encoding: tokens computed', 0):,}",
+                 f"{counts.get('text encoding: GFLOP', 0.0):.1f}",
+                 f'{spent:.1f}' if spent else '-', f'{bound:.2f}',
+                 _share(bound, spent)])
+  return _markdown([('part', '---'), ('tokens', '---:'),
+                    ('tokens computed', '---:'), ('text GFLOP', '---:'),
+                    ('text encoding s', '---:'), ('FLOP bound s', '---:'),
+                    ('bound / text encoding', '---:')], rows)
 
 
 def ceiling_table(results: dict) -> str:
   """What the ranking core alone allows: its time on the session-turns
   each run scored against the compute bound."""
-  lines = ['| part | scored session-turns | matmul / retrieval / ranking core '
-           'us per session-turn | ranking core alone s | compute bound s | '
-           'bound / ranking core | bound / sessions part |',
-           '|---|---:|---|---:|---:|---:|---:|']
+  rows = []
   for name, row in results['parts'].items():
-    core = row['ranking_core']
-    part = _sessions_part(row)
-    lines.append(
-        f"| {name} | {row['scored_session_turns']:,} | "
-        f"{core['matmul_us_per_session_turn']:.1f} / "
-        f"{core['retrieval_us_per_session_turn']:.1f} / "
-        f"{core['ranking_core_us_per_session_turn']:.1f} | "
-        f"{row['ranking_core_s']:.2f} | {row['compute_bound_s']:.2f} | "
-        f"{100 * row['compute_bound_s'] / row['ranking_core_s']:.1f}% | "
-        + (f"{100 * row['compute_bound_s'] / part:.1f}%" if part else '-')
-        + ' |')
-  return '\n'.join(lines)
+    core, bound = row['ranking_core'], row['compute_bound_s']
+    rows.append([
+        name, f"{row['scored_session_turns']:,}",
+        ' / '.join(f"{core[f'{p}_us_per_session_turn']:.1f}"
+                   for p in ('matmul', 'retrieval', 'ranking_core')),
+        f"{row['ranking_core_s']:.2f}", f'{bound:.2f}',
+        _share(bound, row['ranking_core_s']),
+        _share(bound, _sessions_part(row))])
+  return _markdown([
+      ('part', '---'), ('scored session-turns', '---:'),
+      ('matmul / retrieval / ranking core us per session-turn', '---'),
+      ('ranking core alone s', '---:'), ('compute bound s', '---:'),
+      ('bound / ranking core', '---:'), ('bound / sessions part', '---:')],
+                   rows)
 
 
 def _sessions_part(row: dict) -> float | None:
@@ -334,22 +345,23 @@ def _sessions_part(row: dict) -> float | None:
 
 
 def table(results: dict) -> str:
-  lines = ['| part | runs | sessions x methods x turns | wall s | '
-           'session-turns / s | scored / searched | retrieval GFLOP | '
-           'compute bound s | bound / sessions part | bound / wall |',
-           '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|']
+  rows = []
   for name, row in results['parts'].items():
-    bound = row['compute_bound_s']
-    part = _sessions_part(row)
-    scored = row['scored_session_turns'] / row['session_turns']
-    lines.append(
-        f"| {name} | {row['runs']} | {row['sessions']} x {row['methods']} x "
-        f"{row['turns']} | {row['wall_s']:.1f} | "
-        f"{row['session_turns_per_s']:.1f} | {scored:.2f} | "
-        f"{row['retrieval_gflop']:.1f} | {bound:.2f} | "
-        + (f'{100 * bound / part:.1f}% of {part:.1f} s' if part else '-')
-        + f" | {100 * bound / row['wall_s']:.2f}% |")
-  return '\n'.join(lines)
+    bound, part = row['compute_bound_s'], _sessions_part(row)
+    rows.append([
+        name, str(row['runs']),
+        f"{row['sessions']} x {row['methods']} x {row['turns']}",
+        f"{row['wall_s']:.1f}", f"{row['session_turns_per_s']:.1f}",
+        f"{row['scored_session_turns'] / row['session_turns']:.2f}",
+        f"{row['retrieval_gflop']:.1f}", f'{bound:.2f}',
+        _share(bound, part, f' of {part:.1f} s' if part else ''),
+        f"{100 * bound / row['wall_s']:.2f}%"])
+  return _markdown([
+      ('part', '---'), ('runs', '---:'),
+      ('sessions x methods x turns', '---'), ('wall s', '---:'),
+      ('session-turns / s', '---:'), ('scored / searched', '---:'),
+      ('retrieval GFLOP', '---:'), ('compute bound s', '---:'),
+      ('bound / sessions part', '---:'), ('bound / wall', '---:')], rows)
 
 
 def main(argv):
