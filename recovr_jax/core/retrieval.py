@@ -263,11 +263,11 @@ def _candidate_groups(scores, block_ids, k: int, group: int, can_enter,
     can_enter = lambda x: x >= floor
   _, best = lax.top_k(jnp.where(can_enter(maxima), maxima, -jnp.inf), k)
   best = jnp.sort(best, axis=1)  # id order, so ties still favour lower ids
-  # The kept groups' columns (past the block's end in a short last group:
-  # never kept).
   columns = (best[:, :, None] * group + jnp.arange(group)).reshape(b, -1)
-  inside = columns < blk
-  columns = jnp.minimum(columns, blk - 1)
+  inside = True
+  if full < blk:  # a short last group's columns past the block: never kept
+    inside = columns < blk
+    columns = jnp.minimum(columns, blk - 1)
   kept_scores = jnp.take_along_axis(scores, columns, axis=1)
   kept_ids = block_ids[columns]
   kept_scores = jnp.where(inside & can_enter(kept_scores) &
