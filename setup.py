@@ -15,16 +15,16 @@ setuptools.setup(
     # The trained world checkpoints ship inside the package.
     package_data={'recovr_jax': ['checkpoints/**/*',
                                  'study/templates/*.html']},
-    python_requires='>=3.11',
+    python_requires='>=3.11,<3.14',
     install_requires=[
-        'jax>=0.5.0',
-        'flax>=0.10.0',
-        'optax>=0.2.4',
+        'jax>=0.5.0,<0.13',
+        'flax>=0.10.0,<0.13',
+        'optax>=0.2.4,<0.3',
         'transformers>=4.57.6,<5',  # 5.x has no Flax model classes
         'numpy>=1.26',
-        'orbax-checkpoint>=0.11.0',
+        'orbax-checkpoint>=0.11.0,<0.13',
         'absl-py>=2.1.0',
-        'chex>=0.1.88',
+        'chex>=0.1.88,<0.2',
     ],
     extras_require={
         'test': ['pytest>=8.0', 'pytest-xdist>=3.5', 'pillow>=10.0',

@@ -14,8 +14,9 @@ any tracing:
   call compiles as before);
 * the dynamic arguments' tree and each leaf's type (shape, dtype, weak
   type);
-* the versions of jax, jaxlib and flax, the devices, the CPU's features,
-  ``XLA_FLAGS`` and JAX's settings.
+* the versions of jax, jaxlib and flax, the backend and its runtime (on a
+  GPU the CUDA and driver versions XLA reports), the devices and their
+  kind, the CPU's features, ``XLA_FLAGS`` and JAX's settings.
 
 It is on where a run keeps its compiled programs (``keep_in``; the
 runner's ``--compilation_cache`` keeps them in ``executables/`` beside
@@ -229,12 +230,25 @@ def _machine() -> str:
               getattr(sys.modules.get('flax'), '__version__', ''))
   settings = sorted((k, repr(v)) for k, v in jax.config.values.items()
                     if not any(s in k for s in _SETTINGS_SKIPPED))
-  # The devices (a program runs on this process's first one).
-  devices = (repr(jax.devices()), jax.process_index(),
-             repr(jax.local_devices()), jax.local_devices()[0].device_kind)
+  # The backend and its runtime (on a GPU the CUDA and driver versions),
+  # and the devices (a program runs on this process's first one).
+  devices = (jax.default_backend(), _platform_version(), repr(jax.devices()),
+             jax.process_index(), repr(jax.local_devices()),
+             jax.local_devices()[0].device_kind)
   return '\n'.join([repr(versions), repr(devices), platform.machine(),
                     _cpu_features(), os.environ.get('XLA_FLAGS', ''),
                     repr(settings)])
+
+
+@functools.lru_cache(maxsize=1)
+def _platform_version() -> str:
+  """The backend's runtime as XLA reports it (on a GPU, the CUDA runtime
+  and driver versions; 'cpu' on a CPU)."""
+  try:
+    from jax import extend  # pylint: disable=g-import-not-at-top
+    return str(extend.backend.get_backend().platform_version)
+  except Exception:  # pylint: disable=broad-except
+    return ''
 
 
 @functools.lru_cache(maxsize=1)

@@ -78,6 +78,7 @@ def _free_compiled_programs():
 FAST = {
     # core
     'demotion_test.py': None, 'fusion_test.py': None, 'list_metrics_test.py': None,
+    'resampling_test.py': None,
     'ring_test.py': None, 'slerp_test.py': None,
     # protocol, methods
     'jitted_toy_test.py': None,

@@ -5,6 +5,7 @@ tracing."""
 import json
 import os
 import pathlib
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -93,6 +94,12 @@ class KeptExecutablesTest(absltest.TestCase):
       path.write_bytes(path.read_bytes()[:100])
     self.assertEqual(self._run(cache), 3)
     self.assertEqual(self._run(cache), 0)
+    # Whole files that fail to load (as one kept by another CUDA runtime
+    # or jaxlib would) are compiled afresh and replaced too.
+    for path in kept.glob('*.pkl'):
+      path.write_bytes(pickle.dumps((b'not an executable', None, None)))
+    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(self._run(cache), 0)
     # Without its files, but with JAX's cache beside them (whose copies
     # of an executable cannot be serialized on CPU), it compiles afresh
     # and keeps them again.
@@ -100,6 +107,10 @@ class KeptExecutablesTest(absltest.TestCase):
       path.unlink()
     self.assertEqual(self._run(cache), 3)
     self.assertEqual(self._run(cache), 0)
+
+  def test_programs_are_keyed_by_the_backend_and_its_runtime(self):
+    machine = executables._machine().splitlines()[1]  # pylint: disable=protected-access
+    self.assertIn("'cpu'", machine)  # the backend and XLA's platform version
 
   def test_a_process_with_several_devices_loads_onto_its_first(self):
     # --session_shards needs several CPU devices; the programs it keeps

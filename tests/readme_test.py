@@ -19,6 +19,14 @@ class ReadmeTest(absltest.TestCase):
     commands = [line.strip() for b in blocks for line in b.splitlines()]
     self.assertIn(command, commands)
 
+  def test_ci_then_runs_the_new_versions_check(self):
+    ci_lines = (ROOT / '.ci' / 'run').read_text().splitlines()
+    readme_at = next(i for i, line in enumerate(ci_lines) if 'pytest' in line)
+    self.assertIn('bash .ci/new_versions', ci_lines[readme_at + 1:])
+    check = (ROOT / '.ci' / 'new_versions').read_text()
+    self.assertIn('-m fast', check)
+    self.assertNotIn('constraints.txt', check)  # the newest versions
+
   def test_the_fidelity_tables_are_the_results(self):
     """The README's fidelity summary and its rows that change verdict are
     results/fidelity.json's, member by member in the same order."""

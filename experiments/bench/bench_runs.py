@@ -55,7 +55,6 @@ reported as a share of the ``text encoding`` part.
 import functools
 import json
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +68,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import bench_common
+from experiments.bench import run_files
 from experiments.bench import synthetic_files
 from experiments.common import cli
 from recovr_jax.core import retrieval
@@ -87,9 +87,6 @@ PARTS = {
     'files_host': (None, ('--simulation=host',), None),
     'files_jit': (None, ('--simulation=jit',), None),
 }
-CHANNELS = 2     # the ranking core's lists per turn (T2V, composed)
-DIM = 384        # the world's embeddings (MiniLM)
-CHUNK = 64       # the jitted driver's sessions per chunk (--jit_chunk_size)
 
 _PARTS = flags.DEFINE_list('parts', list(PARTS),
                            f'Which runs ({", ".join(PARTS)}); '
@@ -111,9 +108,6 @@ _REPEATS = flags.DEFINE_integer(
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the runs\' directories.')
 _JSON = flags.DEFINE_string('output_json', None, 'Write the results here.')
 
-_SHAPE = re.compile(r'^(\d+) sessions x (\d+) methods, gallery (\d+) videos, '
-                    r'(\d+) turns', re.M)
-
 
 def session_turns(out: pathlib.Path) -> int:
   """The session-turns the runs under ``out`` computed: per method and
@@ -124,25 +118,6 @@ def session_turns(out: pathlib.Path) -> int:
       total += sum(t.get('action') != 'stopped'
                    for t in json.loads(line)['turns'])
   return total
-
-
-def profile_parts(out: pathlib.Path) -> dict:
-  """Seconds per profile part, summed over the runs under ``out``."""
-  parts = {}
-  for path in sorted(out.rglob('profile.json')):
-    for name, row in json.loads(path.read_text())['parts'].items():
-      parts[name] = round(parts.get(name, 0.0) + row['seconds'], 3)
-  return parts
-
-
-def profile_counts(out: pathlib.Path) -> dict:
-  """The work counted (``profiling.count``), summed over the runs."""
-  counts = {}
-  for path in sorted(out.rglob('profile.json')):
-    for name, value in json.loads(path.read_text()).get('counts',
-                                                        {}).items():
-      counts[name] = round(counts.get(name, 0) + value, 3)
-  return counts
 
 
 def run_part(name: str, root: pathlib.Path) -> dict:
@@ -167,51 +142,54 @@ def run_part(name: str, root: pathlib.Path) -> dict:
   if proc.returncode:
     raise RuntimeError(f'{name}: the run exited {proc.returncode}:\n'
                        f'{proc.stderr[-3000:]}')
-  shapes = [tuple(map(int, m)) for m in _SHAPE.findall(proc.stdout)]
+  shapes = [tuple(map(int, m)) for m in run_files.SHAPE.findall(proc.stdout)]
   if not shapes:
     raise RuntimeError(f'{name}: the run printed no "N sessions x M methods'
                        '" line')
   turns = session_turns(out / 'run')
-  parts = profile_parts(out / 'run')
+  parts = run_files.profile_parts(out / 'run')
   gallery = max(s[2] for s in shapes)
-  dim = DIM if flagfile else synthetic_files.DIM
-  counts = profile_counts(out / 'run')
+  dim = run_files.DIM if flagfile else synthetic_files.DIM
+  counts = run_files.profile_counts(out / 'run')
   row = {'wall_s': round(wall, 2), 'runs': len(shapes),
          'sessions': shapes[0][0], 'methods': sum(s[1] for s in shapes),
          'turns': shapes[0][3], 'gallery': gallery, 'dim': dim,
          'session_turns': turns,
          'session_turns_per_s': round(turns / wall, 1),
          'scored_session_turns': int(counts.get(ranking.SCORED, 0)),
-         'retrieval_gflop': round(2 * CHANNELS * gallery * dim * turns / 1e9,
+         'retrieval_gflop': round(2 * run_files.CHANNELS * gallery * dim * turns / 1e9,
                                   3),
          'profile_s': parts, 'counts': counts}
   bench_common.log(f'{name}: {wall:.1f} s, {turns} session-turns')
   return row
 
 
-def matmul_rate(gallery: int, repeats: int, dim: int = DIM) -> dict:
+def matmul_rate(gallery: int, repeats: int, dim: int = run_files.DIM) -> dict:
   """The best FLOP/s of a plain XLA matmul of the jitted driver's shape
   against a gallery of ``gallery`` x ``dim`` float32 rows (the ranking
-  core's FLOPs): a chunk's ``CHUNK`` sessions' ``CHANNELS`` queries, the
+  core's FLOPs): a chunk's ``run_files.CHUNK`` sessions' ``run_files.CHANNELS`` queries, the
   rows one vmapped turn multiplies at once; the fastest of ``repeats`` (at
   least 20) timings, a peak rate, so that the bound is one (and a rate a
   noisy timing does not halve)."""
   rng = np.random.default_rng(0)
-  rows = CHUNK * CHANNELS
+  rows = run_files.CHUNK * run_files.CHANNELS
   q = jnp.asarray(rng.normal(size=(rows, dim)), jnp.float32)
   g = jnp.asarray(rng.normal(size=(gallery, dim)), jnp.float32)
-  matmul = jax.jit(lambda a, b: a @ b.T)
+  # At the retrieval's precision (exact float32): on an accelerator the
+  # default would be a TF32 or bfloat16 rate, not the work the runs do.
+  matmul = jax.jit(lambda a, b: jnp.dot(a, b.T,
+                                        precision=jax.lax.Precision.HIGHEST))
   _, times = bench_common.timings(lambda: matmul(q, g), max(repeats, 20))
   seconds = min(times)
-  return {'gallery': gallery, 'dim': dim, 'rows': rows,
+  return {'gallery': gallery, 'dim': dim, 'rows': rows, 'precision': 'highest',
           'seconds': seconds,
           'gflops': 2 * rows * gallery * dim / seconds / 1e9}
 
 
-def ranking_core_rate(gallery: int, repeats: int, dim: int = DIM,
+def ranking_core_rate(gallery: int, repeats: int, dim: int = run_files.DIM,
                       turns: int = 5) -> dict:
   """Seconds per session-turn of the ranking core alone on a chunk of
-  ``CHUNK`` sessions, as the jitted driver runs it, with no user, plan or
+  ``run_files.CHUNK`` sessions, as the jitted driver runs it, with no user, plan or
   host work: each session's start and ``turns`` feedback turns
   (``ranking.start_step`` and ``ranking.turn_step`` vmapped; both
   channels valid, the default loop: TW-RRF over a window of 5, rank-cap
@@ -228,17 +206,17 @@ def ranking_core_rate(gallery: int, repeats: int, dim: int = DIM,
   config = ranking.LoopConfig(num_turns=turns, num_ids=gallery)
 
   def inputs(turn):
-    near = rows[rng.integers(0, gallery, (CHUNK, CHANNELS))]
+    near = rows[rng.integers(0, gallery, (run_files.CHUNK, run_files.CHANNELS))]
     q = near + 0.8 / np.sqrt(dim) * rng.normal(size=near.shape)
     q /= np.linalg.norm(q, axis=2, keepdims=True)
     return ranking.TurnInputs(
         queries=jnp.asarray(q, jnp.float32),
-        valid=jnp.ones((CHUNK, CHANNELS), bool),
-        exclude=jnp.asarray(rng.integers(0, gallery, CHUNK), jnp.int32),
-        sigma=jnp.full((CHUNK,), turn % 3, jnp.int32),
-        stop=jnp.zeros((CHUNK,), bool))
+        valid=jnp.ones((run_files.CHUNK, run_files.CHANNELS), bool),
+        exclude=jnp.asarray(rng.integers(0, gallery, run_files.CHUNK), jnp.int32),
+        sigma=jnp.full((run_files.CHUNK,), turn % 3, jnp.int32),
+        stop=jnp.zeros((run_files.CHUNK,), bool))
   every = [inputs(t) for t in range(turns + 1)]
-  init = jax.vmap(lambda _: ranking.init_state(config))(jnp.arange(CHUNK))
+  init = jax.vmap(lambda _: ranking.init_state(config))(jnp.arange(run_files.CHUNK))
   start = jax.jit(jax.vmap(functools.partial(ranking.start_step, config),
                            in_axes=(None, 0, 0)))
   step = jax.jit(jax.vmap(functools.partial(ranking.turn_step, config),
@@ -249,19 +227,19 @@ def ranking_core_rate(gallery: int, repeats: int, dim: int = DIM,
     for t in range(1, turns + 1):
       state = step(g, state, every[t])
     return state
-  queries = every[1].queries.reshape(CHUNK * CHANNELS, dim)
-  exclude = jnp.repeat(every[1].exclude, CHANNELS)
+  queries = every[1].queries.reshape(run_files.CHUNK * run_files.CHANNELS, dim)
+  exclude = jnp.repeat(every[1].exclude, run_files.CHANNELS)
   top_k = jax.jit(lambda q, e: retrieval.top_k_blocks(
       q, g, e, k=config.list_length,
-      block_size=min(ranking.BLOCK_SIZE, gallery)))
+      block_size=min(ranking.block_rows(), gallery)))
   matmul = jax.jit(lambda q: q @ g.T)
   repeats = max(repeats, 20)
-  out = {'gallery': gallery, 'dim': dim, 'sessions': CHUNK,
+  out = {'gallery': gallery, 'dim': dim, 'sessions': run_files.CHUNK,
          'turns': turns + 1}
   for name, fn, per in (
-      ('matmul', lambda: matmul(queries), CHUNK),
-      ('retrieval', lambda: top_k(queries, exclude), CHUNK),
-      ('ranking_core', session, CHUNK * (turns + 1))):
+      ('matmul', lambda: matmul(queries), run_files.CHUNK),
+      ('retrieval', lambda: top_k(queries, exclude), run_files.CHUNK),
+      ('ranking_core', session, run_files.CHUNK * (turns + 1))):
     _, times = bench_common.timings(fn, repeats)
     out[f'{name}_us_per_session_turn'] = round(1e6 * min(times) / per, 2)
   return out

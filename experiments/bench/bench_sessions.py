@@ -43,6 +43,7 @@ from experiments.bench import plain_loop
 from experiments.common import cli
 from recovr_jax.core import demotion
 from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 from recovr_jax.core import sharding
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.face import traced_face as simulation
@@ -265,7 +266,7 @@ def main(argv):
   per_jax = run_per_session(jax_user, check)
 
   hits = lambda d: np.asarray(metrics.target_ranks(d, targets)) <= 1
-  boot = metrics.paired_bootstrap(hits(jit_trace.displayed),
+  boot = resampling.paired_bootstrap(hits(jit_trace.displayed),
                                   hits(host.displayed), 10_000,
                                   jax.random.key(0))
   lo, hi = np.asarray(boot.lower), np.asarray(boot.upper)

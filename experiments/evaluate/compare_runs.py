@@ -20,7 +20,7 @@ import numpy as np
 from experiments.common import cli
 from experiments.common import outputs
 from recovr_jax import readers
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 
 _RUNS = flags.DEFINE_list('runs', None, 'Run directories; the first is the '
                           'reference.')
@@ -113,7 +113,7 @@ def main(argv):
             'interval)', '', f'| run | {head} |',
             '|' + '|'.join(['---'] + ['---:'] * turns) + '|']
   for label, (_, _, h) in zip(labels[1:], loaded[1:]):
-    b = metrics.paired_bootstrap(h, ref, _RESAMPLES.value, jax.random.key(0))
+    b = resampling.paired_bootstrap(h, ref, _RESAMPLES.value, jax.random.key(0))
     lines.append(f'| {label} | ' + ' | '.join(
         f'{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]'
         for m, lo, hi in zip(np.asarray(b.mean), np.asarray(b.lower),

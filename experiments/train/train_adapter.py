@@ -87,6 +87,12 @@ _EVALUATED_DIR = flags.DEFINE_string(
     '(for the reading benchmark\'s curve: experiments/evaluate/eval_reading.py '
     '--reasoner_adapter=...); default: not saved.')
 
+_EXPORT_PEFT = flags.DEFINE_string(
+    'export_peft', None,
+    'Only write the adapter in --output_dir (the shipped one by default) '
+    'again in PEFT\'s layout to this directory (for '
+    'peft.PeftModel.from_pretrained) and exit; nothing is trained.')
+
 BENCHMARK = 'v2'  # the adapter's data is drawn on this benchmark
 
 
@@ -120,6 +126,11 @@ def encode(tokenizer, pairs, max_length):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _EXPORT_PEFT.value:
+    source = _OUTPUT_DIR.value
+    out = lora.export_peft(source, _EXPORT_PEFT.value)
+    print(f'wrote the adapter of {source} in PEFT\'s layout to {out}')
+    return
   world_flags.require_seven_attributes(
       'experiments.train.train_adapter',
       "its sessions, the simulator's targets and the Reflector's literals "

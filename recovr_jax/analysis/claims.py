@@ -47,6 +47,7 @@ import numpy as np
 
 from recovr_jax import readers
 from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 
 MARGIN_POINTS = 0.03   # R@K and rates: 3 points
 MARGIN_BRI = 0.05      # BRI (log rank)
@@ -286,7 +287,7 @@ class Evidence:
         self._runs[name], self._group[name] = run, group
       if first is not None:
         s = len(first.sessions)
-        index = np.asarray(metrics.bootstrap_indices(
+        index = np.asarray(resampling.bootstrap_indices(
             jax.random.key(seed + g), num_resamples, s))
         # Resample r's statistic is (counts[r] @ num) / (counts[r] @ den):
         # one matrix-vector product per statistic instead of a gather.

@@ -45,7 +45,7 @@ import dataclasses
 
 import numpy as np
 
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
@@ -161,7 +161,7 @@ INTERVALS = {
 
 
 def score(turns, intents, reflects,
-          num_resamples: int = metrics.DEFAULT_RESAMPLES,
+          num_resamples: int = resampling.DEFAULT_RESAMPLES,
           words=lexicon) -> dict:
   """The reading metrics per column (see the module docstring), with 95%
   session-bootstrap intervals of ``INTERVALS`` (whole sessions resampled,
@@ -246,7 +246,7 @@ def score(turns, intents, reflects,
       counts = [[[per_session[x][col][k] for k in pair]
                  for pair in INTERVALS.values()] for x in sessions]
       counts = np.asarray(counts, np.float32)          # [S, metrics, 2]
-      boot = metrics.bootstrap_ratio(counts[..., 0], counts[..., 1],
+      boot = resampling.bootstrap_ratio(counts[..., 0], counts[..., 1],
                                      num_resamples)
       out[col]['intervals'] = {
           name: None if not np.isfinite(lo) else [float(lo), float(hi)]

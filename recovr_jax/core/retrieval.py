@@ -39,12 +39,38 @@ from recovr_jax.core import floors
 
 DEFAULT_BLOCK_SIZE = 16384
 DEFAULT_GROUP_SIZE = 16
+# On an accelerator (``jax.default_backend()`` not ``'cpu'``) the pruning
+# above is not used: each block is one matmul and one ``lax.top_k``, over
+# blocks of up to 4M rows (a [128, 4M] float32 score block is 2 GiB).
+DEVICE_BLOCK_SIZE = 1 << 22
+# --retrieval_precision -> the score matmul's ``lax.Precision`` for float32
+# inputs: highest (exact float32, the default), bf16x3 (three bfloat16
+# passes), tf32 (the backend's default: TF32 on recent NVIDIA GPUs, one
+# bfloat16 pass on TPUs, float32 on a CPU).
+PRECISIONS = {'highest': lax.Precision.HIGHEST, 'bf16x3': lax.Precision.HIGH,
+              'tf32': lax.Precision.DEFAULT}
+
+
+def sizes(backend: str | None = None) -> tuple[int, int]:
+  """``(block_size, group_size)`` of ``retrieve`` on ``backend`` (default
+  JAX's): the CPU's pruned blocks, or an accelerator's plain large blocks."""
+  backend = backend or jax.default_backend()
+  return ((DEFAULT_BLOCK_SIZE, DEFAULT_GROUP_SIZE) if backend == 'cpu'
+          else (DEVICE_BLOCK_SIZE, 0))
+
+
+def precision_of(name: str):
+  """The ``lax.Precision`` of a ``PRECISIONS`` name."""
+  if name not in PRECISIONS:
+    raise ValueError(f'unknown retrieval precision {name!r}; valid: '
+                     f'{", ".join(PRECISIONS)}')
+  return PRECISIONS[name]
 
 
 def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
-             block_size: int = DEFAULT_BLOCK_SIZE,
-             group_size: int = DEFAULT_GROUP_SIZE,
-             recall_target: float | None = None):
+             block_size: int | None = None, group_size: int | None = None,
+             recall_target: float | None = None,
+             precision: str = 'highest'):
   """Exact top-``k`` gallery items by dot product for each query
   (approximate, opt-in, with ``recall_target``).
 
@@ -60,9 +86,12 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
       scores before ranking (ReCoVR's avoid constraints); returned scores
       are the penalised ones.
     block_size: gallery rows scored at a time (static); bounds peak memory.
+      Default ``sizes()``'s for JAX's backend.
     group_size: exact candidate pruning before each block's top-k (static;
       0 disables it): only the ``k`` column groups of this size with the
-      largest maxima can hold the block's top-k.
+      largest maxima can hold the block's top-k. Default ``sizes()``'s: on
+      a CPU 16, on an accelerator 0.
+    precision: a ``PRECISIONS`` name, the score matmul's precision.
     recall_target: ``None`` (exact, the default) or a float in ``(0, 1]``:
       each block's candidates come from ``lax.approx_max_k`` with this
       recall target, which is fast on TPUs; the running list is still
@@ -80,7 +109,11 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
       embeddings, ``k < 1`` or ``block_size < 1``, naming the argument.
   """
   k = checks.positive_int('k', k)
-  block_size = checks.positive_int('block_size', block_size)
+  default_block, default_group = sizes()
+  block_size = checks.positive_int(
+      'block_size', default_block if block_size is None else block_size)
+  group_size = default_group if group_size is None else group_size
+  matmul_precision = precision_of(precision)
   queries = checks.array('queries', queries, 2, 'float')
   gallery = checks.array('gallery', gallery, 2, 'float')
   b, d = queries.shape
@@ -112,22 +145,23 @@ def retrieve(queries, gallery, k: int, *, exclude=None, penalty=None,
     recall_target = float(recall_target)
   return _retrieve(queries, gallery, exclude, penalty, k=k,
                    block_size=min(block_size, n), group_size=group_size,
-                   recall_target=recall_target)
+                   recall_target=recall_target, precision=matmul_precision)
 
 
 @functools.partial(jax.jit, static_argnames=('k', 'block_size', 'group_size',
-                                             'recall_target'))
+                                             'recall_target', 'precision'))
 def _retrieve(queries, gallery, exclude, penalty, *, k: int, block_size: int,
-              group_size: int, recall_target: float | None):
+              group_size: int, recall_target: float | None, precision):
   return top_k_blocks(queries, gallery, exclude, k=k, block_size=block_size,
                       group_size=group_size, penalty=penalty,
-                      recall_target=recall_target)
+                      recall_target=recall_target, precision=precision)
 
 
 def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
                  id_offset=0, num_valid: int | None = None,
                  group_size: int = DEFAULT_GROUP_SIZE, penalty=None,
-                 recall_target: float | None = None):
+                 recall_target: float | None = None,
+                 precision=lax.Precision.HIGHEST):
   """The blocked exact top-k; un-jitted so sharded callers can reuse it.
 
   Args:
@@ -144,6 +178,7 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     penalty: ``None`` or ``[B, N]`` float subtracted from the scores.
     recall_target: ``None`` (exact) or ``lax.approx_max_k``'s recall
       target for each block's candidates.
+    precision: the score matmul's ``lax.Precision``.
 
   Returns:
     ``(ids [B, k] int32, scores [B, k] float32)``.
@@ -158,7 +193,7 @@ def top_k_blocks(queries, gallery, exclude, *, k: int, block_size: int,
     """Merges one gallery block ``[blk, D]`` whose first row is ``start``."""
     blk, _ = block.shape
     scores = jnp.dot(queries, block.astype(jnp.float32).T,
-                     precision=lax.Precision.HIGHEST)  # [B, blk]
+                     precision=precision)  # [B, blk]
     if penalty is not None:
       scores = scores - lax.dynamic_slice_in_dim(
           penalty, start, blk, axis=1).astype(jnp.float32)

@@ -50,6 +50,10 @@ class Environment:
   query_embeddings: np.ndarray | None = None
   # Annotation rows left out (--missing_ids=drop), each with its reason.
   dropped: tuple[dict, ...] = ()
+  # [Q] the query each session repeats (the world's --query_repeats: the
+  # per-query arrays above are tiled); None: session i is query i. The
+  # bootstraps resample whole queries when queries repeat.
+  query: np.ndarray | None = None
 
   @property
   def searchable(self) -> int:

@@ -80,6 +80,12 @@ class LoopConfig:
   # Reflection: it "can only react to stagnation"; docs/definitions.md §3).
   cap_just_rejected: bool = True
   num_ids: int | None = None    # gallery size, for the one-pass id sort
+  #: The retrieval's score matmul precision (core/retrieval.py PRECISIONS):
+  #: highest (exact float32), bf16x3 or tf32 (the backend's default: TF32
+  #: on recent NVIDIA GPUs) for speed runs on accelerators; recorded in
+  #: resolved_config.json. On a CPU all three compute float32.
+  retrieval_precision: str = config_tree.setting(
+      'highest', choices=tuple(retrieval.PRECISIONS))
 
   def __post_init__(self):
     problems = []  # every one, a line each
@@ -151,8 +157,14 @@ def init_state(config: LoopConfig) -> SessionState:
 
 
 # Rows per block of the exact top-K (``retrieval.retrieve``'s block_size);
-# a split gallery keeps the whole gallery's blocks (tests lower it).
-BLOCK_SIZE = retrieval.DEFAULT_BLOCK_SIZE
+# a split gallery keeps the whole gallery's blocks (tests lower it). None:
+# the backend's (``retrieval.sizes``: 16,384 on a CPU).
+BLOCK_SIZE = None
+
+
+def block_rows() -> int:
+  """``BLOCK_SIZE``, or the backend's."""
+  return retrieval.sizes()[0] if BLOCK_SIZE is None else BLOCK_SIZE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +207,8 @@ class GallerySplit:
          block_size: int | None = None) -> 'GallerySplit':
     """The split of ``num_valid`` rows with the whole gallery's blocks
     (``min(BLOCK_SIZE, num_valid)`` rows, as ``retrieve`` takes them)."""
-    block = min(BLOCK_SIZE if block_size is None else block_size, num_valid)
+    block = min(block_rows() if block_size is None else block_size,
+                num_valid)
     return cls(axis, num_valid, shards, block)
 
   def global_ids(self, shard, xp=jnp):
@@ -253,7 +266,9 @@ def _retrieve_split(config, gallery, queries, exclude, penalty,
   local_ids, scores = retrieval.top_k_blocks(
       queries, gallery, jnp.broadcast_to(local_exclude, (c,)),
       k=config.list_length, block_size=split.block_size,
-      penalty=jnp.broadcast_to(local_penalty, (c, split.rows)))
+      group_size=retrieval.sizes()[1],
+      penalty=jnp.broadcast_to(local_penalty, (c, split.rows)),
+      precision=retrieval.precision_of(config.retrieval_precision))
   ids = jnp.where(scores == -jnp.inf, -1,
                   ids_here[jnp.clip(local_ids, 0, split.rows - 1)])
   return sharding.merge_shards(ids, scores, split.axis, config.list_length)
@@ -272,7 +287,7 @@ def _retrieve_channels(config, gallery, inputs, split=None):
     raw_ids, raw_scores = retrieval.retrieve(
         inputs.queries, gallery, config.list_length,
         exclude=jnp.broadcast_to(inputs.exclude, (c,)), penalty=penalty,
-        block_size=BLOCK_SIZE)
+        block_size=block_rows(), precision=config.retrieval_precision)
   # Without the barrier XLA:CPU recomputes the top-k for the masked and the
   # raw outputs separately (start_step was 10x slower than turn_step).
   raw_ids, raw_scores = jax.lax.optimization_barrier((raw_ids, raw_scores))

@@ -8,10 +8,12 @@ is unchanged at training and at inference.
 
 Saved as ``adapter.safetensors`` (flattened names, float32) and
 ``adapter.json`` (rank, alpha, targets and training report) with a checksum
-manifest, and again in PEFT's layout under ``peft/`` (``adapter_config.json``,
-``adapter_model.safetensors`` with PEFT's tensor names, ``lora_A = a^T``,
-``lora_B = b^T``), so a PyTorch user can load it with
-``peft.PeftModel.from_pretrained(base, 'peft/')``.
+manifest. ``export_peft`` writes it again in PEFT's layout
+(``adapter_config.json``, ``adapter_model.safetensors`` with PEFT's tensor
+names, ``lora_A = a^T``, ``lora_B = b^T``), so a PyTorch user can load it
+with ``peft.PeftModel.from_pretrained(base, <directory>)``; the shipped
+adapter keeps one copy (``python -m experiments.train.train_adapter
+--export_peft=DIR`` writes the other).
 """
 
 import json
@@ -145,12 +147,18 @@ def save(adapter: dict, directory, report: dict) -> pathlib.Path:
   st.save_file(flat, str(d / 'adapter.safetensors'))
   (d / 'adapter.json').write_text(json.dumps(
       {'scale': float(adapter.get('scale', 1.0)), **report}, indent=2))
-  first = next(iter(next(iter(adapter['layers'].values())).values()))
-  rank = int(np.shape(first['a'])[1])
-  save_peft(adapter, d / PEFT_DIR, rank=rank,
-            alpha=float(adapter.get('scale', 1.0)) * rank)
   checksums.write_manifest(d)
   return d
+
+
+def export_peft(directory, out, base: str = PEFT_BASE) -> pathlib.Path:
+  """The adapter saved in ``directory`` (``save``) written to ``out`` in
+  PEFT's layout (``save_peft``)."""
+  adapter = load(directory)
+  first = next(iter(next(iter(adapter['layers'].values())).values()))
+  rank = int(np.shape(first['a'])[1])
+  return save_peft(adapter, out, rank=rank,
+                   alpha=float(adapter['scale']) * rank, base=base)
 
 
 def peft_name(layer, name: str, factor: str) -> str:

@@ -143,6 +143,10 @@ def resolved_config(config: config_lib.RunConfig, source=None) -> dict:
   resolved['files'] = input_hashes(config, source)
   resolved['backend'] = jax.default_backend()
   shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
+  # Session s is query s % Q whatever the repeats: a batch's lists do not
+  # depend on them (as on --num_sessions).
+  shaping['data'] = {k: v for k, v in shaping['data'].items()
+                     if k != 'query_repeats'}
   # Files by content: the same inputs elsewhere are the same run.
   shaping['files'] = {k: v['sha256'] for k, v in resolved['files'].items()}
   resolved['identity'] = hashlib.sha256(

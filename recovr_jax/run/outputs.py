@@ -110,7 +110,9 @@ def t2v_ceiling(env, captions: dict, sessions, list_length: int,
                                 exclude=references)
     shown = np.asarray(ids)[:, None, :]   # one turn
     m = reporting.method_metrics(shown, targets)
-    iv = reporting.intervals(shown, targets, num_resamples, seed)
+    iv = reporting.intervals(shown, targets, num_resamples, seed,
+                             None if env.query is None else
+                             np.asarray(env.query)[sessions])
     out[kind] = {key: {'value': m[key][0], 'lower': iv[key]['lower'][0],
                        'upper': iv[key]['upper'][0]}
                  for key in ('R@1', 'R@5', 'R@10')}
@@ -167,12 +169,14 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   reasoning_counts, raised = collected.reasoning_counts, collected.raised
   fired = collected.fired
   targets = np.asarray(env.target)[sessions]
+  # Each session's query where queries repeat: the bootstraps resample them.
+  queries = None if env.query is None else np.asarray(env.query)[sessions]
   benchmark = config.data.describe(config.user)   # captions, titles, header
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
   for m, d in displayed.items():
     per_method[m]['intervals'] = reporting.intervals(
-        d, targets, config.bootstrap_resamples, config.seed)
+        d, targets, config.bootstrap_resamples, config.seed, queries)
   failures = {m: reporting.failure_table(d, targets)
               for m, d in displayed.items()}
   # Rank-cap firing, for the methods that rank-cap.
@@ -187,7 +191,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   if 'recovr' in displayed and against:
     boot = reporting.bootstrap(displayed['recovr'], displayed[against],
                                targets, config.bootstrap_resamples,
-                               config.seed)
+                               config.seed, queries)
     boot.update(a='recovr', b=against,
                 num_resamples=config.bootstrap_resamples)
 
@@ -195,7 +199,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   for name in config.bootstrap_also:
     also[name] = reporting.bootstrap(displayed['recovr'], displayed[name],
                                      targets, config.bootstrap_resamples,
-                                     config.seed)
+                                     config.seed, queries)
     also[name].update(a='recovr', b=name,
                       num_resamples=config.bootstrap_resamples)
 
@@ -227,7 +231,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
              [turn.get('action') for turn in row['turns']]
              for row in trajectories}
   (out / 'ranks.csv').write_text(reporting.ranks_csv(
-      displayed, sessions, targets, env.video_ids, actions))
+      displayed, sessions, targets, env.video_ids, actions, queries))
   (out / 'tables.tex').write_text(figures.latex_tables(
       per_method, sessions=len(sessions),
       benchmark=benchmark,

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 
 RECALL_KS = (1, 5, 10, 50)
 HITS_KS = (1, 5, 10)   # cumulative Hits@K
@@ -58,10 +59,12 @@ def session_bri(ranks) -> np.ndarray:
                          np.cumsum(trapezoids, axis=1) / steps], axis=1)
 
 
-def intervals(displayed, targets, num_resamples: int, seed: int) -> dict:
+def intervals(displayed, targets, num_resamples: int, seed: int,
+              queries=None) -> dict:
   """Per-turn 95% session-bootstrap intervals of ``INTERVAL_KEYS``:
   ``{key: {'lower': [T+1], 'upper': [T+1]}}``. Every method gets the same
-  resamples (``seed``)."""
+  resamples (``seed``); ``queries`` ``[S]``: each session's query, whole
+  queries resampled where they repeat (None: each session its own)."""
   ranks = np.asarray(metrics.target_ranks(displayed, targets))
   best = np.minimum.accumulate(ranks, axis=1)
   columns = []
@@ -72,8 +75,8 @@ def intervals(displayed, targets, num_resamples: int, seed: int) -> dict:
     k = int(key.split('@')[1])
     columns.append((best if key.startswith('Hits') else ranks) <= k)
   values = np.concatenate(columns, axis=1).astype(np.float32)  # [S, 7(T+1)]
-  out = metrics.bootstrap_mean(values, num_resamples,
-                               jax.random.key(seed + 1))
+  out = resampling.bootstrap_mean(values, num_resamples,
+                                  jax.random.key(seed + 1), clusters=queries)
   turns = ranks.shape[1]
   lower = np.asarray(out.lower).reshape(len(INTERVAL_KEYS), turns)
   upper = np.asarray(out.upper).reshape(len(INTERVAL_KEYS), turns)
@@ -91,7 +94,7 @@ def video_id(video_ids, index) -> str | None:
 
 
 def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
-              actions: dict | None = None) -> str:
+              actions: dict | None = None, queries=None) -> str:
   """One row per method, session and turn: ``method, session, query_id,
   target_id, turn, rank, top1_id, action, stopped``.
 
@@ -101,13 +104,16 @@ def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
   (gallery indices where the source has no ids). ``actions``:
   ``{(method, session): [action per turn]}`` from the trajectories
   (``''`` at turn 0); ``stopped`` is 1 where the session had already
-  ended (the user found the target), its list carried over unchanged."""
+  ended (the user found the target), its list carried over unchanged.
+  ``query_id`` is ``q<query>``: ``queries[row]`` where queries repeat,
+  else the session."""
   doc = lambda i: video_id(video_ids, i) or ''
   actions = actions or {}
   buffer = io.StringIO()
   writer = csv.writer(buffer, lineterminator='\n')
   writer.writerow(['method', 'session', 'query_id', 'target_id', 'turn',
                    'rank', 'top1_id', 'action', 'stopped'])
+  queries = sessions if queries is None else queries
   for method, d in displayed.items():
     d = np.asarray(d)
     ranks = np.asarray(metrics.target_ranks(d, targets))
@@ -115,9 +121,9 @@ def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
       acts = actions.get((method, int(s)), ())
       for t in range(d.shape[1]):
         action = (acts[t] if t < len(acts) else None) or ''
-        writer.writerow([method, int(s), f'q{int(s)}', doc(target), t,
-                         int(ranks[row, t]), doc(d[row, t, 0]), action,
-                         int(action == 'stopped')])
+        writer.writerow([method, int(s), f'q{int(queries[row])}',
+                         doc(target), t, int(ranks[row, t]),
+                         doc(d[row, t, 0]), action, int(action == 'stopped')])
   return buffer.getvalue()
 
 
@@ -138,11 +144,13 @@ def strongest_baseline(per_method: dict, baselines) -> str | None:
 
 
 def bootstrap(displayed_a, displayed_b, targets, num_resamples: int,
-              seed: int) -> dict:
-  """Paired bootstrap of the per-turn R@1 difference ``a - b``."""
+              seed: int, queries=None) -> dict:
+  """Paired bootstrap of the per-turn R@1 difference ``a - b``
+  (``queries`` as ``intervals``)."""
   hits = lambda d: np.asarray(metrics.target_ranks(d, targets)) <= 1
-  interval = metrics.paired_bootstrap(hits(displayed_a), hits(displayed_b),
-                                      num_resamples, jax.random.key(seed))
+  interval = resampling.paired_bootstrap(
+      hits(displayed_a), hits(displayed_b), num_resamples,
+      jax.random.key(seed), clusters=queries)
   return {k: np.asarray(v).tolist() for k, v in interval._asdict().items()}
 
 

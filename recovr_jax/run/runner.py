@@ -147,14 +147,11 @@ def _run_claimed(config, source, built, out, start, resolved):
     assembled = assemble.assemble(config, built)
   base = assembled.loop
   total = len(env.target)
-  num = min(config.num_sessions or total, total)
-  if config.num_sessions is not None and config.num_sessions > total and lead:
-    # Recorded as run: the config says how many sessions there were.
-    print(f'--num_sessions={config.num_sessions}: the environment has '
-          f'{total} test queries; running {total}', flush=True)
-    resolved = {**resolved, 'num_sessions': num,
-                'num_sessions_requested': config.num_sessions}
-    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+  if config.num_sessions is not None and config.num_sessions > total:
+    # Never capped: a sweep asked for more sessions than the data gives.
+    _fail(f'--num_sessions={config.num_sessions}: the data gives at most '
+          f'{total} sessions (its test queries); lower --num_sessions')
+  num = config.num_sessions or total
   if lead:
     try:
       resources.check_disk(out, resources.output_bytes(

@@ -16,7 +16,7 @@ import statistics
 import jax
 import numpy as np
 
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 from recovr_jax.study import log as log_lib
 
 LIST = 10   # the logs keep each turn's top 10
@@ -115,7 +115,7 @@ def interval(values, num_resamples: int, seed: int) -> dict:
   """Mean and percentile 95% bootstrap interval per turn of ``[S, T+1]``
   per-instance values (the paired bootstrap against zeros)."""
   values = np.asarray(values, np.float32)
-  out = metrics.paired_bootstrap(values, np.zeros_like(values),
+  out = resampling.paired_bootstrap(values, np.zeros_like(values),
                                  num_resamples, jax.random.key(seed))
   return {k: np.asarray(v).tolist() for k, v in out._asdict().items()}
 
@@ -157,7 +157,7 @@ def table(columns: dict, targets, num_resamples: int, seed: int) -> dict:
   first, *others = list(h)
   out['paired'] = {}
   for name in others:
-    d = metrics.paired_bootstrap(h[first], h[name], num_resamples,
+    d = resampling.paired_bootstrap(h[first], h[name], num_resamples,
                                  jax.random.key(seed))
     out['paired'][f'{first} - {name}'] = {
         k: np.asarray(v).tolist() for k, v in d._asdict().items()}

@@ -15,6 +15,7 @@ from recovr_jax import readers
 from recovr_jax.analysis import claims
 from recovr_jax.analysis import paper_claims
 from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 from recovr_jax.run import reporting
 
 S, T = 400, 5
@@ -70,7 +71,7 @@ class VerdictTest(absltest.TestCase):
     row = _verdict(_claim('greater'), runs, resamples=500)
     (check,) = row['checks']
     import jax  # pylint: disable=g-import-not-at-top
-    expected = metrics.paired_bootstrap(
+    expected = resampling.paired_bootstrap(
         (runs['a'] <= 1).astype(np.float32), (runs['b'] <= 1).astype(
             np.float32), 500, jax.random.key(0))
     self.assertAlmostEqual(check['value'], float(expected.mean[1]), 6)

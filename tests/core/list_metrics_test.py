@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import resampling
 
 
 def reference_target_ranks(displayed, targets):
@@ -143,8 +144,8 @@ class MetricsTest(parameterized.TestCase):
     a = (rng.random((50, 4)) < 0.6).astype(np.float32)
     b = (rng.random((50, 4)) < 0.4).astype(np.float32)
     key = jax.random.key(3)
-    got = metrics.paired_bootstrap(a, b, num_resamples=500, key=key)
-    idx = np.asarray(metrics.bootstrap_indices(key, 500, 50))
+    got = resampling.paired_bootstrap(a, b, num_resamples=500, key=key)
+    idx = np.asarray(resampling.bootstrap_indices(key, 500, 50))
     means = (a - b)[idx].mean(axis=1)
     np.testing.assert_allclose(got.mean, (a - b).mean(axis=0), atol=1e-6)
     np.testing.assert_allclose(got.lower, np.percentile(means, 2.5, axis=0),
@@ -166,22 +167,22 @@ class MetricsTest(parameterized.TestCase):
         rng.integers(2 ** 20, 2 ** 21, (s, 1)).astype(np.float32),
     ], axis=1)
     key = jax.random.key(5)
-    idx = metrics.bootstrap_indices(key, resamples, s)
+    idx = resampling.bootstrap_indices(key, resamples, s)
     for name, columns in (('mixed', values), ('whole', values[:, :5])):
-      got = metrics.bootstrap_mean(columns, resamples, key)
+      got = resampling.bootstrap_mean(columns, resamples, key)
       want = _gathered_bootstrap(columns, idx)
       for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b, err_msg=name)
     # Another key draws other resamples (the draws are kept per key).
-    other = metrics.bootstrap_mean(values[:, :5], resamples,
+    other = resampling.bootstrap_mean(values[:, :5], resamples,
                                    jax.random.key(6))
     self.assertFalse(np.array_equal(other.lower, got.lower))
 
   def test_paired_bootstrap_default_and_reproducible(self):
     rng = np.random.default_rng(1)
     a = rng.random((40, 3)).astype(np.float32)
-    first = metrics.paired_bootstrap(a, a * 0.5)
-    second = metrics.paired_bootstrap(a, a * 0.5)
+    first = resampling.paired_bootstrap(a, a * 0.5)
+    second = resampling.paired_bootstrap(a, a * 0.5)
     np.testing.assert_array_equal(first.lower, second.lower)
     self.assertTrue(np.all(first.lower <= first.mean))
     self.assertTrue(np.all(first.mean <= first.upper))
@@ -193,8 +194,8 @@ class MetricsTest(parameterized.TestCase):
     den[:, 2] = 0  # a ratio with nothing to divide by
     num[:, 2] = 0
     key = jax.random.key(5)
-    got = metrics.bootstrap_ratio(num, den, num_resamples=400, key=key)
-    idx = np.asarray(metrics.bootstrap_indices(key, 400, 60))
+    got = resampling.bootstrap_ratio(num, den, num_resamples=400, key=key)
+    idx = np.asarray(resampling.bootstrap_indices(key, 400, 60))
     ratios = num[idx][..., :2].sum(axis=1) / den[idx][..., :2].sum(axis=1)
     np.testing.assert_allclose(got.mean[:2], num[:, :2].sum(0) /
                                den[:, :2].sum(0), atol=1e-6)
@@ -205,13 +206,13 @@ class MetricsTest(parameterized.TestCase):
     self.assertTrue(np.all(np.isnan([got.mean[2], got.lower[2],
                                      got.upper[2]])))
     # One session: every resample is that session.
-    one = metrics.bootstrap_ratio([[3.0]], [[4.0]], num_resamples=10)
+    one = resampling.bootstrap_ratio([[3.0]], [[4.0]], num_resamples=10)
     np.testing.assert_allclose([one.lower[0], one.upper[0]], [0.75, 0.75])
     with self.assertRaisesRegex(ValueError, 'denominators must be >= 0'):
-      metrics.bootstrap_ratio([[1.0]], [[-1.0]])
+      resampling.bootstrap_ratio([[1.0]], [[-1.0]])
     with self.assertRaisesRegex(ValueError,
                                 r'denominators must have shape \(1, 1\)'):
-      metrics.bootstrap_ratio([[1.0]], [[1.0, 2.0]])
+      resampling.bootstrap_ratio([[1.0]], [[1.0, 2.0]])
 
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, 'displayed must have rank 3'):
@@ -236,20 +237,20 @@ class MetricsTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'top1 holds -2'):
       metrics.failure_modes(np.ones((1, 2), int), np.array([[1, -2]]))
     with self.assertRaisesRegex(ValueError, r'hits_b must have shape \(3, 2\)'):
-      metrics.paired_bootstrap(np.ones((3, 2)), np.ones((3, 3)))
+      resampling.paired_bootstrap(np.ones((3, 2)), np.ones((3, 3)))
     # NaN values gave NaN intervals; no resample gave an empty draw.
     nan = np.array([[1.0, 0.0], [np.nan, 1.0]])
     with self.assertRaisesRegex(ValueError, r'hits_b holds NaN or inf \(first '
                                 r'at row 1\); per-session values must be'):
-      metrics.paired_bootstrap(np.ones((2, 2)), nan, 10)
+      resampling.paired_bootstrap(np.ones((2, 2)), nan, 10)
     with self.assertRaisesRegex(ValueError, 'values holds NaN'):
-      metrics.bootstrap_mean(nan, 10)
+      resampling.bootstrap_mean(nan, 10)
     with self.assertRaisesRegex(ValueError, 'numerators holds NaN'):
-      metrics.bootstrap_ratio(nan, np.ones((2, 2)), 10)
+      resampling.bootstrap_ratio(nan, np.ones((2, 2)), 10)
     for resamples, sessions, name in ((0, 5, 'num_resamples'),
                                       (5, 0, 'num_sessions')):
       with self.assertRaisesRegex(ValueError, f'{name} must be >= 1, got 0'):
-        metrics.bootstrap_indices(jax.random.key(0), resamples, sessions)
+        resampling.bootstrap_indices(jax.random.key(0), resamples, sessions)
 
 
 if __name__ == '__main__':

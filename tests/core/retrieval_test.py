@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import retrieve
+from recovr_jax.core import retrieval
 
 
 def reference_retrieve(queries, gallery, k, exclude=None):
@@ -221,6 +222,44 @@ class RetrieveTest(parameterized.TestCase):
     for _ in range(3):
       fn(rng.standard_normal((2, 3)).astype(np.float32),
          rng.standard_normal((20, 3)).astype(np.float32))
+
+
+class BackendPathTest(absltest.TestCase):
+  """The accelerator's path (one lax.top_k per large block, no pruning) and
+  the precision setting, exercised on the CPU."""
+
+  def test_sizes_by_backend(self):
+    self.assertEqual(retrieval.sizes('cpu'), (retrieval.DEFAULT_BLOCK_SIZE,
+                                              retrieval.DEFAULT_GROUP_SIZE))
+    for backend in ('gpu', 'tpu'):
+      self.assertEqual(retrieval.sizes(backend),
+                       (retrieval.DEVICE_BLOCK_SIZE, 0))
+    self.assertEqual(retrieval.sizes(), retrieval.sizes('cpu'))
+
+  def test_the_accelerator_path_matches_the_reference(self):
+    block, group = retrieval.sizes('gpu')
+    for seed in range(4):
+      rng = np.random.default_rng(seed)
+      gallery = integer_embeddings(rng, (3000, 5))
+      queries = integer_embeddings(rng, (6, 5))
+      exclude = rng.integers(-1, 3000, (6,)).astype(np.int32)
+      ids, scores = retrieve(queries, gallery, 20, exclude=exclude,
+                             block_size=block, group_size=group)
+      ref_ids, ref_scores = reference_retrieve(queries, gallery, 20, exclude)
+      np.testing.assert_array_equal(ids, ref_ids, err_msg=f'seed {seed}')
+      np.testing.assert_array_equal(scores, ref_scores)
+
+  def test_precisions(self):
+    rng = np.random.default_rng(0)
+    gallery = integer_embeddings(rng, (200, 4))
+    queries = integer_embeddings(rng, (3, 4))
+    ref_ids, _ = reference_retrieve(queries, gallery, 10)
+    for name in retrieval.PRECISIONS:  # small integers: exact in each
+      ids, _ = retrieve(queries, gallery, 10, precision=name)
+      np.testing.assert_array_equal(ids, ref_ids, err_msg=name)
+    with self.assertRaisesRegex(ValueError, "unknown retrieval precision "
+                                "'fp8'; valid: highest, bf16x3, tf32"):
+      retrieve(queries, gallery, 10, precision='fp8')
 
 
 class RetrieveBadInputTest(parameterized.TestCase):

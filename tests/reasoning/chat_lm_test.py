@@ -440,6 +440,8 @@ class ChatLMTest(absltest.TestCase):
     self.assertEqual(loaded['scale'], 2.0)
     chex.assert_trees_all_close(lora.merge(params, loaded), merged)
     # PEFT's layout round-trips: names, shapes, config and the same merge.
+    self.assertFalse((d / 'peft').exists())  # one copy unless exported
+    lora.export_peft(d, d / 'peft')
     config = json.loads((d / 'peft' / 'adapter_config.json').read_text())
     self.assertEqual((config['peft_type'], config['r'], config['lora_alpha']),
                      ('LORA', 2, 4.0))

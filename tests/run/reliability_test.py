@@ -1,6 +1,7 @@
 """Runs that never lie (issue #12): resume keyed on the run's identity,
 corrupt batches caught, bad values refused, one run per directory."""
 
+import csv
 import fcntl
 import json
 import pathlib
@@ -107,14 +108,29 @@ class ResumeIdentityTest(_OnABaseRun):
     self.assertFalse((copy / runner.INCOMPLETE).exists())
     self.assertEqual(results.load_run(copy)['config']['loop']['rrf_k'], 1.0)
 
-  def test_num_sessions_beyond_the_queries_is_recorded_as_run(self):
-    out = self.root / 'clamped'
-    _run(out, num_sessions=100_000)
-    resolved = json.loads((out / 'resolved_config.json').read_text())
-    ran = len((out / 'trajectories.jsonl').read_text().splitlines())
-    self.assertEqual(resolved['num_sessions'], ran)
-    self.assertLess(ran, 100_000)
-    self.assertEqual(resolved['num_sessions_requested'], 100_000)
+  def test_num_sessions_beyond_the_queries_is_refused_naming_the_flags(self):
+    out = self.root / 'beyond'
+    with self.assertRaisesRegex(
+        app.UsageError, r'--num_sessions=100000: the world gives at most 12 '
+        r'sessions \(12 test queries \(--num_test_triplets\) x '
+        r'--query_repeats=1\); pass --query_repeats=8334'):
+      _run(out, num_sessions=100_000)
+    self.assertFalse((out / 'resolved_config.json').exists())  # before work
+
+  def test_repeated_queries_extend_the_run_under_new_draws(self):
+    out = self.root / 'repeated'
+    _run(out, num_sessions=18, query_repeats=3)
+    rows = lambda d: list(csv.DictReader((d / 'ranks.csv').open()))
+    repeated, base = rows(out), rows(self.base)
+    # The first sessions are the run without repeats, byte for byte; each
+    # later session is query session % 12, its own session otherwise.
+    self.assertEqual([r for r in repeated if int(r['session']) < 6], base)
+    self.assertEqual({(r['session'], r['query_id']) for r in repeated
+                      if r['turn'] == '0'},
+                     {(str(s), f'q{s % 12}') for s in range(18)})
+    resolved = lambda d: json.loads((d / 'resolved_config.json').read_text())
+    self.assertEqual(resolved(out)['identity'], resolved(self.base)['identity'])
+    self.assertEqual(resolved(out)['data']['query_repeats'], 3)
 
   def test_a_changed_checkpoint_file_is_another_run(self):
     resolved = json.loads((self.base / 'resolved_config.json').read_text())
@@ -358,8 +374,7 @@ class ArtefactTest(absltest.TestCase):
 
     def compute():
       calls.append(1)
-      return (np.ones((3, 4), np.float32), ('a', 'b', 'c'),
-              np.ones((3, 4), np.float32))
+      return np.ones((3, 4), np.float32), ('a', 'b', 'c')
 
     progress_memory.load_or_compute(cache, 'k', compute)
     path = cache / 'gallery-k.npz'
@@ -380,7 +395,7 @@ class ArtefactTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '1 gallery rows of video'):
       progress_memory.load_or_compute(
           None, 'x', lambda: (np.array([[np.nan, 0.0], [1.0, 0.0]]),
-                              ('a', 'b'), np.ones((2, 2))))
+                              ('a', 'b')))
 
   def test_encoders_of_another_world_seed_are_refused(self):
     out = self.root / 'seed1'

@@ -103,7 +103,7 @@ class RunnerTest(absltest.TestCase):
     metrics = json.loads((self.out / 'metrics.json').read_text())
     import csv  # pylint: disable=g-import-not-at-top
     import jax  # pylint: disable=g-import-not-at-top
-    from recovr_jax.core import list_metrics as core_metrics  # pylint: disable=g-import-not-at-top
+    from recovr_jax.core import resampling  # pylint: disable=g-import-not-at-top
     with (self.out / 'ranks.csv').open() as f:
       ranks = [r for r in csv.DictReader(f) if r['method'] == 'recovr']
     sessions = sorted({int(r['session']) for r in ranks})
@@ -111,7 +111,7 @@ class RunnerTest(absltest.TestCase):
     for r in ranks:
       table[sessions.index(int(r['session'])), int(r['turn'])] = int(r['rank'])
     # The same resamples as the runner (--seed 0, key seed + 1), in NumPy.
-    idx = np.asarray(core_metrics.bootstrap_indices(
+    idx = np.asarray(resampling.bootstrap_indices(
         jax.random.key(1), runs.TINY['bootstrap_resamples'], len(sessions)))
     for key, values in (('R@1', table <= 1), ('R@5', table <= 5),
                         ('Hits@5', np.minimum.accumulate(table, 1) <= 5)):

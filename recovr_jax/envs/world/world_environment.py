@@ -18,8 +18,8 @@ def world_environment(world, text_encoder, video_params, composer_params,
   (``envs.world.models.captioner.Captioner``); ``None`` gives the system the world's
   ground-truth captions: the oracle ablation.
   """
-  memory = training.gallery_memory(world, video_params, text_encoder,
-                                   cache_dir, captioner=captioner)
+  memory = training.gallery_memory(world, video_params, cache_dir,
+                                   captioner=captioner)
   composer = encoders.Composer()
   compose_fn = jax.jit(lambda r, e: composer.apply(composer_params, r, e))
 

