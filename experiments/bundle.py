@@ -7,20 +7,25 @@ cache it reads, in one archive that runs where there is no internet.
 Runs the run (the flags after ``--``, as ``experiments.run`` takes them)
 under each of ``--simulations`` into one fresh cache directory, so the
 cache holds every text embedding either driver reads, the gallery's
-Progress Memory and the grounded reader's fits; then writes ``--output``
-(a gzipped tar) holding:
+Progress Memory and the grounded reader's fits; runs each once more, warm,
+noting every text it reads (and checking it writes the same outputs); then
+writes ``--output`` (a gzipped tar) holding:
 
 * ``code/``: the package, ``experiments/``, ``third_party/``, ``setup.py``
   and the pins (the checkout's tracked files, without ``results/``,
   ``docs/``, ``tests/`` and the checkpoints it does not load);
 * the checkpoints the run's ``resolved_config.json`` names under the
-  checkout (in ``code/``, where the package finds them);
+  checkout (in ``code/``, where the package finds them), the captioner's
+  without its weights (the captions are in the cache; it says so if a run
+  needs others);
 * ``minilm/``: the MiniLM text encoder without its weights (90.9 MB), with
   every file's digest (``encoders.weightless_copy``): caches are keyed by
   content, so the copy serves every cached text, and says so if a text is
   missing;
-* ``cache/``: the run's cache directory, without compiled programs (they
-  belong to one machine and backend; ``--with_compiled`` keeps them);
+* ``cache/``: the run's cache directory, its text embeddings cut to those
+  the warm runs read (the grounded reader's training utterances are read
+  only where it is fitted), without compiled programs (they belong to one
+  machine and backend; ``--with_compiled`` keeps them);
 * ``bundle.json``: the command to run, the digests of the outputs this
   machine wrote, and the archive's parts and sizes; ``RUN.md`` says how.
 
@@ -38,6 +43,7 @@ transformers hidden).
 
 import hashlib
 import json
+import os
 import pathlib
 import shlex
 import shutil
@@ -88,21 +94,52 @@ def tracked_files() -> list[str]:
           (ROOT / f).is_file()]
 
 
-def run_once(args, simulation: str, work: pathlib.Path) -> pathlib.Path:
+def run_once(args, simulation: str, work: pathlib.Path,
+             record: bool = False) -> pathlib.Path:
   """``experiments.run`` with ``args`` under ``simulation`` into ``work``'s
-  cache; its output directory."""
-  out = work / 'out' / simulation
+  cache; its output directory. ``record``: a second, warm run that notes
+  every text it reads in ``work/read.jsonl``."""
+  out = work / ('again' if record else 'out') / simulation
   command = [sys.executable, '-m', 'experiments.run', *args,
              f'--simulation={simulation}', f'--cache_dir={work / "cache"}',
              f'--output_dir={out}', '--noresume', '--noplots']
-  print(f'bundle: running {simulation}: {shlex.join(command[3:])}',
-        flush=True)
-  proc = subprocess.run(command, cwd=ROOT, check=False)
+  print(f'bundle: running {simulation}{" again" if record else ""}: '
+        f'{shlex.join(command[3:])}', flush=True)
+  env = dict(os.environ)
+  if record:
+    env[encoders_lib().RECORD_TEXTS] = str(work / 'read.jsonl')
+  proc = subprocess.run(command, cwd=ROOT, env=env, check=False)
   if proc.returncode:
     raise app.UsageError(f'the run under --simulation={simulation} exited '
                          f'{proc.returncode} (its messages are above); '
                          'nothing was written to --output')
   return out
+
+
+def captioner_lib():
+  from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
+  return captioner
+
+
+def encoders_lib():
+  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+  return encoders
+
+
+def text_cache(work: pathlib.Path, text_encoder: pathlib.Path,
+               stage: pathlib.Path) -> None:
+  """The run's text embeddings cut to the texts its warm runs read
+  (``work/read.jsonl``: the fits' training utterances, say, are read only
+  by the run that fits), written to ``stage``."""
+  encoders = encoders_lib()
+  read = {json.loads(line) for line in
+          (work / 'read.jsonl').read_text(encoding='utf-8').splitlines()}
+  text = encoders.TextEncoder(str(text_encoder), shared=False)
+  path = text.cache_path(work / 'cache')
+  held = text.load_cache(path)
+  kept = text.keep(read)
+  text.save_cache(stage / path.name)
+  print(f'bundle: {kept} of the {held} cached texts are read', flush=True)
 
 
 def digests(out: pathlib.Path) -> dict:
@@ -118,13 +155,13 @@ def _size(path: pathlib.Path) -> int:
 def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
   """Writes the archive of the runs ``outs`` (simulation -> output
   directory, all of ``args`` in ``work``'s cache); returns its record."""
-  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+  encoders = encoders_lib()
   stage = work / 'stage' / output.name.split('.')[0]
   code = stage / 'code'
   for f in tracked_files():
     (code / f).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ROOT / f, code / f)
-  extra = []
+  extra, text_encoder = [], None
   resolved = json.loads((next(iter(outs.values())) /
                          'resolved_config.json').read_text())
   for name, entry in resolved['files'].items():
@@ -133,16 +170,23 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
     if name == 'text_encoder':
       encoders.weightless_copy(absolute, stage / 'minilm')
       extra.append('--text_encoder_dir=../minilm')
+      text_encoder = absolute
     elif absolute.resolve().is_relative_to(ROOT / CHECKPOINTS):
+      # The captioner without its weights: its captions are in the cache.
       shutil.copytree(absolute, code / absolute.resolve().relative_to(ROOT),
-                      dirs_exist_ok=True)
+                      dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+                          *((captioner_lib().WEIGHTS,)
+                            if name == 'captioner_checkpoint' else ())))
     else:
       raise app.UsageError(
           f'the run reads {name} from {absolute}, outside the checkout: '
           'an archive carries the checkout\'s checkpoints and MiniLM only; '
           'carry that input beside it')
   shutil.copytree(work / 'cache', stage / 'cache', ignore=(
-      None if _WITH_COMPILED.value else shutil.ignore_patterns('xla')))
+      shutil.ignore_patterns(*(('text-*.npz',) if text_encoder else ()), *(
+          () if _WITH_COMPILED.value else ('xla',)))))
+  if text_encoder is not None:
+    text_cache(work, text_encoder, stage / 'cache')
   command = ['python', '-m', 'experiments.run', *args, *extra,
              '--cache_dir=../cache', '--noresume', '--noplots']
   lines = ['#!/bin/sh', '# Runs the archived run under each driver it was '
@@ -201,6 +245,12 @@ def main(argv):
       raise app.UsageError(f'--work_dir={work}: holds a cache/ already; '
                            'the archive needs a fresh one')
     outs = {s: run_once(args, s, work) for s in simulations}
+    for s in simulations:  # warm: what each reads, and the same outputs
+      again = run_once(args, s, work, record=True)
+      if digests(again) != digests(outs[s]):
+        raise app.UsageError(f'--simulation={s}: a second run wrote other '
+                             f'outputs than the first ({again} vs '
+                             f'{outs[s]}); nothing was written to --output')
     record = pack(args, outs, work, output)
   finally:
     if _WORK.value is None:

@@ -1,6 +1,7 @@
 """The captioning VLM: save/load round trip, shipped checkpoint's captions."""
 
 import pathlib
+import shutil
 import tempfile
 from unittest import mock
 
@@ -53,8 +54,19 @@ class RoundTripTest(absltest.TestCase):
 
   def test_missing_files_are_named(self):
     with self.assertRaisesRegex(FileNotFoundError,
-                                'missing: config.json, flax_model.msgpack'):
+                                'missing: config.json, tokenizer.json'):
       captioner.Captioner(tempfile.mkdtemp())
+
+  def test_a_copy_without_weights_is_described_and_refuses_to_caption(self):
+    copy = pathlib.Path(tempfile.mkdtemp()) / 'c'
+    shutil.copytree(captioner.DEFAULT_CAPTIONER_DIR, copy,
+                    ignore=shutil.ignore_patterns(captioner.WEIGHTS))
+    model = captioner.Captioner(str(copy))
+    shipped = captioner.Captioner(captioner.DEFAULT_CAPTIONER_DIR)
+    self.assertEqual(model.fingerprint, shipped.fingerprint)  # cache key
+    with self.assertRaisesRegex(FileNotFoundError, 'has no flax_model.msgpack'
+                                '.*--captioner_checkpoint'):
+      model(_clips(2)[1])
 
 
 class ShippedCaptionerTest(absltest.TestCase):

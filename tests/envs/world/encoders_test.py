@@ -150,6 +150,14 @@ class TextEncoderTest(absltest.TestCase):
       self.assertEqual(there.cache_path(d), path)
       self.assertGreater(there.load_cache(path), 0)
       np.testing.assert_array_equal(there(texts), want)
+      # Cut to the texts a run reads (experiments.bundle), it keeps those.
+      self.assertEqual(there.keep(texts[:1] + ['never encoded']), 1)
+      there.save_cache(pathlib.Path(d) / 'cut' / path.name)
+      cut = encoders.TextEncoder(str(copy), batch_size=16, max_length=32,
+                                 shared=False)
+      self.assertEqual(cut.load_cache(pathlib.Path(d) / 'cut' / path.name),
+                       1)
+      np.testing.assert_array_equal(cut(texts[:1]), want[:1])
       # A text it lacks: it says it has no weights, naming the flag.
       with self.assertRaisesRegex(FileNotFoundError, 'a copy without '
                                   'weights.*--text_encoder_dir'):

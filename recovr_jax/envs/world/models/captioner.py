@@ -42,8 +42,11 @@ DEFAULT_CAPTIONER_DIR = str(paths.CHECKPOINTS / 'captioner')
 # --renditions=4 --describe_layout).
 LAYOUT_CAPTIONER_DIR = str(paths.CHECKPOINTS / 'captioner_layout')
 _SPECIAL = ('[PAD]', '[BOS]', '[EOS]', '[UNK]')
-_REQUIRED_FILES = ('config.json', 'flax_model.msgpack', 'tokenizer.json',
-                   MARKER)
+# What describes the captioner (its weights, WEIGHTS, are read only when it
+# captions: a run whose captions are all cached needs none, as a run's
+# archive carries it, experiments/bundle.py).
+_REQUIRED_FILES = ('config.json', 'tokenizer.json', MARKER)
+WEIGHTS = 'flax_model.msgpack'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,8 +166,14 @@ class Captioner:
     """``(model, tokenizer, jitted greedy generation)``."""
     if self._loaded is not None:
       return self._loaded
-    from transformers import FlaxVisionEncoderDecoderModel, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
     directory = self.directory
+    if not (pathlib.Path(directory) / WEIGHTS).is_file():
+      raise FileNotFoundError(
+          f'captioner checkpoint {directory!r} has no {WEIGHTS} (a copy '
+          'without weights, as a run\'s archive carries: it serves the '
+          'cached captions only, and this run captions videos the cache '
+          'lacks); pass --captioner_checkpoint=<a checkpoint with weights>')
+    from transformers import FlaxVisionEncoderDecoderModel, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
     checksums.verify_manifest(directory, 'captioner checkpoint')
     with encoders.quiet_transformers():
       try:

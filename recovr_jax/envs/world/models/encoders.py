@@ -95,6 +95,9 @@ MAX_SHARED_EMBEDDINGS = 200_000
 WEIGHTS = ('model.safetensors', 'flax_model.msgpack', 'pytorch_model.bin',
            'tf_model.h5')
 DIGESTS_FILE = 'recovr_digests.json'
+# A file each text encoder appends the texts it was asked for to, when it
+# saves its cache (experiments/bundle.py: the texts a run reads).
+RECORD_TEXTS = 'RECOVR_RECORD_TEXTS'
 
 
 def _model_files(model_dir: str) -> tuple:
@@ -210,6 +213,7 @@ class TextEncoder:
     self._shared = (_SHARED_EMBEDDINGS.setdefault(key, {}) if shared
                     else None)
     self._stored = -1  # cache size at the last save_cache / load_cache
+    self._read = set()  # texts asked for, with $RECOVR_RECORD_TEXTS set
 
   def _model_parts(self):
     """``(model, tokenizer, jitted forward pass)``, loaded when a text is
@@ -280,6 +284,7 @@ class TextEncoder:
     text's end (a file of 200k texts: 15 MB of texts beside 300 MB of
     vectors, where fixed-width NumPy strings took 600 MB)."""
     path = pathlib.Path(path)
+    self._record_read()
     if len(self._cache) == self._stored and path.exists():
       return 0
     texts = sorted(self._cache)
@@ -342,8 +347,27 @@ class TextEncoder:
   def __call__(self, texts, progress=None) -> np.ndarray:
     """``[n]`` texts -> ``[n, 384]`` float32 unit vectors (profiled as
     ``text encoding``; see ``_encode_texts``)."""
+    if os.environ.get(RECORD_TEXTS):  # what a run's archive must hold
+      self._read.update(texts)
     with profiling.part('text encoding'):
       return self._encode_texts(texts, progress)
+
+  def keep(self, texts) -> int:
+    """Drops the cached embeddings of every text not in ``texts``; the
+    next ``save_cache`` writes what is left. Returns how many are left."""
+    texts = set(texts)
+    self._cache = {t: v for t, v in self._cache.items() if t in texts}
+    self._stored = -1
+    return len(self._cache)
+
+  def _record_read(self) -> None:
+    """Appends the texts this encoder was asked for to the file
+    ``$RECOVR_RECORD_TEXTS`` names (one JSON string a line)."""
+    target = os.environ.get(RECORD_TEXTS)
+    if target and self._read:
+      with open(target, 'a', encoding='utf-8') as f:
+        f.write(''.join(json.dumps(t) + '\n' for t in sorted(self._read)))
+      self._read = set()
 
   def _count(self, shape, tokens: int):
     """Counts one forward pass over ``shape`` = ``[rows, width]`` (padding
