@@ -16,8 +16,9 @@ writes ``--output`` (a gzipped tar) holding:
   ``docs/``, ``tests/`` and the checkpoints it does not load);
 * the checkpoints the run's ``resolved_config.json`` names under the
   checkout (in ``code/``, where the package finds them), the captioner's
-  without its weights (the captions are in the cache; it says so if a run
-  needs others);
+  and the video encoder's without their weights (the captions and the
+  gallery's embeddings are in the cache; each says so if a run needs
+  others);
 * ``minilm/``: the MiniLM text encoder without its weights (90.9 MB), with
   every file's digest (``encoders.weightless_copy``): caches are keyed by
   content, so the copy serves every cached text, and says so if a text is
@@ -116,6 +117,21 @@ def run_once(args, simulation: str, work: pathlib.Path,
   return out
 
 
+def unread_weights(name: str):
+  """A ``copytree`` ignore of the weights a run on the packed cache never
+  reads: the captioner's (its captions are cached) and the video encoder's
+  (the gallery's embeddings are; its manifest keys them). Each says so,
+  naming the file, if a run from the archive needs them."""
+  def ignore(directory, names):
+    if name == 'captioner_checkpoint':
+      return [n for n in names if n == captioner_lib().WEIGHTS]
+    if name == 'checkpoint_dir' and pathlib.Path(directory).name == (
+        'video_encoder'):
+      return [n for n in names if n == 'params']
+    return []
+  return ignore
+
+
 def captioner_lib():
   from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
   return captioner
@@ -172,11 +188,8 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
       extra.append('--text_encoder_dir=../minilm')
       text_encoder = absolute
     elif absolute.resolve().is_relative_to(ROOT / CHECKPOINTS):
-      # The captioner without its weights: its captions are in the cache.
       shutil.copytree(absolute, code / absolute.resolve().relative_to(ROOT),
-                      dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-                          *((captioner_lib().WEIGHTS,)
-                            if name == 'captioner_checkpoint' else ())))
+                      dirs_exist_ok=True, ignore=unread_weights(name))
     else:
       raise app.UsageError(
           f'the run reads {name} from {absolute}, outside the checkout: '

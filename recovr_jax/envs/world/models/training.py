@@ -293,8 +293,35 @@ class Timer:
                 f'elapsed {elapsed:.0f}s left {left:.0f}s {extra}'.rstrip())
 
 
-def load_world_models(checkpoint_dir, world):
-  """Restores the video encoder and composer params of a checkpoint dir."""
+class KeptVideoEncoder:
+  """A checkpoint's video encoder, restored when first used (a run whose
+  gallery is cached never reads its weights, as a run's archive carries
+  it: experiments/bundle.py); ``key`` names it by the digests its manifest
+  records, or, without a manifest, by its restored parameters."""
+
+  def __init__(self, directory, target):
+    self.directory, self._target, self._params = directory, target, None
+
+  @property
+  def key(self) -> str:
+    from recovr_jax import checksums  # pylint: disable=g-import-not-at-top
+    from recovr_jax import readers  # pylint: disable=g-import-not-at-top
+    manifest = self.directory / checksums.MANIFEST
+    if manifest.is_file():
+      return 'manifest:' + checksums.json_digest(
+          readers.read_json(manifest, 'encoder manifest'))
+    from recovr_jax.envs.world.models import progress_memory  # pylint: disable=g-import-not-at-top
+    return progress_memory.params_fingerprint(self.params())
+
+  def params(self):
+    if self._params is None:
+      self._params = encoders.restore_params(self.directory, self._target)
+    return self._params
+
+
+def load_world_models(checkpoint_dir, world, lazy_video: bool = False):
+  """Restores the video encoder and composer params of a checkpoint dir
+  (``lazy_video``: the video encoder as a ``KeptVideoEncoder``)."""
   import pathlib  # pylint: disable=g-import-not-at-top
   wc = world.config
   directory = pathlib.Path(checkpoint_dir)
@@ -311,9 +338,9 @@ def load_world_models(checkpoint_dir, world):
   edit = jax.ShapeDtypeStruct((1, d), jnp.float32)
   composer_target = jax.eval_shape(encoders.Composer().init,
                                    jax.random.key(0), edit, edit)
-  video = encoders.restore_params(directory / 'video_encoder', video_target)
+  video = KeptVideoEncoder(directory / 'video_encoder', video_target)
   composer = encoders.restore_params(directory / 'composer', composer_target)
-  return video, composer
+  return (video if lazy_video else video.params()), composer
 
 
 def caption_videos(world, captioner, attrs, keys, batch: int = 256,
@@ -345,8 +372,10 @@ def gallery_memory(world, video_params, cache_dir=None, captioner=None):
                        k != 'describe_layout' or v)}
   # Not the text encoder: the cache holds no text embeddings (the captions'
   # are the text encoder's own cache's, kept once).
+  kept = isinstance(video_params, KeptVideoEncoder)
   parts = dict(world=gallery_world,
-               video=progress_memory.params_fingerprint(video_params),
+               video=(video_params.key if kept else
+                      progress_memory.params_fingerprint(video_params)),
                stored='video,captions')
   if captioner is not None:
     parts['captioner'] = captioner.fingerprint
@@ -359,8 +388,9 @@ def gallery_memory(world, video_params, cache_dir=None, captioner=None):
     keys, scenes = world.gallery_keys()
     timer = Timer(every=10.0)  # a line per batch, at most every 10 s
     with profiling.part('video encoding'):
-      video = embed_videos(world, video_params, world.gallery_attributes,
-                           keys, scene_keys=scenes, progress=timer)
+      video = embed_videos(world, video_params.params() if kept else
+                           video_params, world.gallery_attributes, keys,
+                           scene_keys=scenes, progress=timer)
     captions = world.gallery_captions if captioner is None else (
         caption_videos(world, captioner, world.gallery_attributes, keys,
                        scene_keys=scenes, progress=timer))
