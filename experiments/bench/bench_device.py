@@ -1,7 +1,9 @@
 r"""One device check: the ranking core and `main` jitted on the machine's
 accelerator (or its CPU), written to one JSON file.
 
-On a GPU node (one H100 or H200; about 6 minutes at the defaults):
+On a GPU node (one H100 or H200; meant to end within 8 minutes, not yet
+timed on one: the 100,000-session runs write and parse every user turn
+on the host, so start with ``--main_sessions=500,10000`` and time it):
 
     pip install -U "jax[cuda13]"      # or jax[cuda12], beside the project
     python -m experiments.bench.bench_device
