@@ -207,14 +207,17 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
       return [f'--query_repeats must be >= 1, got {repeats}']
     if run.num_sessions is None or run.num_sessions <= queries * repeats:
       return []
+    world = self.config.world
+    combinations = int(world_lib.test_split(world.seed,
+                                            world.test_share).sum())
     return [f'--num_sessions={run.num_sessions}: the world gives at most '
             f'{queries * repeats} sessions ({queries} test queries '
             f'(--num_test_triplets) x --query_repeats={repeats}); pass '
             f'--query_repeats={-(-run.num_sessions // queries)} to run each '
             'query again under independent user draws, or raise '
             f'--num_test_triplets (distinct targets: at most the '
-            f'{int(world_lib.test_split(self.config.world.seed, self.config.world.test_share).sum())}'
-            ' test combinations, fewer where a target has no hard negative)']
+            f'{combinations} test combinations, fewer where a target has no '
+            'hard negative)']
 
   def _layout_problems(self, run) -> list[str]:
     """A describable layout needs encoders and a captioner trained for it
