@@ -52,7 +52,7 @@ class _Jitted(driver.Driver):
       trace = jitted.run(
           face.env, face.config, batch, config.user_seed,
           log=lambda msg: print(f'[{method.name}] {msg}', flush=True),
-          chunk_size=config.jit_chunk_size or None, mesh=mesh,
+          chunk_size=jitted.chunk_size(config.jit_chunk_size), mesh=mesh,
           pad_to=_full_batch(run) if self.PAD_BATCHES else None)
       return face.result(trace)
 

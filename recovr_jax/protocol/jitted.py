@@ -51,6 +51,18 @@ from recovr_jax.protocol import session as session_lib
 DEFAULT_CHUNK_SIZE = 64  # sessions per vmapped chunk of a compacted turn
 
 
+def chunk_size(flag: int | None, backend: str | None = None) -> int | None:
+  """``run``'s ``chunk_size`` for ``--jit_chunk_size`` ``flag`` on
+  ``backend`` (default JAX's): None picks by backend, ``DEFAULT_CHUNK_SIZE``
+  on a CPU and no chunks on an accelerator (each chunk's ``lax.cond`` there
+  has the host read its predicate: thousands of reads a turn at 100,000
+  sessions); 0 is no chunks."""
+  if flag is None:
+    backend = backend or jax.default_backend()
+    return DEFAULT_CHUNK_SIZE if backend == 'cpu' else None
+  return flag or None
+
+
 class Unsupported(ValueError):
   """A setting the jitted driver cannot run; ``flag`` names what to change."""
 
@@ -114,19 +126,70 @@ class Fill:
   again: bool = False
 
 
+class Turn:
+  """One turn's outputs for a filler (``Filler.fill``, ``settled``): turn
+  ``index``'s (0: the start), a probe's or the ranked turn's, each field
+  copied to the host when first read (the batch's trace stays where it
+  was computed until the batch ends)."""
+
+  def __init__(self, index: int, outs: dict):
+    self.index, self._outs, self._host = index, outs, {}
+
+  def _read(self, key):
+    if key not in self._host:
+      self._host[key] = np.asarray(self._outs[key])
+    return self._host[key]
+
+  @property
+  def shown(self) -> np.ndarray:  # [S, K] int32
+    return self._read('shown')
+
+  @property
+  def scores(self) -> np.ndarray:  # [S, K] float32
+    return self._read('scores')
+
+  @property
+  def needed(self) -> np.ndarray:  # [S, 2] int32 table keys (0: none)
+    if self.index == 0:
+      return self._read('needed')
+    return np.stack([self._read('needed_search'),
+                     self._read('needed_edit')], axis=1)
+
+  @property
+  def active(self) -> np.ndarray:  # [S] bool; at turn 0, every session
+    if self.index == 0:
+      return np.ones(len(self.shown), bool)
+    return self._read('active')
+
+  @property
+  def fired(self) -> np.ndarray:  # [S] bool; at turn 0, none
+    if self.index == 0:
+      return np.zeros(len(self.shown), bool)
+    return self._read('fired')
+
+  def own(self, key) -> np.ndarray:
+    """The face's record output ``key`` (feedback turns only)."""
+    if self.index == 0:
+      raise KeyError(f'turn 0 records no {key!r}')
+    if ('own', key) not in self._host:
+      self._host['own', key] = np.asarray(self._outs['own'][key])
+    return self._host['own', key]
+
+
 class Filler(Protocol):
-  """The tables of one run, filled turn by turn (``run``); ``trace`` is
-  the batch's ``SimTrace`` through the turn at hand, ``t``."""
+  """The tables of one run, filled turn by turn (``run``); each call gets
+  the turn at hand only (``Turn``)."""
 
   def arrays(self):
     """The tables as they are now (a pytree; the faces read them)."""
 
-  def fill(self, trace) -> Fill:
-    """Turn ``t`` was probed (its last list not ranked): adds the entries
-    its user and plan read and the tables lacked."""
+  def fill(self, turn: Turn) -> Fill:
+    """Turn ``turn.index`` was probed (its list not ranked): adds the
+    entries its user and plan read and the tables lacked."""
 
-  def settled(self, trace) -> None:
-    """Turn ``t`` was ranked with what it read: its lists are final."""
+  def settled(self, turn: Turn) -> None:
+    """Turn ``turn.index`` was ranked with what it read: its lists are
+    final."""
 
 
 class Environment(Protocol):
@@ -636,8 +699,9 @@ class _Programs:
 
   def __call__(self, tables, carry, turn: int, rank: bool):
     """Turn ``turn`` (0: the start) from ``carry``: ``(carry, outputs)``,
-    the outputs as NumPy arrays, whole on every process (sessions past
-    the batch's, the mesh's padding, dropped)."""
+    the outputs where they were computed on one device, NumPy arrays
+    whole on every process over a mesh (sessions past the batch's, the
+    mesh's padding, dropped)."""
     rank = np.bool_(rank)
     if self.mesh is None:
       if turn == 0:
@@ -662,8 +726,8 @@ class _Programs:
         carry, outs = later(self.numbers, self.data, tables, self.params,
                             self.queries, self.key, carry, np.int32(turn),
                             rank)
-    return carry, jax.tree.map(lambda x: x[:self.num],
-                               sharding.gather(outs))
+      outs = sharding.gather(outs)
+    return carry, jax.tree.map(lambda x: x[:self.num], outs)
 
 
 # The per-turn fields of ``_turn_outputs`` that ``SimTrace`` keeps as they
@@ -676,7 +740,8 @@ _PER_TURN = dict(shown=np.int32, scores=np.float32, active=bool,
 
 class _Turns:
   """The trace of a batch, turn by turn: turn ``t``'s outputs once ranked
-  (``set``); ``trace`` stacks them, with a probe's after them."""
+  (``set``), where they were computed; ``trace`` copies them to the host
+  once and stacks them."""
 
   def __init__(self):
     self.turns = []
@@ -685,8 +750,8 @@ class _Turns:
     assert turn == len(self.turns)
     self.turns.append(outs)
 
-  def trace(self, probe: dict | None = None) -> SimTrace:
-    turns = self.turns + ([probe] if probe is not None else [])
+  def trace(self) -> SimTrace:
+    turns = jax.device_get(self.turns)
     first, later = turns[0], turns[1:]
 
     def stacked(key, of=None):
@@ -765,10 +830,10 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
   for turn in range(config.loop.num_turns + 1):
     for _ in range(MAX_PROBES):
       probed, probe = programs(filler.arrays(), carry, turn, rank=False)
-      ranked = bool(probe.pop('ranked').all())  # all equal
+      ranked = bool(np.asarray(probe.pop('ranked')).all())  # all equal
       if ranked:  # it read only held entries, and ranked
         break
-      fill = filler.fill(turns.trace(probe))
+      fill = filler.fill(Turn(turn, probe))
       if fill.added and log is not None:
         log(f'turn {turn}: {fill.added}')
       if not fill.again:
@@ -776,13 +841,13 @@ def run(env: Environment, config: SimConfig, sessions, seed: int, log=None,
     else:  # cannot happen
       raise RuntimeError(f'turn {turn}: the tables did not settle')
     profiling.count(ranking.SCORED, programs.scored(
-        probe['active'] if turn else None))
+        np.asarray(probe['active']) if turn else None))
     if ranked:
       carry, outs = probed, probe
     else:
       carry, outs = programs(filler.arrays(), carry, turn, rank=True)
       outs.pop('ranked')
     turns.set(turn, outs)
-    filler.settled(turns.trace())
+    filler.settled(Turn(turn, outs))
   trace = turns.trace()
   return jax.tree.map(lambda x: x[:num], trace)

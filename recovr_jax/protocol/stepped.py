@@ -137,13 +137,12 @@ class _Settled:
   fired: np.ndarray         # [S, T+1], column t from the trace
 
   @classmethod
-  def of(cls, trace, turn):
-    s, turns = trace.displayed.shape[0], trace.displayed.shape[1]
-    fired = np.zeros((s, turns), bool)
-    if turn:
-      fired[:, turn] = trace.fired[:, turn - 1]
-    return cls(shown_ids=trace.displayed[:, turn],
-               shown_scores=trace.scores[:, turn],
+  def of(cls, settled: jitted.Turn, width: int):
+    """Of the settled turn ``settled``, ``fired`` ``width`` turns wide."""
+    s, turn = len(settled.shown), settled.index
+    fired = np.zeros((s, width), bool)
+    fired[:, turn] = settled.fired
+    return cls(shown_ids=settled.shown, shown_scores=settled.scores,
                turn=np.full(s, turn), fired=fired)
 
 
@@ -213,7 +212,7 @@ class _Stepper:
     self.records = [[rec] for rec in first]
     self.turn = 1          # the next turn the host plans
     self.pending = None    # (observation, plan, active) of the last one
-    self.seen = None       # the lists the host has read
+    self.last = None       # the last settled turn (``jitted.Turn``)
 
   def _write(self, turn, rows, plan, actions):
     if plan.penalty is not None and np.any(plan.penalty[rows]):
@@ -233,19 +232,19 @@ class _Stepper:
   def arrays(self):
     return StepTables(**{k: jnp.asarray(v) for k, v in self.tables.items()})
 
-  def fill(self, trace) -> jitted.Fill:
+  def fill(self, probe: jitted.Turn) -> jitted.Fill:
     """Turn ``t`` was probed: the host's user answers the list of turn
     ``t - 1`` and its method plans turn ``t`` (turn 0's plan is the
     start's)."""
-    turn = trace.displayed.shape[1] - 1
+    turn = probe.index
     if turn == 0:
       return jitted.Fill()
-    if turn != self.turn:  # cannot happen
+    if turn != self.turn or self.last.index != turn - 1:  # cannot happen
       raise RuntimeError(f'turn {turn} was probed before turn {self.turn}')
     driver = self.driver
-    active = np.asarray(trace.active[:, turn - 1])
+    active = probe.active
     carry = dataclasses.replace(self.carry,
-                                ranking=_Settled.of(trace, turn - 1))
+                                ranking=_Settled.of(self.last, turn + 1))
     fb = driver.respond(carry, turn, active)
     carry, plan = driver.plan(carry, fb, active)
     self._write(turn, fb.rows, plan,
@@ -254,29 +253,19 @@ class _Stepper:
     return jitted.Fill(
         added=f'planned turn {turn} on the host ({len(fb.rows)} sessions)')
 
-  def settled(self, trace):
+  def settled(self, settled: jitted.Turn):
     """Turn ``t`` was ranked: the host's method asks its question about
     the list, and the turn is recorded."""
-    turn = trace.displayed.shape[1] - 1
-    self._check(trace, turn)
+    turn, self.last = settled.index, settled
+    if turn and not settled.own('filled').all():  # cannot happen
+      raise RuntimeError('a settled turn was shown without its plan')
     if turn == 0:
       return
     driver = self.driver
     fb, plan, active = self.pending
-    carry = dataclasses.replace(self.carry, ranking=_Settled.of(trace, turn))
+    carry = dataclasses.replace(self.carry,
+                                ranking=_Settled.of(settled, turn + 1))
     carry = driver.ask(carry, active)
     for i, rec in enumerate(driver.record(carry, fb, plan, active)):
       self.records[i].append(rec)
     self.carry = dataclasses.replace(carry, questions=carry.new_questions)
-
-  def _check(self, trace, settled):
-    """The lists up to turn ``settled`` are final: those the host read
-    before must not have changed, and every turn shown so far was
-    planned."""
-    shown = np.asarray(trace.displayed[:, :settled + 1])
-    if self.seen is not None and not np.array_equal(
-        shown[:, :self.seen.shape[1]], self.seen):  # cannot happen
-      raise RuntimeError('a list the host had read changed')
-    if settled and not trace.own['filled'][:, :settled].all():  # cannot happen
-      raise RuntimeError('a settled turn was shown without its plan')
-    self.seen = shown

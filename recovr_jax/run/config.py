@@ -164,9 +164,10 @@ class RunConfig:
   simulation: str = config_tree.setting('host', choices=drivers.NAMES)
   #: --simulation=jit: each turn runs the sessions still searching in
   #: vmapped chunks of at most this many (as even as the batch allows) and
-  #: skips the rest; 0: every session runs every turn. Same results either
-  #: way.
-  jit_chunk_size: int = config_tree.setting(64)
+  #: skips the rest; 0: every session runs every turn (no test per chunk).
+  #: Default: by backend, 64 on a CPU, 0 on a GPU or TPU (where each
+  #: chunk's test is a read by the host). Same results either way.
+  jit_chunk_size: int | None = config_tree.setting(None)
   #: --simulation=jit: split each batch's sessions over this many devices
   #: (world replicated). On a CPU, first export XLA_FLAGS=--xla_force_host_
   #: platform_device_count=<cores>.

@@ -115,7 +115,8 @@ def environment() -> dict:
 
 # RunConfig fields that do not shape a batch's lists: how many sessions
 # (each batch records its own), which methods (each has its own batches),
-# the report's bootstrap, where caches and outputs go, and bookkeeping.
+# the report's bootstrap, where caches and outputs go, the jitted driver's
+# chunks (the same lists either way) and bookkeeping.
 _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'num_processes', 'process_id', 'coordinator_address',
                     'gallery_over_processes',
@@ -124,7 +125,7 @@ _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
                     'resume', 'flags_text', 'max_error_share',
                     'allow_other_world_encoders', 'export_trec', 'plots',
-                    'environment')
+                    'environment', 'jit_chunk_size')
 
 
 def resolved_config(config: config_lib.RunConfig, source=None) -> dict:

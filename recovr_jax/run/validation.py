@@ -62,8 +62,10 @@ def validate(config: config_lib.RunConfig, create: bool = True,
                       ('bootstrap_resamples', config.bootstrap_resamples),
                       ('session_shards', config.session_shards)):
     check(_at_least, name, value, 1)
-  for name in ('jit_chunk_size', 'seed', 'user_seed'):
+  for name in ('seed', 'user_seed'):
     check(_at_least, name, getattr(config, name), 0)
+  if config.jit_chunk_size is not None:
+    check(_at_least, 'jit_chunk_size', config.jit_chunk_size, 0)
   if config.num_sessions is not None:
     check(_at_least, 'num_sessions', config.num_sessions, 1)
   check(_at_least, 'rrf_k', config.loop.rrf_k, 0)

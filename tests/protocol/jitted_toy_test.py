@@ -117,12 +117,12 @@ class _Filler:
   def arrays(self):
     return jnp.asarray(np.stack([_encode(_decode(c)) for c in range(CODES)]))
 
-  def fill(self, trace):
-    assert (trace.needed < 2 * CODES).all()
+  def fill(self, turn):
+    assert (turn.needed < 2 * CODES).all()
     return jitted.Fill()
 
-  def settled(self, trace):
-    del trace
+  def settled(self, turn):
+    del turn
 
 
 class _LazyFiller:
@@ -131,23 +131,25 @@ class _LazyFiller:
 
   def __init__(self):
     self.codes, self.fills, self.settled_turns = {0}, [], []
+    self.shapes = set()  # of the keys each call was given
 
   def arrays(self):
     return jnp.asarray(np.stack([_encode(_decode(c)) if c in self.codes
                                  else np.zeros(A * V, np.float32)
                                  for c in range(CODES)]))
 
-  def fill(self, trace):
-    turn = trace.displayed.shape[1] - 1
-    new = {int(k) % CODES for k in np.ravel(trace.needed[:, -1])} - self.codes
+  def fill(self, turn):
+    self.shapes.add(turn.needed.shape)
+    new = {int(k) % CODES for k in np.ravel(turn.needed)} - self.codes
     self.codes |= new
-    self.fills.append((turn, len(new)))
+    self.fills.append((turn.index, len(new)))
     return jitted.Fill(added=f'encoded {len(new)}' if new else '')
 
-  def settled(self, trace):
-    needed = {int(k) % CODES for k in np.ravel(trace.needed[:, -1])}
+  def settled(self, turn):
+    self.shapes.add(turn.needed.shape)
+    needed = {int(k) % CODES for k in np.ravel(turn.needed)}
     assert needed <= self.codes, needed - self.codes
-    self.settled_turns.append(trace.displayed.shape[1] - 1)
+    self.settled_turns.append(turn.index)
 
 
 def _environment(pairs, lazy=False):
@@ -229,6 +231,8 @@ class ToyEnvironmentTest(absltest.TestCase):
         self.assertEqual([t for t, _ in filler.fills], [0, 1, 2, 3])
         self.assertGreater(filler.fills[1][1], 0)  # turn 1's new texts
         self.assertTrue(logged[0].startswith('turn 1: encoded'), logged)
+        # Each call was given the turn at hand only: [S, 2] keys.
+        self.assertEqual(filler.shapes, {(len(sessions), 2)})
         whole = jax.tree.map(np.asarray, jitted.simulate(
             config, env.data, filler.arrays(), None,
             jnp.asarray(sessions, jnp.int32), jax.random.key(0),
@@ -238,6 +242,16 @@ class ToyEnvironmentTest(absltest.TestCase):
         eager = jitted.run(dataclasses.replace(env, lazy=False), config,
                            sessions, seed=0, chunk_size=chunk_size)
         jax.tree.map(np.testing.assert_array_equal, trace, eager)
+
+  def test_chunks_are_chosen_by_backend(self):
+    # The flag's default: chunks on a CPU, none on an accelerator (where a
+    # chunk's lax.cond has the host read its predicate); 0: none.
+    self.assertEqual(jitted.chunk_size(None, 'cpu'),
+                     jitted.DEFAULT_CHUNK_SIZE)
+    self.assertIsNone(jitted.chunk_size(None, 'gpu'))
+    self.assertIsNone(jitted.chunk_size(None, 'tpu'))
+    self.assertIsNone(jitted.chunk_size(0, 'cpu'))
+    self.assertEqual(jitted.chunk_size(7, 'gpu'), 7)
 
   def test_a_probe_that_reads_only_held_texts_ranks_in_its_call(self):
     # A face that tells whether a turn read only held texts (Face.held):

@@ -1,6 +1,5 @@
 """Smoke and invariant tests of the runner on a tiny world."""
 
-import dataclasses
 import errno
 import json
 import pathlib
@@ -953,7 +952,7 @@ class WebvidCovrTest(absltest.TestCase):
                for r in rows}
       self.assertGreater(len(stops), 1, 'every session stopped alike')
 
-  def test_the_stepped_face_refuses_a_changed_list(self):
+  def test_the_stepped_face_refuses_a_turn_out_of_order(self):
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
     from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
     from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
@@ -976,11 +975,11 @@ class WebvidCovrTest(absltest.TestCase):
     trace = jitted.run(step_env, config, np.arange(4), 0, chunk_size=None)
     # Each session's turns were ranked once and recorded as the host's.
     self.assertEqual([len(r) for r in step_env.stepper.records], [3] * 4)
-    changed = dataclasses.replace(
-        trace, displayed=np.roll(trace.displayed, 1, axis=0))
-    with self.assertRaisesRegex(RuntimeError, 'a list the host had read '
-                                'changed'):
-      step_env.stepper.settled(changed)
+    self.assertEqual(trace.displayed.shape[:2], (4, 3))
+    # A turn probed out of order (each call gets one turn) is refused.
+    with self.assertRaisesRegex(RuntimeError, 'turn 1 was probed before '
+                                'turn 3'):
+      step_env.stepper.fill(jitted.Turn(1, {}))
 
   def test_runs_end_to_end(self):
     from tests.helpers import real_files  # pylint: disable=g-import-not-at-top

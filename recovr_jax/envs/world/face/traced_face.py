@@ -213,25 +213,25 @@ class _Filler:
             (self.no_dialogues if self.dialogues is None
              else self.dialogues.arrays(self.least_nodes)))
 
-  def fill(self, trace) -> jitted.Fill:
-    """Turn ``t``'s words (written and parsed) and dialogues (encoded)
+  def fill(self, turn: jitted.Turn) -> jitted.Fill:
+    """The turn's words (written and parsed) and dialogues (encoded)
     that its probe lacked, then the phrases (encoded) of the plans made
     from words the tables held (the others' plans wait for their words:
     the turn is probed again)."""
     env, words, dialogues = self.env, self.words, self.dialogues
-    needed = np.asarray(trace.needed)[:, -1]  # turn t's table keys
+    needed = turn.needed  # the turn's table keys
     written = encoded = 0
     ready = np.ones(len(needed), bool)
-    if words is not None and trace.active.shape[1]:  # a feedback turn
-      own = {k: np.asarray(v)[:, -1] for k, v in trace.own.items()}
-      active = np.asarray(trace.active)[:, -1]
-      no_word = active & ~own['word_found']
-      no_dialogue = ((active & ~own['dialogue_found']) if dialogues is not None
-                     else np.zeros_like(no_word))
-      written = words.add(zip(own['query'][no_word], own['word'][no_word]))
+    if words is not None and turn.index:  # a feedback turn
+      active = turn.active
+      no_word = active & ~turn.own('word_found')
+      no_dialogue = ((active & ~turn.own('dialogue_found'))
+                     if dialogues is not None else np.zeros_like(no_word))
+      word = turn.own('word')
+      written = words.add(zip(turn.own('query')[no_word], word[no_word]))
       if dialogues is not None:  # after the words they join
-        encoded = dialogues.add(zip(own['dialogue_parent'][no_dialogue],
-                                    own['word'][no_dialogue]))
+        encoded = dialogues.add(zip(
+            turn.own('dialogue_parent')[no_dialogue], word[no_dialogue]))
       ready = ~(no_word | no_dialogue)
     added = env.table.add(needed[ready][needed[ready] > 0])
     if not added and not written and not encoded:
@@ -244,16 +244,14 @@ class _Filler:
                 if dialogues is not None else '')),
         again=bool(written or encoded))
 
-  def settled(self, trace):
-    """Checks turn ``t`` read only what the tables held."""
-    needed = np.asarray(trace.needed)[:, -1]
+  def settled(self, turn: jitted.Turn):
+    """Checks the turn read only what the tables held."""
+    needed = turn.needed
     lacking = self.env.table.missing(needed[needed > 0])
-    if trace.active.shape[1]:
-      own, active = trace.own, np.asarray(trace.active)[:, -1]
-      found = (np.asarray(own['word_found'])[:, -1] &
-               np.asarray(own['dialogue_found'])[:, -1])
+    if turn.index:
+      found = turn.own('word_found') & turn.own('dialogue_found')
       lacking += [f'the words or dialogue of session {i}'
-                  for i in np.flatnonzero(active & ~found)]
+                  for i in np.flatnonzero(turn.active & ~found)]
     if lacking:  # cannot happen: the probes added them
       raise RuntimeError(f'a turn was ranked without {lacking[:3]}')
 
