@@ -62,9 +62,8 @@ def groups_of(member: pathlib.Path) -> tuple[dict, dict]:
     raise app.UsageError(f'{member / "main"} does not exist: run '
                          'experiments.run --flagfile=experiments/flagfiles/'
                          f'fidelity --output_dir={member} first')
-  main = {'main': claims_lib.load(member / 'main')}
-  if (member / 'stagnation').is_dir():
-    main['stagnation'] = claims_lib.load(member / 'stagnation')
+  main = {name: claims_lib.load(member / name)
+          for name in paper_claims.MAIN_RUNS if (member / name).is_dir()}
   groups = {'main': main}
   for group in ('degraded', 'sensitivity'):
     if (member / group).is_dir():

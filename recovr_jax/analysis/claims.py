@@ -10,9 +10,16 @@ setting of a run group, as in the paper's appendix A.3). A check's verdict:
   lies above zero, contradicted when it lies below, else inconclusive;
 * ``at_least`` ("matches or exceeds", margin ``d``): reproduced when the
   interval lies above ``-d``, contradicted when below ``-d``;
-* ``within`` ("similar", "stays within", "marginally ahead"; margin
-  ``d``): reproduced when the interval lies inside ``(-d, d)``,
-  contradicted when it lies outside.
+* ``within`` ("similar", "stays within", "close"; margin ``d``):
+  reproduced when the interval lies inside ``(-d, d)``, contradicted when
+  it lies outside;
+* ``marginal`` ("marginally ahead"; margin ``d``): reproduced when the
+  point estimate is not negative and the interval lies inside ``(-d,
+  d)``; contradicted when the interval lies below zero (a significant
+  deficit) or above ``d`` (a lead that is not marginal);
+* ``equal`` (the same on every session, "all methods share the same
+  initialization"): reproduced when the difference is zero on every
+  session, contradicted otherwise.
 
 A property that holds by construction (a count that cannot be non-zero)
 is not checked: its claim is untestable, with the reason.
@@ -263,6 +270,9 @@ class Claim:
   note: str = ''          # how the sentence was encoded
   readings: bool = False  # also under the paper's reading of no-reflection
   group: str = 'main'     # the run group it reads
+  # Runs of its group beyond those every member has: a member without
+  # them does not run the claim (``not run``, naming them).
+  runs: tuple = ()
 
 
 class Evidence:
@@ -433,6 +443,12 @@ def _check_verdict(check: Check, value, lower, upper) -> str:
     if -d < lower and upper < d:
       return 'reproduced'
     return 'contradicted' if lower > d or upper < -d else 'inconclusive'
+  if check.kind == 'marginal':
+    if value >= 0 and -d < lower and upper < d:
+      return 'reproduced'
+    return 'contradicted' if upper < 0 or lower > d else 'inconclusive'
+  if check.kind == 'equal':
+    return 'reproduced' if value == lower == upper == 0 else 'contradicted'
   raise ValueError(f'unknown check kind {check.kind!r}')
 
 
@@ -471,6 +487,14 @@ def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None):
         continue
       if claim.group not in evidence.groups:
         row.update(verdict='not run', why=f'no {claim.group} runs given')
+        rows.append(row)
+        continue
+      lacking = [r for r in claim.runs
+                 if r not in evidence.runs(claim.group)]
+      if lacking:
+        row.update(verdict='not run', why=(
+            f'no {", ".join(lacking)} run in its {claim.group} group (the '
+            'fidelity suite makes it)'))
         rows.append(row)
         continue
       view = View(evidence, claim.group, swap)

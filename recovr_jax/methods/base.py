@@ -92,6 +92,8 @@ class Method(abc.ABC):
   fusion: str | None = None       # None: the CoVR list is shown
   rank_cap: bool = False
   asks_every_turn: bool = False   # IVR-style: a question every turn
+  # Its query text is the dialogue so far, joined (``protocol.dialogue``).
+  joins_dialogue: bool = False
   jax_form: plan_lib.JaxForm | None = None  # None: host only
 
   def __init__(self, settings: Settings = Settings()):

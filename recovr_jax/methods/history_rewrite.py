@@ -43,6 +43,7 @@ class HistoryRewrite(ivr.IVR):
 
   name = 'history_rewrite'
   asks_every_turn = False
+  joins_dialogue = False  # the dialogue is rewritten, not encoded
   question = base.Method.question
 
   def __init__(self, settings: base.Settings = base.Settings()):

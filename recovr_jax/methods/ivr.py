@@ -13,11 +13,12 @@ import numpy as np
 from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
+from recovr_jax.protocol import dialogue
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
 
-SEPARATOR = ' [SEP] '
+SEPARATOR = dialogue.SEPARATOR
 # The sigma a single-list method reports, from the user's action (paper
 # appendix A.2); only a rank-cap transplant (``rank_cap_transplant``) uses it.
 ACTION_SIGMA = {'rewrite': plan_lib.SIGMA['neg'],
@@ -154,6 +155,7 @@ class IVR(base.Method):
 
   name = 'ivr'
   asks_every_turn = True
+  joins_dialogue = True  # its query text is the dialogue (``dialogue.fit``)
 
   def __init__(self, settings: base.Settings = base.Settings()):
     super().__init__(settings)

@@ -18,6 +18,7 @@ class RankCapped(base.Method):
     self.inner = inner
     self.name = name
     self.asks_every_turn = inner.asks_every_turn
+    self.joins_dialogue = inner.joins_dialogue
     self.jax_form = inner.jax_form  # rank-cap is the ranking core's
 
   def ranking(self, base_config):

@@ -12,6 +12,7 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
 from recovr_jax import profiling
+from recovr_jax.protocol import dialogue
 from recovr_jax.run import ask_scores as asking
 from recovr_jax.run import figures
 from recovr_jax.run import reporting
@@ -27,7 +28,7 @@ OUTPUT_FILES = ('metrics.json', 'metrics.csv', 'ranks.csv', 'tables.tex',
                 'trajectories.jsonl', 'dropped_rows.json', 'profile.json',
                 'profile.md', 'plot_*.png', 'plot_*.pdf',
                 'reasoner_speed.json', 'reader.json',
-                't2v_ceiling.json')
+                't2v_ceiling.json', 'text_truncation.json')
 INCOMPLETE = 'INCOMPLETE'
 
 
@@ -158,6 +159,31 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
       f'Simulated user: {_in_words(config.user)}.'])
 
 
+def write_dialogue_truncation(config, out, env, trajectories, methods):
+  """Adds to ``text_truncation.json`` what the dialogues of the methods
+  that join them lost to the text encoder's window, per method and turn
+  (``dialogue.truncation_table``), where the encoder tells
+  (``encode_text.cuts``)."""
+  cuts = getattr(env.encode_text, 'cuts', None)
+  joined = [m for m in methods
+            if methods_lib.make(m, config.settings).joins_dialogue]
+  if cuts is None or not joined:
+    return
+  table = dialogue.truncation_table(trajectories, joined, cuts)
+  path = out / 'text_truncation.json'
+  notes = json.loads(path.read_text()) if path.exists() else {}
+  notes['dialogues'] = dict(window=env.encode_text.window, rule=dialogue.RULE,
+                            methods=table)
+  path.write_text(json.dumps(notes, indent=2, sort_keys=True))
+  cut = {m: sum(c['over_window'] for c in turns.values())
+         for m, turns in table.items()}
+  if any(cut.values()):
+    print('text encoder: dialogues longer than its '
+          f'{env.encode_text.window}-token window lost their oldest feedback: '
+          + ', '.join(f'{m} {n}' for m, n in cut.items() if n) +
+          ' (text_truncation.json)', flush=True)
+
+
 def write(config, out, env, sessions, collected, start, ceiling=None,
           ask_truth=None):
   """Every output of a finished run (``collected``: ``runner.Collected``);
@@ -250,6 +276,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   with (out / 'trajectories.jsonl').open('w') as f:
     for row in trajectories:
       f.write(json.dumps(row, sort_keys=True) + '\n')
+  write_dialogue_truncation(config, out, env, trajectories, displayed)
   report = reporting.markdown(per_method, failures, boot,
                               _header(config, env, len(sessions), benchmark),
                               firing)

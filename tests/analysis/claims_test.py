@@ -95,16 +95,67 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual(_verdict(_claim('within', 0.1), edge)['verdict'],
                      'inconclusive')
 
-  def test_a_count_that_holds_by_construction_is_no_check(self):
+  def test_no_repeated_top1_is_read_under_the_papers_placement(self):
     # ReCoVR's repeated top-1 is zero by construction under the default
-    # placement: the claim is untestable, with the reason, whatever the
-    # runs hold.
+    # placement (the note says so); the claim reads the run under the
+    # paper's placement, and is not run without it.
     (claim,) = [c for c in paper_claims.CLAIMS
                 if c.key == 'no_repeated_top1']
-    self.assertIsNone(claim.checks)
-    (row,) = claims.evaluate([claim], _full_evidence())
-    self.assertEqual(row['verdict'], 'untestable')
-    self.assertIn('by construction', row['why'])
+    self.assertIn('by construction', claim.note)
+    ranks = np.full((S, T + 1), 3)
+    fresh = np.tile(np.arange(T + 1), (S, 1))      # a new top-1 every turn
+    often = fresh.copy()
+    often[:S // 3, 2] = often[:S // 3, 1]          # a third repeat
+    for top1, verdict in ((fresh, 'reproduced'), (often, 'contradicted')):
+      main = _run({m: ranks for m in paper_claims.MAIN_METHODS})
+      placed = _run({'recovr': ranks}, {'recovr': top1})
+      ev = claims.Evidence({'main': {
+          'main': main, paper_claims.PLACEMENT_RUN: placed}}, 500)
+      (row,) = claims.evaluate([claim], ev)
+      self.assertEqual(row['verdict'], verdict)
+    ev = claims.Evidence({'main': {'main': main}}, 50)
+    (row,) = claims.evaluate([claim], ev)
+    self.assertEqual(row['verdict'], 'not run')
+    self.assertIn(paper_claims.PLACEMENT_RUN, row['why'])
+
+  def test_more_than_half_is_read_one_way_and_reasons_are_current(self):
+    ev = _full_evidence()
+    for key in ('umivr_stagnates_more', 'umivr_repeats_top1'):
+      (claim,) = [c for c in paper_claims.CLAIMS if c.key == key]
+      labels = [c.label for c in claim.checks(claims.View(ev))]
+      self.assertLen([l for l in labels if l.endswith('rate - 50%')], 1,
+                     labels)
+    reasons = ' '.join(c.untestable for c in paper_claims.CLAIMS)
+    self.assertNotIn('the rules reasoner reads no prompt', reasons)
+    # The statements added to the table, each with its checks.
+    added = {'shared_turn0', 'variants_competitive_t1',
+             'history_rewrite_r10_flat', 'history_rewrite_bri_slow',
+             'optional_asking', 'window_saturates', 'reasoner_swapped'}
+    rows = {r['key']: r for r in claims.evaluate(paper_claims.CLAIMS, ev)}
+    for key in added:
+      self.assertNotIn(rows[key]['verdict'], ('untestable', 'not run'), key)
+    # The protocol row: identical turn-0 lists are reproduced.
+    same = _hits(0.5)
+    main = _run({m: same for m in paper_claims.MAIN_METHODS})
+    (claim,) = [c for c in paper_claims.CLAIMS if c.key == 'shared_turn0']
+    (row,) = claims.evaluate([claim], claims.Evidence({'main': {
+        'main': main}}, 50))
+    self.assertEqual(row['verdict'], 'reproduced')
+
+  def test_marginal_and_equal(self):
+    same = _hits(0.5)
+    ahead = same.copy()                       # paired: a few sessions ahead
+    ahead[np.flatnonzero(ahead[:, 1] > 1)[:4], 1] = 1
+    behind = same.copy()                      # a significant deficit
+    behind[np.flatnonzero(behind[:, 1] == 1)[:8], 1] = 50
+    for a, verdict in ((ahead, 'reproduced'), (behind, 'contradicted'),
+                       (_hits(0.9), 'contradicted')):
+      row = _verdict(_claim('marginal', 0.03), {'a': a, 'b': same}, 1000)
+      self.assertEqual(row['verdict'], verdict)
+    self.assertEqual(_verdict(_claim('equal'), {'a': same, 'b': same})
+                     ['verdict'], 'reproduced')
+    self.assertEqual(_verdict(_claim('equal'), {'a': ahead, 'b': same})
+                     ['verdict'], 'contradicted')
 
   def test_umivr_repeats_is_tested_against_half_not_against_zero(self):
     (claim,) = [c for c in paper_claims.CLAIMS
@@ -137,7 +188,7 @@ class VerdictTest(absltest.TestCase):
       ev = claims.Evidence({'main': {'main': _run(close)}}, 1000)
       (row,) = claims.evaluate([claim], ev)
       first = row['checks'][0]
-      self.assertEqual(first['kind'], 'within', key)
+      self.assertEqual(first['kind'], 'marginal', key)
       self.assertEqual(first['verdict'], 'reproduced', key)
       far = dict(close)
       far[other] = _hits(0.8)                   # far ahead: not marginal
@@ -270,9 +321,12 @@ def _full_evidence():
   sensitivity = (['default', 'window=1'] +
                  [f'{n}={x}' for n, xs in paper_claims.SENSITIVITY.items()
                   for x in xs])
+  sensitivity.append(f'window={paper_claims.WIDE_WINDOW}')
   return claims.Evidence({
       'main': {'main': runs(paper_claims.MAIN_METHODS),
-               'stagnation': runs(['no_reflection'])},
+               'stagnation': runs(['no_reflection']),
+               paper_claims.PLACEMENT_RUN: runs(['recovr']),
+               paper_claims.REASONER_RUN: runs(['recovr'])},
       'degraded': {s: runs(['recovr', 'umivr']) for s in (
           paper_claims.CLEAN,) + paper_claims.DEGRADED + (
               paper_claims.REWRITE,)},
@@ -335,8 +389,8 @@ class PaperClaimsTest(absltest.TestCase):
       view = claims.View(ev, claim.group)
       claim.checks(view)
       for run, method in view.read:
-        sub = {'main': 'main', 'stagnation': 'stagnation'}.get(
-            run, f'{claim.group}/{run}')
+        sub = (run if run in paper_claims.MAIN_RUNS
+               else f'{claim.group}/{run}')
         self.assertIn(sub, parts, claim.key)
         self.assertIn(method, parts[sub][0], claim.key)
 

@@ -97,6 +97,19 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(set(firing), {'recovr'})
     self.assertIn('### Rank-cap firing', report)
     self.assertIn('### Asking: when and what', report)
+    # IVR's dialogues against the text encoder's window: one per session
+    # turn it was active, from the trajectories (here none was cut).
+    notes = json.loads((self.out / 'text_truncation.json').read_text())
+    self.assertEqual(notes['dialogues']['window'], 256)
+    table = notes['dialogues']['methods']
+    self.assertEqual(set(table), {'ivr'})  # recovr joins no dialogue
+    rows = [json.loads(line) for line in
+            (self.out / 'trajectories.jsonl').read_text().splitlines()]
+    active = sum(t['action'] not in (None, 'stopped') for r in rows
+                 if r['method'] == 'ivr' for t in r['turns'])
+    self.assertEqual(sum(c['dialogues'] for c in table['ivr'].values()),
+                     active)
+    self.assertEqual(sum(c['over_window'] for c in table['ivr'].values()), 0)
 
   def test_intervals_equal_a_numpy_bootstrap(self):
     metrics = json.loads((self.out / 'metrics.json').read_text())

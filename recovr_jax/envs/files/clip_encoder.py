@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import vectors
+from recovr_jax.protocol import dialogue
 from recovr_jax import pretrained
 
 # CLIP's image normalisation, used when the directory has no
@@ -72,6 +73,9 @@ class ClipEncoder:
     # counts: encoded from their first tokens only, and reported
     # (Dense-WebVid-CoVR's modification texts can be that long).
     self.truncated: dict[str, int] = {}
+    # Texts longer than the positions: (feedback dropped, tokens cut); a
+    # joined dialogue loses its oldest feedback first (``dialogue.fit``).
+    self.cuts: dict[str, tuple[int, int]] = {}
     config = self._model.config
     self.dim = config.projection_dim
     self.image_size = config.vision_config.image_size
@@ -104,17 +108,27 @@ class ClipEncoder:
     self._frames = jax.jit(frame_features)
 
   def encode_text(self, texts) -> np.ndarray:
-    """``[n]`` texts -> ``[n, dim]`` float32 unit vectors; a text longer
-    than the text tower's positions is encoded from its first tokens and
-    recorded in ``truncated``."""
+    """``[n]`` texts -> ``[n, dim]`` float32 unit vectors; a joined
+    dialogue longer than the text tower's positions loses its oldest
+    feedback (``dialogue.fit``, recorded in ``cuts``); another text (or a
+    dialogue still too long) is encoded from its first tokens and recorded
+    in ``truncated``."""
     texts = list(texts)
+    count = lambda text: len(self._tokenizer(text)['input_ids'])
     out = []
     for start in range(0, len(texts), self._batch):
       batch = texts[start:start + self._batch]
+      fitted = []
       for text, ids in zip(batch, self._tokenizer(batch)['input_ids']):
         if len(ids) > self._max_length:
-          self.truncated[text] = len(ids)
-      tokens = self._tokenizer(batch, padding='max_length', truncation=True,
+          text_in, dropped, over = dialogue.fit(text, count,
+                                                self._max_length)
+          self.cuts[text] = (dropped, over)
+          if over:
+            self.truncated[text] = len(ids)
+          text = text_in
+        fitted.append(text)
+      tokens = self._tokenizer(fitted, padding='max_length', truncation=True,
                                max_length=self._max_length, return_tensors='np')
       out.append(np.asarray(self._text(self._model.params,
                                        tokens['input_ids'],

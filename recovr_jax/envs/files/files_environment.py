@@ -182,9 +182,15 @@ def _clip_text(clip_dir: str, dim: int):
     return np.stack([cache[t] for t in texts]) if texts else np.zeros(
         (0, clip.dim), np.float32)
 
+  def cuts(texts):  # (feedback dropped, tokens cut) of each text
+    texts = list(texts)
+    encode_text(sorted(set(texts)))
+    return [clip.cuts.get(t, (0, 0)) for t in texts]
+
   encode_text.truncated = clip.truncated  # read by the source's report
-  encode_text.max_tokens = clip.max_tokens
+  encode_text.max_tokens = encode_text.window = clip.max_tokens
   encode_text.encoded = cache
+  encode_text.cuts = cuts
   return encode_text
 
 

@@ -15,6 +15,7 @@ from recovr_jax.core import vectors
 from recovr_jax.envs.world.benchmark import generator as world_lib
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import progress_memory
+from recovr_jax.protocol import dialogue
 from recovr_jax.envs.world.models import training
 from recovr_jax import paths
 
@@ -121,6 +122,52 @@ class TextEncoderTest(absltest.TestCase):
       with self.assertLogs(level='WARNING') as logs:
         self.assertEqual(old.load_cache(legacy), 0)
       self.assertIn('fails its checksum', logs.output[0])
+
+  def test_the_window_is_the_models_own(self):
+    # all-MiniLM-L6-v2 was trained on 256 tokens (its
+    # sentence_bert_config.json); the encoder reads as many by default.
+    self.assertEqual(encoders.model_window(encoders.minilm_path()), 256)
+    enc = encoders.TextEncoder(shared=False)
+    self.assertEqual(enc.window, 256)
+    self.assertIn('|length=256|', enc.fingerprint)
+
+  def test_a_long_dialogue_keeps_its_modification_and_newest_words(self):
+    enc = text_encoder()  # a 32-token window
+    sep = dialogue.SEPARATOR
+    modification = 'make the objects blue'
+    old = ['no, they should be spinning slowly to the left instead of that',
+           'not quite, I want them to be very small and near the top edge']
+    newest = 'now show them at sunset'
+    text = sep.join([modification, *old, newest])
+    got = enc([text])[0]
+    # 42 tokens: the oldest utterance goes (15 tokens), the rest fits.
+    want = enc([sep.join([modification, old[1], newest])])[0]
+    np.testing.assert_array_equal(got, want)
+    self.assertEqual(enc.cuts([text, modification]), [(1, 0), (0, 0)])
+    # A text that is no dialogue is cut from its end, and counted.
+    plain = ' '.join(['a red cube spinning'] * 12)
+    (dropped, over), = enc.cuts([plain])
+    self.assertEqual(dropped, 0)
+    self.assertGreater(over, 0)
+    # The cuts travel with the cache file; a changed window misses it.
+    with tempfile.TemporaryDirectory() as d:
+      path = enc.cache_path(d)
+      enc.save_cache(path)
+      fresh = encoders.TextEncoder(batch_size=16, max_length=32,
+                                   shared=False)
+      self.assertGreater(fresh.load_cache(path), 0)
+      encoders._CUTS.clear()  # pylint: disable=protected-access
+      fresh._cuts = encoders._CUTS.setdefault(fresh._key, {})  # pylint: disable=protected-access
+      fresh.load_cache(path)
+      with mock.patch.object(encoders, '_load',
+                             side_effect=AssertionError('model loaded')):
+        self.assertEqual(fresh.cuts([text]), [(1, 0)])
+      wider = encoders.TextEncoder(batch_size=16, max_length=40,
+                                   shared=False)
+      self.assertNotEqual(wider.cache_path(d), path)
+      with self.assertLogs(level='WARNING') as logs:
+        self.assertEqual(wider.load_cache(path), 0)
+      self.assertIn('another text encoder', logs.output[0])
 
   def test_encoders_made_before_a_load_share_it(self):
     # Neither has loaded when both are made: the first text loads the

@@ -219,7 +219,7 @@ def empty_arrays(num_attributes: int = world_lib.NUM_ATTRIBUTES):
           jnp.full((1,), -1, jnp.int32))
 
 
-SEPARATOR = ' [SEP] '  # IVR's (methods.ivr.SEPARATOR)
+SEPARATOR = ' [SEP] '  # protocol.dialogue.SEPARATOR (tested to agree)
 _GOLDEN = np.uint32(0x9E3779B1)
 _MIX = np.uint32(0x85EBCA77)
 

@@ -35,6 +35,7 @@ from recovr_jax import profiling
 from recovr_jax import readers
 from recovr_jax import storage
 from recovr_jax.core import vectors as vectors_lib
+from recovr_jax.protocol import dialogue
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
 # The shipped checkpoints of the embedded world (experiments.train.train_world).
@@ -86,6 +87,10 @@ def quiet_transformers():
 # encoder computes its own.
 _SHARED_MODELS: dict = {}
 _SHARED_EMBEDDINGS: dict = {}
+# Per encoder key: text -> (feedback dropped, tokens cut) of the texts that
+# were longer than the window (``dialogue.fit``; a function of the text and
+# the key, so shared by every encoder of the key).
+_CUTS: dict = {}
 MAX_SHARED_EMBEDDINGS = 200_000
 
 
@@ -149,6 +154,25 @@ def weightless_copy(model_dir: str, dest) -> pathlib.Path:
   return dest
 
 
+def model_window(model_dir: str) -> int:
+  """The tokens a sentence encoder reads: its own window
+  (``sentence_bert_config.json``'s ``max_seq_length``, 256 for
+  all-MiniLM-L6-v2), else its tokenizer's ``model_max_length``, else its
+  ``max_position_embeddings``."""
+  d = pathlib.Path(model_dir)
+  for name, key in (('sentence_bert_config.json', 'max_seq_length'),
+                    ('tokenizer_config.json', 'model_max_length'),
+                    ('config.json', 'max_position_embeddings')):
+    if (d / name).is_file():
+      value = readers.read_json(d / name, 'text encoder config').get(key)
+      if isinstance(value, int) and 0 < value <= 100_000:
+        return value
+  raise ValueError(f'text encoder {model_dir}: no window found (max_seq_'
+                   'length in sentence_bert_config.json, model_max_length in '
+                   'tokenizer_config.json or max_position_embeddings in '
+                   'config.json)')
+
+
 def _load(model_dir: str):
   """``(model, tokenizer, jitted forward pass)`` of a MiniLM directory."""
   d = pathlib.Path(model_dir)
@@ -192,12 +216,15 @@ class TextEncoder:
   """
 
   def __init__(self, model_dir: str | None = None, batch_size: int = 16,
-               max_length: int = 64, shared: bool = True):
+               max_length: int | None = None, shared: bool = True):
     model_dir = minilm_path() if model_dir is None else model_dir
     if not os.path.isfile(os.path.join(model_dir, 'config.json')):
       raise FileNotFoundError(
           f'text encoder directory {model_dir!r} has no config.json')
     self.model_dir = model_dir
+    # The model's own window unless asked otherwise; a joined dialogue
+    # longer than it loses its oldest feedback (``dialogue.fit``).
+    max_length = max_length or model_window(model_dir)
     key = (content_digest(model_dir), batch_size, max_length)
     self._loaded = None  # ``_model_parts``
     config = os.path.join(model_dir, 'config.json')
@@ -214,6 +241,7 @@ class TextEncoder:
                     else None)
     self._stored = -1  # cache size at the last save_cache / load_cache
     self._read = set()  # texts asked for, with $RECOVR_RECORD_TEXTS set
+    self._cuts = _CUTS.setdefault(key, {})
 
   def _model_parts(self):
     """``(model, tokenizer, jitted forward pass)``, loaded when a text is
@@ -244,12 +272,24 @@ class TextEncoder:
     return self._dim
 
   @property
+  def window(self) -> int:
+    """The tokens it reads of a text."""
+    return self._max_length
+
+  @property
   def fingerprint(self) -> str:
     """What fixes its embeddings: the model (by its files' contents,
-    ``content_digest``), the rows per batch (XLA's blocking follows them)
-    and the maximum length."""
+    ``content_digest``), the rows per batch (XLA's blocking follows them),
+    the maximum length and the rule that fits a dialogue to it."""
     return (f'model={self._key[0]}|rows={self._batch_size}'
-            f'|length={self._max_length}')
+            f'|length={self._max_length}|fit=oldest-feedback')
+
+  def cuts(self, texts) -> list[tuple[int, int]]:
+    """Each text's ``(feedback dropped, tokens cut)`` when encoded
+    (``dialogue.fit``; texts not yet encoded are encoded first)."""
+    texts = list(texts)
+    self(sorted(set(texts)))
+    return [self._cuts.get(t, (0, 0)) for t in texts]
 
   @property
   def cache_size(self) -> int:
@@ -268,11 +308,13 @@ class TextEncoder:
     h.update(np.ascontiguousarray(vectors, np.float32).tobytes())
     return h.hexdigest()
 
-  def _digest(self, text_bytes, text_ends, vectors) -> str:
+  def _digest(self, text_bytes, text_ends, vectors, cut=None) -> str:
     h = hashlib.blake2b(self.fingerprint.encode(), digest_size=32)
     for part in (text_bytes, text_ends, np.ascontiguousarray(vectors,
                                                              np.float32)):
       h.update(memoryview(np.ascontiguousarray(part)).cast('B'))
+    if cut is not None:
+      h.update(np.ascontiguousarray(cut, np.int64).tobytes())
     return h.hexdigest()
 
   def save_cache(self, path) -> int:
@@ -293,11 +335,15 @@ class TextEncoder:
     encoded = [t.encode() for t in texts]
     text_bytes = np.frombuffer(b''.join(encoded), np.uint8)
     text_ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+    # [n, 3]: (text index, feedback dropped, tokens cut) of the texts cut.
+    cut = np.asarray([(i, *self._cuts[t]) for i, t in enumerate(texts)
+                      if t in self._cuts], np.int64).reshape(-1, 3)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix('.tmp.npz')
     np.savez(tmp, text_bytes=text_bytes, text_ends=text_ends,
-             vectors=vectors, fingerprint=np.array(self.fingerprint),
-             digest=np.array(self._digest(text_bytes, text_ends, vectors)))
+             vectors=vectors, cut=cut, fingerprint=np.array(self.fingerprint),
+             digest=np.array(self._digest(text_bytes, text_ends, vectors,
+                                          cut)))
     tmp.replace(path)
     self._stored = len(texts)
     return len(texts)
@@ -315,13 +361,16 @@ class TextEncoder:
       with np.load(path, allow_pickle=False) as data:
         vectors = np.asarray(data['vectors'], np.float32)
         fingerprint = str(data['fingerprint'])
+        cut = np.zeros((0, 3), np.int64)
         if 'texts' in data:  # the legacy layout
           texts = data['texts'].tolist()
           intact = str(data['checksum']) == self._checksum(texts, vectors)
         else:
           text_bytes, text_ends = data['text_bytes'], data['text_ends']
-          intact = str(data['digest']) == self._digest(text_bytes,
-                                                       text_ends, vectors)
+          cut = data['cut'] if 'cut' in data else None
+          intact = str(data['digest']) == self._digest(
+              text_bytes, text_ends, vectors, cut)
+          cut = np.zeros((0, 3), np.int64) if cut is None else cut
           blob = text_bytes.tobytes()
           starts = np.concatenate([[0], text_ends[:-1]]).tolist()
           texts = [blob[a:b].decode() for a, b in zip(starts,
@@ -335,8 +384,13 @@ class TextEncoder:
         problem = 'fails its checksum'
       elif not np.isfinite(vectors).all():
         problem = 'holds NaN or infinite values'
+      elif cut.ndim != 2 or cut.shape[1] != 3 or (
+          len(cut) and not 0 <= cut[:, 0].min() <= cut[:, 0].max()
+          < len(texts)):
+        problem = 'fails its checksum'
       else:
         self._cache.update(zip(texts, vectors))
+        self._cuts.update((texts[i], (int(d), int(o))) for i, d, o in cut)
         self._stored = len(self._cache)
         return len(texts)
     logging.warning('text embedding cache %s %s; ignoring it (the texts '
@@ -400,20 +454,29 @@ class TextEncoder:
       missing = [t for t in missing if t not in self._cache]
     if missing:
       model, tokenizer, encode = self._model_parts()
-      lengths = [len(ids) for ids in tokenizer(
-          missing, truncation=True, max_length=self._max_length)['input_ids']]
+      count = lambda text: len(tokenizer(text)['input_ids'])
+      # What each text is encoded as: itself, or a dialogue fitted to the
+      # window (its oldest feedback dropped).
+      encoded = {}
+      for text, ids in zip(missing, tokenizer(missing)['input_ids']):
+        if len(ids) <= self._max_length:
+          encoded[text] = (text, len(ids))
+          continue
+        fitted, dropped, over = dialogue.fit(text, count, self._max_length)
+        self._cuts[text] = (dropped, over)
+        encoded[text] = (fitted, min(count(fitted), self._max_length))
       groups = {}
-      for text, length in zip(missing, lengths):
-        width = min(self._max_length, -(-length // 8) * 8)
+      for text in missing:
+        width = min(self._max_length, -(-encoded[text][1] // 8) * 8)
         groups.setdefault(width, []).append(text)
       done = 0
       for width in sorted(groups):
         group = groups[width]
         for start in range(0, len(group), self._batch_size):
           batch = group[start:start + self._batch_size]
-          tokens = tokenizer(batch, padding='max_length',
-                                   truncation=True, max_length=width,
-                                   return_tensors='np')
+          tokens = tokenizer([encoded[t][0] for t in batch],
+                             padding='max_length', truncation=True,
+                             max_length=width, return_tensors='np')
           rows = self._batch_size - len(batch)
           ids = np.pad(tokens['input_ids'], ((0, rows), (0, 0)))
           mask = np.pad(tokens['attention_mask'], ((0, rows), (0, 0)))
