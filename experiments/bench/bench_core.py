@@ -58,6 +58,17 @@ _B = flags.DEFINE_integer('b', 256, 'Queries per retrieval call B.')
 _K = flags.DEFINE_integer('k', 100, 'List length K (retrieval and fusion).')
 _BLOCK = flags.DEFINE_integer('block_size', 16384,
                               'Gallery rows per block in `retrieve`.')
+_TUNE = flags.DEFINE_bool(
+    'tune_sizes', False, '`retrieve` on the first --shapes at each of '
+    '--block_sizes x --group_sizes on this part, beside the sizes the '
+    'library uses here (`retrieval.sizes`): which is fastest, and by how '
+    'much (the JSON\'s "sizes_on_this_part").')
+_BLOCKS = flags.DEFINE_list('block_sizes', ['4096', '8192', '16384', '32768',
+                                            '65536'],
+                            'Block sizes --tune_sizes times.')
+_GROUPS = flags.DEFINE_list('group_sizes', ['0', '8', '16', '32'],
+                            'Candidate-group sizes --tune_sizes times (0: '
+                            'no pruning).')
 _SESSIONS = flags.DEFINE_integer('sessions', 1024,
                                  'Sessions in the fusion benchmark.')
 _W = flags.DEFINE_integer('window', 5, 'Ring window W.')
@@ -115,6 +126,37 @@ def parse_shapes(values):
                            'integers, e.g. 100000x256')
     shapes.append((int(n), int(d)))
   return shapes
+
+
+def tune_sizes(rng, repeats, n, d):
+  """``retrieve``'s time over ``--block_sizes`` x ``--group_sizes`` at
+  ``n x d`` on this part, with the sizes the library uses on this backend
+  (``retrieval.sizes``) and the fastest; every pair's ids checked equal."""
+  from recovr_jax.core import retrieval  # pylint: disable=g-import-not-at-top
+  b, k = _B.value, _K.value
+  gallery = rng.standard_normal((n, d), dtype=np.float32)
+  gallery /= np.linalg.norm(gallery, axis=1, keepdims=True)
+  queries = rng.standard_normal((b, d), dtype=np.float32)
+  queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+  g_dev, q_dev = jnp.asarray(gallery), jnp.asarray(queries)
+  library = tuple(retrieval.sizes())
+  pairs = sorted({(int(x), int(y)) for x in _BLOCKS.value
+                  for y in _GROUPS.value} | {library})
+  seconds, ids = {}, None
+  for block, group in pairs:
+    log(f'sizes: block {block}, group {group}')
+    fn = jax.jit(functools.partial(retrieve, k=k, block_size=block,
+                                   group_size=group))
+    seconds[f'{block}x{group}'] = timeit(lambda: fn(q_dev, g_dev), repeats)
+    got = np.asarray(fn(q_dev, g_dev)[0])
+    if ids is not None and not np.array_equal(got, ids):
+      raise RuntimeError(f'block {block}, group {group}: other ids')
+    ids = got
+  best = min(seconds, key=seconds.get)
+  used = f'{library[0]}x{library[1]}'
+  return {'n': n, 'd': d, 'b': b, 'k': k, 'seconds': seconds,
+          'library_sizes': used, 'fastest': best,
+          'library_over_fastest': seconds[used] / seconds[best]}
 
 
 def bench_retrieval(rng, repeats, n, d):
@@ -408,6 +450,7 @@ def main(argv):
   for n, d in shapes:
     retrievals.append(bench_retrieval(rng, _REPEATS.value, n, d))
   fused = bench_fusion(rng, _REPEATS.value)
+  tuned = tune_sizes(rng, _REPEATS.value, *shapes[0]) if _TUNE.value else None
   result = {
       'command': 'python -m experiments.bench.bench_core ' + ' '.join(sys.argv[1:]),
       'machine': machine,
@@ -416,6 +459,8 @@ def main(argv):
       'retrieval': retrievals,
       'fusion': fused,
   }
+  if tuned:
+    result['sizes_on_this_part'] = tuned
   print(table(retrievals, fused))
   print(bench_common.blas_line(result['machine']))
   agree = min(r['top_k_id_agreement_with_numpy'] for r in retrievals)
@@ -424,6 +469,12 @@ def main(argv):
         f"{100 * fused['fused_id_agreement_with_python']:.3f}%, to the "
         'vectorised NumPy: '
         f"{100 * fused['fused_id_agreement_with_numpy_vectorised']:.3f}%")
+  if tuned:
+    print(f"retrieve's block x group sizes at {tuned['n']} x {tuned['d']} "
+          f"on this part: the library uses {tuned['library_sizes']}, "
+          f"fastest {tuned['fastest']} ({tuned['library_over_fastest']:.2f}x "
+          "the fastest's time); " + ', '.join(
+              f'{p} {t * 1e3:.1f} ms' for p, t in tuned['seconds'].items()))
   for note in (retrievals[0]['faiss_note'], fused['ranx_note']):
     if note:
       print(f'note: {note}')

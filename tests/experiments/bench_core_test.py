@@ -57,7 +57,9 @@ class BenchCoreTest(absltest.TestCase):
     proc = subprocess.run(
         [sys.executable, '-m', 'experiments.bench.bench_core',
          '--shapes=6000x16,3000x8', '--k=10', '--b=8', '--sessions=32',
-         '--n=2000', '--d=16', '--block_size=2048', f'--output_json={out}'],
+         '--n=2000', '--d=16', '--block_size=2048', '--tune_sizes',
+         '--block_sizes=1024,4096', '--group_sizes=0,4',
+         f'--output_json={out}'],
         cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
         capture_output=True, text=True, timeout=600)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
@@ -76,6 +78,13 @@ class BenchCoreTest(absltest.TestCase):
     self.assertIn('met', fused['targets'])
     self.assertTrue(got['machine_kind'])
     self.assertIn(got['machine']['cpu']['model'], proc.stdout)
+    # The sizes measured on this part, the library's among them.
+    tuned = got['sizes_on_this_part']
+    self.assertEqual(tuned['library_sizes'], '16384x16')
+    self.assertEqual(set(tuned['seconds']), {
+        '1024x0', '1024x4', '4096x0', '4096x4', '16384x16'})
+    self.assertIn(tuned['fastest'], tuned['seconds'])
+    self.assertIn('the library uses 16384x16', proc.stdout)
 
   def test_bad_shape_is_refused_naming_the_flag(self):
     proc = subprocess.run(
