@@ -81,6 +81,9 @@ class GroundingReader:
       (``RELATED`` minus a hundredth per step of depth); ``UNRELATED``: a
       span it knows but relates to nothing.
     unrelated_penalty: taken off the similarity of an ``UNRELATED`` span.
+    agree: a span ``relate`` relates to a value is read only when that value
+      is also the span's nearest by similarity (two sources agree); a
+      disagreement reads nothing.
     template: how a span or prototype is embedded (``'{}'``: alone).
     dictionary: words the lexicon's spelling fixer leaves as they are (the
       encoder tokenizer's whole words: real words are not typos).
@@ -91,7 +94,7 @@ class GroundingReader:
                max_span: int = 3, exact=None, template: str = '{}',
                dictionary: frozenset = frozenset(),
                abstain: float | None = None, relate=None,
-               unrelated_penalty: float = 0.0):
+               unrelated_penalty: float = 0.0, agree: bool = False):
     if not prototypes:
       raise ValueError('GroundingReader needs at least one prototype')
     if max_span < 1:
@@ -101,6 +104,7 @@ class GroundingReader:
     self.abstain = abstain  # None: never abstains
     self.relate = relate
     self.unrelated_penalty = unrelated_penalty
+    self.agree = agree
     self.max_span = max_span
     self.exact = exact
     self.dictionary = frozenset(dictionary)
@@ -184,6 +188,8 @@ class GroundingReader:
       if related == UNRELATED:
         score -= self.unrelated_penalty
       elif related is not None:
+        if self.agree and related[0] != (a, v):  # the sources disagree
+          continue
         (a, v), depth = related
         score = RELATED - 0.01 * depth
       out.append((score, a, v, start, end))

@@ -181,6 +181,19 @@ class AbstentionTest(absltest.TestCase):
         text, caption, schemas.SessionMemory())])
     self.assertEqual(lexicon.parse(out['search'])[1], 3)  # a lexicon copies
 
+  def test_agree_reads_a_related_span_only_when_similarity_agrees(self):
+    protos = [grounding.Prototype(1, 0, 'red'),
+              grounding.Prototype(1, 1, 'blue')]
+    # "rosy" is nearest red by similarity (_encode: first letters).
+    for related, agree, want in (((1, 1), False, 1), ((1, 1), True, None),
+                                 ((1, 0), True, 0)):
+      reader = grounding.GroundingReader(
+          lexicon, _encode, protos, threshold=0.99, max_span=1,
+          relate=lambda span, leave_out, r=related: (
+              (r, 0) if span == 'rosy' else None), agree=agree)
+      self.assertEqual(reader.parse('make it rosy').get(1), want,
+                       (related, agree))
+
   def test_fit_abstain_counts_named_against_unnamed(self):
     protos = [grounding.Prototype(1, 0, 'red'),
               grounding.Prototype(1, 1, 'blue')]

@@ -47,7 +47,8 @@ FIT_SEED = 1
 # split (docs/reading.md, "The grounded reader v3"); the abstention
 # threshold itself is fitted on the train split.
 GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
-                    'unrelated_penalty': 0.2, 'abstain': True}
+                    'unrelated_penalty': 0.2, 'abstain': True,
+                    'agree': False}
 # The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
 # validation utterances of the train split (rules 57.8%, paper 97.4%,
 # frames 99.5%).
