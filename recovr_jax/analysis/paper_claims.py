@@ -23,7 +23,7 @@ degraded users (runs named by setting, e.g. ``noise_rate=0.1``, over the
 same sessions as each other) and the sensitivity sweep (runs named by
 setting, ``recovr`` only).
 
-Why one module of about 500 lines: most of its lines are the claims
+Why one module of about 600 lines: most of its lines are the claims
 themselves (quoted sentences, locations, checks): project material, not
 code.
 """
