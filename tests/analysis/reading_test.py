@@ -230,6 +230,22 @@ class MiniLMGroundingTest(absltest.TestCase):
         self.assertIn(user_language.phrasing_of(a, v, text),
                       ('lexicon', 'train'), text)
 
+  def test_wordnet_prototypes_hold_no_held_out_word(self):
+    held = set()
+    for _, _, p in user_language.held_out_phrasings():
+      for s in (p if isinstance(p, tuple) else (p,)):
+        held.update(lexicon.words(s))
+    base = reading.prototypes('train')
+    generated = reading.wordnet_prototypes('train')
+    self.assertEqual(generated[:len(base)], base)
+    extra = generated[len(base):]
+    self.assertNotEmpty(extra)
+    for p in extra:
+      self.assertEmpty(held & set(lexicon.words(p.phrase)), p.phrase)
+    phrases = [p.phrase for p in extra]
+    self.assertLen(set(phrases), len(phrases))  # one value each
+    self.assertEmpty(set(phrases) & {p.phrase for p in base})
+
   def test_fit_uses_the_train_split_only(self):
     test = set(np.flatnonzero(self.world.is_test))
     combos = self.world.combos[self.world.train_combos]

@@ -48,7 +48,7 @@ FIT_SEED = 1
 # threshold itself is fitted on the train split.
 GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
                     'unrelated_penalty': 0.2, 'abstain': True,
-                    'agree': False}
+                    'agree': False, 'wordnet_prototypes': False}
 # The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
 # validation utterances of the train split (rules 57.8%, paper 97.4%,
 # frames 99.5%).
@@ -76,6 +76,39 @@ def prototypes(phrasings: str = 'train') -> tuple[grounding.Prototype, ...]:
               seen.add((a, v, surface))
               out.append(grounding.Prototype(a, v, surface))
   return tuple(out)
+
+
+@functools.cache
+def wordnet_prototypes(phrasings: str = 'train'
+                       ) -> tuple[grounding.Prototype, ...]:
+  """``prototypes(phrasings)`` and, per value, the lemmas of the most
+  frequent WordNet sense of its name in each part of speech: phrasings
+  generated from WordNet, none holding a word of the dev or test phrasings
+  (held out), none that the lexicon reads or that two values share."""
+  from recovr_jax.reasoning import wordnet  # pylint: disable=g-import-not-at-top
+  net = wordnet.WordNet()
+  base = prototypes(phrasings)
+  held = set()
+  for _, _, phrase in user_language.held_out_phrasings():
+    for surface in (phrase if isinstance(phrase, tuple) else (phrase,)):
+      held.update(lexicon.words(surface))
+  known = {p.phrase for p in base}
+  found = collections.defaultdict(set)
+  for a, name in enumerate(A):
+    for v, value in enumerate(world_lib.VALUES[name]):
+      first = {}  # the most frequent sense per part of speech
+      for pos, offset in net.synsets(value):
+        first.setdefault(pos, offset)
+      for pos, offset in first.items():
+        for lemma in net.synset(pos, offset).lemmas:
+          phrase = lemma.replace('_', ' ')
+          words = lexicon.words(phrase)
+          if words and not held.intersection(words) and phrase not in known:
+            found[phrase].add((a, v))
+  extra = [grounding.Prototype(a, v, phrase)
+           for phrase, values in sorted(found.items()) if len(values) == 1
+           for a, v in values]
+  return base + tuple(extra)
 
 
 def training_utterances(world, num: int = FIT_UTTERANCES,
@@ -232,8 +265,10 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   abstain = options.pop('abstain', False)
   depth = options.pop('related_depth', None)  # None: no WordNet
   penalty = options.pop('unrelated_penalty', 0.0)
+  generated = options.pop('wordnet_prototypes', False)
   reader = grounding.GroundingReader(
-      lexicon, encode, prototypes(phrasings), threshold=1.0,
+      lexicon, encode, (wordnet_prototypes(phrasings) if generated
+                        else prototypes(phrasings)), threshold=1.0,
       exact=training_phrases() if phrasings == 'train' else None,
       dictionary=(dictionary(getattr(encode, 'model_dir', None))
                   if use_dictionary else frozenset()),
