@@ -139,7 +139,12 @@ def main(argv):
   print(f'{len(run.sessions)} sessions x {len(run.methods)} methods of '
         f'{run_dir}: open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C '
         'stops)', flush=True)
-  uvicorn.run(viewer.make_app(viewer.Viewer(run, videos)), host=_HOST.value,
+  # Requests naming this machine (and --host) only, unless it is open to
+  # the network on purpose (--allow_remote: any name it is reached by).
+  hosts = (('*',) if _REMOTE.value else
+           tuple(dict.fromkeys(viewer.LOCAL_HOSTS + (_HOST.value,))))
+  uvicorn.run(viewer.make_app(viewer.Viewer(run, videos), hosts),
+              host=_HOST.value,
               port=_PORT.value, log_level='warning')
 
 

@@ -19,11 +19,13 @@ it): ``/?a=<method>&b=<method>&outcome=<outcome>&turn=<t>&page=<n>``,
 
 import dataclasses
 import pathlib
+import re
 
 import fastapi
 from fastapi import responses
 import jinja2
 from starlette import concurrency
+from starlette.middleware import trustedhost
 
 from recovr_jax import readers
 
@@ -33,6 +35,11 @@ from recovr_jax import readers
 OUTCOMES = ('all', 'found', 'not_found', 'drift', 'stagnation',
             'repeated_top1')
 PER_PAGE = 50
+# The Host headers a viewer answers by default: this machine's names only
+# (a web page elsewhere, through DNS rebinding, reaches a loopback server
+# under its own name: refused).
+LOCAL_HOSTS = ('localhost', '127.0.0.1', '[::1]', '::1')
+_NUMBER = re.compile(r'[0-9]{1,9}')  # ASCII digits, a sane length
 SHOWN = 10   # the top of each list a session page shows
 
 _TEMPLATES = jinja2.Environment(
@@ -78,7 +85,16 @@ def load(directory) -> Run:
                             f'no loop.num_turns or loop.list_length ({e!r})'
                             ) from e
   rows, sessions, methods = {}, {}, {}
-  for row in readers.read_jsonl(d / 'trajectories.jsonl'):
+  for number, row in enumerate(readers.read_jsonl(d / 'trajectories.jsonl'),
+                               start=1):
+    if not (isinstance(row, dict) and isinstance(row.get('method'), str)
+            and isinstance(row.get('session'), int)
+            and isinstance(row.get('turns'), list)
+            and all(isinstance(row.get(k), int)
+                    for k in ('reference', 'target'))):
+      raise readers.FileError(
+          d / 'trajectories.jsonl', 'expected a session with "method", '
+          '"session", "reference", "target" and "turns"', number, unit='row')
     rows[row['method'], row['session']] = row
     sessions.setdefault(row['session'], None)
     methods.setdefault(row['method'], None)
@@ -152,12 +168,12 @@ class Viewer:
   def turn(self, value: str):
     if value in ('', None):
       return None
-    if not value.isdigit() or int(value) > self.run.num_turns:
+    if not _NUMBER.fullmatch(value) or int(value) > self.run.num_turns:
       raise BadRequest(f'turn={value!r}: expected 0..{self.run.num_turns}')
     return int(value)
 
   def session(self, value: str) -> int:
-    if not value.isdigit() or (self.run.methods[0], int(value)) not in (
+    if not _NUMBER.fullmatch(value) or (self.run.methods[0], int(value)) not in (
         self.run.rows):
       raise BadRequest(f'session {value!r} is not a session of this run')
     return int(value)
@@ -168,7 +184,13 @@ class Viewer:
     v = self.videos
     index = int(index)
     # Rendered when the browser asks (``/v/<index>.gif``; 404 without
-    # frames, the id and caption stay beside it).
+    # frames, the id and caption stay beside it). An index the gallery does
+    # not hold (trajectories of another gallery) shows as such.
+    size = min((len(x) for x in (v.ids, v.captions) if x is not None),
+               default=None)
+    if size is not None and not 0 <= index < size:
+      return {'index': index, 'src': None, 'caption': '',
+              'id': f'{index} (not in the gallery)'}
     media = v.media is not None and index >= 0
     return {'index': index, 'src': f'/v/{index}.gif' if media else None,
             'id': (v.ids[index] if v.ids is not None and index >= 0
@@ -185,7 +207,7 @@ class Viewer:
       raise BadRequest(f'outcome={outcome!r}: expected one of '
                        f'{", ".join(OUTCOMES)}')
     t = self.turn(turn)
-    if not page.isdigit() or int(page) < 1:
+    if not _NUMBER.fullmatch(page) or int(page) < 1:
       raise BadRequest(f'page={page!r}: expected a number from 1')
     chosen = []
     for s in run.sessions:
@@ -265,9 +287,12 @@ class Viewer:
         turn='' if t is None else t, turns=range(run.num_turns + 1))
 
 
-def make_app(viewer: Viewer) -> fastapi.FastAPI:
-  """The FastAPI app of ``viewer`` (read-only: GET routes only)."""
+def make_app(viewer: Viewer, hosts=LOCAL_HOSTS) -> fastapi.FastAPI:
+  """The FastAPI app of ``viewer`` (read-only: GET routes only),
+  answering requests whose Host is one of ``hosts`` (``('*',)``: any)."""
   app = fastapi.FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+  app.add_middleware(trustedhost.TrustedHostMiddleware,
+                     allowed_hosts=list(hosts))
 
   def page(render, **params):
     try:

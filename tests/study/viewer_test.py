@@ -10,6 +10,7 @@ from absl.testing import absltest
 from fastapi import testclient
 import numpy as np
 
+from recovr_jax import readers
 from recovr_jax.run import reporting
 from recovr_jax.study import media as media_lib
 from recovr_jax.study import viewer
@@ -89,7 +90,8 @@ class ViewerTest(absltest.TestCase):
     cls.viewer = viewer.Viewer(run, viewer.Videos(
         ids=IDS, captions=tuple(f'caption {i}' for i in range(12)),
         media=media_lib.Media(12, frames_of, 32)))
-    cls.client = testclient.TestClient(viewer.make_app(cls.viewer))
+    cls.client = testclient.TestClient(viewer.make_app(cls.viewer),
+                                       base_url='http://127.0.0.1')
 
   def test_load(self):
     run = self.viewer.run
@@ -149,22 +151,59 @@ class ViewerTest(absltest.TestCase):
         ('/', {'turn': '3'}, "turn='3': expected 0..2"),
         ('/', {'page': '0'}, "page='0'"),
         ('/s/3', {}, "session '3' is not a session of this run"),
-        ('/s/x', {}, "session 'x'")):
+        ('/s/x', {}, "session 'x'"),
+        # Digits Python's int() refuses, and one that would take it long.
+        ('/', {'turn': '\u00b2'}, 'turn='),
+        ('/', {'page': '1' * 5000}, 'page='),
+        ('/s/\u00b9', {}, 'is not a session of this run')):
       page = self.client.get(path, params=params)
       self.assertEqual(page.status_code, 400, (path, params))
       self.assertIn(message.replace("'", '&#39;'), page.text)
     self.assertEqual(self.client.post('/').status_code, 405)
 
+  def test_only_this_machines_names_are_answered(self):
+    # A page elsewhere reaching the viewer through DNS rebinding sends its
+    # own name as Host: refused; --allow_remote answers any.
+    elsewhere = testclient.TestClient(viewer.make_app(self.viewer),
+                                      base_url='http://attacker.example')
+    for path in ('/', '/s/0'):
+      self.assertEqual(elsewhere.get(path).status_code, 400, path)
+    self.assertEqual(self.client.get('/').status_code, 200)
+    anyone = testclient.TestClient(viewer.make_app(self.viewer, ('*',)),
+                                   base_url='http://attacker.example')
+    self.assertEqual(anyone.get('/').status_code, 200)
+
+  def test_an_index_beyond_the_gallery_is_shown_as_such(self):
+    small = viewer.Viewer(self.viewer.run, viewer.Videos(
+        ids=IDS[:5], captions=tuple(f'caption {i}' for i in range(5))))
+    client = testclient.TestClient(viewer.make_app(small),
+                                   base_url='http://127.0.0.1')
+    page = client.get('/s/1', params={'a': 'recovr'})
+    self.assertEqual(page.status_code, 200)
+    self.assertIn('(not in the gallery)', page.text)
+
   def test_without_frames_the_ids_and_captions_show(self):
     # Real files without --frames_dir: no animations, ids and captions.
     plain = viewer.Viewer(self.viewer.run, viewer.Videos(
         ids=IDS, captions=tuple(f'caption {i}' for i in range(12))))
-    client = testclient.TestClient(viewer.make_app(plain))
+    client = testclient.TestClient(viewer.make_app(plain),
+                                   base_url='http://localhost:8000')
     page = client.get('/s/0', params={'a': 'recovr'}).text
     self.assertNotIn('.gif', page)
     self.assertIn('<span class="caption">caption 1</span>', page)
     self.assertIn(f'<code>{IDS[3]}</code>', page)
     self.assertEqual(client.get('/v/3.gif').status_code, 404)
+
+  def test_a_trajectory_without_its_method_is_named(self):
+    broken = write_run(pathlib.Path(tempfile.mkdtemp()) / 'broken')
+    lines = (broken / 'trajectories.jsonl').read_text().splitlines()
+    row = json.loads(lines[1])
+    del row['method']
+    lines[1] = json.dumps(row)
+    (broken / 'trajectories.jsonl').write_text('\n'.join(lines) + '\n')
+    with self.assertRaisesRegex(readers.FileError,
+                                r'trajectories.jsonl.*row 2.*"method"'):
+      viewer.load(broken)
 
   def test_a_damaged_or_unfinished_run_is_named(self):
     broken = write_run(pathlib.Path(tempfile.mkdtemp()) / 'broken')
