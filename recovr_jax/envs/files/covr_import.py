@@ -86,7 +86,14 @@ def read_frame_scores(path) -> dict | None:
 
 def score_weights(scores: np.ndarray) -> np.ndarray:
   """CoVR's frame weights: ``softmax(scores / 0.1)``."""
-  z = np.asarray(scores, np.float64) / SCORE_TEMPERATURE
+  scores = np.asarray(scores, np.float64)
+  with np.errstate(over='ignore'):
+    z = scores / SCORE_TEMPERATURE
+    if not np.isfinite(z).all():
+      # Scores near float64's limit: shifted by the largest first, so any
+      # finite scores give finite weights (a difference beyond float64 is
+      # -inf: weight 0).
+      z = (scores - scores.max()) / SCORE_TEMPERATURE
   w = np.exp(z - z.max())
   return w / w.sum()
 

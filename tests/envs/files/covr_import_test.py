@@ -258,6 +258,14 @@ class ImportTest(absltest.TestCase):
       covr_import.import_features(self.root / 'emb', self.csv,
                                   progress=lambda s: None)
 
+  def test_scores_near_the_float_limit_weigh_finitely(self):
+    w = covr_import.score_weights(np.array([1e308, -1e308, 1e308, 0.0]))
+    np.testing.assert_array_equal(w, [0.5, 0.0, 0.5, 0.0])
+    # Ordinary scores: CoVR's softmax(scores / 0.1).
+    s = np.array([0.1, 0.2, 0.3])
+    e = np.exp(s / 0.1 - (s / 0.1).max())
+    np.testing.assert_array_equal(covr_import.score_weights(s), e / e.sum())
+
   def test_query_pooling_needs_scores(self):
     with self.assertRaisesRegex(ValueError, "needs a 'scores' column"):
       covr_import.import_features(self.root / 'emb', self.csv,
