@@ -109,15 +109,18 @@ def read_rows(csv_path) -> list[dict]:
   return rows
 
 
-def in_csv_order(rows, pth1, pth2, queries) -> np.ndarray:
-  """``queries`` (one per exported ``(pth1[i], pth2[i])``) in the order of
-  the CSV ``rows``; a row without a query is an error naming it."""
+def in_csv_order(rows, pth1, pth2, queries, edits=None) -> np.ndarray:
+  """``queries`` (one per exported ``(pth1[i], pth2[i])``, with its
+  ``edits[i]`` when the CSV has an ``edit`` column: a pair repeated with
+  another edit is another query) in the order of the CSV ``rows``; a row
+  without a query is an error naming it."""
+  by_edit = edits is not None and 'edit' in rows[0]
   index = {}
   for i, key in enumerate(zip(pth1, pth2)):
-    index.setdefault(key, i)
+    index.setdefault(key + ((str(edits[i]),) if by_edit else ()), i)
   order = []
   for n, row in enumerate(rows, start=2):
-    key = (row['pth1'], row['pth2'])
+    key = (row['pth1'], row['pth2']) + ((row['edit'],) if by_edit else ())
     if key not in index:
       raise ValueError(f'CSV row {n} ({key[0]} -> {key[1]}) has no exported '
                        "query: CoVR's data loader left it out (a missing "
@@ -165,9 +168,10 @@ class ExportWebVidCoVR:
       model.eval()
     encode = self.encode or blip_query_encoder(model)
     dataset = data_loader.dataset
-    queries, targets, pair_ids = [], [], []
+    queries, targets, pair_ids, all_edits = [], [], [], []
     for batch in data_loader:
       ref_img, target, edits, ids = _unpack(batch)
+      all_edits.extend(edits)
       queries.append(np.asarray(encode(ref_img, edits), np.float32))
       targets.append(_numpy(target).astype(np.float32))
       pair_ids.extend(int(i) for i in _numpy(ids).reshape(-1))
@@ -183,7 +187,7 @@ class ExportWebVidCoVR:
         raise ValueError(f'the {name} of {pth1[int(np.argmax(bad))]} -> '
                          f'{pth2[int(np.argmax(bad))]} is not finite')
     csv_rows = read_rows(dataset.annotation_pth)
-    ordered = in_csv_order(csv_rows, pth1, pth2, queries)
+    ordered = in_csv_order(csv_rows, pth1, pth2, queries, all_edits)
     gallery = None
     if self.gallery_output:
       first = {}

@@ -96,6 +96,18 @@ class ExportTest(absltest.TestCase):
                                rtol=1e-6)
     self.assertEqual(g.captions[1], 'caption of 01/t0')
 
+  def test_a_pair_repeated_with_another_edit_is_not_given_the_first_query(self):
+    rows = [{'pth1': 'a', 'pth2': 'b', 'edit': 'make it red'},
+            {'pth1': 'a', 'pth2': 'b', 'edit': 'make it blue'}]
+    queries = np.eye(2, dtype=np.float32)
+    got = export_covr.in_csv_order(rows, ['a', 'a'], ['b', 'b'], queries,
+                                   ['make it red', 'make it blue'])
+    np.testing.assert_array_equal(got, queries)
+    with self.assertRaisesRegex(ValueError, r'CSV row 3 \(a -> b\) has no '
+                                'exported query'):
+      export_covr.in_csv_order(rows, ['a'], ['b'], queries[:1],
+                               ['make it red'])
+
   def test_a_row_without_a_query_or_several_processes_are_refused(self):
     out = self.root / 'q.npz'
     with self.assertRaisesRegex(ValueError, r'CSV row 4 \(00/r2 -> 01/t1\) '
