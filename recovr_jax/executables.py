@@ -51,6 +51,7 @@ import secrets
 import sys
 import threading
 
+from absl import logging
 import jax
 from jax.experimental import serialize_executable
 
@@ -108,7 +109,7 @@ def find(jitted, fn, skeleton, static: dict, numbers, args, kwargs):
             where, lambda: jitted.lower(skeleton, numbers, *args, **static,
                                         **kwargs),
             _key(fn, skeleton, static, tree, signature[-1]),
-            repr(signature[-1]))
+            repr(signature[-1]), (tree, signature[-1]))
   return exe or None  # False: not keyed, jit as before
 
 
@@ -121,12 +122,14 @@ def _key(fn, skeleton, static, tree, types) -> str | None:
                  _machine(), described, str(tree), repr(types))
 
 
-def _load_or_compile(where, lower, key, types: str):
+def _load_or_compile(where, lower, key, types: str, call=None):
   """The call's executable: its program's, kept under the program's key
   (its lowered text, its arguments' trees and types, which the text lacks
   for arguments the program does not read, and the machine: calls that
   lower to the same program share one file) and found from the call's key
-  (``KEY.program`` names it)."""
+  (``KEY.program`` names it). ``call``: ``(tree, types)`` of the call's
+  arguments; a kept executable that takes other arguments (a file holding
+  another program) is not used: compiled afresh and kept again."""
   if key is None:
     return False
   named = where / f'{key}.program'
@@ -136,13 +139,13 @@ def _load_or_compile(where, lower, key, types: str):
     kept = None
   if kept == _UNKEPT:  # jit (and JAX's cache) as before
     return False
-  exe = None if kept is None else _load(where, kept)
+  exe = None if kept is None else _load(where, kept, call)
   if exe is not None:
     return exe
   lowered = lower()
   program = _digest(lowered.as_text(), str(lowered.in_tree), types,
                     str(lowered.out_tree), _machine())
-  exe = _load(where, program)
+  exe = _load(where, program, call)
   if exe is None:
     hits = _hits[0]
     exe = _compile_afresh(lowered)
@@ -173,18 +176,58 @@ def _compile_afresh(lowered):
     jax.config.update('jax_persistent_cache_min_compile_time_secs', least)
 
 
-def _load(where, program: str):
-  """The executable kept as ``program``, or None."""
+def _load(where, program: str, call=None):
+  """The executable kept as ``program``, or None: absent, unreadable, of
+  another version, taking other arguments than ``call`` (``(tree,
+  types)``), or in a folder or file another user may have written (a kept
+  executable is a pickle: loading it runs code)."""
+  path = where / f'{program}.pkl'
+  if not _trusted(path):
+    return None
   try:
-    payload, in_tree, out_tree = pickle.loads(
-        (where / f'{program}.pkl').read_bytes())
+    payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+    if call is not None and in_tree != call[0]:
+      return None
     # On the device ``find`` compiles for (the process's first): by default
     # it would load onto every device of the process.
-    return serialize_executable.deserialize_and_load(
+    exe = serialize_executable.deserialize_and_load(
         payload, in_tree, out_tree,
         execution_devices=jax.local_devices()[:1])
+    if call is not None and tuple(
+        jax.tree.leaves(exe.in_avals)) != tuple(call[1]):
+      return None  # another program's file: its arguments differ
+    return exe
   except Exception:  # pylint: disable=broad-except
     return None  # absent, cut short or of another version: compiled
+
+
+def _trusted(path) -> bool:
+  """Whether ``path`` and every folder above it up to the kept folder's
+  parent are this user's (or root's) and writable by no one else; warns
+  once per folder that is not. A missing file is not trusted (nothing to
+  load)."""
+  if not hasattr(os, 'getuid'):  # no owners to check
+    return path.exists()
+  me = os.getuid()
+  for part in (path, path.parent, path.parent.parent):
+    try:
+      st = part.stat()
+    except OSError:
+      return False
+    if st.st_uid not in (me, 0) or st.st_mode & 0o022:
+      if part not in _warned:
+        _warned.add(part)
+        logging.warning(
+            'kept compiled programs: %s is %s; its programs are not loaded '
+            '(a kept program is a pickle: loading it runs code). Make it '
+            "yours and writable by you only (chmod go-w), or use another "
+            '--cache_dir', part, 'another user\'s' if st.st_uid not in (
+                me, 0) else 'writable by others')
+      return False
+  return True
+
+
+_warned: set = set()
 
 
 def _write(path, content: bytes) -> bool:

@@ -100,6 +100,20 @@ class KeptExecutablesTest(absltest.TestCase):
       path.write_bytes(pickle.dumps((b'not an executable', None, None)))
     self.assertEqual(self._run(cache), 3)
     self.assertEqual(self._run(cache), 0)
+    # Files that hold another call's program (planted, or mixed up) are
+    # not called with these arguments: compiled afresh and kept again.
+    files = sorted(kept.glob('*.pkl'))
+    contents = [p.read_bytes() for p in files]
+    for path, content in zip(files, contents[1:] + contents[:1]):
+      path.write_bytes(content)
+    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(self._run(cache), 0)
+    # A folder another user may write: its programs are not loaded (a kept
+    # program is a pickle), with a warning naming it.
+    kept.chmod(0o777)
+    self.assertEqual(self._run(cache), 3)
+    kept.chmod(0o755)
+    self.assertEqual(self._run(cache), 0)
     # Without its files, but with JAX's cache beside them (whose copies
     # of an executable cannot be serialized on CPU), it compiles afresh
     # and keeps them again.
