@@ -348,8 +348,19 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     return out
 
   def save_caches(self, built):
-    if built.extra.text_cache is not None:
-      built.extra.text.save_cache(built.extra.text_cache)
+    """Keeps the run's text embeddings; a cache that cannot be written (a
+    folder where the file goes, a full disk) is derived data: the run goes
+    on to its outputs, with a warning naming the file and the error."""
+    path = built.extra.text_cache
+    if path is None:
+      return
+    try:
+      built.extra.text.save_cache(path)
+    except OSError as e:
+      pathlib.Path(path).with_suffix('.tmp.npz').unlink(missing_ok=True)
+      logging.warning('text embedding cache %s not written (%s: %s); the '
+                      "run's outputs are written, and a later run encodes "
+                      'these texts again', path, type(e).__name__, e)
 
   def user(self, run, env):
     from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top

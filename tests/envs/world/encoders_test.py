@@ -169,6 +169,23 @@ class TextEncoderTest(absltest.TestCase):
         self.assertEqual(wider.load_cache(path), 0)
       self.assertIn('another text encoder', logs.output[0])
 
+  def test_a_cache_that_cannot_be_written_warns_and_the_run_goes_on(self):
+    import types  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world import world_source  # pylint: disable=g-import-not-at-top
+    enc = text_encoder()
+    enc(['make it teal'])
+    with tempfile.TemporaryDirectory() as d:
+      blocked = enc.cache_path(d)
+      blocked.mkdir(parents=True)   # a folder where the file goes
+      built = types.SimpleNamespace(extra=types.SimpleNamespace(
+          text=enc, text_cache=blocked))
+      with self.assertLogs(level='WARNING') as logs:
+        world_source.WorldSource.save_caches(None, built)
+      self.assertIn('not written', logs.output[0])
+      self.assertIn(str(blocked), logs.output[0])
+      self.assertTrue(blocked.is_dir())
+      self.assertEqual(list(pathlib.Path(d).glob('*.tmp.npz')), [])
+
   def test_encoders_made_before_a_load_share_it(self):
     # Neither has loaded when both are made: the first text loads the
     # model once, for both (a key no other test uses: max_length 24).
