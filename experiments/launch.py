@@ -46,10 +46,16 @@ def _output_dir(args) -> pathlib.Path:
     expanded = flags.FLAGS.read_flags_from_files(list(args), force_gnu=True)
   except flags.Error as e:
     raise app.UsageError(str(e)) from e
-  for a in reversed(expanded):
-    if a.startswith('--output_dir='):
-      return pathlib.Path(a.split('=', 1)[1])
-  return pathlib.Path('out/run')  # experiments.run's default
+  found = 'out/run'  # experiments.run's default
+  for i, a in enumerate(expanded):
+    name, eq, value = a.lstrip('-').partition('=')
+    if not a.startswith('-') or name != 'output_dir':
+      continue
+    if eq:
+      found = value
+    elif i + 1 < len(expanded):  # --output_dir DIR, as absl reads it too
+      found = expanded[i + 1]
+  return pathlib.Path(found)
 
 
 def launch(num: int, args, module: str = 'experiments.run') -> int:

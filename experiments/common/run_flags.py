@@ -235,7 +235,10 @@ def check_processes_agree(config: config_lib.RunConfig) -> None:
   settings = '\n'.join(line for line in config.flags_text.splitlines()
                        if not line.startswith('--process_id='))
   try:
-    distributed.check_agreement(flags.FLAGS.num_processes, settings)
+    distributed.check_agreement(
+        flags.FLAGS.num_processes, settings,
+        {name: flags.FLAGS[name].value for name in flags.FLAGS
+         if name != 'process_id'})
   except ValueError as e:
     raise app.UsageError(str(e)) from e
 

@@ -63,18 +63,24 @@ def initialize(coordinator_address: str | None, num_processes: int,
   return jax.process_count(), jax.process_index()
 
 
-def check_agreement(num_processes: int, settings: str) -> None:
+def check_agreement(num_processes: int, settings: str,
+                    values: dict | None = None) -> None:
   """Refuses to go on unless every process was started with the same
   process count and the same settings (``settings``: the run's flags, its
-  own process id left out): one all-gather of ``(count, hash)``."""
+  own process id left out): one all-gather of ``(count, hash)``. ``values``:
+  flag name -> value, the same names in every process (every defined
+  flag): when the settings differ, a second all-gather names the flags
+  whose values differ."""
   if jax.process_count() == 1 and num_processes == 1:
     return
   import hashlib  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  digest = int.from_bytes(hashlib.sha256(settings.encode()).digest()[:4],
+
+  def digest(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4],
                           'little') & 0x7FFFFFFF
-  mine = np.asarray([num_processes, digest], np.int32)
+  mine = np.asarray([num_processes, digest(settings)], np.int32)
   every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 2)
   counts = sorted({int(c) for c in every[:, 0]} | {jax.process_count()})
   if len(counts) > 1:
@@ -84,10 +90,20 @@ def check_agreement(num_processes: int, settings: str) -> None:
         'start every process with the same count')
   differ = [i for i, h in enumerate(every[:, 1]) if h != every[0, 1]]
   if differ:
+    named = ''
+    if values:
+      names = sorted(values)
+      table = np.asarray(multihost_utils.process_allgather(np.asarray(
+          [digest(repr(values[n])) for n in names], np.int32))).reshape(
+              -1, len(names))
+      flags_differ = [f'--{n}' for j, n in enumerate(names)
+                      if (table[:, j] != table[0, j]).any()]
+      if flags_differ:
+        named = f'; they differ in {", ".join(flags_differ)}'
     raise ValueError(
         f'process {differ[0]} was started with other settings than process '
-        '0 (flags or flagfile contents differ): start every process with '
-        'the same flags')
+        f'0 (flags or flagfile contents differ{named}): start every process '
+        'with the same flags')
 
 
 def barrier(name: str) -> None:

@@ -151,6 +151,14 @@ class LaunchTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 3, proc.stderr)
     self.assertIn(str(root / 'out' / 'process_1.log'), proc.stderr)
     self.assertTrue((root / 'out' / 'process_1.log').is_file())
+    # The same written as two words after the flagfile: that one wins, for
+    # the logs as for the run.
+    proc = _module('experiments.launch', '--num_processes=2',
+                   '--module=tests.helpers.launch_fake', '--',
+                   f'--flagfile={outer}', '--output_dir', str(root / 'two'))
+    self.assertEqual(proc.returncode, 3, proc.stderr)
+    self.assertIn(str(root / 'two' / 'process_1.log'), proc.stderr)
+    self.assertTrue((root / 'two' / 'process_1.log').is_file())
 
   def test_a_coordinator_port_in_use_is_named_not_a_crash(self):
     from recovr_jax.run import distributed  # pylint: disable=g-import-not-at-top
@@ -182,6 +190,23 @@ class LaunchTest(absltest.TestCase):
       self.assertIn('the processes were started with different '
                     '--num_processes (2, 3; 2 joined)', out)
     self.assertFalse((root / 'run' / 'batches').exists())
+
+  def test_processes_started_with_different_flags_name_them(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      port = s.getsockname()[1]
+    procs = [subprocess.Popen(
+        [sys.executable, '-m', 'experiments.run', *TINY,
+         f'--cache_dir={root / "cache"}', f'--output_dir={root / out}',
+         f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2',
+         f'--process_id={pid}'], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+             for pid, out in ((0, 'run'), (1, 'elsewhere'))]
+    for proc in procs:
+      out, _ = proc.communicate(timeout=300)
+      self.assertEqual(proc.returncode, 1, out[-2000:])
+      self.assertIn('they differ in --output_dir)', out)
 
   def test_the_launcher_sets_the_process_flags_itself(self):
     proc = _module('experiments.launch', '--num_processes=2', '--',
