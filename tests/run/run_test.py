@@ -345,6 +345,15 @@ class RunnerTest(absltest.TestCase):
       self.assertEqual((copy / name).read_bytes(),
                        (self.out / name).read_bytes(), name)
 
+  def test_a_cache_path_that_is_no_file_is_named_before_the_work(self):
+    from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+    out, cache = self.root / 'blocked', self.root / 'blocked_cache'
+    encoders.TextEncoder().cache_path(cache).mkdir(parents=True)
+    with self.assertRaisesRegex(app.UsageError, 'where the text embedding '
+                                'cache goes, is not a file: remove it'):
+      runs.run_main(out, methods=['recovr'], cache_dir=str(cache))
+    self.assertFalse((out / 'batches').exists())  # no session ran
+
   def test_outputs_that_would_not_fit_are_refused_before_the_work(self):
     out = self.root / 'no_room'
     with mock.patch('shutil.disk_usage',

@@ -315,6 +315,10 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     text_cache = None
     if run.cache_dir:  # the embeddings of earlier runs' texts
       text_cache = text.cache_path(run.cache_dir)
+      if text_cache.exists() and not text_cache.is_file():
+        raise source_lib.SourceError(
+            f'--cache_dir: {text_cache}, where the text embedding cache '
+            'goes, is not a file: remove it, or pass another --cache_dir')
       text.load_cache(text_cache)
     writer = None
     if self.config.captions == 'model':
