@@ -282,6 +282,40 @@ def cases(s: Scratch, clean: pathlib.Path):
   outcome, ok = _refused(rc, text, 'cannot be used as a directory')
   yield ('`--cache_dir` naming a file', outcome + f' after {secs:.0f} s', ok)
 
+  # Caches: a folder where the text cache goes; kept programs that others
+  # may write (a pickle runs code when loaded) or that hold another
+  # program.
+  blocked = s.root / 'blocked_cache'
+  encoders.TextEncoder().cache_path(blocked).mkdir(parents=True)
+  rc, text, secs = s.run(s.root / 'blocked', f'--cache_dir={blocked}')
+  outcome, ok = _refused(rc, text, 'where the text embedding cache goes, is '
+                         'not a file')
+  ok &= not (s.root / 'blocked' / 'batches').exists()
+  yield ('a folder where the text embedding cache goes',
+         outcome + f' after {secs:.0f} s, before any session', ok)
+  kept_cache = s.root / 'kept_cache'
+  shutil.copytree(s.cache, kept_cache, ignore=shutil.ignore_patterns('xla'))
+  jit = ('--simulation=jit', f'--cache_dir={kept_cache}')
+  rc0, _, _ = s.run(s.root / 'kept0', *jit)
+  kept = kept_cache / 'xla' / 'executables'
+  kept.chmod(0o777)
+  rc, text, _ = s.run(s.root / 'kept1', *jit)
+  ok = (rc0 == 0 and rc == 0 and 'not loaded' in text and str(kept) in text
+        and _same(s.root / 'kept0', s.root / 'kept1'))
+  yield ('kept compiled programs in a folder others may write',
+         f'exit {rc}: not loaded, compiled afresh, with a warning naming the '
+         'folder; outputs identical', ok)
+  kept.chmod(0o755)
+  files = sorted(kept.glob('*.pkl'))
+  contents = [f.read_bytes() for f in files]
+  for f, c in zip(files, contents[1:] + contents[:1]):
+    f.write_bytes(c)
+  rc, text, _ = s.run(s.root / 'kept2', *jit)
+  yield ('kept program files swapped between programs',
+         f'exit {rc}: each compiled afresh and replaced; outputs identical',
+         rc == 0 and len(files) > 1 and _same(s.root / 'kept0',
+                                              s.root / 'kept2'))
+
   reasoner = s.root / 'reasoner_missing'
   reasoner.mkdir()
   (reasoner / 'config.json').write_text('{}')
@@ -464,7 +498,8 @@ def file_cases(s: Scratch, clean: pathlib.Path):
       ('--num_processes (2 and 3)', ('--num_processes=3',),
        r'different --num_processes \(2, 3; 2 joined\)'),
       ('settings (--seed=0 and --seed=1)', ('--num_processes=2', '--seed=1'),
-       'process 1 was started with other settings than process 0')):
+       'process 1 was started with other settings than process 0 .*they '
+       'differ in --seed')):
     with socket.socket() as free:
       free.bind(('127.0.0.1', 0))
       port = free.getsockname()[1]
@@ -705,6 +740,27 @@ def importer_cases(s: Scratch):
     yield (f'import_covr: a feature file with {name}',
            outcome + f'; output written: {out.exists()}',
            ok and done.returncode == 1 and not out.exists())
+  # Frame scores near float64's limit (CoVR's softmax pooling).
+  root = s.root / 'import_scores'
+  (root / 'emb' / '00').mkdir(parents=True)
+  (root / 'ann.csv').write_text(
+      'pth1,pth2,edit,txt1,txt2,scores\n00/r,00/t,make it red,a,b,'
+      '"[1e308, -1e308, 1e308, 0]"\n')
+  torch_files.save(root / 'emb' / '00' / 'r.pth', data.reshape(4, 3))
+  torch_files.save(root / 'emb' / '00' / 't.pth', data.reshape(4, 3))
+  out = root / 'g.npz'
+  done = subprocess.run(
+      [sys.executable, '-m', 'experiments.data.import_covr',
+       f'--embeddings_dir={root / "emb"}', f'--annotations={root / "ann.csv"}',
+       f'--output={out}', f'--reference_output={root / "r.npz"}'],
+      capture_output=True, text=True, check=False)
+  finite = False
+  if done.returncode == 0 and out.exists():
+    with np.load(out) as g:
+      finite = bool(np.isfinite(g['video']).all())
+  yield ('import_covr: frame scores near float64\'s limit',
+         f'exit {done.returncode}; gallery finite: {finite}',
+         done.returncode == 0 and finite)
 
 
 def lora_cases(s: Scratch):
