@@ -714,6 +714,15 @@ def study_cases(s: Scratch):
     again.stop()
 
 
+def _import_covr(root: pathlib.Path, out: pathlib.Path):
+  """``import_covr`` of ``root``'s ``emb/`` and ``ann.csv`` into ``out``."""
+  return subprocess.run(
+      [sys.executable, '-m', 'experiments.data.import_covr',
+       f'--embeddings_dir={root / "emb"}', f'--annotations={root / "ann.csv"}',
+       f'--output={out}', f'--reference_output={root / "r.npz"}'],
+      capture_output=True, text=True, check=False)
+
+
 def importer_cases(s: Scratch):
   """``experiments.data.import_covr`` on crafted ``.pth`` headers."""
   from recovr_jax.envs.files import torch_files  # pylint: disable=g-import-not-at-top
@@ -730,11 +739,7 @@ def importer_cases(s: Scratch):
     torch_files.save(root / 'emb' / '00' / 'r.pth', data.reshape(3, 4))
     torch_files.save(root / 'emb' / '00' / 't.pth', data, header=header)
     out = root / 'g.npz'
-    done = subprocess.run(
-        [sys.executable, '-m', 'experiments.data.import_covr',
-         f'--embeddings_dir={root / "emb"}', f'--annotations={root / "ann.csv"}',
-         f'--output={out}', f'--reference_output={root / "r.npz"}'],
-        capture_output=True, text=True, check=False)
+    done = _import_covr(root, out)
     outcome, ok = _refused(done.returncode, done.stdout + done.stderr,
                            r't\.pth')
     yield (f'import_covr: a feature file with {name}',
@@ -749,11 +754,7 @@ def importer_cases(s: Scratch):
   torch_files.save(root / 'emb' / '00' / 'r.pth', data.reshape(4, 3))
   torch_files.save(root / 'emb' / '00' / 't.pth', data.reshape(4, 3))
   out = root / 'g.npz'
-  done = subprocess.run(
-      [sys.executable, '-m', 'experiments.data.import_covr',
-       f'--embeddings_dir={root / "emb"}', f'--annotations={root / "ann.csv"}',
-       f'--output={out}', f'--reference_output={root / "r.npz"}'],
-      capture_output=True, text=True, check=False)
+  done = _import_covr(root, out)
   finite = False
   if done.returncode == 0 and out.exists():
     with np.load(out) as g:

@@ -172,18 +172,25 @@ class LaunchTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'expected HOST:PORT'):
       distributed.check_port('localhost')
 
-  def test_processes_started_with_different_counts_refuse_together(self):
-    root = pathlib.Path(tempfile.mkdtemp())
+  def _by_hand(self, root, *per_process):
+    """Processes of one run started by hand, each with its own extra
+    flags (``per_process``), on a free coordinator port."""
     with socket.socket() as s:
       s.bind(('127.0.0.1', 0))
       port = s.getsockname()[1]
-    procs = [subprocess.Popen(
+    return [subprocess.Popen(
         [sys.executable, '-m', 'experiments.run', *TINY,
-         f'--cache_dir={root / "cache"}', f'--output_dir={root / "run"}',
-         f'--coordinator_address=127.0.0.1:{port}',
-         f'--num_processes={count}', f'--process_id={pid}'], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for pid, count in ((0, 2), (1, 3))]
+         f'--cache_dir={root / "cache"}',
+         f'--coordinator_address=127.0.0.1:{port}', f'--process_id={pid}',
+         *extra], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+            for pid, extra in enumerate(per_process)]
+
+  def test_processes_started_with_different_counts_refuse_together(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    procs = self._by_hand(
+        root, *[(f'--output_dir={root / "run"}', f'--num_processes={count}')
+                for count in (2, 3)])
     for proc in procs:
       out, _ = proc.communicate(timeout=300)
       self.assertEqual(proc.returncode, 1, out[-2000:])
@@ -193,16 +200,9 @@ class LaunchTest(absltest.TestCase):
 
   def test_processes_started_with_different_flags_name_them(self):
     root = pathlib.Path(tempfile.mkdtemp())
-    with socket.socket() as s:
-      s.bind(('127.0.0.1', 0))
-      port = s.getsockname()[1]
-    procs = [subprocess.Popen(
-        [sys.executable, '-m', 'experiments.run', *TINY,
-         f'--cache_dir={root / "cache"}', f'--output_dir={root / out}',
-         f'--coordinator_address=127.0.0.1:{port}', '--num_processes=2',
-         f'--process_id={pid}'], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
-             for pid, out in ((0, 'run'), (1, 'elsewhere'))]
+    procs = self._by_hand(
+        root, *[(f'--output_dir={root / out}', '--num_processes=2')
+                for out in ('run', 'elsewhere')])
     for proc in procs:
       out, _ = proc.communicate(timeout=300)
       self.assertEqual(proc.returncode, 1, out[-2000:])
