@@ -58,6 +58,21 @@ def feature_path(root: pathlib.Path, video_id: str) -> pathlib.Path:
   return path
 
 
+def video_captions(ann) -> tuple[dict, dict]:
+  """``(captions, first rows)`` of a WebVid-CoVR annotation table's
+  videos: each video's first non-empty caption (``txt2`` of a target,
+  ``txt1`` of a reference, in row order) and the first CSV row naming it."""
+  caption, first_row = {}, {}
+  for row, (r, t, tr, tt) in enumerate(zip(
+      ann.reference, ann.target, ann.reference_caption, ann.target_caption),
+                                       start=2):
+    for vid, text in ((t, tt), (r, tr)):
+      first_row.setdefault(vid, row)
+      if text and not caption.get(vid):
+        caption[vid] = text
+  return caption, first_row
+
+
 def read_frame_scores(path) -> dict | None:
   """The CSV's ``scores`` column as ``{target id: [F] scores}`` (None
   without the column; a target with an empty list is left out: its frames
@@ -176,14 +191,7 @@ def import_features(embeddings_dir, annotations, *, gallery: str = 'targets',
     raise ValueError('--frame_weights gives the frame weights itself: use '
                      f'it with --frame_pooling=auto or mean, not '
                      f'{frame_pooling}')
-  caption, first_row = {}, {}
-  for row, (r, t, tr, tt) in enumerate(zip(
-      ann.reference, ann.target, ann.reference_caption, ann.target_caption),
-                                       start=2):
-    for vid, text in ((t, tt), (r, tr)):
-      first_row.setdefault(vid, row)
-      if text and not caption.get(vid):
-        caption[vid] = text
+  caption, first_row = video_captions(ann)
   wanted = list(dict.fromkeys(ann.target + ann.reference))
   pooled, missing, dim_of = {}, [], None
   shapes = {}

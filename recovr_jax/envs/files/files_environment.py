@@ -56,7 +56,8 @@ def real_environment(annotations: str, gallery_embeddings: str,
     raise ValueError(f'--gallery_embeddings {gallery_embeddings} has no '
                      'captions; the caption-based simulated user describes '
                      "the target from its caption (write them with "
-                     'experiments.data.embed_videos --captions=...)')
+                     'experiments.data.embed_videos --annotations=<the '
+                     'WebVid-CoVR CSV>, or experiments.data.import_covr)')
   captions = list(gallery.captions)
   searchable = len(ids)
   if reference_embeddings:

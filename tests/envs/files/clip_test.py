@@ -65,6 +65,34 @@ class RealDataPathTest(absltest.TestCase):
     self.assertTrue(np.all(np.asarray(ids) != ref_ids[:, None]))
     self.assertTrue(np.all((ranks >= 1) & (ranks <= 5)))
 
+  def test_covr_page_folders_and_their_captions(self):
+    # WebVid-CoVR names a video <page>/<id>: nested folders, ids their
+    # paths; --annotations gives each its caption (txt2, else txt1), so the
+    # runner's caption user can read the gallery.
+    nested = self.root / 'pages'
+    for i, v in enumerate(('page0/11', 'page0/12', 'page1/13')):
+      shutil.copytree(self.videos / f'vid{i}', nested / v)
+    csv = self.root / 'pages.csv'
+    csv.write_text('pth1,pth2,edit,txt1,txt2\n'
+                   'page0/11,page0/12,at night,a cube,two cubes\n'
+                   'page1/13,page0/12,brighter,a sphere,\n')
+    output = self.root / 'pages.npz'
+    with flagsaver.flagsaver(clip_dir=str(self.clip_dir),
+                             videos_dir=str(nested), output=str(output),
+                             annotations=str(csv)):
+      embed_videos.main(['embed_videos'])
+    gallery = data.load_embeddings(output, dim=16)
+    self.assertEqual(gallery.ids, ('page0/11', 'page0/12', 'page1/13'))
+    self.assertEqual(gallery.captions, ('a cube', 'two cubes', 'a sphere'))
+    # A video the CSV does not name is an error naming it, before the model.
+    (csv).write_text('pth1,pth2,edit,txt1,txt2\n'
+                     'page0/11,page0/12,at night,a,b\n')
+    with flagsaver.flagsaver(clip_dir=str(self.clip_dir),
+                             videos_dir=str(nested), output=str(output),
+                             annotations=str(csv)):
+      with self.assertRaisesRegex(app.UsageError, "names no video 'page1/13'"):
+        embed_videos.main(['embed_videos'])
+
   def test_video_embedding_is_mean_of_frames(self):
     encoder = clip_encoder.ClipEncoder(str(self.clip_dir))
     frames = embed_videos.read_frames(self.videos / 'vid3', 8)
