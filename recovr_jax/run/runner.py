@@ -125,40 +125,50 @@ def _run_claimed(config, source, built, out, start, resolved):
   """``run`` once the directory is held and its batches are known to be
   this run's."""
   lead = config.process_id == 0   # the process that writes the outputs
+  # A directory no run wrote to before: a refusal before any work leaves it
+  # as it was (the corrected command is then no "run with other settings").
+  fresh = lead and not any((out / name).exists() for name in (
+      'resolved_config.json', 'batches'))
   if lead:
     (out / INCOMPLETE).write_text(
         'This run has not finished: the outputs here (if any) are not all '
         'of it. Rerun the same command to resume.\n')
     (out / 'flags.txt').write_text(config.flags_text)
     (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
-  identity = resolved['identity']
-  if built is None:
+  try:
+    identity = resolved['identity']
+    if built is None:
+      with profiling.part('loading data and models'):
+        built = build(config, source)
+    env = built.env
+    if checksums.unverified() and lead:  # recorded beside the settings
+      resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
+      (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
+      for item in checksums.unverified():
+        print(f'warning: unverified checkpoint (no checksums.json): {item}',
+              flush=True)
+    _check_batch_fits(config, env, config.loop)
     with profiling.part('loading data and models'):
-      built = build(config, source)
-  env = built.env
-  if checksums.unverified() and lead:  # recorded beside the settings
-    resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
-    (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
-    for item in checksums.unverified():
-      print(f'warning: unverified checkpoint (no checksums.json): {item}',
-            flush=True)
-  _check_batch_fits(config, env, config.loop)
-  with profiling.part('loading data and models'):
-    assembled = assemble.assemble(config, built)
-  base = assembled.loop
-  total = len(env.target)
-  if config.num_sessions is not None and config.num_sessions > total:
-    # Never capped: a sweep asked for more sessions than the data gives.
-    _fail(f'--num_sessions={config.num_sessions}: the data gives at most '
-          f'{total} sessions (its test queries); lower --num_sessions')
-  num = config.num_sessions or total
-  if lead:
-    try:
-      resources.check_disk(out, resources.output_bytes(
-          num, len(config.methods), base.num_turns, base.list_length,
-          config.export_trec))
-    except ValueError as e:
-      _fail(str(e))
+      assembled = assemble.assemble(config, built)
+    base = assembled.loop
+    total = len(env.target)
+    if config.num_sessions is not None and config.num_sessions > total:
+      # Never capped: a sweep asked for more sessions than the data gives.
+      _fail(f'--num_sessions={config.num_sessions}: the data gives at most '
+            f'{total} sessions (its test queries); lower --num_sessions')
+    num = config.num_sessions or total
+    if lead:
+      try:
+        resources.check_disk(out, resources.output_bytes(
+            num, len(config.methods), base.num_turns, base.list_length,
+            config.export_trec))
+      except ValueError as e:
+        _fail(str(e))
+  except ConfigError:
+    if fresh:
+      for name in (INCOMPLETE, 'flags.txt', 'resolved_config.json'):
+        (out / name).unlink(missing_ok=True)
+    raise
   sessions = np.arange(num)
   batches = [sessions[i:i + config.batch_size]
              for i in range(0, num, config.batch_size)]

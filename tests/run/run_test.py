@@ -353,6 +353,10 @@ class RunnerTest(absltest.TestCase):
                                 'cache goes, is not a file: remove it'):
       runs.run_main(out, methods=['recovr'], cache_dir=str(cache))
     self.assertFalse((out / 'batches').exists())  # no session ran
+    # Refused before any work in a new directory: nothing of it stays, so
+    # the corrected command is not "a run with other settings".
+    for name in ('INCOMPLETE', 'flags.txt', 'resolved_config.json'):
+      self.assertFalse((out / name).exists(), name)
 
   def test_outputs_that_would_not_fit_are_refused_before_the_work(self):
     out = self.root / 'no_room'
