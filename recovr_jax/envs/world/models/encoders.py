@@ -288,7 +288,9 @@ class TextEncoder:
     """Each text's ``(feedback dropped, tokens cut)`` when encoded
     (``dialogue.fit``; texts not yet encoded are encoded first)."""
     texts = list(texts)
-    self(sorted(set(texts)))
+    missing = sorted({t for t in texts if t not in self._cache})
+    if missing:  # only those: a cached text's cut is known
+      self(missing)
     return [self._cuts.get(t, (0, 0)) for t in texts]
 
   @property
