@@ -38,9 +38,6 @@ or none of its checks can be decided; inconclusive otherwise. The margins are fi
 interval at 2,000 sessions, so an equivalence can be decided at that size.
 
 Dimension legend: ``S`` sessions, ``T + 1`` turns, ``R`` resamples.
-
-Why one module of about 570 lines: the per-session statistics, the bootstrap
-per run group and the verdict rules share the resampled sessions.
 """
 
 import collections

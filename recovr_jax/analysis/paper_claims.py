@@ -22,10 +22,6 @@ Runs a claim reads: ``main`` (the main comparison's methods, one run), the
 degraded users (runs named by setting, e.g. ``noise_rate=0.1``, over the
 same sessions as each other) and the sensitivity sweep (runs named by
 setting, ``recovr`` only).
-
-Why one module of about 600 lines: most of its lines are the claims
-themselves (quoted sentences, locations, checks): project material, not
-code.
 """
 
 from recovr_jax.analysis.claims import Check

@@ -22,11 +22,6 @@ host, a ``Face`` under ``jit``):
 
 The world's face (``envs.world.face.traced_face``) is the one the runs use;
 the tests also run a toy environment written in the test.
-
-Why one module of about 850 lines: the driver is one scan body and what it
-needs on both sides of ``jit`` (the ``Face`` and ``Environment`` protocols,
-``SimConfig``, the chunked runner); split, the scan's carried state and its
-step would live apart.
 """
 
 import dataclasses

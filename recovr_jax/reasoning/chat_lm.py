@@ -11,11 +11,6 @@ keeps the parse / retry / rules-fallback path, which is counted.
 Weights load from ``flax_model.msgpack`` or from a ``model.safetensors`` in
 transformers' PyTorch naming; ``dtype='bfloat16'`` halves their memory. A
 LoRA adapter (``reasoning.lora``) is merged into the weights at load.
-
-Why one module of about 410 lines: the chat backend end to end (loading from
-msgpack or safetensors with a LoRA merge, prompting, batched decoding calls,
-its registry entries); the decoder and the grammars live in ``llama_decode``
-and ``constrained``.
 """
 
 import collections

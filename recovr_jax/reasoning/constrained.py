@@ -20,9 +20,6 @@ the batch, prefills the per-request suffixes (left-padded; positions stay
 contiguous) and the reply's lead (a prompt the previous call prefilled is
 not prefilled again), then decodes one token per step for every row; the
 cache grows when full.
-
-Why one module of about 540 lines: the grammars and the decoder that masks
-with them share one encoding of grammar states into token sets.
 """
 
 import collections

@@ -10,10 +10,6 @@ participant sees its result; a participant who comes back, or a study
 restarted after a crash, continues from the log: the unfinished instance is
 replayed turn by turn (the loop is deterministic) and each replayed list is
 checked against the logged one.
-
-Why one module of about 580 lines: the study's state machine (assignment,
-turns, replay from the log, retries) stays in one place so that a replay is
-exact.
 """
 
 import dataclasses

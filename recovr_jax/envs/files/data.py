@@ -4,10 +4,6 @@ precomputed gallery embeddings.
 Every check runs before any model work and names the file, row and column.
 Rows are counted as in a spreadsheet: the header is row 1, the first data row
 is row 2.
-
-Why one module of about 480 lines: every check of the files a user gives
-(annotation rows, embeddings files, id maps) is here, so that each error
-names its file, row and column in one numbering.
 """
 
 import dataclasses

@@ -3,11 +3,6 @@
 ``WorldData`` is its config; the embedded benchmarks are its constructors
 (``WorldData.v3()``, the default, ``WorldData.v2()`` and ``WorldData.v1()``).
 ``WorldSource`` answers the runner's questions (``protocol.source.Source``).
-
-Why one module of about 410 lines: the world's config, its presets (the
-benchmarks, which also name a run's benchmark) and the source built from
-them change together; apart, a preset would live away from the config it
-constructs.
 """
 
 import dataclasses

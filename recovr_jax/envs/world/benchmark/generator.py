@@ -13,10 +13,6 @@ combinations, not words), because a frozen MiniLM separates unseen synonyms
 poorly and the text side is kept frozen (locked-text tuning).
 
 The whole world is a pure function of ``WorldConfig`` (its seed included).
-
-Why one module of about 700 lines: it is the world's definition (attributes,
-rendering, captions, edits, splits, triplets), which every other world
-module reads; its parts share the attribute tables.
 """
 
 import dataclasses

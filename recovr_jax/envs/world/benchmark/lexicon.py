@@ -6,10 +6,6 @@ longest-match over word n-grams against every phrase of the world's
 templates, after a closed-vocabulary spelling fixer (each unknown word is
 replaced by the vocabulary word at edit distance 1, or 2 for long words),
 so typos from the user's surface noise still parse.
-
-Why one module of about 420 lines: most of its lines are the vocabulary
-(phrases per value, templates, questions); reading and writing are one
-contract that the user and the rules reasoner share.
 """
 
 import functools

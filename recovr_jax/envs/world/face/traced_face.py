@@ -21,10 +21,6 @@
 
 With ``UserConfig(draws='jax')`` the host driver shows the same lists, turn
 by turn (tested).
-
-Why one module of about 400 lines: the world's face (``WorldFace``) and the
-tables it reads are one contract, what the jitted user says and what the
-reasoner reads of it; split, each half would restate the other.
 """
 
 import dataclasses

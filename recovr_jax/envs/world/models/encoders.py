@@ -7,11 +7,6 @@ L2-normalised, frozen. Video: frame pairs stacked on the channel axis (so a
 2-D CNN sees motion), a shared CNN per pair, mean pooling over time, a linear
 map into the text space. Composer: an MLP over the reference embedding, the
 edit embedding and their product, plus the training-free ``sum`` composer.
-
-Why one module: the three share one embedding space (the video encoder and
-the composer are trained into MiniLM's) and one checkpoint format
-(``save_params`` / ``restore_params``), and the world's training and loading
-(``envs.world.models.training``) read them together.
 """
 
 import contextlib

@@ -5,11 +5,6 @@ Everything here is drawn from the world's train split and the user's
 training phrasings (``user_language``'s split): a reader built here never
 meets a test query, a test target or a held-out phrasing before it is
 evaluated.
-
-Why one module (over 400 lines): the fits, their once-per-process memo and
-the file that keeps them (``FitCache``) share the keys that say what fixes
-a fit (the world, the encoder, the options, the utterances' seeds); apart,
-a fit could change without its key, and a later run would load a stale one.
 """
 
 import collections

@@ -5,11 +5,6 @@ the JSON objects the rules backend writes for them, so the trained model is a
 drop-in ``flax_lm`` checkpoint. Requests come from simulated sessions on the
 training split (noisy and constraint-dropping users included); held-out
 prompts come from the test split.
-
-Why one module of about 500 lines: it is the small world reasoner's one
-recipe end to end (requests, targets, training, evaluation, the adapter's
-data check) that ``experiments/train/train_reasoner.py`` and ``train_adapter.py``
-run.
 """
 
 import dataclasses

@@ -5,10 +5,6 @@ MiniLM embeddings of captions (locked-text tuning), on clips rendered on the
 fly with fresh random positions, phases and noise, so it cannot memorise
 renditions. The composer is trained with InfoNCE between composed queries and
 the target videos' embeddings over train-split triplets.
-
-Why one module of about 400 lines: the two encoders' training loops share
-one data pipeline (fresh renditions, the frozen text targets) and the
-single-turn evaluation that checks both.
 """
 
 import dataclasses

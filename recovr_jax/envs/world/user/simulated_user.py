@@ -27,11 +27,6 @@ inside ``lax.scan``; host and jitted runs with ``jax`` draws are identical.
 Degradations: surface noise (character and word perturbations at a rate),
 constraint dropping (each mentioned attribute dropped with a probability),
 and modify-only / rewrite-only policies.
-
-Why one module: the policy is written twice, in NumPy (``SimulatedUser``'s
-own draws) and in JAX (``decide``, with its host calls one at a time and
-batched), and the two must stay one policy; they sit side by side with the
-words both speak.
 """
 
 import collections

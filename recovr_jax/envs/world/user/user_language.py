@@ -24,10 +24,6 @@ fall into three splits.
 ``widest`` (``SPLITS``: 'train', 'dev', 'test'); ``widest_split`` maps a
 user's language and phrasings to it. ``phrasing_of`` says which kind of
 phrase (``KINDS``) stated a named value.
-
-Why one module of about 410 lines: most of its lines are the phrase bank
-itself (the train, dev and test phrasings of every value); the code is the
-draw rule and the split.
 """
 
 import functools
