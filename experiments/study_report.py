@@ -27,7 +27,7 @@ from recovr_jax import methods
 from recovr_jax.run import assemble
 from recovr_jax.run import reporting
 from recovr_jax.run import runner
-from recovr_jax.study import report as report_lib
+from recovr_jax.study import report
 
 _SIMULATED = flags.DEFINE_bool(
     'simulated', True, 'Run the simulated user on the same instances (off: '
@@ -57,17 +57,17 @@ def simulate(config, method_names, sessions, num_turns, built=None):
   return out
 
 
-def write_report(config, runs: report_lib.HumanRuns, simulated: dict,
+def write_report(config, runs: report.HumanRuns, simulated: dict,
                  out: pathlib.Path) -> dict:
   """Writes the report files and returns ``table4.json``'s content."""
   method = runs.header['method']
   label = f'{method}, {runs.header.get("participants_are", "human")}'
   columns = {label: runs.displayed}
-  texts = {label: report_lib.human_feedback(runs)}
+  texts = {label: report.human_feedback(runs)}
   traj = []
   for name, result in simulated.items():
     sim = f'{name}, simulated'
-    columns[sim] = result.displayed[:, :, :report_lib.LIST]
+    columns[sim] = result.displayed[:, :, :report.LIST]
     texts[sim] = [rec['feedback'] for recs in result.records
                     for rec in recs[1:] if rec['action'] != 'stopped']
     for i, s in enumerate(runs.sessions):
@@ -76,23 +76,23 @@ def write_report(config, runs: report_lib.HumanRuns, simulated: dict,
                    'turns': [dict(rec, top10=result.displayed[
                        i, t, :10].tolist())
                              for t, rec in enumerate(result.records[i])]})
-  result = report_lib.table(columns, runs.targets,
+  result = report.table(columns, runs.targets,
                             config.bootstrap_resamples, config.seed)
-  stats = {'lengths': {n: report_lib.lengths(t) for n, t in texts.items()},
-           'waits': report_lib.waits(runs), 'unfinished': runs.unfinished,
+  stats = {'lengths': {n: report.lengths(t) for n, t in texts.items()},
+           'waits': report.waits(runs), 'unfinished': runs.unfinished,
            'errors': runs.errors, 'damaged_logs': list(runs.damaged)}
   content = dict(result, instances=len(runs.rows), **stats,
                  study=runs.header)
   out.mkdir(parents=True, exist_ok=True)
   (out / 'table4.json').write_text(reporting.dumps(content))
-  text = report_lib.markdown(result, len(runs.rows), stats)
+  text = report.markdown(result, len(runs.rows), stats)
   if runs.damaged:
     text += ('\n**Left out** (damaged logs; the study recovers them up to '
              'their last good line when it next starts):\n' + ''.join(
                  f'* {d}\n' for d in runs.damaged))
   (out / 'table4.md').write_text(text)
   with (out / 'trajectories_human.jsonl').open('w') as f:
-    for row in report_lib.trajectories(runs):
+    for row in report.trajectories(runs):
       f.write(json.dumps(row, sort_keys=True) + '\n')
   with (out / 'trajectories_simulated.jsonl').open('w') as f:
     for row in traj:
@@ -109,7 +109,7 @@ def main(argv):
   config = study.run_config()
   root = pathlib.Path(config.output_dir).absolute()
   try:
-    runs = report_lib.load(root / 'logs')
+    runs = report.load(root / 'logs')
   except (FileNotFoundError, ValueError) as e:
     raise app.UsageError(str(e)) from e
   if not runs.rows:

@@ -192,8 +192,8 @@ def main(argv):
   from recovr_jax.reasoning import llama_decode  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.models import captioner as captioner_lib  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.benchmark import generator as world_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.benchmark import generator  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import reasoner_training  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
@@ -215,7 +215,7 @@ def main(argv):
     raise app.UsageError(str(e)) from e
   bench_common.log('anchors: bandwidth and matmul')
   limits = anchors(repeats)
-  literals = {a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES}
+  literals = {a: generator.VALUES[a] for a in generator.ATTRIBUTES}
   lm = chat_lm.ChatLMReasoner(
       str(gguf_llama.ensure_converted()), rules.RulesReasoner(lexicon),
       system=chat_lm.adapter_meta(adapter)['prompt']['system'],
@@ -287,9 +287,9 @@ def main(argv):
           parts['projections_s'] + parts['head_s']))
   bench_common.log('requests of one turn on the train split')
   preset = config_lib.BENCHMARKS['v2']
-  world = world_lib.make_world(world_lib.WorldConfig(
+  world = generator.make_world(generator.WorldConfig(
       renditions=preset['renditions']))
-  writer = captioner_lib.Captioner(captioner_lib.DEFAULT_CAPTIONER_DIR)
+  writer = captioner.Captioner(captioner.DEFAULT_CAPTIONER_DIR)
   pool, captions = reasoner_training.caption_pool(world, writer, 200, 7)
   user = simulated_user.UserConfig(style='paper', language='own',
                                    phrasings='train')

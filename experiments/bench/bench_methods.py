@@ -37,11 +37,11 @@ import numpy as np
 
 from experiments.bench import bench_common
 from experiments.common import cli
-from recovr_jax.envs.world.benchmark import generator as world_lib
-from recovr_jax.envs.world.face import traced_face as simulation
+from recovr_jax.envs.world.benchmark import generator
+from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
-from recovr_jax.protocol import host as host_driver
+from recovr_jax.protocol import host
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.run import resources
@@ -84,7 +84,7 @@ def main(argv):
   if _PER_SESSION.value > _SESSIONS.value:
     raise app.UsageError('--per_session_sessions must be <= --num_sessions')
   bench_common.list_values(_METHODS, valid=methods.names())
-  num_combos = len(world_lib.all_combos())
+  num_combos = len(generator.all_combos())
   if not 1000 <= _GALLERY.value <= 0.9 * num_combos:
     raise app.UsageError(f'--gallery_size must be in 1000..'
                          f'{int(0.9 * num_combos)}, got {_GALLERY.value}')
@@ -96,7 +96,7 @@ def main(argv):
   log(f'world: gallery {n}, {s} sessions ({p} per-session), '
       f'{_TURNS.value} turns on {device.platform}')
   run = bench_common.world_run(
-      world_lib.WorldConfig(test_share=test_share, gallery_size=n,
+      generator.WorldConfig(test_share=test_share, gallery_size=n,
                             num_test_triplets=s, num_train_triplets=1),
       user_config, _CACHE.value)
   env, user, ctx, sim_env = run.env, run.user, run.ctx, run.built.sim_env
@@ -106,13 +106,13 @@ def main(argv):
   rows = {}
   for name in _METHODS.value:
     method = methods.make(name, settings)
-    cfg = simulation.sim_config(method, base, user_config, sim_env.composer)
+    cfg = traced_face.sim_config(method, base, user_config, sim_env.composer)
     start = time.perf_counter()
-    trace = simulation.run(sim_env, cfg, sessions, seed=0)
+    trace = traced_face.run(sim_env, cfg, sessions, seed=0)
     first = time.perf_counter() - start
     t_jit, all_jit = bench_common.timings(
-        lambda: simulation.run(sim_env, cfg, sessions, 0), _REPEATS.value)
-    one = lambda q: host_driver.run_batch(env, method, np.asarray([q]), user,
+        lambda: traced_face.run(sim_env, cfg, sessions, 0), _REPEATS.value)
+    one = lambda q: host.run_batch(env, method, np.asarray([q]), user,
                                           ctx, base).displayed[0]
     one(0)  # warm-up: the host's ranking compiled for one session
     start = time.perf_counter()

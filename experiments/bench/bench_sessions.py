@@ -42,18 +42,18 @@ from experiments.bench import bench_common
 from experiments.bench import plain_loop
 from experiments.common import cli
 from recovr_jax.core import demotion
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 from recovr_jax.core import sharding
-from recovr_jax.envs.world.benchmark import generator as world_lib
-from recovr_jax.envs.world.face import traced_face as simulation
+from recovr_jax.envs.world.benchmark import generator
+from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
-from recovr_jax.envs.world import world_environment as environment
+from recovr_jax.envs.world import world_environment
 from recovr_jax import methods
 from recovr_jax.protocol import host as host_driver
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
-from recovr_jax.reasoning import schemas as reasoning
+from recovr_jax.reasoning import schemas
 from recovr_jax.run import resources
 
 _SESSIONS = flags.DEFINE_integer('num_sessions', 1000, 'Sessions S.')
@@ -116,9 +116,9 @@ def numpy_session(ctx, q, user):
   gallery, k, w = ctx['gallery'], base.list_length, base.window
   ref, tgt = int(env.reference[q]), int(env.target[q])
   mod = env.modification[q]
-  search = reasoner.t2v_init([reasoning.T2VInitRequest(env.captions[ref],
+  search = reasoner.t2v_init([schemas.T2VInitRequest(env.captions[ref],
                                                        mod)])[0]['search']
-  memory = reasoning.SessionMemory()
+  memory = schemas.SessionMemory()
   t2v, covr = env.encode_text([search, mod])
   lists = numpy_top_k(np.stack([t2v, compose(gallery[ref], covr)]), gallery,
                       k, ref)
@@ -137,9 +137,9 @@ def numpy_session(ctx, q, user):
     fb = user.respond(int(q), turn, tgt, top1, env.attributes[tgt],
                       env.attributes[top1])
     caption = env.captions[top1]
-    intent = reasoner.intent([reasoning.IntentRequest(fb.text, caption,
+    intent = reasoner.intent([schemas.IntentRequest(fb.text, caption,
                                                       memory)])[0]
-    reflection = reasoner.reflect([reasoning.ReflectRequest(fb.text, caption,
+    reflection = reasoner.reflect([schemas.ReflectRequest(fb.text, caption,
                                                             memory)])[0]
     search_emb, edit_emb = env.encode_text([intent['search'], intent['edit']])
     # The avoided values (constraints up to the last turn) are penalised.
@@ -159,12 +159,12 @@ def numpy_session(ctx, q, user):
       shown = plain_loop.python_session([[shown]], demote, caps, [1.0], k)
     displayed.append(shown)
     top1s.append(shown[0])
-    memory = reasoning.update_memory(reflection)
+    memory = schemas.update_memory(reflection)
   return np.array(displayed, np.int32)
 
 
 def recall_at_1(displayed, targets):
-  ranks = np.asarray(metrics.target_ranks(displayed, targets))
+  ranks = np.asarray(list_metrics.target_ranks(displayed, targets))
   return (100 * (ranks <= 1).mean(0)).round(1).tolist()
 
 
@@ -180,7 +180,7 @@ def main(argv):
     bench_common.split_cpu_devices(_SESSION_DEVICES.value)
   if not 0 <= _CHECK.value <= _SESSIONS.value:
     raise app.UsageError('--check_sessions must be in 0..--num_sessions')
-  num_combos = len(world_lib.all_combos())
+  num_combos = len(generator.all_combos())
   if not 1000 <= _GALLERY.value <= 0.9 * num_combos:
     raise app.UsageError(f'--gallery_size must be in 1000..'
                          f'{int(0.9 * num_combos)}, got {_GALLERY.value}')
@@ -195,7 +195,7 @@ def main(argv):
   jax_config = simulated_user.UserConfig(draws='jax')
   start = time.perf_counter()
   run = bench_common.world_run(
-      world_lib.WorldConfig(test_share=test_share, gallery_size=n,
+      generator.WorldConfig(test_share=test_share, gallery_size=n,
                             num_test_triplets=s, num_train_triplets=1),
       jax_config, _CACHE.value)
   env, composer = run.env, run.env.composer_params
@@ -223,13 +223,13 @@ def main(argv):
 
   log('jit: compile and fill the phrase table')
   sim_env = run.built.sim_env
-  cfg = simulation.sim_config(method, base, jax_config, sim_env.composer)
+  cfg = traced_face.sim_config(method, base, jax_config, sim_env.composer)
   start = time.perf_counter()
-  jit_trace = simulation.run(sim_env, cfg, sessions, seed=0, log=log)
+  jit_trace = traced_face.run(sim_env, cfg, sessions, seed=0, log=log)
   results['jit_first_call_s'] = time.perf_counter() - start
   results['phrase_table_size'] = len(sim_env.table)
   log('jit: timed')
-  t_jit, all_jit = bench_common.timings(lambda: simulation.run(sim_env, cfg, sessions, 0),
+  t_jit, all_jit = bench_common.timings(lambda: traced_face.run(sim_env, cfg, sessions, 0),
                          _REPEATS.value)
 
   seconds, all_seconds = {'jit': t_jit}, {'jit': all_jit}
@@ -237,18 +237,18 @@ def main(argv):
   if len(devices) > 1:
     log(f'jit: sessions split over {len(devices)} devices')
     mesh = sharding.make_mesh(gallery_shards=1, session_shards=len(devices))
-    split = simulation.run(sim_env, cfg, sessions, 0, mesh=mesh)
+    split = traced_face.run(sim_env, cfg, sessions, 0, mesh=mesh)
     results['jit_split_equals_jit'] = bool(np.array_equal(
         split.displayed, jit_trace.displayed))
     seconds['jit_split'], all_seconds['jit_split'] = bench_common.timings(
-        lambda: simulation.run(sim_env, cfg, sessions, 0, mesh=mesh),
+        lambda: traced_face.run(sim_env, cfg, sessions, 0, mesh=mesh),
         _REPEATS.value)
 
   log('host: warm-up (fills the text cache), then timed')
   ctx = run.ctx
   run_host = lambda user: host_driver.run_batch(
       env, method, sessions,
-      environment.attribute_user(user, env.attributes), ctx, base)
+      world_environment.attribute_user(user, env.attributes), ctx, base)
   t_host, all_host = bench_common.timings(lambda: run_host(numpy_user), _REPEATS.value)
   host = run_host(numpy_user)
   host_jax = run_host(jax_user)
@@ -265,7 +265,7 @@ def main(argv):
   check = sessions[:_CHECK.value]
   per_jax = run_per_session(jax_user, check)
 
-  hits = lambda d: np.asarray(metrics.target_ranks(d, targets)) <= 1
+  hits = lambda d: np.asarray(list_metrics.target_ranks(d, targets)) <= 1
   boot = resampling.paired_bootstrap(hits(jit_trace.displayed),
                                   hits(host.displayed), 10_000,
                                   jax.random.key(0))

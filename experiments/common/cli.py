@@ -64,12 +64,12 @@ def grouped_help(doc: str, groups, defaults=None) -> str:
 
 
 def _writable(folder: str, message: str) -> str:
-  """``checks.writable_dir`` (the folder created and probed for writing),
+  """``validation.writable_dir`` (the folder created and probed for writing),
   its refusal as a ``UsageError``."""
-  from recovr_jax.run import validation as checks  # pylint: disable=g-import-not-at-top
+  from recovr_jax.run import validation  # pylint: disable=g-import-not-at-top
   try:
-    return str(checks.writable_dir(folder, message))
-  except checks.ConfigError as e:
+    return str(validation.writable_dir(folder, message))
+  except validation.ConfigError as e:
     raise app.UsageError(str(e)) from None
 
 

@@ -4,9 +4,9 @@ settings they read (declared once, on ``RealData``) and --output."""
 from absl import flags
 
 from experiments.common import config_flags
-from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.files import files_source
 
-config_flags.define(real_source.RealData, __name__,
+config_flags.define(files_source.RealData, __name__,
                     only=('annotations', 'clip_dir', 'missing_ids'))
 CLIP_DIR = flags.FLAGS['clip_dir']
 ANNOTATIONS = flags.FLAGS['annotations']

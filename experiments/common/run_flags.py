@@ -22,15 +22,15 @@ from recovr_jax.analysis import paper_claims
 from recovr_jax import config_tree
 from recovr_jax import drivers
 from recovr_jax import executables
-from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_source
-from recovr_jax.methods import base as methods_base
+from recovr_jax.methods import base
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.run import config as config_lib
 from recovr_jax.run import distributed
-from recovr_jax.run import validation as checks
+from recovr_jax.run import validation
 
 LEAVES = config_flags.define(config_lib.RunConfig, __name__)
 
@@ -109,9 +109,9 @@ def _data(values: dict):
            if flag not in SOURCE_FLAGS[name] and given(flag)]
   if wrong:
     raise ValueError('\n'.join(wrong))
-  if name == real_source.RealData.NAME:
-    return real_source.RealData(
-        **config_tree.kwargs(real_source.RealData, values))
+  if name == files_source.RealData.NAME:
+    return files_source.RealData(
+        **config_tree.kwargs(files_source.RealData, values))
   return world_source.WorldData.preset(
       _BENCHMARK.value, world_fields=world_flags.world_fields(),
       **config_tree.kwargs(world_source.WorldData, values, nested=False))
@@ -136,7 +136,7 @@ def run_config() -> config_lib.RunConfig:
   Raises ``app.UsageError`` naming every problem found at once: each part
   (data source, loop, ask policy, settings, user) is built on its own, a
   part that fails is replaced by its default so that the rest is still
-  checked, and then ``checks.validate`` checks the whole."""
+  checked, and then ``validation.validate`` checks the whole."""
   problems = []
 
   def part(build, default):
@@ -153,9 +153,9 @@ def run_config() -> config_lib.RunConfig:
               ranking.LoopConfig())
   ask = part(lambda: asking.AskPolicy(**kwargs(asking.AskPolicy, values)),
              asking.AskPolicy())
-  settings = part(lambda: methods_base.Settings(
-      **kwargs(methods_base.Settings, values, nested=False), ask=ask),
-                  methods_base.Settings())
+  settings = part(lambda: base.Settings(
+      **kwargs(base.Settings, values, nested=False), ask=ask),
+                  base.Settings())
   user = part(lambda: _user(values), simulated_user.UserConfig())
   fields = kwargs(config_lib.RunConfig, values, nested=False)
   reasoner = values['reasoner']
@@ -172,8 +172,8 @@ def run_config() -> config_lib.RunConfig:
   if problems:
     if config is not None and data is not None:  # what the whole adds
       try:
-        checks.validate(config, create=False)
-      except checks.ConfigError as e:
+        validation.validate(config, create=False)
+      except validation.ConfigError as e:
         problems.extend(str(e).splitlines())
     raise app.UsageError('\n'.join(problems))
   return config

@@ -6,21 +6,21 @@ from absl import flags
 
 from experiments.common import config_flags
 from recovr_jax import config_tree
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 
-LEAVES = config_flags.define(world_lib.WorldConfig, __name__)
+LEAVES = config_flags.define(generator.WorldConfig, __name__)
 
 
-def world_config(**overrides) -> world_lib.WorldConfig:
+def world_config(**overrides) -> generator.WorldConfig:
   """The ``WorldConfig`` of the flags (validated by ``WorldConfig``), with
   ``overrides`` of some fields."""
-  return world_lib.WorldConfig(**{**world_fields(), **overrides})
+  return generator.WorldConfig(**{**world_fields(), **overrides})
 
 
 def world_fields() -> dict:
   """The ``WorldConfig`` fields of the flags (--renditions only when given:
   a benchmark preset sets it otherwise)."""
-  return config_tree.kwargs(world_lib.WorldConfig,
+  return config_tree.kwargs(generator.WorldConfig,
                             config_flags.values(LEAVES))
 
 

@@ -26,7 +26,7 @@ from absl import logging
 from experiments.common import cli
 from experiments.common import outputs
 from experiments import run
-from recovr_jax.analysis import reading_benchmark as reading
+from recovr_jax.analysis import reading_benchmark
 from recovr_jax import drivers
 from recovr_jax.envs.world import world_source
 from recovr_jax.reasoning import registry
@@ -115,7 +115,7 @@ def main(argv):
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
   vocab = source.vocabulary(config)
   for backend in _BACKENDS.value:  # each backend's checks, before any load
-    problems = registry.problems(reading.reasoner_config(
+    problems = registry.problems(reading_benchmark.reasoner_config(
         config, backend, options), vocab)
     if problems:
       raise app.UsageError(f'--backends={backend}: ' + '; '.join(problems))
@@ -131,20 +131,20 @@ def main(argv):
     report[backend] = {}
     for rate in rates:
       start = time.time()
-      scored = reading.evaluate(assemble.assemble(
-          config, built, reading.reasoner_config(config, backend, options)),
+      scored = reading_benchmark.evaluate(assemble.assemble(
+          config, built, reading_benchmark.reasoner_config(config, backend, options)),
                                 rate, num)
       report[backend][str(rate)] = (scored if _TEST_SPLIT.value else
-                                    reading.without_test(scored))
+                                    reading_benchmark.without_test(scored))
       print(f'{backend} at noise {rate}: {time.time() - start:.0f}s',
             flush=True)
-  outputs.write_markdown(reading.table(report))
+  outputs.write_markdown(reading_benchmark.table(report))
   outputs.write_json(_JSON.value, {
       'num_sessions': num, 'num_sessions_requested': requested,
       'benchmark': flags.FLAGS.benchmark, 'columns': (
-          reading.COLUMNS if _TEST_SPLIT.value else ('train', 'dev')),
+          reading_benchmark.COLUMNS if _TEST_SPLIT.value else ('train', 'dev')),
       'user': str(config.user), 'grounded_options': options,
-      'sigma_of_action': reading.SIGMA_OF_ACTION, 'report': report})
+      'sigma_of_action': reading_benchmark.SIGMA_OF_ACTION, 'report': report})
 
 
 if __name__ == '__main__':

@@ -23,7 +23,7 @@ import numpy as np
 from experiments.common import cli
 from experiments.common import outputs
 from experiments.common import world_flags
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world import world_source
@@ -111,7 +111,7 @@ def main(argv):
     registry.check_names(_BACKENDS.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  world = world_lib.make_world(world_flags.world_config())
+  world = generator.make_world(world_flags.world_config())
   pairs, truths = reasoner_training.sample_requests(
       world, np.flatnonzero(world.is_test), _NUM.value,
       _SEED.value + 10_000, with_targets=True)

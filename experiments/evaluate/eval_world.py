@@ -16,7 +16,7 @@ from absl import logging
 from experiments.common import cli
 from experiments.common import outputs
 from experiments.common import world_flags
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import training
 
@@ -42,7 +42,7 @@ def main(argv):
     raise app.UsageError(f'--checkpoint_dir {checkpoint}: no '
                          f'{" or ".join(missing)} checkpoint (metadata.json); '
                          'experiments/train/train_world.py writes them')
-  world = world_lib.make_world(world_flags.world_config())
+  world = generator.make_world(world_flags.world_config())
   try:  # another kind of world's encoders are refused, named
     video, composer = training.load_world_models(checkpoint, world)
   except ValueError as e:

@@ -27,7 +27,7 @@ from absl import flags
 
 from experiments.common import cli
 from experiments.common import outputs
-from recovr_jax.analysis import claims as claims_lib
+from recovr_jax.analysis import claims
 from recovr_jax.analysis import paper_claims
 
 _DIRS = flags.DEFINE_list(
@@ -57,17 +57,17 @@ def groups_of(member: pathlib.Path) -> tuple[dict, dict]:
   ``experiments.run --suite=fidelity``, or the ``.npz`` that
   ``--save_sessions_dir`` wrote of one (``claims.save_groups``)."""
   if member.suffix == '.npz':
-    return claims_lib.load_groups(member)
+    return claims.load_groups(member)
   if not (member / 'main').is_dir():
     raise app.UsageError(f'{member / "main"} does not exist: run '
                          'experiments.run --flagfile=experiments/flagfiles/'
                          f'fidelity --output_dir={member} first')
-  main = {name: claims_lib.load(member / name)
+  main = {name: claims.load(member / name)
           for name in paper_claims.MAIN_RUNS if (member / name).is_dir()}
   groups = {'main': main}
   for group in ('degraded', 'sensitivity'):
     if (member / group).is_dir():
-      groups[group] = {p.name: claims_lib.load(p)
+      groups[group] = {p.name: claims.load(p)
                        for p in sorted((member / group).iterdir())
                        if p.is_dir()}
   meta = {}
@@ -78,18 +78,18 @@ def groups_of(member: pathlib.Path) -> tuple[dict, dict]:
 
 
 def evidence(groups: dict, num_resamples: int,
-             seed: int) -> tuple[claims_lib.Evidence, bool]:
+             seed: int) -> tuple[claims.Evidence, bool]:
   """The ``Evidence`` of a member's groups, and whether it holds the
   paper's reading of the no-reflection ablation (``stagnation``)."""
   if 'main' not in groups.get('main', {}):
     raise ValueError('no main run (main/)')
   stagnation = 'stagnation' in groups['main']
-  return claims_lib.Evidence(groups, num_resamples, seed), stagnation
+  return claims.Evidence(groups, num_resamples, seed), stagnation
 
 
 def markdown(results: dict) -> str:
   """``results``: member -> rows (``claims.markdown``)."""
-  return claims_lib.markdown(results)
+  return claims.markdown(results)
 
 
 def main(argv):
@@ -119,20 +119,20 @@ def main(argv):
     try:
       groups, meta = groups_of(m)
       if _SAVE.value:
-        claims_lib.save_groups(pathlib.Path(_SAVE.value) / f'{name}.npz',
+        claims.save_groups(pathlib.Path(_SAVE.value) / f'{name}.npz',
                                groups, meta)
       ev, stagnation = evidence(groups, _RESAMPLES.value, _SEED.value)
-      results[name] = claims_lib.evaluate(
+      results[name] = claims.evaluate(
           paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
     except (FileNotFoundError, ValueError) as e:
       raise app.UsageError(f'{m}: {e}') from e
   outputs.write_markdown(markdown(results))
   if _JSON.value:
     outputs.write_json(_JSON.value, {
-        'margins': {'points': claims_lib.MARGIN_POINTS,
-                    'bri': claims_lib.MARGIN_BRI},
+        'margins': {'points': claims.MARGIN_POINTS,
+                    'bri': claims.MARGIN_BRI},
         'bootstrap_resamples': _RESAMPLES.value, 'seed': _SEED.value,
-        'summary': {m: claims_lib.summary(r) for m, r in results.items()},
+        'summary': {m: claims.summary(r) for m, r in results.items()},
         'rows': results})
 
 

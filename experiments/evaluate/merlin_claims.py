@@ -17,7 +17,7 @@ from absl import flags
 
 from experiments.common import cli
 from experiments.common import outputs
-from recovr_jax.analysis import claims as claims_lib
+from recovr_jax.analysis import claims
 from recovr_jax.analysis import merlin_claims
 
 _RUNS = flags.DEFINE_string(
@@ -42,20 +42,20 @@ def main(argv):
                          'experiments.run --flagfile=experiments/flagfiles/'
                          f'text_start --output_dir={root} first')
   try:
-    runs = {'main': claims_lib.load(main_dir)}
+    runs = {'main': claims.load(main_dir)}
     if low.is_dir():
-      runs[merlin_claims.LOW_ALPHA] = claims_lib.load(low)
-    evidence = claims_lib.Evidence({'main': runs}, _RESAMPLES.value)
-    rows = claims_lib.evaluate(merlin_claims.CLAIMS, evidence)
+      runs[merlin_claims.LOW_ALPHA] = claims.load(low)
+    evidence = claims.Evidence({'main': runs}, _RESAMPLES.value)
+    rows = claims.evaluate(merlin_claims.CLAIMS, evidence)
   except (FileNotFoundError, ValueError) as e:
     raise app.UsageError(f'{root}: {e}') from e
-  text = claims_lib.markdown({'text start (I-TVR)': rows},
+  text = claims.markdown({'text start (I-TVR)': rows},
                              title="MERLIN's claims in its own setting")
   outputs.write_markdown(text)
   if _JSON.value:
     outputs.write_json(_JSON.value, {
         'bootstrap_resamples': _RESAMPLES.value,
-        'summary': claims_lib.summary(rows), 'rows': rows})
+        'summary': claims.summary(rows), 'rows': rows})
 
 
 if __name__ == '__main__':

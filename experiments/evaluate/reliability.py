@@ -376,7 +376,7 @@ def file_cases(s: Scratch, clean: pathlib.Path):
   from recovr_jax import readers  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.files import data  # pylint: disable=g-import-not-at-top
   from recovr_jax.run import results  # pylint: disable=g-import-not-at-top
-  from recovr_jax.study import study as study_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.study import study  # pylint: disable=g-import-not-at-top
 
   # The user's CSV.
   header = 'pth1,pth2,edit,txt1,txt2'
@@ -446,17 +446,17 @@ def file_cases(s: Scratch, clean: pathlib.Path):
   # The study's access file.
   logs = s.root / 'files_access'
   logs.mkdir()
-  good = study_lib._access(logs, ('p01', 'p02'))  # pylint: disable=protected-access
+  good = study._access(logs, ('p01', 'p02'))  # pylint: disable=protected-access
   for name, change, pattern in (
       ('an empty code', {'p01': ''}, "participant 'p01' is not a string"),
       ('a code that is a number', {'p01': 7}, "participant 'p01' is not a "
        'string'),
       ('a code for an unknown participant', {'eve': 'x' * 22},
        "participant 'eve', who is not in this study")):
-    (logs / study_lib.ACCESS_FILE).write_text(json.dumps(
+    (logs / study.ACCESS_FILE).write_text(json.dumps(
         {**good, 'codes': {**good['codes'], **change}}))
     yield (f'the study restarted on an access.json with {name}', *_raises(
-        lambda: study_lib._access(logs, ('p01', 'p02')), pattern))  # pylint: disable=protected-access
+        lambda: study._access(logs, ('p01', 'p02')), pattern))  # pylint: disable=protected-access
 
   # Images: a forged header claiming 20,000 x 20,000 pixels.
   import struct  # pylint: disable=g-import-not-at-top

@@ -39,7 +39,7 @@ import optax
 from experiments.common import cli
 from experiments.common import world_flags
 from recovr_jax.core import checks
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world.models import training
 from recovr_jax.envs.world.user import simulated_user
@@ -172,7 +172,7 @@ def main(argv):
                 'curve': meta.get('curve')})
   from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.models import captioner as captioner_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
   from transformers.models.llama import modeling_flax_llama  # pylint: disable=g-import-not-at-top
   start = time.time()
@@ -180,9 +180,9 @@ def main(argv):
   renditions = (preset['renditions']
                 if flags.FLAGS['renditions'].using_default_value
                 else flags.FLAGS.renditions)
-  world = world_lib.make_world(world_flags.world_config(
+  world = generator.make_world(world_flags.world_config(
       renditions=renditions))
-  writer = captioner_lib.Captioner(captioner_lib.DEFAULT_CAPTIONER_DIR)
+  writer = captioner.Captioner(captioner.DEFAULT_CAPTIONER_DIR)
   timer = training.Timer(every=10)
   print(f'captioning {_POOL.value} train-split videos', flush=True)
   pool, captions = reasoner_training.caption_pool(world, writer, _POOL.value,

@@ -19,7 +19,7 @@ from absl import logging
 from experiments.common import cli
 from experiments.common import outputs
 from experiments.common import world_flags
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import captioner
 
 _DEFAULT = captioner.CaptionerConfig()
@@ -49,7 +49,7 @@ def main(argv):
   if not (math.isfinite(_LR.value) and _LR.value > 0):
     raise app.UsageError(f'--lr must be a finite number > 0, got {_LR.value}')
   cli.writable_dir(_OUTPUT_DIR)  # before the training, not at the save
-  world = world_lib.make_world(world_flags.world_config())
+  world = generator.make_world(world_flags.world_config())
   config = captioner.CaptionerConfig(
       seed=_SEED.value, steps=_STEPS.value, batch=_BATCH.value, lr=_LR.value,
       # Room for the layout's words (at most 26 words and the two marks).

@@ -20,7 +20,7 @@ from absl import logging
 from experiments.common import cli
 from experiments.common import outputs
 from experiments.common import world_flags
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world.models import training
 
@@ -63,7 +63,7 @@ def main(argv):
   config = reasoner_training.ReasonerConfig(
       seed=_SEED.value, num_train=_NUM_TRAIN.value, num_eval=_NUM_EVAL.value,
       steps=_STEPS.value, batch=_BATCH.value)
-  world = world_lib.make_world(world_flags.world_config())
+  world = generator.make_world(world_flags.world_config())
   start = time.time()
   report = {}
   if not _EVAL_ONLY.value:

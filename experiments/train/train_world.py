@@ -20,7 +20,7 @@ import jax
 
 from experiments.common import cli
 from experiments.common import world_flags
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import training
 
@@ -68,7 +68,7 @@ def main(argv):
   output = pathlib.Path(cli.writable_dir(_OUTPUT_DIR))
   report = training.Timer()
 
-  world = world_lib.make_world(world_config)
+  world = generator.make_world(world_config)
   print(f'world: {len(world.combos)} combinations, '
         f'{len(world.gallery_combos)} gallery videos, '
         f'{len(world.test.target)} test and {len(world.train.target)} train '

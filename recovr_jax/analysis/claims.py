@@ -50,7 +50,7 @@ import jax
 import numpy as np
 
 from recovr_jax import readers
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 
 MARGIN_POINTS = 0.03   # R@K and rates: 3 points
@@ -187,9 +187,9 @@ def load_groups(path) -> tuple[dict, dict]:
 
 def transitions(ranks, top1) -> dict:
   """Per-session failure-mode counts: mode -> ``(count [S], total [S])``
-  over active transitions, as ``metrics.failure_modes`` pools them."""
+  over active transitions, as ``list_metrics.failure_modes`` pools them."""
   ranks, top1 = np.asarray(ranks), np.asarray(top1)
-  active = np.asarray(metrics.default_active(ranks))
+  active = np.asarray(list_metrics.default_active(ranks))
   prev, cur = ranks[:, :-1], ranks[:, 1:]
   moving = active[:, 1:]
   stagnated = cur >= prev
@@ -207,7 +207,7 @@ def transitions(ranks, top1) -> dict:
 
 def session_bri(ranks) -> np.ndarray:
   """``[S, T+1]`` per-session BRI; its mean over sessions is
-  ``metrics.bri`` (BRI is linear in the per-session log best rank)."""
+  ``list_metrics.bri`` (BRI is linear in the per-session log best rank)."""
   log_best = np.log(np.minimum.accumulate(np.asarray(ranks, np.float64),
                                           axis=1))
   trapezoids = (log_best[:, :-1] + log_best[:, 1:]) / 2
@@ -348,12 +348,12 @@ class Evidence:
     if kind == 'fired':  # of the firing transitions, the same-turn improved
       if method not in r.fired:
         raise MissingRows(f'run {run!r} has no rank-cap firing for {method!r}')
-      moving = np.asarray(metrics.default_active(ranks))[:, 1:]
+      moving = np.asarray(list_metrics.default_active(ranks))[:, 1:]
       firing = r.fired[method][:, 1:] & moving
       improved = firing & (ranks[:, 1:] < ranks[:, :-1])
       return improved.sum(1), firing.sum(1)
     if kind == 'transitions':
-      return np.asarray(metrics.default_active(ranks))[:, 1:].sum(1), None
+      return np.asarray(list_metrics.default_active(ranks))[:, 1:].sum(1), None
     raise ValueError(f'unknown statistic {kind!r}')
 
   def statistic(self, key):

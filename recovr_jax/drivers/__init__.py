@@ -18,12 +18,12 @@ Adding a driver: a ``Driver`` subclass in its own module and a line in
 ``choose``.
 """
 
-from recovr_jax.drivers import driver as driver_lib
+from recovr_jax.drivers import driver
 from recovr_jax.drivers import host_driver
 from recovr_jax.drivers import jit_driver
 from recovr_jax.protocol import source as source_lib
 
-Driver = driver_lib.Driver
+Driver = driver.Driver
 # The --simulation values.
 NAMES = ('host', 'jit')
 

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 
 from recovr_jax import config_tree
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
@@ -81,7 +81,7 @@ class Settings:
                        f'{self.question_candidates}')
 
 
-Shown = plan_lib.Shown  # the protocol's; methods read it
+Shown = plan.Shown  # the protocol's; methods read it
 
 
 class Method(abc.ABC):
@@ -94,7 +94,7 @@ class Method(abc.ABC):
   asks_every_turn: bool = False   # IVR-style: a question every turn
   # Its query text is the dialogue so far, joined (``protocol.dialogue``).
   joins_dialogue: bool = False
-  jax_form: plan_lib.JaxForm | None = None  # None: host only
+  jax_form: plan.JaxForm | None = None  # None: host only
 
   def __init__(self, settings: Settings = Settings()):
     self.settings = settings
@@ -105,11 +105,11 @@ class Method(abc.ABC):
         window=base.window if self.fusion else 1)
 
   @abc.abstractmethod
-  def init(self, ctx: plan_lib.Context, start: plan_lib.Start):
+  def init(self, ctx: plan.Context, start: plan.Start):
     """``(state, plan)`` of turn 0 for the ``S`` sessions of ``start``."""
 
   @abc.abstractmethod
-  def step(self, ctx: plan_lib.Context, state, obs: plan_lib.Observation):
+  def step(self, ctx: plan.Context, state, obs: plan.Observation):
     """``(state, plan)`` of a feedback turn for ``obs.sessions``."""
 
   def memory(self, state, row: int) -> schemas.SessionMemory:
@@ -117,7 +117,7 @@ class Method(abc.ABC):
     del state, row
     return schemas.SessionMemory()
 
-  def question(self, ctx: plan_lib.Context, state, shown: Shown):
+  def question(self, ctx: plan.Context, state, shown: Shown):
     """``[B]`` questions (``None``: none asked) for the lists in ``shown``;
     by default none."""
     del ctx, state

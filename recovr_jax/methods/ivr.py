@@ -14,17 +14,17 @@ from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import dialogue
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
 
 SEPARATOR = dialogue.SEPARATOR
 # The sigma a single-list method reports, from the user's action (paper
 # appendix A.2); only a rank-cap transplant (``rank_cap_transplant``) uses it.
-ACTION_SIGMA = {'rewrite': plan_lib.SIGMA['neg'],
-                'modify': plan_lib.SIGMA['neu'],
-                'answer': plan_lib.SIGMA['neu'],
-                'stop': plan_lib.SIGMA['neu']}
+ACTION_SIGMA = {'rewrite': plan.SIGMA['neg'],
+                'modify': plan.SIGMA['neu'],
+                'answer': plan.SIGMA['neu'],
+                'stop': plan.SIGMA['neu']}
 
 
 def action_sigma(actions):
@@ -33,7 +33,7 @@ def action_sigma(actions):
 
 def jax_action_sigma(action):
   """``ACTION_SIGMA`` of a ``simulated_user`` action index (traced)."""
-  return jnp.where(action == plan_lib.REWRITE, demotion.SIGMA_NEG,
+  return jnp.where(action == plan.REWRITE, demotion.SIGMA_NEG,
                    demotion.SIGMA_NEU).astype(jnp.int32)
 
 
@@ -41,7 +41,7 @@ def single_list_plan(obs, edit_embedding, anchor=None):
   """A jitted single-list plan: ``edit_embedding [D]`` composed with
   ``anchor`` (default ``v_ref``), sigma from the action."""
   none = jnp.full(obs.info.mentions.shape, -1, jnp.int32)
-  return plan_lib.JaxPlan(
+  return plan.JaxPlan(
       search=none, edit=none, use_search=False, use_edit=True,
       sigma=jax_action_sigma(obs.action),
       anchor=obs.reference if anchor is None else anchor,
@@ -50,7 +50,7 @@ def single_list_plan(obs, edit_embedding, anchor=None):
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
+class JaxForm(plan.JaxForm, plan.JaxAsker):
   """IVR (and UMIVR) in the jitted mode: the dialogue so far (the
   modification text and every utterance, joined with ``SEPARATOR``, as the
   driver's dialogue table encodes it) composed with ``v_ref``.
@@ -166,18 +166,18 @@ class IVR(base.Method):
     s, _ = start.covr_query.shape
     state = {'reference': start.reference,
              'texts': [[m] for m in start.modification]}
-    return state, plan_lib.covr_plan(start.covr_query,
-                                     [plan_lib.SIGMA['neu']] * s)
+    return state, plan.covr_plan(start.covr_query,
+                                     [plan.SIGMA['neu']] * s)
 
   def step(self, ctx, state, obs):
     texts = list(state['texts'])
     for i, f in zip(obs.sessions, obs.feedback):
       texts[i] = texts[i] + [f]
     joined = [SEPARATOR.join(texts[i]) for i in obs.sessions]
-    queries = plan_lib.anchored(ctx.gallery, ctx.compose,
+    queries = plan.anchored(ctx.gallery, ctx.compose,
                                 state['reference'][obs.sessions],
                                 ctx.encode_text(joined))
-    return dict(state, texts=texts), plan_lib.covr_plan(
+    return dict(state, texts=texts), plan.covr_plan(
         queries, action_sigma(obs.action))
 
   def question(self, ctx, state, shown):

@@ -15,11 +15,11 @@ from recovr_jax import config_tree
 from recovr_jax.core import slerp
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
+class JaxForm(plan.JaxForm, plan.JaxAsker):
   """MERLIN in the jitted mode: the running text embedding moves towards
   each utterance's embedding (the driver's word table holds them); asks
   about the reference video's caption."""
@@ -58,8 +58,8 @@ class MERLIN(base.Method):
     s, _ = start.covr_query.shape
     text = np.asarray(ctx.encode_text(list(start.modification)), np.float32)
     state = {'text': text, 'reference': start.reference}
-    return state, plan_lib.covr_plan(start.covr_query,
-                                     [plan_lib.SIGMA['neu']] * s)
+    return state, plan.covr_plan(start.covr_query,
+                                     [plan.SIGMA['neu']] * s)
 
   def step(self, ctx, state, obs):
     text = state['text'].copy()
@@ -67,10 +67,10 @@ class MERLIN(base.Method):
     for j, i in enumerate(obs.sessions):
       text[i] = np.asarray(slerp.slerp(text[i], answers[j],
                                        self.settings.merlin_alpha))
-    queries = plan_lib.anchored(ctx.gallery, ctx.compose,
+    queries = plan.anchored(ctx.gallery, ctx.compose,
                                 state['reference'][obs.sessions],
                                 text[obs.sessions])
-    return dict(state, text=text), plan_lib.covr_plan(
+    return dict(state, text=text), plan.covr_plan(
         queries, ivr.action_sigma(obs.action))
 
   def question(self, ctx, state, shown):

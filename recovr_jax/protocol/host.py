@@ -19,7 +19,7 @@ from recovr_jax import config_tree
 from recovr_jax import profiling
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import session as session_lib
+from recovr_jax.protocol import session
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +125,7 @@ class HostDriver:
     return jnp.asarray(self.env.gallery[:self.env.searchable])
 
   def still_searching(self, carry):
-    return np.asarray(session_lib.searching(carry.ranking, self.target))
+    return np.asarray(session.searching(carry.ranking, self.target))
 
   def respond(self, carry, turn, active):
     rows = np.flatnonzero(active)
@@ -251,7 +251,7 @@ def start_plan(driver: HostDriver):
 def feedback_turn(driver: HostDriver, carry: _Carry, turn: int):
   """One feedback turn: ``(carry, records)``; ``carry.questions`` are then
   the questions shown with the new lists."""
-  carry, rows = session_lib.feedback_turn(driver, carry, turn)
+  carry, rows = session.feedback_turn(driver, carry, turn)
   return dataclasses.replace(carry, questions=carry.new_questions), rows
 
 

@@ -41,7 +41,7 @@ from recovr_jax.core import sharding
 from recovr_jax.core import vectors
 from recovr_jax.protocol import plan as plan_lib
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import session as session_lib
+from recovr_jax.protocol import session
 
 DEFAULT_CHUNK_SIZE = 64  # sessions per vmapped chunk of a compacted turn
 
@@ -363,7 +363,7 @@ class _JitDriver:
     self.target = shared.data.target[query]
 
   def still_searching(self, carry):
-    return session_lib.searching(carry.state, self.target)
+    return session.searching(carry.state, self.target)
 
   def respond(self, carry, turn, active):
     del active
@@ -446,7 +446,7 @@ class _JitDriver:
 def _session_turn(config: SimConfig, shared: _Shared, query,
                   carry: SessionCarry, turn, rank=True):
   """Feedback turn ``turn`` of one session: ``(carry, outputs)``."""
-  return session_lib.feedback_turn(_JitDriver(config, shared, query, rank),
+  return session.feedback_turn(_JitDriver(config, shared, query, rank),
                                    carry, turn)
 
 
@@ -481,9 +481,9 @@ def simulate_batch(config: SimConfig, data: plan_lib.JaxData, tables, composer_p
   turn = functools.partial(_session_turn, config, shared)
   turns = jnp.arange(1, config.loop.num_turns + 1)
   if chunk_size is None:
-    carry, outs = session_lib.plain_turns(turn, queries, carry, turns)
+    carry, outs = session.plain_turns(turn, queries, carry, turns)
   else:
-    carry, outs = session_lib.compact_turns(
+    carry, outs = session.compact_turns(
         turn, functools.partial(_stopped_turn, config),
         shared.data.target[queries], queries, carry, turns, chunk_size)
   needed = jnp.concatenate([
@@ -556,9 +556,9 @@ def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
   if not getattr(config.face, 'TELLS_HELD', False):  # one pass, as ranked
     turn_fn = lambda q, c, t: _session_turn(config, shared, q, c, t, rank)
     if chunk_size is None:
-      carry, outs = session_lib.plain_turn(turn_fn, queries, carry, turn)
+      carry, outs = session.plain_turn(turn_fn, queries, carry, turn)
     else:
-      carry, outs = session_lib.compact_turn(
+      carry, outs = session.compact_turn(
           turn_fn, functools.partial(_stopped_turn, config),
           shared.data.target[queries], queries, carry, turn, chunk_size)
     return carry, dict(outs, ranked=jnp.broadcast_to(rank,
@@ -566,20 +566,20 @@ def turn_batch(config: SimConfig, data: plan_lib.JaxData, tables,
 
   def first(q, c, t):
     driver = _JitDriver(config, shared, q)
-    mid = session_lib.decide(driver, c, t)
+    mid = session.decide(driver, c, t)
     return mid, driver.held(*mid[1:])
 
   def second(q, mid, ranks):
-    return session_lib.show(_JitDriver(config, shared, q, ranks), *mid)
+    return session.show(_JitDriver(config, shared, q, ranks), *mid)
 
   def between(held):
     return rank | _none_missing(held, session_axis)
 
   if chunk_size is None:
-    carry, outs, ranked = session_lib.halves_turn(first, second, between,
+    carry, outs, ranked = session.halves_turn(first, second, between,
                                                   queries, carry, turn)
   else:
-    carry, outs, ranked = session_lib.compact_halves_turn(
+    carry, outs, ranked = session.compact_halves_turn(
         first, second, between, functools.partial(_stopped_turn, config),
         shared.data.target[queries], queries, carry, turn, chunk_size)
   return carry, dict(outs, ranked=jnp.broadcast_to(ranked,
@@ -689,7 +689,7 @@ class _Programs:
         sharding.SESSION_AXIS]
     active = np.concatenate([active, np.repeat(active[-1:], self.padding)])
     per_shard = active.reshape(shards, -1).sum(axis=1)
-    _, chunk = session_lib.chunks(len(active) // shards, self.chunk_size)
+    _, chunk = session.chunks(len(active) // shards, self.chunk_size)
     return int(sum(-(-n // chunk) for n in per_shard) * chunk)
 
   def __call__(self, tables, carry, turn: int, rank: bool):

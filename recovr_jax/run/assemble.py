@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 from recovr_jax import checksums
 from recovr_jax import drivers
-from recovr_jax import methods as methods_lib
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax import methods
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
 from recovr_jax.reasoning import registry
@@ -50,7 +50,7 @@ class Run:
   built: source_lib.Built
   driver: drivers.Driver
   user: Callable        # respond(session, turn, target, shown, question)
-  ctx: plan_lib.Context  # what the methods may read (reasoner included)
+  ctx: plan.Context  # what the methods may read (reasoner included)
 
   @property
   def source(self) -> source_lib.Source:
@@ -71,7 +71,7 @@ class Run:
 
   def method(self, name: str):
     """The method ``name`` with the run's settings."""
-    return methods_lib.make(name, self.config.settings)
+    return methods.make(name, self.config.settings)
 
 
 def assemble(config: config_lib.RunConfig,
@@ -86,7 +86,7 @@ def assemble(config: config_lib.RunConfig,
   user = source.user(config, env)
   reasoner = registry.make(reasoner or config.reasoner_config(),
                            source.vocabulary(config), env.encode_text)
-  ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+  ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=reasoner)
   return Run(config=config, built=built,

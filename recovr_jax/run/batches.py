@@ -21,7 +21,7 @@ from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import host
 from recovr_jax.run import integrity
 from recovr_jax.run import reporting
-from recovr_jax.run import validation as checks
+from recovr_jax.run import validation
 
 
 class Progress:
@@ -83,7 +83,7 @@ def save(out, method, b, result, sessions, errors, counts, identity):
   tmp.replace(records)
 
 
-class CorruptBatch(checks.ConfigError):
+class CorruptBatch(validation.ConfigError):
   """A batch checkpoint that fails its checks; the message names it."""
 
 

@@ -10,11 +10,11 @@ from typing import ClassVar
 
 from recovr_jax import config_tree
 from recovr_jax import drivers
-from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_source
 from recovr_jax import methods as methods_registry
-from recovr_jax.methods import base as methods_base
+from recovr_jax.methods import base
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import source as source_lib
 from recovr_jax.reasoning import registry
@@ -25,7 +25,7 @@ from recovr_jax.run import resources
 SOURCES = {
     world_source.WorldData.NAME: (world_source.WorldData,
                                   world_source.WorldSource),
-    real_source.RealData.NAME: (real_source.RealData, real_source.RealSource),
+    files_source.RealData.NAME: (files_source.RealData, files_source.RealSource),
 }
 DATA = tuple(SOURCES)
 # The embedded benchmarks (constructors of the world's config).
@@ -52,9 +52,9 @@ class RunConfig:
                                         group=_OUTPUTS)
   #: The embedded world, or WebVid-CoVR-style files (each source's config;
   #: ``source(config)`` is its Source).
-  data: world_source.WorldData | real_source.RealData = config_tree.setting(
+  data: world_source.WorldData | files_source.RealData = config_tree.setting(
       world_source.WorldData(),
-      variants=(world_source.WorldData, real_source.RealData),
+      variants=(world_source.WorldData, files_source.RealData),
       group='Benchmark and world')
   #: Also write TREC run files (<output_dir>/trec/<method>.turn<t>.run: qid
   #: Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for ranx,
@@ -115,7 +115,7 @@ class RunConfig:
   #: Sessions per batch.
   batch_size: int = config_tree.setting(100)
   loop: ranking.LoopConfig = ranking.LoopConfig()
-  settings: methods_base.Settings = methods_base.Settings()
+  settings: base.Settings = base.Settings()
   user: simulated_user.UserConfig = simulated_user.UserConfig()
   #: The user's seed.
   user_seed: int = config_tree.setting(0, lower_bound=0,

@@ -13,10 +13,10 @@ from recovr_jax import checksums
 from recovr_jax import methods as methods_lib
 from recovr_jax import profiling
 from recovr_jax.protocol import dialogue
-from recovr_jax.run import ask_scores as asking
+from recovr_jax.run import ask_scores
 from recovr_jax.run import figures
 from recovr_jax.run import reporting
-from recovr_jax.run import validation as checks
+from recovr_jax.run import validation
 
 
 # What a finished run leaves in its directory besides batches/ and the lock
@@ -234,10 +234,10 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     for row in trajectories:
       by_method[row['method']].append(row)
     # One replay per user turn, all of them up front.
-    ask_truth = asking.remembering(ask_truth, trajectories,
+    ask_truth = ask_scores.remembering(ask_truth, trajectories,
                                    config.loop.num_turns)
     for m, rows in by_method.items():
-      per_method[m]['asking'] = asking.score(rows, ask_truth,
+      per_method[m]['asking'] = ask_scores.score(rows, ask_truth,
                                              config.loop.num_turns)
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
@@ -280,7 +280,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   report = reporting.markdown(per_method, failures, boot,
                               _header(config, env, len(sessions), benchmark),
                               firing)
-  report += asking.markdown(per_method)
+  report += ask_scores.markdown(per_method)
   for interval in also.values():
     report += reporting.bootstrap_markdown(interval) + '\n'
 
@@ -315,7 +315,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   over = {m: n for m, n in raised.items()
           if n > config.max_error_share * len(sessions)}
   if over:
-    raise checks.RunFailed(
+    raise validation.RunFailed(
         'sessions raised: ' + ', '.join(f'{m} {n} of {len(sessions)}'
                                         for m, n in over.items()) +
         f' (above --max_error_share={config.max_error_share:g}); the '

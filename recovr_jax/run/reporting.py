@@ -7,7 +7,7 @@ import json
 import jax
 import numpy as np
 
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 
 RECALL_KS = (1, 5, 10, 50)
@@ -27,20 +27,20 @@ def fired_matrix(records, num_turns: int) -> np.ndarray:
 
 def firing_table(displayed, targets, fired) -> dict:
   """Rank-cap firing rate and same-turn improvement when it fires."""
-  ranks = metrics.target_ranks(displayed, targets)
-  out = metrics.rank_cap_firing(ranks, fired)
+  ranks = list_metrics.target_ranks(displayed, targets)
+  out = list_metrics.rank_cap_firing(ranks, fired)
   return {name: {'rate': float(r.rate), 'count': int(r.count),
                  'total': int(r.total)} for name, r in out._asdict().items()}
 
 
 def method_metrics(displayed, targets) -> dict:
   """Per-turn R@K, BRI and stop rate of one method's displayed lists."""
-  ranks = metrics.target_ranks(displayed, targets)
-  out = {f'R@{k}': np.asarray(metrics.recall_at_k(ranks, k)).tolist()
+  ranks = list_metrics.target_ranks(displayed, targets)
+  out = {f'R@{k}': np.asarray(list_metrics.recall_at_k(ranks, k)).tolist()
          for k in RECALL_KS}
-  out['BRI'] = np.asarray(metrics.bri(ranks)).tolist()
+  out['BRI'] = np.asarray(list_metrics.bri(ranks)).tolist()
   for k in HITS_KS:
-    out[f'Hits@{k}'] = np.asarray(metrics.cumulative_hits(ranks, k)).tolist()
+    out[f'Hits@{k}'] = np.asarray(list_metrics.cumulative_hits(ranks, k)).tolist()
   # Share of sessions whose target has been shown as top-1 by turn t.
   out['stop_rate'] = np.mean(np.minimum.accumulate(np.asarray(ranks), axis=1)
                              == 1, axis=0).tolist()
@@ -48,7 +48,7 @@ def method_metrics(displayed, targets) -> dict:
 
 
 def session_bri(ranks) -> np.ndarray:
-  """``[S, T+1]`` float32 BRI of each session alone (``metrics.bri``'s
+  """``[S, T+1]`` float32 BRI of each session alone (``list_metrics.bri``'s
   formula before the mean over sessions, which is linear: the mean of
   these rows is the run's BRI)."""
   log_best = np.log(np.minimum.accumulate(np.asarray(ranks), axis=1)
@@ -65,7 +65,7 @@ def intervals(displayed, targets, num_resamples: int, seed: int,
   ``{key: {'lower': [T+1], 'upper': [T+1]}}``. Every method gets the same
   resamples (``seed``); ``queries`` ``[S]``: each session's query, whole
   queries resampled where they repeat (None: each session its own)."""
-  ranks = np.asarray(metrics.target_ranks(displayed, targets))
+  ranks = np.asarray(list_metrics.target_ranks(displayed, targets))
   best = np.minimum.accumulate(ranks, axis=1)
   columns = []
   for key in INTERVAL_KEYS:
@@ -116,7 +116,7 @@ def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
   queries = sessions if queries is None else queries
   for method, d in displayed.items():
     d = np.asarray(d)
-    ranks = np.asarray(metrics.target_ranks(d, targets))
+    ranks = np.asarray(list_metrics.target_ranks(d, targets))
     for row, (s, target) in enumerate(zip(sessions, targets)):
       acts = actions.get((method, int(s)), ())
       for t in range(d.shape[1]):
@@ -128,8 +128,8 @@ def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
 
 
 def failure_table(displayed, targets) -> dict:
-  ranks = metrics.target_ranks(displayed, targets)
-  modes = metrics.failure_modes(ranks, np.asarray(displayed)[:, :, 0])
+  ranks = list_metrics.target_ranks(displayed, targets)
+  modes = list_metrics.failure_modes(ranks, np.asarray(displayed)[:, :, 0])
   return {name: {'rate': float(r.rate), 'count': int(r.count),
                  'total': int(r.total)}
           for name, r in modes._asdict().items()}
@@ -147,7 +147,7 @@ def bootstrap(displayed_a, displayed_b, targets, num_resamples: int,
               seed: int, queries=None) -> dict:
   """Paired bootstrap of the per-turn R@1 difference ``a - b``
   (``queries`` as ``intervals``)."""
-  hits = lambda d: np.asarray(metrics.target_ranks(d, targets)) <= 1
+  hits = lambda d: np.asarray(list_metrics.target_ranks(d, targets)) <= 1
   interval = resampling.paired_bootstrap(
       hits(displayed_a), hits(displayed_b), num_resamples,
       jax.random.key(seed), clusters=queries)

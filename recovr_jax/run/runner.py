@@ -30,14 +30,14 @@ from recovr_jax.run import integrity
 from recovr_jax.run import outputs
 from recovr_jax.run import reporting
 from recovr_jax.run import resources
-from recovr_jax.run import validation as checks
+from recovr_jax.run import validation
 
 # The checks' names, as the front ends use them.
-ConfigError = checks.ConfigError
-RunFailed = checks.RunFailed
-OutputsNotWritten = checks.OutputsNotWritten
-validate = checks.validate
-_fail = checks.fail
+ConfigError = validation.ConfigError
+RunFailed = validation.RunFailed
+OutputsNotWritten = validation.OutputsNotWritten
+validate = validation.validate
+_fail = validation.fail
 OUTPUT_FILES = outputs.OUTPUT_FILES
 INCOMPLETE = outputs.INCOMPLETE
 Built = source_lib.Built

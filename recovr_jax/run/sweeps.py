@@ -7,7 +7,7 @@ import pathlib
 from recovr_jax import readers
 from recovr_jax.run import config as config_lib
 from recovr_jax.run import runner
-from recovr_jax.run import validation as checks
+from recovr_jax.run import validation
 
 
 def sweep(config: config_lib.RunConfig, settings) -> str:
@@ -16,7 +16,7 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
   ``(text, parsed)`` pairs. Every setting is checked before the first run
   (what the driver cannot run of the sweep's own config is named first,
   without a setting)."""
-  checks.check_driver(config, config_lib.source(config))
+  validation.check_driver(config, config_lib.source(config))
   configs = []
   for name, values in settings:
     for text, value in values:
@@ -27,9 +27,9 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
             flags_text=config.flags_text + f'# sweep setting: --{name}={text}\n')
         _check_setting(c)
       except ValueError as e:
-        checks.fail(f'--sweep {name}={text}: {e}')
+        validation.fail(f'--sweep {name}={text}: {e}')
       configs.append((name, text, c))
-  checks.validate(config)  # the sweep's own directory, once its settings are good
+  validation.validate(config)  # the sweep's own directory, once its settings are good
   built, rows, failed = None, [], []
   for name, text, c in configs:
     print(f'== sweep {name}={text}', flush=True)
@@ -37,7 +37,7 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
       built = runner.build(c)
     try:
       rows.append((name, text, runner.run(c, built)))
-    except checks.RunFailed as e:  # its outputs are written; the sweep goes on
+    except validation.RunFailed as e:  # its outputs are written; the sweep goes on
       failed.append(f'{name}={text}: {e}')
       rows.append((name, text, readers.read_json(
           pathlib.Path(c.output_dir) / 'metrics.json', 'metrics file')))
@@ -71,14 +71,14 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
   (pathlib.Path(config.output_dir) / 'sweep.md').write_text(summary)
   print(summary)
   if failed:
-    raise checks.RunFailed('; '.join(failed))
+    raise validation.RunFailed('; '.join(failed))
   return summary
 
 
 def _check_setting(config):
   """What a setting adds to the checks (without creating its output
   directory)."""
-  checks.check_driver(config, config_lib.source(config))
+  validation.check_driver(config, config_lib.source(config))
 
 
 def run_parts(config: config_lib.RunConfig, parts) -> None:
@@ -97,11 +97,11 @@ def run_parts(config: config_lib.RunConfig, parts) -> None:
     try:
       for name, _, value in settings:
         c = config_lib.with_setting(c, name, value)
-      checks.validate(c, create=False)
-    except (ValueError, checks.ConfigError) as e:
-      checks.fail(f'suite part {sub}: {e}')
+      validation.validate(c, create=False)
+    except (ValueError, validation.ConfigError) as e:
+      validation.fail(f'suite part {sub}: {e}')
     configs.append((sub, c))
-  checks.validate(config)
+  validation.validate(config)
   built, failed = None, []
   for i, (sub, c) in enumerate(configs):
     print(f'== part {i + 1} of {len(configs)}: {sub} '
@@ -110,7 +110,7 @@ def run_parts(config: config_lib.RunConfig, parts) -> None:
       built = runner.build(c)
     try:
       runner.run(c, built)
-    except checks.RunFailed as e:
+    except validation.RunFailed as e:
       failed.append(f'{sub}: {e}')
   if failed:
-    raise checks.RunFailed('; '.join(failed))
+    raise validation.RunFailed('; '.join(failed))

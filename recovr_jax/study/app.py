@@ -33,7 +33,7 @@ import markupsafe
 from starlette import concurrency
 
 from recovr_jax.study import instance as session_lib
-from recovr_jax.study import log as log_lib
+from recovr_jax.study import log
 from recovr_jax.study import study as study_lib
 
 MAX_BODY = 64 * 1024   # bytes of a form (the feedback is at most 1,000 chars)
@@ -215,7 +215,7 @@ def make_app(study: study_lib.Study, media=None,
                                                confirm)
     return responses.HTMLResponse(body, status_code=status)
 
-  @app.exception_handler(log_lib.LogError)
+  @app.exception_handler(log.LogError)
   async def damaged_log(request, e):
     del request
     return responses.HTMLResponse(

@@ -14,7 +14,7 @@ import unicodedata
 import numpy as np
 
 from recovr_jax.protocol import host
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.reasoning import rules
 
 MAX_FEEDBACK_CHARS = 1000
@@ -86,7 +86,7 @@ class Instance:
 
   def _user(self, session, turn, target, shown, question):
     del session, turn, target, shown  # the person saw them on the page
-    return plan_lib.Feedback(human_action(self._words, question),
+    return plan.Feedback(human_action(self._words, question),
                              self._words, {})
 
   @property

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from recovr_jax.core import resampling
-from recovr_jax.study import log as log_lib
+from recovr_jax.study import log
 
 LIST = 10   # the logs keep each turn's top 10
 
@@ -44,7 +44,7 @@ def _instances(path, head, events):
     if kind == 'turn':
       expect = len(turns.setdefault(e['instance'], []))
       if e['turn'] != expect:
-        raise log_lib.LogError(f'{path}, line {number}: turn {e["turn"]} '
+        raise log.LogError(f'{path}, line {number}: turn {e["turn"]} '
                                f'of instance {e["instance"]}, expected '
                                f'turn {expect}')
       turns[e['instance']].append(e)
@@ -73,15 +73,15 @@ def load(log_dir) -> HumanRuns:
   header, rows, unfinished, errors, damaged = None, [], 0, 0, []
   for path in paths:
     try:  # a damaged log is left out of the table and listed
-      head, events = log_lib.read_events(path)
+      head, events = log.read_events(path)
       shared = {k: v for k, v in head.items()
                 if k not in ('participant', 'event', 'queue')}
       if header is not None and shared != header:
-        raise log_lib.LogError(f'{path}: written under another study '
+        raise log.LogError(f'{path}: written under another study '
                                f'configuration than the logs before it')
       done, open_, failed = _instances(path, head, events)
-    except (log_lib.LogError, KeyError, TypeError) as e:
-      damaged.append(str(e) if isinstance(e, log_lib.LogError) else
+    except (log.LogError, KeyError, TypeError) as e:
+      damaged.append(str(e) if isinstance(e, log.LogError) else
                      f'{path}: a line lacks a field ({type(e).__name__}: '
                      f'{e})')
       continue
@@ -90,7 +90,7 @@ def load(log_dir) -> HumanRuns:
     unfinished += open_
     errors += failed
   if header is None:
-    raise log_lib.LogError(f'no readable study log in {log_dir}: ' +
+    raise log.LogError(f'no readable study log in {log_dir}: ' +
                            '; '.join(damaged))
   t = header['num_turns']
   displayed = np.full((len(rows), t + 1, LIST), -1, np.int32)

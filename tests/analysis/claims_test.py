@@ -14,7 +14,7 @@ from experiments.evaluate import fidelity
 from recovr_jax import readers
 from recovr_jax.analysis import claims
 from recovr_jax.analysis import paper_claims
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 from recovr_jax.run import reporting
 
@@ -236,12 +236,12 @@ class StatisticsTest(absltest.TestCase):
   def test_per_session_statistics_pool_to_the_metrics(self):
     ranks = RNG.integers(1, 12, (S, T + 1))
     top1 = RNG.integers(0, 4, (S, T + 1))
-    pooled = metrics.failure_modes(ranks, top1)
+    pooled = list_metrics.failure_modes(ranks, top1)
     for mode, (count, total) in claims.transitions(ranks, top1).items():
       self.assertEqual(int(count.sum()), int(getattr(pooled, mode).count))
       self.assertEqual(int(total.sum()), int(getattr(pooled, mode).total))
     chex.assert_trees_all_close(claims.session_bri(ranks).mean(0),
-                                np.asarray(metrics.bri(ranks)), atol=1e-5)
+                                np.asarray(list_metrics.bri(ranks)), atol=1e-5)
 
   def test_load_reads_a_run_directory(self):
     d = self.create_tempdir()
@@ -262,7 +262,7 @@ class StatisticsTest(absltest.TestCase):
     np.testing.assert_array_equal(run.sessions, np.sort(sessions))
     for m in 'ab':
       np.testing.assert_array_equal(
-          run.ranks[m], np.asarray(metrics.target_ranks(
+          run.ranks[m], np.asarray(list_metrics.target_ranks(
               displayed[m], targets))[order])
       same = displayed[m][order, :, 0][:, 1:] == displayed[m][order, :, 0][
           :, :-1]

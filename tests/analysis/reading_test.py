@@ -13,8 +13,8 @@ from absl.testing import absltest
 import chex
 import numpy as np
 
-from recovr_jax.analysis import reading_benchmark as reading_eval
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.analysis import reading_benchmark
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import reader_fit as reading
@@ -25,7 +25,7 @@ from recovr_jax.reasoning import grounding
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 
-A = world_lib.ATTRIBUTES
+A = generator.ATTRIBUTES
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -34,7 +34,7 @@ def attr(name):
 
 
 def value(name, v):
-  return world_lib.VALUES[name].index(v)
+  return generator.VALUES[name].index(v)
 
 
 class PhrasingSplitTest(absltest.TestCase):
@@ -54,7 +54,7 @@ class PhrasingSplitTest(absltest.TestCase):
   def test_train_user_never_says_a_held_out_phrasing(self):
     user = simulated_user.SimulatedUser(simulated_user.UserConfig(
         style='paper', language='own', phrasings='train'), seed=3)
-    combos = world_lib.all_combos()
+    combos = generator.all_combos()
     rng = np.random.default_rng(0)
     kinds = set()
     for i in range(300):
@@ -200,7 +200,7 @@ class MiniLMGroundingTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.world = world_lib.make_world(world_lib.WorldConfig())
+    cls.world = generator.make_world(generator.WorldConfig())
     cls.encoder = encoders.TextEncoder()
     cls.reader, cls.fit = reading.grounding_reader(
         cls.world, cls.encoder, num=300, **reading.GROUNDED_OPTIONS)
@@ -298,7 +298,7 @@ class MiniLMGroundingTest(absltest.TestCase):
     # A later process (the memo cleared) loads them and fits nothing; a
     # damaged file is fitted again, with a warning, and rewritten.
     d = pathlib.Path(self.create_tempdir().full_path)
-    grounded = reading.Grounding(world_lib.WorldConfig(), d)
+    grounded = reading.Grounding(generator.WorldConfig(), d)
     first = grounded.reasoner(self.encoder)
     files = list(d.glob('grounded-fit-*.json'))
     self.assertLen(files, 1)
@@ -322,7 +322,7 @@ class MiniLMGroundingTest(absltest.TestCase):
     self.assertEqual(third.fit, first.fit)
     reading._FITTED.clear()  # pylint: disable=protected-access
     self.assertTrue(reading.FitCache(
-        d, (world_lib.WorldConfig(), self.encoder.shared_key),
+        d, (generator.WorldConfig(), self.encoder.shared_key),
         reading.GROUNDED_OPTIONS).load())  # rewritten whole
 
   def test_frame_classifier_reads_the_decision(self):
@@ -417,7 +417,7 @@ class PaperSigmaTest(absltest.TestCase):
     reasoner = rules.RulesReasoner(lexicon, sigma='paper')
     user = simulated_user.SimulatedUser(simulated_user.UserConfig(
         style='paper'), seed=1)
-    combos = world_lib.all_combos()
+    combos = generator.all_combos()
     rng = np.random.default_rng(2)
     for session in range(40):
       target = combos[rng.integers(len(combos))]
@@ -425,7 +425,7 @@ class PaperSigmaTest(absltest.TestCase):
       for turn in range(1, 6):
         shown = combos[rng.integers(len(combos))]
         fb = user.respond(session, turn, 0, 1, target, shown)
-        caption = world_lib.caption(rng, shown)
+        caption = generator.caption(rng, shown)
         out = reasoner.reflect([schemas.ReflectRequest(fb.text, caption,
                                                        memory)])[0]
         keep = [lexicon.parse_constraint(x) for x in out['keep']]
@@ -442,7 +442,7 @@ class ReadingScoreTest(absltest.TestCase):
     colour, size = attr('colour'), attr('size')
     red, small = value('colour', 'red'), value('size', 'small')
     blue = value('colour', 'blue')
-    turn = reading_eval.Turn(
+    turn = reading_benchmark.Turn(
         text='rather ruby, and miniature', action='modify',
         named={colour: red, size: small}, changes={colour: red, size: small},
         kinds={colour: 'test', size: 'train'})
@@ -456,7 +456,7 @@ class ReadingScoreTest(absltest.TestCase):
                         lexicon.constraint(colour, blue),
                         lexicon.constraint(colour, red)],
                'avoid': [lexicon.constraint(colour, red)]}
-    out = reading_eval.score([turn], [intent], [(request, reflect)])
+    out = reading_benchmark.score([turn], [intent], [(request, reflect)])
     held, train = out['test'], out['train']
     self.assertEqual(held['turns'], 1)  # the utterance has a test value
     self.assertEqual(train['turns'], 0)
@@ -483,27 +483,27 @@ class ReadingScoreTest(absltest.TestCase):
     other = dataclasses.replace(turn, session=1, text='ruby',
                                 named={colour: red}, changes={colour: red},
                                 kinds={colour: 'test'})
-    both = reading_eval.score(
+    both = reading_benchmark.score(
         [turn, other], [intent, {'search': lexicon.canonical_description(
             {colour: red}), 'edit': ''}], [(request, reflect)] * 2)
     self.assertEqual(both['test']['intent']['recall'], 0.5)
     self.assertEqual(both['test']['intervals']['intent_recall'],
                      [0.0, 1.0])
-    self.assertIn('[0.0, 100.0]', reading_eval.table({'x': {'0.0': both}}))
+    self.assertIn('[0.0, 100.0]', reading_benchmark.table({'x': {'0.0': both}}))
     # Without the test split: neither the test nor the all column.
-    shown = reading_eval.table({'x': {'0.0': reading_eval.without_test(both)}})
+    shown = reading_benchmark.table({'x': {'0.0': reading_benchmark.without_test(both)}})
     self.assertNotIn('| test |', shown)
     self.assertNotIn('| all |', shown)
     self.assertIn('| dev |', shown)
 
   def test_an_utterance_goes_to_its_widest_split(self):
-    turn = reading_eval.Turn(text='x', action='modify', named={}, changes={},
+    turn = reading_benchmark.Turn(text='x', action='modify', named={}, changes={},
                              kinds={0: 'train', 1: 'dev'})
     self.assertEqual(turn.column, 'dev')
     turn.kinds[2] = 'test'
     self.assertEqual(turn.column, 'test')
     self.assertEqual(dataclasses.replace(turn, kinds={}).column, 'train')
-    self.assertEqual(reading_eval.SIGMA_OF_ACTION,
+    self.assertEqual(reading_benchmark.SIGMA_OF_ACTION,
                      {'modify': 'pos', 'answer': 'neu', 'rewrite': 'neg'})
 
 
@@ -731,7 +731,7 @@ class RoutedReasonerTest(absltest.TestCase):
     # feedback named only values the search carries anyway (drawn turns).
     base = rules.RulesReasoner(lexicon)
     rng = np.random.default_rng(0)
-    values = [len(world_lib.VALUES[name]) for name in A]
+    values = [len(generator.VALUES[name]) for name in A]
     for _ in range(300):
       shown, named, keep = ({a: int(rng.integers(n)) for a, n in
                              enumerate(values) if rng.random() < p}
@@ -761,7 +761,7 @@ class UnreadWordsTest(absltest.TestCase):
     reader = types.SimpleNamespace(lexicon=lexicon,
                                    exact=reading.training_phrases(),
                                    dictionary=reading.dictionary())
-    world = world_lib.make_world(world_lib.WorldConfig(
+    world = generator.make_world(generator.WorldConfig(
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
     frames_ = reading.frame_words(world, reader, num=300)
     self.assertIn('picturing', frames_)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 
 
@@ -84,33 +84,33 @@ class MetricsTest(parameterized.TestCase):
       rng = np.random.default_rng(seed)
       displayed = rng.integers(-1, 12, (6, 4, 5))
       targets = rng.integers(0, 12, 6)
-      got = metrics.target_ranks(displayed, targets)
+      got = list_metrics.target_ranks(displayed, targets)
       chex.assert_shape(got, (6, 4))
       np.testing.assert_array_equal(got,
                                     reference_target_ranks(displayed, targets))
 
   def test_padding_never_matches(self):
-    got = metrics.target_ranks(np.array([[[-1, -1]]]), np.array([0]))
+    got = list_metrics.target_ranks(np.array([[[-1, -1]]]), np.array([0]))
     np.testing.assert_array_equal(got, [[3]])
 
   def test_recall_at_k(self):
     ranks = np.array([[1, 3], [5, 2], [11, 11]])
-    np.testing.assert_allclose(metrics.recall_at_k(ranks, 1), [1 / 3, 0])
-    np.testing.assert_allclose(metrics.recall_at_k(ranks, 5), [2 / 3, 2 / 3])
+    np.testing.assert_allclose(list_metrics.recall_at_k(ranks, 1), [1 / 3, 0])
+    np.testing.assert_allclose(list_metrics.recall_at_k(ranks, 5), [2 / 3, 2 / 3])
 
   def test_bri_matches_reference(self):
     for seed in range(10):
       ranks, _ = random_sessions(np.random.default_rng(seed), 20, 6, 100)
-      np.testing.assert_allclose(metrics.bri(ranks), reference_bri(ranks),
+      np.testing.assert_allclose(list_metrics.bri(ranks), reference_bri(ranks),
                                  rtol=1e-5)
 
   def test_bri_found_at_turn_zero_is_zero(self):
-    np.testing.assert_array_equal(metrics.bri(np.ones((1, 6), int)),
+    np.testing.assert_array_equal(list_metrics.bri(np.ones((1, 6), int)),
                                   np.zeros(6))
 
   def test_bri_hand_case(self):
     # b = [4, 2, 2]: bri = [log 4, (log 4 + log 2)/2, ((log4+log2)/2 + log2)/2]
-    got = metrics.bri(np.array([[4, 2, 3]]))
+    got = list_metrics.bri(np.array([[4, 2, 3]]))
     l2, l4 = np.log(2), np.log(4)
     np.testing.assert_allclose(
         got, [l4, (l4 + l2) / 2, ((l4 + l2) / 2 + l2) / 2], rtol=1e-6)
@@ -118,7 +118,7 @@ class MetricsTest(parameterized.TestCase):
   def test_failure_modes_match_reference(self):
     for seed in range(10):
       ranks, top1 = random_sessions(np.random.default_rng(seed), 30, 6, 8)
-      got = metrics.failure_modes(ranks, top1)
+      got = list_metrics.failure_modes(ranks, top1)
       ref = reference_failure_modes(ranks, top1)
       for name, (count, total) in ref.items():
         rate = getattr(got, name)
@@ -128,14 +128,14 @@ class MetricsTest(parameterized.TestCase):
           self.assertAlmostEqual(float(rate.rate), count / total, places=6)
 
   def test_session_stopping_at_turn_zero_has_no_transitions(self):
-    got = metrics.failure_modes(np.ones((1, 6), int), np.zeros((1, 6), int))
+    got = list_metrics.failure_modes(np.ones((1, 6), int), np.zeros((1, 6), int))
     self.assertEqual(int(got.stagnation.total), 0)
     self.assertTrue(np.isnan(got.stagnation.rate))
 
   def test_explicit_active_mask(self):
     ranks = np.array([[5, 5, 4, 4]])
     active = np.array([[True, True, False, False]])
-    got = metrics.failure_modes(ranks, np.zeros((1, 4), int), active)
+    got = list_metrics.failure_modes(ranks, np.zeros((1, 4), int), active)
     self.assertEqual(int(got.stagnation.total), 1)
     self.assertEqual(int(got.recovery.total), 0)
 
@@ -216,26 +216,26 @@ class MetricsTest(parameterized.TestCase):
 
   def test_bad_input(self):
     with self.assertRaisesRegex(ValueError, 'displayed must have rank 3'):
-      metrics.target_ranks(np.zeros((2, 3), int), np.zeros(2, int))
+      list_metrics.target_ranks(np.zeros((2, 3), int), np.zeros(2, int))
     with self.assertRaisesRegex(ValueError, 'targets must be >= 0'):
-      metrics.target_ranks(np.zeros((1, 2, 3), int), np.array([-1]))
+      list_metrics.target_ranks(np.zeros((1, 2, 3), int), np.array([-1]))
     with self.assertRaisesRegex(ValueError, 'k must be >= 1'):
-      metrics.recall_at_k(np.ones((2, 2), int), 0)
+      list_metrics.recall_at_k(np.ones((2, 2), int), 0)
     with self.assertRaisesRegex(ValueError, 'ranks must be >= 1'):
-      metrics.bri(np.zeros((2, 2), int))
+      list_metrics.bri(np.zeros((2, 2), int))
     # Ranks are 1-based: every rank metric refuses 0 (recall and Hits@K
     # counted it as found).
     zero = np.array([[0, 3], [2, 1]])
-    for fn in (lambda r: metrics.recall_at_k(r, 1),
-               lambda r: metrics.cumulative_hits(r, 1),
-               lambda r: metrics.failure_modes(r, np.ones_like(r)),
-               lambda r: metrics.rank_cap_firing(r, np.ones(r.shape, bool))):
+    for fn in (lambda r: list_metrics.recall_at_k(r, 1),
+               lambda r: list_metrics.cumulative_hits(r, 1),
+               lambda r: list_metrics.failure_modes(r, np.ones_like(r)),
+               lambda r: list_metrics.rank_cap_firing(r, np.ones(r.shape, bool))):
       with self.assertRaisesRegex(ValueError, r'ranks must be >= 1 \(1-based'):
         fn(zero)
     with self.assertRaisesRegex(ValueError, 'displayed holds -4'):
-      metrics.target_ranks(np.array([[[2, -4, -1]]]), np.array([2]))
+      list_metrics.target_ranks(np.array([[[2, -4, -1]]]), np.array([2]))
     with self.assertRaisesRegex(ValueError, 'top1 holds -2'):
-      metrics.failure_modes(np.ones((1, 2), int), np.array([[1, -2]]))
+      list_metrics.failure_modes(np.ones((1, 2), int), np.array([[1, -2]]))
     with self.assertRaisesRegex(ValueError, r'hits_b must have shape \(3, 2\)'):
       resampling.paired_bootstrap(np.ones((3, 2)), np.ones((3, 3)))
     # NaN values gave NaN intervals; no resample gave an empty draw.
@@ -265,12 +265,12 @@ class MetricsJitTest(chex.TestCase):
     ranks, top1 = random_sessions(rng, 12, 6, 9)
     displayed = rng.integers(-1, 10, (12, 6, 9))
     targets = rng.integers(0, 10, 12)
-    np.testing.assert_allclose(self.variant(metrics.bri)(ranks),
+    np.testing.assert_allclose(self.variant(list_metrics.bri)(ranks),
                                reference_bri(ranks), rtol=1e-5)
     np.testing.assert_array_equal(
-        self.variant(metrics.target_ranks)(displayed, targets),
+        self.variant(list_metrics.target_ranks)(displayed, targets),
         reference_target_ranks(displayed, targets))
-    got = self.variant(metrics.failure_modes)(ranks, top1)
+    got = self.variant(list_metrics.failure_modes)(ranks, top1)
     ref = reference_failure_modes(ranks, top1)
     self.assertEqual(int(got.recovery.count), ref['recovery'][0])
     self.assertEqual(int(got.drift.total), ref['drift'][1])
@@ -286,9 +286,9 @@ class MetricsBatchTest(absltest.TestCase):
     @jax.jit
     @chex.assert_max_traces(n=1)
     def per_method(displayed):
-      ranks = jax.vmap(metrics.target_ranks, in_axes=(0, None))(displayed,
+      ranks = jax.vmap(list_metrics.target_ranks, in_axes=(0, None))(displayed,
                                                                targets)
-      return ranks, jax.vmap(metrics.bri)(ranks)
+      return ranks, jax.vmap(list_metrics.bri)(ranks)
 
     ranks, bris = per_method(displayed)
     per_method(displayed[::-1])  # new values, same shapes: no retrace

@@ -45,10 +45,10 @@ def run_checks():
   import functools  # pylint: disable=g-import-not-at-top
   from recovr_jax import methods  # pylint: disable=g-import-not-at-top
   from recovr_jax.core import fusion  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.face import traced_face as simulation  # pylint: disable=g-import-not-at-top
-  from recovr_jax.protocol import ranking as session  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.user import simulated_user as simulator  # pylint: disable=g-import-not-at-top
-  from tests.helpers import toy_world as simulation_test  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
+  from tests.helpers import toy_world  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(gallery_shards=2, session_shards=4)
   ids = np.stack([rng.permutation(50)[:30].reshape(2, 3, 5)
                   for _ in range(8)]).astype(np.int32)
@@ -58,19 +58,19 @@ def run_checks():
   step = jax.vmap(functools.partial(fusion.fuse_with_rank_cap, num_ids=50))
   for g, w in zip(sharding.over_sessions(step, mesh)(*args), step(*args)):
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
-  _, env, sim_env = simulation_test.env_for('sum')
-  config = simulation.sim_config(
-      methods.make('recovr'), session.LoopConfig(
+  _, env, sim_env = toy_world.env_for('sum')
+  config = traced_face.sim_config(
+      methods.make('recovr'), ranking.LoopConfig(
           num_turns=3, list_length=20, num_ids=len(env.gallery)),
-      simulator.UserConfig(), 'sum')
+      simulated_user.UserConfig(), 'sum')
   # Blocks of 32 rows (9 full blocks and 12 rows) so that the gallery's
   # rows can be split too: over 2 shards (5 blocks each, the last 4 real
   # plus the 12 rows) and 8 (2 blocks each: whole-padding shards), with
   # ReCoVR's avoid penalty and the reference rows read across them.
-  session.BLOCK_SIZE = 32
-  plain = simulation.run(sim_env, config, np.arange(23), seed=0)
+  ranking.BLOCK_SIZE = 32
+  plain = traced_face.run(sim_env, config, np.arange(23), seed=0)
   for mesh in (mesh, sharding.make_mesh(gallery_shards=8, session_shards=1)):
-    split = simulation.run(sim_env, config, np.arange(23), seed=0, mesh=mesh)
+    split = traced_face.run(sim_env, config, np.arange(23), seed=0, mesh=mesh)
     jax.tree.map(np.testing.assert_array_equal, split, plain)
   print('sharding checks passed')
 

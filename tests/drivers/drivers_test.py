@@ -7,23 +7,23 @@ import numpy as np
 from recovr_jax import drivers
 from recovr_jax.drivers import host_driver
 from recovr_jax.drivers import jit_driver
-from recovr_jax.envs.files import files_source as real_source
+from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
-from recovr_jax.envs.world import world_environment as environment
+from recovr_jax.envs.world import world_environment
 from recovr_jax.envs.world import world_source
 from recovr_jax import methods
 from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import source
 from recovr_jax.reasoning import rules
 from recovr_jax.run import assemble
 from recovr_jax.run import config as config_lib
 from tests.helpers import toy_world
 
 
-class _Plain(source_lib.Source):
+class _Plain(source.Source):
   """A source with no optional capability (nothing is called)."""
   NAME = 'plain'
   problems = input_paths = build = user = vocabulary = None
@@ -80,12 +80,12 @@ class CapabilitiesTest(absltest.TestCase):
 
   def test_each_source_states_what_it_offers(self):
     world = world_source.WorldSource(world_source.WorldData())
-    real = real_source.RealSource(real_source.RealData())
+    real = files_source.RealSource(files_source.RealData())
     for capability, offered in (
-        (source_lib.TracedFace, (True, False)),
-        (source_lib.OwnMedia, (True, False)),
-        (source_lib.ScoresAsking, (True, False)),
-        (source_lib.ExtraOutputs, (False, True))):
+        (source.TracedFace, (True, False)),
+        (source.OwnMedia, (True, False)),
+        (source.ScoresAsking, (True, False)),
+        (source.ExtraOutputs, (False, True))):
       self.assertEqual((isinstance(world, capability),
                         isinstance(real, capability)), offered,
                        capability.__name__)
@@ -94,7 +94,7 @@ class CapabilitiesTest(absltest.TestCase):
                      ('user_phraser.json', 'text_truncation.json'))
 
   def test_a_source_holds_its_config_only(self):
-    real = real_source.RealSource(real_source.RealData())
+    real = files_source.RealSource(files_source.RealData())
     self.assertEqual(list(vars(real)), ['config'])
 
 
@@ -106,7 +106,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
     _, env, _ = toy_world.env_for('sum')
     config = config_lib.RunConfig(methods=('recovr',), output_dir='x',
                                   jit_chunk_size=7)
-    user = environment.attribute_user(
+    user = world_environment.attribute_user(
         simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=3),
         env.attributes)
     ctx = plan.Context(gallery=env.gallery, captions=env.captions,
@@ -121,7 +121,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
     results = {}
     for name, driver in (('host', host_driver.OnHost()),
                          ('stepped', jit_driver.Stepped())):
-      run = assemble.Run(config=config, built=source_lib.Built(env=env),
+      run = assemble.Run(config=config, built=source.Built(env=env),
                          driver=driver, user=user, ctx=ctx)
       errors = {}
       results[name] = driver.run_batch(run, method, sessions, loop, name,
@@ -139,7 +139,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
   def test_host_records_a_session_that_raises(self):
     _, env, _ = toy_world.env_for('sum')
     config = config_lib.RunConfig(methods=('recovr',), output_dir='x')
-    plain = environment.attribute_user(
+    plain = world_environment.attribute_user(
         simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=3),
         env.attributes)
 
@@ -151,7 +151,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
     ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                        encode_text=env.encode_text, compose=env.compose,
                        reasoner=rules.RulesReasoner(lexicon))
-    run = assemble.Run(config=config, built=source_lib.Built(env=env),
+    run = assemble.Run(config=config, built=source.Built(env=env),
                        driver=host_driver.OnHost(), user=user, ctx=ctx)
     errors = {}
     loop = ranking.LoopConfig(num_turns=2, list_length=20,

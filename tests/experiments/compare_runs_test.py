@@ -12,8 +12,8 @@ from absl.testing import absltest
 from absl.testing import flagsaver
 
 from experiments.evaluate import compare_runs
-from recovr_jax.envs.files import files_source as real_source
-from recovr_jax.run import config as config_lib
+from recovr_jax.envs.files import files_source
+from recovr_jax.run import config
 from recovr_jax.run import runner
 
 
@@ -105,9 +105,9 @@ class CompareRunsTest(absltest.TestCase):
     self.assertIn('| both (recovr) | +66.7 [', text)
 
   def test_grounded_reasoner_refused_on_real_data(self):
-    c = config_lib.RunConfig(methods=('recovr',),
+    c = config.RunConfig(methods=('recovr',),
                              output_dir=tempfile.mkdtemp(),
-                             data=real_source.RealData(),
+                             data=files_source.RealData(),
                              reasoner='grounded')
     with self.assertRaisesRegex(runner.ConfigError, '--reasoner=grounded'):
       runner.validate(c)
@@ -130,7 +130,7 @@ class CompareRunsTest(absltest.TestCase):
 class ChatReasonerFlagsTest(absltest.TestCase):
 
   def test_bad_chat_inputs_fail_before_work(self):
-    base = config_lib.RunConfig(methods=('recovr',),
+    base = config.RunConfig(methods=('recovr',),
                                 output_dir=tempfile.mkdtemp(),
                                 reasoner='smollm2')
     cases = [
@@ -144,7 +144,7 @@ class ChatReasonerFlagsTest(absltest.TestCase):
         c = dataclasses.replace(base, **overrides)
         with self.assertRaisesRegex(runner.ConfigError, message):
           runner.validate(c)
-    self.assertEqual(config_lib.with_setting(base, 'prompt_wording', '2')
+    self.assertEqual(config.with_setting(base, 'prompt_wording', '2')
                      .prompt_wording, 2)
 
 

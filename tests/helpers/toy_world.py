@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import vectors
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
-from recovr_jax.envs.world.face import traced_face as simulation
+from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.user import simulated_user
-from recovr_jax.envs.world import world_environment as environment
+from recovr_jax.envs.world import world_environment
 from recovr_jax import methods
 from recovr_jax.protocol import host
 from recovr_jax.protocol import plan
@@ -23,7 +23,7 @@ from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 
 DIM = 32
-COMBOS = world_lib.all_combos()
+COMBOS = generator.all_combos()
 # The jitted mode runs question-free methods: the host runs them so too.
 NO_ASK = methods.base.Settings(ask=asking.AskPolicy(mode='never'))
 
@@ -38,7 +38,7 @@ def fake_encode(texts):
 
 
 def tiny_environment(composer):
-  world = world_lib.make_world(world_lib.WorldConfig(
+  world = generator.make_world(generator.WorldConfig(
       num_test_triplets=24, num_train_triplets=20, gallery_size=300))
   attrs = world.gallery_attributes
   # Videos sit near the text of their full description, so sessions find
@@ -74,14 +74,14 @@ def run_host(env, method, sessions, user, base, reasoner=None):
                      encode_text=env.encode_text, compose=env.compose,
                      reasoner=reasoner or rules.RulesReasoner(lexicon))
   return host.run_batch(env, method, sessions,
-                        environment.attribute_user(user, env.attributes), ctx,
+                        world_environment.attribute_user(user, env.attributes), ctx,
                         base)
 
 
 def env_for(composer):
   if composer not in _ENVS:
     world, env = tiny_environment(composer)
-    _ENVS[composer] = (world, env, simulation.prepare(env))
+    _ENVS[composer] = (world, env, traced_face.prepare(env))
   return _ENVS[composer]
 
 
@@ -95,8 +95,8 @@ def run_both(env, sim_env, method, user_config, chunk_size=7, seed=5,
   host_result = run_host(env, method, sessions,
                          simulated_user.SimulatedUser(user_config, seed=seed),
                          base)
-  config = simulation.sim_config(method, base, user_config, sim_env.composer)
-  trace = simulation.run(sim_env, config, sessions, seed=seed,
+  config = traced_face.sim_config(method, base, user_config, sim_env.composer)
+  trace = traced_face.run(sim_env, config, sessions, seed=seed,
                          chunk_size=chunk_size)
   np.testing.assert_array_equal(trace.displayed, host_result.displayed)
   return host_result, trace, config

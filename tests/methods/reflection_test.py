@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import demotion
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import retrieval
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
@@ -254,11 +254,11 @@ class FiringTest(absltest.TestCase):
     self.assertEqual(got['improved']['count'], n_improved)
     self.assertGreater(n_fired, 0)
     # Cumulative Hits@K: the target in the top K of any list so far.
-    ranks = np.asarray(metrics.target_ranks(result.displayed, targets))
+    ranks = np.asarray(list_metrics.target_ranks(result.displayed, targets))
     for k in (1, 5):
       want = [np.mean([(ranks[i, :t + 1] <= k).any() for i in range(24)])
               for t in range(config.num_turns + 1)]
-      np.testing.assert_allclose(metrics.cumulative_hits(ranks, k), want,
+      np.testing.assert_allclose(list_metrics.cumulative_hits(ranks, k), want,
                                  rtol=1e-6)
 
 

@@ -7,10 +7,10 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.face import phrase_table
-from recovr_jax.envs.world.face import traced_face as simulation
+from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.protocol import ranking
@@ -85,7 +85,7 @@ class CodeTest(absltest.TestCase):
                        toy_world.COMBOS[rng.integers(len(toy_world.COMBOS), size=300)])
     codes = np.asarray(phrase_table.code(partial))
     self.assertEqual(int(phrase_table.code(np.full(7, -1))), 0)
-    self.assertLess(codes.max(), simulation.NUM_CODES)
+    self.assertLess(codes.max(), traced_face.NUM_CODES)
     for row, c in zip(partial, codes):
       want = {a: int(v) for a, v in enumerate(row) if v >= 0}
       self.assertEqual(phrase_table.decode(c), want)
@@ -93,7 +93,7 @@ class CodeTest(absltest.TestCase):
       self.assertEqual(text, lexicon.canonical_description(want))
       if want:  # the reasoner re-reads its own running query
         self.assertEqual(lexicon.parse(text), want)
-      self.assertEqual(phrase_table.phrase_text(int(c) + simulation.NUM_CODES),
+      self.assertEqual(phrase_table.phrase_text(int(c) + traced_face.NUM_CODES),
                        lexicon.canonical_edit(want))
 
 
@@ -113,8 +113,8 @@ class JitEqualsHostTest(parameterized.TestCase):
                                           chunk_size)
     np.testing.assert_allclose(trace.top_scores, host_result.top_scores,
                                atol=1e-5)
-    jit = simulation.batch_result(
-        sim_env, trace, simulation.word_table(sim_env, config, 5))
+    jit = traced_face.batch_result(
+        sim_env, trace, traced_face.word_table(sim_env, config, 5))
     answers = 0
     for h, j in zip(host_result.records, jit.records):
       for hr, jr in zip(h[1:], j[1:]):
@@ -155,8 +155,8 @@ class JitEqualsHostTest(parameterized.TestCase):
     host_result, trace, config = toy_world.run_both(env, sim_env, method, user_config,
                                           chunk_size, seed=3)
     self.assertTrue(config.face.words)
-    table = simulation.word_table(sim_env, config, 3)
-    jit = simulation.batch_result(sim_env, trace, table)
+    table = traced_face.word_table(sim_env, config, 3)
+    jit = traced_face.batch_result(sim_env, trace, table)
     misread = 0
     for i, (h, j) in enumerate(zip(host_result.records, jit.records)):
       for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
@@ -169,7 +169,7 @@ class JitEqualsHostTest(parameterized.TestCase):
           self.assertEqual(hr[key], jr[key])
         named = {a: int(world.gallery_attributes[world.test.target[i], a])
                  for a in np.flatnonzero(trace.own['word'][i, t] >= 0 and
-                                         simulation.words_lib.decode(
+                                         traced_face.words_lib.decode(
                                              trace.own['word'][i, t])[2])}
         misread += lexicon.parse(hr['feedback']) != named
     # The words are read differently from what was named, sometimes.
@@ -190,8 +190,8 @@ class JitEqualsHostTest(parameterized.TestCase):
     method = methods.make(name, settings)
     host_result, trace, config = toy_world.run_both(env, sim_env, method, user_config)
     num_turns = trace.active.shape[1]
-    jit = simulation.batch_result(
-        sim_env, trace, simulation.word_table(sim_env, config, 5))
+    jit = traced_face.batch_result(
+        sim_env, trace, traced_face.word_table(sim_env, config, 5))
     questions = answers = 0
     for i, (h, j) in enumerate(zip(host_result.records, jit.records)):
       for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
@@ -211,12 +211,12 @@ class JitEqualsHostTest(parameterized.TestCase):
     _, env, sim_env = toy_world.env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(methods.make('recovr', toy_world.NO_ASK), base,
+    config = traced_face.sim_config(methods.make('recovr', toy_world.NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     sessions = np.arange(24)[::-1]
-    plain = simulation.run(sim_env, config, sessions, seed=1, chunk_size=None)
+    plain = traced_face.run(sim_env, config, sessions, seed=1, chunk_size=None)
     for chunk_size in (1, 5, 64):
-      compact = simulation.run(sim_env, config, sessions, seed=1,
+      compact = traced_face.run(sim_env, config, sessions, seed=1,
                                chunk_size=chunk_size)
       jax.tree.map(np.testing.assert_array_equal, compact, plain)
     self.assertFalse(plain.active[:, -1].all())  # some sessions stopped
@@ -228,11 +228,11 @@ class JitEqualsHostTest(parameterized.TestCase):
     _, env, sim_env = toy_world.env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(methods.make('recovr', toy_world.NO_ASK),
+    config = traced_face.sim_config(methods.make('recovr', toy_world.NO_ASK),
                                    base, simulated_user.UserConfig(), 'sum')
     sessions = np.arange(3, 10)
-    plain = simulation.run(sim_env, config, sessions, seed=1, chunk_size=5)
-    padded = simulation.run(sim_env, config, sessions, seed=1, chunk_size=5,
+    plain = traced_face.run(sim_env, config, sessions, seed=1, chunk_size=5)
+    padded = traced_face.run(sim_env, config, sessions, seed=1, chunk_size=5,
                             pad_to=12)
     self.assertEqual(padded.displayed.shape[0], len(sessions))
     jax.tree.map(np.testing.assert_array_equal, padded, plain)
@@ -240,13 +240,13 @@ class JitEqualsHostTest(parameterized.TestCase):
 
   def test_table_fills_itself(self):
     _, env, _ = toy_world.env_for('sum')
-    sim_env = simulation.prepare(env)  # an empty table
+    sim_env = traced_face.prepare(env)  # an empty table
     base = ranking.LoopConfig(num_turns=3, list_length=20,
                               num_ids=len(env.gallery))
-    config = simulation.sim_config(methods.make('recovr', toy_world.NO_ASK), base,
+    config = traced_face.sim_config(methods.make('recovr', toy_world.NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     log = []
-    trace = simulation.run(sim_env, config, np.arange(8), seed=0,
+    trace = traced_face.run(sim_env, config, np.arange(8), seed=0,
                            log=log.append)
     self.assertNotEmpty(log)
     needed = trace.needed[trace.needed > 0]
@@ -258,10 +258,10 @@ class JitEqualsHostTest(parameterized.TestCase):
       init = step = None
 
     with self.assertRaisesRegex(ValueError, 'host loop'):
-      simulation.check_supported(HostOnly())
+      traced_face.check_supported(HostOnly())
     # Every registered method, questions, noise and the user's own words.
     for name in methods.names():
-      simulation.check_supported(methods.make(name))
+      traced_face.check_supported(methods.make(name))
     with self.assertRaisesRegex(ValueError, 'user draws'):
       simulated_user.UserConfig(draws='torch')
 
@@ -277,15 +277,15 @@ class GroundedReaderJitTest(absltest.TestCase):
 
   def test_same_lists_and_sigma_as_the_host(self):
     from recovr_jax.reasoning import grounding  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.world.models import reader_fit as reading  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world.models import reader_fit  # pylint: disable=g-import-not-at-top
     _, env, sim_env = toy_world.env_for('sum')
     # It abstains below its threshold (rules_core.ABSTAIN in the table).
     reader = grounding.GroundingReader(
-        lexicon, toy_world.fake_encode, reading.prototypes('train'), threshold=0.4,
-        exact=reading.training_phrases(), abstain=0.2)
+        lexicon, toy_world.fake_encode, reader_fit.prototypes('train'), threshold=0.4,
+        exact=reader_fit.training_phrases(), abstain=0.2)
     from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
-    texts, _, actions, _, _ = reading.training_utterances(
-        world_lib.make_world(world_lib.WorldConfig()), 300,
+    texts, _, actions, _, _ = reader_fit.training_utterances(
+        generator.make_world(generator.WorldConfig()), 300,
         with_decisions=True)
     read = [reader.frame(t) for t in texts]
     classifier = frames.FrameClassifier.fit(
@@ -310,20 +310,20 @@ class GroundedReaderJitTest(absltest.TestCase):
       host_result = toy_world.run_host(env, method, sessions,
                              simulated_user.SimulatedUser(user_config, seed=3),
                              base, reasoner=reasoner)
-      config = simulation.sim_config(method, base, user_config,
+      config = traced_face.sim_config(method, base, user_config,
                                      sim_env.composer, reasoner='grounded',
                                      lexical=False, sigma=sigma)
       self.assertTrue(config.face.words)
       with self.assertRaisesRegex(ValueError, 'parse'):
-        simulation.word_table(sim_env, dataclasses.replace(
+        traced_face.word_table(sim_env, dataclasses.replace(
             config, face=dataclasses.replace(config.face, reasoner='other')),
             3)
-      table = simulation.word_table(sim_env, config, 3,
+      table = traced_face.word_table(sim_env, config, 3,
                                     parse=reasoner.feedback_values,
                                     label=label)
-      trace = simulation.run(sim_env, config, sessions, seed=3, chunk_size=7)
+      trace = traced_face.run(sim_env, config, sessions, seed=3, chunk_size=7)
       np.testing.assert_array_equal(trace.displayed, host_result.displayed)
-      jit = simulation.batch_result(sim_env, trace, table)
+      jit = traced_face.batch_result(sim_env, trace, table)
       for h, j in zip(host_result.records, jit.records):
         for hr, jr in zip(h[1:], j[1:]):
           self.assertEqual(hr['sigma'], jr['sigma'])

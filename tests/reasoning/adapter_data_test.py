@@ -8,16 +8,16 @@ import dataclasses
 from absl.testing import absltest
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
-from recovr_jax.envs.world.models import reasoner_training as rt
+from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import schemas
 
-A = world_lib.ATTRIBUTES
-WORLD = world_lib.make_world(world_lib.WorldConfig(renditions=4))
+A = generator.ATTRIBUTES
+WORLD = generator.make_world(generator.WorldConfig(renditions=4))
 USER = simulated_user.UserConfig(style='paper', language='own',
                                  phrasings='train')
 
@@ -27,7 +27,7 @@ def attr(name):
 
 
 def value(name, v):
-  return world_lib.VALUES[name].index(v)
+  return generator.VALUES[name].index(v)
 
 
 def _pool(n=400, seed=0):
@@ -35,13 +35,13 @@ def _pool(n=400, seed=0):
   needs no captioner: ``sample_sessions`` takes any captions)."""
   rng = np.random.default_rng(seed)
   ids = np.sort(rng.choice(WORLD.train_combos, n, replace=False))
-  return ids, tuple(world_lib.caption(rng, WORLD.combos[i]) for i in ids)
+  return ids, tuple(generator.caption(rng, WORLD.combos[i]) for i in ids)
 
 
 class TeacherTest(absltest.TestCase):
 
   def test_sigma_is_the_decision_and_memory_stays_consistent(self):
-    teacher = rt.TeacherReasoner()
+    teacher = reasoner_training.TeacherReasoner()
     shown = 'a video of two small red circles moving up on grass at night'
     memory = schemas.SessionMemory(keep=('colour: blue',),
                                    avoid=('shape: square',))
@@ -68,10 +68,10 @@ class TeacherTest(absltest.TestCase):
 
   def test_needs_a_truth(self):
     with self.assertRaisesRegex(RuntimeError, 'set_truth'):
-      rt.TeacherReasoner().intent([schemas.IntentRequest(
+      reasoner_training.TeacherReasoner().intent([schemas.IntentRequest(
           'red', 'a red circle', schemas.SessionMemory())])
     with self.assertRaisesRegex(ValueError, "action 'stop'"):
-      rt.TeacherReasoner().set_truth({}, 'stop')
+      reasoner_training.TeacherReasoner().set_truth({}, 'stop')
 
 
 class SampleSessionsTest(absltest.TestCase):
@@ -80,7 +80,7 @@ class SampleSessionsTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.pool, cls.captions = _pool()
-    cls.pairs = rt.sample_sessions(WORLD, cls.pool, cls.captions, USER, 40,
+    cls.pairs = reasoner_training.sample_sessions(WORLD, cls.pool, cls.captions, USER, 40,
                                    seed=5)
 
   def test_modules_and_turns(self):
@@ -127,13 +127,13 @@ class SampleSessionsTest(absltest.TestCase):
           self.assertNotRegex(text, rf'\b{w}\b', request.feedback)
 
   def test_same_seed_same_pairs(self):
-    again = rt.sample_sessions(WORLD, self.pool, self.captions, USER, 40,
+    again = reasoner_training.sample_sessions(WORLD, self.pool, self.captions, USER, 40,
                                seed=5)
     self.assertEqual(again, self.pairs)
 
   def test_refuses_a_user_with_held_out_phrasings(self):
     with self.assertRaisesRegex(ValueError, "phrasings='train'"):
-      rt.sample_sessions(WORLD, self.pool, self.captions,
+      reasoner_training.sample_sessions(WORLD, self.pool, self.captions,
                          dataclasses.replace(USER, phrasings='all'), 1, 0)
 
 
@@ -143,37 +143,37 @@ class AdapterRecipeTest(absltest.TestCase):
     meta = chat_lm.adapter_meta()
     data = meta['data']
     # The shipped adapter is trained on the default benchmark's sessions.
-    self.assertEqual(data['recipe'], rt.SESSION_RECIPE)
+    self.assertEqual(data['recipe'], reasoner_training.SESSION_RECIPE)
     self.assertEqual(data['benchmark'], 'v2')
     self.assertEqual(data['split'], 'train')
     self.assertEqual(data['user']['phrasings'], 'train')
     self.assertEqual(data['targets']['reflect'], 'simulator')
     self.assertFalse(meta['prompt']['spelling_fixer'])
-    self.assertEqual(rt.check_adapter(meta, WORLD.config, USER), [])
+    self.assertEqual(reasoner_training.check_adapter(meta, WORLD.config, USER), [])
     # On the first benchmark a run is told what differs.
     v1 = dataclasses.replace(WORLD.config, renditions=1)
-    notes = rt.check_adapter(meta, v1, simulated_user.UserConfig())
+    notes = reasoner_training.check_adapter(meta, v1, simulated_user.UserConfig())
     self.assertLen(notes, 2)
     self.assertIn('4 rendition(s) per combination, this world has 1',
                   notes[0])
 
   def test_the_v2_sessions_record_checks_clean_on_v2(self):
-    meta = {'data': {'recipe': rt.SESSION_RECIPE, 'benchmark': 'v2',
+    meta = {'data': {'recipe': reasoner_training.SESSION_RECIPE, 'benchmark': 'v2',
                      'world': {'seed': 0, 'test_share': 0.2,
                                'renditions': 4},
                      'user': {'style': 'paper', 'language': 'own',
                               'phrasings': 'train'}}}
-    self.assertEqual(rt.check_adapter(meta, WORLD.config, USER), [])
+    self.assertEqual(reasoner_training.check_adapter(meta, WORLD.config, USER), [])
 
   def test_check_at_load(self):
     meta = chat_lm.adapter_meta()
     with self.assertRaisesRegex(ValueError, 'no training data'):
-      rt.check_adapter({'prompt': meta['prompt']}, WORLD.config)
+      reasoner_training.check_adapter({'prompt': meta['prompt']}, WORLD.config)
     other = dataclasses.replace(WORLD.config, seed=WORLD.config.seed + 1)
     with self.assertRaisesRegex(ValueError, r'seed \d+, test_share .* '
                                 r'\d+\.\d% of this world'):
-      rt.check_adapter(meta, other)
-    notes = rt.check_adapter(meta, other, allow_other_world=True)
+      reasoner_training.check_adapter(meta, other)
+    notes = reasoner_training.check_adapter(meta, other, allow_other_world=True)
     self.assertLen(notes, 1)
     self.assertIn('(accepted)', notes[0])
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import constrained
@@ -248,7 +248,7 @@ class ChatLMTest(absltest.TestCase):
     Reflector could only close its lists (issue 25)."""
     vocab = _STATE['lm'].vocab
     tok = _STATE['lm'].tokenizer
-    literals = {a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES}
+    literals = {a: generator.VALUES[a] for a in generator.ATTRIBUTES}
     limits = constrained.Limits()
     replies = [
         ('reflect', {'sigma': 'pos', 'keep': ['shape: square', 'size: small'],
@@ -300,7 +300,7 @@ class ChatLMTest(absltest.TestCase):
     reply is valid JSON whose items are literals, one kept value per
     attribute, no item twice, keep and avoid disjoint."""
     vocab = _STATE['lm'].vocab
-    literals = {a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES}
+    literals = {a: generator.VALUES[a] for a in generator.ATTRIBUTES}
     limits = constrained.Limits(list_items=8)
     rng = np.random.default_rng(0)
     longest = 0
@@ -335,7 +335,7 @@ class ChatLMTest(absltest.TestCase):
     lm = chat_lm.ChatLMReasoner(
         str(_STATE['dir']), rules.RulesReasoner(lexicon), batch_size=4,
         limits=LIMITS, reflect_literals={
-            a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES})
+            a: generator.VALUES[a] for a in generator.ATTRIBUTES})
     out = lm.call('reflect', _requests('reflect'))
     self.assertTrue(all(out.first_pass))
     for obj in out.objects:

@@ -7,14 +7,14 @@ import tempfile
 from absl import flags
 from absl.testing import absltest
 
-from recovr_jax.envs.files import files_source as real_source
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.files import files_source
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world import world_source
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 from tests.helpers import runs
 
-WORLD = world_source.vocabulary(world_lib.WorldConfig())
+WORLD = world_source.vocabulary(generator.WorldConfig())
 
 
 class Shouting(rules.RulesReasoner):
@@ -56,11 +56,11 @@ class RegistryTest(absltest.TestCase):
 
   def test_what_each_source_offers(self):
     self.assertEqual(registry.offered(WORLD), registry.names())
-    self.assertEqual(registry.offered(real_source.VOCABULARY),
+    self.assertEqual(registry.offered(files_source.VOCABULARY),
                      ('rules', 'flax_lm', 'smollm2', 'smollm2_world'))
     self.assertEqual(
         registry.problems(registry.ReasonerConfig('grounded'),
-                          real_source.VOCABULARY),
+                          files_source.VOCABULARY),
         ['--reasoner=grounded is not offered on --data=webvid_covr; valid '
          'there: rules, flax_lm, smollm2, smollm2_world'])
     self.assertEqual(registry.with_property('JITTED'), ('rules', 'grounded'))
@@ -71,12 +71,12 @@ class RegistryTest(absltest.TestCase):
         'grounded', grounded={'depth': 3}), WORLD)[0],
         '--grounded_options: unknown depth')
     self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'flax_lm'), real_source.VOCABULARY)[0],
+        'flax_lm'), files_source.VOCABULARY)[0],
         '--reasoner=flax_lm on --data=webvid_covr needs '
         '--reasoner_checkpoint')
     self.assertRegex(registry.problems(registry.ReasonerConfig(
         'smollm2', chat=registry.ChatOptions(few_shot=2)),
-        real_source.VOCABULARY)[0],
+        files_source.VOCABULARY)[0],
         '--few_shot: --data=webvid_covr has no examples to draw')
     missing = tempfile.mkdtemp()
     self.assertRegex(registry.problems(registry.ReasonerConfig(

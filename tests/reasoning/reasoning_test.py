@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
-from recovr_jax.envs.files import files_source as real_source
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.files import files_source
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world import world_source
 from recovr_jax.reasoning import asking
@@ -150,7 +150,7 @@ class RulesReasonerTest(absltest.TestCase):
           [schemas.ReflectRequest(text, SHOWN, self.memory)])[0])
 
   def test_make_reasoner(self):
-    vocab = world_source.vocabulary(world_lib.WorldConfig())
+    vocab = world_source.vocabulary(generator.WorldConfig())
     self.assertIsInstance(registry.make(registry.ReasonerConfig('rules'),
                                         vocab), rules.RulesReasoner)
     with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
@@ -168,7 +168,7 @@ class FreeTextTest(absltest.TestCase):
 
   def test_real_words_survive(self):
     reasoner = registry.make(registry.ReasonerConfig('rules'),
-                             real_source.VOCABULARY)
+                             files_source.VOCABULARY)
     self.assertIsInstance(reasoner, rules.FreeTextReasoner)
     memory = schemas.SessionMemory(keep=(self.CAPTIONS[0],))
     for caption in self.CAPTIONS:
@@ -193,7 +193,7 @@ class FreeTextTest(absltest.TestCase):
   def test_flax_lm_on_real_data_needs_a_checkpoint(self):
     with self.assertRaisesRegex(ValueError, '--reasoner_checkpoint'):
       registry.make(registry.ReasonerConfig('flax_lm'),
-                    real_source.VOCABULARY)
+                    files_source.VOCABULARY)
 
 
 class FlaxLMTest(absltest.TestCase):
@@ -257,7 +257,7 @@ class TrainedReasonerTest(absltest.TestCase):
 
   def test_valid_json_on_fixed_prompts(self):
     lm = registry.make(registry.ReasonerConfig('flax_lm'),
-                       world_source.vocabulary(world_lib.WorldConfig()),
+                       world_source.vocabulary(generator.WorldConfig()),
                        batch_size=8)
     memory = schemas.SessionMemory(keep=('colour: red',))
     shown = 'three big blue squares rising on a street at night'

@@ -6,7 +6,7 @@ from absl.testing import absltest
 import numpy as np
 
 from recovr_jax.protocol import source
-from recovr_jax.run import ask_scores as asking
+from recovr_jax.run import ask_scores
 
 # Five videos, two attributes; the target is video 0 = (0, 0).
 ATTRS = np.array([[0, 0], [1, 0], [0, 1], [1, 1], [0, 0]])
@@ -61,7 +61,7 @@ class AskScoringTest(absltest.TestCase):
             turn([0], action='modify'),
             turn([0], action='stopped')]},
     ]
-    got = asking.score(rows, make_truth({(0, 2): [0]}), num_turns=3)
+    got = ask_scores.score(rows, make_truth({(0, 2): [0]}), num_turns=3)
     self.assertEqual(got['decisions'], 4)
     self.assertEqual((got['true_positive'], got['false_positive'],
                       got['false_negative']), (2, 1, 1))
@@ -80,7 +80,7 @@ class AskScoringTest(absltest.TestCase):
         turn([3], action=None), turn([1, 4], asked='colour?'),
         turn([1, 4]), turn([1, 4])]}]
     named = make_truth({(0, 1): [0]})  # colour named at turn 1
-    got = asking.score(rows, named, num_turns=3)
+    got = ask_scores.score(rows, named, num_turns=3)
     # List 1: colour differs but is named -> nothing to ask: a false
     # positive; list 2: same, no question: a true negative.
     self.assertEqual((got['true_positive'], got['false_positive'],
@@ -103,13 +103,13 @@ class RememberingTest(absltest.TestCase):
     rows = [{'session': 0, 'target': 0, 'turns': [
         turn([3], action=None), turn([1, 4], asked='colour?'),
         turn([1, 4]), turn([1, 4])]}]
-    plain = asking.score(rows, truth, num_turns=3)
+    plain = ask_scores.score(rows, truth, num_turns=3)
     replays = len(calls)
     self.assertGreater(replays, 0)
-    remembered = asking.remembering(truth)
+    remembered = ask_scores.remembering(truth)
     # Two methods that showed the same lists: the second replays nothing.
-    self.assertEqual(asking.score(rows, remembered, num_turns=3), plain)
-    self.assertEqual(asking.score(rows, remembered, num_turns=3), plain)
+    self.assertEqual(ask_scores.score(rows, remembered, num_turns=3), plain)
+    self.assertEqual(ask_scores.score(rows, remembered, num_turns=3), plain)
     self.assertEqual(len(calls), 2 * replays)
 
   def test_a_user_that_answers_many_replays_every_turn_in_one_batch(self):
@@ -130,12 +130,12 @@ class RememberingTest(absltest.TestCase):
         turn([3], action=None), turn([1, 4], asked='colour?'),
         turn([1, 4]), turn([1, 4])]} for s in (0, 1)]
     rows.append({'session': 2, 'error': 'raised'})  # no turns: left out
-    plain = [asking.score(rows[i:i + 1], truth, num_turns=3) for i in (0, 1)]
+    plain = [ask_scores.score(rows[i:i + 1], truth, num_turns=3) for i in (0, 1)]
     calls.clear()
-    remembered = asking.remembering(truth, rows + rows, num_turns=3)
+    remembered = ask_scores.remembering(truth, rows + rows, num_turns=3)
     self.assertLen(batches, 1)
     self.assertLen(batches[0], len(set(batches[0])))  # each call once
-    self.assertEqual([asking.score(rows[i:i + 1], remembered, num_turns=3)
+    self.assertEqual([ask_scores.score(rows[i:i + 1], remembered, num_turns=3)
                       for i in (0, 1)], plain)
     self.assertEqual(calls, [])  # every replay was in the batch
 
@@ -170,9 +170,9 @@ class JittedRecordsTest(absltest.TestCase):
              mentioned={}),
         dict(turn([0, 2]), questioned=False, question_attribute=None,
              mentioned={})]}
-    a = asking.score([host], truth, num_turns=3)
+    a = ask_scores.score([host], truth, num_turns=3)
     heard_host, heard[:] = list(heard), []
-    b = asking.score([jit], truth, num_turns=3)
+    b = ask_scores.score([jit], truth, num_turns=3)
     self.assertEqual(a, b)
     self.assertEqual(heard, heard_host)  # the same question replayed
     # Colour open at list 1 (asked); size open at list 2 (not asked).

@@ -20,7 +20,7 @@ from experiments.evaluate import reliability
 from experiments import run
 from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
-from recovr_jax.envs.files import files_environment as real_environment
+from recovr_jax.envs.files import files_environment
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
@@ -161,13 +161,13 @@ class ResumeIdentityTest(_OnABaseRun):
     # No path of the repository anywhere, the default benchmark's data
     # config included (the identity holds it: the same inputs in another
     # checkout are the same run).
-    from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import config  # pylint: disable=g-import-not-at-top
     from recovr_jax.run import integrity  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world import world_source  # pylint: disable=g-import-not-at-top
     self.assertTrue(pathlib.Path(
         world_source.WorldData.v2().checkpoint_dir).is_absolute())
     root = str(pathlib.Path(__file__).resolve().parents[2])
-    default = integrity.resolved_config(config_lib.RunConfig(
+    default = integrity.resolved_config(config.RunConfig(
         methods=('recovr',), output_dir=str(self.base),
         data=world_source.WorldData.v2()))
     self.assertEqual(default['data']['checkpoint_dir'],
@@ -446,7 +446,7 @@ class MessagesTest(absltest.TestCase):
     clip_dir = self.dir / 'clip'
     clip_dir.mkdir()
     with self.assertRaisesRegex(ValueError, 'has no captions'):
-      real_environment.real_environment(str(ann), str(gallery), str(clip_dir))
+      files_environment.real_environment(str(ann), str(gallery), str(clip_dir))
 
   def test_clip_directory_without_tokenizer_files(self):
     clip_dir = self.dir / 'clip'

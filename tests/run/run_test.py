@@ -15,8 +15,8 @@ import numpy as np
 
 from experiments import run
 from recovr_jax.core import demotion
-from recovr_jax.envs.files import files_source as real_source
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.files import files_source
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import training
@@ -158,7 +158,7 @@ class RunnerTest(absltest.TestCase):
     with (self.out / 'ranks.csv').open() as f:
       ranks = list(csv.DictReader(f))
     self.assertLen(ranks, 2 * SESSIONS * 4)   # methods x sessions x turns
-    world = world_lib.make_world(world_lib.WorldConfig(
+    world = generator.make_world(generator.WorldConfig(
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
     ids = world.gallery_ids
     by_key = {(r['method'], int(r['session']), int(r['turn'])): r
@@ -463,7 +463,7 @@ class RunnerTest(absltest.TestCase):
             (out / 'trajectories.jsonl').read_text().splitlines()]
     data = world_source.WorldData.preset('v1', world_fields=dict(
         gallery_size=300, num_test_triplets=12, num_train_triplets=20))
-    world = world_lib.make_world(data.world)
+    world = generator.make_world(data.world)
     attrs = world.combos[world.gallery_combos]
     merlin_asked = set()
     first = {}
@@ -591,7 +591,7 @@ class BenchmarkPresetTest(absltest.TestCase):
     self.assertEqual(v1.data, world_source.WorldData.v1())
     with flagsaver.flagsaver(methods=['recovr'], data='webvid_covr'):
       real = run.run_config()  # the world's presets do not apply
-    self.assertEqual(real.data, real_source.RealData())
+    self.assertEqual(real.data, files_source.RealData())
     self.assertEqual(real.reasoner, 'rules')  # grounded reads the world
 
   def test_default_run_reads_only_model_captions(self):
@@ -611,7 +611,7 @@ class BenchmarkPresetTest(absltest.TestCase):
                       resolved['user']['language'],
                       resolved['data']['world']['renditions']),
                      ('world', 'model', 'own_v3', 4))
-    world = world_lib.make_world(config.data.world)
+    world = generator.make_world(config.data.world)
     truth = world.gallery_captions
     self.assertLen(built.env.captions, len(truth))
     # What the system reads of the gallery is the captioner's, which is
@@ -639,7 +639,7 @@ class TransplantTest(absltest.TestCase):
   """A rank-cap transplant changes only the baseline's post-processing."""
 
   def test_ivr_rankcap_is_rank_capped_ivr(self):
-    world = world_lib.make_world(world_lib.WorldConfig(
+    world = generator.make_world(generator.WorldConfig(
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
     video, composer = training.load_world_models(
         encoders.DEFAULT_CHECKPOINT_DIR, world)
@@ -980,20 +980,20 @@ class WebvidCovrTest(absltest.TestCase):
 
   def test_the_stepped_face_refuses_a_turn_out_of_order(self):
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
-    from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.protocol import plan  # pylint: disable=g-import-not-at-top
     from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.files import files_environment as real_env  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.files import files_environment  # pylint: disable=g-import-not-at-top
     from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
     root = pathlib.Path(tempfile.mkdtemp())
     files = real_files.write_real_data(root)
-    env = real_env.real_environment(files['annotations'],
+    env = files_environment.real_environment(files['annotations'],
                                     files['gallery_embeddings'],
                                     files['clip_dir'])
-    user = real_env.caption_user(caption_user.CaptionUser(), env.captions)
-    ctx = plan_lib.Context(gallery=env.gallery, captions=env.captions,
+    user = files_environment.caption_user(caption_user.CaptionUser(), env.captions)
+    ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                            encode_text=env.encode_text, compose=env.compose,
-                           reasoner=real_source.VOCABULARY.rules())
+                           reasoner=files_source.VOCABULARY.rules())
     base = ranking.LoopConfig(num_turns=2, list_length=3)
     step_env = stepped.StepEnvironment(env, methods.make('recovr'),
                                        np.arange(4), user, ctx, base)

@@ -8,7 +8,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from recovr_jax.study import log as log_lib
+from recovr_jax.study import log
 from recovr_jax.study import study as study_lib
 
 PARTICIPANTS = ('ann', 'bob')
@@ -46,11 +46,11 @@ class AccessFileTest(absltest.TestCase):
         data = json.loads(json.dumps(self.good))
         change(data)
         self.path.write_text(json.dumps(data))
-        with self.assertRaisesRegex(log_lib.LogError,
+        with self.assertRaisesRegex(log.LogError,
                                     f'^{self.path}: .*{message}'):
           study_lib._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
     self.path.write_text('{"codes": {"ann": "')
-    with self.assertRaisesRegex(log_lib.LogError,
+    with self.assertRaisesRegex(log.LogError,
                                 f'^{self.path}, line 1: not valid JSON'):
       study_lib._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
 

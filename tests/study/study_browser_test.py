@@ -15,7 +15,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from recovr_jax.study import app as app_lib
+from recovr_jax.study import app
 from tests.helpers import browser
 from tests.study import study_test
 
@@ -31,7 +31,7 @@ class BrowserTest(absltest.TestCase):
     media = media_lib.Media(len(built.env.gallery),
                             built.source.frames(built), 160)
     self.browser, self.port = browser.serve(
-        self, app_lib.make_app(self.study, media))
+        self, app.make_app(self.study, media))
 
   def test_one_instance_in_chromium(self):
     from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top

@@ -21,7 +21,7 @@ from experiments import study_report
 from recovr_jax.study import app as app_lib
 from recovr_jax.study import instance as session_lib
 from recovr_jax.study import log as log_lib
-from recovr_jax.study import report as report_lib
+from recovr_jax.study import report
 from recovr_jax.study import study as study_lib
 
 TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20,
@@ -362,7 +362,7 @@ class StudyAppTest(absltest.TestCase):
     self.assertIn('reasoner fell over', log[-1]['error'])
     self.assertEqual(_send(client, 'ann', view, 'bigger').status_code, 303)
     self.assertEqual(study.view('ann')['turn'], 2)
-    self.assertEqual(report_lib.load(study.log_dir).errors, 1)
+    self.assertEqual(report.load(study.log_dir).errors, 1)
 
   def test_a_torn_last_line_is_cut_and_a_foreign_log_refused(self):
     study, client = Tiny.study('torn')
@@ -474,8 +474,8 @@ class StudyAppTest(absltest.TestCase):
     self.assertEqual(set(out['r_at_1']), {'recovr, human',
                                           'recovr, simulated',
                                           'ivr, simulated'})
-    runs = report_lib.load(study.log_dir)
-    human = report_lib.hits(runs.displayed, runs.targets).mean(0)
+    runs = report.load(study.log_dir)
+    human = report.hits(runs.displayed, runs.targets).mean(0)
     np.testing.assert_allclose(out['r_at_1']['recovr, human']['mean'], human)
     self.assertEqual(out['lengths']['recovr, human']['utterances'], 12)
     rows = (Tiny.root / 'report' / 'report' /
@@ -513,7 +513,7 @@ class SameLoopTest(absltest.TestCase):
           break
         _send(client, 'bob', view, fb.text)
         view = study.view('bob')
-    runs = report_lib.load(study.log_dir)
+    runs = report.load(study.log_dir)
     simulated = study_report.simulate(config, ['recovr'], sessions, 3,
                                       built=Tiny.built)['recovr']
     np.testing.assert_array_equal(runs.displayed,
@@ -576,7 +576,7 @@ class ParticipantFlowTest(absltest.TestCase):
     self.assertIn(code, page)
     self.assertNotEqual(code, study.completion_code('cy'))
     # Table 4 leaves the practice instance out.
-    runs = report_lib.load(study.log_dir)
+    runs = report.load(study.log_dir)
     self.assertLen(runs.rows, 2)
     self.assertNotIn(practice_session, runs.sessions.tolist())
     self.assertNotIn(practice_session, [
@@ -724,43 +724,43 @@ class ReportTest(absltest.TestCase):
         {'event': 'error', 'instance': 0, 'turn': 2},
         _turn(0, 2, hit, 'no, circles on sand', seconds=2.0),
         {'event': 'end', 'instance': 0, 'turn': 2, 'found': False}])
-    runs = report_lib.load(root)
+    runs = report.load(root)
     self.assertLen(runs.rows, 3)
     self.assertEqual((runs.unfinished, runs.errors), (1, 1))
     # Turn 0: 0/3; turn 1: p0 only, 1/3; turn 2: p0 and q0, 2/3.
     np.testing.assert_allclose(
-        report_lib.hits(runs.displayed, runs.targets).mean(0),
+        report.hits(runs.displayed, runs.targets).mean(0),
         [0, 1 / 3, 2 / 3])
-    out = report_lib.table({'human': runs.displayed}, runs.targets, 100, 0)
+    out = report.table({'human': runs.displayed}, runs.targets, 100, 0)
     np.testing.assert_allclose(out['r_at_1']['human']['mean'],
                                [0, 1 / 3, 2 / 3], rtol=1e-6)
-    stats = report_lib.lengths(report_lib.human_feedback(runs))
+    stats = report.lengths(report.human_feedback(runs))
     self.assertEqual(stats['utterances'], 3)
     self.assertAlmostEqual(stats['mean_words'], (3 + 1 + 4) / 3)
     self.assertEqual(stats['max_words'], 4)
-    self.assertEqual(report_lib.waits(runs)['median_s'], 2.0)
-    self.assertEqual(report_lib.waits(runs)['max_s'], 3.0)
-    text = report_lib.markdown(out, 3, {
-        'lengths': {'human': stats}, 'waits': report_lib.waits(runs),
+    self.assertEqual(report.waits(runs)['median_s'], 2.0)
+    self.assertEqual(report.waits(runs)['max_s'], 3.0)
+    text = report.markdown(out, 3, {
+        'lengths': {'human': stats}, 'waits': report.waits(runs),
         'unfinished': 1, 'errors': 1})
     self.assertIn('| human | 0.0 [0.0, 0.0] | 33.3', text)
 
   def test_bad_logs(self):
     root = pathlib.Path(tempfile.mkdtemp())
     with self.assertRaisesRegex(FileNotFoundError, 'no study logs'):
-      report_lib.load(root)
+      report.load(root)
     _write_log(root / 'p.jsonl', 'p', [_turn(0, 1, [1])])
     with self.assertRaisesRegex(log_lib.LogError, r'p.jsonl, line 2.*'
                                 'expected turn 0'):
-      report_lib.load(root)
+      report.load(root)
     (root / 'p.jsonl').write_text('{"event": "header"}\nnot json\n')
     with self.assertRaisesRegex(log_lib.LogError, 'p.jsonl, line 2'):
-      report_lib.load(root)
+      report.load(root)
     # Beside an intact log, a damaged one is left out and listed.
     _write_log(root / 'q.jsonl', 'q', [
         _turn(0, 0, [1]),
         {'event': 'end', 'instance': 0, 'turn': 0, 'found': True}])
-    runs = report_lib.load(root)
+    runs = report.load(root)
     self.assertLen(runs.rows, 1)
     self.assertLen(runs.damaged, 1)
     self.assertIn('p.jsonl, line 2', runs.damaged[0])

@@ -10,7 +10,7 @@ import os
 from typing import ClassVar
 
 from recovr_jax import config_tree
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import source
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 
@@ -88,7 +88,7 @@ VOCABULARY = registry.Vocabulary(data='webvid_covr',
                                  rules=rules.FreeTextReasoner)
 
 
-class RealSource(source_lib.Source, source_lib.ExtraOutputs):
+class RealSource(source.Source, source.ExtraOutputs):
   """Annotation CSV, precomputed gallery embeddings, a local CLIP, the
   caption user and the free-text reasoners."""
 
@@ -177,8 +177,8 @@ class RealSource(source_lib.Source, source_lib.ExtraOutputs):
           query_embeddings=c.query_embeddings, missing_ids=c.missing_ids,
           text_encoder=c.text_encoder, composer=c.composer, start=c.start)
     except ValueError as e:  # the message names the file, row or column
-      raise source_lib.SourceError(str(e)) from e
-    return source_lib.Built(env=env)
+      raise source.SourceError(str(e)) from e
+    return source.Built(env=env)
 
   def user(self, run, env):
     from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top

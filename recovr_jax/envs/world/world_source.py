@@ -14,10 +14,10 @@ from typing import ClassVar
 import numpy as np
 
 from recovr_jax import config_tree
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax import paths
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import source
 from recovr_jax.reasoning import registry
 
 CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
@@ -51,7 +51,7 @@ class WorldData:
   """The world a run generates and the checkpoints it reads."""
   NAME: ClassVar[str] = 'world'
   HELP_GROUP: ClassVar[str] = 'Benchmark and world'
-  world: world_lib.WorldConfig = world_lib.WorldConfig()
+  world: generator.WorldConfig = generator.WorldConfig()
   #: Encoder checkpoints (default: the --benchmark preset's shipped ones:
   #: checkpoints/world_renditions for v3, v2; checkpoints/world for v1).
   checkpoint_dir: str | None = config_tree.setting(None, preset=True)
@@ -94,7 +94,7 @@ class WorldData:
                        f'{", ".join(BENCHMARKS)}')
     preset = BENCHMARKS[benchmark]
     try:
-      world = world_lib.WorldConfig(
+      world = generator.WorldConfig(
           **{'renditions': preset['renditions'], **(world_fields or {})})
     except ValueError as e:
       if 'renditions' in (world_fields or {}) or 'renditions' not in str(e):
@@ -157,8 +157,8 @@ class _Extra:
   query_named: object = None  # [Q, A] what each session's query names
 
 
-class WorldSource(source_lib.Source, source_lib.TracedFace,
-                  source_lib.OwnMedia, source_lib.ScoresAsking):
+class WorldSource(source.Source, source.TracedFace,
+                  source.OwnMedia, source.ScoresAsking):
   """The world, its encoders, captioner, user and reasoners; the user and
   lexical readers have a traced face (``envs.world.face``); it renders."""
 
@@ -203,7 +203,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     if run.num_sessions is None or run.num_sessions <= queries * repeats:
       return []
     world = self.config.world
-    combinations = int(world_lib.test_split(world.seed,
+    combinations = int(generator.test_split(world.seed,
                                             world.test_share).sum())
     return [f'--num_sessions={run.num_sessions}: the world gives at most '
             f'{queries * repeats} sessions ({queries} test queries '
@@ -268,8 +268,8 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     theirs = (trained['seed'], trained['test_share'])
     if theirs == (world.seed, world.test_share):
       return None
-    ours = world_lib.test_split(world.seed, world.test_share)
-    seen = ~world_lib.test_split(*theirs)
+    ours = generator.test_split(world.seed, world.test_share)
+    seen = ~generator.test_split(*theirs)
     overlap = float((ours & seen).sum() / ours.sum())
     message = (f'the encoders in {checkpoint} were trained on the world with '
                f'seed {theirs[0]}, test_share {theirs[1]}; '
@@ -302,7 +302,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
   def build(self, run):
     from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
-    world = world_lib.make_world(self.config.world)
+    world = generator.make_world(self.config.world)
     checkpoint = self.config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
     video, composer = training.load_world_models(checkpoint, world,
                                                  lazy_video=True)
@@ -311,7 +311,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     if run.cache_dir:  # the embeddings of earlier runs' texts
       text_cache = text.cache_path(run.cache_dir)
       if text_cache.exists() and not text_cache.is_file():
-        raise source_lib.SourceError(
+        raise source.SourceError(
             f'--cache_dir: {text_cache}, where the text embedding cache '
             'goes, is not a file: remove it, or pass another --cache_dir')
       text.load_cache(text_cache)
@@ -335,7 +335,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
           modification=texts)
     if self.config.query_repeats > 1 and env.query is None:
       env, named = repeated(env, named, self.config.query_repeats)
-    return source_lib.Built(env=env, extra=_Extra(world, text, text_cache,
+    return source.Built(env=env, extra=_Extra(world, text, text_cache,
                                                   named))
 
   def target_captions(self, built):
@@ -372,7 +372,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
     from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
     names = self.config.world.attributes
     words = lexicon.for_attributes(len(names))
-    return source_lib.AskTruth(
+    return source.AskTruth(
         attributes=np.asarray(built.env.attributes),
         query_named=built.extra.query_named, user=user,
         question_attribute=words.question_attribute,
@@ -410,7 +410,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
       label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
     table = jitted.word_table(sim_env, sim_config, run.user_seed,
                               parse=reasoner.feedback_values, label=label)
-    return source_lib.JitBatch(
+    return source.JitBatch(
         env=sim_env, config=sim_config,
         result=lambda trace: jitted.batch_result(sim_env, trace, table,
                                                  sessions=sessions))
@@ -426,7 +426,7 @@ class WorldSource(source_lib.Source, source_lib.TracedFace,
 
     @jax.jit
     def render(a, key, scene):
-      return world_lib.render(a, key, num_frames=wc.num_frames,
+      return generator.render(a, key, num_frames=wc.num_frames,
                               image_size=wc.image_size,
                               pixel_noise=wc.pixel_noise, scene_key=scene)
 
@@ -448,7 +448,7 @@ def vocabulary(world_config, user=None, allow_other_world: bool = False,
   where the grounding reader keeps its fits for later runs."""
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.models import reader_fit as reading  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import reader_fit  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import reasoner_training  # pylint: disable=g-import-not-at-top
   words = (lexicon.for_attributes(len(world_config.attributes))
            if world_config.describe_layout else lexicon)
@@ -471,11 +471,11 @@ def vocabulary(world_config, user=None, allow_other_world: bool = False,
 
   return registry.Vocabulary(
       data=WorldSource.NAME, rules=lambda: rules.RulesReasoner(words),
-      grounding=reading.Grounding(world_config, cache_dir),
+      grounding=reader_fit.Grounding(world_config, cache_dir),
       examples=lambda n: reasoner_training.few_shot_examples(
-          world_lib.make_world(world_config), per_module=n),
+          generator.make_world(world_config), per_module=n),
       # The Reflector's items are the world's literals (docs/reasoning.md).
-      literals={a: world_lib.VALUES[a] for a in world_lib.ATTRIBUTES},
+      literals={a: generator.VALUES[a] for a in generator.ATTRIBUTES},
       preprocess=reasoner_training.preprocess,
       lm_checkpoint=reasoner_training.DEFAULT_REASONER_DIR,
       lm_preprocess=lm_preprocess, check_adapter=check_adapter)

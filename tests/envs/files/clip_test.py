@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from experiments.data import embed_videos
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import vectors
 from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
@@ -59,7 +59,7 @@ class RealDataPathTest(absltest.TestCase):
         reference, encoder.encode_text(ann.edit)))
     ref_ids = np.array([index[r] for r in ann.reference], np.int32)
     ids, _ = retrieve(queries, gallery.video, 4, exclude=ref_ids)
-    ranks = metrics.target_ranks(np.asarray(ids)[:, None, :],
+    ranks = list_metrics.target_ranks(np.asarray(ids)[:, None, :],
                                  np.array([index[t] for t in ann.target]))
     self.assertEqual(ranks.shape, (2, 1))
     self.assertTrue(np.all(np.asarray(ids) != ref_ids[:, None]))

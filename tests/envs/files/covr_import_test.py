@@ -16,7 +16,7 @@ import numpy as np
 from experiments import run
 from recovr_jax.envs.files import covr_import
 from recovr_jax.envs.files import data
-from recovr_jax.envs.files import files_environment as environment
+from recovr_jax.envs.files import files_environment
 from recovr_jax.envs.files import torch_files
 from recovr_jax.run import trec
 
@@ -379,7 +379,7 @@ class RealDataOptionsTest(absltest.TestCase):
                 reference_embeddings=str(self.root / 'r.npz'),
                 missing_ids='drop')
     args.update(kwargs)
-    return environment.real_environment(
+    return files_environment.real_environment(
         str(self.csv), str(self.root / 'g.npz'), str(self.root / 'clip'),
         **args)
 

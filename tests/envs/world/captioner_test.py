@@ -9,11 +9,11 @@ from absl.testing import absltest
 import jax
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import captioner
 
-WORLD = world_lib.make_world(world_lib.WorldConfig(
+WORLD = generator.make_world(generator.WorldConfig(
     num_test_triplets=10, num_train_triplets=10, gallery_size=200))
 
 
@@ -23,7 +23,7 @@ def _clips(num, seed=0):
   combos = rng.choice(np.flatnonzero(WORLD.is_test), num)
   attrs = WORLD.combos[combos]
   keys = jax.random.split(jax.random.key(seed), num)
-  return attrs, world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
+  return attrs, generator.render_batch(attrs, keys, num_frames=wc.num_frames,
                                        image_size=wc.image_size,
                                        pixel_noise=wc.pixel_noise)
 
@@ -79,7 +79,7 @@ class ShippedCaptionerTest(absltest.TestCase):
     captions = model(clips)
     accuracy = captioner.attribute_accuracy(captions, attrs)
     # Mostly right (it learned to describe) ...
-    self.assertGreater(np.mean([accuracy[a] for a in world_lib.ATTRIBUTES]),
+    self.assertGreater(np.mean([accuracy[a] for a in generator.ATTRIBUTES]),
                        0.5)
     # ... but not the ground truth: some captions get something wrong.
     self.assertGreater(accuracy['wrong_any'], 0.0)

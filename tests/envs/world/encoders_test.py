@@ -12,7 +12,7 @@ import numpy as np
 
 from recovr_jax.core import checks
 from recovr_jax.core import vectors
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import progress_memory
 from recovr_jax.protocol import dialogue
@@ -292,7 +292,7 @@ class ModelsTest(absltest.TestCase):
 
   def test_shipped_checkpoints_restore(self):
     root = paths.CHECKPOINTS
-    world = world_lib.make_world(world_lib.WorldConfig(
+    world = generator.make_world(generator.WorldConfig(
         num_test_triplets=5, num_train_triplets=5))
     video, composer = training.load_world_models(root / 'world', world)
     self.assertEqual(encoders.count_params(video),
@@ -304,9 +304,9 @@ class ModelsTest(absltest.TestCase):
 class TrainingTest(absltest.TestCase):
 
   def test_a_few_steps_and_evaluation(self):
-    config = world_lib.WorldConfig(num_test_triplets=8, num_train_triplets=40,
+    config = generator.WorldConfig(num_test_triplets=8, num_train_triplets=40,
                                    gallery_size=200)
-    world = world_lib.make_world(config)
+    world = generator.make_world(config)
     train = training.TrainConfig(video_steps=2, video_batch=4,
                                  composer_steps=2, composer_batch=8)
     combos, captions = training.caption_pool(world, 1, 0)

@@ -8,32 +8,32 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 
-SMALL = world_lib.WorldConfig(num_test_triplets=60, num_train_triplets=300)
+SMALL = generator.WorldConfig(num_test_triplets=60, num_train_triplets=300)
 
 
 def _world(config=SMALL):
-  return world_lib.make_world(config)
+  return generator.make_world(config)
 
 
 WORDS = {
-    'shape': world_lib.SHAPE_WORDS, 'colour': world_lib.COLOUR_WORDS,
-    'motion': world_lib.MOTION_WORDS, 'background': world_lib.BACKGROUND_WORDS,
-    'lighting': world_lib.LIGHTING_WORDS, 'size': world_lib.SIZE_WORDS,
+    'shape': generator.SHAPE_WORDS, 'colour': generator.COLOUR_WORDS,
+    'motion': generator.MOTION_WORDS, 'background': generator.BACKGROUND_WORDS,
+    'lighting': generator.LIGHTING_WORDS, 'size': generator.SIZE_WORDS,
 }
 
 
 def mentions(text, attribute, value):
   """True if ``text`` holds a phrase of ``attribute = value``."""
-  name = world_lib.VALUES[attribute][value]
+  name = generator.VALUES[attribute][value]
   if attribute == 'count':
-    return any(w in text for w in world_lib.COUNT_WORDS[name] + (name,))
+    return any(w in text for w in generator.COUNT_WORDS[name] + (name,))
   options = WORDS[attribute][name]
   if attribute == 'shape':
     options = tuple(w for pair in options for w in pair)
-  extra = {'background': world_lib.BACKGROUND_NOUNS,
-           'lighting': world_lib.LIGHTING_NOUNS}.get(attribute, {})
+  extra = {'background': generator.BACKGROUND_NOUNS,
+           'lighting': generator.LIGHTING_NOUNS}.get(attribute, {})
   options = options + tuple(extra.get(name, ()))
   if attribute == 'motion':
     options = options + tuple(o.replace('moving ', 'move ') for o in options)
@@ -48,14 +48,14 @@ class WorldTest(parameterized.TestCase):
     cls.world = _world()
 
   def test_size_of_the_latent(self):
-    self.assertGreaterEqual(len(world_lib.all_combos()), 10_000)
-    self.assertGreaterEqual(sum(n >= 4 for n in world_lib.NUM_VALUES), 6)
-    combos = world_lib.all_combos()
-    np.testing.assert_array_equal(world_lib.combo_index(combos),
+    self.assertGreaterEqual(len(generator.all_combos()), 10_000)
+    self.assertGreaterEqual(sum(n >= 4 for n in generator.NUM_VALUES), 6)
+    combos = generator.all_combos()
+    np.testing.assert_array_equal(generator.combo_index(combos),
                                   np.arange(len(combos)))
 
   def test_pure_function_of_the_seed(self):
-    again = world_lib._build_world(SMALL)  # pylint: disable=protected-access
+    again = generator._build_world(SMALL)  # pylint: disable=protected-access
     self.assertEqual(again.gallery_captions, self.world.gallery_captions)
     self.assertEqual(again.test.edit, self.world.test.edit)
     np.testing.assert_array_equal(again.train.reference,
@@ -96,7 +96,7 @@ class WorldTest(parameterized.TestCase):
         self.assertLessEqual(int(split.unmentioned[q].sum()),
                              SMALL.max_unmentioned)
         for a in np.flatnonzero(split.named[q]):
-          attribute = world_lib.ATTRIBUTES[a]
+          attribute = generator.ATTRIBUTES[a]
           self.assertTrue(mentions(split.edit[q], attribute, tgt[a]),
                           (split.edit[q], attribute))
     self.assertLen(set(w.test.target.tolist()), len(w.test.target))
@@ -110,19 +110,19 @@ class WorldTest(parameterized.TestCase):
     self.assertBetween(share, 0.4, 0.6)
 
   def test_every_target_has_a_hard_negative(self):
-    self.assertGreaterEqual(world_lib.hard_negative_counts(self.world).min(), 1)
+    self.assertGreaterEqual(generator.hard_negative_counts(self.world).min(), 1)
 
   def test_smaller_gallery_keeps_triplets_and_hard_negatives(self):
     small = _world(dataclasses.replace(SMALL, num_test_triplets=20,
                                        gallery_size=400))
     self.assertLen(small.gallery_combos, 400)
-    self.assertGreaterEqual(world_lib.hard_negative_counts(small).min(), 1)
+    self.assertGreaterEqual(generator.hard_negative_counts(small).min(), 1)
 
   def test_captions_name_every_attribute(self):
     rng = np.random.default_rng(0)
-    for combo in world_lib.all_combos()[::997]:
-      text = world_lib.caption(rng, combo)
-      for a, attribute in enumerate(world_lib.ATTRIBUTES):
+    for combo in generator.all_combos()[::997]:
+      text = generator.caption(rng, combo)
+      for a, attribute in enumerate(generator.ATTRIBUTES):
         self.assertTrue(mentions(text, attribute, combo[a]), (text, attribute))
 
   def test_bad_config(self):
@@ -146,9 +146,9 @@ class WorldTest(parameterized.TestCase):
 class RenderTest(absltest.TestCase):
 
   def test_shape_range_and_determinism(self):
-    attrs = jnp.asarray(world_lib.all_combos()[[0, 5000, 12287]])
+    attrs = jnp.asarray(generator.all_combos()[[0, 5000, 12287]])
     keys = jax.random.split(jax.random.key(0), 3)
-    render = jax.jit(world_lib.render_batch)
+    render = jax.jit(generator.render_batch)
     clips = render(attrs, keys)
     self.assertEqual(clips.shape, (3, 4, 32, 32, 3))
     self.assertGreaterEqual(float(clips.min()), 0.0)
@@ -156,25 +156,25 @@ class RenderTest(absltest.TestCase):
     np.testing.assert_array_equal(clips, render(attrs, keys))
 
   def test_every_attribute_is_visible(self):
-    base = world_lib.all_combos()[1234]
+    base = generator.all_combos()[1234]
     key = jax.random.key(3)
     variants = []
-    for a, n in enumerate(world_lib.NUM_VALUES):
+    for a, n in enumerate(generator.NUM_VALUES):
       for v in range(n):
         other = base.copy()
         other[a] = v
         variants.append(other)
-    clips = np.asarray(jax.jit(world_lib.render_batch)(
+    clips = np.asarray(jax.jit(generator.render_batch)(
         jnp.asarray(np.stack(variants)),
         jnp.stack([key] * len(variants))))
     start = 0
-    for a, n in enumerate(world_lib.NUM_VALUES):
+    for a, n in enumerate(generator.NUM_VALUES):
       group = clips[start:start + n]
       start += n
       for i in range(n):
         for j in range(i + 1, n):
           diff = np.abs(group[i] - group[j]).mean()
-          self.assertGreater(diff, 0.005, (world_lib.ATTRIBUTES[a], i, j))
+          self.assertGreater(diff, 0.005, (generator.ATTRIBUTES[a], i, j))
 
 
 class RenditionsTest(absltest.TestCase):
@@ -201,10 +201,10 @@ class RenditionsTest(absltest.TestCase):
     self.assertGreater(len(set(four.gallery_scenes[t.target])), 1)
 
   def test_one_scene_shares_a_layout(self):
-    base = world_lib.all_combos()[1234]
+    base = generator.all_combos()[1234]
     keys = jax.random.split(jax.random.key(0), 3)
-    scenes = world_lib.scene_keys(0, [0, 0, 1])
-    clips = np.asarray(jax.jit(world_lib.render_batch)(
+    scenes = generator.scene_keys(0, [0, 0, 1])
+    clips = np.asarray(jax.jit(generator.render_batch)(
         jnp.asarray(np.stack([base] * 3)), keys, scene_keys=scenes))
     same = np.abs(clips[0] - clips[1]).mean()   # pixel noise and jitter
     other = np.abs(clips[0] - clips[2]).mean()  # another layout

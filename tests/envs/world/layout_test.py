@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import run
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import training
 from recovr_jax.envs.world.user import simulated_user
@@ -29,9 +29,9 @@ from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 from tests.helpers import entry_points
 
-LAYOUT = world_lib.NUM_ATTRIBUTES  # the layout's attribute index
+LAYOUT = generator.NUM_ATTRIBUTES  # the layout's attribute index
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-SMALL = world_lib.WorldConfig(num_test_triplets=60, num_train_triplets=300,
+SMALL = generator.WorldConfig(num_test_triplets=60, num_train_triplets=300,
                               renditions=4, gallery_size=400)
 
 
@@ -40,9 +40,9 @@ class WorldTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.plain = world_lib.make_world(dataclasses.replace(
+    cls.plain = generator.make_world(dataclasses.replace(
         SMALL, scene_shared=0.5))
-    cls.world = world_lib.make_world(dataclasses.replace(
+    cls.world = generator.make_world(dataclasses.replace(
         SMALL, scene_shared=0.5, describe_layout=True))
 
   def test_the_layout_changes_only_what_it_names(self):
@@ -81,10 +81,10 @@ class WorldTest(absltest.TestCase):
   def test_the_pixels_show_the_layout(self):
     row = np.asarray(self.world.gallery_attributes[0])
     key, scene = jax.random.key(1), jax.random.key(2)
-    clips = [np.asarray(world_lib.render(
+    clips = [np.asarray(generator.render(
         jnp.asarray(np.append(row[:LAYOUT], v)), key, scene_key=scene))
-             for v in range(world_lib.NUM_LAYOUTS)]
-    plain = np.asarray(world_lib.render(jnp.asarray(row[:LAYOUT]), key,
+             for v in range(generator.NUM_LAYOUTS)]
+    plain = np.asarray(generator.render(jnp.asarray(row[:LAYOUT]), key,
                                         scene_key=scene))
     # 'open' draws nothing; every other layout differs from it and from
     # each other.
@@ -97,9 +97,9 @@ class WorldTest(absltest.TestCase):
   def test_config_errors(self):
     with self.assertRaisesRegex(ValueError, 'describe_layout needs '
                                 'renditions >= 2'):
-      world_lib.WorldConfig(describe_layout=True)
+      generator.WorldConfig(describe_layout=True)
     with self.assertRaisesRegex(ValueError, 'attribute rows hold 7 or 8'):
-      world_lib.attribute_names(6)
+      generator.attribute_names(6)
 
 
 class UserTest(absltest.TestCase):
@@ -136,7 +136,7 @@ class UserTest(absltest.TestCase):
     # value, attribute by attribute, from one generator.
     rng = np.random.default_rng(user_language.PHRASING_SEED)
     before = set()
-    for name in world_lib.ATTRIBUTES:
+    for name in generator.ATTRIBUTES:
       for value, phrases in user_language._OWN[name].items():  # pylint: disable=protected-access
         order = rng.permutation(len(phrases))
         for i in order[:max(1, len(phrases) // 2)]:
@@ -180,22 +180,22 @@ class ReadingBenchmarkTest(absltest.TestCase):
   def test_the_layout_is_scored_with_the_worlds_lexicon(self):
     # eval_reading on a layout world reads replies with the layout's
     # lexicon: a read layout counts, and its memory item is readable.
-    from recovr_jax.analysis import reading_benchmark as reading  # pylint: disable=g-import-not-at-top
-    turn = reading.Turn(text='close, but under an arch instead',
+    from recovr_jax.analysis import reading_benchmark  # pylint: disable=g-import-not-at-top
+    turn = reading_benchmark.Turn(text='close, but under an arch instead',
                         action='modify', named={LAYOUT: 2},
                         changes={LAYOUT: 2}, kinds={LAYOUT: 'train'})
     intent = {'search': lexicon.canonical_description({LAYOUT: 2, 0: 1}),
               'edit': lexicon.canonical_edit({LAYOUT: 2})}
     reflect = {'sigma': 'pos', 'keep': ['layout: arch'], 'avoid': []}
     request = schemas.ReflectRequest(turn.text, 'x', schemas.SessionMemory())
-    read = reading.score([turn], [intent], [(request, reflect)],
+    read = reading_benchmark.score([turn], [intent], [(request, reflect)],
                          words=lexicon.for_attributes(LAYOUT + 1))['train']
     self.assertEqual((read['intent']['recall'], read['intent']['edit_recall'],
                       read['reflect']['recall'],
                       read['reflect']['unreadable_items']), (1.0, 1.0, 1.0, 0))
     # The seven-attribute lexicon could not read it (what the benchmark
     # did before it took the world's lexicon).
-    blind = reading.score([turn], [intent], [(request, reflect)])['train']
+    blind = reading_benchmark.score([turn], [intent], [(request, reflect)])['train']
     self.assertEqual((blind['intent']['recall'],
                       blind['reflect']['unreadable_items']), (0.0, 1))
 
@@ -306,9 +306,9 @@ class RefusalTest(absltest.TestCase):
 
   def test_models_of_the_other_kind_of_world_are_refused_at_load(self):
     # Where no run checks (eval_world, the trainers): the loaders do.
-    layout = world_lib.make_world(dataclasses.replace(
+    layout = generator.make_world(dataclasses.replace(
         SMALL, describe_layout=True))
-    plain = world_lib.make_world(SMALL)
+    plain = generator.make_world(SMALL)
     with self.assertRaisesRegex(ValueError, 'world_renditions: trained '
                                 'without --describe_layout; this world is '
                                 'with it'):

@@ -7,12 +7,12 @@ from absl.testing import parameterized
 import numpy as np
 
 from recovr_jax.envs.files import caption_user
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 
-COMBOS = world_lib.all_combos()
+COMBOS = generator.all_combos()
 
 
 def combo_with(base, changes):
@@ -27,12 +27,12 @@ class LexiconTest(absltest.TestCase):
   def test_parses_every_caption_and_edit(self):
     rng = np.random.default_rng(0)
     for combo in COMBOS[::61]:
-      self.assertEqual(lexicon.parse(world_lib.caption(rng, combo)),
+      self.assertEqual(lexicon.parse(generator.caption(rng, combo)),
                        {a: int(v) for a, v in enumerate(combo)})
-    for a, n in enumerate(world_lib.NUM_VALUES):
+    for a, n in enumerate(generator.NUM_VALUES):
       for v in range(n):
         for _ in range(4):
-          phrase = world_lib.edit_phrase(rng, world_lib.ATTRIBUTES[a], v)
+          phrase = generator.edit_phrase(rng, generator.ATTRIBUTES[a], v)
           self.assertEqual(lexicon.parse(phrase), {a: v}, phrase)
 
   def test_spelling_fixer(self):
@@ -75,7 +75,7 @@ class SimulatedUserTest(parameterized.TestCase):
 
   @parameterized.parameters(1, 2)
   def test_modify_at_or_below_threshold(self, num_diff):
-    changes = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+    changes = {a: (self.target[a] + 1) % generator.NUM_VALUES[a]
                for a in range(num_diff)}
     for session in range(10):
       f = self.respond(changes, session=session)
@@ -87,7 +87,7 @@ class SimulatedUserTest(parameterized.TestCase):
       self.assertEqual(lexicon.parse(f.text), f.mentioned)
 
   def test_rewrite_above_threshold_names_a_strict_subset(self):
-    changes = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+    changes = {a: (self.target[a] + 1) % generator.NUM_VALUES[a]
                for a in range(3)}
     for session in range(10):
       f = self.respond(changes, session=session)
@@ -98,7 +98,7 @@ class SimulatedUserTest(parameterized.TestCase):
         self.assertEqual(v, self.target[a])
 
   def test_answer_only_with_a_question_and_a_major_discrepancy(self):
-    major = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+    major = {a: (self.target[a] + 1) % generator.NUM_VALUES[a]
              for a in range(4)}
     question = lexicon.QUESTIONS['colour'][0]
     f = self.respond(major, question=question)
@@ -114,7 +114,7 @@ class SimulatedUserTest(parameterized.TestCase):
                                   user=user).action, 'rewrite')
 
   def test_deterministic_per_session_and_seed(self):
-    changes = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a]
+    changes = {a: (self.target[a] + 1) % generator.NUM_VALUES[a]
                for a in range(4)}
     texts = [self.respond(changes, session=s).text for s in range(8)]
     self.assertEqual(texts, [self.respond(changes, session=s).text
@@ -143,7 +143,7 @@ class SimulatedUserTest(parameterized.TestCase):
 
   def test_policies(self):
     one = {0: (self.target[0] + 1) % 4}
-    many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}
+    many = {a: (self.target[a] + 1) % generator.NUM_VALUES[a] for a in range(5)}
     rewrite = simulated_user.SimulatedUser(
         simulated_user.UserConfig(policy='rewrite_only'))
     modify = simulated_user.SimulatedUser(simulated_user.UserConfig(policy='modify_only'))
@@ -153,7 +153,7 @@ class SimulatedUserTest(parameterized.TestCase):
     self.assertEqual(lexicon.parse(f.text), f.mentioned)
 
   def test_constraint_dropping(self):
-    many = {a: (self.target[a] + 1) % world_lib.NUM_VALUES[a] for a in range(5)}
+    many = {a: (self.target[a] + 1) % generator.NUM_VALUES[a] for a in range(5)}
     clean = [self.respond(many, session=s) for s in range(30)]
     dropping = simulated_user.SimulatedUser(simulated_user.UserConfig(drop_rate=0.5))
     dropped = [self.respond(many, user=dropping, session=s) for s in range(30)]
@@ -247,7 +247,7 @@ class PaperUserOwnWordsTest(absltest.TestCase):
 
   def _turns(self, config, num=300):
     user = simulated_user.SimulatedUser(config, seed=1)
-    combos = world_lib.all_combos()
+    combos = generator.all_combos()
     rng = np.random.default_rng(0)
     for i in range(num):
       target, shown = combos[rng.choice(len(combos), 2, replace=False)]

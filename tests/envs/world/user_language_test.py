@@ -6,13 +6,13 @@ import re
 from absl.testing import absltest
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 from recovr_jax.envs.world import world_source
 
-NAMES = world_lib.attribute_names(world_lib.NUM_ATTRIBUTES + 1)
+NAMES = generator.attribute_names(generator.NUM_ATTRIBUTES + 1)
 
 
 def surfaces(phrase):
@@ -31,7 +31,7 @@ class TestSplitTest(absltest.TestCase):
     self.assertGreaterEqual(len(test), 100)
     per_value = collections.Counter((a, v) for a, v, _ in test)
     for name in NAMES:
-      for v in world_lib.VALUES[name]:
+      for v in generator.VALUES[name]:
         self.assertGreaterEqual(per_value[(name, v)], 3, (name, v))
 
   def test_new_words_only(self):
@@ -86,7 +86,7 @@ class V3UserTest(absltest.TestCase):
   def turns(self, language, phrasings='all', num=400):
     user = simulated_user.SimulatedUser(simulated_user.UserConfig(
         style='paper', language=language, phrasings=phrasings), seed=3)
-    combos = world_lib.all_combos()
+    combos = generator.all_combos()
     rng = np.random.default_rng(0)
     for i in range(num):
       target, shown = combos[rng.choice(len(combos), 2, replace=False)]

@@ -14,12 +14,12 @@ import sys
 
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 
-A = world_lib.ATTRIBUTES
+A = generator.ATTRIBUTES
 # Attribute index -> name for writing (the layout, index 7, exists only
 # in a world whose layout is describable; ``LayoutLexicon`` reads it).
-_NAMES = world_lib.attribute_names(world_lib.NUM_ATTRIBUTES + 1)
+_NAMES = generator.attribute_names(generator.NUM_ATTRIBUTES + 1)
 
 
 @functools.cache
@@ -30,29 +30,29 @@ def phrase_table() -> dict[tuple[str, ...], tuple[int, int]]:
   def add(phrase, attribute, value):
     words = tuple(_words(phrase))
     if words:
-      table[words] = (A.index(attribute), world_lib.VALUES[attribute].index(
+      table[words] = (A.index(attribute), generator.VALUES[attribute].index(
           value))
 
-  for value, pairs in world_lib.SHAPE_WORDS.items():
+  for value, pairs in generator.SHAPE_WORDS.items():
     for single, plural in pairs:
       add(single, 'shape', value)
       add(plural, 'shape', value)
-  for attribute, words in (('colour', world_lib.COLOUR_WORDS),
-                           ('size', world_lib.SIZE_WORDS),
-                           ('motion', world_lib.MOTION_WORDS),
-                           ('background', world_lib.BACKGROUND_WORDS),
-                           ('background', world_lib.BACKGROUND_NOUNS),
-                           ('lighting', world_lib.LIGHTING_WORDS),
-                           ('lighting', world_lib.LIGHTING_NOUNS)):
+  for attribute, words in (('colour', generator.COLOUR_WORDS),
+                           ('size', generator.SIZE_WORDS),
+                           ('motion', generator.MOTION_WORDS),
+                           ('background', generator.BACKGROUND_WORDS),
+                           ('background', generator.BACKGROUND_NOUNS),
+                           ('lighting', generator.LIGHTING_WORDS),
+                           ('lighting', generator.LIGHTING_NOUNS)):
     for value, phrases in words.items():
       for p in phrases:
         add(p, attribute, value)
         if attribute == 'motion':
           add(p.replace('moving ', 'move '), attribute, value)
-  for value, phrases in world_lib.COUNT_WORDS.items():
+  for value, phrases in generator.COUNT_WORDS.items():
     for p in phrases:
       add(p, 'count', value)
-  for value in world_lib.VALUES['count']:
+  for value in generator.VALUES['count']:
     add(value, 'count', value)
   # Bare direction and place words, for feedback that is shorter than the
   # templates ("left", "beach").
@@ -209,62 +209,62 @@ def is_function_word(word: str) -> bool:
 def describe(rng: np.random.Generator, attrs, subset) -> str:
   """A description naming exactly the attributes in ``subset``."""
   subset = set(int(a) for a in subset)
-  values = {a: world_lib.VALUES[a][int(v)] for a, v in zip(_NAMES, attrs)}
+  values = {a: generator.VALUES[a][int(v)] for a, v in zip(_NAMES, attrs)}
   idx = {a: i for i, a in enumerate(_NAMES)}
   one = values['count'] == 'one'
   words = []
   if idx['count'] in subset:
-    words.append(world_lib._pick(rng, world_lib.COUNT_WORDS[values['count']]))  # pylint: disable=protected-access
+    words.append(generator._pick(rng, generator.COUNT_WORDS[values['count']]))  # pylint: disable=protected-access
   if idx['size'] in subset:
-    words.append(world_lib._pick(rng, world_lib.SIZE_WORDS[values['size']]))  # pylint: disable=protected-access
+    words.append(generator._pick(rng, generator.SIZE_WORDS[values['size']]))  # pylint: disable=protected-access
   if idx['colour'] in subset:
-    words.append(world_lib._pick(rng, world_lib.COLOUR_WORDS[values['colour']]))  # pylint: disable=protected-access
+    words.append(generator._pick(rng, generator.COLOUR_WORDS[values['colour']]))  # pylint: disable=protected-access
   if idx['shape'] in subset:
-    pair = world_lib._pick(rng, world_lib.SHAPE_WORDS[values['shape']])  # pylint: disable=protected-access
+    pair = generator._pick(rng, generator.SHAPE_WORDS[values['shape']])  # pylint: disable=protected-access
     words.append(pair[0] if one and idx['count'] in subset else pair[1])
   else:
     words.append('object' if one and idx['count'] in subset else 'objects')
   tail = []
-  for attribute, table in (('motion', world_lib.MOTION_WORDS),
-                           ('background', world_lib.BACKGROUND_WORDS),
-                           ('lighting', world_lib.LIGHTING_WORDS),
-                           (world_lib.LAYOUT, world_lib.LAYOUT_WORDS)):
+  for attribute, table in (('motion', generator.MOTION_WORDS),
+                           ('background', generator.BACKGROUND_WORDS),
+                           ('lighting', generator.LIGHTING_WORDS),
+                           (generator.LAYOUT, generator.LAYOUT_WORDS)):
     if idx[attribute] in subset and attribute in values:
-      tail.append(world_lib._pick(rng, table[values[attribute]]))  # pylint: disable=protected-access
+      tail.append(generator._pick(rng, table[values[attribute]]))  # pylint: disable=protected-access
   rng.shuffle(tail)
   return ' '.join(words + tail)
 
 
 def canonical_description(attrs: dict[int, int]) -> str:
   """A fixed-order description of the attributes in ``attrs``."""
-  values = {_NAMES[a]: world_lib.VALUES[_NAMES[a]][v]
+  values = {_NAMES[a]: generator.VALUES[_NAMES[a]][v]
             for a, v in attrs.items()}
   words = []
   if 'count' in values:
     words.append(values['count'])
   if 'size' in values:
-    words.append(world_lib.SIZE_WORDS[values['size']][0])
+    words.append(generator.SIZE_WORDS[values['size']][0])
   if 'colour' in values:
     words.append(values['colour'])
   if 'shape' in values:
-    single, plural = world_lib.SHAPE_WORDS[values['shape']][0]
+    single, plural = generator.SHAPE_WORDS[values['shape']][0]
     words.append(single if values.get('count') == 'one' else plural)
   else:
     words.append('object' if values.get('count') == 'one' else 'objects')
   if 'motion' in values:
-    words.append(world_lib.MOTION_WORDS[values['motion']][0])
+    words.append(generator.MOTION_WORDS[values['motion']][0])
   if 'background' in values:
-    words.append(world_lib.BACKGROUND_WORDS[values['background']][0])
+    words.append(generator.BACKGROUND_WORDS[values['background']][0])
   if 'lighting' in values:
-    words.append(world_lib.LIGHTING_WORDS[values['lighting']][0])
-  if world_lib.LAYOUT in values:
-    words.append(world_lib.LAYOUT_WORDS[values[world_lib.LAYOUT]][0])
+    words.append(generator.LIGHTING_WORDS[values['lighting']][0])
+  if generator.LAYOUT in values:
+    words.append(generator.LAYOUT_WORDS[values[generator.LAYOUT]][0])
   return ' '.join(words)
 
 
 def constraint(attribute: int, value: int) -> str:
   """``'colour: blue'``, the form of ``keep`` / ``avoid`` entries."""
-  return f'{_NAMES[attribute]}: {world_lib.VALUES[_NAMES[attribute]][value]}'
+  return f'{_NAMES[attribute]}: {generator.VALUES[_NAMES[attribute]][value]}'
 
 
 def parse_constraint(text: str, names=A) -> tuple[int, int] | None:
@@ -272,8 +272,8 @@ def parse_constraint(text: str, names=A) -> tuple[int, int] | None:
   attributes ``names``."""
   name, _, value = text.partition(':')
   name, value = name.strip().lower(), value.strip().lower()
-  if name in names and value in world_lib.VALUES[name]:
-    return names.index(name), world_lib.VALUES[name].index(value)
+  if name in names and value in generator.VALUES[name]:
+    return names.index(name), generator.VALUES[name].index(value)
   return None
 
 
@@ -290,7 +290,7 @@ QUESTIONS = {
                  'Which lighting do you want?'),
     'size': ('What size should the objects be?', 'How big should they be?'),
 }
-_ALL_QUESTIONS = {**QUESTIONS, world_lib.LAYOUT: (
+_ALL_QUESTIONS = {**QUESTIONS, generator.LAYOUT: (
     'What layout should the scene have?', 'Which layout do you want?')}
 _QUESTION_KEYS = (('how many', 'count'), ('colour', 'colour'),
                   ('color', 'colour'), ('shape', 'shape'),
@@ -301,7 +301,7 @@ _QUESTION_KEYS = (('how many', 'count'), ('colour', 'colour'),
 
 
 def question_text(rng: np.random.Generator, attribute: int) -> str:
-  return world_lib._pick(rng, _ALL_QUESTIONS[_NAMES[attribute]])  # pylint: disable=protected-access
+  return generator._pick(rng, _ALL_QUESTIONS[_NAMES[attribute]])  # pylint: disable=protected-access
 
 
 def question_attribute(question: str) -> int | None:
@@ -318,7 +318,7 @@ _CANONICAL_EDIT = {
     'count': 'show {} of them', 'motion': 'have them move {}',
     'background': 'change the background to {}',
     'lighting': 'change the lighting to {}', 'size': 'make them {}',
-    world_lib.LAYOUT: 'change the layout to {}',
+    generator.LAYOUT: 'change the layout to {}',
 }
 
 
@@ -334,10 +334,10 @@ def parse_edit(text: str, names=A, parse_part=None) -> dict[int, int]:
       if part.startswith(head) and part.endswith(tail):
         word = part[len(head):len(part) - len(tail)]
         if name == 'shape':
-          word = next((v for v, pairs in world_lib.SHAPE_WORDS.items()
+          word = next((v for v, pairs in generator.SHAPE_WORDS.items()
                        if pairs[0][0] == word), None)
-        if word in world_lib.VALUES[name]:
-          found[a] = world_lib.VALUES[name].index(word)
+        if word in generator.VALUES[name]:
+          found[a] = generator.VALUES[name].index(word)
           break
     else:
       found.update((parse_part or parse)(part))
@@ -349,9 +349,9 @@ def canonical_edit(changes: dict[int, int]) -> str:
   parts = []
   for a in sorted(changes):
     name = _NAMES[a]
-    value = world_lib.VALUES[name][changes[a]]
+    value = generator.VALUES[name][changes[a]]
     if name == 'shape':
-      value = world_lib.SHAPE_WORDS[value][0][0]
+      value = generator.SHAPE_WORDS[value][0][0]
     parts.append(_CANONICAL_EDIT[name].format(value))
   return ' and '.join(parts)
 
@@ -359,14 +359,14 @@ def canonical_edit(changes: dict[int, int]) -> str:
 def layout_phrases() -> tuple[tuple[str, int, int], ...]:
   """``(phrase, attribute, value)`` of the layout's caption words and bare
   nouns (``LayoutLexicon`` reads them)."""
-  a = _NAMES.index(world_lib.LAYOUT)
+  a = _NAMES.index(generator.LAYOUT)
   out = []
-  for value, phrases in world_lib.LAYOUT_WORDS.items():
-    v = world_lib.VALUES[world_lib.LAYOUT].index(value)
+  for value, phrases in generator.LAYOUT_WORDS.items():
+    v = generator.VALUES[generator.LAYOUT].index(value)
     out += [(p, a, v) for p in phrases]
   for value, nouns in (('fence', ('fence',)), ('pole', ('pole', 'post')),
                        ('arch', ('arch', 'archway')), ('open', ('open',))):
-    v = world_lib.VALUES[world_lib.LAYOUT].index(value)
+    v = generator.VALUES[generator.LAYOUT].index(value)
     out += [(n, a, v) for n in nouns]
   return tuple(out)
 
@@ -403,7 +403,7 @@ class LayoutLexicon:
 
   def question_attribute(self, question: str) -> int | None:
     if 'layout' in question.lower():
-      return self.A.index(world_lib.LAYOUT)
+      return self.A.index(generator.LAYOUT)
     return question_attribute(question)
 
   # Writing is the module's (it names the layout when given one).
@@ -419,6 +419,6 @@ class LayoutLexicon:
 def for_attributes(num_attributes: int):
   """The lexicon of ``[..., num_attributes]`` attribute rows: this module
   (7), or a ``LayoutLexicon`` (8, the layout describable)."""
-  world_lib.attribute_names(num_attributes)  # checks the count
-  return (LayoutLexicon() if num_attributes > world_lib.NUM_ATTRIBUTES
+  generator.attribute_names(num_attributes)  # checks the count
+  return (LayoutLexicon() if num_attributes > generator.NUM_ATTRIBUTES
           else sys.modules[__name__])

@@ -32,12 +32,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.reasoning import rules
 
 _PREFIXES = 8            # room for the Rewrite prefixes (5)
-_MASKS = 2 ** (world_lib.NUM_ATTRIBUTES + 1)  # and for the layout's bit
+_MASKS = 2 ** (generator.NUM_ATTRIBUTES + 1)  # and for the layout's bit
 CODES = 4 * _MASKS * _PREFIXES
 _EMPTY_KEY = np.iinfo(np.int32).max
 
@@ -50,7 +50,7 @@ def key(turn, action, named, prefix):
   return (turn * CODES + code).astype(jnp.int32)
 
 
-def decode(k: int, num_attributes: int = world_lib.NUM_ATTRIBUTES):
+def decode(k: int, num_attributes: int = generator.NUM_ATTRIBUTES):
   """``(turn, action, named [A] bool, prefix)`` of a key."""
   turn, code = divmod(int(k), CODES)
   rest, prefix = divmod(code, _PREFIXES)
@@ -210,7 +210,7 @@ def _capacity(n: int, least: int = 64) -> int:
   return max(least, 1 << (max(n, 1) - 1).bit_length())
 
 
-def empty_arrays(num_attributes: int = world_lib.NUM_ATTRIBUTES):
+def empty_arrays(num_attributes: int = generator.NUM_ATTRIBUTES):
   """A table of nothing (runs whose words need no tabulating)."""
   return (jnp.full((1,), _EMPTY_KEY, jnp.int32),
           jnp.full((1,), _EMPTY_KEY, jnp.int32),

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 
-_RADIX = tuple(n + 1 for n in world_lib.num_values(
-    world_lib.NUM_ATTRIBUTES + 1))
+_RADIX = tuple(n + 1 for n in generator.num_values(
+    generator.NUM_ATTRIBUTES + 1))
 NUM_CODES = int(np.prod(_RADIX))        # partial assignments, incl. empty
 # The rows a table holds room for from the start: a table's shape is an
 # input of every method's compiled program, so each time it outgrows its

@@ -30,14 +30,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.benchmark import words as words_lib
 from recovr_jax.envs.world.face import phrase_table
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.protocol import host
 from recovr_jax.protocol import jitted
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
@@ -60,7 +60,7 @@ class WorldArrays:
 @dataclasses.dataclass(frozen=True)
 class WorldFace(jitted.Face):
   """The simulated user and the phrase and word tables, under ``jit``."""
-  OBSERVATION: ClassVar[type] = plan_lib.AttributeReading
+  OBSERVATION: ClassVar[type] = plan.AttributeReading
   TELLS_HELD: ClassVar[bool] = True
   user: simulated_user.UserConfig
   num_turns: int
@@ -74,12 +74,12 @@ class WorldFace(jitted.Face):
   # That reasoner reads the words with the lexicon alone (the host rules'
   # reading); else with its own reader, so the words are always tabulated.
   lexical: bool = True
-  num_attributes: int = world_lib.NUM_ATTRIBUTES  # 8 with the layout
+  num_attributes: int = generator.NUM_ATTRIBUTES  # 8 with the layout
 
   def start(self, data, tables, query):
     del tables
     own = data.own
-    return plan_lib.JaxStart(
+    return plan.JaxStart(
         init_search=own.init_search[query],
         modification_attrs=own.modification_attrs[query],
         modification=data.modification[query],
@@ -90,7 +90,7 @@ class WorldFace(jitted.Face):
     return phrase_table.code(assignment)
 
   def key(self, code, channel):
-    return code + NUM_CODES if channel == plan_lib.COVR else code
+    return code + NUM_CODES if channel == plan.COVR else code
 
   def text(self, tables, key):
     index, rows = tables[0]
@@ -121,9 +121,9 @@ class WorldFace(jitted.Face):
     if self.dialogues:
       dialogue_found, node, dialogue = words_lib.lookup_dialogue(
           tables[2], data.target.shape[0], state, word)
-    obs = plan_lib.JaxObservation(
+    obs = plan.JaxObservation(
         shown=top1, reference=data.reference[query], action=action,
-        asked=question, info=plan_lib.AttributeReading(
+        asked=question, info=plan.AttributeReading(
             mentions=mentions, negative=negative,
             shown_attrs=data.memory.caption_attrs[top1],
             utterance=utterance, dialogue=dialogue, label=label),
@@ -290,7 +290,7 @@ def prepare(env: host.Environment) -> SimEnvironment:
                             np.float32)[query]
   data = jitted.JaxData(
       gallery=jnp.asarray(env.gallery, jnp.float32),
-      memory=plan_lib.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
+      memory=plan.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
                                 **_question_tables(words, num_attrs)),
       reference=jnp.asarray(env.reference, jnp.int32),
       target=jnp.asarray(env.target, jnp.int32),
@@ -318,7 +318,7 @@ def _question_tables(words, num_attrs: int):
     a = words.question_attribute(question)
     return -1 if a is None else a
 
-  num_values = world_lib.num_values(num_attrs)
+  num_values = generator.num_values(num_attrs)
   with_value = np.full((num_attrs, max(num_values)), -1, np.int32)
   for a in range(num_attrs):
     for v in range(num_values[a]):
@@ -337,7 +337,7 @@ def sim_config(method, base: ranking.LoopConfig,
                reasoner: str = 'rules',
                lexical: bool = True,
                sigma: str = 'rules',
-               num_attributes: int = world_lib.NUM_ATTRIBUTES
+               num_attributes: int = generator.NUM_ATTRIBUTES
                ) -> jitted.SimConfig:
   """``reasoner``: the host backend whose reading the jitted mode
   reproduces (``lexical``: with the lexicon, as the rules read; else with
@@ -346,7 +346,7 @@ def sim_config(method, base: ranking.LoopConfig,
   Reflector's rule (``JaxForm.sigma_rule``); ``num_attributes``: the
   world's (8 with the layout)."""
   form = method.jax_form.with_sigma_rule(sigma)
-  needs, asks = form.needs, plan_lib.asks(form)
+  needs, asks = form.needs, plan.asks(form)
   loop = method.ranking(base)
   face = WorldFace(
       user=dataclasses.replace(user, draws='jax'), num_turns=loop.num_turns,
@@ -406,7 +406,7 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
   with ``table``, the words (``feedback``). With the batch's ``sessions``
   turn 0 holds the modification text as ``feedback``, as the host's does."""
   own = trace.own
-  names = world_lib.attribute_names(np.shape(own['mentioned'])[-1])
+  names = generator.attribute_names(np.shape(own['mentioned'])[-1])
   questions = np.asarray(trace.questions)
   # Whether a question was shown with turn t's list (the host records its
   # text under ``asked``; here the user's reading of it is
@@ -416,18 +416,18 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
   for i in range(trace.displayed.shape[0]):
     first = (None if sessions is None else
              env.modification_texts[int(sessions[i])])
-    rows = [dict(plan_lib.start_record(first), asked=None)]
+    rows = [dict(plan.start_record(first), asked=None)]
     for t in range(trace.active.shape[1]):
       if not trace.active[i, t]:
-        rows.append(dict(plan_lib.stopped_record(t + 1), asked=None,
+        rows.append(dict(plan.stopped_record(t + 1), asked=None,
                          questioned=False))
         continue
-      rows.append(plan_lib.turn_record(
+      rows.append(plan.turn_record(
           t + 1, simulated_user.ACTIONS[int(trace.action[i, t])],
           (table.words(own['query'][i, t], own['word'][i, t])
            if table is not None else None),
           trace.sigma[i, t], trace.fired[i, t], None,
-          mentioned={names[a]: world_lib.VALUES[names[a]][int(v)]
+          mentioned={names[a]: generator.VALUES[names[a]][int(v)]
                      for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},
           asked=None, questioned=bool(questioned[i, t]),
           # The attribute of the question the user read at this turn.

@@ -29,7 +29,7 @@ import optax
 from recovr_jax import readers
 from recovr_jax import checksums
 from recovr_jax.core import checks
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
 from recovr_jax import paths
@@ -104,7 +104,7 @@ def build_tokenizer(captions):
                                  unk_token='[UNK]')
 
 
-def new_model(config: CaptionerConfig, world_config: world_lib.WorldConfig,
+def new_model(config: CaptionerConfig, world_config: generator.WorldConfig,
               vocab_size: int, tokenizer):
   """A randomly initialised captioner for clips of ``world_config``."""
   from transformers import FlaxVisionEncoderDecoderModel, GPT2Config, ViTConfig, VisionEncoderDecoderConfig  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -252,7 +252,7 @@ def attribute_accuracy(captions, attributes) -> dict:
       read[i, a] = v
   right = read == attributes
   out = {name: float(right[:, a].mean()) for a, name in enumerate(
-      world_lib.attribute_names(attributes.shape[1]))}
+      generator.attribute_names(attributes.shape[1]))}
   out['all_attributes'] = float(right.all(axis=1).mean())
   out['wrong_any'] = 1.0 - out['all_attributes']
   return out
@@ -267,7 +267,7 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
   rng = np.random.default_rng(config.seed)
   train_combos = world.train_combos
   layouts = np.random.default_rng([config.seed, 2])  # its own stream
-  vocabulary = [world_lib.caption(rng, a) for a in _with_layouts(
+  vocabulary = [generator.caption(rng, a) for a in _with_layouts(
       world, world.combos[rng.choice(train_combos,
                                      config.vocabulary_samples)], layouts)]
   tokenizer = build_tokenizer(vocabulary)
@@ -277,7 +277,7 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
   optimizer = optax.adamw(schedule, weight_decay=1e-4)
   params = model.params
   opt_state = optimizer.init(params)
-  render = jax.jit(lambda attrs, keys: pixels(world_lib.render_batch(
+  render = jax.jit(lambda attrs, keys: pixels(generator.render_batch(
       attrs, keys, num_frames=wc.num_frames, image_size=wc.image_size,
       pixel_noise=wc.pixel_noise)))
 
@@ -304,7 +304,7 @@ def train(config: CaptionerConfig, world, output_dir, log=print,
     attrs = _with_layouts(world, world.combos[combos], layouts)
     keys = jax.random.split(k_render, config.batch)
     inputs, labels, mask = encode_captions(
-        tokenizer, [world_lib.caption(rng, a) for a in attrs],
+        tokenizer, [generator.caption(rng, a) for a in attrs],
         config.max_length)
     params, opt_state, loss = step(params, opt_state, render(attrs, keys),
                                    inputs, labels, mask, k_drop)
@@ -342,7 +342,7 @@ def evaluate(directory, world, num_videos: int, seed: int = 0) -> dict:
   attrs = _with_layouts(world, world.combos[combos],
                         np.random.default_rng([seed + 1, 2]))
   keys = jax.random.split(jax.random.key(seed + 1), num_videos)
-  frames = world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
+  frames = generator.render_batch(attrs, keys, num_frames=wc.num_frames,
                                   image_size=wc.image_size,
                                   pixel_noise=wc.pixel_noise)
   captions = captioner(frames)
@@ -361,4 +361,4 @@ def _with_layouts(world, attrs, rng):
   if not world.config.describe_layout:
     return attrs
   return np.concatenate([attrs, rng.integers(
-      world_lib.NUM_LAYOUTS, size=(len(attrs), 1)).astype(attrs.dtype)], 1)
+      generator.NUM_LAYOUTS, size=(len(attrs), 1)).astype(attrs.dtype)], 1)

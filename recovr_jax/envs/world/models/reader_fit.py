@@ -20,7 +20,7 @@ import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax import readers
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
@@ -29,7 +29,7 @@ from recovr_jax.reasoning import grounding
 from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
 
-A = world_lib.ATTRIBUTES
+A = generator.ATTRIBUTES
 # The threshold fit's utterances (train split, training phrasings); fixed
 # before any result was looked at.
 FIT_UTTERANCES = 2000
@@ -64,7 +64,7 @@ def prototypes(phrasings: str = 'train') -> tuple[grounding.Prototype, ...]:
     seen = {(p.attribute, p.value, p.phrase) for p in out}
     for a, name in enumerate(A):
       for value, phrases in user_language.bank(name, 'train').items():
-        v = world_lib.VALUES[name].index(value)
+        v = generator.VALUES[name].index(value)
         for phrase in phrases:
           for surface in (phrase if isinstance(phrase, tuple) else (phrase,)):
             if (a, v, surface) not in seen:
@@ -90,7 +90,7 @@ def wordnet_prototypes(phrasings: str = 'train'
   known = {p.phrase for p in base}
   found = collections.defaultdict(set)
   for a, name in enumerate(A):
-    for v, value in enumerate(world_lib.VALUES[name]):
+    for v, value in enumerate(generator.VALUES[name]):
       first = {}  # the most frequent sense per part of speech
       for pos, offset in net.synsets(value):
         first.setdefault(pos, offset)
@@ -132,8 +132,8 @@ def training_utterances(world, num: int = FIT_UTTERANCES,
     while shown is None or tuple(shown) not in index:
       shown = target.copy()
       for a in rng.permutation(len(A))[:rng.integers(1, len(A) + 1)]:
-        shown[a] = (shown[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
-            world_lib.NUM_VALUES[a])
+        shown[a] = (shown[a] + rng.integers(1, generator.NUM_VALUES[a])) % (
+            generator.NUM_VALUES[a])
     question = (lexicon.question_text(rng, int(rng.integers(len(A))))
                 if rng.random() < 0.5 else None)
     fb = user.respond(i, 1, 0, 1, target, shown, question=question)
@@ -202,7 +202,7 @@ def relater(phrasings: str = 'train', max_depth: int = 1):
       if word:
         values[word].add((p.attribute, p.value))
   for a, name in enumerate(A):
-    for v, value in enumerate(world_lib.VALUES[name]):
+    for v, value in enumerate(generator.VALUES[name]):
       values[value].add((a, v))
   vocabulary = {w: next(iter(s)) for w, s in values.items() if len(s) == 1}
   return wordnet.Relater(wordnet.WordNet(), vocabulary, max_depth=max_depth)
@@ -319,7 +319,7 @@ def sigma_agreement(reasoner, world, num: int = FIT_UTTERANCES,
   right = 0
   for text, action, question, attrs in zip(texts, actions, questions,
                                            shown):
-    caption = world_lib.caption(rng, attrs)
+    caption = generator.caption(rng, attrs)
     out = reasoner.reflect([schemas.ReflectRequest(
         text, caption, schemas.SessionMemory(), question)])[0]
     right += out['sigma'] == frames.SIGMA[action]
@@ -470,7 +470,7 @@ class Grounding:
   model_reading = staticmethod(model_reading)
 
   def __init__(self, world_config=None, cache_dir=None):
-    self.world_config = world_config or world_lib.WorldConfig()
+    self.world_config = world_config or generator.WorldConfig()
     self.cache_dir = cache_dir
 
   @staticmethod
@@ -487,7 +487,7 @@ class Grounding:
     process and, with a ``cache_dir``, kept there for later runs
     (``FitCache``)."""
     from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
-    world = world_lib.make_world(self.world_config)
+    world = generator.make_world(self.world_config)
     check_grounded_options(options)
     shared = getattr(encode_text, 'shared_key', None)
     fit_key = None if shared is None else (self.world_config, shared)
@@ -515,5 +515,5 @@ class Grounding:
     neither ``grounded``'s lexicon, the training phrasings nor the user's
     frames read."""
     reader = grounded.reader
-    words = frame_words(world_lib.make_world(self.world_config), reader)
+    words = frame_words(generator.make_world(self.world_config), reader)
     return lambda text: bool(unread_words(reader, words, text))

@@ -18,7 +18,7 @@ import optax
 
 from recovr_jax import checksums
 from recovr_jax.core import checks
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import paths
@@ -53,8 +53,8 @@ def _random_memory(rng, combos, target):
           for a in rng.permutation(7)[:rng.integers(0, 4)]]
   avoid = []
   for a in rng.permutation(7)[:rng.integers(0, 3)]:
-    v = (target[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
-        world_lib.NUM_VALUES[a])
+    v = (target[a] + rng.integers(1, generator.NUM_VALUES[a])) % (
+        generator.NUM_VALUES[a])
     avoid.append(lexicon.constraint(int(a), int(v)))
   return schemas.SessionMemory(keep=tuple(keep), avoid=tuple(avoid))
 
@@ -75,8 +75,8 @@ def sample_requests(world, pool, n: int, seed: int, with_targets=False):
     if module in ('intent', 'reflect'):
       shown = target.copy()
       for a in rng.permutation(7)[:rng.integers(1, 6)]:
-        shown[a] = (shown[a] + rng.integers(1, world_lib.NUM_VALUES[a])) % (
-            world_lib.NUM_VALUES[a])
+        shown[a] = (shown[a] + rng.integers(1, generator.NUM_VALUES[a])) % (
+            generator.NUM_VALUES[a])
       user = simulated_user.SimulatedUser(simulated_user.UserConfig(
           noise_rate=float(rng.choice([0.0, 0.0, 0.05, 0.1])),
           drop_rate=float(rng.choice([0.0, 0.0, 0.2]))), seed=seed)
@@ -86,15 +86,15 @@ def sample_requests(world, pool, n: int, seed: int, with_targets=False):
       request_type = (schemas.IntentRequest if module == 'intent'
                       else schemas.ReflectRequest)
       out.append((module, request_type(
-          feedback.text, world_lib.caption(rng, shown),
+          feedback.text, generator.caption(rng, shown),
           _random_memory(rng, combos, target))))
     elif module == 'question':
       captions = []
       for _ in range(int(rng.integers(2, 6))):
         other = target.copy()
         for a in rng.permutation(7)[:rng.integers(0, 3)]:
-          other[a] = rng.integers(world_lib.NUM_VALUES[a])
-        captions.append(world_lib.caption(rng, other))
+          other[a] = rng.integers(generator.NUM_VALUES[a])
+        captions.append(generator.caption(rng, other))
       out.append((module, schemas.QuestionRequest(
           tuple(captions), _random_memory(rng, combos, target))))
     else:
@@ -103,10 +103,10 @@ def sample_requests(world, pool, n: int, seed: int, with_targets=False):
       named[rng.permutation(7)[:rng.integers(1, 3)]] = True
       for a in np.flatnonzero(named):
         reference[a] = (reference[a] + rng.integers(
-            1, world_lib.NUM_VALUES[a])) % world_lib.NUM_VALUES[a]
+            1, generator.NUM_VALUES[a])) % generator.NUM_VALUES[a]
       out.append((module, schemas.T2VInitRequest(
-          world_lib.caption(rng, reference),
-          world_lib.edit_text(rng, target, named))))
+          generator.caption(rng, reference),
+          generator.edit_text(rng, target, named))))
   return (out, truths) if with_targets else out
 
 
@@ -476,8 +476,8 @@ def check_adapter(meta: dict, world_config, user=None,
                      ) from e
   warnings = []
   if split != (world_config.seed, world_config.test_share):
-    ours = world_lib.test_split(world_config.seed, world_config.test_share)
-    seen = ~world_lib.test_split(*split)
+    ours = generator.test_split(world_config.seed, world_config.test_share)
+    seen = ~generator.test_split(*split)
     overlap = float((ours & seen).sum() / ours.sum())
     message = (f'the adapter was trained on the world with seed {split[0]}, '
                f'test_share {split[1]}; {100 * overlap:.1f}% of this '

@@ -18,10 +18,10 @@ import numpy as np
 import optax
 
 from recovr_jax.core import checks
-from recovr_jax.core import list_metrics as metrics
+from recovr_jax.core import list_metrics
 from recovr_jax.core import retrieval
 from recovr_jax.core import vectors
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax import profiling
 
@@ -61,7 +61,7 @@ def _info_nce(a, b, log_scale):
       + optax.softmax_cross_entropy_with_integer_labels(logits.T, labels).mean())
 
 
-def caption_pool(world: world_lib.World, per_combo: int, seed: int):
+def caption_pool(world: generator.World, per_combo: int, seed: int):
   """``per_combo`` captions of every training combination; when the
   world's layout is describable, each caption's rendition has a random
   layout (drawn from a stream of its own) that the caption names.
@@ -74,9 +74,9 @@ def caption_pool(world: world_lib.World, per_combo: int, seed: int):
   attrs = np.repeat(world.combos[world.train_combos], per_combo, axis=0)
   if world.config.describe_layout:
     layouts = np.random.default_rng([seed, 2]).integers(
-        world_lib.NUM_LAYOUTS, size=len(attrs))
+        generator.NUM_LAYOUTS, size=len(attrs))
     attrs = np.concatenate([attrs, layouts[:, None].astype(np.int32)], 1)
-  return attrs, [world_lib.caption(rng, a) for a in attrs]
+  return attrs, [generator.caption(rng, a) for a in attrs]
 
 
 def train_video_encoder(world, caption_attrs, caption_embeddings,
@@ -104,7 +104,7 @@ def train_video_encoder(world, caption_attrs, caption_embeddings,
   caption_embeddings = jnp.asarray(caption_embeddings)
   batch = config.video_batch
 
-  render = functools.partial(world_lib.render_batch,
+  render = functools.partial(generator.render_batch,
                              num_frames=wc.num_frames,
                              image_size=wc.image_size,
                              pixel_noise=wc.pixel_noise)
@@ -122,8 +122,8 @@ def train_video_encoder(world, caption_attrs, caption_embeddings,
         caption_attrs[pick], keys, scene_keys=scenes))
     other = jax.random.randint(k_other, (batch,), 0, caption_attrs.shape[0])
     # Another combination in the same scene (and so the same layout).
-    other_attrs = caption_attrs[other].at[:, world_lib.NUM_ATTRIBUTES:].set(
-        caption_attrs[pick][:, world_lib.NUM_ATTRIBUTES:])
+    other_attrs = caption_attrs[other].at[:, generator.NUM_ATTRIBUTES:].set(
+        caption_attrs[pick][:, generator.NUM_ATTRIBUTES:])
     same_scene = model.apply(state['params'], render(
         other_attrs, jax.random.split(k_render2, batch), scene_keys=scenes))
     return (_info_nce(video, caption_embeddings[pick], state['log_scale']) +
@@ -164,7 +164,7 @@ def _rendered_batches(world, attrs, keys, scene_keys, batch, fn,
 
   @jax.jit
   def run(attrs, keys, scenes):
-    return fn(world_lib.render_batch(attrs, keys, num_frames=wc.num_frames,
+    return fn(generator.render_batch(attrs, keys, num_frames=wc.num_frames,
                                      image_size=wc.image_size,
                                      pixel_noise=wc.pixel_noise,
                                      scene_keys=scenes))
@@ -219,7 +219,7 @@ def triplet_embeddings(world, video_params, seed: int):
       train.target]
   if world.config.describe_layout:
     layouts = np.random.default_rng([seed, 3]).integers(
-        world_lib.NUM_LAYOUTS, size=(q, 1)).astype(np.int32)
+        generator.NUM_LAYOUTS, size=(q, 1)).astype(np.int32)
     reference = np.concatenate([reference, layouts], 1)
     target = np.concatenate([target, layouts], 1)
   return (embed_videos(world, video_params, reference,
@@ -254,7 +254,7 @@ def ranks_of(queries, gallery, targets, exclude=None, k: int = 100):
   ids, _ = retrieval.retrieve(np.asarray(queries, np.float32),
                               np.asarray(gallery, np.float32), k,
                               exclude=exclude)
-  return np.asarray(metrics.target_ranks(np.asarray(ids)[:, None, :],
+  return np.asarray(list_metrics.target_ranks(np.asarray(ids)[:, None, :],
                                          np.asarray(targets)))[:, 0]
 
 
@@ -321,7 +321,7 @@ def load_world_models(checkpoint_dir, world, lazy_video: bool = False):
   import pathlib  # pylint: disable=g-import-not-at-top
   wc = world.config
   directory = pathlib.Path(checkpoint_dir)
-  world_lib.check_layout(
+  generator.check_layout(
       encoders.load_metadata(directory / 'video_encoder').get(
           'world_config', {}), wc, f'the encoders in {directory}')
   # Shapes only (``eval_shape``): initialising for real would run and
@@ -343,7 +343,7 @@ def caption_videos(world, captioner, attrs, keys, batch: int = 256,
                    scene_keys=None, progress=None):
   """Captions of the clips ``embed_videos`` renders for the same inputs,
   written by ``captioner`` (a ``envs.world.models.captioner.Captioner``)."""
-  world_lib.check_layout(captioner.info.get('world', {}), world.config,
+  generator.check_layout(captioner.info.get('world', {}), world.config,
                f'the captioner in {captioner.directory}')
   out = []
   for clips, n in _rendered_batches(world, attrs, keys, scene_keys,

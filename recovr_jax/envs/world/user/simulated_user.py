@@ -39,7 +39,7 @@ import numpy as np
 
 from recovr_jax import config_tree
 from recovr_jax.core import checks
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import user_language
 from recovr_jax.protocol import plan
@@ -114,7 +114,7 @@ class UserConfig:
       if not 0.0 <= getattr(self, name) <= 1.0:
         raise ValueError(f'{name} must be in [0, 1], got '
                          f'{getattr(self, name)}')
-    num = world_lib.NUM_ATTRIBUTES
+    num = generator.NUM_ATTRIBUTES
     if not 1 <= self.min_described <= self.max_described <= num - 1:
       raise ValueError(
           f'need 1 <= min_described <= max_described <= {num - 1}, got '
@@ -333,7 +333,7 @@ class SimulatedUser:
       mask[named] = True
       text = str(rng.choice(_MODIFY_PREFIX)) + (
           user_language.edit_text(rng, target, mask, widest) if own
-          else world_lib.edit_text(rng, target, mask))
+          else generator.edit_text(rng, target, mask))
     elif action == 'rewrite':
       if rewrite_prefix is None:
         rewrite_prefix = str(rng.choice(_REWRITE_PREFIX))
@@ -406,7 +406,7 @@ def parse_agreement(config: UserConfig, parse, num: int, seed: int = 0):
   """
   config = dataclasses.replace(config, noise_rate=0.0, drop_rate=0.0)
   user = SimulatedUser(config, seed=seed)
-  combos = world_lib.all_combos()
+  combos = generator.all_combos()
   rng = np.random.default_rng(seed)
   exact, counts = collections.Counter(), collections.Counter()
   named = read_right = read_wrong = 0

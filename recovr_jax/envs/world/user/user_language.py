@@ -31,13 +31,13 @@ import re
 
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import generator as world_lib
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 
-A = world_lib.ATTRIBUTES
+A = generator.ATTRIBUTES
 # Index -> name over eight attributes (the layout, index 7, is named only in
 # a world whose layout is describable).
-_NAMES = world_lib.attribute_names(world_lib.NUM_ATTRIBUTES + 1)
+_NAMES = generator.attribute_names(generator.NUM_ATTRIBUTES + 1)
 
 # Held-out phrases per value (never in the world's captions or lexicon).
 _SHAPES = {
@@ -153,7 +153,7 @@ _TEST = {
         'medium': ('middling', 'standard-sized', 'modest', 'in-between'),
         'large': ('colossal', 'jumbo', 'hulking', 'mammoth'),
     },
-    world_lib.LAYOUT: {
+    generator.LAYOUT: {
         'fence': ('by a stockade', 'near a palisade', 'against a trellis'),
         'pole': ('beside a lamppost', 'next to a flagstaff', 'by a stake'),
         'arch': ('beneath a keystone', 'through an arcade',
@@ -165,14 +165,14 @@ _TEST = {
 
 
 # The user's words per attribute: the world's caption words, its own.
-_KNOWN = {'shape': world_lib.SHAPE_WORDS, 'colour': world_lib.COLOUR_WORDS,
-          'count': world_lib.COUNT_WORDS, 'motion': world_lib.MOTION_WORDS,
-          'background': world_lib.BACKGROUND_WORDS,
-          'lighting': world_lib.LIGHTING_WORDS, 'size': world_lib.SIZE_WORDS,
-          world_lib.LAYOUT: world_lib.LAYOUT_WORDS}
+_KNOWN = {'shape': generator.SHAPE_WORDS, 'colour': generator.COLOUR_WORDS,
+          'count': generator.COUNT_WORDS, 'motion': generator.MOTION_WORDS,
+          'background': generator.BACKGROUND_WORDS,
+          'lighting': generator.LIGHTING_WORDS, 'size': generator.SIZE_WORDS,
+          generator.LAYOUT: generator.LAYOUT_WORDS}
 _OWN = {'shape': _SHAPES, 'colour': _COLOURS, 'count': _COUNTS,
         'motion': _MOTIONS, 'background': _PLACES, 'lighting': _LIGHTS,
-        'size': _SIZES, world_lib.LAYOUT: _LAYOUTS}
+        'size': _SIZES, generator.LAYOUT: _LAYOUTS}
 # A user's phrasings: 'all' of its language's bank, or only the phrasings
 # a training set may use ('train').
 PHRASINGS = ('all', 'train')
@@ -269,7 +269,7 @@ def phrasing_of(attribute: int, value: int, text: str) -> str | None:
   split's) found as whole words (so "sky-blue" is not read as "blue");
   ``None``: none."""
   name = _NAMES[attribute]
-  v = world_lib.VALUES[name][value]
+  v = generator.VALUES[name][value]
   text = text.lower()
   best, kind = '', None
   for phrase in bank(name, 'test')[v]:
@@ -286,7 +286,7 @@ def _pick(rng, options):
 
 
 def _value(attribute: int, attrs) -> str:
-  return world_lib.VALUES[_NAMES[attribute]][int(attrs[attribute])]
+  return generator.VALUES[_NAMES[attribute]][int(attrs[attribute])]
 
 
 def describe(rng: np.random.Generator, attrs, subset,
@@ -313,8 +313,8 @@ def describe(rng: np.random.Generator, attrs, subset,
   subject = ' '.join(subject)
   motion = _pick(rng, MOTION[v['motion']]) if 'motion' in names else ''
   place = _pick(rng, PLACE[v['background']]) if 'background' in names else ''
-  if world_lib.LAYOUT in names:  # where the scene's structure stands
-    layout = _pick(rng, bank(world_lib.LAYOUT, widest)[v[world_lib.LAYOUT]])
+  if generator.LAYOUT in names:  # where the scene's structure stands
+    layout = _pick(rng, bank(generator.LAYOUT, widest)[v[generator.LAYOUT]])
     place = f'{place} {layout}'.strip()
   light = _pick(rng, LIGHT[v['lighting']]) if 'lighting' in names else ''
   order = rng.integers(4)
@@ -341,8 +341,8 @@ def edit_phrase(rng: np.random.Generator, attribute: int, value: int,
   """A relative edit setting ``attribute`` to ``value``, in the user's words."""
   SHAPE, COLOUR, COUNT, MOTION, PLACE, LIGHT, SIZE = _banks(widest)  # pylint: disable=invalid-name,redefined-outer-name
   name = _NAMES[attribute]
-  v = world_lib.VALUES[name][value]
-  if name == world_lib.LAYOUT:
+  v = generator.VALUES[name][value]
+  if name == generator.LAYOUT:
     word = _pick(rng, bank(name, widest)[v])
     return _pick(rng, (f'put it {word}', f'{word} instead',
                        f'the scene should be {word}'))
