@@ -37,8 +37,12 @@ read back is compiled and written again; a program JAX cannot serialize
 (constants passed as arguments) is marked, and later processes jit it as
 before. The program is the same either way (a run's outputs are
 byte-identical; docs/performance.md). The files are pickles (JAX's
-``serialize_executable``): a cache folder is as private as the code
-that reads it.
+``serialize_executable``): one is loaded only from a folder and file of
+this user's that no one else may write, and only when its bytes match the
+digest written beside it (``<program>.digest``, the key and the bytes
+hashed together, written atomically after the file); a file that fails
+either check, or holds a program that takes other arguments than its call,
+is compiled afresh and replaced, with a warning naming it.
 """
 
 import functools
@@ -160,6 +164,8 @@ def _load_or_compile(where, lower, key, types: str, call=None):
       return exe
     if not _write(where / f'{program}.pkl', content):
       return exe
+    _write(where / f'{program}.digest',
+           _bytes_digest(program, content).encode())
   _write(named, program.encode())
   return exe
 
@@ -185,8 +191,19 @@ def _load(where, program: str, call=None):
   if not _trusted(path):
     return None
   try:
-    payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+    content = path.read_bytes()
+    recorded = (where / f'{program}.digest').read_text()
+  except OSError:
+    return None  # absent (or kept before digests were): compiled afresh
+  if recorded != _bytes_digest(program, content):
+    _warn(path, 'does not match the digest kept beside it (cut short, '
+          'changed or another program\'s); compiled afresh and replaced')
+    return None
+  try:
+    payload, in_tree, out_tree = pickle.loads(content)
     if call is not None and in_tree != call[0]:
+      _warn(path, 'holds a program that takes other arguments than its '
+            'call; compiled afresh and replaced')
       return None
     # On the device ``find`` compiles for (the process's first): by default
     # it would load onto every device of the process.
@@ -195,7 +212,9 @@ def _load(where, program: str, call=None):
         execution_devices=jax.local_devices()[:1])
     if call is not None and tuple(
         jax.tree.leaves(exe.in_avals)) != tuple(call[1]):
-      return None  # another program's file: its arguments differ
+      _warn(path, 'holds a program that takes other arguments than its '
+            'call; compiled afresh and replaced')
+      return None
     return exe
   except Exception:  # pylint: disable=broad-except
     return None  # absent, cut short or of another version: compiled
@@ -239,6 +258,16 @@ def _write(path, content: bytes) -> bool:
     return True
   except OSError:
     return False  # a cache: a run that cannot keep it is only slower
+
+
+def _bytes_digest(program: str, content: bytes) -> str:
+  """What ``{program}.digest`` holds: the program's key and its file's
+  bytes, hashed together."""
+  return hashlib.sha256(program.encode() + b'\n' + content).hexdigest()
+
+
+def _warn(path, what: str) -> None:
+  logging.warning('kept compiled program %s %s', path, what)
 
 
 def _digest(*parts) -> str:

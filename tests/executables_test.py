@@ -69,7 +69,7 @@ def _expected():
 
 class KeptExecutablesTest(absltest.TestCase):
 
-  def _run(self, cache, *extra, xla_flags=None):
+  def _run(self, cache, *extra, xla_flags=None, stderr=None):
     env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
     if xla_flags is not None:
       env['XLA_FLAGS'] = xla_flags
@@ -79,6 +79,8 @@ class KeptExecutablesTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     self.assertEqual(result['outs'], _expected())
+    if stderr is not None:
+      stderr.append(proc.stderr)
     return result['traced']
 
   def test_a_later_process_calls_the_kept_programs_without_tracing(self):
@@ -88,7 +90,26 @@ class KeptExecutablesTest(absltest.TestCase):
     # One program file per call (each of its own types) and a name each.
     self.assertLen(list(kept.glob('*.pkl')), 3)
     self.assertLen(list(kept.glob('*.program')), 3)
+    self.assertLen(list(kept.glob('*.digest')), 3)
     self.assertEqual(self._run(cache), 0)  # loaded: nothing traced
+    # A byte changed, its digest kept: not unpickled; compiled afresh and
+    # replaced, with a warning naming the file.
+    path = sorted(kept.glob('*.pkl'))[0]
+    content = bytearray(path.read_bytes())
+    content[len(content) // 2] ^= 1
+    path.write_bytes(bytes(content))
+    errors = []
+    self.assertEqual(self._run(cache, stderr=errors), 1)
+    self.assertIn(f'{path} does not match the digest kept beside it',
+                  errors[0])
+    self.assertEqual(self._run(cache), 0)
+    # Files without their digest (kept before digests were) are compiled
+    # afresh and kept with one.
+    for digest in kept.glob('*.digest'):
+      digest.unlink()
+    self.assertEqual(self._run(cache), 3)
+    self.assertLen(list(kept.glob('*.digest')), 3)
+    self.assertEqual(self._run(cache), 0)
     # Files cut short are compiled again and rewritten.
     for path in kept.glob('*.pkl'):
       path.write_bytes(path.read_bytes()[:100])
