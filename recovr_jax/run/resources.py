@@ -85,20 +85,31 @@ def session_batch_bytes(num_sessions: int, num_channels: int,
   return scores + ring + 4 * gallery_size * dim
 
 
-# Bytes the outputs take per session, method and turn (trajectories.jsonl,
-# ranks.csv and the batch files, measured on the quickstart with slack),
-# per TREC line (--export_trec: list_length lines per session, method and
-# turn) and for the fixed part (plots, tables, report).
-OUTPUT_BYTES_PER_TURN = 2_000
+# What a run writes, measured (2026-12-06) on a run of 20 sessions x 2
+# methods (448 KB) and on the fidelity family's main part (2,000 sessions
+# x 21 methods, 285 MB), with slack: per session, method and turn, the
+# batch file's displayed lists (4 bytes per id), its record, the
+# trajectories row and the ranks row; per method its metrics, report and
+# table rows; the plots; a fixed part; per TREC line (--export_trec: list_length
+# lines per session, method and turn).
+OUTPUT_BYTES_PER_ID = 4
+OUTPUT_BYTES_PER_TURN = 1_000
+OUTPUT_BYTES_PER_METHOD = 8 << 10
+OUTPUT_BYTES_FIXED = 32 << 10
+OUTPUT_BYTES_PLOTS = 192 << 10
 TREC_BYTES_PER_LINE = 64
-OUTPUT_BYTES_FIXED = 8 << 20
 
 
 def output_bytes(num_sessions: int, num_methods: int, num_turns: int,
-                 list_length: int, export_trec: bool) -> int:
-  """An upper estimate of what a run writes to its output directory."""
+                 list_length: int, export_trec: bool,
+                 plots: bool = True) -> int:
+  """An upper estimate of what a run writes to its output directory (at
+  most about twice what it writes: ``tests/run/run_test.py``)."""
   turns = num_sessions * num_methods * (num_turns + 1)
-  return (OUTPUT_BYTES_FIXED + turns * OUTPUT_BYTES_PER_TURN
+  return (OUTPUT_BYTES_FIXED + (OUTPUT_BYTES_PLOTS if plots else 0)
+          + num_methods * OUTPUT_BYTES_PER_METHOD
+          + turns * (OUTPUT_BYTES_PER_TURN
+                     + list_length * OUTPUT_BYTES_PER_ID)
           + (turns * list_length * TREC_BYTES_PER_LINE if export_trec
              else 0))
 

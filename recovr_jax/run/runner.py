@@ -161,7 +161,7 @@ def _run_claimed(config, source, built, out, start, resolved):
       try:
         resources.check_disk(out, resources.output_bytes(
             num, len(config.methods), base.num_turns, base.list_length,
-            config.export_trec))
+            config.export_trec, config.plots))
       except ValueError as e:
         _fail(str(e))
   except ConfigError:

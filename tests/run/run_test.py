@@ -64,6 +64,19 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual((out / 'metrics.json').read_bytes(),
                      (self.out / 'metrics.json').read_bytes())
 
+  def test_the_free_space_asked_for_is_within_twice_what_is_written(self):
+    def written(directory):
+      return sum(p.stat().st_size for p in directory.rglob('*')
+                 if p.is_file())
+    out = self.root / 'plotted'
+    if not out.exists():
+      runs.run_main(out, methods=['recovr', 'ivr'], plots=True)
+    for directory, plots in ((self.out, False), (out, True)):
+      asked = resources.output_bytes(
+          SESSIONS, 2, runs.TINY['num_turns'], 100, False, plots)
+      size = written(directory)
+      self.assertBetween(asked / size, 1.0, 2.0, (directory, asked, size))
+
   def test_main_returns_none_so_the_process_exits_0(self):
     # absl's app.run exits with main's return value: anything but None is a
     # failing exit status.
