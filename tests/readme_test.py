@@ -27,6 +27,23 @@ class ReadmeTest(absltest.TestCase):
     self.assertIn('-m fast', check)
     self.assertNotIn('constraints.txt', check)  # the newest versions
 
+  def test_the_quickstart_timing_names_the_profiles_largest_parts(self):
+    rows = re.findall(r'^\| ([a-z][^|]*?) \| ([0-9.]+) \| ([0-9.]+)% \|',
+                      (ROOT / 'results' / 'quickstart_profile.md').read_text(),
+                      flags=re.M)
+    shares = sorted(((float(share), part) for part, _, share in rows),
+                    reverse=True)
+    readme = (ROOT / 'README.md').read_text()
+    start = readme.index('The main job: 300 sessions')
+    sentence = ' '.join(readme[start:readme.index('```', start)].split())
+    self.assertIn('results/quickstart_profile.md', sentence)
+    share, largest = shares[0]
+    self.assertIn(largest, sentence)  # "half of it text encoding"
+    self.assertBetween(share, 40.0, 60.0)
+    self.assertBetween(shares[1][0] + shares[2][0], 15.0, 35.0)
+    self.assertCountEqual([shares[1][1], shares[2][1]],
+                          ['captioning', 'video encoding'])
+
   def test_the_fidelity_tables_are_the_results(self):
     """The README's fidelity summary and its rows that change verdict are
     results/fidelity.json's, member by member in the same order."""

@@ -20,7 +20,9 @@ def load_run(directory, pandas: bool | None = None) -> dict:
   ``directory``.
 
   ``metrics``: one row per method and turn (``metrics.csv``: R@K, BRI,
-  Hits@K, ``<metric>_lower`` / ``_upper``); ``ranks``: one row per method,
+  Hits@K, ``<metric>_lower`` / ``_upper``; R@K, Hits@K and the stop rate
+  are fractions in [0, 1], not percentages as the report prints them; BRI
+  is in log-rank units); ``ranks``: one row per method,
   session and turn (``ranks.csv``); ``trajectories``: one row per method,
   session and turn of ``trajectories.jsonl`` (the session's ``method``,
   ``session``, ``reference`` / ``target`` (gallery indices) with their

@@ -56,6 +56,18 @@ class TextEncoderTest(absltest.TestCase):
     np.testing.assert_array_equal(first[0], first[2])
     self.assertEqual(enc([]).shape, (0, 384))
 
+  def test_encoding_many_new_texts_prints_progress(self):
+    enc = encoders.TextEncoder(batch_size=16, max_length=32, shared=False)
+    texts = [f'a video of {n} red squares' for n in range(44)]
+    with mock.patch.object(encoders, 'PROGRESS_TEXTS', 20), \
+        mock.patch('builtins.print') as printed:
+      enc(texts[:19])  # fewer new texts than the floor: silent
+      self.assertEqual(printed.call_count, 0)
+      enc(texts)  # 19 cached, 25 new: at least the last line
+    lines = [c.args[0] for c in printed.call_args_list]
+    self.assertTrue(lines, 'no progress printed')
+    self.assertRegex(lines[-1], r'^\[text encoding\] 25/25 .*/s elapsed ')
+
   def test_embedding_cache_round_trip(self):
     texts = ['a red cube spinning', 'make it blue', 'show two of them']
     with tempfile.TemporaryDirectory() as d:
