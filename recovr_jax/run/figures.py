@@ -1,7 +1,7 @@
 """What a paper shows of a run: ``tables.tex`` (booktabs) and the plots.
 
-Both print methods under their display names and mark only what an
-interval supports (docs/runner.md, "tables.tex").
+Both print methods under their display names; a table's bold comes from
+the paired session bootstrap (docs/runner.md, "tables.tex").
 """
 
 from recovr_jax.run.reporting import pct as _pct
@@ -12,49 +12,45 @@ def _tex(text: str) -> str:
       '%', r'\%').replace('&', r'\&').replace('#', r'\#')
 
 
-# The metrics of ``tables.tex``: (key, what a caption calls it, the better
-# direction, how a value is printed).
+# The metrics of ``tables.tex``: (key, what a caption calls it, how a value
+# is printed).
 _TEX_METRICS = (
-    ('R@1', 'R@1 (\\%)', max, _pct),
+    ('R@1', 'R@1 (\\%)', _pct),
     ('Hits@10', 'Cumulative Hits@10 (\\%: the target in the top 10 of any '
-     'list so far)', max, _pct),
-    ('BRI', 'BRI (best log-rank integral; lower is better)', min,
+     'list so far)', _pct),
+    ('BRI', 'BRI (best log-rank integral; lower is better)',
      lambda v: f'{v:.2f}'),
 )
 
 
-def bold_cells(per_method: dict, key: str, better) -> set:
-  """The ``(method, turn)`` cells a table puts in bold: at each turn the
-  best method (``better``: ``max`` or ``min``), only where its 95% interval
-  excludes the runner-up's value (so never on a tie, nor without an
-  interval or a runner-up). A display rule, not a test: the paired
-  bootstrap in ``bootstrap.json`` is the comparison."""
+# Below this many sessions a caption and the report say the intervals are
+# rough.
+FEW_SESSIONS = 50
+
+
+def paired_bold(boot: dict | None) -> set:
+  """The ``(method, turn)`` R@1 cells a table puts in bold: the paired
+  session bootstrap's two methods (``bootstrap.json``: ``a`` minus ``b``),
+  ``a`` at a turn where the interval of the difference lies above 0, ``b``
+  where it lies below 0; nothing without a comparison."""
+  if not boot:
+    return set()
   out = set()
-  turns = len(next(iter(per_method.values()))[key])
-  for t in range(turns):
-    ranked = sorted(per_method, key=lambda m: per_method[m][key][t],
-                    reverse=better is max)
-    if len(ranked) < 2:
-      continue
-    best, second = ranked[0], ranked[1]
-    ci = per_method[best].get('intervals', {}).get(key)
-    if ci is None:
-      continue
-    runner_up = per_method[second][key][t]
-    if (ci['lower'][t] > runner_up if better is max
-        else ci['upper'][t] < runner_up):
-      out.add((best, t))
+  for t, (lo, hi) in enumerate(zip(boot['lower'], boot['upper'])):
+    if lo > 0:
+      out.add((boot['a'], t))
+    elif hi < 0:
+      out.add((boot['b'], t))
   return out
 
 
 def _latex_table(per_method: dict, key: str, label: str, caption: str,
-                 names: dict, wide: bool) -> list[str]:
+                 names: dict, wide: bool, bold: set) -> list[str]:
   """One booktabs table: a row of values per method and, where the method
   has intervals, a small row of ``lower--upper`` below it; wider than the
   line, it is scaled down to the line (``graphicx``)."""
-  _, _, better, text = next(m for m in _TEX_METRICS if m[0] == key)
+  _, _, text = next(m for m in _TEX_METRICS if m[0] == key)
   turns = len(next(iter(per_method.values()))[key])
-  bold = bold_cells(per_method, key, better)
   env = 'table*' if wide else 'table'
   out = [f'\\begin{{{env}}}[t]', '\\centering',
          f'\\caption{{{caption}}}', f'\\label{{{label}}}',
@@ -65,7 +61,7 @@ def _latex_table(per_method: dict, key: str, label: str, caption: str,
          '{!}{%', '\\begin{tabular}{l' + 'r' * turns + '}', '\\toprule',
          'Method & ' + ' & '.join(f'T{t}' for t in range(turns)) + ' \\\\',
          '\\midrule']
-  size = '\\scriptsize' if wide else '\\tiny'
+  size = '\\scriptsize'
   for method, m in per_method.items():
     cells = [f'\\textbf{{{text(m[key][t])}}}' if (method, t) in bold
              else text(m[key][t]) for t in range(turns)]
@@ -82,20 +78,32 @@ def _latex_table(per_method: dict, key: str, label: str, caption: str,
 
 def latex_tables(per_method: dict, *, sessions: int, benchmark: str,
                  resamples: int, names: dict | None = None,
-                 main: tuple = ()) -> str:
+                 main: tuple = (), boot: dict | None = None) -> str:
   """``tables.tex`` (booktabs and graphicx): a compact R@1 table of the
   ``main`` methods present for one column (``table``), then R@1, cumulative
   Hits@10 and BRI per turn of every method across the page (``table*``).
   Each value has its 95% session-bootstrap interval in a small row below
-  it; bold marks ``bold_cells``; ``names`` maps a method to the name
-  printed (``methods.display_name``)."""
+  it; in the R@1 tables bold marks ``paired_bold(boot)`` (the paired
+  bootstrap's verdict, ``bootstrap.json``); ``names`` maps a method to the
+  name printed (``methods.display_name``)."""
   names = names or {}
   turns = len(next(iter(per_method.values()))['R@1'])
   has_ci = any('intervals' in m for m in per_method.values())
   below = (f'Below each value, its 95\\% session-bootstrap percentile '
-           f'interval ({resamples:,} resamples); in bold, the best method '
-           "at a turn where that interval excludes the runner-up's value."
-           if has_ci else 'No intervals were computed.')
+           f'interval ({resamples:,} resamples).' if has_ci
+           else 'No intervals were computed.')
+  if sessions < FEW_SESSIONS:
+    below += (f' Only {sessions} sessions: the intervals are rough (at '
+              f'least {FEW_SESSIONS} are advised).')
+  bold = paired_bold(boot)
+  if boot:
+    marks = (f' In bold: {_tex(names.get(boot["a"], boot["a"]))} or '
+             f'{_tex(names.get(boot["b"], boot["b"]))} at a turn where the '
+             'paired session bootstrap of their R@1 difference '
+             f'({boot["num_resamples"]:,} resamples, 95\\%; bootstrap.json) '
+             'excludes 0, on the side of the one ahead.')
+  else:
+    marks = ' No cell is bold: no paired comparison was computed.'
   over = (f'turns 0--{turns - 1} (turn 0: the composed query before any '
           f'feedback) over {sessions:,} sessions of {_tex(benchmark)}. ')
   out = ['% recovr_jax run tables; \\usepackage{booktabs,graphicx}', '']
@@ -103,11 +111,13 @@ def latex_tables(per_method: dict, *, sessions: int, benchmark: str,
   if len(shown) >= 2:
     out += _latex_table(shown, 'R@1', 'tab:recovr-r1-main',
                         'R@1 (\\%) of ReCoVR and the adapted baselines at '
-                        + over + below, names, wide=False)
-  for key, title, _, _ in _TEX_METRICS:
+                        + over + below + marks, names, wide=False, bold=bold)
+  for key, title, _ in _TEX_METRICS:
     label = 'tab:recovr-' + key.lower().replace('@', '')
-    out += _latex_table(per_method, key, label, f'{title} at ' + over + below,
-                        names, wide=True)
+    paired = key == 'R@1'
+    out += _latex_table(per_method, key, label, f'{title} at ' + over + below
+                        + (marks if paired else ''), names, wide=True,
+                        bold=bold if paired else set())
   return '\n'.join(out)
 
 

@@ -156,7 +156,10 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
       f'{loop.rrf_k:g}, kappa = {loop.kappa} (kappa_pos is the project\'s '
       f'assumption), rank-cap placement {loop.rank_cap_placement}, avoid '
       f'penalty {config.settings.avoid_penalty:g}; {asking_line}.', '',
-      f'Simulated user: {_in_words(config.user)}.'])
+      f'Simulated user: {_in_words(config.user)}.'] + (
+          ['', f'**Only {num_sessions} sessions**: every interval below is '
+           f'rough (at least {figures.FEW_SESSIONS} are advised).']
+          if num_sessions < figures.FEW_SESSIONS else []))
 
 
 def write_dialogue_truncation(config, out, env, trajectories, methods):
@@ -263,7 +266,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
       benchmark=benchmark,
       resamples=config.bootstrap_resamples,
       names={m: methods_lib.display_name(m) for m in per_method},
-      main=methods_lib.MAIN))
+      main=methods_lib.MAIN, boot=boot))
   (out / 'failure_modes.json').write_text(
       reporting.dumps(failures, reporting.METRIC_DECIMALS))
   (out / 'rank_cap_firing.json').write_text(

@@ -259,12 +259,16 @@ def _turns(ts) -> str:
 
 def bootstrap_in_words(boot: dict) -> str:
   """What a paired interval says, turn by turn: where it excludes 0 (one
-  method ahead) and where it holds 0 (the difference is within noise)."""
+  method ahead), where the two are the same on every session (the interval
+  is exactly 0; at turn 0 by construction: every method shows the same
+  first list) and where it holds 0 (the difference is within noise)."""
   a, b = boot['a'], boot['b']
   bounds = list(zip(boot['lower'], boot['upper']))
   ahead = [t for t, (lo, _) in enumerate(bounds) if lo > 0]
   behind = [t for t, (_, hi) in enumerate(bounds) if hi < 0]
-  holds = [t for t, (lo, hi) in enumerate(bounds) if lo <= 0 <= hi]
+  same = [t for t, (lo, hi) in enumerate(bounds) if lo == 0 == hi]
+  holds = [t for t, (lo, hi) in enumerate(bounds)
+           if lo <= 0 <= hi and t not in same]
   parts = []
   if ahead:
     parts.append(f'{a} is ahead of {b} at {_turns(ahead)} (the interval '
@@ -272,6 +276,11 @@ def bootstrap_in_words(boot: dict) -> str:
   if behind:
     parts.append(f'{a} is behind {b} at {_turns(behind)} (the interval '
                  'excludes 0)')
+  if same:
+    parts.append(f'the two score the same on every session at '
+                 f'{_turns(same)}' + (' (turn 0 by construction: every '
+                                      'method shows the same first list)'
+                                      if 0 in same else ''))
   if holds:
     parts.append(f'the interval holds 0 at {_turns(holds)}: there the '
                  'difference is within noise')

@@ -42,26 +42,37 @@ def _tables(per_method, **kwargs):
 
 class BoldTest(absltest.TestCase):
 
-  def _one_turn(self, values, half_width):
-    return {m: {'R@1': [v], 'intervals': {'R@1': {
-        'lower': [v - half_width], 'upper': [v + half_width]}}}
-            for m, v in values.items()}
+  def test_bold_is_the_paired_bootstraps_verdict(self):
+    boot = {'a': 'recovr', 'b': 'umivr', 'num_resamples': 100,
+            'mean': [0.0, 0.1, 0.02, -0.1], 'lower': [0.0, 0.05, -0.01, -0.2],
+            'upper': [0.0, 0.15, 0.05, -0.01]}
+    self.assertEqual(figures.paired_bold(boot),
+                     {('recovr', 1), ('umivr', 3)})
+    self.assertEqual(figures.paired_bold(None), set())
+    per = _metrics(('recovr', 'umivr', 'ivr'), turns=4)
+    tex = _tables(per, boot=boot)
+    self.assertIn('In bold: ReCoVR or UMIVR at a turn where the paired', tex)
+    r1 = tex.split('\\begin{table*}')[1]
+    rows = {line.split(' & ')[0]: line.split(' & ')[1:]
+            for line in r1.splitlines()
+            if ' & ' in line and not line.startswith((' & ', 'Method'))}
+    for name, method in (('ReCoVR', 'recovr'), ('UMIVR', 'umivr'),
+                         ('IVR', 'ivr')):
+      for t, cell in enumerate(rows[name]):
+        self.assertEqual('\\textbf' in cell,
+                         (method, t) in figures.paired_bold(boot),
+                         (name, t))
+    # Hits@10 and BRI have no paired test: nothing bold there.
+    self.assertNotIn('\\textbf', ''.join(tex.split('\\begin{table*}')[2:]))
+    self.assertIn('No cell is bold', _tables(per))
 
-  def test_bold_only_where_the_interval_excludes_the_runner_up(self):
-    per = self._one_turn({'a': 0.5, 'b': 0.4, 'c': 0.1}, 0.05)
-    self.assertEqual(figures.bold_cells(per, 'R@1', max), {('a', 0)})
-    per = self._one_turn({'a': 0.5, 'b': 0.47, 'c': 0.1}, 0.05)
-    self.assertEqual(figures.bold_cells(per, 'R@1', max), set())
-    # Lower is better: the smallest value, its upper bound below the next.
-    self.assertEqual(figures.bold_cells(per, 'R@1', min), {('c', 0)})
-
-  def test_a_tie_or_a_lone_method_or_no_interval_is_never_bold(self):
-    per = self._one_turn({'a': 0.5, 'b': 0.5}, 0.0)
-    self.assertEqual(figures.bold_cells(per, 'R@1', max), set())
-    self.assertEqual(figures.bold_cells(
-        self._one_turn({'a': 0.5}, 0.01), 'R@1', max), set())
-    per = {'a': {'R@1': [0.9]}, 'b': {'R@1': [0.1]}}
-    self.assertEqual(figures.bold_cells(per, 'R@1', max), set())
+  def test_few_sessions_are_flagged_and_intervals_readable(self):
+    per = _metrics(('recovr', 'umivr'), turns=3)
+    tex = figures.latex_tables(per, sessions=10, benchmark='w',
+                               resamples=100)
+    self.assertIn('Only 10 sessions: the intervals are rough', tex)
+    self.assertNotIn('\\tiny', tex)
+    self.assertNotIn('Only 500 sessions', _tables(per))
 
 
 class ReportTest(absltest.TestCase):
@@ -74,8 +85,9 @@ class ReportTest(absltest.TestCase):
         reporting.bootstrap_in_words(boot),
         'In words: recovr is ahead of ivr at turn 1 (the interval excludes '
         '0); recovr is behind ivr at turn 3 (the interval excludes 0); the '
-        'interval holds 0 at turns 0, 2: there the difference is within '
-        'noise.')
+        'two score the same on every session at turn 0 (turn 0 by '
+        'construction: every method shows the same first list); the '
+        'interval holds 0 at turn 2: there the difference is within noise.')
     self.assertIn(reporting.bootstrap_in_words(boot),
                   reporting.bootstrap_markdown(boot))
 

@@ -203,7 +203,11 @@ class RunnerTest(absltest.TestCase):
                         r'\\end\{tabular\}', tex, flags=re.S)
     self.assertLen(tables, 4)  # R@1 compact; R@1, Hits@10, BRI wide
     self.assertEqual(tex.count('\\begin{table}'), tex.count('\\end{table}'))
-    bold = figures.bold_cells(metrics, 'R@1', max)
+    # Bold is the paired bootstrap's verdict, turn by turn.
+    boot = json.loads((self.out / 'bootstrap.json').read_text())
+    bold = {(boot['a'], t) for t, lo in enumerate(boot['lower']) if lo > 0}
+    bold |= {(boot['b'], t) for t, hi in enumerate(boot['upper']) if hi < 0}
+    self.assertEqual(bold, figures.paired_bold(boot))
     for spec, body in tables[:2]:   # R@1
       self.assertEqual(spec, 'l' + 'r' * 4)
       self.assertIn('\\toprule', body)
