@@ -1,5 +1,6 @@
 """The real-data path end to end on a tiny random Flax CLIP saved to disk."""
 
+import json
 import pathlib
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
 from recovr_jax import retrieve
 from tests.helpers import real_files
+from tests.helpers import runs
 
 
 class RealDataPathTest(absltest.TestCase):
@@ -84,6 +86,22 @@ class RealDataPathTest(absltest.TestCase):
     gallery = data.load_embeddings(output, dim=16)
     self.assertEqual(gallery.ids, ('page0/11', 'page0/12', 'page1/13'))
     self.assertEqual(gallery.captions, ('a cube', 'two cubes', 'a sphere'))
+    # ... and the runner takes the file as it is: frame folders -> run.
+    out = self.root / 'pages_run'
+    self.assertIsNone(runs.run_main(
+        out, data='webvid_covr', annotations=str(csv),
+        gallery_embeddings=str(output), clip_dir=str(self.clip_dir),
+        methods=['recovr', 'ivr'], num_sessions=2, batch_size=2))
+    metrics = json.loads((out / 'metrics.json').read_text())
+    self.assertCountEqual(metrics, ['recovr', 'ivr'])
+    rows = [json.loads(line) for line in
+            (out / 'trajectories.jsonl').read_text().splitlines()]
+    self.assertLen(rows, 4)
+    self.assertEqual({r['target_id'] for r in rows}, {'page0/12'})
+    # Lists of the gallery's nested ids (padded with null past its 3 videos).
+    shown = {i for r in rows for t in r['turns'] for i in t['top10_ids']}
+    self.assertLessEqual(shown - {None}, set(gallery.ids))
+    self.assertIn('page0/12', shown)
     # A video the CSV does not name is an error naming it, before the model.
     (csv).write_text('pth1,pth2,edit,txt1,txt2\n'
                      'page0/11,page0/12,at night,a,b\n')
