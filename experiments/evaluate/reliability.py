@@ -35,13 +35,14 @@ from experiments.common import cli
 from experiments.common import outputs
 
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
-GROUPS = ('runner', 'files', 'processes', 'study', 'importer', 'lora')
+GROUPS = ('runner', 'files', 'processes', 'study', 'viewer', 'importer',
+          'lora')
 _GROUPS = flags.DEFINE_multi_enum(
     'cases', list(GROUPS), GROUPS,
     'Which groups of cases to try (repeatable): the runner, the files the '
     'project reads (a user\'s, its own outputs, the study\'s access file, '
     'images, the launcher\'s flagfiles and port), the runner as '
-    'several processes, the study app, '
+    'several processes, the study app, the session viewer, '
     'the CoVR importer, LoRA adapters.')
 
 TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
@@ -573,19 +574,19 @@ class _Server:
   """``python -m experiments.study`` in a subprocess on a free port, read
   until it serves (or exits: ``self.rc``)."""
 
-  def __init__(self, s: Scratch, out, *args):
+  def __init__(self, s: Scratch, out, *args, command=None):
     with socket.socket() as sock:
       sock.bind(('127.0.0.1', 0))
       self.port = sock.getsockname()[1]
+    command = command or ['experiments.study', *STUDY,
+                          f'--cache_dir={s.cache}', f'--output_dir={out}']
     self.proc = subprocess.Popen(
-        [sys.executable, '-m', 'experiments.study', *STUDY,
-         f'--cache_dir={s.cache}', f'--output_dir={out}',
-         f'--port={self.port}', *args], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        [sys.executable, '-m', *command, f'--port={self.port}', *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     self.text, self.rc = '', None
     for line in self.proc.stdout:
       self.text += line
-      if line.startswith('open http'):
+      if 'open http' in line:
         break
     else:
       self.rc = self.proc.wait()
@@ -611,6 +612,34 @@ class _Server:
       self.proc.terminate()
       self.proc.wait()
       self.proc.stdout.close()
+
+
+def viewer_cases(clean: pathlib.Path):
+  """The session viewer on the clean run: a foreign Host, numbers that are
+  not ASCII digits or are too long, a session beyond the run."""
+  server = _Server(None, None, command=['experiments.view',
+                                        f'--run_dir={clean}', '--nomedia'])
+  if server.rc is not None:
+    yield ('the viewer starts', f'exit {server.rc}: '
+           f'{_message(server.text)}', False)
+    return
+  try:
+    status, _, _ = server.request('GET', '/')
+    yield 'the viewer\'s index', f'HTTP {status}', status == 200
+    status, body, _ = server.request('GET', '/',
+                                     headers={'Host': 'attacker.example'})
+    yield ('the index asked for under another Host (DNS rebinding)',
+           f'HTTP {status}; shows sessions: {"/s/0" in body}',
+           status == 400 and '/s/0' not in body)
+    for what, path in (
+        ('a superscript digit as the turn', '/s/0?turn=%C2%B2'),
+        ('a 5,000-digit page number', '/?page=' + '9' * 5000),
+        ('a session beyond the run', '/s/99999'),
+        ('a session id that is not a number', '/s/%C2%B9')):
+      status, _, _ = server.request('GET', path)
+      yield f'the viewer asked for {what}', f'HTTP {status}', status == 400
+  finally:
+    server.stop()
 
 
 def _form(fields) -> tuple[str, dict]:
@@ -844,6 +873,7 @@ def main(argv):
             'files': lambda: file_cases(s, clean),
             'processes': lambda: multi_process_cases(s),
             'study': lambda: study_cases(s),
+            'viewer': lambda: viewer_cases(clean),
             'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s)}
   for case, outcome, ok in itertools.chain.from_iterable(
       groups[g]() for g in GROUPS if g in _GROUPS.value):
