@@ -39,6 +39,10 @@ from recovr_jax.reasoning import registry
 # The score of a span a lexical resource relates to a value (above every
 # similarity, so always read).
 RELATED = 2.0
+# The score of a span ``confirm`` reads (below every lexical relation,
+# above every similarity).
+CONFIRMED = RELATED - 0.5
+CONFIRM_MODES = ('read', 'agree', 'veto')
 # What ``relate`` answers for a span the resource knows but relates to no
 # value.
 UNRELATED = 'unrelated'
@@ -84,6 +88,13 @@ class GroundingReader:
     agree: a span ``relate`` relates to a value is read only when that value
       is also the span's nearest by similarity (two sources agree); a
       disagreement reads nothing.
+    confirm: a second resource, ``confirm(spans) -> [(attribute, value) or
+      None]`` (``span_lm.SpanLM``, frame words left out by the caller),
+      used as ``confirm_mode`` says: ``'read'``, a span ``relate`` does not
+      relate (None or ``UNRELATED``) takes its value (score
+      ``CONFIRMED``); ``'agree'``, the same only when the value is also the
+      span's nearest by similarity; ``'veto'``, a span ``relate`` relates
+      to a value reads nothing when ``confirm`` names another.
     template: how a span or prototype is embedded (``'{}'``: alone).
     dictionary: words the lexicon's spelling fixer leaves as they are (the
       encoder tokenizer's whole words: real words are not typos).
@@ -94,7 +105,8 @@ class GroundingReader:
                max_span: int = 3, exact=None, template: str = '{}',
                dictionary: frozenset = frozenset(),
                abstain: float | None = None, relate=None,
-               unrelated_penalty: float = 0.0, agree: bool = False):
+               unrelated_penalty: float = 0.0, agree: bool = False,
+               confirm=None, confirm_mode: str = 'read'):
     if not prototypes:
       raise ValueError('GroundingReader needs at least one prototype')
     if max_span < 1:
@@ -105,6 +117,11 @@ class GroundingReader:
     self.relate = relate
     self.unrelated_penalty = unrelated_penalty
     self.agree = agree
+    if confirm_mode not in CONFIRM_MODES:
+      raise ValueError(f'confirm_mode must be one of {CONFIRM_MODES}, got '
+                       f'{confirm_mode!r}')
+    self.confirm = confirm
+    self.confirm_mode = confirm_mode
     self.max_span = max_span
     self.exact = exact
     self.dictionary = frozenset(dictionary)
@@ -179,12 +196,27 @@ class GroundingReader:
     per_value = np.full((len(spans), len(self._values)), -np.inf, np.float32)
     np.maximum.at(per_value.T, self._proto_value, sims.T)
     best = np.argmax(per_value, axis=1)
+    related_all = [None if self.relate is None else
+                   self.relate(s, s if leave_out else None) for s in spans]
+    confirmed = [None] * len(spans)
+    if self.confirm is not None:
+      veto = self.confirm_mode == 'veto'
+      ask = [k for k, r in enumerate(related_all)
+             if (r not in (None, UNRELATED)) == veto]
+      for k, label in zip(ask, self.confirm([spans[k] for k in ask])):
+        confirmed[k] = label
     out = []
     for k, (start, end) in enumerate(where):
       a, v = self._values[int(best[k])]
       score = float(per_value[k, best[k]])
-      related = (None if self.relate is None else
-                 self.relate(spans[k], spans[k] if leave_out else None))
+      related = related_all[k]
+      if confirmed[k] is not None and self.confirm_mode == 'veto':
+        if tuple(confirmed[k]) != tuple(related[0]):
+          continue  # the two sources disagree: nothing read
+      elif confirmed[k] is not None and (
+          self.confirm_mode == 'read' or tuple(confirmed[k]) == (a, v)):
+        (a, v), score = confirmed[k], CONFIRMED
+        related = None
       if related == UNRELATED:
         score -= self.unrelated_penalty
       elif related is not None:

@@ -71,6 +71,9 @@ class RegistryTest(absltest.TestCase):
         'grounded', grounded={'depth': 3}), WORLD)[0],
         '--grounded_options: unknown depth')
     self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'grounded', grounded={'lm_spans': 'always'}), WORLD)[0],
+        "--grounded_options: lm_spans must be one of .*'agree'.*got 'always'")
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
         'flax_lm'), files_source.VOCABULARY)[0],
         '--reasoner=flax_lm on --data=webvid_covr needs '
         '--reasoner_checkpoint')

@@ -194,6 +194,49 @@ class AbstentionTest(absltest.TestCase):
       self.assertEqual(reader.parse('make it rosy').get(1), want,
                        (related, agree))
 
+  def test_confirm_reads_spans_the_lexical_resource_does_not(self):
+    protos = [grounding.Prototype(1, 0, 'red'),
+              grounding.Prototype(1, 1, 'blue')]
+    asked = []
+
+    def confirm(spans):  # a second source: "rosy" is blue, "bluish" red
+      asked.extend(spans)
+      return [{'rosy': (1, 1), 'bluish': (1, 0)}.get(s) for s in spans]
+
+    # "rosy" is nearest red by similarity (_encode: first letters).
+    for mode, want in (('read', 1), ('agree', None)):
+      reader = grounding.GroundingReader(
+          lexicon, _encode, protos, threshold=0.99, max_span=1,
+          confirm=confirm, confirm_mode=mode)
+      self.assertEqual(reader.parse('make it rosy').get(1), want, mode)
+    reader = grounding.GroundingReader(
+        lexicon, _encode, protos, threshold=0.99, max_span=1,
+        confirm=confirm, confirm_mode='agree')
+    self.assertEqual(reader.parse('make it bluish').get(1), None)
+    self.assertEqual(reader.parse('make it roseate').get(1), None)
+    # A span the lexical resource relates is never asked.
+    asked.clear()
+    reader.relate = lambda span, leave_out: ((1, 0), 0) if span == 'rosy' \
+        else None
+    self.assertEqual(reader.parse('make it rosy').get(1), 0)
+    self.assertNotIn('rosy', asked)
+    # 'veto': a related span reads nothing where the second source names
+    # another value, and its own value where it names the same or none.
+    reader = grounding.GroundingReader(
+        lexicon, _encode, protos, threshold=0.99, max_span=1,
+        confirm=confirm, confirm_mode='veto',
+        relate=lambda span, leave_out: ((1, 0), 0) if span in (
+            'rosy', 'bluish', 'roseate') else None)
+    self.assertIsNone(reader.parse('make it rosy').get(1))  # said blue
+    self.assertEqual(reader.parse('make it bluish').get(1), 0)  # said red
+    self.assertEqual(reader.parse('make it roseate').get(1), 0)  # no answer
+    with self.assertRaisesRegex(ValueError, 'confirm_mode must be one of'):
+      grounding.GroundingReader(lexicon, _encode, protos, 0.5,
+                                confirm_mode='vote')
+    # The confirmed score sits between every relation and every similarity.
+    self.assertLess(grounding.CONFIRMED, grounding.RELATED - 0.1)
+    self.assertGreater(grounding.CONFIRMED, 1.0)
+
   def test_fit_abstain_counts_named_against_unnamed(self):
     protos = [grounding.Prototype(1, 0, 'red'),
               grounding.Prototype(1, 1, 'blue')]

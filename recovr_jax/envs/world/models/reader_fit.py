@@ -43,7 +43,13 @@ FIT_SEED = 1
 # threshold itself is fitted on the train split.
 GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
                     'unrelated_penalty': 0.2, 'abstain': True,
-                    'agree': False, 'wordnet_prototypes': False}
+                    'agree': False, 'wordnet_prototypes': False,
+                    'lm_spans': None}
+# ``lm_spans``: None; 'read' (SmolLM2 names the value of a span neither the
+# lexicon nor WordNet reads, ``span_lm``); 'agree' (only where it names the
+# span's nearest value by similarity too); 'veto' (a span WordNet relates to
+# a value reads nothing where SmolLM2 names another).
+LM_SPANS = (None, 'read', 'agree', 'veto')
 # The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
 # validation utterances of the train split (rules 57.8%, paper 97.4%,
 # frames 99.5%).
@@ -182,6 +188,9 @@ def dictionary(model_dir: str | None = None) -> frozenset:
 def check_grounded_options(options: dict | None) -> None:
   """``ValueError`` naming the keys of ``options`` that are not
   ``GROUNDED_OPTIONS``."""
+  if (options or {}).get('lm_spans') not in LM_SPANS:
+    raise ValueError(f'grounded_options: lm_spans must be one of '
+                     f'{LM_SPANS}, got {options["lm_spans"]!r}')
   unknown = sorted(set(options or {}) - set(GROUNDED_OPTIONS))
   if unknown:
     raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
@@ -206,6 +215,39 @@ def relater(phrasings: str = 'train', max_depth: int = 1):
       values[value].add((a, v))
   vocabulary = {w: next(iter(s)) for w, s in values.items() if len(s) == 1}
   return wordnet.Relater(wordnet.WordNet(), vocabulary, max_depth=max_depth)
+
+
+@functools.cache
+def span_classifier(phrasings: str = 'train'):
+  """``span_lm.SpanLM`` over the world's values, its worked examples the
+  first training-bank phrase of each attribute's second value (for the
+  shape, "square" itself: the form measured on dev, docs/reading.md) and
+  two frames that name nothing."""
+  from recovr_jax.reasoning import span_lm  # pylint: disable=g-import-not-at-top
+  names, labels, shots = [], [], []
+  for a, name in enumerate(A):
+    for v, value in enumerate(generator.VALUES[name]):
+      names.append(value)
+      labels.append((a, v))
+    if phrasings == 'train':
+      value = generator.VALUES[name][1]
+      own = [p for p in user_language.bank(name, 'train')[value]
+             if p != value]
+      if own:
+        shots.append(((own[0] if isinstance(own[0], str) else own[0][0]),
+                      value))
+  shots += [('i would like', span_lm.NONE), ('instead', span_lm.NONE)]
+  return span_lm.SpanLM(names, labels, shots)
+
+
+def _confirm_unless_frame(classifier, frames: frozenset):
+  """``confirm`` for spans with no word of the user's frames."""
+  def confirm(spans):
+    asked = [s for s in spans if not frames.intersection(s.split())]
+    labels = dict(zip(asked, (label for label, _ in
+                              classifier.classify(asked))))
+    return [labels.get(s) for s in spans]
+  return confirm
 
 
 def _unless_frame(relater_, frames: frozenset):
@@ -261,6 +303,7 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   depth = options.pop('related_depth', None)  # None: no WordNet
   penalty = options.pop('unrelated_penalty', 0.0)
   generated = options.pop('wordnet_prototypes', False)
+  lm_spans = options.pop('lm_spans', None)
   reader = grounding.GroundingReader(
       lexicon, encode, (wordnet_prototypes(phrasings) if generated
                         else prototypes(phrasings)), threshold=1.0,
@@ -274,6 +317,11 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   if depth is not None:
     words = done['frame_words'] if done else frame_words(world, reader)
     reader.relate = _unless_frame(relater(phrasings, depth), words)
+  if lm_spans is not None:
+    if words is None:
+      words = done['frame_words'] if done else frame_words(world, reader)
+    reader.confirm = _confirm_unless_frame(span_classifier(phrasings), words)
+    reader.confirm_mode = lm_spans
   if done is None:
     utterances = training_utterances(world, num, seed)
     fit = grounding.fit_threshold(reader, *utterances)
