@@ -5,7 +5,8 @@ default). It reads the run's ``trajectories.jsonl``, ``ranks.csv`` and
 ``resolved_config.json`` (``load``), and shows them with the study's
 templates and animations (``templates/``, ``media``): the index lists the
 sessions with each method's target rank per turn, filtered by method,
-outcome and turn; a session's page shows the reference, the target and,
+outcome and turn, and by paired outcome (one method shows the target
+first at a turn and the other does not, with both counts); a session's page shows the reference, the target and,
 per turn and side by side for two methods, the user's feedback, the
 system's question, the reasoner's replies (search, edit, sigma, keep,
 avoid), whether rank-cap fired, the target's rank and the shown top 10
@@ -13,7 +14,7 @@ avoid), whether rank-cap fired, the target's rank and the shown top 10
 researcher: unlike the study's pages it names videos by id.
 
 Routes (GET only; a parameter outside what the run holds is a 400 naming
-it): ``/?a=<method>&b=<method>&outcome=<outcome>&turn=<t>&page=<n>``,
+it): ``/?a=<method>&b=<method>&outcome=<outcome>&turn=<t>&paired=<p>&page=<n>``,
 ``/s/<session>?a=&b=&turn=``, ``/v/<gallery index>.gif``.
 """
 
@@ -34,6 +35,9 @@ from recovr_jax import readers
 # (docs/definitions.md section 6) at some active transition.
 OUTCOMES = ('all', 'found', 'not_found', 'drift', 'stagnation',
             'repeated_top1')
+# The paired-outcome filter: at the chosen turn (else the last), the first
+# method shows the target first and the second does not, or the reverse.
+PAIRED = ('', 'a_not_b', 'b_not_a')
 PER_PAGE = 50
 # The Host headers a viewer answers by default: this machine's names only
 # (a web page elsewhere, through DNS rebinding, reaches a loopback server
@@ -199,7 +203,7 @@ class Viewer:
                         index >= 0 else '')}
 
   def index(self, a: str = '', b: str = '', outcome: str = 'all',
-            turn: str = '', page: str = '1') -> str:
+            turn: str = '', page: str = '1', paired: str = '') -> str:
     run = self.run
     a = self.method('a', a or run.methods[0])
     b = self.method('b', b, optional=True)
@@ -209,11 +213,25 @@ class Viewer:
     t = self.turn(turn)
     if not _NUMBER.fullmatch(page) or int(page) < 1:
       raise BadRequest(f'page={page!r}: expected a number from 1')
+    if paired not in PAIRED:
+      raise BadRequest(f'paired={paired!r}: expected one of '
+                       f'{", ".join(p for p in PAIRED if p)}')
+    if paired and not b:
+      raise BadRequest(f'paired={paired}: choose the method beside (b)')
+    at = run.num_turns if t is None else t
+    hit = lambda m, s: run.ranks[m, s][at] == 1
+    counts = None if not b else {
+        'a_not_b': sum(hit(a, s) and not hit(b, s) for s in run.sessions),
+        'b_not_a': sum(hit(b, s) and not hit(a, s) for s in run.sessions)}
     chosen = []
     for s in run.sessions:
       ranks = run.ranks[a, s]
       happened = events(ranks, _top1(run.rows[a, s]))
-      if outcome == 'all':
+      if paired:
+        keep = (hit(a, s) and not hit(b, s) if paired == 'a_not_b'
+                else hit(b, s) and not hit(a, s))
+        keep = keep and (outcome == 'all' or bool(happened[outcome]))
+      elif outcome == 'all':
         # A turn alone: the sessions still running at that turn.
         keep = t is None or min(ranks[:t] or [run.list_length + 1]) > 1
       else:
@@ -237,7 +255,8 @@ class Viewer:
     return _TEMPLATES.get_template('view_index.html').render(
         title=f'Sessions: {run.directory.name}', header=run.header,
         methods=run.methods, a=a, b=b or '', outcome=outcome,
-        outcomes=OUTCOMES, turn='' if t is None else t,
+        outcomes=OUTCOMES, turn='' if t is None else t, paired=paired,
+        counts=counts, at=at,
         turns=range(run.num_turns + 1), rows=rows, sides=sides,
         count=len(chosen), total=len(run.sessions), page=number, pages=pages)
 
@@ -306,9 +325,9 @@ def make_app(viewer: Viewer, hosts=LOCAL_HOSTS) -> fastapi.FastAPI:
   @app.get('/', response_class=responses.HTMLResponse)
   async def index(a: str = '', b: str = '', outcome: str = 'all',
                   turn: str = '', page_number: str = fastapi.Query(
-                      '1', alias='page')):
+                      '1', alias='page'), paired: str = ''):
     return page(viewer.index, a=a, b=b, outcome=outcome, turn=turn,
-                page=page_number)
+                page=page_number, paired=paired)
 
   @app.get('/s/{session}', response_class=responses.HTMLResponse)
   async def session(session: str, a: str = '', b: str = '', turn: str = ''):

@@ -123,6 +123,30 @@ class ViewerTest(absltest.TestCase):
     self.assertIn('&gt;4', text)   # censored: not in the 4 shown
     self.assertIn('3 of 3 sessions', text)
 
+  def test_paired_outcomes_with_counts(self):
+    # At the last turn recovr shows session 1's target first and ivr does
+    # not; ivr session 2's and recovr not; both session 0's.
+    sessions, text = self._sessions(a='recovr', b='ivr', paired='a_not_b')
+    self.assertEqual(sessions, [1])
+    self.assertIn('At turn 2: ', text)
+    self.assertIn('recovr shows the target first and ivr does not in 1', text)
+    self.assertIn('ivr does and recovr does not in 1', text)
+    self.assertEqual(self._sessions(a='recovr', b='ivr',
+                                    paired='b_not_a')[0], [2])
+    # At turn 1: recovr has found session 0, ivr session 2.
+    self.assertEqual(self._sessions(a='recovr', b='ivr', turn='1',
+                                    paired='a_not_b')[0], [0])
+    self.assertEqual(self._sessions(a='ivr', b='recovr', turn='1',
+                                    paired='a_not_b')[0], [2])
+    # With an outcome of the first method as well.
+    self.assertEqual(self._sessions(a='ivr', b='recovr', paired='a_not_b',
+                                    outcome='stagnation')[0], [])
+    for params, message in (({'paired': 'a_not_b'}, 'choose the method'),
+                            ({'b': 'ivr', 'paired': 'both'}, 'expected one')):
+      page = self.client.get('/', params=params)
+      self.assertEqual(page.status_code, 400)
+      self.assertIn(message, page.text)
+
   def test_a_session_side_by_side(self):
     page = self.client.get('/s/1', params={'a': 'recovr', 'b': 'ivr'})
     self.assertEqual(page.status_code, 200)
