@@ -10,6 +10,7 @@ flags defined here by hand steer the command rather than configure a run:
 and parsing the sweep's settings.
 """
 
+import os
 import pathlib
 
 from absl import app
@@ -130,6 +131,26 @@ def _user(values: dict) -> simulated_user.UserConfig:
   return simulated_user.UserConfig(**fields)
 
 
+# The flags that name a file or folder: flags.txt holds them absolute, so
+# the viewer (and a resumed run) started elsewhere finds what the run read.
+PATH_FLAGS = ('annotations', 'cache_dir', 'captioner_checkpoint',
+              'checkpoint_dir', 'clip_dir', 'output_dir', 'reasoner_adapter',
+              'reasoner_checkpoint', 'text_encoder_dir')
+
+
+def absolute_paths(text: str) -> str:
+  """``flags_into_string()`` with every ``PATH_FLAGS`` value made
+  absolute (relative to the working directory)."""
+  out = []
+  for line in text.splitlines():
+    name, eq, value = line.partition('=')
+    if eq and name.lstrip('-') in PATH_FLAGS and value and not (
+        os.path.isabs(value)):
+      line = f'{name}={os.path.abspath(value)}'
+    out.append(line)
+  return '\n'.join(out) + ('\n' if text.endswith('\n') else '')
+
+
 def run_config() -> config_lib.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once).
 
@@ -165,7 +186,7 @@ def run_config() -> config_lib.RunConfig:
   count, pid = processes()
   fields.update(loop=loop, settings=settings, user=user, reasoner=reasoner,
                 num_processes=count, process_id=pid,
-                flags_text=flags.FLAGS.flags_into_string())
+                flags_text=absolute_paths(flags.FLAGS.flags_into_string()))
   if data is not None:
     fields['data'] = data
   config = part(lambda: config_lib.RunConfig(**fields), None)

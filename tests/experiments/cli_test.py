@@ -40,6 +40,22 @@ class BadFlagValueTest(parameterized.TestCase):
     self.assertNotIn('flags:', proc.stderr)  # no help dump
 
 
+
+class FlagsFileTest(absltest.TestCase):
+
+  def test_paths_in_flags_txt_are_absolute(self):
+    from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
+    text = ('--cache_dir=cache\n--output_dir=/tmp/x\n--methods=recovr\n'
+            '--annotations=data/ann.csv\n--log_dir=\n')
+    self.assertEqual(run_flags.absolute_paths(text), (
+        f'--cache_dir={os.path.abspath("cache")}\n--output_dir=/tmp/x\n'
+        '--methods=recovr\n'
+        f'--annotations={os.path.abspath("data/ann.csv")}\n--log_dir=\n'))
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    for name in run_flags.PATH_FLAGS:  # every one is a flag of the run
+      self.assertIn(name, flags.FLAGS)
+
+
 if __name__ == '__main__':
   absltest.main()
 
