@@ -87,9 +87,46 @@ def evidence(groups: dict, num_resamples: int,
   return claims.Evidence(groups, num_resamples, seed), stagnation
 
 
-def markdown(results: dict) -> str:
-  """``results``: member -> rows (``claims.markdown``)."""
-  return claims.markdown(results)
+# The benchmark a member's user language belongs to (docs/benchmark.md).
+_BENCHMARK_OF_LANGUAGE = {'lexicon': 'v1', 'own': 'v2', 'own_v3': 'v3'}
+
+
+def setup_of(meta: dict) -> dict:
+  """What a member ran, from its main run's ``resolved_config.json``: the
+  reader (``--reasoner``), the benchmark version (by the user's language),
+  the sessions, the scene sharing and whether the layout is described."""
+  config = meta.get('resolved_configs', {}).get('main')
+  if config is None:
+    raise ValueError('no resolved_config.json of its main run to say what '
+                     'it ran')
+  try:
+    world = config['data'].get('world') or {}
+    language = config['user']['language']
+    reader, sessions = config['reasoner'], config['num_sessions']
+  except (KeyError, AttributeError, TypeError) as e:
+    raise ValueError(f'its main run\'s resolved_config.json lacks {e} (a '
+                     'run of an older version?)') from e
+  return {'reader': reader,
+          'benchmark': _BENCHMARK_OF_LANGUAGE.get(language, language),
+          'sessions': sessions,
+          'scene_shared': world.get('scene_shared'),
+          'describe_layout': world.get('describe_layout')}
+
+
+def markdown(results: dict, setups: dict | None = None) -> str:
+  """``results``: member -> rows (``claims.markdown``), after a table of
+  what each member ran (``setups``: member -> ``setup_of``)."""
+  if not setups:
+    return claims.markdown(results)
+  lines = ['What each member ran:', '',
+           '| member | reader | benchmark | sessions | scene sharing | '
+           'layout described |', '|---|---|---|---:|---:|---|']
+  for name, s in setups.items():
+    lines.append(f'| {name} | {s["reader"]} | {s["benchmark"]} | '
+                 f'{s["sessions"]:,} | {s["scene_shared"]} | '
+                 f'{"yes" if s["describe_layout"] else "no"} |')
+  title, rest = claims.markdown(results).split('\n', 1)
+  return title + '\n\n' + '\n'.join(lines) + '\n' + rest
 
 
 def main(argv):
@@ -114,10 +151,11 @@ def main(argv):
     raise app.UsageError('--fidelity_dirs: each member is named by its '
                          'directory or file, and two share a name '
                          f'({", ".join(names)})')
-  results = {}
+  results, setups = {}, {}
   for m, name in zip(members, names):
     try:
       groups, meta = groups_of(m)
+      setups[name] = setup_of(meta)
       if _SAVE.value:
         claims.save_groups(pathlib.Path(_SAVE.value) / f'{name}.npz',
                                groups, meta)
@@ -126,12 +164,13 @@ def main(argv):
           paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
     except (FileNotFoundError, ValueError) as e:
       raise app.UsageError(f'{m}: {e}') from e
-  outputs.write_markdown(markdown(results))
+  outputs.write_markdown(markdown(results, setups))
   if _JSON.value:
     outputs.write_json(_JSON.value, {
         'margins': {'points': claims.MARGIN_POINTS,
                     'bri': claims.MARGIN_BRI},
         'bootstrap_resamples': _RESAMPLES.value, 'seed': _SEED.value,
+        'members': setups,
         'summary': {m: claims.summary(r) for m, r in results.items()},
         'rows': results})
 

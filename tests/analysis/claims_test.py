@@ -419,7 +419,11 @@ class PaperClaimsTest(absltest.TestCase):
     main.create_file('trajectories.jsonl', ''.join(
         json.dumps({'method': m, 'session': int(s), 'turns': [{}] * (T + 1)})
         + '\n' for m in displayed for s in sessions))
-    main.create_file('resolved_config.json', '{"seed": 0}')
+    config = {'seed': 0, 'reasoner': 'grounded', 'num_sessions': 40,
+              'user': {'language': 'own_v3'},
+              'data': {'world': {'scene_shared': 1.0,
+                                 'describe_layout': False}}}
+    main.create_file('resolved_config.json', json.dumps(config))
     out = self.create_tempdir()
     saved = out.full_path + '/sessions'
     with flagsaver.flagsaver(fidelity_dirs=[member.full_path],
@@ -436,7 +440,13 @@ class PaperClaimsTest(absltest.TestCase):
     self.assertEqual(a, b)
     self.assertIn('scene_shared=1.0', a['rows'])
     _, meta = claims.load_groups(saved + '/scene_shared=1.0.npz')
-    self.assertEqual(meta['resolved_configs'], {'main': {'seed': 0}})
+    self.assertEqual(meta['resolved_configs'], {'main': config})
+    # Each member names its reader, benchmark and sessions.
+    self.assertEqual(a['members'], {'scene_shared=1.0': {
+        'reader': 'grounded', 'benchmark': 'v3', 'sessions': 40,
+        'scene_shared': 1.0, 'describe_layout': False}})
+    self.assertIn('| scene_shared=1.0 | grounded | v3 | 40 | 1.0 | no |',
+                  open(f'{out.full_path}/a.md').read())
     # A directory and its saved sessions share a name: one row would be lost.
     with flagsaver.flagsaver(
         fidelity_dirs=[member.full_path, saved + '/scene_shared=1.0.npz'],
