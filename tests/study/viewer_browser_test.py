@@ -4,6 +4,7 @@ index, its filters and a session with two methods side by side, at
 ``RECOVR_REQUIRE_BROWSER=1``). ``VIEWER_SCREENSHOT=<path.png>`` keeps
 the session page's screenshot."""
 
+import json
 import os
 import pathlib
 import tempfile
@@ -20,8 +21,17 @@ class ViewerBrowserTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    run = viewer.load(viewer_test.write_run(
-        pathlib.Path(tempfile.mkdtemp()) / 'run'))
+    directory = viewer_test.write_run(pathlib.Path(tempfile.mkdtemp()) / 'run')
+    # ReCoVR's first feedback of session 2 runs long: its turn-1 cell is
+    # much taller than IVR's, and turn 2 must still start level.
+    path = directory / 'trajectories.jsonl'
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+      if row['method'] == 'recovr' and row['session'] == 2:
+        row['turns'][1]['feedback'] += ' and more' * 150
+    path.write_text(''.join(json.dumps(r, sort_keys=True) + '\n'
+                            for r in rows))
+    run = viewer.load(directory)
     videos = viewer.Videos(
         ids=viewer_test.IDS, captions=tuple(f'caption {i}' for i in range(12)),
         media=media_lib.Media(12, viewer_test.frames_of, 64))
@@ -58,6 +68,14 @@ class ViewerBrowserTest(absltest.TestCase):
     ui.WebDriverWait(b, 60).until(lambda d: all(d.execute_script(
         'return arguments[0].complete && arguments[0].naturalWidth > 0', i)
                                                 for i in images))
+    # Each turn is one row across the two methods, however long a side's
+    # replies: the cells of a turn start level.
+    for t in range(3):
+      cells = [b.find_element(By.CSS_SELECTOR,
+                              f'#side-{k} .turn[data-turn="{t}"]')
+               for k in (1, 2)]
+      self.assertAlmostEqual(cells[0].rect['y'], cells[1].rect['y'],
+                             delta=2, msg=f'turn {t}')
     self.assertIn('recovr search 2.1', sides[0].text)
     self.assertIn('rank-cap fired', sides[0].text)
     shot = os.environ.get('VIEWER_SCREENSHOT') or str(
