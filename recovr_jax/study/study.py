@@ -356,8 +356,9 @@ class Study:
             practice=('done' if ends >= 1 else 'begun' if begun else '-')
             if practice else 'none',
             finished=max(ends - practice, 0),
-            turns=sum(e['event'] == 'turn' and e['turn'] > 0
-                      for e in events),
+            # Counted instances only (the practice one is instance 0).
+            turns=sum(e['event'] == 'turn' and e['turn'] > 0 and
+                      e['instance'] >= practice for e in events),
             errors=sum(e['event'] == 'error' for e in events),
             log=('recovered: ' + str(self.recovered[pid])
                  if pid in self.recovered else 'ok'))

@@ -553,7 +553,11 @@ class ParticipantFlowTest(absltest.TestCase):
     self.assertEqual((event['event'], event['agreed']), ('consent', True))
     self.assertEqual(event['text_sha256'], hashlib.sha256(
         study_lib.CONSENT.encode()).hexdigest())
-    self.assertIn('Practice video (not counted)', client.get('/p/ann').text)
+    page = client.get('/p/ann').text
+    self.assertIn('Practice video (not counted)', page)
+    # "Found it" and "Send feedback" are styled apart.
+    self.assertIn('button#found { background: #1d6e1d', page)
+    self.assertIn('button#send { background: #fff', page)
     practice_session = study.view('ann')['session']
     for k in range(3):
       view = study.view('ann')
@@ -589,7 +593,10 @@ class ParticipantFlowTest(absltest.TestCase):
     r = admin.get(f'/admin/join?token={study.admin_token()}')
     self.assertEqual(r.status_code, 200)
     table = re.sub(r' data-label="[^"]*"', '', r.text)  # (phone labels)
-    for row in ('<td>ann</td><td>agreed</td><td>done</td><td>2 of 2</td>',
+    # ann's turns: one feedback in each counted instance (her practice
+    # feedback is not counted).
+    for row in ('<td>ann</td><td>agreed</td><td>done</td><td>2 of 2</td>'
+                '<td>2</td>',
                 '<td>bob</td><td>declined</td>',
                 '<td>cy</td><td>-</td><td>-</td><td>0 of 2</td>'):
       self.assertIn(row, table)
