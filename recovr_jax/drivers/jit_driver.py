@@ -8,7 +8,7 @@ import dataclasses
 import jax
 
 from recovr_jax.drivers import driver
-from recovr_jax import methods as methods_lib
+from recovr_jax import methods
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import source as source_lib
 
@@ -29,10 +29,10 @@ class _Jitted(driver.Driver):
     from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
     out = []
     for name in config.methods:
-      if name not in methods_lib.REGISTRY:
+      if name not in methods.REGISTRY:
         continue  # the method check names it
       try:
-        jitted.check_supported(methods_lib.make(name, config.settings))
+        jitted.check_supported(methods.make(name, config.settings))
       except jitted.Unsupported as e:
         out.append(f'--simulation=jit: {e}; change {e.flag} or use '
                    '--simulation=host')

@@ -21,7 +21,7 @@ from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import training
 from recovr_jax.envs.world.user import simulated_user
-from recovr_jax.envs.world import world_environment as environment
+from recovr_jax.envs.world import world_environment
 from recovr_jax.envs.world import world_source
 from recovr_jax import methods
 from recovr_jax.protocol import ranking
@@ -660,7 +660,7 @@ class TransplantTest(absltest.TestCase):
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
     video, composer = training.load_world_models(
         encoders.DEFAULT_CHECKPOINT_DIR, world)
-    env = environment.world_environment(world, encoders.TextEncoder(), video,
+    env = world_environment.world_environment(world, encoders.TextEncoder(), video,
                                         composer)
     base = ranking.LoopConfig(num_turns=1, num_ids=len(env.gallery))
     user = simulated_user.SimulatedUser(seed=0)

@@ -9,7 +9,7 @@ import tempfile
 from absl.testing import absltest
 
 from recovr_jax.study import log
-from recovr_jax.study import study as study_lib
+from recovr_jax.study import study
 
 PARTICIPANTS = ('ann', 'bob')
 
@@ -19,14 +19,14 @@ class AccessFileTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
     self.dir = pathlib.Path(tempfile.mkdtemp())
-    self.good = study_lib._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
-    self.path = self.dir / study_lib.ACCESS_FILE
+    self.good = study._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
+    self.path = self.dir / study.ACCESS_FILE
 
   def test_a_written_file_reads_back_and_grows_for_new_participants(self):
-    again = study_lib._access(self.dir, PARTICIPANTS + ('cy',))  # pylint: disable=protected-access
+    again = study._access(self.dir, PARTICIPANTS + ('cy',))  # pylint: disable=protected-access
     self.assertEqual({k: again['codes'][k] for k in PARTICIPANTS},
                      self.good['codes'])
-    self.assertLen(again['codes']['cy'], study_lib.CODE_LENGTH)
+    self.assertLen(again['codes']['cy'], study.CODE_LENGTH)
 
   def test_each_unsafe_file_refuses_to_start(self):
     cases = [
@@ -48,11 +48,11 @@ class AccessFileTest(absltest.TestCase):
         self.path.write_text(json.dumps(data))
         with self.assertRaisesRegex(log.LogError,
                                     f'^{self.path}: .*{message}'):
-          study_lib._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
+          study._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
     self.path.write_text('{"codes": {"ann": "')
     with self.assertRaisesRegex(log.LogError,
                                 f'^{self.path}, line 1: not valid JSON'):
-      study_lib._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
+      study._access(self.dir, PARTICIPANTS)  # pylint: disable=protected-access
 
 
 if __name__ == '__main__':

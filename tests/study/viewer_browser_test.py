@@ -11,7 +11,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from recovr_jax.study import media as media_lib
+from recovr_jax.study import media
 from recovr_jax.study import viewer
 from tests.helpers import browser
 from tests.study import viewer_test
@@ -34,7 +34,7 @@ class ViewerBrowserTest(absltest.TestCase):
     run = viewer.load(directory)
     videos = viewer.Videos(
         ids=viewer_test.IDS, captions=tuple(f'caption {i}' for i in range(12)),
-        media=media_lib.Media(12, viewer_test.frames_of, 64))
+        media=media.Media(12, viewer_test.frames_of, 64))
     self.browser, self.port = browser.serve(
         self, viewer.make_app(viewer.Viewer(run, videos)))
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from recovr_jax import readers
 from recovr_jax.run import reporting
-from recovr_jax.study import media as media_lib
+from recovr_jax.study import media
 from recovr_jax.study import viewer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ class ViewerTest(absltest.TestCase):
     run = viewer.load(cls.dir)
     cls.viewer = viewer.Viewer(run, viewer.Videos(
         ids=IDS, captions=tuple(f'caption {i}' for i in range(12)),
-        media=media_lib.Media(12, frames_of, 32)))
+        media=media.Media(12, frames_of, 32)))
     cls.client = testclient.TestClient(viewer.make_app(cls.viewer),
                                        base_url='http://127.0.0.1')
 
