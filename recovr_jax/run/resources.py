@@ -121,6 +121,10 @@ def check_disk(directory, needed: int, flag: str = '--output_dir') -> None:
   free = shutil.disk_usage(directory).free
   if needed > free:
     raise ValueError(
-        f'{flag}={directory}: the run writes about {needed / 2**20:,.0f} MiB '
-        f'and the disk has {free / 2**20:,.0f} MiB free; free space or '
-        'write elsewhere')
+        f'{flag}={directory}: the run writes about {_size(needed)} and the '
+        f'disk has {_size(free)} free; free space or write elsewhere')
+
+
+def _size(n: int) -> str:
+  """``n`` bytes in KiB below a MiB, else in MiB."""
+  return f'{n / 2**10:,.0f} KiB' if n < 2**20 else f'{n / 2**20:,.0f} MiB'

@@ -377,11 +377,15 @@ class RunnerTest(absltest.TestCase):
 
   def test_outputs_that_would_not_fit_are_refused_before_the_work(self):
     out = self.root / 'no_room'
+    # 10 sessions x 1 method x 4 turns: about 95 KiB (resources.output_bytes).
+    asked = resources.output_bytes(SESSIONS, 1, runs.TINY['num_turns'], 100,
+                                   False, False)
+    self.assertEqual(round(asked / 1024), 95)
     with mock.patch('shutil.disk_usage',
-                    return_value=mock.Mock(free=1 << 20)):
+                    return_value=mock.Mock(free=16 << 10)):
       with self.assertRaisesRegex(app.UsageError, f'--output_dir={out}: '
-                                  'the run writes about 8 MiB and the disk '
-                                  'has 1 MiB free'):
+                                  'the run writes about 95 KiB and the disk '
+                                  'has 16 KiB free'):
         runs.run_main(out, methods=['recovr'])
     self.assertEqual([p for p in out.rglob('*') if p.is_file()
                       and 'batches' in p.parts], [])  # no session ran
