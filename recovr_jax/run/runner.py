@@ -129,6 +129,11 @@ def _run_claimed(config, source, built, out, start, resolved):
   # as it was (the corrected command is then no "run with other settings").
   fresh = lead and not any((out / name).exists() for name in (
       'resolved_config.json', 'batches'))
+  # A finished run's markers, kept to put back if a resume is refused (a
+  # batch of other code): the finished outputs stay a finished run.
+  finished = {name: (out / name).read_bytes()
+              for name in ('flags.txt', 'resolved_config.json')
+              } if lead and _finished(out) else None
   if lead:
     (out / INCOMPLETE).write_text(
         'This run has not finished: the outputs here (if any) are not all '
@@ -185,7 +190,14 @@ def _run_claimed(config, source, built, out, start, resolved):
     distributed.barrier('batches done')
     if not lead:
       return None
-  collected = _collect(assembled, out, batches, identity)
+  try:
+    collected = _collect(assembled, out, batches, identity)
+  except batches_lib.CorruptBatch:
+    if finished is not None:
+      (out / INCOMPLETE).unlink(missing_ok=True)
+      for name, content in finished.items():
+        (out / name).write_bytes(content)
+    raise
   try:
     return _write_outputs(config, source, built, assembled, out, env,
                           sessions, collected, start, base)
@@ -195,6 +207,13 @@ def _run_claimed(config, source, built, out, start, resolved):
         f'{where}: could not be written ({e.strerror or e}); '
         f'{out / INCOMPLETE} is kept: free space and rerun the command '
         '(its batches are saved; it writes the outputs again)') from e
+
+
+def _finished(out) -> bool:
+  """Whether ``out`` holds a finished run (its outputs, no marker)."""
+  return not (out / INCOMPLETE).exists() and all(
+      (out / name).is_file() for name in (
+          'flags.txt', 'resolved_config.json', 'metrics.json'))
 
 
 def _write_outputs(config, source, built, assembled, out, env, sessions,

@@ -280,9 +280,16 @@ class CorruptBatchTest(_OnABaseRun):
     self.assertLen(meta['code'], 64)
     meta['code'] = '0' * 64
     path.write_text(json.dumps(meta))
+    markers = {n: (copy / n).read_bytes()
+               for n in ('flags.txt', 'resolved_config.json')}
+    self.assertFalse((copy / 'INCOMPLETE').exists())
     with self.assertRaisesRegex(app.UsageError, r'00000.json was computed by '
                                 r'other code .*--noresume'):
       _run(copy)
+    # The finished run stays a finished run: no INCOMPLETE marker left by
+    # the refused resume, its flags and settings as they were.
+    self.assertFalse((copy / 'INCOMPLETE').exists())
+    self.assertEqual({n: (copy / n).read_bytes() for n in markers}, markers)
     _run(copy, resume=False)  # recomputed by this code
 
   def test_an_edited_trajectory_record_is_caught(self):
