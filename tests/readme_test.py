@@ -74,9 +74,10 @@ class ReadmeTest(absltest.TestCase):
                   readme)
 
 
-def run_example(test, marker: str) -> dict:
-  """Runs the README's one Python example that mentions ``marker``."""
-  readme = (ROOT / 'README.md').read_text()
+def run_example(test, marker: str, page: str = 'README.md') -> dict:
+  """Runs the one Python example of ``page`` (the README, or a doc) that
+  mentions ``marker``."""
+  readme = (ROOT / page).read_text()
   examples = [b for b in re.findall(r'```python\n(.*?)```', readme, flags=re.S)
               if marker in b]
   test.assertLen(examples, 1)
@@ -88,7 +89,7 @@ def run_example(test, marker: str) -> dict:
 class ReadmeExampleTest(absltest.TestCase):
 
   def test_python_example_runs(self):
-    scope = run_example(self, 'shown_ids')
+    scope = run_example(self, 'shown_ids', 'docs/layout.md')
     shown = scope['shown_ids']
     self.assertEqual(shown.shape, (4, 100))
     for row in shown.tolist():  # full lists of distinct gallery ids
