@@ -116,3 +116,29 @@ def table(report: dict) -> str:
                  f'| {p["calls"]:,} |')
   lines.append(f'| **wall** | {report["wall_s"]:.1f} | 100% | |')
   return '\n'.join(lines)
+
+
+class Timer:
+  """Prints stage progress with rate and time left, at most every ``every`` s."""
+
+  def __init__(self, every: float = 5.0, printer=None):
+    self._every = every
+    self._print = printer or (lambda msg: print(msg, flush=True))
+    self._start = {}
+    self._last = 0.0
+
+  def __call__(self, stage, done, total, info):
+    now = time.time()
+    start = self._start.setdefault(stage, now)
+    if done < total and now - self._last < self._every and not info:
+      return
+    self._last = now
+    elapsed = now - start
+    rate = done / elapsed if elapsed > 0 else float('inf')
+    left = (total - done) / rate if rate > 0 else 0.0
+    extra = ' '.join(f'{k}={v:.4f}' for k, v in info.items())
+    if elapsed <= 0:  # the stage's first report: no rate yet
+      self._print(f'[{stage}] {done}/{total} {extra}'.rstrip())
+      return
+    self._print(f'[{stage}] {done}/{total} {rate:.1f}/s '
+                f'elapsed {elapsed:.0f}s left {left:.0f}s {extra}'.rstrip())

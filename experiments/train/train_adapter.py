@@ -38,10 +38,10 @@ import optax
 
 from experiments.common import cli
 from experiments.common import world_flags
+from recovr_jax import profiling
 from recovr_jax.core import checks
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import reasoner_training
-from recovr_jax.envs.world.models import training
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import lora
@@ -183,7 +183,7 @@ def main(argv):
   world = generator.make_world(world_flags.world_config(
       renditions=renditions))
   writer = captioner.Captioner(captioner.DEFAULT_CAPTIONER_DIR)
-  timer = training.Timer(every=10)
+  timer = profiling.Timer(every=10)
   print(f'captioning {_POOL.value} train-split videos', flush=True)
   pool, captions = reasoner_training.caption_pool(world, writer, _POOL.value,
                                                   _SEED.value)

@@ -20,9 +20,9 @@ from absl import logging
 from experiments.common import cli
 from experiments.common import outputs
 from experiments.common import world_flags
+from recovr_jax import profiling
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import reasoner_training
-from recovr_jax.envs.world.models import training
 
 _OUTPUT_DIR = flags.DEFINE_string('output_dir',
                                   reasoner_training.DEFAULT_REASONER_DIR,
@@ -68,7 +68,7 @@ def main(argv):
   report = {}
   if not _EVAL_ONLY.value:
     report = reasoner_training.train(config, world, _OUTPUT_DIR.value,
-                                     progress=training.Timer(every=10))
+                                     progress=profiling.Timer(every=10))
     report['train_seconds'] = round(time.time() - start, 1)
     print(f"trained {report['parameters']:,} parameters in "
           f"{report['train_seconds']:.0f}s")

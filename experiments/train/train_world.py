@@ -20,6 +20,7 @@ import jax
 
 from experiments.common import cli
 from experiments.common import world_flags
+from recovr_jax import profiling
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import training
@@ -66,7 +67,7 @@ def main(argv):
     raise app.UsageError('--scene_weight must be a finite number >= 0, got '
                          f'{_SCENE_WEIGHT.value}')
   output = pathlib.Path(cli.writable_dir(_OUTPUT_DIR))
-  report = training.Timer()
+  report = profiling.Timer()
 
   world = generator.make_world(world_config)
   print(f'world: {len(world.combos)} combinations, '

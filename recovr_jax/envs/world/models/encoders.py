@@ -16,7 +16,6 @@ import json
 import os
 import pathlib
 import shutil
-import time
 
 from absl import logging
 import flax.linen as nn
@@ -451,7 +450,8 @@ class TextEncoder:
                          if t in self._shared)
       missing = [t for t in missing if t not in self._cache]
     if missing and progress is None and len(missing) >= PROGRESS_TEXTS:
-      progress = _Progress('text encoding')
+      timer = profiling.Timer()
+      progress = lambda done, total: timer('text encoding', done, total, {})
     if missing:
       model, tokenizer, encode = self._model_parts()
       count = lambda text: len(tokenizer(text)['input_ids'])
@@ -497,25 +497,6 @@ class TextEncoder:
 # Encoding at least this many new texts prints progress lines (as video
 # encoding does): a cold run's gallery captions take most of its time.
 PROGRESS_TEXTS = 1000
-
-
-class _Progress:
-  """``progress(done, total)``: a ``[stage] done/total rate elapsed left``
-  line at most every ``every`` seconds, and the last one."""
-
-  def __init__(self, stage: str, every: float = 5.0):
-    self.stage, self.every = stage, every
-    self.start = self.last = time.time()
-
-  def __call__(self, done: int, total: int) -> None:
-    now = time.time()
-    if done < total and now - self.last < self.every:
-      return
-    self.last = now
-    elapsed = max(now - self.start, 1e-9)
-    rate = done / elapsed
-    print(f'[{self.stage}] {done}/{total} {rate:.1f}/s elapsed '
-          f'{elapsed:.0f}s left {(total - done) / rate:.0f}s', flush=True)
 
 
 class VideoEncoder(nn.Module):

@@ -9,7 +9,6 @@ the target videos' embeddings over train-split triplets.
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable
 
 import jax
@@ -188,7 +187,7 @@ def _rendered_batches(world, attrs, keys, scene_keys, batch, fn,
 def embed_videos(world, params, attrs, keys, batch: int = 256,
                  scene_keys=None, progress=None):
   """``[n, A]`` attribute rows and ``[n]`` keys (and optional scene keys)
-  -> ``[n, 384]`` video embeddings (``progress`` as ``Timer`` takes it)."""
+  -> ``[n, 384]`` video embeddings (``progress`` as ``profiling.Timer`` takes it)."""
   model = encoders.VideoEncoder()
   out = [np.asarray(e)[:n] for e, n in _rendered_batches(
       world, attrs, keys, scene_keys, batch,
@@ -261,32 +260,6 @@ def ranks_of(queries, gallery, targets, exclude=None, k: int = 100):
 def recall_table(ranks, ks=(1, 5, 10, 50)) -> dict:
   ranks = np.asarray(ranks)
   return {f'R@{k}': float(np.mean(ranks <= k)) for k in ks}
-
-
-class Timer:
-  """Prints stage progress with rate and time left, at most every ``every`` s."""
-
-  def __init__(self, every: float = 5.0, printer=None):
-    self._every = every
-    self._print = printer or (lambda msg: print(msg, flush=True))
-    self._start = {}
-    self._last = 0.0
-
-  def __call__(self, stage, done, total, info):
-    now = time.time()
-    start = self._start.setdefault(stage, now)
-    if done < total and now - self._last < self._every and not info:
-      return
-    self._last = now
-    elapsed = now - start
-    rate = done / elapsed if elapsed > 0 else float('inf')
-    left = (total - done) / rate if rate > 0 else 0.0
-    extra = ' '.join(f'{k}={v:.4f}' for k, v in info.items())
-    if elapsed <= 0:  # the stage's first report: no rate yet
-      self._print(f'[{stage}] {done}/{total} {extra}'.rstrip())
-      return
-    self._print(f'[{stage}] {done}/{total} {rate:.1f}/s '
-                f'elapsed {elapsed:.0f}s left {left:.0f}s {extra}'.rstrip())
 
 
 class KeptVideoEncoder:
@@ -382,7 +355,7 @@ def gallery_memory(world, video_params, cache_dir=None, captioner=None):
     print(f'Progress Memory: {what} the {len(world.gallery_combos)} gallery '
           'videos (once; cached afterwards)', flush=True)
     keys, scenes = world.gallery_keys()
-    timer = Timer(every=10.0)  # a line per batch, at most every 10 s
+    timer = profiling.Timer(every=10.0)  # a line per batch, at most every 10 s
     with profiling.part('video encoding'):
       video = embed_videos(world, video_params.params() if kept else
                            video_params, world.gallery_attributes, keys,
