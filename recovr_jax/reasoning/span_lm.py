@@ -48,6 +48,7 @@ class SpanLM:
                        f'{len(names)} names and {len(labels)} labels')
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     from transformers import FlaxAutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+    from recovr_jax import pretrained  # pylint: disable=g-import-not-at-top
     from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
     from third_party import transformers_flax_llama  # pylint: disable=g-import-not-at-top
     transformers_flax_llama.install()
@@ -63,7 +64,8 @@ class SpanLM:
       raise ValueError('SpanLM: two values share a first token; the '
                        'one-token grammar cannot tell them apart')
     self._choices = np.asarray(first)
-    self.model = FlaxAutoModelForCausalLM.from_pretrained(model_dir)
+    self.model = pretrained.from_pretrained(
+        FlaxAutoModelForCausalLM, model_dir, 'value classifier checkpoint')
     model = self.model
 
     def last_logits(params, ids, mask, positions):
