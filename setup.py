@@ -49,5 +49,9 @@ setuptools.setup(
         # Optional comparators for experiments/bench/bench_*.py only.
         # and threadpoolctl to record the BLAS NumPy's baselines run on.
         'bench': ['faiss-cpu>=1.8', 'ranx>=0.3.20', 'threadpoolctl>=3.1'],
+        # Real torch for tests/envs/files/real_torch_test.py only: the
+        # torch-free .pth reader and the CoVR exporter checked against
+        # torch.save's files and tensors (CI runs it after the main suite).
+        'torch': ['torch>=2.4'],
     },
 )
