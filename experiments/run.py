@@ -14,13 +14,19 @@ Outputs and metrics: README.md and docs/. The flags are derived from
 
 import sys
 
-from absl import app
-from absl import logging
+from experiments.common import early
 
-from experiments.common import cli
-from experiments.common import run_flags
-from recovr_jax.run import runner
-from recovr_jax.run import sweeps
+if __name__ == '__main__':
+  # The help and a misspelt flag, answered before jax is imported (early.py).
+  early.answer(sys.argv)
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from experiments.common import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.common import run_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
+from recovr_jax.run import sweeps  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 HELP_GROUPS = run_flags.HELP_GROUPS
 HELP_DEFAULTS = run_flags.HELP_DEFAULTS

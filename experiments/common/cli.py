@@ -5,7 +5,7 @@ the help is the entry point's flags grouped by concern.
 flag's help (hundreds of lines) before the one line that matters; ``run``
 prints that line (one per problem when several are found at once) and where
 to find the help instead, and exits with the error's code. A flag absl
-cannot parse is already one line. Before ``main`` runs, every output file a
+cannot parse is one line under the same prefix. Before ``main`` runs, every output file a
 flag names (``OUTPUT_FILE_FLAGS``) is checked writable, so a benchmark or
 evaluation of many minutes cannot fail at its last line.
 
@@ -145,7 +145,18 @@ def run(main, groups=None, defaults=None, own: int | None = None,
     except app.UsageError as e:
       sys.stderr.write(error_lines(e) + 'Pass --helpshort to see the flags.\n')
       sys.exit(e.exitcode if e.exitcode else 1)
-  app.run(checked)
+  app.run(checked, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+  """absl's flag parsing, a refused value told under the entry point's
+  error prefix (``error_lines``) like every other error."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write(error_lines(app.UsageError(str(e))) +
+                     'Pass --helpshort to see the flags.\n')
+    sys.exit(1)
 
 
 def exit_now(code: int) -> None:

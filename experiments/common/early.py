@@ -1,0 +1,117 @@
+"""The runner's command line answered before anything heavy is imported.
+
+``python -m experiments.run`` defines its flags from ``RunConfig``'s fields,
+which means importing the whole library, and with it jax (5 s here) before
+absl could say a flag is misspelt or print the help. ``answer(argv)`` runs
+first, with absl's flag-file reader only: ``--help`` / ``--helpshort`` print
+the runner's grouped help, and a flag the runner does not define is refused
+under the runner's error prefix, from ``runner_flags.json``, a manifest of
+the runner's flag names and help written by ``python -m
+experiments.common.early --write`` (``tests/experiments/early_test.py``
+fails when it differs from the flags the runner defines). Anything else
+goes on to absl, which parses and checks every value as before.
+"""
+
+import difflib
+import json
+import os
+import pathlib
+import sys
+
+MANIFEST = pathlib.Path(__file__).with_name('runner_flags.json')
+PROGRAM = 'experiments.run'
+HELP_ARGS = ('--help', '--helpshort', '-h', '-?', '--help=true',
+             '--helpshort=true')
+# Flags absl's parser itself handles (not in ``FLAGS``).
+SPECIAL = ('flagfile', 'undefok')
+
+
+def live() -> dict:
+  """The manifest of the flags ``experiments.run`` defines now (imports
+  it: slow)."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments import run  # pylint: disable=g-import-not-at-top
+  from experiments.common import cli  # pylint: disable=g-import-not-at-top
+  app.define_help_flags()
+  # absltest's own flags (a test process's) are not the runner's.
+  defined = [n for n in flags.FLAGS if not (
+      flags.FLAGS.find_module_defining_flag(n) or '').startswith(
+          'absl.testing')]
+  names = sorted(set(defined) | set(SPECIAL))
+  booleans = sorted(n for n in defined if flags.FLAGS[n].boolean)
+  return {'program': PROGRAM, 'names': names, 'booleans': booleans,
+          'help': cli.grouped_help(run.__doc__, run.HELP_GROUPS,
+                                   run.HELP_DEFAULTS)}
+
+
+def _error(message: str) -> None:
+  sys.stderr.write(''.join(f'{PROGRAM}: error: {line}\n'
+                           for line in message.splitlines()))
+  sys.stderr.write('Pass --helpshort to see the flags.\n')
+  sys.exit(1)
+
+
+def unknown_flags(args, manifest: dict) -> list[tuple[str, str | None]]:
+  """``(flag as given, nearest known name or None)`` for each flag of
+  ``args`` (flag files expanded) that the runner does not define."""
+  names, booleans = set(manifest['names']), set(manifest['booleans'])
+  out = []
+  skip_value = False
+  for arg in args:
+    if skip_value:
+      skip_value = False
+      continue
+    if arg == '--':
+      break
+    if not arg.startswith('-') or arg == '-':
+      continue
+    name, has_value = arg.lstrip('-'), '=' in arg
+    name = name.split('=', 1)[0]
+    if name in names:
+      # absl reads "--flag value" for a non-boolean flag.
+      skip_value = not has_value and name not in booleans
+      continue
+    if name.startswith('no') and name[2:] in booleans and not has_value:
+      continue
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    out.append((arg.split('=', 1)[0], close[0] if close else None))
+  return out
+
+
+def answer(argv) -> None:
+  """Answers the help and refuses an undefined flag of ``argv`` (the
+  runner's command line) at once, exiting; returns when absl should
+  parse it."""
+  if not MANIFEST.is_file():
+    return
+  manifest = json.loads(MANIFEST.read_text())
+  args = list(argv[1:])
+  if any(a in HELP_ARGS for a in args):
+    sys.stdout.write(manifest['help'])
+    sys.exit(0)
+  if any(a.lstrip('-').split('=')[0] in ('undefok', 'helpfull', 'helpxml')
+         for a in args):
+    return  # absl's to answer
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  try:
+    args = flags.FlagValues().read_flags_from_files(args, force_gnu=False)
+  except flags.Error as e:  # a flag file that cannot be read
+    _error(str(e).replace('ERROR:: ', '').strip())
+  unknown = unknown_flags(args, manifest)
+  if unknown:
+    _error('\n'.join(
+        f'unknown flag {flag}' + (f'; did you mean --{near}?' if near else '')
+        for flag, near in unknown))
+
+
+def main(argv) -> None:
+  if argv[1:] != ['--write']:
+    sys.exit(f'usage: python -m experiments.common.early --write (rewrites '
+             f'{MANIFEST.name} from the flags experiments.run defines)')
+  MANIFEST.write_text(json.dumps(live(), indent=1, sort_keys=True) + '\n')
+  print(f'wrote {os.path.relpath(MANIFEST)}')
+
+
+if __name__ == '__main__':
+  main(sys.argv)
