@@ -29,6 +29,8 @@ import dataclasses
 
 import numpy as np
 
+from recovr_jax.run import reporting
+
 TOP = 10  # the candidates whose disagreement makes an attribute worth asking
 
 
@@ -148,8 +150,9 @@ def _question(truth, turns, t: int):
   return True, truth.question_attribute(rec['asked'])
 
 
-def markdown(per_method: dict) -> str:
-  """The report's section: one row per method that has ``asking``."""
+def markdown(per_method: dict, names: dict | None = None) -> str:
+  """The report's section: one row per method that has ``asking``
+  (``names``: display names, as ``reporting.method_cell`` shows them)."""
   rows = {m: v['asking'] for m, v in per_method.items() if 'asking' in v}
   if not rows:
     return ''
@@ -165,7 +168,7 @@ def markdown(per_method: dict) -> str:
   for m, a in rows.items():
     per_q = a['r1_points_per_question']
     lines.append(
-        f"| {m} | {a['decisions']} | {a['should_ask']} | {a['asked']} | "
+        f"| {reporting.method_cell(m, names)} | {a['decisions']} | {a['should_ask']} | {a['asked']} | "
         f"{pct(a['precision'])} | {pct(a['recall'])} | {pct(a['ask_f1'])} | "
         f"{pct(a['what_accuracy'])} | {a['questions_per_session']:.2f} | "
         f"{'-' if per_q is None else f'{per_q:+.1f}'} |")

@@ -280,18 +280,19 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     for row in trajectories:
       f.write(json.dumps(row, sort_keys=True) + '\n')
   write_dialogue_truncation(config, out, env, trajectories, displayed)
+  names = {m: methods_lib.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,
                               _header(config, env, len(sessions), benchmark),
-                              firing)
-  report += ask_scores.markdown(per_method)
+                              firing, names)
+  report += ask_scores.markdown(per_method, names)
   for interval in also.values():
-    report += reporting.bootstrap_markdown(interval) + '\n'
+    report += reporting.bootstrap_markdown(interval, names) + '\n'
 
   if ceiling:
     (out / 't2v_ceiling.json').write_text(
         reporting.dumps(ceiling, reporting.METRIC_DECIMALS))
     report += '\n' + ceiling_markdown(ceiling)
-  report += '\n' + reporting.errors_markdown(raised, len(sessions))
+  report += '\n' + reporting.errors_markdown(raised, len(sessions), names)
   unverified = checksums.unverified()
   if unverified:
     report += ('\n**Unverified checkpoints** (--allow_unverified_checkpoints: '
@@ -303,7 +304,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
                'listed in dropped_rows.json and no method ran on them.\n')
   used = {m: c for m, c in reasoning_counts.items() if c}
   if used:
-    report += '\n' + reporting.validity_markdown(used)
+    report += '\n' + reporting.validity_markdown(used, names)
   (out / 'report.md').write_text(report)
   plots = config.plots and figures.plot(
       per_method, str(out / 'plot_'), boot,

@@ -188,10 +188,21 @@ def _with_interval(m: dict, key: str, t: int) -> str:
   return f"{value} [{text(ci['lower'][t])}, {text(ci['upper'][t])}]"
 
 
+def method_cell(method: str, names: dict | None = None) -> str:
+  """A method as the report's tables name it: its display name (as the
+  plots and ``tables.tex`` print it) with the registry id that
+  ``--methods`` takes, ``ReCoVR (`recovr`)``; the id alone when it has no
+  other name."""
+  shown = (names or {}).get(method, method)
+  return method if shown == method else f'{shown} (`{method}`)'
+
+
 def markdown(per_method: dict, failures: dict, boot: dict | None,
-             header: str, firing: dict | None = None) -> str:
+             header: str, firing: dict | None = None,
+             names: dict | None = None) -> str:
   """The Markdown report: per-turn R@1, R@5, cumulative Hits@10 and BRI,
-  failure modes, rank-cap firing, bootstrap."""
+  failure modes, rank-cap firing, bootstrap; ``names``: each method's
+  display name (``method_cell``)."""
   lines = [header, '']
   turns = len(next(iter(per_method.values()))['R@1'])
   cols = ' | '.join(f'T{t}' for t in range(turns))
@@ -208,7 +219,8 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
     lines += [f'### {title}{note}', '', f'| method | {cols} |', f'|{sep}|']
     for method, m in per_method.items():
       cells = (_with_interval(m, key, t) for t in range(turns))
-      lines.append(f'| {method} | ' + ' | '.join(cells) + ' |')
+      lines.append(f'| {method_cell(method, names)} | ' + ' | '.join(cells)
+                   + ' |')
     lines.append('')
   lines += ['### Failure modes over active transitions', '',
             '| method | drift | stagnation | repeated top-1 | improvement | '
@@ -216,7 +228,7 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
   for method, f in failures.items():
     cell = lambda n: (f"{pct(f[n]['rate'])} ({f[n]['count']}/"
                       f"{f[n]['total']})") if f[n]['total'] else 'n/a'
-    lines.append(f'| {method} | ' + ' | '.join(
+    lines.append(f'| {method_cell(method, names)} | ' + ' | '.join(
         cell(n) for n in ('drift', 'stagnation', 'repeated_top1',
                           'improvement', 'recovery'))
                  + f" | {f['drift']['total']} |")
@@ -228,41 +240,43 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
     for method, f in firing.items():
       cell = lambda r: (f"{pct(r['rate'])} ({r['count']}/{r['total']})"
                         if r['total'] else 'n/a')
-      lines.append(f"| {method} | {cell(f['fired'])} | "
+      lines.append(f"| {method_cell(method, names)} | {cell(f['fired'])} | "
                    f"{cell(f['improved'])} |")
     lines.append('')
   if boot:
-    lines.append(bootstrap_markdown(boot))
+    lines.append(bootstrap_markdown(boot, names))
   return '\n'.join(lines)
 
 
-def bootstrap_markdown(boot: dict) -> str:
+def bootstrap_markdown(boot: dict, names: dict | None = None) -> str:
   """One paired-bootstrap table (``bootstrap`` plus ``a``, ``b`` and
-  ``num_resamples``)."""
+  ``num_resamples``; ``names`` as ``markdown``'s)."""
   turns = len(boot['mean'])
   cols = ' | '.join(f'T{t}' for t in range(turns))
   sep = '|'.join(['---'] + ['---:'] * turns)
   return '\n'.join([
-      f"### Paired bootstrap: {boot['a']} - {boot['b']}, R@1 "
+      f"### Paired bootstrap: {method_cell(boot['a'], names)} - "
+      f"{method_cell(boot['b'], names)}, R@1 "
       f"({boot['num_resamples']:,} resamples, 95% percentile interval, "
       'points)', '', f'| | {cols} |', f'|{sep}|',
       '| difference | ' + ' | '.join(pct(v) for v in boot['mean']) + ' |',
       '| interval | ' + ' | '.join(
           f'[{pct(lo)}, {pct(hi)}]'
           for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '',
-      bootstrap_in_words(boot), ''])
+      bootstrap_in_words(boot, names), ''])
 
 
 def _turns(ts) -> str:
   return ('turn ' if len(ts) == 1 else 'turns ') + ', '.join(map(str, ts))
 
 
-def bootstrap_in_words(boot: dict) -> str:
+def bootstrap_in_words(boot: dict, names: dict | None = None) -> str:
   """What a paired interval says, turn by turn: where it excludes 0 (one
   method ahead), where the two are the same on every session (the interval
   is exactly 0; at turn 0 by construction: every method shows the same
   first list) and where it holds 0 (the difference is within noise)."""
-  a, b = boot['a'], boot['b']
+  a = (names or {}).get(boot['a'], boot['a'])
+  b = (names or {}).get(boot['b'], boot['b'])
   bounds = list(zip(boot['lower'], boot['upper']))
   ahead = [t for t, (lo, _) in enumerate(bounds) if lo > 0]
   behind = [t for t, (_, hi) in enumerate(bounds) if hi < 0]
@@ -319,7 +333,8 @@ def add_counts(a: dict, b: dict) -> dict:
   return out
 
 
-def validity_markdown(counts_by_method: dict) -> str:
+def validity_markdown(counts_by_method: dict,
+                      names: dict | None = None) -> str:
   """Per method and module: calls, first-pass validity, retries and
   fallbacks over every batch of the run (resumed ones included); methods
   that made no reasoning call are left out."""
@@ -328,18 +343,20 @@ def validity_markdown(counts_by_method: dict) -> str:
            'fallbacks |', '|---|---|---:|---:|---:|---:|']
   for method, modules in counts_by_method.items():
     for module, c in sorted(modules.items()):
-      lines.append(f"| {method} | {module} | {c['calls']} | "
+      lines.append(f"| {method_cell(method, names)} | {module} | "
+                   f"{c['calls']} | "
                    f"{pct(c['first_pass_valid'] / c['calls'])} | "
                    f"{c['retry_valid']} | {c['fallback']} |")
   return '\n'.join(lines) + '\n'
 
 
-def errors_markdown(raised: dict, num_sessions: int) -> str:
+def errors_markdown(raised: dict, num_sessions: int,
+                    names: dict | None = None) -> str:
   """Sessions that raised per method (each counted as a miss)."""
   lines = ['### Sessions that raised (counted as misses)', '',
            '| method | sessions that raised | of |', '|---|---:|---:|']
   for method, n in raised.items():
-    lines.append(f'| {method} | {n} | {num_sessions} |')
+    lines.append(f'| {method_cell(method, names)} | {n} | {num_sessions} |')
   return '\n'.join(lines) + '\n'
 
 

@@ -227,9 +227,10 @@ class ValidityCountsTest(absltest.TestCase):
     section = lambda d: (d / 'report.md').read_text().split(
         '### Reasoning validity')[1]
     self.assertEqual(section(resumed), section(fresh))
-    self.assertIn('| recovr | intent |', section(fresh))
-    self.assertNotIn('| ivr |', section(fresh))  # it makes no reasoning call
-    calls = int(section(fresh).split('| recovr | intent | ')[1].split(' ')[0])
+    self.assertIn('| ReCoVR (`recovr`) | intent |', section(fresh))
+    self.assertNotIn('(`ivr`)', section(fresh))  # it makes no reasoning call
+    calls = int(section(fresh).split('| ReCoVR (`recovr`) | intent | ')[1]
+                .split(' ')[0])
     rows = [json.loads(line) for line in
             (fresh / 'trajectories.jsonl').read_text().splitlines()]
     feedback_turns = sum(1 for r in rows if r['method'] == 'recovr'

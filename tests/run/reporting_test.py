@@ -90,6 +90,14 @@ class ReportTest(absltest.TestCase):
         'interval holds 0 at turn 2: there the difference is within noise.')
     self.assertIn(reporting.bootstrap_in_words(boot),
                   reporting.bootstrap_markdown(boot))
+    # With display names (as the runner writes report.md): the names the
+    # plots and tables.tex print, each with the id --methods takes.
+    names = {'recovr': 'ReCoVR', 'ivr': 'IVR'}
+    table = reporting.bootstrap_markdown(boot, names)
+    self.assertIn('### Paired bootstrap: ReCoVR (`recovr`) - IVR (`ivr`), R@1',
+                  table)
+    self.assertIn('In words: ReCoVR is ahead of IVR at turn 1', table)
+    self.assertEqual(reporting.method_cell('custom', names), 'custom')
 
   def test_metric_files_keep_six_decimals(self):
     value = float(np.float32(0.562))  # 0.5619999766...

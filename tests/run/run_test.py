@@ -105,6 +105,9 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual((boot['a'], boot['b']), ('recovr', 'ivr'))
     report = (self.out / 'report.md').read_text()
     self.assertIn('### R@1 (%) per turn', report)
+    # Display names as the plots and tables.tex print them, with the ids.
+    self.assertIn('| ReCoVR (`recovr`) | ', report)
+    self.assertIn('| IVR (`ivr`) | ', report)
     # Rank-cap firing: recovr rank-caps, ivr does not.
     firing = json.loads((self.out / 'rank_cap_firing.json').read_text())
     self.assertEqual(set(firing), {'recovr'})
