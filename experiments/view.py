@@ -8,7 +8,9 @@ and turn; a session's page shows the reference and the target, and per turn
 (two methods side by side) the feedback, the question, the reasoner's
 replies, rank-cap firing, the target's rank and the shown top 10, as
 animations on the world and ids and captions on files
-(``recovr_jax.study.viewer``). It rebuilds the run's data from its
+(``recovr_jax.study.viewer``); on the world, also the target's true
+values and per turn what the user named (replayed) and what the reasoner's
+search states, each marked against the target's. It rebuilds the run's data from its
 ``flags.txt`` to show the videos (the gallery's cache makes that quick);
 ``--nomedia`` shows ids from the run's files only.
 """
@@ -104,7 +106,9 @@ def _videos(run_dir, run):
           '(pass --nomedia to see ids only)')
   media = media_lib.of_run(source, built, _FRAMES_DIR.value,
                            _VIDEO_SIZE.value)
-  return viewer.Videos(ids=ids, captions=tuple(env.captions), media=media)
+  from recovr_jax.study import world_truth  # pylint: disable=g-import-not-at-top
+  return (viewer.Videos(ids=ids, captions=tuple(env.captions), media=media),
+          world_truth.of_run(config, built))
 
 
 def main(argv):
@@ -134,7 +138,8 @@ def main(argv):
   except (FileNotFoundError, readers.FileError) as e:
     raise app.UsageError(f'--run_dir: {e}') from e
   cli.check_port(_HOST.value, _PORT.value)
-  videos = _videos(run_dir, run) if _MEDIA.value else viewer.Videos()
+  videos, truth = (_videos(run_dir, run) if _MEDIA.value
+                   else (viewer.Videos(), None))
   import uvicorn  # pylint: disable=g-import-not-at-top
   print(f'{len(run.sessions)} sessions x {len(run.methods)} methods of '
         f'{run_dir}: open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C '
@@ -143,7 +148,7 @@ def main(argv):
   # the network on purpose (--allow_remote: any name it is reached by).
   hosts = (('*',) if _REMOTE.value else
            tuple(dict.fromkeys(viewer.LOCAL_HOSTS + (_HOST.value,))))
-  uvicorn.run(viewer.make_app(viewer.Viewer(run, videos), hosts),
+  uvicorn.run(viewer.make_app(viewer.Viewer(run, videos, truth), hosts),
               host=_HOST.value,
               port=_PORT.value, log_level='warning')
 

@@ -106,7 +106,7 @@ def remembering(truth, rows=(), num_turns: int = 0):
       memo[call] = user(*call)
     return memo[call]
   calls = list(dict.fromkeys(
-      _replayed(truth, row, t) for row in rows if not row.get('error')
+      replayed(truth, row, t) for row in rows if not row.get('error')
       for t in range(1, num_turns)
       if all(row['turns'][u]['action'] != 'stopped' for u in range(1, t + 1))))
   if calls and getattr(user, 'many', None) is not None:
@@ -116,10 +116,10 @@ def remembering(truth, rows=(), num_turns: int = 0):
 
 def _named(truth, row, t: int) -> list[int]:
   """The attributes the user's words at turn ``t`` named, replayed."""
-  return list(truth.user(*_replayed(truth, row, t)).mentioned)
+  return list(truth.user(*replayed(truth, row, t)).mentioned)
 
 
-def _replayed(truth, row, t: int) -> tuple:
+def replayed(truth, row, t: int) -> tuple:
   """The user's arguments at turn ``t`` (it reads the question shown with
   the previous list: its text in the host's records, its attribute in the
   jitted driver's, whose ``mentioned`` is what the reasoner read, not what

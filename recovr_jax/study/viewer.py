@@ -10,7 +10,10 @@ first at a turn and the other does not, with both counts); a session's page show
 per turn and side by side for two methods, the user's feedback, the
 system's question, the reasoner's replies (search, edit, sigma, keep,
 avoid), whether rank-cap fired, the target's rank and the shown top 10
-(frames on the world, ids and captions on files). The viewer is for the
+(frames on the world, ids and the captioning model's captions), and, with
+a ``Truth`` (the world's runs), the target's true values and per turn the
+values the user named and the reasoner's search states, each marked
+against the target's. The viewer is for the
 researcher: unlike the study's pages it names videos by id.
 
 Routes (GET only; a parameter outside what the run holds is a 400 naming
@@ -60,6 +63,21 @@ class Videos:
   ids: tuple | None = None
   captions: tuple | None = None
   media: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Truth:
+  """What the simulator knows, shown to the researcher beside what the
+  method saw (the embedded world's runs; never given to a method):
+  ``attributes(gallery index) -> {attribute: value}`` (a video's true
+  values), ``named(trajectory row, turn) -> {attribute: value}`` (what the
+  user's words at that turn named, the user replayed; None when the replay
+  does not give the recorded words) and ``read(text) -> {attribute:
+  value}`` (the values a reasoner's reply states, read by the world's
+  lexicon: the reasoner writes in its words)."""
+  attributes: object
+  named: object
+  read: object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +175,9 @@ class BadRequest(ValueError):
 class Viewer:
   """The pages of one run (``Run``) and its ``Videos``."""
 
-  def __init__(self, run: Run, videos: Videos = Videos()):
-    self.run, self.videos = run, videos
+  def __init__(self, run: Run, videos: Videos = Videos(),
+               truth: Truth | None = None):
+    self.run, self.videos, self.truth = run, videos, truth
 
   # -- parameters -----------------------------------------------------------
   def method(self, name: str, value: str, optional: bool = False):
@@ -260,6 +279,21 @@ class Viewer:
         turns=range(run.num_turns + 1), rows=rows, sides=sides,
         count=len(chosen), total=len(run.sessions), page=number, pages=pages)
 
+  def _reading(self, row, turn: int, rec: dict):
+    """A feedback turn's attribute rows (with a ``Truth``): the values
+    the user's words named and those the reasoner's search states (None
+    for a method with no search reply), each marked against the target's
+    true values; None otherwise."""
+    if self.truth is None or turn == 0 or rec.get('action') in (
+        None, 'stopped') or row.get('error'):
+      return None
+    truth = self.truth.attributes(row['target'])
+    named = self.truth.named(row, turn)
+    search = rec.get('search')  # a method with a reasoner's search
+    return {'named': None if named is None else _marked(named, truth),
+            'read': None if search is None else _marked(
+                self.truth.read(search), truth)}
+
   def _rank(self, rank: int) -> str:
     return str(rank) if rank <= self.run.list_length else (
         f'>{self.run.list_length}')
@@ -293,17 +327,28 @@ class Viewer:
             'rank': self._rank(run.ranks[m, s][k]),
             'found': run.ranks[m, s][k] == 1,
             'shown': [dict(self.video(i), target=i == row['target'])
-                      for i in rec['top10'][:SHOWN]]})
+                      for i in rec['top10'][:SHOWN]],
+            'reading': self._reading(row, k, rec)})
       happened = events(run.ranks[m, s], _top1(row))
       sides.append({'method': m, 'turns': turns, 'error': row.get('error'),
                     'outcomes': [k for k, v in happened.items() if v]})
+    truth = (None if self.truth is None else
+             self.truth.attributes(first['target']))
     return _TEMPLATES.get_template('view_session.html').render(
         title=f'Session {s}', header=run.header, session=s,
+        truth=truth,
         reference=self.video(first['reference']),
         target=self.video(first['target']),
         modification=first['turns'][0].get('feedback') or '',
         sides=sides, methods=run.methods, a=a, b=b or '',
         turn='' if t is None else t, turns=range(run.num_turns + 1))
+
+
+def _marked(values: dict, truth: dict) -> list[dict]:
+  """``values`` as the page lists them, each marked right or wrong
+  against the target's ``truth``."""
+  return [{'attribute': a, 'value': v, 'right': truth.get(a) == v}
+          for a, v in values.items()]
 
 
 def make_app(viewer: Viewer, hosts=LOCAL_HOSTS) -> fastapi.FastAPI:

@@ -2,7 +2,9 @@
 index, its filters and a session with two methods side by side, at
 1280x800 and 390 px (``tests.helpers.browser``: a missing Chromium skips, or fails under
 ``RECOVR_REQUIRE_BROWSER=1``). ``VIEWER_SCREENSHOT=<path.png>`` keeps
-the session page's screenshot."""
+the session page's screenshot at 1280 px (``<path>_turns.png``: scrolled
+to turn 1), and ``<path>_session_390.png``
+and ``<path>_index_390.png`` at 390 px."""
 
 import json
 import os
@@ -35,8 +37,12 @@ class ViewerBrowserTest(absltest.TestCase):
     videos = viewer.Videos(
         ids=viewer_test.IDS, captions=tuple(f'caption {i}' for i in range(12)),
         media=media.Media(12, viewer_test.frames_of, 64))
+    truth = viewer.Truth(
+        attributes=lambda i: {'shape': 'circle', 'colour': 'red'},
+        named=lambda row, t: {'colour': 'red'},
+        read=lambda text: {'colour': 'red', 'shape': 'square'})
     self.browser, self.port = browser.serve(
-        self, viewer.make_app(viewer.Viewer(run, videos)))
+        self, viewer.make_app(viewer.Viewer(run, videos, truth)))
 
   def test_filter_open_and_compare_in_chromium(self):
     from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top
@@ -46,6 +52,21 @@ class ViewerBrowserTest(absltest.TestCase):
 
     def wait_for(text):
       ui.WebDriverWait(b, 60).until(lambda d: text in d.page_source)
+    shot = os.environ.get('VIEWER_SCREENSHOT') or str(
+        pathlib.Path(tempfile.mkdtemp()) / 'viewer.png')
+    narrow = lambda kind: shot.replace('.png', f'_{kind}_390.png')
+    # The index on a phone: every column, the ranks included, without
+    # scrolling sideways.
+    b.set_window_size(390, 844)
+    b.get(f'http://127.0.0.1:{self.port}/?b=ivr')
+    wait_for('3 of 3 sessions')
+    self.assertTrue(b.execute_script(
+        'return document.documentElement.scrollWidth <= window.innerWidth'))
+    for cell in b.find_elements(By.CSS_SELECTOR, 'td.rank'):
+      self.assertTrue(cell.is_displayed())
+      self.assertLessEqual(cell.rect['x'] + cell.rect['width'], 390)
+    self.assertTrue(b.save_screenshot(narrow('index')))
+    b.set_window_size(1280, 800)
     b.get(f'http://127.0.0.1:{self.port}/')
     wait_for('3 of 3 sessions')
     # Filter: ReCoVR's sessions where it drifted, IVR beside it.
@@ -78,15 +99,25 @@ class ViewerBrowserTest(absltest.TestCase):
                              delta=2, msg=f'turn {t}')
     self.assertIn('recovr search 2.1', sides[0].text)
     self.assertIn('rank-cap fired', sides[0].text)
-    shot = os.environ.get('VIEWER_SCREENSHOT') or str(
-        pathlib.Path(tempfile.mkdtemp()) / 'viewer.png')
+    # The attribute rows: the target's true values beside its model
+    # caption; per turn what the user named and the search reads, a value
+    # other than the target's marked.
+    self.assertIn('shape circle, colour red',
+                  b.find_element(By.ID, 'target-truth').text)
+    self.assertTrue(b.find_element(By.ID, 'target-caption').is_displayed())
+    self.assertIn('user named\ncolour red', sides[0].text)
+    self.assertIn('search reads\ncolour red, shape square ✗', sides[0].text)
     self.assertTrue(b.save_screenshot(shot))
+    b.execute_script('arguments[0].scrollIntoView()', b.find_element(
+        By.CSS_SELECTOR, '#side-1 .turn[data-turn="1"]'))
+    self.assertTrue(b.save_screenshot(shot.replace('.png', '_turns.png')))
     # On a phone the two methods stack, and nothing scrolls sideways.
     b.set_window_size(390, 844)
     left, right = (s.rect for s in sides)
     self.assertGreater(right['y'], left['y'] + left['height'] - 1)
     self.assertTrue(b.execute_script(
         'return document.documentElement.scrollWidth <= window.innerWidth'))
+    self.assertTrue(b.save_screenshot(narrow('session')))
     # One turn only.
     b.set_window_size(1280, 800)
     select.Select(b.find_element(By.ID, 'turn')).select_by_value('1')

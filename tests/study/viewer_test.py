@@ -163,6 +163,38 @@ class ViewerTest(absltest.TestCase):
     self.assertIn('ivr feedback 1.1', one_turn)
     self.assertNotIn('ivr feedback 1.2', one_turn)
 
+  def test_true_named_and_read_values_beside_each_turn(self):
+    truth = viewer.Truth(
+        attributes=lambda i: {'shape': 'circle',
+                              'colour': 'red' if i == 7 else 'blue'},
+        named=lambda row, t: None if row['method'] == 'ivr' else {
+            'colour': 'red'},
+        read=lambda text: {'colour': 'red' if 'recovr' in text else 'blue',
+                           'shape': 'square'})
+    client = testclient.TestClient(viewer.make_app(viewer.Viewer(
+        self.viewer.run, self.viewer.videos, truth)),
+                                   base_url='http://127.0.0.1')
+    text = client.get('/s/1', params={'a': 'recovr', 'b': 'ivr'}).text
+    self.assertIn('<dt>true values</dt><dd id="target-truth">shape circle, '
+                  'colour red</dd>', text)
+    self.assertIn('<dt>model caption</dt><dd id="target-caption">caption 7'
+                  '</dd>', text)
+    # recovr's turns 1 and 2 (then it found the target), ivr's 1 and 2.
+    self.assertEqual(text.count('<dt>user named</dt>'), 4)
+    self.assertEqual(text.count('<dd class="named"><span class="right">'
+                                'colour red</span></dd>'), 2)
+    self.assertEqual(text.count('(the replayed user said other words)'), 2)
+    self.assertIn('<dd class="read"><span class="right">colour red</span>, '
+                  '<span class="wrong">shape square ✗</span></dd>', text)
+    self.assertIn('<span class="wrong">colour blue ✗</span>', text)  # ivr
+    # Every shown video's model caption, frames or not.
+    self.assertIn('<span class="caption" title="the captioning model\'s '
+                  'caption">caption 2</span>', text)
+    # Without a Truth, no attribute rows.
+    plain = self.client.get('/s/1', params={'a': 'recovr'}).text
+    self.assertNotIn('user named', plain)
+    self.assertNotIn('true values', plain)
+
   def test_animations_and_refusals(self):
     gif = self.client.get('/v/3.gif')
     self.assertEqual(gif.status_code, 200)
@@ -214,7 +246,8 @@ class ViewerTest(absltest.TestCase):
                                    base_url='http://localhost:8000')
     page = client.get('/s/0', params={'a': 'recovr'}).text
     self.assertNotIn('.gif', page)
-    self.assertIn('<span class="caption">caption 1</span>', page)
+    self.assertIn('<span class="caption" title="the captioning model\'s '
+                  'caption">caption 1</span>', page)
     self.assertIn(f'<code>{IDS[3]}</code>', page)
     self.assertEqual(client.get('/v/3.gif').status_code, 404)
 
@@ -249,6 +282,50 @@ class ViewerTest(absltest.TestCase):
           capture_output=True, text=True, timeout=300, check=False)
       self.assertEqual(proc.returncode, 1, (args, proc.stderr[-800:]))
       self.assertIn(message, proc.stderr, args)
+
+
+
+class WorldTruthTest(absltest.TestCase):
+  """``world_truth.of_run`` on a real (tiny) run: the replayed user says
+  the recorded words at every feedback turn."""
+
+  def test_the_replay_gives_the_recorded_words_and_what_they_named(self):
+    from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+    from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
+    from recovr_jax.study import world_truth  # pylint: disable=g-import-not-at-top
+    from tests.helpers import runs  # pylint: disable=g-import-not-at-top
+    out = pathlib.Path(tempfile.mkdtemp()) / 'run'
+    values = dict(runs.TINY, methods=['recovr', 'ivr'], num_sessions=5,
+                  output_dir=str(out), cache_dir=str(out.parent / 'cache'))
+    runs.run_main(out, **{k: v for k, v in values.items()
+                          if k not in ('output_dir', 'cache_dir')})
+    with flagsaver.flagsaver(**values):
+      config = run_flags.run_config()
+    truth = world_truth.of_run(config, runner.build(config))
+    run = viewer.load(out)
+    turns = 0
+    for row in run.rows.values():
+      target = truth.attributes(row['target'])
+      self.assertLen(target, 7)
+      for t, rec in enumerate(row['turns'][1:], start=1):
+        if rec['action'] == 'stopped':
+          continue
+        named = truth.named(row, t)
+        self.assertIsNotNone(named, (row['method'], row['session'], t))
+        # The user names the target's values, and the reply is read.
+        for a, v in named.items():
+          self.assertEqual(target[a], v)
+        if row['method'] == 'recovr':  # ivr's reply has no search
+          self.assertNotEmpty(truth.read(rec['search']))
+        turns += 1
+    self.assertGreater(turns, 5)
+    # Another turn's words are not this turn's: no named values then.
+    row = run.rows['recovr', run.sessions[0]]
+    if row['turns'][1]['action'] != 'stopped':
+      changed = dict(row, turns=[dict(r) for r in row['turns']])
+      changed['turns'][1]['feedback'] = 'something else entirely'
+      self.assertIsNone(truth.named(changed, 1))
 
 
 if __name__ == '__main__':
