@@ -47,7 +47,8 @@ _GROUNDED_OPTIONS = flags.DEFINE_string(
     'A JSON object overriding the grounded reader\'s options '
     '(recovr_jax/envs/world/models/reader_fit.py GROUNDED_OPTIONS: related_depth, '
     'unrelated_penalty, abstain, max_span, template, agree, '
-    'wordnet_prototypes, lm_spans), for grounded and '
+    'wordnet_prototypes, wordnet_glosses, lm_spans, lm_margin, lm_tuned, head_spans, head_min_prob), '
+    'for grounded and '
     'grounded_smollm2: how the shipped options were chosen on dev '
     '(docs/reading.md).')
 _TEST_SPLIT = flags.DEFINE_bool(

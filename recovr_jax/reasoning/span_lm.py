@@ -10,6 +10,12 @@ prompt gives to content-free phrases (contextual calibration). A span is
 classified once per process (cached); spans are scored in padded batches
 by one jitted forward pass per batch.
 
+``tune(pairs)`` fits a LoRA adapter (``reasoning.lora``) on ``(phrase,
+name)`` pairs instead of showing examples: the prompt becomes the bare
+``Phrase: <span>\nValue:`` and the loss is the cross-entropy of the
+right choice among the grammar's tokens at that position; the adapter is
+merged into the weights.
+
 The grounding reader uses it for the spans neither the lexicon nor WordNet
 reads (``GroundingReader(confirm=...)``; option ``lm_spans`` of
 ``envs.world.models.reader_fit``). This module knows no vocabulary: the
@@ -19,6 +25,7 @@ values, their labels and the examples are injected.
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 NONE = 'none'
@@ -73,6 +80,8 @@ class SpanLM:
                    params=params).logits[:, -1]
 
     self._last_logits = jax.jit(last_logits)
+    self.params = self.model.params
+    self.tuned = None  # tune's report
     self.head = (
         'Each phrase from a video description is mapped to one value of '
         'this list, or none.\nValues: ' + ', '.join(self.names) + '.\n' +
@@ -86,21 +95,88 @@ class SpanLM:
   def _prompt(self, phrase: str) -> str:
     return f'{self.head}Phrase: {phrase}\nValue:'
 
+  def _encode(self, phrases: list[str], length: int | None = None):
+    """Left-padded ``(ids, mask, positions)`` of the prompts of
+    ``phrases``, ``length`` tokens (default: the longest, rounded up to a
+    multiple of 16: one shape per length)."""
+    enc = self.tokenizer([self._prompt(s) for s in phrases],
+                         return_tensors='np', padding='longest')
+    mask = enc['attention_mask']
+    length = length or -(-mask.shape[1] // 16) * 16
+    if mask.shape[1] > length:
+      raise ValueError(f'SpanLM: a prompt of {mask.shape[1]} tokens is '
+                       f'longer than {length}')
+    ids = np.pad(enc['input_ids'], ((0, 0), (length - mask.shape[1], 0)),
+                 constant_values=self.tokenizer.pad_token_id)
+    mask = np.pad(mask, ((0, 0), (length - mask.shape[1], 0)))
+    return ids, mask, np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+
+  def tune(self, pairs, steps: int = 200, batch_size: int = 32,
+           rank: int = 8, alpha: float = 16.0, learning_rate: float = 1e-3,
+           seed: int = 0) -> dict:
+    """Fits a LoRA adapter on ``pairs`` (``(phrase, name)``, ``name`` one
+    of the values or ``'none'``), the prompt bare (no list, no examples),
+    and merges it; returns (and keeps in ``tuned``) the loss curve and
+    the training accuracy. Deterministic for a seed."""
+    import optax  # pylint: disable=g-import-not-at-top
+    from recovr_jax.reasoning import lora  # pylint: disable=g-import-not-at-top
+    index = {n: i for i, n in enumerate(self.names)}
+    unknown = sorted({n for _, n in pairs if n not in index})
+    if unknown or not pairs:
+      raise ValueError(f'SpanLM.tune: names not among the values: {unknown}'
+                       if unknown else 'SpanLM.tune: no pairs')
+    self.head = 'Value of the phrase.\n'
+    self._cache = {}
+    phrases = [p for p, _ in pairs]
+    targets = np.asarray([index[n] for _, n in pairs], np.int32)
+    ids, mask, positions = self._encode(phrases)
+    base = self.model.params
+    adapter = lora.init(base, rank, seed=seed)
+    scale = alpha / rank
+    optimiser = optax.adam(learning_rate)
+    state = optimiser.init(adapter)
+    model, choices = self.model, jnp.asarray(self._choices)
+
+    def loss_fn(adapter, ids, mask, positions, target):
+      logits = model(ids, attention_mask=mask, position_ids=positions,
+                     params=lora.merge(base, adapter, scale)).logits[:, -1]
+      chosen = logits[:, choices].astype(jnp.float32)
+      loss = optax.softmax_cross_entropy_with_integer_labels(chosen, target)
+      return loss.mean(), jnp.mean(jnp.argmax(chosen, axis=1) == target)
+
+    @jax.jit
+    def step(adapter, state, ids, mask, positions, target):
+      (loss, right), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+          adapter, ids, mask, positions, target)
+      updates, state = optimiser.update(grads, state, adapter)
+      return optax.apply_updates(adapter, updates), state, loss, right
+
+    rng = np.random.default_rng(seed)
+    order, curve = np.zeros(0, np.int64), []
+    for _ in range(steps):
+      if len(order) < batch_size:
+        order = np.concatenate([order, rng.permutation(len(pairs))])
+      batch, order = order[:batch_size], order[batch_size:]
+      adapter, state, loss, right = step(
+          adapter, state, ids[batch], mask[batch], positions[batch],
+          targets[batch])
+      curve.append((float(loss), float(right)))
+    self.params = lora.merge(base, adapter, scale)
+    self._prior = self._scores(list(_CONTENT_FREE)).mean(axis=0)
+    found = np.argmax(self._scores(phrases) - self._prior, axis=1)
+    self.tuned = {'steps': steps, 'pairs': len(pairs), 'rank': rank,
+                  'first_loss': curve[0][0], 'last_loss': curve[-1][0],
+                  'train_accuracy': float(np.mean(found == targets))}
+    return self.tuned
+
   def _scores(self, spans: list[str]) -> np.ndarray:
     """``[n, choices]`` log-probabilities of each choice's first token."""
     out = []
     for start in range(0, len(spans), self.batch_size):
       batch = spans[start:start + self.batch_size]
       pad = self.batch_size - len(batch)  # one shape per length
-      enc = self.tokenizer([self._prompt(s) for s in batch + [''] * pad],
-                           return_tensors='np', padding='longest')
-      mask = enc['attention_mask']
-      length = -(-mask.shape[1] // 16) * 16
-      ids = np.pad(enc['input_ids'], ((0, 0), (length - mask.shape[1], 0)),
-                   constant_values=self.tokenizer.pad_token_id)
-      mask = np.pad(mask, ((0, 0), (length - mask.shape[1], 0)))
-      positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-      logits = self._last_logits(self.model.params, ids, mask, positions)
+      ids, mask, positions = self._encode(batch + [''] * pad)
+      logits = self._last_logits(self.params, ids, mask, positions)
       self.calls += 1
       chosen = np.asarray(logits, np.float64)[:len(batch)][:, self._choices]
       out.append(chosen - np.logaddexp.reduce(chosen, axis=1, keepdims=True))

@@ -81,6 +81,7 @@ class _Data:
 class Synset:
   lemmas: tuple[str, ...]               # lower case, words joined by '_'
   pointers: tuple[tuple[str, str, int], ...]  # (symbol, pos, offset)
+  gloss: str = ''  # the definition, before its first ';' and examples
 
 
 class WordNet:
@@ -122,7 +123,10 @@ class WordNet:
   def synset(self, pos: str, offset: int) -> Synset:
     key = (_POS_FILE[pos], offset)
     if key not in self._synsets:
-      fields = self._data[key[0]].line(offset).split('|')[0].split()
+      line = self._data[key[0]].line(offset)
+      fields = line.split('|')[0].split()
+      gloss = line.split('|', 1)[1] if '|' in line else ''
+      gloss = gloss.split(';')[0].split('"')[0].strip()
       count = int(fields[3], 16)
       lemmas = tuple(fields[4 + 2 * i].lower().split('(')[0]
                      for i in range(count))
@@ -130,7 +134,7 @@ class WordNet:
       pointers = tuple(
           (fields[i + 1 + 4 * k], fields[i + 3 + 4 * k],
            int(fields[i + 2 + 4 * k])) for k in range(int(fields[i])))
-      self._synsets[key] = Synset(lemmas, pointers)
+      self._synsets[key] = Synset(lemmas, pointers, gloss)
     return self._synsets[key]
 
   def lemmas(self, word: str) -> list[str]:

@@ -236,15 +236,20 @@ class MiniLMGroundingTest(absltest.TestCase):
       for s in (p if isinstance(p, tuple) else (p,)):
         held.update(lexicon.words(s))
     base = reading.prototypes('train')
-    generated = reading.wordnet_prototypes('train')
-    self.assertEqual(generated[:len(base)], base)
-    extra = generated[len(base):]
-    self.assertNotEmpty(extra)
-    for p in extra:
-      self.assertEmpty(held & set(lexicon.words(p.phrase)), p.phrase)
-    phrases = [p.phrase for p in extra]
-    self.assertLen(set(phrases), len(phrases))  # one value each
-    self.assertEmpty(set(phrases) & {p.phrase for p in base})
+    lemmas = reading.wordnet_prototypes('train')
+    for generated in (lemmas, reading.wordnet_prototypes('train', True)):
+      self.assertEqual(generated[:len(base)], base)
+      extra = generated[len(base):]
+      self.assertNotEmpty(extra)
+      for p in extra:
+        self.assertEmpty(held & set(lexicon.words(p.phrase)), p.phrase)
+      phrases = [p.phrase for p in extra]
+      self.assertLen(set(phrases), len(phrases))  # one value each
+      self.assertEmpty(set(phrases) & {p.phrase for p in base})
+    glosses = {p.phrase for p in reading.wordnet_prototypes('train', True)}
+    self.assertGreater(len(glosses), len(lemmas))
+    # The colour red's first sense: "red color or pigment".
+    self.assertIn('red color or pigment', glosses)
 
   def test_fit_uses_the_train_split_only(self):
     test = set(np.flatnonzero(self.world.is_test))

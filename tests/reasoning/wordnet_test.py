@@ -83,6 +83,8 @@ class WordNetTest(absltest.TestCase):
     self.assertEqual(self.wn.synset(pos, offset).pointers, (('@', 'n', red),))
     self.assertEqual(self.wn.lemmas('crimsons'), ['crimson'])
     self.assertEqual(self.wn.lemmas('nothing'), [])
+    # The gloss: the definition after '|', before examples and ';'.
+    self.assertEqual(self.wn.synset(pos, offset).gloss, 'gloss')
 
   def test_relates_by_the_nearest_vocabulary_word(self):
     relater = wordnet.Relater(self.wn, VOCABULARY, max_depth=2)
@@ -117,6 +119,9 @@ class WordNetTest(absltest.TestCase):
     relater = wordnet.Relater(wn, {'blue': 'B', 'red': 'R'}, max_depth=2)
     self.assertEqual(relater.relate('sapphire')[0], 'B')
     self.assertEqual(relater.relate('scarlet')[0], 'R')
+    pos, offset = wn.synsets('sunset')[0]
+    self.assertEqual(wn.synset(pos, offset).gloss, 'the time in the evening '
+                     'at which the sun begins to fall below the horizon')
 
 
 def _encode(texts):

@@ -44,11 +44,23 @@ FIT_SEED = 1
 GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
                     'unrelated_penalty': 0.2, 'abstain': True,
                     'agree': False, 'wordnet_prototypes': False,
-                    'lm_spans': None}
+                    'wordnet_glosses': False, 'lm_spans': None,
+                    'lm_margin': 0.0, 'lm_tuned': False, 'head_spans': None,
+                    'head_min_prob': 0.5}
 # ``lm_spans``: None; 'read' (SmolLM2 names the value of a span neither the
 # lexicon nor WordNet reads, ``span_lm``); 'agree' (only where it names the
 # span's nearest value by similarity too); 'veto' (a span WordNet relates to
 # a value reads nothing where SmolLM2 names another).
+# ``lm_margin``: the least lead SmolLM2's value needs over the next choice
+# (``SpanLM(margin=...)``); ``lm_tuned``, SmolLM2 with a LoRA adapter
+# fitted in-process on the same phrases as ``head_spans``' classifier
+# (``SpanLM.tune``) instead of the listed values and examples. ``head_spans``: the same three uses of a span
+# classifier over MiniLM embeddings instead (``span_head``), trained on the
+# lexicon's phrases, the training phrasings and WordNet's lemmas and glosses
+# of each value (``wordnet_prototypes(glosses=True)``), the user's frame
+# words naming nothing; ``head_min_prob``, the least probability its value
+# needs. ``wordnet_glosses``: with ``wordnet_prototypes``,
+# the glosses are prototypes too.
 LM_SPANS = (None, 'read', 'agree', 'veto')
 # The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
 # validation utterances of the train split (rules 57.8%, paper 97.4%,
@@ -80,12 +92,14 @@ def prototypes(phrasings: str = 'train') -> tuple[grounding.Prototype, ...]:
 
 
 @functools.cache
-def wordnet_prototypes(phrasings: str = 'train'
+def wordnet_prototypes(phrasings: str = 'train', glosses: bool = False
                        ) -> tuple[grounding.Prototype, ...]:
   """``prototypes(phrasings)`` and, per value, the lemmas of the most
-  frequent WordNet sense of its name in each part of speech: phrasings
-  generated from WordNet, none holding a word of the dev or test phrasings
-  (held out), none that the lexicon reads or that two values share."""
+  frequent WordNet sense of its name in each part of speech (``glosses``:
+  and that sense's gloss, its first definition without the examples, the
+  held-out words taken out): phrasings generated from WordNet, none holding
+  a word of the dev or test phrasings (held out), none that the lexicon
+  reads or that two values share."""
   from recovr_jax.reasoning import wordnet  # pylint: disable=g-import-not-at-top
   net = wordnet.WordNet()
   base = prototypes(phrasings)
@@ -106,6 +120,12 @@ def wordnet_prototypes(phrasings: str = 'train'
           words = lexicon.words(phrase)
           if words and not held.intersection(words) and phrase not in known:
             found[phrase].add((a, v))
+        if glosses:
+          gloss = net.synset(pos, offset).gloss
+          words = [w for w in lexicon.words(gloss.replace('(', ' ').replace(
+              ')', ' ')) if w not in held]
+          if grounding.content(lexicon, words):
+            found[' '.join(words)].add((a, v))
   extra = [grounding.Prototype(a, v, phrase)
            for phrase, values in sorted(found.items()) if len(values) == 1
            for a, v in values]
@@ -188,9 +208,13 @@ def dictionary(model_dir: str | None = None) -> frozenset:
 def check_grounded_options(options: dict | None) -> None:
   """``ValueError`` naming the keys of ``options`` that are not
   ``GROUNDED_OPTIONS``."""
-  if (options or {}).get('lm_spans') not in LM_SPANS:
-    raise ValueError(f'grounded_options: lm_spans must be one of '
-                     f'{LM_SPANS}, got {options["lm_spans"]!r}')
+  for key in ('lm_spans', 'head_spans'):
+    if (options or {}).get(key) not in LM_SPANS:
+      raise ValueError(f'grounded_options: {key} must be one of '
+                       f'{LM_SPANS}, got {options[key]!r}')
+  if (options or {}).get('lm_spans') and (options or {}).get('head_spans'):
+    raise ValueError('grounded_options: lm_spans and head_spans are two '
+                     'second sources; give one')
   unknown = sorted(set(options or {}) - set(GROUNDED_OPTIONS))
   if unknown:
     raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
@@ -217,8 +241,27 @@ def relater(phrasings: str = 'train', max_depth: int = 1):
   return wordnet.Relater(wordnet.WordNet(), vocabulary, max_depth=max_depth)
 
 
+def generated_pairs(frames: frozenset, phrasings: str = 'train'):
+  """``(phrase, (attribute, value) or None)``: the content words of
+  ``wordnet_prototypes(phrasings, glosses=True)`` (the lexicon's phrases,
+  the training phrasings, WordNet's lemmas and glosses of each value; a
+  phrase of two values left out), then the user's frame words ``frames``
+  as naming nothing."""
+  labels = {}
+  for p in wordnet_prototypes(phrasings, glosses=True):
+    key = grounding.content(lexicon, lexicon.words(p.phrase)) or p.phrase
+    labels.setdefault(key, set()).add((p.attribute, p.value))
+  pairs = {k: next(iter(v)) for k, v in sorted(labels.items()) if len(v) == 1}
+  for word in sorted(frames):
+    pairs.setdefault(word, None)
+  return list(pairs.items())
+
+
 @functools.cache
-def span_classifier(phrasings: str = 'train'):
+def span_classifier(phrasings: str = 'train', margin: float = 0.0,
+                    tuned_on: frozenset | None = None):
+  """``tuned_on``: the user's frame words; given, the LM is tuned
+  (``SpanLM.tune``) on ``generated_pairs(tuned_on, phrasings)``."""
   """``span_lm.SpanLM`` over the world's values, its worked examples the
   first training-bank phrase of each attribute's second value (for the
   shape, "square" itself: the form measured on dev, docs/reading.md) and
@@ -237,7 +280,28 @@ def span_classifier(phrasings: str = 'train'):
         shots.append(((own[0] if isinstance(own[0], str) else own[0][0]),
                       value))
   shots += [('i would like', span_lm.NONE), ('instead', span_lm.NONE)]
-  return span_lm.SpanLM(names, labels, shots)
+  lm = span_lm.SpanLM(names, labels, shots, margin=margin)
+  if tuned_on is not None:
+    name = dict(zip(labels, names))
+    lm.tune([(phrase, span_lm.NONE if label is None else name[label])
+             for phrase, label in generated_pairs(tuned_on, phrasings)])
+    logging.warning('the span LM tuned on generated phrasings: %s',
+                    lm.tuned)
+  return lm
+
+
+def span_head(encode, frames: frozenset, phrasings: str = 'train',
+              min_prob: float = 0.5):
+  """``span_head.SpanHead`` over ``encode`` (spans embedded as the reader
+  embeds them), trained on the content words of
+  ``wordnet_prototypes(phrasings, glosses=True)`` (the lexicon's phrases,
+  the training phrasings, WordNet's lemmas and glosses of each value) and
+  the user's frame words ``frames`` as naming nothing."""
+  from recovr_jax.reasoning import span_head as span_head_lib  # pylint: disable=g-import-not-at-top
+  pairs = generated_pairs(frames, phrasings)
+  return span_head_lib.SpanHead(encode, [p for p, _ in pairs],
+                                [label for _, label in pairs],
+                                min_prob=min_prob)
 
 
 def _confirm_unless_frame(classifier, frames: frozenset):
@@ -303,9 +367,14 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   depth = options.pop('related_depth', None)  # None: no WordNet
   penalty = options.pop('unrelated_penalty', 0.0)
   generated = options.pop('wordnet_prototypes', False)
+  glosses = options.pop('wordnet_glosses', False)
   lm_spans = options.pop('lm_spans', None)
+  lm_margin = options.pop('lm_margin', 0.0)
+  lm_tuned = options.pop('lm_tuned', False)
+  head_spans = options.pop('head_spans', None)
+  head_min_prob = options.pop('head_min_prob', 0.5)
   reader = grounding.GroundingReader(
-      lexicon, encode, (wordnet_prototypes(phrasings) if generated
+      lexicon, encode, (wordnet_prototypes(phrasings, glosses) if generated
                         else prototypes(phrasings)), threshold=1.0,
       exact=training_phrases() if phrasings == 'train' else None,
       dictionary=(dictionary(getattr(encode, 'model_dir', None))
@@ -317,11 +386,17 @@ def grounding_reader(world, encode, phrasings: str = 'train',
   if depth is not None:
     words = done['frame_words'] if done else frame_words(world, reader)
     reader.relate = _unless_frame(relater(phrasings, depth), words)
-  if lm_spans is not None:
+  if lm_spans is not None or head_spans is not None:
     if words is None:
       words = done['frame_words'] if done else frame_words(world, reader)
-    reader.confirm = _confirm_unless_frame(span_classifier(phrasings), words)
-    reader.confirm_mode = lm_spans
+    if lm_spans is not None:
+      second = span_classifier(phrasings, lm_margin,
+                               frozenset(words) if lm_tuned else None)
+    else:
+      second = (done or {}).get('head') or span_head(
+          reader._encode, words, phrasings, head_min_prob)  # pylint: disable=protected-access
+    reader.confirm = _confirm_unless_frame(second, words)
+    reader.confirm_mode = lm_spans or head_spans
   if done is None:
     utterances = training_utterances(world, num, seed)
     fit = grounding.fit_threshold(reader, *utterances)
@@ -330,6 +405,8 @@ def grounding_reader(world, encode, phrasings: str = 'train',
       fit['abstain_fit'] = {k: v for k, v in grounding.fit_abstain(
           reader, *utterances).items() if k != 'curve'}
     done = {'fit': fit, 'frame_words': words}
+    if head_spans is not None:
+      done['head'] = second
     if key is not None:
       _FITTED[key] = done
   fit = copy.deepcopy(done['fit'])
