@@ -24,14 +24,17 @@ class OnHost(driver.Driver):
     shape = (len(batch), loop.num_turns + 1, loop.list_length)
     displayed = np.full(shape, -1, np.int32)
     top_scores = np.full(shape[:2], -np.inf, np.float32)
+    scores = np.full(shape[:2] + (min(host.SHOWN, shape[2]),), -np.inf,
+                     np.float32)
     records = []
     for i, sess in enumerate(batch):
       try:
         r = host.run_batch(env, method, np.array([sess]), user, ctx, loop)
         displayed[i], top_scores[i] = r.displayed[0], r.top_scores[0]
+        scores[i] = r.scores[0]
         records.append(r.records[0])
       except Exception as e:  # pylint: disable=broad-except
         errors[str(i)] = f'{type(e).__name__}: {e}'
         records.append([])
     return host.BatchResult(displayed=displayed, top_scores=top_scores,
-                            records=records)
+                            records=records, scores=scores)

@@ -22,6 +22,11 @@ from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session
 
 
+# The shown list's top, whose scores a batch keeps (trajectories'
+# ``top10_scores``).
+SHOWN = 10
+
+
 @dataclasses.dataclass(frozen=True)
 class Environment:
   """What a run reads: the gallery (Progress Memory, long-term part), the
@@ -68,6 +73,8 @@ class BatchResult:
   displayed: np.ndarray        # [S, T+1, K] int32 shown lists per turn
   top_scores: np.ndarray       # [S, T+1] float32 score of each shown top-1
   records: list[list[dict]]    # [S][turn] feedback, action, sigma, question
+  scores: np.ndarray           # [S, T+1, SHOWN] float32 scores of the
+                               # shown top SHOWN (the viewer's)
 
 
 @config_tree.jit
@@ -272,13 +279,15 @@ def run_batch(env: Environment, method,
   driver, carry, first = begin(env, method, sessions, user, ctx, base)
   shown = [np.asarray(carry.ranking.shown_ids)]
   top_scores = [np.asarray(carry.ranking.shown_scores[:, 0])]
+  scores = [np.asarray(carry.ranking.shown_scores[:, :SHOWN])]
   records = [[rec] for rec in first]
   for turn in range(1, driver.config.num_turns + 1):
     carry, rows = feedback_turn(driver, carry, turn)
     shown.append(np.asarray(carry.ranking.shown_ids))
     top_scores.append(np.asarray(carry.ranking.shown_scores[:, 0]))
+    scores.append(np.asarray(carry.ranking.shown_scores[:, :SHOWN]))
     for i, rec in enumerate(rows):
       records[i].append(rec)
   return BatchResult(displayed=np.stack(shown, axis=1),
                      top_scores=np.stack(top_scores, axis=1),
-                     records=records)
+                     records=records, scores=np.stack(scores, axis=1))

@@ -187,7 +187,8 @@ class StepEnvironment(jitted.Environment):
     """The host driver's ``BatchResult`` of the run's trace."""
     return host.BatchResult(displayed=trace.displayed,
                             top_scores=trace.top_scores,
-                            records=self.stepper.records)
+                            records=self.stepper.records,
+                            scores=np.asarray(trace.scores)[..., :host.SHOWN])
 
 
 class _Stepper:

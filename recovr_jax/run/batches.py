@@ -49,9 +49,9 @@ def paths(out: pathlib.Path, method: str, b: int):
   return base / f'{b:05d}.npz', base / f'{b:05d}.json'
 
 
-def _array_digest(displayed, top_scores) -> str:
+def _array_digest(displayed, top_scores, scores) -> str:
   h = hashlib.sha256()
-  for a in (displayed, top_scores):
+  for a in (displayed, top_scores, scores):
     a = np.ascontiguousarray(a)
     h.update(f'{a.dtype}{a.shape}'.encode())
     h.update(a.tobytes())
@@ -69,7 +69,8 @@ def save(out, method, b, result, sessions, errors, counts, identity):
   tmp_arrays = arrays.with_suffix('.npz.tmp')
   with open(tmp_arrays, 'wb') as f:
     np.savez(f, displayed=np.asarray(result.displayed, np.int32),
-             top_scores=np.asarray(result.top_scores, np.float32))
+             top_scores=np.asarray(result.top_scores, np.float32),
+             scores=np.asarray(result.scores, np.float32))
     f.flush()
     os.fsync(f.fileno())
   tmp_arrays.replace(arrays)
@@ -78,7 +79,8 @@ def save(out, method, b, result, sessions, errors, counts, identity):
           'errors': errors, 'reasoning_counts': counts}
   tmp.write_text(json.dumps({
       'identity': identity, 'code': integrity.code_digest(),
-      'checksum': _array_digest(result.displayed, result.top_scores),
+      'checksum': _array_digest(result.displayed, result.top_scores,
+                                result.scores),
       'records_checksum': checksums.json_digest(body), **body}))
   tmp.replace(records)
 
@@ -125,21 +127,25 @@ def load(out, method, b, shape, sessions, identity, num_ids):
     with np.load(arrays, allow_pickle=False) as archive:
       displayed = np.asarray(archive['displayed'])
       top_scores = np.asarray(archive['top_scores'])
+      scores = np.asarray(archive['scores'])
+    want = tuple(shape[:2]) + (min(host.SHOWN, shape[2]),)
     if (displayed.shape != tuple(shape) or
-        top_scores.shape != tuple(shape[:2])):
-      raise ValueError(f'shapes {displayed.shape} and {top_scores.shape}, '
-                       f'expected {tuple(shape)} and {tuple(shape[:2])}')
+        top_scores.shape != tuple(shape[:2]) or scores.shape != want):
+      raise ValueError(f'shapes {displayed.shape}, {top_scores.shape} and '
+                       f'{scores.shape}, expected {tuple(shape)}, '
+                       f'{tuple(shape[:2])} and {want}')
   except Exception as e:  # pylint: disable=broad-except
     raise CorruptBatch(f'batch checkpoint {arrays} cannot be read '
                        f'({type(e).__name__}: {e}); {fix}') from e
-  if _array_digest(displayed, top_scores) != stored[2]:
+  if _array_digest(displayed, top_scores, scores) != stored[2]:
     raise CorruptBatch(f'batch checkpoint {arrays} does not match its '
                        f'checksum in {records}; {fix}')
   if displayed.min() < -1 or displayed.max() >= num_ids:
     raise CorruptBatch(f'batch checkpoint {arrays} holds ids '
                        f'outside the gallery [0, {num_ids}); {fix}')
   return (host.BatchResult(displayed=displayed, top_scores=top_scores,
-                           records=stored[3]), stored[4], stored[5])
+                           records=stored[3], scores=scores),
+          stored[4], stored[5])
 
 
 def compute(run, method, b, batch, out, identity, keep: bool = True):

@@ -28,7 +28,8 @@ def load_run(directory, pandas: bool | None = None) -> dict:
   ``session``, ``reference`` / ``target`` (gallery indices) with their
   ``reference_id`` / ``target_id``, ``error``, then the turn's fields:
   ``turn``, ``action``, ``feedback``, ``question``, the reasoner's replies,
-  ``rank_cap_fired``, ``top10`` (indices) and ``top10_ids``); ``config``: ``resolved_config.json``. ``pandas``: DataFrames
+  ``rank_cap_fired``, ``top10`` (indices), ``top10_ids`` and ``top10_scores``
+  (the method's scores of the shown top 10)); ``config``: ``resolved_config.json``. ``pandas``: DataFrames
   (default: when pandas is importable).
 
   Every file is read whole and checked first (``readers``): a run that has

@@ -299,7 +299,9 @@ def _collect(run, out, batches, identity):
             'target_id': ids(env.target[sess]),
             'error': errors.get(str(i)) or errors.get(i),
             'turns': [dict(rec, top10=top.tolist(),
-                           top10_ids=[ids(v) for v in top])
+                           top10_ids=[ids(v) for v in top],
+                           top10_scores=[round(float(x), 6) for x in
+                                         result.scores[i, t, :len(top)]])
                       for t, rec in enumerate(result.records[i])
                       for top in [result.displayed[i, t, :10]]]})
       progress.update(len(batch), name)

@@ -10,7 +10,8 @@ first at a turn and the other does not, with both counts); a session's page show
 per turn and side by side for two methods, the user's feedback, the
 system's question, the reasoner's replies (search, edit, sigma, keep,
 avoid), whether rank-cap fired, the target's rank and the shown top 10
-(frames on the world, ids and the captioning model's captions), and, with
+(frames on the world, ids, scores and the captioning model's captions),
+and, with
 a ``Truth`` (the world's runs), the target's true values and per turn the
 values the user named and the reasoner's search states, each marked
 against the target's. The viewer is for the
@@ -326,8 +327,10 @@ class Viewer:
             'fired': rec.get('rank_cap_fired'),
             'rank': self._rank(run.ranks[m, s][k]),
             'found': run.ranks[m, s][k] == 1,
-            'shown': [dict(self.video(i), target=i == row['target'])
-                      for i in rec['top10'][:SHOWN]],
+            'shown': [dict(self.video(i), target=i == row['target'],
+                           score=score)
+                      for i, score in zip(rec['top10'][:SHOWN], rec.get(
+                          'top10_scores') or [None] * SHOWN)],
             'reading': self._reading(row, k, rec)})
       happened = events(run.ranks[m, s], _top1(row))
       sides.append({'method': m, 'turns': turns, 'error': row.get('error'),

@@ -246,9 +246,9 @@ class CorruptBatchTest(_OnABaseRun):
     path = copy / 'batches' / 'recovr' / '00000.npz'
     with np.load(path) as archive:
       displayed = archive['displayed'].copy()
-      top_scores = archive['top_scores']
+      top_scores, scores = archive['top_scores'], archive['scores']
     displayed[0, 1, 0] = 553473
-    np.savez(path, displayed=displayed, top_scores=top_scores)
+    np.savez(path, displayed=displayed, top_scores=top_scores, scores=scores)
     with self.assertRaisesRegex(app.UsageError,
                                 r'00000.npz does not match its checksum'):
       _run(copy)

@@ -41,6 +41,7 @@ def write_run(d: pathlib.Path) -> pathlib.Path:
         stopped = t > 0 and (shown[s, :t, 0] == TARGETS[s]).any()
         rec = {'turn': t, 'top10': shown[s, t].tolist(),
                'top10_ids': [IDS[i] for i in shown[s, t]],
+               'top10_scores': [round(0.9 - 0.1 * k, 6) for k in range(4)],
                'feedback': f'edit of session {s}' if t == 0 else (
                    '' if stopped else f'{m} feedback {s}.{t}'),
                'question': None if t == 0 else f'{m} question {s}.{t}',
@@ -187,7 +188,9 @@ class ViewerTest(absltest.TestCase):
     self.assertIn('<dd class="read"><span class="right">colour red</span>, '
                   '<span class="wrong">shape square ✗</span></dd>', text)
     self.assertIn('<span class="wrong">colour blue ✗</span>', text)  # ivr
-    # Every shown video's model caption, frames or not.
+    # Every shown video's score (the method's) and model caption.
+    self.assertIn('<span class="score" title="the method\'s score">0.9000'
+                  '</span>', text)
     self.assertIn('<span class="caption" title="the captioning model\'s '
                   'caption">caption 2</span>', text)
     # Without a Truth, no attribute rows.

@@ -437,4 +437,5 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
           edit=phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)))
     records.append(rows)
   return host.BatchResult(displayed=trace.displayed,
-                          top_scores=trace.top_scores, records=records)
+                          top_scores=trace.top_scores, records=records,
+                          scores=np.asarray(trace.scores)[..., :host.SHOWN])
