@@ -26,39 +26,25 @@ from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import constrained
-from recovr_jax.reasoning import gguf_llama
 from recovr_jax.reasoning import llama_decode
 from recovr_jax.reasoning import lora
 from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
+from tests.helpers import two_blocks
 from third_party import transformers_flax_llama
 
 transformers_flax_llama.install()
 
-from transformers import FlaxLlamaForCausalLM, LlamaConfig, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,wrong-import-position,g-multiple-import
+from transformers import LlamaConfig  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _STATE = {}
 LIMITS = constrained.Limits(string_tokens=6, item_tokens=4, list_items=2)
 
 
 def setUpModule():  # pylint: disable=invalid-name
-  config, tensors, vocab = gguf_llama.read(gguf_llama.find_smollm2())
-  kwargs = dict(config, num_hidden_layers=2)
-  keep = {k: v for k, v in tensors.items()
-          if not k.startswith('model.layers.') or int(k.split('.')[2]) < 2}
-  d = pathlib.Path(tempfile.mkdtemp()) / 'smollm2_2_blocks'
-  model = FlaxLlamaForCausalLM(LlamaConfig(**kwargs), _do_init=False)
-  params = gguf_llama.flax_params(kwargs, keep)
-  model.save_pretrained(str(d), params=params)
-  tokens = vocab['tokens']
-  PreTrainedTokenizerFast(
-      tokenizer_object=gguf_llama.tokenizer(vocab), bos_token=tokens[1],
-      eos_token=tokens[2], pad_token=tokens[2], unk_token=tokens[0],
-      chat_template=vocab['chat_template']).save_pretrained(str(d))
-  checksums.write_manifest(d)  # loaders refuse unverified directories
-  _STATE.update(dir=d, tensors=keep, kwargs=kwargs, model=model,
-                params=params)
+  _STATE.update(two_blocks.write())
+  d, model, params = _STATE['dir'], _STATE['model'], _STATE['params']
   # The reference: FlaxLlamaForCausalLM, jitted once over rows padded on
   # the right to REFERENCE_LENGTH (causal attention: a padding token after
   # position i changes no logit at i). Unjitted, each new length would run

@@ -1,38 +1,13 @@
 """reasoning.span_lm: a span classified into a closed vocabulary by SmolLM2."""
 
-import pathlib
-import tempfile
-
 from absl.testing import absltest
 
-from recovr_jax import checksums
-from recovr_jax.reasoning import gguf_llama
 from recovr_jax.reasoning import span_lm
-from third_party import transformers_flax_llama
+from tests.helpers import two_blocks
 
 NAMES = ('red', 'blue', 'circle', 'square')
 LABELS = ((1, 0), (1, 1), (0, 0), (0, 1))
 SHOTS = (('crimson', 'red'), ('box', 'square'), ('instead', 'none'))
-
-
-def _two_blocks() -> pathlib.Path:
-  """A Flax directory of the installed SmolLM2's first two blocks."""
-  transformers_flax_llama.install()
-  from transformers import FlaxLlamaForCausalLM, LlamaConfig, PreTrainedTokenizerFast  # pylint: disable=g-import-not-at-top,g-multiple-import
-  config, tensors, vocab = gguf_llama.read(gguf_llama.find_smollm2())
-  kwargs = dict(config, num_hidden_layers=2)
-  keep = {k: v for k, v in tensors.items()
-          if not k.startswith('model.layers.') or int(k.split('.')[2]) < 2}
-  d = pathlib.Path(tempfile.mkdtemp()) / 'smollm2_2_blocks'
-  model = FlaxLlamaForCausalLM(LlamaConfig(**kwargs), _do_init=False)
-  model.save_pretrained(str(d), params=gguf_llama.flax_params(kwargs, keep))
-  tokens = vocab['tokens']
-  PreTrainedTokenizerFast(
-      tokenizer_object=gguf_llama.tokenizer(vocab), bos_token=tokens[1],
-      eos_token=tokens[2], pad_token=tokens[2],
-      unk_token=tokens[0]).save_pretrained(str(d))
-  checksums.write_manifest(d)  # loaders refuse unverified directories
-  return d
 
 
 class SpanLMTest(absltest.TestCase):
@@ -67,7 +42,7 @@ class SpanLMTest(absltest.TestCase):
 
   def test_tune_fits_an_adapter_on_pairs_with_a_bare_prompt(self):
     # SmolLM2's first two blocks (a full tune compiles for minutes).
-    lm = span_lm.SpanLM(NAMES, LABELS, SHOTS, model_dir=_two_blocks(),
+    lm = span_lm.SpanLM(NAMES, LABELS, SHOTS, model_dir=two_blocks.write()['dir'],
                         batch_size=4)
     pairs = [('crimson', 'red'), ('azure', 'blue'), ('round', 'circle'),
              ('boxy', 'square'), ('instead', 'none'), ('scarlet', 'red'),
