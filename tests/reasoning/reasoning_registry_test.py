@@ -73,6 +73,17 @@ class RegistryTest(absltest.TestCase):
     self.assertRegex(registry.problems(registry.ReasonerConfig(
         'grounded', grounded={'lm_spans': 'always'}), WORLD)[0],
         "--grounded_options: lm_spans must be one of .*'agree'.*got 'always'")
+    # An option that qualifies another is refused without it.
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'grounded', grounded={'lm_tuned': True}), WORLD)[0],
+        '--grounded_options: lm_tuned changes nothing without lm_spans')
+    self.assertRegex(registry.problems(registry.ReasonerConfig(
+        'grounded', grounded={'lm_spans': 'veto', 'head_spans': 'veto'}),
+                                       WORLD)[0],
+        'lm_spans and head_spans are two second sources; give one')
+    self.assertEqual(registry.problems(registry.ReasonerConfig(
+        'grounded', grounded={'head_spans': 'veto', 'head_min_prob': 0.2}),
+                                       WORLD), [])
     self.assertRegex(registry.problems(registry.ReasonerConfig(
         'flax_lm'), files_source.VOCABULARY)[0],
         '--reasoner=flax_lm on --data=webvid_covr needs '

@@ -52,16 +52,18 @@ GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
 # span's nearest value by similarity too); 'veto' (a span WordNet relates to
 # a value reads nothing where SmolLM2 names another).
 # ``lm_margin``: the least lead SmolLM2's value needs over the next choice
-# (``SpanLM(margin=...)``); ``lm_tuned``, SmolLM2 with a LoRA adapter
-# fitted in-process on the same phrases as ``head_spans``' classifier
-# (``SpanLM.tune``) instead of the listed values and examples. ``head_spans``: the same three uses of a span
-# classifier over MiniLM embeddings instead (``span_head``), trained on the
-# lexicon's phrases, the training phrasings and WordNet's lemmas and glosses
-# of each value (``wordnet_prototypes(glosses=True)``), the user's frame
-# words naming nothing; ``head_min_prob``, the least probability its value
-# needs. ``wordnet_glosses``: with ``wordnet_prototypes``,
-# the glosses are prototypes too.
+# (``SpanLM(margin=...)``); ``lm_tuned``: SmolLM2 with a LoRA adapter fitted
+# in-process on ``generated_pairs`` (``SpanLM.tune``) instead of the listed
+# values and examples. ``head_spans``: the same three uses of a span
+# classifier over MiniLM embeddings (``span_head``), trained on
+# ``generated_pairs``; ``head_min_prob``: the least probability its value
+# needs. ``wordnet_glosses``: with ``wordnet_prototypes``, the glosses are
+# prototypes too. Each of these needs the option it qualifies
+# (``NEEDS``).
 LM_SPANS = (None, 'read', 'agree', 'veto')
+NEEDS = {'lm_margin': 'lm_spans', 'lm_tuned': 'lm_spans',
+         'head_min_prob': 'head_spans',
+         'wordnet_glosses': 'wordnet_prototypes'}
 # The grounded Reflector's sigma: chosen by ``sigma_agreement`` on 2,000
 # validation utterances of the train split (rules 57.8%, paper 97.4%,
 # frames 99.5%).
@@ -219,6 +221,11 @@ def check_grounded_options(options: dict | None) -> None:
   if unknown:
     raise ValueError(f'grounded_options: unknown {", ".join(unknown)}; '
                      f'valid: {", ".join(GROUNDED_OPTIONS)}')
+  for key, parent in NEEDS.items():
+    if (options or {}).get(key, GROUNDED_OPTIONS[key]) != (
+        GROUNDED_OPTIONS[key]) and not (options or {}).get(parent):
+      raise ValueError(f'grounded_options: {key} changes nothing without '
+                       f'{parent}')
 
 
 @functools.cache
@@ -260,12 +267,12 @@ def generated_pairs(frames: frozenset, phrasings: str = 'train'):
 @functools.cache
 def span_classifier(phrasings: str = 'train', margin: float = 0.0,
                     tuned_on: frozenset | None = None):
-  """``tuned_on``: the user's frame words; given, the LM is tuned
-  (``SpanLM.tune``) on ``generated_pairs(tuned_on, phrasings)``."""
   """``span_lm.SpanLM`` over the world's values, its worked examples the
   first training-bank phrase of each attribute's second value (for the
   shape, "square" itself: the form measured on dev, docs/reading.md) and
-  two frames that name nothing."""
+  two frames that name nothing; ``margin``, its ``margin``. ``tuned_on``:
+  the user's frame words; given, the LM is tuned (``SpanLM.tune``) on
+  ``generated_pairs(tuned_on, phrasings)`` instead."""
   from recovr_jax.reasoning import span_lm  # pylint: disable=g-import-not-at-top
   names, labels, shots = [], [], []
   for a, name in enumerate(A):
