@@ -28,18 +28,15 @@ SPECIAL = ('flagfile', 'undefok')
 
 def live() -> dict:
   """The manifest of the flags ``experiments.run`` defines now (imports
-  it: slow)."""
+  it: slow; in a process of its own, as ``--write`` runs it: a process
+  that imported other entry points holds their flags too)."""
   from absl import app  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
   from experiments import run  # pylint: disable=g-import-not-at-top
   from experiments.common import cli  # pylint: disable=g-import-not-at-top
   app.define_help_flags()
-  # absltest's own flags (a test process's) are not the runner's.
-  defined = [n for n in flags.FLAGS if not (
-      flags.FLAGS.find_module_defining_flag(n) or '').startswith(
-          'absl.testing')]
-  names = sorted(set(defined) | set(SPECIAL))
-  booleans = sorted(n for n in defined if flags.FLAGS[n].boolean)
+  names = sorted(set(flags.FLAGS) | set(SPECIAL))
+  booleans = sorted(n for n in flags.FLAGS if flags.FLAGS[n].boolean)
   return {'program': PROGRAM, 'names': names, 'booleans': booleans,
           'help': cli.grouped_help(run.__doc__, run.HELP_GROUPS,
                                    run.HELP_DEFAULTS)}

@@ -2,7 +2,6 @@
 before jax is imported, from a manifest that is the runner's flags."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -27,18 +26,33 @@ def _imported(stderr: str) -> set:
           if line.startswith('import time:')}
 
 
+def _live() -> dict:
+  """``early.live()`` in a fresh process: this one may hold flags other
+  test modules defined."""
+  proc = subprocess.run(
+      [sys.executable, '-c', 'import json; from experiments.common import '
+       'early; print(json.dumps(early.live()))'], cwd=ROOT,
+      capture_output=True, text=True, timeout=300, check=True)
+  return json.loads(proc.stdout)
+
+
 class EarlyTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.live = _live()
 
   def test_the_manifest_is_the_runners_flags(self):
     stored = json.loads(early.MANIFEST.read_text())
-    self.assertEqual(stored, early.live(), 'experiments/common/'
+    self.assertEqual(stored, self.live, 'experiments/common/'
                      'runner_flags.json is stale: python -m '
                      'experiments.common.early --write')
 
   def test_help_and_a_misspelt_flag_answer_without_jax(self):
     proc = _run('--helpshort')
     self.assertEqual(proc.returncode, 0)
-    self.assertEqual(proc.stdout, early.live()['help'])
+    self.assertEqual(proc.stdout, self.live['help'])
     self.assertNotIn('jax', _imported(proc.stderr))
     folder = pathlib.Path(tempfile.mkdtemp())
     flagfile = folder / 'f'
