@@ -3,13 +3,16 @@
 ``python -m experiments.run`` defines its flags from ``RunConfig``'s fields,
 which means importing the whole library, and with it jax (5 s here) before
 absl could say a flag is misspelt or print the help. ``answer(argv)`` runs
-first, with absl's flag-file reader only: ``--help`` / ``--helpshort`` print
-the runner's grouped help, and a flag the runner does not define is refused
-under the runner's error prefix, from ``runner_flags.json``, a manifest of
-the runner's flag names and help written by ``python -m
+first, with absl's flag-file reader and value parsers only: ``--help`` /
+``--helpshort`` print the runner's grouped help, and a flag the runner does
+not define, or a value its parser refuses (a number, its bounds, a choice,
+a boolean), is refused under the runner's error prefix, from
+``runner_flags.json``, a manifest of the runner's flag names, value parsers
+and help written by ``python -m
 experiments.common.early --write`` (``tests/experiments/early_test.py``
 fails when it differs from the flags the runner defines). Anything else
-goes on to absl, which parses and checks every value as before.
+goes on to absl, which parses and checks every value again, and then to
+the run's own checks (``run_flags.run_config``).
 """
 
 import difflib
@@ -37,9 +40,57 @@ def live() -> dict:
   app.define_help_flags()
   names = sorted(set(flags.FLAGS) | set(SPECIAL))
   booleans = sorted(n for n in flags.FLAGS if flags.FLAGS[n].boolean)
+  values = {}
+  for name in sorted(flags.FLAGS):
+    parser = flags.FLAGS[name].parser
+    kind = type(parser).__name__
+    if kind in ('IntegerParser', 'FloatParser'):
+      values[name] = {'parser': kind, 'lower': parser.lower_bound,
+                      'upper': parser.upper_bound}
+    elif kind == 'EnumParser':
+      values[name] = {'parser': kind, 'choices': list(parser.enum_values),
+                      'case_sensitive': parser.case_sensitive}
+    elif kind == 'BooleanParser':
+      values[name] = {'parser': kind}
   return {'program': PROGRAM, 'names': names, 'booleans': booleans,
+          'values': values,
           'help': cli.grouped_help(run.__doc__, run.HELP_GROUPS,
                                    run.HELP_DEFAULTS)}
+
+
+def _parser(spec: dict):
+  """absl's parser a manifest's ``values`` entry describes."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  kind = spec['parser']
+  if kind == 'EnumParser':
+    return flags.EnumParser(spec['choices'], spec['case_sensitive'])
+  if kind == 'BooleanParser':
+    return flags.BooleanParser()
+  return getattr(flags, kind)(spec['lower'], spec['upper'])
+
+
+def bad_values(args, manifest: dict) -> list[str]:
+  """absl's refusal of each value of ``args`` (flag files expanded) that
+  the flag's parser does not take (numbers, their bounds, choices,
+  booleans), as absl words it: ``flag --name=value: why``."""
+  specs, booleans = manifest['values'], set(manifest['booleans'])
+  out = []
+  for i, arg in enumerate(args):
+    if arg == '--':
+      break
+    if not arg.startswith('-') or arg == '-':
+      continue
+    name, eq, value = arg.lstrip('-').partition('=')
+    if not eq:
+      if name in booleans or name not in specs or i + 1 >= len(args):
+        continue
+      value = args[i + 1]  # absl reads "--flag value" for a non-boolean
+    if name in specs:
+      try:
+        _parser(specs[name]).parse(value)
+      except (ValueError, TypeError) as e:
+        out.append(f'flag --{name}={value}: {e}')
+  return out
 
 
 def _error(message: str) -> None:
@@ -77,9 +128,9 @@ def unknown_flags(args, manifest: dict) -> list[tuple[str, str | None]]:
 
 
 def answer(argv) -> None:
-  """Answers the help and refuses an undefined flag of ``argv`` (the
-  runner's command line) at once, exiting; returns when absl should
-  parse it."""
+  """Answers the help and refuses an undefined flag or a value its parser
+  refuses in ``argv`` (the runner's command line) at once, exiting;
+  returns when absl should parse it."""
   if not MANIFEST.is_file():
     return
   manifest = json.loads(MANIFEST.read_text())
@@ -96,10 +147,11 @@ def answer(argv) -> None:
   except flags.Error as e:  # a flag file that cannot be read
     _error(str(e).replace('ERROR:: ', '').strip())
   unknown = unknown_flags(args, manifest)
-  if unknown:
-    _error('\n'.join(
-        f'unknown flag {flag}' + (f'; did you mean --{near}?' if near else '')
-        for flag, near in unknown))
+  problems = [f'unknown flag {flag}' + (f'; did you mean --{near}?'
+                                         if near else '')
+              for flag, near in unknown] + bad_values(args, manifest)
+  if problems:
+    _error('\n'.join(problems))
 
 
 def main(argv) -> None:

@@ -66,6 +66,19 @@ class EarlyTest(absltest.TestCase):
                        '--num_sesions; did you mean --num_sessions?')
       self.assertNotIn('jax', _imported(proc.stderr))
     self.assertFalse((folder / 'out').exists())
+    # A value the flag's parser refuses, also before jax, as absl words it.
+    proc = _run('--recency=cubic', '--num_sessions', '3x',
+                f'--output_dir={folder / "out"}')
+    self.assertEqual(proc.returncode, 1)
+    lines = [l for l in proc.stderr.splitlines()
+             if not l.startswith('import time:')]
+    self.assertEqual(lines[:2], [
+        'experiments.run: error: flag --recency=cubic: value should be one '
+        'of <linear|exp|uniform>',
+        "experiments.run: error: flag --num_sessions=3x: invalid literal for "
+        "int() with base 10: '3x'"])
+    self.assertNotIn('jax', _imported(proc.stderr))
+    self.assertFalse((folder / 'out').exists())
 
   def test_a_bad_value_is_absls_under_the_same_prefix(self):
     proc = subprocess.run([sys.executable, '-m', 'experiments.run',
@@ -76,6 +89,25 @@ class EarlyTest(absltest.TestCase):
     self.assertTrue(proc.stderr.startswith(
         'experiments.run: error: flag --num_sessions=abc: invalid'),
                     proc.stderr)
+
+  def test_bad_values_are_absls_refusals(self):
+    manifest = {'booleans': ['resume'], 'values': {
+        'seed': {'parser': 'IntegerParser', 'lower': 0, 'upper': None},
+        'gamma': {'parser': 'FloatParser', 'lower': None, 'upper': None},
+        'resume': {'parser': 'BooleanParser'},
+        'recency': {'parser': 'EnumParser', 'choices': ['linear', 'exp'],
+                    'case_sensitive': True}}}
+    self.assertEqual(early.bad_values(
+        ['--seed', '3', '--gamma=0.5', '--resume', '--noresume',
+         '--recency=exp', 'positional', '--', '--seed=x'], manifest), [])
+    self.assertEqual(early.bad_values(
+        ['--seed=-1', '--gamma', 'half', '--recency=cubic', '--resume=maybe'],
+        manifest), [
+            'flag --seed=-1: -1 is not a non-negative integer',
+            "flag --gamma=half: could not convert string to float: 'half'",
+            'flag --recency=cubic: value should be one of <linear|exp>',
+            "flag --resume=maybe: ('Non-boolean argument to boolean flag', "
+            "'maybe')"])
 
   def test_unknown_flags_reads_as_absl_does(self):
     manifest = {'names': ['num_sessions', 'resume', 'seed', 'flagfile'],
