@@ -69,23 +69,33 @@ def _parser(spec: dict):
   return getattr(flags, kind)(spec['lower'], spec['upper'])
 
 
-def bad_values(args, manifest: dict) -> list[str]:
-  """absl's refusal of each value of ``args`` (flag files expanded) that
-  the flag's parser does not take (numbers, their bounds, choices,
-  booleans), as absl words it: ``flag --name=value: why``."""
-  specs, booleans = manifest['values'], set(manifest['booleans'])
-  out = []
-  for i, arg in enumerate(args):
+def _flags(args, manifest: dict):
+  """``(flag as given, name, value or None)`` for each flag of ``args``
+  (flag files expanded), read as absl reads a command line: ``--name=v``,
+  ``--name v`` for a known non-boolean flag (the next token is its value,
+  not a flag), ``--[no]name`` for a boolean, ``--`` ends the flags."""
+  names, booleans = set(manifest['names']), set(manifest['booleans'])
+  rest = iter(args)
+  for arg in rest:
     if arg == '--':
-      break
+      return
     if not arg.startswith('-') or arg == '-':
       continue
     name, eq, value = arg.lstrip('-').partition('=')
     if not eq:
-      if name in booleans or name not in specs or i + 1 >= len(args):
-        continue
-      value = args[i + 1]  # absl reads "--flag value" for a non-boolean
-    if name in specs:
+      value = None
+      if name in names and name not in booleans:
+        value = next(rest, None)
+    yield arg.partition('=')[0], name, value
+
+
+def bad_values(args, manifest: dict) -> list[str]:
+  """absl's refusal of each value of ``args`` (flag files expanded) that
+  the flag's parser does not take (numbers, their bounds, choices,
+  booleans), as absl words it: ``flag --name=value: why``."""
+  specs, out = manifest['values'], []
+  for _, name, value in _flags(args, manifest):
+    if name in specs and value is not None:
       try:
         _parser(specs[name]).parse(value)
       except (ValueError, TypeError) as e:
@@ -94,9 +104,10 @@ def bad_values(args, manifest: dict) -> list[str]:
 
 
 def _error(message: str) -> None:
-  sys.stderr.write(''.join(f'{PROGRAM}: error: {line}\n'
-                           for line in message.splitlines()))
-  sys.stderr.write('Pass --helpshort to see the flags.\n')
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from experiments.common import cli  # pylint: disable=g-import-not-at-top
+  sys.stderr.write(cli.error_lines(app.UsageError(message)) +
+                   'Pass --helpshort to see the flags.\n')
   sys.exit(1)
 
 
@@ -105,25 +116,12 @@ def unknown_flags(args, manifest: dict) -> list[tuple[str, str | None]]:
   ``args`` (flag files expanded) that the runner does not define."""
   names, booleans = set(manifest['names']), set(manifest['booleans'])
   out = []
-  skip_value = False
-  for arg in args:
-    if skip_value:
-      skip_value = False
-      continue
-    if arg == '--':
-      break
-    if not arg.startswith('-') or arg == '-':
-      continue
-    name, has_value = arg.lstrip('-'), '=' in arg
-    name = name.split('=', 1)[0]
-    if name in names:
-      # absl reads "--flag value" for a non-boolean flag.
-      skip_value = not has_value and name not in booleans
-      continue
-    if name.startswith('no') and name[2:] in booleans and not has_value:
+  for given, name, value in _flags(args, manifest):
+    if name in names or (name.startswith('no') and name[2:] in booleans
+                         and value is None):
       continue
     close = difflib.get_close_matches(name, sorted(names), n=1)
-    out.append((arg.split('=', 1)[0], close[0] if close else None))
+    out.append((given, close[0] if close else None))
   return out
 
 

@@ -91,7 +91,8 @@ class EarlyTest(absltest.TestCase):
                     proc.stderr)
 
   def test_bad_values_are_absls_refusals(self):
-    manifest = {'booleans': ['resume'], 'values': {
+    manifest = {'names': ['seed', 'gamma', 'resume', 'recency'],
+                'booleans': ['resume'], 'values': {
         'seed': {'parser': 'IntegerParser', 'lower': 0, 'upper': None},
         'gamma': {'parser': 'FloatParser', 'lower': None, 'upper': None},
         'resume': {'parser': 'BooleanParser'},
