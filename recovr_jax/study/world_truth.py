@@ -19,12 +19,9 @@ def of_run(config, built) -> viewer.Truth | None:
   if not isinstance(source, world_source.WorldSource):
     return None
   truth = source.ask_truth(built, source.user(config, built.env))
-  names = truth.attribute_names
-  words = lexicon.for_attributes(len(names))
-
-  def by_name(values: dict) -> dict:
-    return {names[a]: generator.VALUES[names[a]][int(v)]
-            for a, v in sorted(values.items())}
+  size = len(truth.attribute_names)
+  words = lexicon.for_attributes(size)
+  by_name = lambda values: generator.value_names(values, size)
 
   def named(row, turn):
     said = truth.user(*ask_scores.replayed(truth, row, turn))

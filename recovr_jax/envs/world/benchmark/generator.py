@@ -249,6 +249,14 @@ def attribute_names(num_attributes: int) -> tuple[str, ...]:
                    f'{num_attributes}')
 
 
+def value_names(values: dict, num_attributes: int) -> dict[str, str]:
+  """``{attribute index: value index}`` of ``[..., num_attributes]``
+  attribute rows as ``{attribute name: value name}``, by attribute."""
+  names = attribute_names(num_attributes)
+  return {names[a]: VALUES[names[a]][int(v)]
+          for a, v in sorted(values.items())}
+
+
 def num_values(num_attributes: int) -> tuple[int, ...]:
   """Values per attribute of ``[..., num_attributes]`` attribute rows."""
   return tuple(len(VALUES[a]) for a in attribute_names(num_attributes))

@@ -427,8 +427,9 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
           (table.words(own['query'][i, t], own['word'][i, t])
            if table is not None else None),
           trace.sigma[i, t], trace.fired[i, t], None,
-          mentioned={names[a]: generator.VALUES[names[a]][int(v)]
-                     for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},
+          mentioned=generator.value_names(
+              {a: v for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},
+              len(names)),
           asked=None, questioned=bool(questioned[i, t]),
           # The attribute of the question the user read at this turn.
           question_attribute=(names[int(trace.asked[i, t])]
