@@ -81,9 +81,9 @@ FAST = {
     'resampling_test.py': None,
     'ring_test.py': None, 'slerp_test.py': None,
     # protocol, methods
-    'jitted_toy_test.py': None,
     'methods_test.py': {'RegistryTest', 'AnchoredTest'},
     # drivers
+    'jit_loop_test.py': None,
     'drivers_test.py': {'ChooseTest', 'CapabilitiesTest'},
     # reasoning
     'rules_core_test.py': None, 'reflection_test.py': None,

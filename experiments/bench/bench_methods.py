@@ -9,11 +9,11 @@ paper's protocol (ReCoVR's Question Asker with every list, --ask_mode; IVR,
 UMIVR and MERLIN ask every turn) and v2's user (its own words, the paper's
 style; --user_language, --user_style):
 
-* jit: ``protocol.jitted.run`` on --num_sessions sessions (whole sessions as
+* jit: ``drivers.jit_runner.run`` on --num_sessions sessions (whole sessions as
   ``lax.scan`` inside ``vmap``); the first call compiles and fills the
   phrase, word and dialogue tables (reported as ``first_call_s``), then the
   median of --repeats calls;
-* per_session: the host driver (``protocol.host.run_batch``: Python user and
+* per_session: the host driver (``drivers.host_driver.run_batch``: Python user and
   rules reasoner, jitted ranking) on one session at a time, the first
   --per_session_sessions sessions after a warm-up, timed once; its lists are
   compared with the jitted ones (the same jax draws: identical lists are
@@ -37,11 +37,12 @@ import numpy as np
 
 from experiments.bench import bench_common
 from experiments.common import cli
+from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
-from recovr_jax.protocol import host
+from recovr_jax.drivers import host_driver
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.run import resources
@@ -99,20 +100,20 @@ def main(argv):
       generator.WorldConfig(test_share=test_share, gallery_size=n,
                             num_test_triplets=s, num_train_triplets=1),
       user_config, _CACHE.value)
-  env, user, ctx, sim_env = run.env, run.user, run.ctx, run.built.sim_env
+  env, user, ctx, jit_env = run.env, run.user, run.ctx, run.built.jit_env
   base = ranking.LoopConfig(num_turns=_TURNS.value, num_ids=n)
   settings = methods.base.Settings(ask=asking.AskPolicy(mode=_ASK.value))
   sessions = np.arange(s)
   rows = {}
   for name in _METHODS.value:
     method = methods.make(name, settings)
-    cfg = traced_face.sim_config(method, base, user_config, sim_env.composer)
+    cfg = traced_face.jit_config(method, base, user_config, jit_env.composer)
     start = time.perf_counter()
-    trace = traced_face.run(sim_env, cfg, sessions, seed=0)
+    trace = jit_runner.run(jit_env, cfg, sessions, seed=0)
     first = time.perf_counter() - start
     t_jit, all_jit = bench_common.timings(
-        lambda: traced_face.run(sim_env, cfg, sessions, 0), _REPEATS.value)
-    one = lambda q: host.run_batch(env, method, np.asarray([q]), user,
+        lambda: jit_runner.run(jit_env, cfg, sessions, 0), _REPEATS.value)
+    one = lambda q: host_driver.run_batch(env, method, np.asarray([q]), user,
                                           ctx, base).displayed[0]
     one(0)  # warm-up: the host's ranking compiled for one session
     start = time.perf_counter()

@@ -8,10 +8,10 @@ world whose gallery has --gallery_size videos (default 10,000: the test share
 is raised so that the gallery holds that many combinations), --num_sessions
 composed queries (default 1,000) and --num_turns feedback turns.
 
-* host: ``protocol.host.run_batch`` on all sessions at once (Python user and
+* host: ``drivers.host_driver.run_batch`` on all sessions at once (Python user and
   reasoner between jitted, vmapped ranking steps), NumPy-drawn user (the
   default);
-* jit: ``protocol.jitted.run``, whole sessions as ``lax.scan`` inside
+* jit: ``drivers.jit_runner.run``, whole sessions as ``lax.scan`` inside
   ``vmap``;
 * per_session: ``numpy_session`` below, one session at a time: NumPy matmul
   and argpartition top-K, the composer MLP in NumPy, rank-cap and TW-RRF with
@@ -45,12 +45,13 @@ from recovr_jax.core import demotion
 from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 from recovr_jax.core import sharding
+from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_environment
 from recovr_jax import methods
-from recovr_jax.protocol import host as host_driver
+from recovr_jax.drivers import host_driver
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
@@ -222,14 +223,14 @@ def main(argv):
              'setup_s': setup_s}
 
   log('jit: compile and fill the phrase table')
-  sim_env = run.built.sim_env
-  cfg = traced_face.sim_config(method, base, jax_config, sim_env.composer)
+  jit_env = run.built.jit_env
+  cfg = traced_face.jit_config(method, base, jax_config, jit_env.composer)
   start = time.perf_counter()
-  jit_trace = traced_face.run(sim_env, cfg, sessions, seed=0, log=log)
+  jit_trace = jit_runner.run(jit_env, cfg, sessions, seed=0, log=log)
   results['jit_first_call_s'] = time.perf_counter() - start
-  results['phrase_table_size'] = len(sim_env.table)
+  results['phrase_table_size'] = len(jit_env.table)
   log('jit: timed')
-  t_jit, all_jit = bench_common.timings(lambda: traced_face.run(sim_env, cfg, sessions, 0),
+  t_jit, all_jit = bench_common.timings(lambda: jit_runner.run(jit_env, cfg, sessions, 0),
                          _REPEATS.value)
 
   seconds, all_seconds = {'jit': t_jit}, {'jit': all_jit}
@@ -237,11 +238,11 @@ def main(argv):
   if len(devices) > 1:
     log(f'jit: sessions split over {len(devices)} devices')
     mesh = sharding.make_mesh(gallery_shards=1, session_shards=len(devices))
-    split = traced_face.run(sim_env, cfg, sessions, 0, mesh=mesh)
+    split = jit_runner.run(jit_env, cfg, sessions, 0, mesh=mesh)
     results['jit_split_equals_jit'] = bool(np.array_equal(
         split.displayed, jit_trace.displayed))
     seconds['jit_split'], all_seconds['jit_split'] = bench_common.timings(
-        lambda: traced_face.run(sim_env, cfg, sessions, 0, mesh=mesh),
+        lambda: jit_runner.run(jit_env, cfg, sessions, 0, mesh=mesh),
         _REPEATS.value)
 
   log('host: warm-up (fills the text cache), then timed')

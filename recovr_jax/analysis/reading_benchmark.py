@@ -50,7 +50,7 @@ from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 from recovr_jax import methods
-from recovr_jax.protocol import host
+from recovr_jax.drivers import host_driver
 from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import registry
 
@@ -127,7 +127,7 @@ def collect(env, ctx, user_config, seed: int, sessions, base,
   method = methods.make('recovr', settings)
   sessions = np.asarray(sessions)
   for i in range(0, len(sessions), batch_size):
-    host.run_batch(env, method, sessions[i:i + batch_size], respond, ctx,
+    host_driver.run_batch(env, method, sessions[i:i + batch_size], respond, ctx,
                    base)
   intents = [o for _, o in recording.log['intent']]
   reflects = recording.log['reflect']

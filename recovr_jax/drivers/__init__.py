@@ -5,14 +5,14 @@ an assembled run (``run.assemble.Run``). There are three, and
 ``choose`` is the one place a run's driver is picked:
 
 * ``host`` (``host_driver.OnHost``): the protocol's Python loop, a
-  turn at a time on the host (``protocol.host``);
+  turn at a time on the host (``drivers.host_driver``);
 * ``jit`` on a source with a traced face (``protocol.source.TracedFace``,
   the world): each turn of a batch one ``vmap``-ped program (user,
   method, ranking), the user's words and their reading tabulated
   (``jit_driver.Traced``);
 * ``jit`` on any other source: the same turns, with the host's user and
   reasoning planning each turn before it is ranked (``jit_driver.Stepped``,
-  ``protocol.stepped``).
+  ``drivers.stepped``).
 
 Adding a driver: a ``Driver`` subclass in its own module and a line in
 ``choose``.

@@ -2,7 +2,7 @@
 
 import abc
 
-from recovr_jax.protocol import host
+from recovr_jax.protocol import environment
 from recovr_jax.protocol import source as source_lib
 
 
@@ -38,7 +38,7 @@ class Driver(abc.ABC):
 
   @abc.abstractmethod
   def run_batch(self, run, method, batch, loop, label: str,
-                errors: dict) -> host.BatchResult:
+                errors: dict) -> environment.BatchResult:
     """``method`` on the sessions ``batch`` of ``run`` (``loop``: its
     ``ranking.LoopConfig``); sessions that raise are recorded in ``errors``
     (position -> message) where the driver can go on without them.

@@ -1,6 +1,6 @@
 """The jitted drivers: each turn of a batch one ``vmap``-ped program, run
-turn by turn (``protocol.jitted``), on a source's traced face or with the
-host's user and reasoning planning each turn (``protocol.stepped``)."""
+turn by turn (``drivers.jit_runner``), on a source's traced face or with the
+host's user and reasoning planning each turn (``drivers.stepped``)."""
 
 import abc
 import dataclasses
@@ -8,9 +8,12 @@ import dataclasses
 import jax
 
 from recovr_jax.drivers import driver
+from recovr_jax.drivers import jit_runner
+from recovr_jax.drivers import stepped
 from recovr_jax import methods
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import traced
 
 
 class _Jitted(driver.Driver):
@@ -21,38 +24,36 @@ class _Jitted(driver.Driver):
   JOINT = True
   SHARDS = True
   USER_DRAWS = 'jax'
-  # A partial last batch runs padded to --batch_size (jitted.run's pad_to):
+  # A partial last batch runs padded to --batch_size (jit_runner.run's pad_to):
   # the full batches' compiled program, not one of its own.
   PAD_BATCHES = False
 
   def problems(self, config, source):
-    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
     out = []
     for name in config.methods:
       if name not in methods.REGISTRY:
         continue  # the method check names it
       try:
-        jitted.check_supported(methods.make(name, config.settings))
-      except jitted.Unsupported as e:
+        traced.check_supported(methods.make(name, config.settings))
+      except traced.Unsupported as e:
         out.append(f'--simulation=jit: {e}; change {e.flag} or use '
                    '--simulation=host')
     return out
 
   @abc.abstractmethod
   def batch(self, run, method, sessions, loop) -> source_lib.JitBatch:
-    """What ``protocol.jitted.run`` runs for this batch."""
+    """What ``drivers.jit_runner.run`` runs for this batch."""
 
   def run_batch(self, run, method, batch, loop, label, errors):
-    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
     del label, errors  # a batch that raises fails the run
     config = run.config
     with profiled('jitted sessions'):
       mesh = _mesh(config)
       face = self.batch(run, method, batch, loop)
-      trace = jitted.run(
+      trace = jit_runner.run(
           face.env, face.config, batch, config.user_seed,
           log=lambda msg: print(f'[{method.name}] {msg}', flush=True),
-          chunk_size=jitted.chunk_size(config.jit_chunk_size), mesh=mesh,
+          chunk_size=jit_runner.chunk_size(config.jit_chunk_size), mesh=mesh,
           pad_to=_full_batch(run) if self.PAD_BATCHES else None)
       return face.result(trace)
 
@@ -90,7 +91,7 @@ class Traced(_Jitted):
 
   def prepare(self, source, built):
     return dataclasses.replace(built,
-                               sim_env=source.traced_environment(built))
+                               jit_env=source.traced_environment(built))
 
   def batch(self, run, method, sessions, loop):
     return run.source.traced_batch(run.config, run.built, method, sessions,
@@ -99,10 +100,9 @@ class Traced(_Jitted):
 
 class Stepped(_Jitted):
   """The host's user and reasoning stepped a turn per pass, the ranking in
-  JAX (``protocol.stepped``); the lists equal the host driver's."""
+  JAX (``drivers.stepped``); the lists equal the host driver's."""
 
   def batch(self, run, method, sessions, loop):
-    from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
     env = stepped.StepEnvironment(run.env, method, sessions, run.user,
                                   run.ctx, loop)
     return source_lib.JitBatch(env=env, config=env.config(loop),

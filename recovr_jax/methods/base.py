@@ -12,7 +12,7 @@ A method is an object with
   list just ranked (the question is part of the turn's plan, but it reads the
   list it is shown with, so the protocol asks for it after ranking);
 * optionally ``jax_form``: a pure-JAX form of ``init`` / ``step`` that the
-  jitted driver (``protocol.jitted``) runs inside ``lax.scan``: a
+  jitted driver (``drivers.jit_runner``) runs inside ``lax.scan``: a
   ``plan.JaxForm`` (and a ``plan.JaxAsker`` when it asks).
 
 ``state`` is the method's own, for the whole batch (a list, an array): the

@@ -210,7 +210,7 @@ class JaxObservation:
 @dataclasses.dataclass(frozen=True)
 class AttributeReading:
   """The observation of an environment whose feedback reads as attribute
-  values (the world's face; the toy of ``tests/protocol/jitted_toy_test.py``):
+  values (the world's face; the toy of ``tests/drivers/jit_loop_test.py``):
   what the reasoner reads in the words, and their embeddings."""
   mentions: jax.Array     # [A] int32 values the feedback names, -1 none
   negative: jax.Array     # [] bool, a rejection marker in the words

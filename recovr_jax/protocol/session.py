@@ -4,11 +4,11 @@ Turn 0 is the shared composed query; each feedback turn is
 
     stop rule -> user -> method -> ranking core -> question -> record
 
-``feedback_turn`` is that skeleton. Two drivers run it: ``protocol.host``
+``feedback_turn`` is that skeleton. Two loops run it: ``drivers.host_driver``'s
 (text, any reasoner, sessions batched in NumPy between jitted ranking steps)
-and ``protocol.jitted`` (one session's turn in JAX, ``lax.scan`` over turns
-inside ``vmap`` over sessions). A driver supplies the five operations; the
-skeleton fixes their order and the stop rule.
+and ``drivers.jit_loop``'s (one session's turn in JAX, ``vmap``-ped over
+sessions). A loop supplies the operations (``TurnLoop``); the skeleton fixes
+their order and the stop rule.
 """
 
 from typing import Protocol
@@ -36,8 +36,8 @@ def searching(ranking_state, target):
   return ~(ranking_state.stopped | found(ranking_state.shown_ids, target))
 
 
-class Driver(Protocol):
-  """The operations a driver gives the skeleton (host: batches of sessions in
+class TurnLoop(Protocol):
+  """The operations a loop gives the skeleton (host: batches of sessions in
   NumPy; jitted: one session in JAX)."""
 
   def still_searching(self, carry): ...
@@ -48,25 +48,25 @@ class Driver(Protocol):
   def record(self, carry, observation, plan, active): ...
 
 
-def feedback_turn(driver: Driver, carry, turn):
+def feedback_turn(turn_loop: TurnLoop, carry, turn):
   """One feedback turn ``turn`` (>= 1): ``(carry, record)``."""
-  return show(driver, *decide(driver, carry, turn))
+  return show(turn_loop, *decide(turn_loop, carry, turn))
 
 
-def decide(driver: Driver, carry, turn):
+def decide(turn_loop: TurnLoop, carry, turn):
   """``feedback_turn``'s first half, what is decided before the ranking:
   ``(carry, observation, plan, active)``."""
-  active = driver.still_searching(carry)              # the stop rule
-  observation = driver.respond(carry, turn, active)   # the user
-  carry, plan = driver.plan(carry, observation, active)  # the method
+  active = turn_loop.still_searching(carry)              # the stop rule
+  observation = turn_loop.respond(carry, turn, active)   # the user
+  carry, plan = turn_loop.plan(carry, observation, active)  # the method
   return carry, observation, plan, active
 
 
-def show(driver: Driver, carry, observation, plan, active):
+def show(turn_loop: TurnLoop, carry, observation, plan, active):
   """Its second half, from ``decide``'s results: ``(carry, record)``."""
-  carry = driver.rank(carry, plan, active)            # the ranking core
-  carry = driver.ask(carry, active)                   # shown with the list
-  return carry, driver.record(carry, observation, plan, active)
+  carry = turn_loop.rank(carry, plan, active)            # the ranking core
+  carry = turn_loop.ask(carry, active)                   # shown with the list
+  return carry, turn_loop.record(carry, observation, plan, active)
 
 
 def plain_turns(turn_fn, queries, carry, turns):

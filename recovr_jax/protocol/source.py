@@ -8,7 +8,7 @@ own typed config (``RunConfig.data``: ``envs.world.world_source.WorldData`` or
 * the run's input checks (``problems``, before anything loads) and the
   files whose contents make the run's identity (``input_paths``);
 * the queries, Progress Memory and encoders (``build`` ->
-  ``host.Environment``), and what to keep after a run (``save_caches``);
+  ``environment.Environment``), and what to keep after a run (``save_caches``);
 * the simulated user, and what it offers the reasoner backends
   (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
   assembly, ``run.assemble``, has the registry make the reasoner of
@@ -32,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-from recovr_jax.protocol import host
+from recovr_jax.protocol import environment
 from recovr_jax.reasoning import registry
 
 
@@ -58,8 +58,8 @@ class SourceError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Built:
   """A source's environment with what runs on it (a sweep's runs share it)."""
-  env: host.Environment
-  sim_env: object = None   # a traced face's protocol.jitted.Environment
+  env: environment.Environment
+  jit_env: object = None   # a traced face's traced.Environment
                            # (drivers.jit_driver.Traced.prepare)
   extra: object = None     # the source's own (e.g. the generated world)
   source: object = None    # the Source that built it (run.assemble.build)
@@ -67,12 +67,12 @@ class Built:
 
 @dataclasses.dataclass(frozen=True)
 class JitBatch:
-  """What the jitted driver runs for one batch: ``protocol.jitted.run(env,
+  """What the jitted driver runs for one batch: ``drivers.jit_runner.run(env,
   config, ...)``, then ``result(trace)`` is the batch's
-  ``host.BatchResult``."""
-  env: object       # a protocol.jitted.Environment
-  config: object    # its protocol.jitted.SimConfig
-  result: Callable  # SimTrace -> host.BatchResult
+  ``environment.BatchResult``."""
+  env: object       # a traced.Environment
+  config: object    # its traced.JitConfig
+  result: Callable  # traced.JitTrace -> environment.BatchResult
 
 
 class Source(abc.ABC):
@@ -104,7 +104,7 @@ class Source(abc.ABC):
     part); ``SourceError`` for inputs that cannot be read."""
 
   @abc.abstractmethod
-  def user(self, run, env: host.Environment):
+  def user(self, run, env: environment.Environment):
     """The host driver's user function
     ``respond(session, turn, target, shown, question) -> Feedback``."""
 
@@ -131,7 +131,7 @@ class TracedFace(abc.ABC):
 
   @abc.abstractmethod
   def traced_environment(self, built: Built):
-    """The ``protocol.jitted.Environment`` of ``built`` (once per build)."""
+    """The ``traced.Environment`` of ``built`` (once per build)."""
 
   @abc.abstractmethod
   def traced_batch(self, run, built: Built, method, sessions, loop,

@@ -18,7 +18,7 @@ import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax.profiling import part as profiled
-from recovr_jax.protocol import host
+from recovr_jax.protocol import environment
 from recovr_jax.run import integrity
 from recovr_jax.run import reporting
 from recovr_jax.run import validation
@@ -128,7 +128,7 @@ def load(out, method, b, shape, sessions, identity, num_ids):
       displayed = np.asarray(archive['displayed'])
       top_scores = np.asarray(archive['top_scores'])
       scores = np.asarray(archive['scores'])
-    want = tuple(shape[:2]) + (min(host.SHOWN, shape[2]),)
+    want = tuple(shape[:2]) + (min(environment.SHOWN, shape[2]),)
     if (displayed.shape != tuple(shape) or
         top_scores.shape != tuple(shape[:2]) or scores.shape != want):
       raise ValueError(f'shapes {displayed.shape}, {top_scores.shape} and '
@@ -143,8 +143,9 @@ def load(out, method, b, shape, sessions, identity, num_ids):
   if displayed.min() < -1 or displayed.max() >= num_ids:
     raise CorruptBatch(f'batch checkpoint {arrays} holds ids '
                        f'outside the gallery [0, {num_ids}); {fix}')
-  return (host.BatchResult(displayed=displayed, top_scores=top_scores,
-                           records=stored[3], scores=scores),
+  return (environment.BatchResult(displayed=displayed,
+                                  top_scores=top_scores, records=stored[3],
+                                  scores=scores),
           stored[4], stored[5])
 
 

@@ -1,6 +1,6 @@
 """One study instance: a composed query answered turn by turn by a person.
 
-The same protocol as a simulated session (``protocol.host``: the method, the
+The same protocol as a simulated session (``drivers.host_driver``: the method, the
 reasoner, the ranking core, the question shown with each list), one feedback
 turn per call: the participant's words take the simulated user's place. The
 method sees what it sees in a run: the words, its own lists and Progress
@@ -13,7 +13,8 @@ import unicodedata
 
 import numpy as np
 
-from recovr_jax.protocol import host
+from recovr_jax.drivers import host_driver
+from recovr_jax.protocol import environment
 from recovr_jax.protocol import plan
 from recovr_jax.reasoning import rules
 
@@ -57,8 +58,8 @@ def human_action(text: str, question) -> str:
   return 'rewrite' if rules.has_negative_marker(text) else 'modify'
 
 
-class _StudyDriver(host.HostDriver):
-  """The host driver with the participant as the stop rule: a session runs
+class _StudyLoop(host_driver.HostLoop):
+  """The host loop with the participant as the stop rule: a session runs
   a feedback turn whenever words are given (``Found it`` ends it instead)."""
 
   def still_searching(self, carry):
@@ -73,16 +74,16 @@ class Instance:
   the next turn and returns its trajectory record (the runner's fields).
   """
 
-  def __init__(self, env: host.Environment, method, session: int, ctx,
+  def __init__(self, env: environment.Environment, method, session: int, ctx,
                base):
     self.session = int(session)
     self._words = None
-    self._driver, self._carry, first = host.begin(
+    self._loop, self._carry, first = host_driver.begin(
         env, method, np.array([self.session]), self._user, ctx, base,
-        driver_class=_StudyDriver)
+        loop_class=_StudyLoop)
     self.turn = 0
     self.records = [first[0]]
-    self.num_turns = self._driver.config.num_turns
+    self.num_turns = self._loop.config.num_turns
 
   def _user(self, session, turn, target, shown, question):
     del session, turn, target, shown  # the person saw them on the page
@@ -105,7 +106,7 @@ class Instance:
       raise FeedbackError(f'this instance has had its {self.num_turns} '
                           'turns')
     self._words = text
-    carry, rows = host.feedback_turn(self._driver, self._carry,
+    carry, rows = host_driver.feedback_turn(self._loop, self._carry,
                                      self.turn + 1)
     self._carry, self.turn = carry, self.turn + 1
     self.records.append(rows[0])

@@ -252,7 +252,7 @@ class Study:
   """The study over a built environment: ``view``, ``feedback``, ``end``.
 
   Args:
-    env: the runner's environment (``protocol.host.Environment``).
+    env: the runner's environment (``protocol.environment.Environment``).
     method: the method participants talk to.
     ctx: what the method may read (``protocol.plan.Context``).
     base: the ranking core's ``LoopConfig`` (``num_turns`` = turns per

@@ -14,6 +14,7 @@ from absl.testing import absltest
 import numpy as np
 
 from recovr_jax.core import sharding
+from recovr_jax.drivers import jit_runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -58,8 +59,8 @@ def run_checks():
   step = jax.vmap(functools.partial(fusion.fuse_with_rank_cap, num_ids=50))
   for g, w in zip(sharding.over_sessions(step, mesh)(*args), step(*args)):
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
-  _, env, sim_env = toy_world.env_for('sum')
-  config = traced_face.sim_config(
+  _, env, jit_env = toy_world.env_for('sum')
+  config = traced_face.jit_config(
       methods.make('recovr'), ranking.LoopConfig(
           num_turns=3, list_length=20, num_ids=len(env.gallery)),
       simulated_user.UserConfig(), 'sum')
@@ -68,9 +69,9 @@ def run_checks():
   # plus the 12 rows) and 8 (2 blocks each: whole-padding shards), with
   # ReCoVR's avoid penalty and the reference rows read across them.
   ranking.BLOCK_SIZE = 32
-  plain = traced_face.run(sim_env, config, np.arange(23), seed=0)
+  plain = jit_runner.run(jit_env, config, np.arange(23), seed=0)
   for mesh in (mesh, sharding.make_mesh(gallery_shards=8, session_shards=1)):
-    split = traced_face.run(sim_env, config, np.arange(23), seed=0, mesh=mesh)
+    split = jit_runner.run(jit_env, config, np.arange(23), seed=0, mesh=mesh)
     jax.tree.map(np.testing.assert_array_equal, split, plain)
   print('sharding checks passed')
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import vectors
+from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.face import traced_face
@@ -16,7 +17,8 @@ from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_environment
 from recovr_jax import methods
-from recovr_jax.protocol import host
+from recovr_jax.drivers import host_driver
+from recovr_jax.protocol import environment
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
@@ -58,7 +60,7 @@ def tiny_environment(composer):
     apply = jax.jit(model.apply)
     compose = lambda r, e: np.asarray(apply(params, jnp.asarray(r),
                                             jnp.asarray(e)))
-  return world, host.Environment(
+  return world, environment.Environment(
       gallery=gallery, captions=world.gallery_captions, attributes=attrs,
       reference=world.test.reference, target=world.test.target,
       modification=world.test.edit, encode_text=fake_encode,
@@ -73,7 +75,7 @@ def run_host(env, method, sessions, user, base, reasoner=None):
   ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                      encode_text=env.encode_text, compose=env.compose,
                      reasoner=reasoner or rules.RulesReasoner(lexicon))
-  return host.run_batch(env, method, sessions,
+  return host_driver.run_batch(env, method, sessions,
                         world_environment.attribute_user(user, env.attributes), ctx,
                         base)
 
@@ -85,7 +87,7 @@ def env_for(composer):
   return _ENVS[composer]
 
 
-def run_both(env, sim_env, method, user_config, chunk_size=7, seed=5,
+def run_both(env, jit_env, method, user_config, chunk_size=7, seed=5,
              num_turns=4):
   """``(host result, jitted trace, sim config)`` of 24 sessions with the
   same (jax) draws."""
@@ -95,8 +97,8 @@ def run_both(env, sim_env, method, user_config, chunk_size=7, seed=5,
   host_result = run_host(env, method, sessions,
                          simulated_user.SimulatedUser(user_config, seed=seed),
                          base)
-  config = traced_face.sim_config(method, base, user_config, sim_env.composer)
-  trace = traced_face.run(sim_env, config, sessions, seed=seed,
+  config = traced_face.jit_config(method, base, user_config, jit_env.composer)
+  trace = jit_runner.run(jit_env, config, sessions, seed=seed,
                          chunk_size=chunk_size)
   np.testing.assert_array_equal(trace.displayed, host_result.displayed)
   return host_result, trace, config

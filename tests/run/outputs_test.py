@@ -3,7 +3,7 @@
 from absl.testing import absltest
 import numpy as np
 
-from recovr_jax.protocol import host
+from recovr_jax.protocol import environment
 from recovr_jax.run import outputs
 
 
@@ -16,7 +16,7 @@ def _env(rng, n=40, d=8, q=25):
                                    for t in texts])
   reference = rng.integers(n, size=q)
   target = (reference + 1 + rng.integers(n - 1, size=q)) % n
-  env = host.Environment(
+  env = environment.Environment(
       gallery=gallery, captions=tuple(f'c{i}' for i in range(n)),
       attributes=None, reference=reference, target=target,
       modification=('x',) * q, encode_text=encode, compose=None)

@@ -1003,9 +1003,10 @@ class WebvidCovrTest(absltest.TestCase):
       self.assertGreater(len(stops), 1, 'every session stopped alike')
 
   def test_the_stepped_face_refuses_a_turn_out_of_order(self):
-    from recovr_jax.protocol import jitted  # pylint: disable=g-import-not-at-top
+    from recovr_jax.protocol import traced  # pylint: disable=g-import-not-at-top
+    from recovr_jax.drivers import jit_runner  # pylint: disable=g-import-not-at-top
     from recovr_jax.protocol import plan  # pylint: disable=g-import-not-at-top
-    from recovr_jax.protocol import stepped  # pylint: disable=g-import-not-at-top
+    from recovr_jax.drivers import stepped  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.files import files_environment  # pylint: disable=g-import-not-at-top
     from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
@@ -1022,14 +1023,14 @@ class WebvidCovrTest(absltest.TestCase):
     step_env = stepped.StepEnvironment(env, methods.make('recovr'),
                                        np.arange(4), user, ctx, base)
     config = step_env.config(base)
-    trace = jitted.run(step_env, config, np.arange(4), 0, chunk_size=None)
+    trace = jit_runner.run(step_env, config, np.arange(4), 0, chunk_size=None)
     # Each session's turns were ranked once and recorded as the host's.
     self.assertEqual([len(r) for r in step_env.stepper.records], [3] * 4)
     self.assertEqual(trace.displayed.shape[:2], (4, 3))
     # A turn probed out of order (each call gets one turn) is refused.
     with self.assertRaisesRegex(RuntimeError, 'turn 1 was probed before '
                                 'turn 3'):
-      step_env.stepper.fill(jitted.Turn(1, {}))
+      step_env.stepper.fill(traced.Turn(1, {}))
 
   def test_runs_end_to_end(self):
     from tests.helpers import real_files  # pylint: disable=g-import-not-at-top

@@ -13,7 +13,7 @@ from recovr_jax.core import vectors
 from recovr_jax.envs.files import callables
 from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
-from recovr_jax.protocol import host
+from recovr_jax.protocol import environment
 
 
 def real_environment(annotations: str, gallery_embeddings: str,
@@ -23,7 +23,7 @@ def real_environment(annotations: str, gallery_embeddings: str,
                      missing_ids: str = 'error',
                      text_encoder: str | None = None,
                      composer: str | None = None,
-                     start: str = 'composed') -> host.Environment:
+                     start: str = 'composed') -> environment.Environment:
   """The environment of an annotation CSV, precomputed gallery embeddings
   and the local CLIP that embedded them (for the text side).
 
@@ -96,7 +96,7 @@ def real_environment(annotations: str, gallery_embeddings: str,
   compose = (callables.composer(composer, dim) if composer
              else sum_composer)
 
-  return host.Environment(
+  return environment.Environment(
       gallery=np.concatenate(video).astype(np.float32),
       captions=tuple(captions), attributes=None,
       reference=np.array(reference, np.int64),

@@ -7,11 +7,11 @@ import numpy as np
 from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.models import training
 from recovr_jax import profiling
-from recovr_jax.protocol import host
+from recovr_jax.protocol import environment
 
 
 def world_environment(world, text_encoder, video_params, composer_params,
-                      cache_dir=None, captioner=None) -> host.Environment:
+                      cache_dir=None, captioner=None) -> environment.Environment:
   """The environment of the embedded world with the shipped encoders.
 
   ``captioner``: the captioning model whose captions Progress Memory holds
@@ -34,7 +34,7 @@ def world_environment(world, text_encoder, video_params, composer_params,
       return np.asarray(compose_fn(np.pad(reference, pad),
                                    np.pad(edit, pad)))[:rows]
 
-  return host.Environment(
+  return environment.Environment(
       gallery=memory.video, captions=memory.captions,
       attributes=world.gallery_attributes,
       reference=np.asarray(world.test.reference),

@@ -397,22 +397,22 @@ class WorldSource(source.Source, source.TracedFace,
 
   def traced_batch(self, run, built, method, sessions, loop, reasoner):
     from recovr_jax.envs.world.face import traced_face as jitted  # pylint: disable=g-import-not-at-top
-    sim_env = built.sim_env
-    sim_config = jitted.sim_config(
-        method, loop, run.user, sim_env.composer, reasoner=run.reasoner,
+    jit_env = built.jit_env
+    jit_config = jitted.jit_config(
+        method, loop, run.user, jit_env.composer, reasoner=run.reasoner,
         lexical=registry.get(run.reasoner).LEXICAL,
         sigma=reasoner.sigma_rule,
         num_attributes=len(self.config.world.attributes))
-    # Made here with the reasoner's reader; jitted.run finds it by key.
+    # Made here with the reasoner's reader; jit_runner.run finds it by key.
     label = None
     if getattr(reasoner, 'frames', None) is not None:
       from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
       label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
-    table = jitted.word_table(sim_env, sim_config, run.user_seed,
+    table = jitted.word_table(jit_env, jit_config, run.user_seed,
                               parse=reasoner.feedback_values, label=label)
     return source.JitBatch(
-        env=sim_env, config=sim_config,
-        result=lambda trace: jitted.batch_result(sim_env, trace, table,
+        env=jit_env, config=jit_config,
+        result=lambda trace: jitted.batch_result(jit_env, trace, table,
                                                  sessions=sessions))
 
   def frames(self, built):

@@ -199,7 +199,7 @@ class WordTable:
 
 
 # The entries a run's word and dialogue tables hold room for from the
-# start (``jitted.run`` asks for it): `main` (500 sessions x 23 methods)
+# start (``jit_runner.run`` asks for it): `main` (500 sessions x 23 methods)
 # writes about 6,000 user turns and 2,000 dialogues.
 MIN_ENTRIES = 8192
 

@@ -1,4 +1,4 @@
-"""The generated world's face for the jitted driver (``protocol.jitted``).
+"""The generated world's face for the jitted driver (``drivers.jit_runner``).
 
 * the user is ``simulated_user.decide`` (``jax.random`` draws keyed by seed,
   session and turn), so it decides (action, named attributes, prefix)
@@ -35,17 +35,14 @@ from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.benchmark import words as words_lib
 from recovr_jax.envs.world.face import phrase_table
 from recovr_jax.envs.world.user import simulated_user
-from recovr_jax.protocol import host
-from recovr_jax.protocol import jitted
+from recovr_jax.protocol import environment
+from recovr_jax.protocol import traced
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 
 NUM_CODES = phrase_table.NUM_CODES
-run = jitted.run
-check_supported = jitted.check_supported
-Unsupported = jitted.Unsupported
 
 
 @jax.tree_util.register_dataclass
@@ -58,7 +55,7 @@ class WorldArrays:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorldFace(jitted.Face):
+class WorldFace(traced.Face):
   """The simulated user and the phrase and word tables, under ``jit``."""
   OBSERVATION: ClassVar[type] = plan.AttributeReading
   TELLS_HELD: ClassVar[bool] = True
@@ -157,11 +154,11 @@ class WorldFace(jitted.Face):
 
 
 @dataclasses.dataclass(frozen=True)
-class SimEnvironment(jitted.Environment):
-  """The world's ``jitted.Environment``: arrays, the composer, the phrase
+class JitEnvironment(traced.Environment):
+  """The world's ``traced.Environment``: arrays, the composer, the phrase
   table and the word tables (per user config, seed, T and reasoner, filled
   across batches)."""
-  data: jitted.JaxData
+  data: plan.JaxData
   composer: object
   composer_params: object
   table: phrase_table.PhraseTable
@@ -180,7 +177,7 @@ class SimEnvironment(jitted.Environment):
 
 class _Filler:
   """The phrase, word and dialogue tables of one run, filled turn by turn
-  (``jitted.Filler``)."""
+  (``traced.Filler``)."""
 
   def __init__(self, env, config, seed, num_sessions):
     self.env = env
@@ -209,7 +206,7 @@ class _Filler:
             (self.no_dialogues if self.dialogues is None
              else self.dialogues.arrays(self.least_nodes)))
 
-  def fill(self, turn: jitted.Turn) -> jitted.Fill:
+  def fill(self, turn: traced.Turn) -> traced.Fill:
     """The turn's words (written and parsed) and dialogues (encoded)
     that its probe lacked, then the phrases (encoded) of the plans made
     from words the tables held (the others' plans wait for their words:
@@ -231,8 +228,8 @@ class _Filler:
       ready = ~(no_word | no_dialogue)
     added = env.table.add(needed[ready][needed[ready] > 0])
     if not added and not written and not encoded:
-      return jitted.Fill()
-    return jitted.Fill(
+      return traced.Fill()
+    return traced.Fill(
         added=(f'encoded {added} new phrases (table {len(env.table)})' + (
             f', wrote and parsed {written} user turns (table {len(words)})'
             if words is not None else '') + (
@@ -240,7 +237,7 @@ class _Filler:
                 if dialogues is not None else '')),
         again=bool(written or encoded))
 
-  def settled(self, turn: jitted.Turn):
+  def settled(self, turn: traced.Turn):
     """Checks the turn read only what the tables held."""
     needed = turn.needed
     lacking = self.env.table.missing(needed[needed > 0])
@@ -252,7 +249,7 @@ class _Filler:
       raise RuntimeError(f'a turn was ranked without {lacking[:3]}')
 
 
-def prepare(env: host.Environment) -> SimEnvironment:
+def prepare(env: environment.Environment) -> JitEnvironment:
   """The tensors of a world environment (checked, before any run)."""
   if env.attributes is None:
     raise ValueError('the jitted mode needs attribute labels (the embedded '
@@ -288,7 +285,7 @@ def prepare(env: host.Environment) -> SimEnvironment:
     init_search.append(assignment(parsed))
   modification = np.asarray(env.encode_text([m for _, m in distinct]),
                             np.float32)[query]
-  data = jitted.JaxData(
+  data = plan.JaxData(
       gallery=jnp.asarray(env.gallery, jnp.float32),
       memory=plan.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
                                 **_question_tables(words, num_attrs)),
@@ -300,7 +297,7 @@ def prepare(env: host.Environment) -> SimEnvironment:
           init_search=jnp.asarray(np.stack(init_search)[query]),
           modification_attrs=jnp.asarray(np.stack([
               assignment(words.parse(m)) for _, m in distinct])[query])))
-  return SimEnvironment(data=data, composer=env.composer,
+  return JitEnvironment(data=data, composer=env.composer,
                         composer_params=env.composer_params,
                         table=phrase_table.PhraseTable(env.encode_text,
                                                        env.gallery.shape[1]),
@@ -332,13 +329,13 @@ def _question_tables(words, num_attrs: int):
               asked_open=jnp.asarray(asked(open_question), jnp.int32))
 
 
-def sim_config(method, base: ranking.LoopConfig,
+def jit_config(method, base: ranking.LoopConfig,
                user: simulated_user.UserConfig, composer,
                reasoner: str = 'rules',
                lexical: bool = True,
                sigma: str = 'rules',
                num_attributes: int = generator.NUM_ATTRIBUTES
-               ) -> jitted.SimConfig:
+               ) -> traced.JitConfig:
   """``reasoner``: the host backend whose reading the jitted mode
   reproduces (``lexical``: with the lexicon, as the rules read; else with
   its reader, so the words are always tabulated, read by ``word_table``'s
@@ -356,10 +353,10 @@ def sim_config(method, base: ranking.LoopConfig,
              or bool(needs) or asks or not lexical),
       utterances='utterances' in needs, dialogues='dialogues' in needs,
       num_attributes=num_attributes)
-  return jitted.SimConfig(loop=loop, face=face, form=form, composer=composer)
+  return traced.JitConfig(loop=loop, face=face, form=form, composer=composer)
 
 
-def word_table(env: SimEnvironment, config: jitted.SimConfig, seed: int,
+def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
                parse=None, label=None):
   """The ``words.WordTable`` of ``config``'s user and ``seed`` (None when
   its words need no tabulating). ``parse``: what ``config``'s reasoner
@@ -384,7 +381,7 @@ def word_table(env: SimEnvironment, config: jitted.SimConfig, seed: int,
   return table
 
 
-def dialogue_table(env: SimEnvironment, config: jitted.SimConfig, seed: int):
+def dialogue_table(env: JitEnvironment, config: traced.JitConfig, seed: int):
   """The ``words.DialogueTable`` of ``config``'s user and ``seed`` (None
   unless the method reads the joined dialogue)."""
   face = config.face
@@ -398,9 +395,9 @@ def dialogue_table(env: SimEnvironment, config: jitted.SimConfig, seed: int):
   return env.word_tables[key]
 
 
-def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
+def batch_result(env: JitEnvironment, trace: traced.JitTrace,
                  table: words_lib.WordTable | None = None,
-                 sessions=None) -> host.BatchResult:
+                 sessions=None) -> environment.BatchResult:
   """The host loop's ``BatchResult``; records hold what the reasoner read
   (``mentioned``: what the user named, unless its words were tabulated) and,
   with ``table``, the words (``feedback``). With the batch's ``sessions``
@@ -437,6 +434,7 @@ def batch_result(env: SimEnvironment, trace: jitted.SimTrace,
           search=phrase_table.phrase_text(int(trace.search[i, t])),
           edit=phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)))
     records.append(rows)
-  return host.BatchResult(displayed=trace.displayed,
-                          top_scores=trace.top_scores, records=records,
-                          scores=np.asarray(trace.scores)[..., :host.SHOWN])
+  return environment.BatchResult(
+      displayed=trace.displayed, top_scores=trace.top_scores,
+      records=records,
+      scores=np.asarray(trace.scores)[..., :environment.SHOWN])

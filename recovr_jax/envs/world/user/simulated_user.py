@@ -21,7 +21,7 @@ Each session's draws come from its own generator, seeded by
 ``(seed, session, turn)``, so they do not depend on the method under test.
 Two sources of draws: ``numpy`` (the default) and ``jax``, where the
 decision (action, named attributes, prefix) comes from ``decide``, the same
-pure function the jitted driver (``recovr_jax.protocol.jitted``, through
+pure function the jitted driver (``recovr_jax.drivers.jit_runner``, through
 ``envs.world.face.traced_face``) runs
 inside ``lax.scan``; host and jitted runs with ``jax`` draws are identical.
 Degradations: surface noise (character and word perturbations at a rate),

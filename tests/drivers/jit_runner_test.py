@@ -7,6 +7,7 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
+from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.face import phrase_table
@@ -14,6 +15,7 @@ from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.protocol import ranking
+from recovr_jax.protocol import traced
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
@@ -106,15 +108,15 @@ class JitEqualsHostTest(parameterized.TestCase):
       [(name, 'sum', 7) for name in methods.names()
        if methods.make(name).jax_form is not None])
   def test_same_lists(self, name, composer, chunk_size):
-    world, env, sim_env = toy_world.env_for(composer)
+    world, env, jit_env = toy_world.env_for(composer)
     user_config = simulated_user.UserConfig(draws='jax', drop_rate=0.2)
     method = methods.make(name, toy_world.NO_ASK)
-    host_result, trace, config = toy_world.run_both(env, sim_env, method, user_config,
+    host_result, trace, config = toy_world.run_both(env, jit_env, method, user_config,
                                           chunk_size)
     np.testing.assert_allclose(trace.top_scores, host_result.top_scores,
                                atol=1e-5)
     jit = traced_face.batch_result(
-        sim_env, trace, traced_face.word_table(sim_env, config, 5))
+        jit_env, trace, traced_face.word_table(jit_env, config, 5))
     answers = 0
     for h, j in zip(host_result.records, jit.records):
       for hr, jr in zip(h[1:], j[1:]):
@@ -147,16 +149,16 @@ class JitEqualsHostTest(parameterized.TestCase):
                                            language, noise_rate):
     # The user's own words and surface noise: the reasoner reads something
     # other than what the user named, tabulated per decision.
-    world, env, sim_env = toy_world.env_for(composer)
+    world, env, jit_env = toy_world.env_for(composer)
     user_config = simulated_user.UserConfig(
         draws='jax', drop_rate=0.1, language=language, noise_rate=noise_rate,
         style='paper' if language == 'own' else 'template')
     method = methods.make(name, toy_world.NO_ASK)
-    host_result, trace, config = toy_world.run_both(env, sim_env, method, user_config,
+    host_result, trace, config = toy_world.run_both(env, jit_env, method, user_config,
                                           chunk_size, seed=3)
     self.assertTrue(config.face.words)
-    table = traced_face.word_table(sim_env, config, 3)
-    jit = traced_face.batch_result(sim_env, trace, table)
+    table = traced_face.word_table(jit_env, config, 3)
+    jit = traced_face.batch_result(jit_env, trace, table)
     misread = 0
     for i, (h, j) in enumerate(zip(host_result.records, jit.records)):
       for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
@@ -182,16 +184,16 @@ class JitEqualsHostTest(parameterized.TestCase):
   )
   def test_same_lists_with_questions(self, mode, name, language, noise_rate):
     # ReCoVR's Question Asker (AskStream's gate, a budget of 2) in JAX.
-    _, env, sim_env = toy_world.env_for('sum')
+    _, env, jit_env = toy_world.env_for('sum')
     user_config = simulated_user.UserConfig(
         draws='jax', drop_rate=0.2, language=language, noise_rate=noise_rate)
     settings = methods.base.Settings(ask=asking.AskPolicy(
         mode=mode, threshold=0.5, budget=2))
     method = methods.make(name, settings)
-    host_result, trace, config = toy_world.run_both(env, sim_env, method, user_config)
+    host_result, trace, config = toy_world.run_both(env, jit_env, method, user_config)
     num_turns = trace.active.shape[1]
     jit = traced_face.batch_result(
-        sim_env, trace, traced_face.word_table(sim_env, config, 5))
+        jit_env, trace, traced_face.word_table(jit_env, config, 5))
     questions = answers = 0
     for i, (h, j) in enumerate(zip(host_result.records, jit.records)):
       for t, (hr, jr) in enumerate(zip(h[1:], j[1:])):
@@ -208,31 +210,31 @@ class JitEqualsHostTest(parameterized.TestCase):
     self.assertLessEqual(int((trace.asked >= 0).sum(axis=1).max()), 2)
 
   def test_compacted_schedule_equals_plain(self):
-    _, env, sim_env = toy_world.env_for('sum')
+    _, env, jit_env = toy_world.env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = traced_face.sim_config(methods.make('recovr', toy_world.NO_ASK), base,
+    config = traced_face.jit_config(methods.make('recovr', toy_world.NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     sessions = np.arange(24)[::-1]
-    plain = traced_face.run(sim_env, config, sessions, seed=1, chunk_size=None)
+    plain = jit_runner.run(jit_env, config, sessions, seed=1, chunk_size=None)
     for chunk_size in (1, 5, 64):
-      compact = traced_face.run(sim_env, config, sessions, seed=1,
+      compact = jit_runner.run(jit_env, config, sessions, seed=1,
                                chunk_size=chunk_size)
       jax.tree.map(np.testing.assert_array_equal, compact, plain)
     self.assertFalse(plain.active[:, -1].all())  # some sessions stopped
 
   def test_a_partial_batch_padded_to_the_full_one_is_the_same(self):
-    # The runner's partial last batch runs padded (jitted.run's pad_to) so
+    # The runner's partial last batch runs padded (jit_runner.run's pad_to) so
     # that it reuses the full batches' program: the copies of its last
     # session are dropped, the other sessions' results are unchanged.
-    _, env, sim_env = toy_world.env_for('sum')
+    _, env, jit_env = toy_world.env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = traced_face.sim_config(methods.make('recovr', toy_world.NO_ASK),
+    config = traced_face.jit_config(methods.make('recovr', toy_world.NO_ASK),
                                    base, simulated_user.UserConfig(), 'sum')
     sessions = np.arange(3, 10)
-    plain = traced_face.run(sim_env, config, sessions, seed=1, chunk_size=5)
-    padded = traced_face.run(sim_env, config, sessions, seed=1, chunk_size=5,
+    plain = jit_runner.run(jit_env, config, sessions, seed=1, chunk_size=5)
+    padded = jit_runner.run(jit_env, config, sessions, seed=1, chunk_size=5,
                             pad_to=12)
     self.assertEqual(padded.displayed.shape[0], len(sessions))
     jax.tree.map(np.testing.assert_array_equal, padded, plain)
@@ -240,17 +242,17 @@ class JitEqualsHostTest(parameterized.TestCase):
 
   def test_table_fills_itself(self):
     _, env, _ = toy_world.env_for('sum')
-    sim_env = traced_face.prepare(env)  # an empty table
+    jit_env = traced_face.prepare(env)  # an empty table
     base = ranking.LoopConfig(num_turns=3, list_length=20,
                               num_ids=len(env.gallery))
-    config = traced_face.sim_config(methods.make('recovr', toy_world.NO_ASK), base,
+    config = traced_face.jit_config(methods.make('recovr', toy_world.NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     log = []
-    trace = traced_face.run(sim_env, config, np.arange(8), seed=0,
+    trace = jit_runner.run(jit_env, config, np.arange(8), seed=0,
                            log=log.append)
     self.assertNotEmpty(log)
     needed = trace.needed[trace.needed > 0]
-    self.assertEqual(sim_env.table.missing(needed), [])
+    self.assertEqual(jit_env.table.missing(needed), [])
 
   def test_unsupported(self):
     class HostOnly(methods.base.Method):
@@ -258,10 +260,10 @@ class JitEqualsHostTest(parameterized.TestCase):
       init = step = None
 
     with self.assertRaisesRegex(ValueError, 'host loop'):
-      traced_face.check_supported(HostOnly())
+      traced.check_supported(HostOnly())
     # Every registered method, questions, noise and the user's own words.
     for name in methods.names():
-      traced_face.check_supported(methods.make(name))
+      traced.check_supported(methods.make(name))
     with self.assertRaisesRegex(ValueError, 'user draws'):
       simulated_user.UserConfig(draws='torch')
 
@@ -278,7 +280,7 @@ class GroundedReaderJitTest(absltest.TestCase):
   def test_same_lists_and_sigma_as_the_host(self):
     from recovr_jax.reasoning import grounding  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import reader_fit  # pylint: disable=g-import-not-at-top
-    _, env, sim_env = toy_world.env_for('sum')
+    _, env, jit_env = toy_world.env_for('sum')
     # It abstains below its threshold (rules_core.ABSTAIN in the table).
     reader = grounding.GroundingReader(
         lexicon, toy_world.fake_encode, reader_fit.prototypes('train'), threshold=0.4,
@@ -305,25 +307,25 @@ class GroundedReaderJitTest(absltest.TestCase):
           frames=classifier if sigma == 'frames' else None)
       label = (None if sigma != 'frames' else
                lambda w: frames.LABELS.index(reasoner.frame_label(w)))  # pylint: disable=cell-var-from-loop
-      sim_env.word_tables.clear()
+      jit_env.word_tables.clear()
       method = methods.make(name, settings)
       host_result = toy_world.run_host(env, method, sessions,
                              simulated_user.SimulatedUser(user_config, seed=3),
                              base, reasoner=reasoner)
-      config = traced_face.sim_config(method, base, user_config,
-                                     sim_env.composer, reasoner='grounded',
+      config = traced_face.jit_config(method, base, user_config,
+                                     jit_env.composer, reasoner='grounded',
                                      lexical=False, sigma=sigma)
       self.assertTrue(config.face.words)
       with self.assertRaisesRegex(ValueError, 'parse'):
-        traced_face.word_table(sim_env, dataclasses.replace(
+        traced_face.word_table(jit_env, dataclasses.replace(
             config, face=dataclasses.replace(config.face, reasoner='other')),
             3)
-      table = traced_face.word_table(sim_env, config, 3,
+      table = traced_face.word_table(jit_env, config, 3,
                                     parse=reasoner.feedback_values,
                                     label=label)
-      trace = traced_face.run(sim_env, config, sessions, seed=3, chunk_size=7)
+      trace = jit_runner.run(jit_env, config, sessions, seed=3, chunk_size=7)
       np.testing.assert_array_equal(trace.displayed, host_result.displayed)
-      jit = traced_face.batch_result(sim_env, trace, table)
+      jit = traced_face.batch_result(jit_env, trace, table)
       for h, j in zip(host_result.records, jit.records):
         for hr, jr in zip(h[1:], j[1:]):
           self.assertEqual(hr['sigma'], jr['sigma'])

@@ -1,4 +1,4 @@
-"""protocol.jitted on a toy environment written here: the driver knows no
+"""drivers.jit_runner on a toy environment written here: the driver knows no
 data source (two attributes, a user who names what differs)."""
 
 import dataclasses
@@ -14,10 +14,12 @@ import numpy as np
 from recovr_jax import methods
 from recovr_jax.core import fusion
 from recovr_jax.methods import base
-from recovr_jax.protocol import jitted
+from recovr_jax.protocol import traced
+from recovr_jax.drivers import jit_loop
+from recovr_jax.drivers import jit_runner
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import stepped
+from recovr_jax.drivers import stepped
 from recovr_jax.reasoning import asking
 
 A, V = 2, 3                  # attributes, values per attribute
@@ -88,7 +90,7 @@ class ToyFace:
 @dataclasses.dataclass(frozen=True)
 class HeldToyFace(ToyFace):
   """``ToyFace`` that tells a turn that read only encoded texts
-  (``jitted.Face.held``): the texts of code 0 and those not zero."""
+  (``traced.Face.held``): the texts of code 0 and those not zero."""
   TELLS_HELD = True
 
   def held(self, tables, record, keys):
@@ -119,7 +121,7 @@ class _Filler:
 
   def fill(self, turn):
     assert (turn.needed < 2 * CODES).all()
-    return jitted.Fill()
+    return traced.Fill()
 
   def settled(self, turn):
     del turn
@@ -143,7 +145,7 @@ class _LazyFiller:
     new = {int(k) % CODES for k in np.ravel(turn.needed)} - self.codes
     self.codes |= new
     self.fills.append((turn.index, len(new)))
-    return jitted.Fill(added=f'encoded {len(new)}' if new else '')
+    return traced.Fill(added=f'encoded {len(new)}' if new else '')
 
   def settled(self, turn):
     self.shapes.add(turn.needed.shape)
@@ -176,13 +178,13 @@ class ToyEnvironmentTest(absltest.TestCase):
              if r != t][::5]
     env = _environment(pairs)
     ask = base.Settings(ask=asking.AskPolicy(mode='always', budget=1))
-    config = jitted.SimConfig(
+    config = traced.JitConfig(
         loop=ranking.LoopConfig(num_turns=3, list_length=5,
                                 num_ids=len(VIDEOS)),
         face=ToyFace(), form=methods.make('recovr', ask).jax_form)
     sessions = np.arange(len(pairs))
-    plain = jitted.run(env, config, sessions, seed=0, chunk_size=None)
-    compact = jitted.run(env, config, sessions, seed=0, chunk_size=3)
+    plain = jit_runner.run(env, config, sessions, seed=0, chunk_size=None)
+    compact = jit_runner.run(env, config, sessions, seed=0, chunk_size=3)
     jax.tree.map(np.testing.assert_array_equal, compact, plain)
     targets = np.array([t for _, t in pairs])
     top1 = plain.displayed[:, :, 0]
@@ -215,7 +217,7 @@ class ToyEnvironmentTest(absltest.TestCase):
     pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
              if r != t][::3]
     env = _environment(pairs, lazy=True)
-    config = jitted.SimConfig(
+    config = traced.JitConfig(
         loop=ranking.LoopConfig(num_turns=3, list_length=5,
                                 num_ids=len(VIDEOS)),
         face=ToyFace(), form=methods.make('recovr').jax_form)
@@ -223,7 +225,7 @@ class ToyEnvironmentTest(absltest.TestCase):
     for chunk_size in (None, 4):
       with self.subTest(chunk_size=chunk_size):
         logged = []
-        trace = jitted.run(env, config, sessions, seed=0,
+        trace = jit_runner.run(env, config, sessions, seed=0,
                            chunk_size=chunk_size, log=logged.append)
         filler = env.made[-1]
         self.assertEqual(filler.settled_turns, [0, 1, 2, 3])
@@ -233,25 +235,25 @@ class ToyEnvironmentTest(absltest.TestCase):
         self.assertTrue(logged[0].startswith('turn 1: encoded'), logged)
         # Each call was given the turn at hand only: [S, 2] keys.
         self.assertEqual(filler.shapes, {(len(sessions), 2)})
-        whole = jax.tree.map(np.asarray, jitted.simulate(
+        whole = jax.tree.map(np.asarray, jit_loop.simulate(
             config, env.data, filler.arrays(), None,
             jnp.asarray(sessions, jnp.int32), jax.random.key(0),
             chunk_size=chunk_size))
         jax.tree.map(np.testing.assert_array_equal, trace, whole)
         # And the lists equal those with every text encoded up front.
-        eager = jitted.run(dataclasses.replace(env, lazy=False), config,
+        eager = jit_runner.run(dataclasses.replace(env, lazy=False), config,
                            sessions, seed=0, chunk_size=chunk_size)
         jax.tree.map(np.testing.assert_array_equal, trace, eager)
 
   def test_chunks_are_chosen_by_backend(self):
     # The flag's default: chunks on a CPU, none on an accelerator (where a
     # chunk's lax.cond has the host read its predicate); 0: none.
-    self.assertEqual(jitted.chunk_size(None, 'cpu'),
-                     jitted.DEFAULT_CHUNK_SIZE)
-    self.assertIsNone(jitted.chunk_size(None, 'gpu'))
-    self.assertIsNone(jitted.chunk_size(None, 'tpu'))
-    self.assertIsNone(jitted.chunk_size(0, 'cpu'))
-    self.assertEqual(jitted.chunk_size(7, 'gpu'), 7)
+    self.assertEqual(jit_runner.chunk_size(None, 'cpu'),
+                     jit_runner.DEFAULT_CHUNK_SIZE)
+    self.assertIsNone(jit_runner.chunk_size(None, 'gpu'))
+    self.assertIsNone(jit_runner.chunk_size(None, 'tpu'))
+    self.assertIsNone(jit_runner.chunk_size(0, 'cpu'))
+    self.assertEqual(jit_runner.chunk_size(7, 'gpu'), 7)
 
   def test_a_probe_that_reads_only_held_texts_ranks_in_its_call(self):
     # A face that tells whether a turn read only held texts (Face.held):
@@ -264,9 +266,9 @@ class ToyEnvironmentTest(absltest.TestCase):
     loop = ranking.LoopConfig(num_turns=3, list_length=5,
                               num_ids=len(VIDEOS))
     form = methods.make('recovr').jax_form
-    plain = jitted.SimConfig(loop=loop, face=ToyFace(), form=form)
-    telling = jitted.SimConfig(loop=loop, face=HeldToyFace(), form=form)
-    real_call = jitted._Programs.__call__  # pylint: disable=protected-access
+    plain = traced.JitConfig(loop=loop, face=ToyFace(), form=form)
+    telling = traced.JitConfig(loop=loop, face=HeldToyFace(), form=form)
+    real_call = jit_runner._Programs.__call__  # pylint: disable=protected-access
     for lazy, chunk_size in itertools.product((False, True), (None, 4)):
       with self.subTest(lazy=lazy, chunk_size=chunk_size):
         env = _environment(pairs, lazy=lazy)
@@ -276,10 +278,10 @@ class ToyEnvironmentTest(absltest.TestCase):
           calls.append((turn, rank))
           return real_call(programs, tables, carry, turn, rank)
 
-        with mock.patch.object(jitted._Programs, '__call__', counted):  # pylint: disable=protected-access
-          trace = jitted.run(env, telling, sessions, seed=0,
+        with mock.patch.object(jit_runner._Programs, '__call__', counted):  # pylint: disable=protected-access
+          trace = jit_runner.run(env, telling, sessions, seed=0,
                              chunk_size=chunk_size)
-        want = jitted.run(env, plain, sessions, seed=0,
+        want = jit_runner.run(env, plain, sessions, seed=0,
                           chunk_size=chunk_size)
         jax.tree.map(np.testing.assert_array_equal, trace, want)
         ranked_apart = [t for t, rank in calls if rank]
@@ -306,25 +308,25 @@ class ToyEnvironmentTest(absltest.TestCase):
     env = _environment(pairs)
     queries = jnp.arange(len(pairs), dtype=jnp.int32)
     tables = _Filler().arrays()
-    constants = jax.jit(jitted.simulate_batch,
+    constants = jax.jit(jit_loop.simulate_batch,
                         static_argnames=('config', 'chunk_size'))
-    before = jitted.simulate.compiled._cache_size()  # pylint: disable=protected-access
+    before = jit_loop.simulate.compiled._cache_size()  # pylint: disable=protected-access
     traces = []
     for rrf_k, kappa, threshold in ((60.0, (11, 4, 2), 0.8),
                                     (0.5, (2, 2, 1), 0.3)):
       ask = base.Settings(ask=asking.AskPolicy(
           mode='entropy', threshold=threshold, budget=2))
-      config = jitted.SimConfig(
+      config = traced.JitConfig(
           loop=ranking.LoopConfig(num_turns=3, list_length=5, rrf_k=rrf_k,
                                   recency='exp', gamma=0.7, kappa=kappa,
                                   num_ids=len(VIDEOS)),
           face=ToyFace(), form=methods.make('recovr', ask).jax_form)
       args = (env.data, tables, None, queries, jax.random.key(0))
-      trace = jitted.simulate(config, *args)
+      trace = jit_loop.simulate(config, *args)
       jax.tree.map(np.testing.assert_array_equal, trace,
                    constants(config, *args))
       traces.append(trace)
-    self.assertEqual(jitted.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
+    self.assertEqual(jit_loop.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
     # The numbers reach the program: the two configs rank differently.
     self.assertFalse(np.array_equal(traces[0].scores, traces[1].scores))
 
@@ -342,22 +344,22 @@ class ToyEnvironmentTest(absltest.TestCase):
                                    num_ids=len(VIDEOS))
     args = (env.data, _Filler().arrays(), None,
             jnp.arange(len(pairs), dtype=jnp.int32), jax.random.key(0))
-    constants = jax.jit(jitted.simulate_batch,
+    constants = jax.jit(jit_loop.simulate_batch,
                         static_argnames=('config', 'chunk_size'))
     names = ('recovr', 'covr_only', 't2v_only', 'intent_only', 'no_rankcap',
              'no_reflection', 'no_keep', 'no_avoid', 'covr_plain',
              't2v_plain', 'fixed_anchor', 'static_rrf', 'uniform_rrf',
              'penalty_rrf', 'sim_max', 'sim_sum')
-    before = jitted.simulate.compiled._cache_size()  # pylint: disable=protected-access
+    before = jit_loop.simulate.compiled._cache_size()  # pylint: disable=protected-access
     traces = {}
     for name in names:
       method = methods.make(name)
-      config = jitted.SimConfig(loop=method.ranking(base_loop),
+      config = traced.JitConfig(loop=method.ranking(base_loop),
                                 face=ToyFace(), form=method.jax_form)
-      traces[name] = jitted.simulate(config, *args)
+      traces[name] = jit_loop.simulate(config, *args)
       jax.tree.map(lambda a, b, n=name: np.testing.assert_array_equal(
           a, b, err_msg=n), traces[name], constants(config, *args))
-    self.assertEqual(jitted.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
+    self.assertEqual(jit_loop.simulate.compiled._cache_size() - before, 1)  # pylint: disable=protected-access
     # The switches and the fusion reach the program: the ablations and the
     # fusion variants rank differently.
     differ = [n for n in names[1:] if not np.array_equal(
@@ -374,9 +376,9 @@ class ToyEnvironmentTest(absltest.TestCase):
     loop = ranking.LoopConfig(num_turns=3, list_length=5,
                               num_ids=len(VIDEOS))
     with self.assertRaisesRegex(
-        jitted.Unsupported, 'reads TabulatedStep observations; this '
+        traced.Unsupported, 'reads TabulatedStep observations; this '
         "source's face gives AttributeReading"):
-      jitted.SimConfig(loop=loop, face=ToyFace(),
+      traced.JitConfig(loop=loop, face=ToyFace(),
                        form=stepped.TabulatedForm())
 
 

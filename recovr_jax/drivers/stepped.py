@@ -2,7 +2,7 @@
 
 For a data source whose user and reasoning exist only on the host (real
 files: the caption user compares captions, the free-text reasoner and the
-language models write text), the jitted driver (``protocol.jitted``) still
+language models write text), the jitted driver (``drivers.jit_runner``) still
 runs every session's turns in JAX, ``vmap``-ped over sessions, with the
 ranking core (retrieval, TW-RRF, rank-cap, the stop rule); what the host
 would compute at a turn is tabulated like the world's words:
@@ -11,7 +11,7 @@ would compute at a turn is tabulated like the world's words:
   the user's action per turn (``StepTables``); the face reads them
   (``StepFace``) and ``TabulatedForm`` passes them on as the turn's plan;
 * when turn ``t`` is probed, the host (``_Stepper``, the host driver
-  itself: ``host.HostDriver``'s ``respond``, ``plan``, ``ask`` and
+  itself: ``host_driver.HostLoop``'s ``respond``, ``plan``, ``ask`` and
   ``record``) lets the user answer the list of turn ``t - 1`` and the
   method plan turn ``t``; the turn is then ranked in JAX, and the host's
   method asks its question about the new list and records the turn. Each
@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import demotion
-from recovr_jax.protocol import host
-from recovr_jax.protocol import jitted
+from recovr_jax.drivers import host_driver
+from recovr_jax.protocol import environment
+from recovr_jax.protocol import traced
 from recovr_jax.protocol import plan as plan_lib
 
 
@@ -72,7 +73,7 @@ class TabulatedForm(plan_lib.JaxForm):
 
 
 @dataclasses.dataclass(frozen=True)
-class StepFace(jitted.Face):
+class StepFace(traced.Face):
   """Turns read from ``StepTables``; a text code is a table row (0: none)."""
   OBSERVATION: ClassVar[type] = TabulatedStep
   num_turns: int
@@ -137,7 +138,7 @@ class _Settled:
   fired: np.ndarray         # [S, T+1], column t from the trace
 
   @classmethod
-  def of(cls, settled: jitted.Turn, width: int):
+  def of(cls, settled: traced.Turn, width: int):
     """Of the settled turn ``settled``, ``fired`` ``width`` turns wide."""
     s, turn = len(settled.shown), settled.index
     fired = np.zeros((s, width), bool)
@@ -146,13 +147,13 @@ class _Settled:
                turn=np.full(s, turn), fired=fired)
 
 
-class StepEnvironment(jitted.Environment):
-  """The ``jitted.Environment`` of one batch: the host environment, its
+class StepEnvironment(traced.Environment):
+  """The ``traced.Environment`` of one batch: the host environment, its
   method, user and context, whose turns ``_Stepper`` tabulates."""
 
-  def __init__(self, env: host.Environment, method, sessions, user, ctx,
+  def __init__(self, env: environment.Environment, method, sessions, user, ctx,
                base):
-    self.host = host.HostDriver(env, method, sessions, user, ctx,
+    self.host = host_driver.HostLoop(env, method, sessions, user, ctx,
                                 method.ranking(base))
     searchable = env.searchable
     self.data = plan_lib.JaxData(
@@ -169,8 +170,8 @@ class StepEnvironment(jitted.Environment):
     self.stepper = None
 
   def config(self, base):
-    """The run's ``jitted.SimConfig`` (the host driver's ranking core)."""
-    return jitted.SimConfig(
+    """The run's ``traced.JitConfig`` (the host driver's ranking core)."""
+    return traced.JitConfig(
         loop=self.host.config,
         face=StepFace(num_turns=base.num_turns), form=TabulatedForm(),
         composer='given')
@@ -183,19 +184,19 @@ class StepEnvironment(jitted.Environment):
     self.stepper = _Stepper(self.host, config.loop.num_turns)
     return self.stepper
 
-  def result(self, trace) -> host.BatchResult:
+  def result(self, trace) -> environment.BatchResult:
     """The host driver's ``BatchResult`` of the run's trace."""
-    return host.BatchResult(displayed=trace.displayed,
-                            top_scores=trace.top_scores,
-                            records=self.stepper.records,
-                            scores=np.asarray(trace.scores)[..., :host.SHOWN])
+    return environment.BatchResult(
+        displayed=trace.displayed, top_scores=trace.top_scores,
+        records=self.stepper.records,
+        scores=np.asarray(trace.scores)[..., :environment.SHOWN])
 
 
 class _Stepper:
   """The tables of one batch, filled turn by turn by the host driver
-  (``jitted.Filler``)."""
+  (``traced.Filler``)."""
 
-  def __init__(self, driver: host.HostDriver, num_turns: int):
+  def __init__(self, driver: host_driver.HostLoop, num_turns: int):
     self.driver, self.num_turns = driver, num_turns
     env, sessions = driver.env, driver.sessions
     s, dim = len(sessions), env.gallery.shape[1]
@@ -208,12 +209,12 @@ class _Stepper:
         valid=np.zeros((rows, 2), bool),
         sigma=np.full(rows, demotion.SIGMA_NEU, np.int32),
         action=np.zeros(rows, np.int32), filled=np.zeros(rows, bool))
-    self.carry, plan, first = host.start_plan(driver)
+    self.carry, plan, first = host_driver.start_plan(driver)
     self._write(0, np.arange(s), plan, ['stop'] * s)
     self.records = [[rec] for rec in first]
     self.turn = 1          # the next turn the host plans
     self.pending = None    # (observation, plan, active) of the last one
-    self.last = None       # the last settled turn (``jitted.Turn``)
+    self.last = None       # the last settled turn (``traced.Turn``)
 
   def _write(self, turn, rows, plan, actions):
     if plan.penalty is not None and np.any(plan.penalty[rows]):
@@ -233,13 +234,13 @@ class _Stepper:
   def arrays(self):
     return StepTables(**{k: jnp.asarray(v) for k, v in self.tables.items()})
 
-  def fill(self, probe: jitted.Turn) -> jitted.Fill:
+  def fill(self, probe: traced.Turn) -> traced.Fill:
     """Turn ``t`` was probed: the host's user answers the list of turn
     ``t - 1`` and its method plans turn ``t`` (turn 0's plan is the
     start's)."""
     turn = probe.index
     if turn == 0:
-      return jitted.Fill()
+      return traced.Fill()
     if turn != self.turn or self.last.index != turn - 1:  # cannot happen
       raise RuntimeError(f'turn {turn} was probed before turn {self.turn}')
     driver = self.driver
@@ -251,10 +252,10 @@ class _Stepper:
     self._write(turn, fb.rows, plan,
                 [fb.responses[i].action for i in fb.rows])
     self.carry, self.pending, self.turn = carry, (fb, plan, active), turn + 1
-    return jitted.Fill(
+    return traced.Fill(
         added=f'planned turn {turn} on the host ({len(fb.rows)} sessions)')
 
-  def settled(self, settled: jitted.Turn):
+  def settled(self, settled: traced.Turn):
     """Turn ``t`` was ranked: the host's method asks its question about
     the list, and the turn is recorded."""
     turn, self.last = settled.index, settled

@@ -1,0 +1,199 @@
+"""The jitted drivers' interfaces: what a data source's traced face and a
+method's ``jax_form`` give them, and what a jitted run gives back.
+
+A data source with a pure-JAX face offers an ``Environment`` on the host
+(its arrays, its composer and the tables of a run, filled by a ``Filler``)
+and a ``Face`` under ``jit`` (the user, the text codes and the table
+lookups); a ``JitConfig`` names the face, the method's form and the loop's
+settings; ``JitTrace`` is a batch's run. The loop that runs them is
+``drivers.jit_loop``, the turn-by-turn runner ``drivers.jit_runner``; the
+world's face (``envs.world.face.traced_face``) implements these.
+"""
+
+import dataclasses
+from typing import ClassVar, Protocol
+
+import jax
+import numpy as np
+
+from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import ranking
+
+
+class Unsupported(ValueError):
+  """A setting the jitted driver cannot run; ``flag`` names what to change."""
+
+  def __init__(self, flag: str, message: str):
+    super().__init__(message)
+    self.flag = flag
+
+
+def check_supported(method):
+  """Raises ``Unsupported`` naming what the jitted mode cannot run."""
+  if method.jax_form is None:
+    raise Unsupported('--methods', (
+        f'method {method.name!r} runs only in the host loop (it has no '
+        'jax_form)'))
+
+
+class Face(Protocol):
+  """A data source's pure-JAX face: static (hashable) settings and pure
+  functions of ``JaxData`` and the run's tables, traced per session.
+  ``start``: turn 0 (what the method reads, and the face's per-session
+  state); ``code``: a ``[A]`` partial assignment's text code (0: the empty
+  text); ``key``: a channel text's table key; ``text``: its encoding
+  (anything while absent: the host adds what ``JitTrace.needed`` reports
+  before the turn is ranked); ``respond``: the user at a feedback turn
+  (``question``: the attribute it reads in the question shown, -1 none);
+  ``record``: a turn's record outputs, ``stopped()`` a stopped turn's.
+  ``OBSERVATION``: the type of the observation ``respond`` gives a method
+  (``JaxObservation.info``)."""
+  OBSERVATION: ClassVar[type]
+
+  def start(self, data, tables, query) -> tuple[plan_lib.JaxStart,
+                                                 object]: ...
+  def code(self, assignment) -> jax.Array: ...
+  def key(self, code, channel: int) -> jax.Array: ...
+  def text(self, tables, key) -> jax.Array: ...
+  def respond(self, data, tables, seed_key, query, turn, state, top1,
+              question) -> tuple[plan_lib.JaxObservation, object, dict]: ...
+  def record(self, outputs: dict, active) -> dict: ...
+  def stopped(self) -> dict: ...
+
+  # Whether ``held`` tells; without it each turn ranks in a call of its
+  # own after its probes, and its filler sees every probe.
+  TELLS_HELD: ClassVar[bool] = False
+
+  def held(self, tables, record: dict, keys) -> jax.Array:
+    """Whether a searching session's turn read only what ``tables`` hold
+    (its ``record`` outputs and the table keys ``keys`` ``[2]`` its
+    ranking reads, 0 none): exactly when the run's filler would add
+    nothing for it (read when ``TELLS_HELD``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fill:
+  """What a filler added for the turn a probe ran (``Filler.fill``):
+  ``added`` says it ('' nothing); ``again``: it changed what the turn's
+  user or plan read, so the turn is probed again before it is ranked."""
+  added: str = ''
+  again: bool = False
+
+
+class Turn:
+  """One turn's outputs for a filler (``Filler.fill``, ``settled``): turn
+  ``index``'s (0: the start), a probe's or the ranked turn's, each field
+  copied to the host when first read (the batch's trace stays where it
+  was computed until the batch ends)."""
+
+  def __init__(self, index: int, outs: dict):
+    self.index, self._outs, self._host = index, outs, {}
+
+  def _read(self, key):
+    if key not in self._host:
+      self._host[key] = np.asarray(self._outs[key])
+    return self._host[key]
+
+  @property
+  def shown(self) -> np.ndarray:  # [S, K] int32
+    return self._read('shown')
+
+  @property
+  def scores(self) -> np.ndarray:  # [S, K] float32
+    return self._read('scores')
+
+  @property
+  def needed(self) -> np.ndarray:  # [S, 2] int32 table keys (0: none)
+    if self.index == 0:
+      return self._read('needed')
+    return np.stack([self._read('needed_search'),
+                     self._read('needed_edit')], axis=1)
+
+  @property
+  def active(self) -> np.ndarray:  # [S] bool; at turn 0, every session
+    if self.index == 0:
+      return np.ones(len(self.shown), bool)
+    return self._read('active')
+
+  @property
+  def fired(self) -> np.ndarray:  # [S] bool; at turn 0, none
+    if self.index == 0:
+      return np.zeros(len(self.shown), bool)
+    return self._read('fired')
+
+  def own(self, key) -> np.ndarray:
+    """The face's record output ``key`` (feedback turns only)."""
+    if self.index == 0:
+      raise KeyError(f'turn 0 records no {key!r}')
+    if ('own', key) not in self._host:
+      self._host['own', key] = np.asarray(self._outs['own'][key])
+    return self._host['own', key]
+
+
+class Filler(Protocol):
+  """The tables of one run, filled turn by turn (``drivers.jit_runner.run``); each call gets
+  the turn at hand only (``Turn``)."""
+
+  def arrays(self):
+    """The tables as they are now (a pytree; the faces read them)."""
+
+  def fill(self, turn: Turn) -> Fill:
+    """Turn ``turn.index`` was probed (its list not ranked): adds the
+    entries its user and plan read and the tables lacked."""
+
+  def settled(self, turn: Turn) -> None:
+    """Turn ``turn.index`` was ranked with what it read: its lists are
+    final."""
+
+
+class Environment(Protocol):
+  """A data source's jitted face on the host: ``data``, ``composer`` (a
+  flax Module applied to ``composer_params``, or 'sum') and the tables of
+  a run (``filler``)."""
+  data: plan_lib.JaxData
+  composer: object
+  composer_params: object
+
+  def filler(self, config, seed: int, num_sessions: int) -> Filler: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class JitConfig:
+  """Static settings of a jitted run (hashable)."""
+  loop: ranking.LoopConfig
+  face: Face                # the source's face with its settings
+  form: plan_lib.JaxForm    # the method's ``jax_form`` (hashable)
+  # A flax Module applied to composer_params, 'sum', or 'given' (the edit
+  # embedding is the composed query itself: a source that tabulates the
+  # host method's queries, ``drivers.stepped``).
+  composer: object = 'sum'
+
+  def __post_init__(self):
+    gives, reads = self.face.OBSERVATION, self.form.READS
+    if not issubclass(gives, reads):
+      raise Unsupported('--methods', (
+          f'the method\'s jitted form ({type(self.form).__name__}) reads '
+          f'{reads.__name__} observations; this source\'s face gives '
+          f'{gives.__name__}'))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class JitTrace:
+  """A batch's run; per-turn fields are for turns 1..T, and stopped
+  sessions' turns hold action stop, sigma neu and code 0."""
+  displayed: jax.Array   # [S, T+1, K] int32 shown lists
+  top_scores: jax.Array  # [S, T+1] float32
+  active: jax.Array      # [S, T] bool, the user had not stopped
+  action: jax.Array      # [S, T] int32 index into plan.ACTIONS
+  sigma: jax.Array       # [S, T] int32
+  search: jax.Array      # [S, T] int32 the T2V text's code
+  edit: jax.Array        # [S, T] int32 the edit's code (0: empty)
+  needed: jax.Array      # [S, T+1, 2] int32 table keys used (0: none)
+  fired: jax.Array       # [S, T] bool rank-cap changed the list it capped
+  asked: jax.Array       # [S, T] int32 attribute of the question answered
+  questions: jax.Array   # [S, T] int32 questions asked so far, the one
+                         # shown with turn t's list included
+  own: dict              # the face's record outputs, each [S, T, ...]
+  scores: jax.Array      # [S, T+1, K] float32 scores of the shown lists
+             # the face's record outputs, each [S, T, ...]
