@@ -37,6 +37,7 @@ import numpy as np
 
 from experiments.bench import bench_common
 from experiments.common import cli
+from recovr_jax.drivers import jit_driver
 from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.face import traced_face
@@ -44,6 +45,7 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.drivers import host_driver
 from recovr_jax.protocol import ranking
+from recovr_jax.protocol import traced
 from recovr_jax.reasoning import asking
 from recovr_jax.run import resources
 
@@ -107,7 +109,9 @@ def main(argv):
   rows = {}
   for name in _METHODS.value:
     method = methods.make(name, settings)
-    cfg = traced_face.jit_config(method, base, user_config, jit_env.composer)
+    cfg = jit_driver.traced_config(
+        lambda form, turns: traced_face.world_face(form, turns, user_config),
+        method, base, traced.Reading('rules'), jit_env.composer)
     start = time.perf_counter()
     trace = jit_runner.run(jit_env, cfg, sessions, seed=0)
     first = time.perf_counter() - start

@@ -45,6 +45,7 @@ from recovr_jax.core import demotion
 from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 from recovr_jax.core import sharding
+from recovr_jax.drivers import jit_driver
 from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.face import traced_face
@@ -53,6 +54,7 @@ from recovr_jax.envs.world import world_environment
 from recovr_jax import methods
 from recovr_jax.drivers import host_driver
 from recovr_jax.protocol import ranking
+from recovr_jax.protocol import traced
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import schemas
 from recovr_jax.run import resources
@@ -224,7 +226,9 @@ def main(argv):
 
   log('jit: compile and fill the phrase table')
   jit_env = run.built.jit_env
-  cfg = traced_face.jit_config(method, base, jax_config, jit_env.composer)
+  cfg = jit_driver.traced_config(
+      lambda form, turns: traced_face.world_face(form, turns, jax_config),
+      method, base, traced.Reading('rules'), jit_env.composer)
   start = time.perf_counter()
   jit_trace = jit_runner.run(jit_env, cfg, sessions, seed=0, log=log)
   results['jit_first_call_s'] = time.perf_counter() - start

@@ -67,7 +67,7 @@ def _truth_scores(module, obj, target):
 def evaluate(backend, pairs, truths, reference, world):
   config = registry.ReasonerConfig(
       backend, chat=registry.ChatOptions(wording=int(_WORDING.value)))
-  reasoner = registry.make(config, world_source.vocabulary(world.config))
+  reasoner = registry.make(config, world_source.world_vocabulary(world.config))
   report = {}
   start = time.time()
   for module in schemas.MODULES:

@@ -3,6 +3,7 @@ turn by turn (``drivers.jit_runner``), on a source's traced face or with the
 host's user and reasoning planning each turn (``drivers.stepped``)."""
 
 import abc
+from collections.abc import Callable
 import dataclasses
 
 import jax
@@ -12,13 +13,25 @@ from recovr_jax.drivers import jit_runner
 from recovr_jax.drivers import stepped
 from recovr_jax import methods
 from recovr_jax.profiling import part as profiled
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import ranking
 from recovr_jax.protocol import traced
+from recovr_jax.reasoning import frames
+from recovr_jax.reasoning import registry
+
+
+@dataclasses.dataclass(frozen=True)
+class JitBatch:
+  """What a jitted driver runs for one batch: ``jit_runner.run(env, config,
+  ...)``, then ``result(trace)`` is the batch's
+  ``environment.BatchResult``."""
+  env: traced.Environment
+  config: traced.JitConfig
+  result: Callable  # traced.JitTrace -> environment.BatchResult
 
 
 class _Jitted(driver.Driver):
   """What both jitted drivers share: the method check, the device mesh and
-  the chunked run of a ``source_lib.JitBatch``."""
+  the chunked run of a ``JitBatch``."""
 
   NAME = 'jit'
   JOINT = True
@@ -41,7 +54,7 @@ class _Jitted(driver.Driver):
     return out
 
   @abc.abstractmethod
-  def batch(self, run, method, sessions, loop) -> source_lib.JitBatch:
+  def batch(self, run, method, sessions, loop) -> JitBatch:
     """What ``drivers.jit_runner.run`` runs for this batch."""
 
   def run_batch(self, run, method, batch, loop, label, errors):
@@ -80,22 +93,58 @@ def _mesh(config):
 
 
 class Traced(_Jitted):
-  """A source's traced face (``source_lib.TracedFace``): its user and the
+  """A source's traced face (``source.TracedFace``): its user and the
   reasoner's reading of the words run inside the turn's program, from
   tables."""
 
   PAD_BATCHES = True
 
   def problems(self, config, source):
-    return source.traced_problems(config) + super().problems(config, source)
+    out = source.traced_problems()
+    # (an unknown --reasoner is the reasoner check's to name)
+    if (config.reasoner in registry.REGISTRY and
+        not registry.get(config.reasoner).JITTED):
+      out.append('--simulation=jit needs --reasoner='
+                 f'{registry.or_list(registry.with_property("JITTED"))} on '
+                 f'--data={source.NAME} (its face reproduces their reading '
+                 'of the words)')
+    return out + super().problems(config, source)
 
   def prepare(self, source, built):
     return dataclasses.replace(built,
                                jit_env=source.traced_environment(built))
 
   def batch(self, run, method, sessions, loop):
-    return run.source.traced_batch(run.config, run.built, method, sessions,
-                                   loop, run.reasoner)
+    reading = _reading(run.config.reasoner, run.reasoner)
+    jit_env = run.built.jit_env
+    config = traced_config(
+        lambda form, num_turns: run.source.traced_face(
+            run.built, form, num_turns, reading, run.config.user),
+        method, loop, reading, jit_env.composer)
+    return JitBatch(env=jit_env, config=config, result=run.source.traced_result(
+        run.built, config, reading, run.config.user_seed, sessions))
+
+
+def traced_config(face, method, base: ranking.LoopConfig,
+                  reading: traced.Reading, composer) -> traced.JitConfig:
+  """The config of ``method`` on a traced face (``face(form, num_turns)``:
+  the source's face for the method's jitted form, ``reading``'s sigma rule
+  in it), ``base`` the run's loop settings."""
+  form = method.jax_form.with_sigma_rule(reading.sigma)
+  loop = method.ranking(base)
+  return traced.JitConfig(loop=loop, face=face(form, loop.num_turns),
+                          form=form, composer=composer)
+
+
+def _reading(name: str, reasoner) -> traced.Reading:
+  """How the run's reasoner ``reasoner`` (backend ``name``) reads the
+  user's words."""
+  label = None
+  if getattr(reasoner, 'frames', None) is not None:
+    label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
+  return traced.Reading(key=name, lexical=registry.get(name).LEXICAL,
+                        sigma=reasoner.sigma_rule,
+                        parse=reasoner.feedback_values, label=label)
 
 
 class Stepped(_Jitted):
@@ -105,5 +154,5 @@ class Stepped(_Jitted):
   def batch(self, run, method, sessions, loop):
     env = stepped.StepEnvironment(run.env, method, sessions, run.user,
                                   run.ctx, loop)
-    return source_lib.JitBatch(env=env, config=env.config(loop),
+    return JitBatch(env=env, config=env.config(loop),
                                result=env.result)

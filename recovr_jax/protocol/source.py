@@ -10,9 +10,9 @@ own typed config (``RunConfig.data``: ``envs.world.world_source.WorldData`` or
 * the queries, Progress Memory and encoders (``build`` ->
   ``environment.Environment``), and what to keep after a run (``save_caches``);
 * the simulated user, and what it offers the reasoner backends
-  (``user``, ``vocabulary``: ``reasoning.registry.Vocabulary``; the
-  assembly, ``run.assemble``, has the registry make the reasoner of
-  ``run.reasoner`` over it);
+  (``user``, ``vocabulary``: ``reasoning.vocabulary.Vocabulary``; the
+  assembly, ``run.assemble``, has the reasoners' registry make the run's
+  reasoner over it);
 * the captions of its T2V ceiling (``target_captions``).
 
 Optional capabilities are their own interfaces, tested with
@@ -33,7 +33,8 @@ import dataclasses
 import numpy as np
 
 from recovr_jax.protocol import environment
-from recovr_jax.reasoning import registry
+from recovr_jax.protocol import traced
+from recovr_jax.reasoning import vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,16 +64,6 @@ class Built:
                            # (drivers.jit_driver.Traced.prepare)
   extra: object = None     # the source's own (e.g. the generated world)
   source: object = None    # the Source that built it (run.assemble.build)
-
-
-@dataclasses.dataclass(frozen=True)
-class JitBatch:
-  """What the jitted driver runs for one batch: ``drivers.jit_runner.run(env,
-  config, ...)``, then ``result(trace)`` is the batch's
-  ``environment.BatchResult``."""
-  env: object       # a traced.Environment
-  config: object    # its traced.JitConfig
-  result: Callable  # traced.JitTrace -> environment.BatchResult
 
 
 class Source(abc.ABC):
@@ -109,7 +100,7 @@ class Source(abc.ABC):
     ``respond(session, turn, target, shown, question) -> Feedback``."""
 
   @abc.abstractmethod
-  def vocabulary(self, run) -> registry.Vocabulary:
+  def vocabulary(self, run) -> vocabulary.Vocabulary:
     """What this source offers the reasoner backends (its lexicon-only
     reasoner, grounding, examples...); cheap: the parts load when used."""
 
@@ -134,15 +125,24 @@ class TracedFace(abc.ABC):
     """The ``traced.Environment`` of ``built`` (once per build)."""
 
   @abc.abstractmethod
-  def traced_batch(self, run, built: Built, method, sessions, loop,
-                   reasoner) -> JitBatch:
-    """``method`` on ``sessions`` (``loop``: the run's
-    ``ranking.LoopConfig``; the face reproduces the user and ``reasoner``'s
-    reading of its words)."""
+  def traced_face(self, built: Built, form, num_turns: int,
+                  reading: traced.Reading, user) -> traced.Face:
+    """The face a method's jitted form ``form`` runs on for ``num_turns``
+    feedback turns: ``user`` (the run's user settings) and ``reading`` (how
+    the reasoner reads the user's words) reproduced."""
 
-  def traced_problems(self, run) -> list[str]:
-    """What the traced face cannot run of ``run`` (a line each)."""
-    del run
+  @abc.abstractmethod
+  def traced_result(self, built: Built, config: traced.JitConfig,
+                    reading: traced.Reading, seed: int, sessions
+                    ) -> Callable:
+    """Makes the tables ``config``'s face reads with ``reading`` (the
+    user's draws seeded by ``seed``) and returns the function from a
+    batch's ``traced.JitTrace`` on ``sessions`` to its
+    ``environment.BatchResult``."""
+
+  def traced_problems(self) -> list[str]:
+    """What the traced face cannot run of this source's settings (a line
+    each)."""
     return []
 
 

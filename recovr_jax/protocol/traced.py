@@ -11,7 +11,7 @@ world's face (``envs.world.face.traced_face``) implements these.
 """
 
 import dataclasses
-from typing import ClassVar, Protocol
+from typing import Callable, ClassVar, Protocol
 
 import jax
 import numpy as np
@@ -155,6 +155,20 @@ class Environment(Protocol):
   composer_params: object
 
   def filler(self, config, seed: int, num_sessions: int) -> Filler: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+  """How the run's reasoner reads the user's words, for a traced face that
+  reproduces it (the jitted driver makes it from the run's reasoner)."""
+  key: str            # names the reader (a face keeps its tables per key)
+  lexical: bool = True   # it reads the source's lexicon alone
+  sigma: str = 'rules'   # its Reflector's rule (``JaxForm.sigma_rule``)
+  # words -> the values it reads (what the face tabulates for a reader
+  # that is not lexical), and words -> its label of the user's decision
+  # (an index, for a reader with one); None: none.
+  parse: Callable | None = None
+  label: Callable | None = None
 
 
 @dataclasses.dataclass(frozen=True)

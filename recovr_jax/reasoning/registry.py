@@ -3,7 +3,7 @@
 A backend is one object in its own module (``Backend``): its checks before
 any model loads (``problems``), the files that make a run's identity
 (``inputs``) and its reasoner (``make``). It is made from a
-``ReasonerConfig`` and a ``Vocabulary``, which the data source offers (the
+``ReasonerConfig`` and a ``vocabulary.Vocabulary``, which the data source offers (the
 lexicon, the grounding reader, few-shot examples, the Reflector's literal
 sets, the spelling fixer), so no backend asks which source it runs on and no
 caller branches on a backend's name.
@@ -23,7 +23,8 @@ import abc
 import contextlib
 import dataclasses
 import importlib
-from typing import Any, Callable
+
+from recovr_jax.reasoning import vocabulary
 
 # name -> 'module:attribute' of its Backend (imported when first asked for).
 REGISTRY = {
@@ -60,24 +61,6 @@ class ReasonerConfig:
   grounded: dict | None = None       # overrides of the grounding options
 
 
-@dataclasses.dataclass(frozen=True)
-class Vocabulary:
-  """What a data source offers the backends (``None``: not offered)."""
-  data: str                          # the source's name, for messages
-  rules: Callable[[], Any]           # the lexicon-only reasoner (fallback)
-  grounding: Any = None              # the grounding reader's maker
-  # The few-shot examples (module -> prompts.Example), per module at most n.
-  examples: Callable[[int], dict] | None = None
-  literals: dict | None = None       # the Reflector's items per attribute
-  preprocess: Callable | None = None  # the lexicon's spelling fixer
-  lm_checkpoint: str | None = None   # flax_lm's default checkpoint
-  # flax_lm: the checkpoint directory -> the preprocess it was trained with.
-  lm_preprocess: Callable[[str], Callable | None] | None = None
-  # smollm2_world: checks adapter.json's contents against this source
-  # (ValueError naming the problem; warnings printed).
-  check_adapter: Callable[[dict], None] | None = None
-
-
 class Backend(abc.ABC):
   """One reasoner backend (subclasses set ``NAME`` and ``make``)."""
   NAME = ''
@@ -86,25 +69,25 @@ class Backend(abc.ABC):
   # The ReasonerConfig settings it reads, as the flags that set them.
   FLAGS: tuple[str, ...] = ()
 
-  def offered(self, vocab: Vocabulary) -> bool:
+  def offered(self, vocab: vocabulary.Vocabulary) -> bool:
     """Whether the source of ``vocab`` can run it."""
     del vocab
     return True
 
-  def problems(self, config: ReasonerConfig, vocab: Vocabulary
+  def problems(self, config: ReasonerConfig, vocab: vocabulary.Vocabulary
                ) -> list[str]:
     """What keeps ``config`` from running, before any model loads."""
     del config, vocab
     return []
 
-  def inputs(self, config: ReasonerConfig, vocab: Vocabulary
+  def inputs(self, config: ReasonerConfig, vocab: vocabulary.Vocabulary
              ) -> dict[str, str]:
     """Name -> path of the files that can change its numbers."""
     del config, vocab
     return {}
 
   @abc.abstractmethod
-  def make(self, config: ReasonerConfig, vocab: Vocabulary,
+  def make(self, config: ReasonerConfig, vocab: vocabulary.Vocabulary,
            encode_text=None, **kwargs):
     """The reasoner (``encode_text``: the source's text encoder; ``kwargs``:
     a model backend's constructor options, e.g. ``batch_size``)."""
@@ -130,7 +113,7 @@ def get(name: str) -> Backend:
   return _LOADED[name]
 
 
-def offered(vocab: Vocabulary) -> tuple[str, ...]:
+def offered(vocab: vocabulary.Vocabulary) -> tuple[str, ...]:
   """The backends the source of ``vocab`` offers."""
   return tuple(n for n in names() if get(n).offered(vocab))
 
@@ -158,7 +141,7 @@ def check_names(backends, flag: str = '--backends') -> None:
       raise ValueError(f'{flag} lists {b!r} twice')
 
 
-def problems(config: ReasonerConfig, vocab: Vocabulary) -> list[str]:
+def problems(config: ReasonerConfig, vocab: vocabulary.Vocabulary) -> list[str]:
   """Whether ``config`` runs on the source of ``vocab``, then its backend's
   own checks."""
   backend = get(config.name)
@@ -166,10 +149,14 @@ def problems(config: ReasonerConfig, vocab: Vocabulary) -> list[str]:
     return [f'--reasoner={config.name} is not offered on '
             f'--data={vocab.data}; valid there: '
             f'{", ".join(offered(vocab))}']
+  if vocab.lexical_only and not backend.LEXICAL:
+    return [f'{vocab.lexical_only} with --reasoner='
+            f'{or_list(with_property("LEXICAL"))} only (got '
+            f'{config.name!r}: its reader knows no such words)']
   return backend.problems(config, vocab)
 
 
-def make(config: ReasonerConfig, vocab: Vocabulary, encode_text=None,
+def make(config: ReasonerConfig, vocab: vocabulary.Vocabulary, encode_text=None,
          **kwargs):
   """The reasoner of ``config`` on the source of ``vocab``."""
   return get(config.name).make(config, vocab, encode_text, **kwargs)

@@ -46,7 +46,6 @@ def run_checks():
   import functools  # pylint: disable=g-import-not-at-top
   from recovr_jax import methods  # pylint: disable=g-import-not-at-top
   from recovr_jax.core import fusion  # pylint: disable=g-import-not-at-top
-  from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
   from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
   from tests.helpers import toy_world  # pylint: disable=g-import-not-at-top
@@ -60,7 +59,7 @@ def run_checks():
   for g, w in zip(sharding.over_sessions(step, mesh)(*args), step(*args)):
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
   _, env, jit_env = toy_world.env_for('sum')
-  config = traced_face.jit_config(
+  config = toy_world.jit_config(
       methods.make('recovr'), ranking.LoopConfig(
           num_turns=3, list_length=20, num_ids=len(env.gallery)),
       simulated_user.UserConfig(), 'sum')

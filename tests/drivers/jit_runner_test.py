@@ -213,7 +213,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     _, env, jit_env = toy_world.env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = traced_face.jit_config(methods.make('recovr', toy_world.NO_ASK), base,
+    config = toy_world.jit_config(methods.make('recovr', toy_world.NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     sessions = np.arange(24)[::-1]
     plain = jit_runner.run(jit_env, config, sessions, seed=1, chunk_size=None)
@@ -230,7 +230,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     _, env, jit_env = toy_world.env_for('sum')
     base = ranking.LoopConfig(num_turns=4, list_length=20,
                               num_ids=len(env.gallery))
-    config = traced_face.jit_config(methods.make('recovr', toy_world.NO_ASK),
+    config = toy_world.jit_config(methods.make('recovr', toy_world.NO_ASK),
                                    base, simulated_user.UserConfig(), 'sum')
     sessions = np.arange(3, 10)
     plain = jit_runner.run(jit_env, config, sessions, seed=1, chunk_size=5)
@@ -245,7 +245,7 @@ class JitEqualsHostTest(parameterized.TestCase):
     jit_env = traced_face.prepare(env)  # an empty table
     base = ranking.LoopConfig(num_turns=3, list_length=20,
                               num_ids=len(env.gallery))
-    config = traced_face.jit_config(methods.make('recovr', toy_world.NO_ASK), base,
+    config = toy_world.jit_config(methods.make('recovr', toy_world.NO_ASK), base,
                                    simulated_user.UserConfig(), 'sum')
     log = []
     trace = jit_runner.run(jit_env, config, np.arange(8), seed=0,
@@ -312,13 +312,13 @@ class GroundedReaderJitTest(absltest.TestCase):
       host_result = toy_world.run_host(env, method, sessions,
                              simulated_user.SimulatedUser(user_config, seed=3),
                              base, reasoner=reasoner)
-      config = traced_face.jit_config(method, base, user_config,
-                                     jit_env.composer, reasoner='grounded',
-                                     lexical=False, sigma=sigma)
+      config = toy_world.jit_config(
+          method, base, user_config, jit_env.composer,
+          traced.Reading('grounded', lexical=False, sigma=sigma))
       self.assertTrue(config.face.words)
       with self.assertRaisesRegex(ValueError, 'parse'):
         traced_face.word_table(jit_env, dataclasses.replace(
-            config, face=dataclasses.replace(config.face, reasoner='other')),
+            config, face=dataclasses.replace(config.face, reader='other')),
             3)
       table = traced_face.word_table(jit_env, config, 3,
                                     parse=reasoner.feedback_values,

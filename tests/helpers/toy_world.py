@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax.core import vectors
+from recovr_jax.drivers import jit_driver
 from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
@@ -21,6 +22,7 @@ from recovr_jax.drivers import host_driver
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
+from recovr_jax.protocol import traced
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
 
@@ -87,6 +89,16 @@ def env_for(composer):
   return _ENVS[composer]
 
 
+def jit_config(method, base, user_config, composer,
+               reading=traced.Reading('rules')):
+  """The jitted driver's config of ``method`` on the world's face
+  (``reading``: the reasoner's reading the face reproduces)."""
+  return jit_driver.traced_config(
+      lambda form, num_turns: traced_face.world_face(form, num_turns,
+                                                     user_config, reading),
+      method, base, reading, composer)
+
+
 def run_both(env, jit_env, method, user_config, chunk_size=7, seed=5,
              num_turns=4):
   """``(host result, jitted trace, sim config)`` of 24 sessions with the
@@ -97,7 +109,7 @@ def run_both(env, jit_env, method, user_config, chunk_size=7, seed=5,
   host_result = run_host(env, method, sessions,
                          simulated_user.SimulatedUser(user_config, seed=seed),
                          base)
-  config = traced_face.jit_config(method, base, user_config, jit_env.composer)
+  config = jit_config(method, base, user_config, jit_env.composer)
   trace = jit_runner.run(jit_env, config, sessions, seed=seed,
                          chunk_size=chunk_size)
   np.testing.assert_array_equal(trace.displayed, host_result.displayed)

@@ -14,7 +14,7 @@ from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 from tests.helpers import runs
 
-WORLD = world_source.vocabulary(generator.WorldConfig())
+WORLD = world_source.world_vocabulary(generator.WorldConfig())
 
 
 class Shouting(rules.RulesReasoner):

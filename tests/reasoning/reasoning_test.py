@@ -150,7 +150,7 @@ class RulesReasonerTest(absltest.TestCase):
           [schemas.ReflectRequest(text, SHOWN, self.memory)])[0])
 
   def test_make_reasoner(self):
-    vocab = world_source.vocabulary(generator.WorldConfig())
+    vocab = world_source.world_vocabulary(generator.WorldConfig())
     self.assertIsInstance(registry.make(registry.ReasonerConfig('rules'),
                                         vocab), rules.RulesReasoner)
     with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
@@ -257,7 +257,7 @@ class TrainedReasonerTest(absltest.TestCase):
 
   def test_valid_json_on_fixed_prompts(self):
     lm = registry.make(registry.ReasonerConfig('flax_lm'),
-                       world_source.vocabulary(generator.WorldConfig()),
+                       world_source.world_vocabulary(generator.WorldConfig()),
                        batch_size=8)
     memory = schemas.SessionMemory(keep=('colour: red',))
     shown = 'three big blue squares rising on a street at night'

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from recovr_jax import config_tree
 from recovr_jax.protocol import source
-from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import vocabulary
 from recovr_jax.reasoning import rules
 
 MISSING_IDS = ('error', 'drop')
@@ -84,8 +84,8 @@ class RealData:
 # the user's words through (``FreeTextReasoner``); no grounding, no few-shot
 # examples (the world's would mislead), no default flax_lm checkpoint (the
 # shipped one knows only the world's words).
-VOCABULARY = registry.Vocabulary(data='webvid_covr',
-                                 rules=rules.FreeTextReasoner)
+VOCABULARY = vocabulary.Vocabulary(data='webvid_covr',
+                                   rules=rules.FreeTextReasoner)
 
 
 class RealSource(source.Source, source.ExtraOutputs):

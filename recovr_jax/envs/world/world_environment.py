@@ -1,5 +1,5 @@
 """The embedded world as a run's environment and its user (its reasoners:
-``envs.world.world_source.vocabulary`` and ``reasoning.registry``)."""
+``envs.world.world_source.world_vocabulary`` and ``reasoning.registry``)."""
 
 import jax
 import numpy as np

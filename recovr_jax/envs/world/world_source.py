@@ -18,7 +18,7 @@ from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax import paths
 from recovr_jax.protocol import source
-from recovr_jax.reasoning import registry
+from recovr_jax.reasoning import vocabulary
 
 CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
 STARTS = ('composed', 'text')  # a reference and an edit; a description
@@ -217,7 +217,8 @@ class WorldSource(source.Source, source.TracedFace,
   def _layout_problems(self, run) -> list[str]:
     """A describable layout needs encoders and a captioner trained for it
     (and they refuse a world without it), the host driver and the rules
-    reasoner (whose lexicon reads the layout)."""
+    reasoner (whose lexicon reads the layout: ``vocabulary``'s
+    ``lexical_only``)."""
     layout = self.config.world.describe_layout
     out = []
     checkpoint = pathlib.Path(self.config.checkpoint_dir or
@@ -243,13 +244,6 @@ class WorldSource(source.Source, source.TracedFace,
         out.append(f'--captioner_checkpoint {captioner}: trained '
                    f'{"with" if theirs else "without"} --describe_layout, the '
                    f'run is {"with" if layout else "without"} it')
-    # (an unknown --reasoner is the reasoner check's to name)
-    if (layout and run.reasoner in registry.REGISTRY and
-        not registry.get(run.reasoner).LEXICAL):
-      out.append(f'--describe_layout reads the layout with --reasoner='
-                 f'{registry.or_list(registry.with_property("LEXICAL"))} '
-                 f'only (got {run.reasoner!r}: its reader knows no layout '
-                 'words)')
     return out
 
   def _seed_problem(self, run) -> str | None:
@@ -284,7 +278,7 @@ class WorldSource(source.Source, source.TracedFace,
     return None
 
   def vocabulary(self, run):
-    return vocabulary(self.config.world, run.user,
+    return world_vocabulary(self.config.world, run.user,
                       run.allow_other_world_encoders,
                       cache_dir=run.cache_dir or None)
 
@@ -380,40 +374,28 @@ class WorldSource(source.Source, source.TracedFace,
         question_about=lambda a: words.QUESTIONS[names[a]][0])
 
   def traced_environment(self, built):
-    from recovr_jax.envs.world.face import traced_face as jitted  # pylint: disable=g-import-not-at-top
-    return jitted.prepare(built.env)
+    from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
+    return traced_face.prepare(built.env)
 
-  def traced_problems(self, run):
-    out = []
+  def traced_problems(self):
     if self.config.start == 'text':
-      out.append('--start=text runs on --simulation=host only (the jitted '
-                 "world face starts every session from a reference video)")
-    if (run.reasoner in registry.REGISTRY and
-        not registry.get(run.reasoner).JITTED):
-      out.append('--simulation=jit needs --reasoner='
-                 f'{registry.or_list(registry.with_property("JITTED"))} on '
-                 'the world (its face reproduces their reading of the words)')
-    return out
+      return ['--start=text runs on --simulation=host only (the jitted '
+              "world face starts every session from a reference video)"]
+    return []
 
-  def traced_batch(self, run, built, method, sessions, loop, reasoner):
-    from recovr_jax.envs.world.face import traced_face as jitted  # pylint: disable=g-import-not-at-top
-    jit_env = built.jit_env
-    jit_config = jitted.jit_config(
-        method, loop, run.user, jit_env.composer, reasoner=run.reasoner,
-        lexical=registry.get(run.reasoner).LEXICAL,
-        sigma=reasoner.sigma_rule,
+  def traced_face(self, built, form, num_turns, reading, user):
+    from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
+    return traced_face.world_face(
+        form, num_turns, user, reading,
         num_attributes=len(self.config.world.attributes))
+
+  def traced_result(self, built, config, reading, seed, sessions):
+    from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
     # Made here with the reasoner's reader; jit_runner.run finds it by key.
-    label = None
-    if getattr(reasoner, 'frames', None) is not None:
-      from recovr_jax.reasoning import frames  # pylint: disable=g-import-not-at-top
-      label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
-    table = jitted.word_table(jit_env, jit_config, run.user_seed,
-                              parse=reasoner.feedback_values, label=label)
-    return source.JitBatch(
-        env=jit_env, config=jit_config,
-        result=lambda trace: jitted.batch_result(jit_env, trace, table,
-                                                 sessions=sessions))
+    table = traced_face.word_table(built.jit_env, config, seed,
+                                   parse=reading.parse, label=reading.label)
+    return lambda trace: traced_face.batch_result(
+        built.jit_env, trace, table, sessions=sessions)
 
   def frames(self, built):
     """The gallery's videos rendered as the encoders saw them (same keys,
@@ -437,10 +419,10 @@ class WorldSource(source.Source, source.TracedFace,
     return frames_of
 
 
-def vocabulary(world_config, user=None, allow_other_world: bool = False,
+def world_vocabulary(world_config, user=None, allow_other_world: bool = False,
                cache_dir=None):
   """What the world ``world_config`` offers the reasoner backends
-  (``reasoning.registry.Vocabulary``): its lexicon (with the layout's words
+  (``reasoning.vocabulary.Vocabulary``): its lexicon (with the layout's words
   when it is describable), its grounding reader, few-shot examples from the
   train split, the Reflector's literal sets, the lexicon's spelling fixer,
   the shipped flax_lm checkpoint and the check of an adapter's recorded
@@ -469,7 +451,7 @@ def vocabulary(world_config, user=None, allow_other_world: bool = False,
       logging.warning('--reasoner=smollm2_world: %s', note)
       print(f'warning: --reasoner=smollm2_world: {note}', flush=True)
 
-  return registry.Vocabulary(
+  return vocabulary.Vocabulary(
       data=WorldSource.NAME, rules=lambda: rules.RulesReasoner(words),
       grounding=reader_fit.Grounding(world_config, cache_dir),
       examples=lambda n: reasoner_training.few_shot_examples(
@@ -478,4 +460,6 @@ def vocabulary(world_config, user=None, allow_other_world: bool = False,
       literals={a: generator.VALUES[a] for a in generator.ATTRIBUTES},
       preprocess=reasoner_training.preprocess,
       lm_checkpoint=reasoner_training.DEFAULT_REASONER_DIR,
-      lm_preprocess=lm_preprocess, check_adapter=check_adapter)
+      lm_preprocess=lm_preprocess, check_adapter=check_adapter,
+      lexical_only=('--describe_layout reads the layout'
+                    if world_config.describe_layout else None))

@@ -38,7 +38,6 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import traced
 from recovr_jax.protocol import plan
-from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 
@@ -67,9 +66,9 @@ class WorldFace(traced.Face):
   words: bool = False
   utterances: bool = False  # each utterance's embedding (MERLIN)
   dialogues: bool = False   # the joined dialogue's embedding (IVR, UMIVR)
-  reasoner: str = 'rules'   # whose reading of the words is tabulated
-  # That reasoner reads the words with the lexicon alone (the host rules'
-  # reading); else with its own reader, so the words are always tabulated.
+  reader: str = 'rules'     # whose reading of the words is tabulated
+  # That reader reads the words with the lexicon alone (the host rules'
+  # reading); else with its own, so the words are always tabulated.
   lexical: bool = True
   num_attributes: int = generator.NUM_ATTRIBUTES  # 8 with the layout
 
@@ -156,7 +155,7 @@ class WorldFace(traced.Face):
 @dataclasses.dataclass(frozen=True)
 class JitEnvironment(traced.Environment):
   """The world's ``traced.Environment``: arrays, the composer, the phrase
-  table and the word tables (per user config, seed, T and reasoner, filled
+  table and the word tables (per user config, seed, T and reader, filled
   across batches)."""
   data: plan.JaxData
   composer: object
@@ -329,31 +328,25 @@ def _question_tables(words, num_attrs: int):
               asked_open=jnp.asarray(asked(open_question), jnp.int32))
 
 
-def jit_config(method, base: ranking.LoopConfig,
-               user: simulated_user.UserConfig, composer,
-               reasoner: str = 'rules',
-               lexical: bool = True,
-               sigma: str = 'rules',
-               num_attributes: int = generator.NUM_ATTRIBUTES
-               ) -> traced.JitConfig:
-  """``reasoner``: the host backend whose reading the jitted mode
-  reproduces (``lexical``: with the lexicon, as the rules read; else with
-  its reader, so the words are always tabulated, read by ``word_table``'s
-  ``parse``); ``sigma``: its
-  Reflector's rule (``JaxForm.sigma_rule``); ``num_attributes``: the
-  world's (8 with the layout)."""
-  form = method.jax_form.with_sigma_rule(sigma)
+def world_face(form: plan.JaxForm, num_turns: int,
+               user: simulated_user.UserConfig,
+               reading: traced.Reading = traced.Reading('rules'),
+               num_attributes: int = generator.NUM_ATTRIBUTES) -> WorldFace:
+  """The world's face for a method's jitted form ``form`` (its sigma rule
+  already the reader's, ``JaxForm.with_sigma_rule``) over ``num_turns``
+  feedback turns: ``user``'s draws as inside ``jit``, and the words
+  tabulated when ``reading`` is not the lexicon's alone or the user's
+  words differ from what it named. ``num_attributes``: the world's (8 with
+  the layout)."""
   needs, asks = form.needs, plan.asks(form)
-  loop = method.ranking(base)
-  face = WorldFace(
-      user=dataclasses.replace(user, draws='jax'), num_turns=loop.num_turns,
-      reasoner=reasoner, lexical=lexical,
+  return WorldFace(
+      user=dataclasses.replace(user, draws='jax'), num_turns=num_turns,
+      reader=reading.key, lexical=reading.lexical,
       # Answers' words are always read from the table.
       words=(user.language != 'lexicon' or user.noise_rate > 0
-             or bool(needs) or asks or not lexical),
+             or bool(needs) or asks or not reading.lexical),
       utterances='utterances' in needs, dialogues='dialogues' in needs,
       num_attributes=num_attributes)
-  return traced.JitConfig(loop=loop, face=face, form=form, composer=composer)
 
 
 def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
@@ -366,10 +359,10 @@ def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
   face = config.face
   if not face.words:
     return None
-  key = (face.user, seed, config.loop.num_turns, face.reasoner)
+  key = (face.user, seed, config.loop.num_turns, face.reader)
   if key not in env.word_tables:
     if not face.lexical and parse is None:
-      raise ValueError(f'the word table of reasoner {face.reasoner!r} '
+      raise ValueError(f'the word table of reader {face.reader!r} '
                        'needs the parse it reads the words with')
     env.word_tables[key] = words_lib.WordTable(
         simulated_user.SimulatedUser(face.user, seed),
@@ -387,7 +380,8 @@ def dialogue_table(env: JitEnvironment, config: traced.JitConfig, seed: int):
   face = config.face
   if not face.dialogues:
     return None
-  key = ('dialogues', face.user, seed, config.loop.num_turns, face.reasoner)
+  key = ('dialogues', face.user, seed, config.loop.num_turns,
+         face.reader)
   if key not in env.word_tables:
     env.word_tables[key] = words_lib.DialogueTable(
         env.modification_texts, word_table(env, config, seed),

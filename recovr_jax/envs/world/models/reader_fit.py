@@ -594,7 +594,7 @@ class FitCache:
 
 
 class Grounding:
-  """The world's grounding reader as a ``registry.Vocabulary.grounding``:
+  """The world's grounding reader as a ``vocabulary.Vocabulary.grounding``:
   the ``grounded`` reasoner of the world ``world_config`` (``reasoner``),
   its option check and the routing of ``grounded_smollm2`` (``route``,
   ``model_reading``)."""
