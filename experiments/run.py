@@ -28,11 +28,6 @@ from experiments.common import run_flags  # pylint: disable=g-import-not-at-top,
 from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
 from recovr_jax.run import sweeps  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-HELP_GROUPS = run_flags.HELP_GROUPS
-HELP_DEFAULTS = run_flags.HELP_DEFAULTS
-# Kept for the entry points built on the run.
-run_config = run_flags.run_config
-use_compilation_cache = run_flags.use_compilation_cache
 
 
 def main(argv):
@@ -62,7 +57,7 @@ def _main(argv):
   sweep = run_flags.sweep_settings()
   suite = run_flags.suite_parts()
   run_flags.start_processes()
-  config = run_config()
+  config = run_flags.config_from_flags()
   run_flags.check_processes_agree(config)
   run_flags.use_compilation_cache(config)
   try:
@@ -81,5 +76,5 @@ def _main(argv):
 if __name__ == '__main__':
   # A run of one process ends once its outputs are written (cli.exit_now):
   # several wait on JAX's shutdown together.
-  cli.run(main, HELP_GROUPS, HELP_DEFAULTS,
+  cli.run(main, run_flags.HELP_GROUPS, run_flags.HELP_DEFAULTS,
           quick_exit=lambda: run_flags.processes()[0] == 1)

@@ -23,13 +23,13 @@ from absl import flags
 from absl import logging
 
 from experiments.common import cli
-from experiments import run
+from experiments.common import run_flags
 from recovr_jax import drivers
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import data_source
 from recovr_jax.run import assemble
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
-from recovr_jax.study import study as study_lib
+from recovr_jax.study import study
 
 _HOST = flags.DEFINE_string(
     'host', '127.0.0.1', 'Address the study app listens on (127.0.0.1: '
@@ -71,25 +71,25 @@ STUDY_DEFAULTS = {'methods': ('recovr',), 'num_turns': 3,
                   'output_dir': 'out/study'}
 
 
-def study_config(config) -> study_lib.StudyConfig:
+def study_config(config) -> study.StudyConfig:
   """The ``StudyConfig`` of the flags (log directory under --output_dir)."""
   try:
-    participants = study_lib.check_participant_ids(_PARTICIPANTS.value)
+    participants = study.check_participant_ids(_PARTICIPANTS.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   if _INSTANCES.value < 1:
     raise app.UsageError(f'--instances must be >= 1, got {_INSTANCES.value}')
-  return study_lib.StudyConfig(
+  return study.StudyConfig(
       participants=participants, instances=_INSTANCES.value,
       log_dir=str(pathlib.Path(config.output_dir).absolute() / 'logs'),
       seed=config.seed, flow=_FLOW.value,
-      debrief=_DEBRIEF.value or study_lib.DEBRIEF)
+      debrief=_DEBRIEF.value or study.DEBRIEF)
 
 
-def run_config():
+def config_from_flags():
   """The runner's ``RunConfig`` of the flags with ``STUDY_DEFAULTS`` for
   the runner flags not given."""
-  config = run.run_config()
+  config = run_flags.config_from_flags()
   given = lambda name: not flags.FLAGS[name].using_default_value
   if not given('methods'):
     config = dataclasses.replace(config, methods=STUDY_DEFAULTS['methods'])
@@ -103,14 +103,14 @@ def run_config():
 
 
 def checked_config():
-  """``run_config()``, checked for a study (before any model loads)."""
-  config = run_config()
+  """``config_from_flags()``, checked for a study (before any model loads)."""
+  config = config_from_flags()
   if len(config.methods) != 1:
     raise app.UsageError(
         '--methods: a study talks to one method, got '
         f'{",".join(config.methods)}')
   if not drivers.choose(config.simulation,
-                        config_lib.source(config)).STEPWISE:
+                        run_config.source(config)).STEPWISE:
     raise app.UsageError('--simulation=jit runs simulated users only; a '
                          'study needs --simulation=host')
   if getattr(config.data, 'start', 'composed') != 'composed':
@@ -120,8 +120,8 @@ def checked_config():
   if _VIDEO_SIZE.value < 16:
     raise app.UsageError(f'--video_size must be >= 16, got '
                          f'{_VIDEO_SIZE.value}')
-  if _FRAMES_DIR.value and isinstance(config_lib.source(config),
-                                     source_lib.OwnMedia):
+  if _FRAMES_DIR.value and isinstance(run_config.source(config),
+                                     data_source.OwnMedia):
     raise app.UsageError('--frames_dir is for data whose videos are frame '
                          f'folders, not --data={config.data.NAME} (it renders '
                          'its own)')
@@ -157,20 +157,20 @@ def make_study(config, built=None, participants_are='human'):
 def assembled_study(run_, participants_are='human'):
   """``(study, media)`` of an assembled run (``run.assemble.Run``) of a
   checked config."""
-  from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.study import media  # pylint: disable=g-import-not-at-top
   config, env, source = run_.config, run_.env, run_.source
   sconfig = study_config(config)
   identity = {'identity': runner.resolved_config(config, source)['identity'],
               'data': config.data.NAME, 'participants_are': participants_are}
   try:
-    study = study_lib.Study(env, run_.method(config.methods[0]), run_.ctx,
+    user_study = study.Study(env, run_.method(config.methods[0]), run_.ctx,
                             run_.loop, sconfig, identity)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  media = media_lib.of_run(source, run_.built, _FRAMES_DIR.value,
+  gallery_media = media.of_run(source, run_.built, _FRAMES_DIR.value,
                            _VIDEO_SIZE.value)
   source.save_caches(run_.built)
-  return study, media
+  return user_study, gallery_media
 
 
 def main(argv):
@@ -181,15 +181,16 @@ def main(argv):
   config = checked_config()
   study_config(config)  # participant errors before the models load
   cli.check_port(_HOST.value, _PORT.value)
-  run.use_compilation_cache(config)
-  study, media = make_study(config)
+  run_flags.use_compilation_cache(config)
+  user_study, gallery_media = make_study(config)
   import uvicorn  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import app as app_lib  # pylint: disable=g-import-not-at-top
   print(f'study of {config.methods[0]} ({config.reasoner} reasoner): '
-        f'{len(study.queues)} participants x {study.config.instances} '
-        f'instances, up to {study.base.num_turns} turns each; logs in '
-        f'{study.log_dir}', flush=True)
-  for pid, lost in study.recovered.items():
+        f'{len(user_study.queues)} participants x '
+        f'{user_study.config.instances} '
+        f'instances, up to {user_study.base.num_turns} turns each; logs in '
+        f'{user_study.log_dir}', flush=True)
+  for pid, lost in user_study.recovered.items():
     print(f'warning: participant {pid}: the log was damaged at line '
           f'{lost["from_line"]}; continuing from the lines before it, '
           f'{lost["lines"]} line(s) kept in {lost["kept_aside"]}', flush=True)
@@ -197,14 +198,14 @@ def main(argv):
     print(f'warning: --host={_HOST.value}: the study is reachable from the '
           'network (--allow_remote); only participants with their codes can '
           'sign in', flush=True)
-  print(f'participant links (codes in {study.log_dir / study_lib.ACCESS_FILE}'
+  print(f'participant links (codes in {user_study.log_dir / study.ACCESS_FILE}'
         ', readable by you only):', flush=True)
-  for pid in study.queues:
+  for pid in user_study.queues:
     print(f'  {pid}: http://{_HOST.value}:{_PORT.value}/p/{pid}/join?code='
-          f'{study.code(pid)}', flush=True)
+          f'{user_study.code(pid)}', flush=True)
   print(f'administration (who has finished, damaged logs, Table 4): '
         f'http://{_HOST.value}:{_PORT.value}/admin/join?token='
-        f'{study.admin_token()}', flush=True)
+        f'{user_study.admin_token()}', flush=True)
   print(f'open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C stops; '
         'restarting continues every participant)', flush=True)
   from recovr_jax.study import report_job  # pylint: disable=g-import-not-at-top
@@ -212,8 +213,8 @@ def main(argv):
   # server's own flags, in a child process (experiments/study_report.py).
   report = report_job.ReportJob(
       [sys.executable, '-m', 'experiments.study_report', *sys.argv[1:]],
-      study.log_dir.parent / 'report')
-  uvicorn.run(app_lib.make_app(study, media, report), host=_HOST.value,
+      user_study.log_dir.parent / 'report')
+  uvicorn.run(app_lib.make_app(user_study, gallery_media, report), host=_HOST.value,
               port=_PORT.value, log_level='warning')
 
 
@@ -222,4 +223,4 @@ if __name__ == '__main__':
                                 'participants', 'instances',
                                 'participant_flow', 'frames_dir',
                                 'video_size', 'debrief']),) +
-          run.HELP_GROUPS, run.HELP_DEFAULTS, own=1)
+          run_flags.HELP_GROUPS, run_flags.HELP_DEFAULTS, own=1)

@@ -21,7 +21,7 @@ from absl import logging
 import numpy as np
 
 from experiments.common import cli
-from experiments import run
+from experiments.common import run_flags
 from experiments import study  # pylint: disable=unused-import  (its flags)
 from recovr_jax import methods
 from recovr_jax.run import assemble
@@ -106,7 +106,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
-  config = study.run_config()
+  config = study.config_from_flags()
   root = pathlib.Path(config.output_dir).absolute()
   try:
     runs = report.load(root / 'logs')
@@ -130,7 +130,7 @@ def main(argv):
           'the flags describe another environment or loop than the one the '
           f'study in {root / "logs"} ran under (identity {identity} vs '
           f'{runs.header["identity"]}); give the study\'s flagfile')
-    run.use_compilation_cache(config)
+    run_flags.use_compilation_cache(config)
   simulated = simulate(config, names, runs.sessions,
                        runs.header['num_turns']) if names else {}
   write_report(config, runs, simulated, root / 'report')
@@ -138,4 +138,4 @@ def main(argv):
 
 if __name__ == '__main__':
   cli.run(main, (('Study report', ['simulated', 'reference_method']),) +
-          run.HELP_GROUPS, run.HELP_DEFAULTS, own=1)
+          run_flags.HELP_GROUPS, run_flags.HELP_DEFAULTS, own=1)

@@ -57,7 +57,7 @@ def _run_config(run_dir: pathlib.Path):
   args = flags.FLAGS.read_flags_from_files([f'--flagfile={path}'],
                                            force_gnu=False)
   flags.FLAGS(['view'] + [a for a in args if _given(a)], known_only=True)
-  return run_flags.run_config()
+  return run_flags.config_from_flags()
 
 
 def _given(arg: str) -> bool:
@@ -83,7 +83,7 @@ def _videos(run_dir, run):
   """``viewer.Videos`` of the rebuilt run (ids, captions, animations),
   checked against the ids the run's trajectories hold."""
   from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
-  from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.study import media  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import viewer  # pylint: disable=g-import-not-at-top
   config = _run_config(run_dir)
   print('loading the run\'s data to show its videos (--nomedia: ids only)',
@@ -104,10 +104,10 @@ def _videos(run_dir, run):
           f'gallery row {row["target"]}, but the rebuilt data has '
           f'{ids[row["target"]]!r} there: the data changed since the run '
           '(pass --nomedia to see ids only)')
-  media = media_lib.of_run(source, built, _FRAMES_DIR.value,
+  gallery_media = media.of_run(source, built, _FRAMES_DIR.value,
                            _VIDEO_SIZE.value)
   from recovr_jax.study import world_truth  # pylint: disable=g-import-not-at-top
-  return (viewer.Videos(ids=ids, captions=tuple(env.captions), media=media),
+  return (viewer.Videos(ids=ids, captions=tuple(env.captions), media=gallery_media),
           world_truth.of_run(config, built))
 
 

@@ -1,7 +1,7 @@
 """A setting written once: the field of its config dataclass.
 
 Each setting a user can set is one field of the run's config tree
-(``run.config.RunConfig`` and the sub-configs it holds), declared
+(``run.run_config.RunConfig`` and the sub-configs it holds), declared
 with ``setting(...)``. The field carries everything about it:
 
 * its type and default (the dataclass field's own);

@@ -12,7 +12,7 @@ import numpy as np
 from experiments.common import config_flags
 from experiments.common import run_flags
 from recovr_jax import config_tree
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +97,7 @@ class ConfigTreeTest(absltest.TestCase):
       config_flags.define(Other, 'other_module', flag_values=values)
 
   def test_the_run_config_tree(self):
-    leaves = config_tree.leaves(config_lib.RunConfig)
+    leaves = config_tree.leaves(run_config.RunConfig)
     names = [leaf.name for leaf in leaves]
     shared = {n for n in names if names.count(n) > 1}
     self.assertEqual(shared, {'start'})  # both sources' --start, one flag
@@ -105,20 +105,20 @@ class ConfigTreeTest(absltest.TestCase):
     for leaf in leaves:
       self.assertIn(leaf.name, flags.FLAGS)
       self.assertTrue(leaf.help.strip(), leaf.name)
-    sweepable = config_lib.SWEEPABLE
+    sweepable = run_config.SWEEPABLE
     self.assertEqual({leaf.name for leaf in leaves if leaf.setting.sweep},
                      set(sweepable))
     self.assertEqual(sweepable['ask_mode'].dotted, 'settings.ask.mode')
     self.assertEqual(sweepable['kappa_neu'].dotted, 'loop.kappa.1')
-    base = config_lib.RunConfig(methods=('recovr',), output_dir='/tmp/x')
-    changed = config_lib.with_setting(base, 'kappa_neu', 7)
+    base = run_config.RunConfig(methods=('recovr',), output_dir='/tmp/x')
+    changed = run_config.with_setting(base, 'kappa_neu', 7)
     self.assertEqual(changed.loop.kappa, (11, 7, 2))
-    self.assertEqual(config_lib.with_setting(base, 'ask_mode', 'never')
+    self.assertEqual(run_config.with_setting(base, 'ask_mode', 'never')
                      .settings.ask.mode, 'never')
-    self.assertEqual(config_lib.with_setting(base, 'noise_rate', '0.25')
+    self.assertEqual(run_config.with_setting(base, 'noise_rate', '0.25')
                      .user.noise_rate, 0.25)
     with self.assertRaisesRegex(ValueError, 'must be in'):
-      config_lib.with_setting(base, 'noise_rate', 2.0)
+      run_config.with_setting(base, 'noise_rate', 2.0)
 
 
 @dataclasses.dataclass(frozen=True)

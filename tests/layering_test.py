@@ -160,6 +160,76 @@ class NamesTest(absltest.TestCase):
       self.assertTrue((ROOT / rel).is_dir(), f'tests/{rel} mirrors nothing')
 
 
+def aliased_imports(root=ROOT.parent) -> list[str]:
+  """Project modules imported under another name where no second module
+  of their name is imported in the same file (a true collision), a line
+  each: ``file:line module as alias``."""
+  tops = ('recovr_jax', 'experiments', 'tests', 'third_party')
+
+  def is_module(dotted):
+    path = root.joinpath(*dotted.split('.'))
+    return path.with_suffix('.py').is_file() or (
+        path / '__init__.py').is_file()
+  out = []
+  for top in tops:
+    for path in sorted((root / top).rglob('*.py')):
+      tree = ast.parse(path.read_text(encoding='utf-8'))
+      names, aliased = [], []
+      for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+          for a in node.names:
+            names.append(a.name)
+            full = f'{node.module}.{a.name}'
+            if (a.asname and a.asname != a.name and
+                full.split('.')[0] in tops and is_module(full)):
+              aliased.append((node.lineno, full, a.asname))
+        elif isinstance(node, ast.Import):
+          for a in node.names:
+            names.append(a.name.split('.')[-1])
+            if (a.asname and a.name.split('.')[0] in tops and
+                a.asname != a.name.split('.')[-1]):
+              aliased.append((node.lineno, a.name, a.asname))
+      for line, full, alias in aliased:
+        if names.count(full.split('.')[-1]) < 2:
+          out.append(f'{path.relative_to(root)}:{line} {full} as {alias}')
+  return out
+
+
+class ImportNamesTest(absltest.TestCase):
+  """A module goes by its own name (an alias only where two modules of one
+  name meet in a file), and no data source asks for the reasoner."""
+
+  def test_no_project_module_is_imported_under_another_name(self):
+    self.assertEqual(aliased_imports(), [])
+
+  def test_an_alias_without_a_collision_is_seen(self):
+    root = pathlib.Path(self.create_tempdir().full_path)
+    (root / 'recovr_jax' / 'run').mkdir(parents=True)
+    (root / 'recovr_jax' / 'run' / 'config.py').write_text('')
+    (root / 'recovr_jax' / 'study').mkdir()
+    (root / 'recovr_jax' / 'study' / 'app.py').write_text('')
+    (root / 'recovr_jax' / 'm.py').write_text(
+        'from absl import app\n'
+        'from recovr_jax.study import app as app_lib\n'  # a collision
+        'def f():\n  from recovr_jax.run import config as config_lib\n')
+    self.assertEqual(aliased_imports(root), [
+        'recovr_jax/m.py:4 recovr_jax.run.config as config_lib'])
+
+  def test_no_data_source_reads_the_reasoner(self):
+    found = []
+    for path in sorted((ROOT / 'envs').rglob('*.py')):
+      for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+        where = f'{path.relative_to(ROOT.parent)}:{getattr(node, "lineno", 0)}'
+        if isinstance(node, ast.ImportFrom) and node.module and any(
+            f'{node.module}.{a.name}' == 'recovr_jax.reasoning.registry'
+            for a in node.names):
+          found.append(f'{where} imports the registry')
+        if isinstance(node, ast.Attribute) and node.attr in (
+            'reasoner', 'reasoner_config'):
+          found.append(f'{where} reads .{node.attr}')
+    self.assertEqual(found, [])
+
+
 class ModuleSizeTest(absltest.TestCase):
   """A module docstring says what the module is, not why it has its size
   (docs/layout.md); no library module grows past ``MAX_LINES``."""

@@ -191,10 +191,10 @@ def world_run(world_config, user_config, cache_dir, simulation='jit'):
   shipped v1 encoders and its true captions, the ``rules`` reasoner and
   the simulated user of ``user_config``, prepared for ``simulation``."""
   from recovr_jax.run import assemble  # pylint: disable=g-import-not-at-top
-  from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world import world_source  # pylint: disable=g-import-not-at-top
-  config = config_lib.RunConfig(
+  config = run_config.RunConfig(
       methods=('recovr',), output_dir='', cache_dir=cache_dir or None,
       data=world_source.WorldData(world=world_config,
                                   checkpoint_dir=encoders.DEFAULT_CHECKPOINT_DIR,

@@ -191,7 +191,7 @@ def main(argv):
   from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import llama_decode  # pylint: disable=g-import-not-at-top
   from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
-  from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import generator  # pylint: disable=g-import-not-at-top
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
@@ -286,7 +286,7 @@ def main(argv):
       share_of_projections_and_head_alone=floor / (
           parts['projections_s'] + parts['head_s']))
   bench_common.log('requests of one turn on the train split')
-  preset = config_lib.BENCHMARKS['v2']
+  preset = run_config.BENCHMARKS['v2']
   world = generator.make_world(generator.WorldConfig(
       renditions=preset['renditions']))
   writer = captioner.Captioner(captioner.DEFAULT_CAPTIONER_DIR)

@@ -37,6 +37,7 @@ def live() -> dict:
   from absl import flags  # pylint: disable=g-import-not-at-top
   from experiments import run  # pylint: disable=g-import-not-at-top
   from experiments.common import cli  # pylint: disable=g-import-not-at-top
+  from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
   app.define_help_flags()
   names = sorted(set(flags.FLAGS) | set(SPECIAL))
   booleans = sorted(n for n in flags.FLAGS if flags.FLAGS[n].boolean)
@@ -54,8 +55,8 @@ def live() -> dict:
       values[name] = {'parser': kind}
   return {'program': PROGRAM, 'names': names, 'booleans': booleans,
           'values': values,
-          'help': cli.grouped_help(run.__doc__, run.HELP_GROUPS,
-                                   run.HELP_DEFAULTS)}
+          'help': cli.grouped_help(run.__doc__, run_flags.HELP_GROUPS,
+                                   run_flags.HELP_DEFAULTS)}
 
 
 def _parser(spec: dict):

@@ -1,5 +1,5 @@
-"""The run's flags, derived from ``RunConfig``'s tree, and ``run_config()``,
-which reads them into one ``RunConfig``.
+"""The run's flags, derived from ``RunConfig``'s tree, and
+``config_from_flags()``, which reads them into one ``RunConfig``.
 
 Every setting is declared once, as a field of its config (type, default,
 help in the ``#:`` comment above it, choices, sweepable or not;
@@ -29,14 +29,14 @@ from recovr_jax.envs.world import world_source
 from recovr_jax.methods import base
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 from recovr_jax.run import distributed
 from recovr_jax.run import validation
 
-LEAVES = config_flags.define(config_lib.RunConfig, __name__)
+LEAVES = config_flags.define(run_config.RunConfig, __name__)
 
 _BENCHMARK = flags.DEFINE_enum(
-    'benchmark', config_lib.DEFAULT_BENCHMARK, list(config_lib.BENCHMARKS),
+    'benchmark', run_config.DEFAULT_BENCHMARK, list(run_config.BENCHMARKS),
     'The embedded benchmark; sets --renditions, --checkpoint_dir, '
     '--captions, --user_style and --user_language unless given explicitly. '
     "v3 (the default): v2 with the user's test phrasings in its bank "
@@ -59,7 +59,7 @@ _SWEEP = flags.DEFINE_multi_string(
     'One-factor-at-a-time sweep, repeatable: NAME=V1|V2|... runs every '
     f'value of NAME with the other flags fixed, each in --output_dir/'
     f'NAME=V, and writes sweep.md. Sweepable: '
-    f'{", ".join(config_lib.SWEEPABLE)}.')
+    f'{", ".join(run_config.SWEEPABLE)}.')
 
 SUITES = {'fidelity': paper_claims.FIDELITY_PARTS}
 _SUITE = flags.DEFINE_enum(
@@ -73,7 +73,7 @@ _SUITE = flags.DEFINE_enum(
 # Each source's own flags (an error with another --data).
 SOURCE_FLAGS = {
     name: [leaf.name for leaf in LEAVES if leaf.variant == name]
-    for name in config_lib.DATA}
+    for name in run_config.DATA}
 
 # --help: the flags by concern (tests/experiments/cli_test.py checks that every flag the
 # run reads is in one group).
@@ -90,7 +90,7 @@ HELP_GROUPS = tuple(sorted(
 # Defaults that come from the --benchmark preset, as --help shows them.
 HELP_DEFAULTS = {
     name: 'the --benchmark preset\'s: ' + ', '.join(
-        f'{b}: {config_lib.BENCHMARKS[b][name]}' for b in config_lib.BENCHMARKS)
+        f'{b}: {run_config.BENCHMARKS[b][name]}' for b in run_config.BENCHMARKS)
     for name in ('renditions', 'captions', 'user_style', 'user_language')}
 HELP_DEFAULTS['reasoner'] = ('grounded on --data=world, rules with '
                              '--describe_layout and on real data')
@@ -123,7 +123,7 @@ def _user(values: dict) -> simulated_user.UserConfig:
   given (real data's caption user reads neither), the draws the driver
   imposes (``drivers.user_draws``) or --user_draws."""
   fields = config_tree.kwargs(simulated_user.UserConfig, values)
-  preset = config_lib.BENCHMARKS[_BENCHMARK.value]
+  preset = run_config.BENCHMARKS[_BENCHMARK.value]
   for field, flag in (('style', 'user_style'), ('language', 'user_language')):
     fields.setdefault(field, preset[flag])
   fields['draws'] = drivers.user_draws(values['simulation']) or fields.get(
@@ -151,7 +151,7 @@ def absolute_paths(text: str) -> str:
   return '\n'.join(out) + ('\n' if text.endswith('\n') else '')
 
 
-def run_config() -> config_lib.RunConfig:
+def config_from_flags() -> run_config.RunConfig:
   """The ``RunConfig`` of the flags (every flag is read here, once).
 
   Raises ``app.UsageError`` naming every problem found at once: each part
@@ -178,18 +178,18 @@ def run_config() -> config_lib.RunConfig:
       **kwargs(base.Settings, values, nested=False), ask=ask),
                   base.Settings())
   user = part(lambda: _user(values), simulated_user.UserConfig())
-  fields = kwargs(config_lib.RunConfig, values, nested=False)
+  fields = kwargs(run_config.RunConfig, values, nested=False)
   reasoner = values['reasoner']
   if reasoner is None:  # the source's default
     source_data = world_source.WorldData.preset() if data is None else data
-    reasoner = config_lib.source_of(source_data).default_reasoner()
+    reasoner = run_config.source_of(source_data).default_reasoner()
   count, pid = processes()
   fields.update(loop=loop, settings=settings, user=user, reasoner=reasoner,
                 num_processes=count, process_id=pid,
                 flags_text=absolute_paths(flags.FLAGS.flags_into_string()))
   if data is not None:
     fields['data'] = data
-  config = part(lambda: config_lib.RunConfig(**fields), None)
+  config = part(lambda: run_config.RunConfig(**fields), None)
   if problems:
     if config is not None and data is not None:  # what the whole adds
       try:
@@ -249,7 +249,7 @@ def start_processes() -> None:
                          f'cannot join the run\'s processes ({e})') from e
 
 
-def check_processes_agree(config: config_lib.RunConfig) -> None:
+def check_processes_agree(config: run_config.RunConfig) -> None:
   """Every process of the run was started with the same --num_processes
   and the same flags (its --process_id aside): checked by one collective
   before any work."""
@@ -264,7 +264,7 @@ def check_processes_agree(config: config_lib.RunConfig) -> None:
     raise app.UsageError(str(e)) from e
 
 
-def use_compilation_cache(config: config_lib.RunConfig):
+def use_compilation_cache(config: run_config.RunConfig):
   """Compiled XLA programs (MiniLM per padded width, the captioner, the
   ranking core) kept beside Progress Memory (--compilation_cache): a later
   run loads them instead of compiling; the programs and so the results are
@@ -287,9 +287,9 @@ def parse_sweep(specs):
     name, sep, values = spec.partition('=')
     if not sep or not values:
       raise app.UsageError(f'--sweep {spec!r}: expected NAME=V1|V2|...')
-    if name not in config_lib.SWEEPABLE:
+    if name not in run_config.SWEEPABLE:
       raise app.UsageError(f'--sweep {name!r} is not sweepable; valid: '
-                           f'{", ".join(config_lib.SWEEPABLE)}')
+                           f'{", ".join(run_config.SWEEPABLE)}')
     parsed = []
     for v in values.split('|'):
       try:

@@ -25,13 +25,13 @@ from absl import logging
 
 from experiments.common import cli
 from experiments.common import outputs
-from experiments import run
+from experiments.common import run_flags
 from recovr_jax.analysis import reading_benchmark
 from recovr_jax import drivers
 from recovr_jax.envs.world import world_source
 from recovr_jax.reasoning import registry
 from recovr_jax.run import assemble
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
 
 _BACKENDS = flags.DEFINE_list(
@@ -95,11 +95,11 @@ def main(argv):
       raise app.UsageError('--grounded_options: expected a JSON object, got '
                            f'{_GROUNDED_OPTIONS.value}')
   logging.set_verbosity(logging.WARNING)
-  config = run.run_config()
+  config = run_flags.config_from_flags()
   if not isinstance(config.data, world_source.WorldData):
     raise app.UsageError('eval_reading reads the embedded world\'s '
                          'simulated user: --data=world')
-  source = config_lib.source(config)
+  source = run_config.source(config)
   if not drivers.choose(config.simulation, source).STEPWISE:
     raise app.UsageError('eval_reading draws requests in the host loop: '
                          '--simulation=host')
@@ -121,7 +121,7 @@ def main(argv):
         config, backend, options), vocab)
     if problems:
       raise app.UsageError(f'--backends={backend}: ' + '; '.join(problems))
-  run.use_compilation_cache(config)
+  run_flags.use_compilation_cache(config)
   built = runner.build(config, source)
   requested, total = num, len(built.env.target)
   if num > total:  # recorded as run, as experiments.run records it
@@ -153,5 +153,5 @@ if __name__ == '__main__':
   cli.run(main, (('Reading benchmark', ['backends', 'noise_rates',
                                         'test_split', 'grounded_options',
                                         'output_json']),) +
-          run.HELP_GROUPS,
-          run.HELP_DEFAULTS, own=1)
+          run_flags.HELP_GROUPS,
+          run_flags.HELP_DEFAULTS, own=1)

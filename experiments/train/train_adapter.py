@@ -46,7 +46,7 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import lora
 from recovr_jax.reasoning import prompts
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', 'recovr_jax/checkpoints/smollm2_world',
@@ -176,7 +176,7 @@ def main(argv):
   from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
   from transformers.models.llama import modeling_flax_llama  # pylint: disable=g-import-not-at-top
   start = time.time()
-  preset = config_lib.BENCHMARKS[BENCHMARK]
+  preset = run_config.BENCHMARKS[BENCHMARK]
   renditions = (preset['renditions']
                 if flags.FLAGS['renditions'].using_default_value
                 else flags.FLAGS.renditions)

@@ -6,7 +6,7 @@ an assembled run (``run.assemble.Run``). There are three, and
 
 * ``host`` (``host_driver.OnHost``): the protocol's Python loop, a
   turn at a time on the host (``drivers.host_driver``);
-* ``jit`` on a source with a traced face (``protocol.source.TracedFace``,
+* ``jit`` on a source with a traced face (``protocol.data_source.TracedFace``,
   the world): each turn of a batch one ``vmap``-ped program (user,
   method, ranking), the user's words and their reading tabulated
   (``jit_driver.Traced``);
@@ -21,19 +21,19 @@ Adding a driver: a ``Driver`` subclass in its own module and a line in
 from recovr_jax.drivers import driver
 from recovr_jax.drivers import host_driver
 from recovr_jax.drivers import jit_driver
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import data_source
 
 Driver = driver.Driver
 # The --simulation values.
 NAMES = ('host', 'jit')
 
 
-def choose(simulation: str, source: source_lib.Source) -> Driver:
+def choose(simulation: str, source: data_source.Source) -> Driver:
   """The driver of ``--simulation=simulation`` on ``source``."""
   if simulation == 'host':
     return host_driver.OnHost()
   if simulation == 'jit':
-    if isinstance(source, source_lib.TracedFace):
+    if isinstance(source, data_source.TracedFace):
       return jit_driver.Traced()
     return jit_driver.Stepped()
   raise ValueError(f'unknown --simulation {simulation!r}; valid: '

@@ -3,7 +3,7 @@
 import abc
 
 from recovr_jax.protocol import environment
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import data_source
 
 
 class Driver(abc.ABC):
@@ -24,14 +24,14 @@ class Driver(abc.ABC):
   # over processes (--gallery_over_processes).
   SHARDS: bool = False
 
-  def problems(self, config, source: source_lib.Source) -> list[str]:
+  def problems(self, config, source: data_source.Source) -> list[str]:
     """What this driver cannot run of ``config`` on ``source`` (a line
     each, naming the flag), before anything loads."""
     del config, source
     return []
 
-  def prepare(self, source: source_lib.Source,
-              built: source_lib.Built) -> source_lib.Built:
+  def prepare(self, source: data_source.Source,
+              built: data_source.Built) -> data_source.Built:
     """``built`` with what this driver runs on (once per build)."""
     del source
     return built

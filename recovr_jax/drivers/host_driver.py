@@ -21,7 +21,7 @@ from recovr_jax import config_tree
 from recovr_jax import profiling
 from recovr_jax.drivers import driver
 from recovr_jax.protocol import environment
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session
 
@@ -39,13 +39,14 @@ def _turn(config, gallery, states, inputs):
   return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)
 
 
-def _inputs(plan: plan_lib.TurnPlan, reference, stop):
+def _inputs(turn_plan: plan.TurnPlan, reference, stop):
   return ranking.TurnInputs(
-      queries=jnp.asarray(plan.queries, jnp.float32),
-      valid=jnp.asarray(plan.valid), exclude=jnp.asarray(reference, jnp.int32),
-      sigma=jnp.asarray(plan.sigma, jnp.int32), stop=jnp.asarray(stop),
-      penalty=None if plan.penalty is None else jnp.asarray(plan.penalty,
-                                                            jnp.float32))
+      queries=jnp.asarray(turn_plan.queries, jnp.float32),
+      valid=jnp.asarray(turn_plan.valid),
+      exclude=jnp.asarray(reference, jnp.int32),
+      sigma=jnp.asarray(turn_plan.sigma, jnp.int32), stop=jnp.asarray(stop),
+      penalty=None if turn_plan.penalty is None else jnp.asarray(
+          turn_plan.penalty, jnp.float32))
 
 
 @dataclasses.dataclass
@@ -93,11 +94,11 @@ class HostLoop:
 
   def plan(self, carry, fb, active):
     s = len(self.sessions)
-    full = plan_lib.empty_plan(s, self.env.gallery.shape[1])
+    full = plan.empty_plan(s, self.env.gallery.shape[1])
     if not len(fb.rows):
       return carry, full
     shown = fb.shown
-    obs = plan_lib.Observation(
+    obs = plan.Observation(
         sessions=fb.rows,
         feedback=tuple(fb.responses[i].text for i in fb.rows),
         action=tuple(fb.responses[i].action for i in fb.rows),
@@ -105,31 +106,32 @@ class HostLoop:
         shown_caption=tuple(self.ctx.captions[g] for g in shown),
         question=tuple(carry.questions[i] for i in fb.rows))
     with profiling.part('method step (reasoning)'):
-      state, plan = self.method.step(self.ctx, carry.method_state, obs)
-    full.queries[fb.rows] = plan.queries
-    full.valid[fb.rows] = plan.valid
-    full.sigma[fb.rows] = plan.sigma
-    if plan.penalty is not None:
+      state, turn_plan = self.method.step(self.ctx, carry.method_state, obs)
+    full.queries[fb.rows] = turn_plan.queries
+    full.valid[fb.rows] = turn_plan.valid
+    full.sigma[fb.rows] = turn_plan.sigma
+    if turn_plan.penalty is not None:
       n = self.env.searchable
       penalty = np.zeros((s, n), np.float32)
-      penalty[fb.rows] = plan.penalty[:, :n]
+      penalty[fb.rows] = turn_plan.penalty[:, :n]
       full = dataclasses.replace(full, penalty=penalty)
     records = [{}] * s
     for j, i in enumerate(fb.rows):
-      records[i] = plan.records[j] if plan.records else {}
+      records[i] = turn_plan.records[j] if turn_plan.records else {}
     full = dataclasses.replace(full, records=tuple(records))
     return dataclasses.replace(carry, method_state=state), full
 
-  def rank(self, carry, plan, active):
+  def rank(self, carry, turn_plan, active):
     profiling.count(ranking.SCORED, len(active))  # every session's row
     with profiling.part('ranking'):
-      states = profiling.sync(_turn(self.config, self.gallery, carry.ranking,
-                                    _inputs(plan, self.reference, ~active)))
+      states = profiling.sync(_turn(
+          self.config, self.gallery, carry.ranking,
+          _inputs(turn_plan, self.reference, ~active)))
     return dataclasses.replace(carry, ranking=states)
 
   def ask(self, carry, active):
     rows = np.flatnonzero(active)
-    shown = plan_lib.Shown(
+    shown = plan.Shown(
         sessions=rows, ids=np.asarray(carry.ranking.shown_ids)[rows],
         scores=np.asarray(carry.ranking.shown_scores)[rows],
         asked=carry.asked[rows])
@@ -144,25 +146,25 @@ class HostLoop:
     return dataclasses.replace(carry, asked=asked,
                                new_questions=new_questions)
 
-  def record(self, carry, fb, plan, active):
+  def record(self, carry, fb, turn_plan, active):
     out = []
     turns = np.asarray(carry.ranking.turn)
     fired = np.asarray(carry.ranking.fired)
     for i in range(len(self.sessions)):
       if i in fb.responses:
-        rec = plan_lib.turn_record(
+        rec = plan.turn_record(
             int(turns[i]), fb.responses[i].action, fb.responses[i].text,
-            plan.sigma[i], fired[i, turns[i]], carry.questions[i],
-            **plan.records[i])
+            turn_plan.sigma[i], fired[i, turns[i]], carry.questions[i],
+            **turn_plan.records[i])
       else:
-        rec = plan_lib.stopped_record(int(turns[i]))
+        rec = plan.stopped_record(int(turns[i]))
       rec['asked'] = carry.new_questions[i]
       out.append(rec)
     return out
 
 
 def begin(env: environment.Environment, method,
-          sessions: np.ndarray, user, ctx: plan_lib.Context,
+          sessions: np.ndarray, user, ctx: plan.Context,
           base: ranking.LoopConfig, loop_class=None):
   """Turn 0 of ``sessions``: ``(host_loop, carry, records)``, where
   ``records`` holds each session's turn-0 record; ``feedback_turn(host_loop,
@@ -173,13 +175,13 @@ def begin(env: environment.Environment, method,
   host_loop = (loop_class or HostLoop)(env, method, sessions, user, ctx,
                                       config)
   s = len(sessions)
-  carry, plan, records = start_plan(host_loop)
+  carry, turn_plan, records = start_plan(host_loop)
   profiling.count(ranking.SCORED, s)
   with profiling.part('ranking'):
     states = jax.tree.map(lambda x: jnp.broadcast_to(x, (s,) + x.shape),
                           ranking.init_state(config))
     states = profiling.sync(_start(config, host_loop.gallery, states, _inputs(
-        plan, host_loop.reference, np.zeros(s, bool))))
+        turn_plan, host_loop.reference, np.zeros(s, bool))))
   return host_loop, dataclasses.replace(carry, ranking=states), records
 
 
@@ -194,15 +196,15 @@ def start_plan(host_loop: HostLoop):
     covr0 = np.asarray(env.query_embeddings, np.float32)[sessions]
   else:
     # A session without a reference (a text start) searches with its text.
-    covr0 = plan_lib.anchored(env.gallery, env.compose, host_loop.reference,
+    covr0 = plan.anchored(env.gallery, env.compose, host_loop.reference,
                               env.encode_text(mods))
   with profiling.part('method step (reasoning)'):
-    method_state, plan = host_loop.method.init(host_loop.ctx, plan_lib.Start(
+    method_state, turn_plan = host_loop.method.init(host_loop.ctx, plan.Start(
         reference=host_loop.reference, modification=mods, covr_query=covr0))
   carry = _Carry(ranking=None, method_state=method_state,
                  questions=[None] * s, asked=np.zeros(s, int),
                  new_questions=[None] * s)
-  return carry, plan, [plan_lib.start_record(mods[i]) for i in range(s)]
+  return carry, turn_plan, [plan.start_record(mods[i]) for i in range(s)]
 
 
 def feedback_turn(host_loop: HostLoop, carry: _Carry, turn: int):
@@ -213,7 +215,7 @@ def feedback_turn(host_loop: HostLoop, carry: _Carry, turn: int):
 
 
 def run_batch(env: environment.Environment, method,
-              sessions: np.ndarray, user, ctx: plan_lib.Context,
+              sessions: np.ndarray, user, ctx: plan.Context,
               base: ranking.LoopConfig) -> environment.BatchResult:
   """Runs ``method`` on the composed queries ``sessions`` (indices).
 

@@ -93,7 +93,7 @@ def _mesh(config):
 
 
 class Traced(_Jitted):
-  """A source's traced face (``source.TracedFace``): its user and the
+  """A source's traced face (``data_source.TracedFace``): its user and the
   reasoner's reading of the words run inside the turn's program, from
   tables."""
 

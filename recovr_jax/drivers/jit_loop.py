@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.core import vectors
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session
 from recovr_jax.protocol import traced
@@ -58,7 +58,7 @@ class SessionCarry:
 @dataclasses.dataclass(frozen=True)
 class _Shared:
   """What every session of a batch reads (unbatched under vmap)."""
-  data: plan_lib.JaxData
+  data: plan.JaxData
   tables: object
   composer_params: object
   seed_key: jax.Array
@@ -89,7 +89,7 @@ def _start_decided(config: traced.JitConfig, shared: _Shared, query):
   start, face_state = face.start(data, shared.tables, query)
   method_state, search = config.form.init(start)
   search_code = face.code(search) * config.form.t2v
-  search_key = face.key(search_code, plan_lib.T2V)
+  search_key = face.key(search_code, plan.T2V)
   covr = compose(config.composer, shared.composer_params,
                  ranking.gallery_row(data.gallery, ref, shared.split),
                  start.modification)
@@ -116,15 +116,16 @@ def _start_shown(config: traced.JitConfig, shared: _Shared, decided, rank):
                       face=face_state), search_key
 
 
-def _channels(face, plan) -> dict:
+def _channels(face, turn_plan) -> dict:
   """The plan's texts: their codes, the table keys the ranking reads, and
   which channels use a text (code 0, the empty text, marks an unused one)."""
-  search, edit = face.code(plan.search), face.code(plan.edit)
-  use_search, use_edit = search * plan.use_search, edit * plan.use_edit
+  search, edit = face.code(turn_plan.search), face.code(turn_plan.edit)
+  use_search = search * turn_plan.use_search
+  use_edit = edit * turn_plan.use_edit
   return dict(search=search, edit=edit, use_search=use_search > 0,
               use_edit=use_edit > 0,
-              search_key=face.key(use_search, plan_lib.T2V),
-              edit_key=face.key(use_edit, plan_lib.COVR))
+              search_key=face.key(use_search, plan.T2V),
+              edit_key=face.key(use_edit, plan.COVR))
 
 
 def _needed(texts):
@@ -167,35 +168,36 @@ class _JitLoop:
 
   def plan(self, carry, observation, active):
     obs, face_state, _ = observation
-    method_state, plan = self.config.form.step(carry.method, obs)
+    method_state, turn_plan = self.config.form.step(carry.method, obs)
     # A session that stopped keeps its method's and face's state.
     keep = lambda old, new: jax.tree.map(
         lambda o, n: jnp.where(active, n, o), old, new)
     return dataclasses.replace(
         carry, method=keep(carry.method, method_state),
-        face=keep(carry.face, face_state)), plan
+        face=keep(carry.face, face_state)), turn_plan
 
-  def rank(self, carry, plan, active):
+  def rank(self, carry, turn_plan, active):
     shared, face = self.shared, self.config.face
 
     def ranked():  # the queries too: a probe that does not rank skips them
-      texts = _channels(face, plan)
-      if plan.edit_embedding is None:  # the edit is a text of the table
+      texts = _channels(face, turn_plan)
+      if turn_plan.edit_embedding is None:  # the edit is a text of the table
         edit = face.text(shared.tables, texts['edit_key'])
         edit_valid = texts['use_edit']
       else:  # the method's own text embedding (the dialogue, MERLIN's text)
-        edit, edit_valid = plan.edit_embedding, jnp.asarray(plan.use_edit)
+        edit = turn_plan.edit_embedding
+        edit_valid = jnp.asarray(turn_plan.use_edit)
       covr_query = compose(self.config.composer, shared.composer_params,
                            ranking.gallery_row(shared.data.gallery,
-                                               plan.anchor, shared.split),
+                                               turn_plan.anchor, shared.split),
                            edit)
       inputs = ranking.TurnInputs(
           queries=jnp.stack([face.text(shared.tables, texts['search_key']),
                              covr_query]),
           valid=jnp.stack([texts['use_search'], edit_valid]),
-          exclude=self.reference, sigma=plan.sigma, stop=~active,
+          exclude=self.reference, sigma=turn_plan.sigma, stop=~active,
           penalty=self.config.form.penalty(
-              plan.avoid, shared.data.memory.caption_attrs))
+              turn_plan.avoid, shared.data.memory.caption_attrs))
       return ranking.turn_step(self.config.loop, shared.data.gallery,
                                carry.state, inputs, split=shared.split)
     state = _ranked(self.ranks, ranked, carry.state)
@@ -205,7 +207,7 @@ class _JitLoop:
     """The method's question shown with the list just ranked, as the
     attribute the user reads in it."""
     form = self.config.form
-    if not plan_lib.asks(form):
+    if not plan.asks(form):
       return carry
     question, counted = form.jax_question(
         carry.method, carry.state.shown_ids, carry.state.shown_scores,
@@ -213,23 +215,23 @@ class _JitLoop:
     return dataclasses.replace(carry, question=question,
                                asked=carry.asked + counted)
 
-  def held(self, observation, plan, active):
+  def held(self, observation, turn_plan, active):
     """Whether the turn ``decide`` planned reads only held entries."""
     _, _, own = observation
     face = self.config.face
     keys = jnp.stack([jnp.where(active, k, 0)
-                      for k in _needed(_channels(face, plan))])
+                      for k in _needed(_channels(face, turn_plan))])
     return ~active | face.held(self.shared.tables, face.record(own, active),
                                keys)
 
-  def record(self, carry, observation, plan, active):
+  def record(self, carry, observation, turn_plan, active):
     obs, _, own = observation
     zero = jnp.zeros((), jnp.int32)
-    texts = _channels(self.config.face, plan)
+    texts = _channels(self.config.face, turn_plan)
     needed = _needed(texts)
     return _turn_outputs(
-        carry, active, jnp.where(active, obs.action, plan_lib.STOP),
-        jnp.where(active, plan.sigma, demotion.SIGMA_NEU),
+        carry, active, jnp.where(active, obs.action, plan.STOP),
+        jnp.where(active, turn_plan.sigma, demotion.SIGMA_NEU),
         *(jnp.where(active, c, zero)
           for c in (texts['search'], texts['edit']) + needed),
         jnp.where(active, obs.asked, -1),
@@ -249,12 +251,12 @@ def _stopped_turn(config: traced.JitConfig, carry: SessionCarry):
                               state=ranking.carry_forward(carry.state))
   zero = jnp.zeros((), jnp.int32)
   return carry, _turn_outputs(
-      carry, jnp.asarray(False), zero + plan_lib.STOP,
+      carry, jnp.asarray(False), zero + plan.STOP,
       zero + demotion.SIGMA_NEU, zero, zero, zero, zero, zero - 1,
       config.face.stopped())
 
 
-def simulate_batch(config: traced.JitConfig, data: plan_lib.JaxData, tables,
+def simulate_batch(config: traced.JitConfig, data: plan.JaxData, tables,
                    composer_params, queries, seed_key,
                    chunk_size: int | None = None,
                    split: ranking.GallerySplit | None = None
@@ -294,7 +296,7 @@ def simulate_batch(config: traced.JitConfig, data: plan_lib.JaxData, tables,
       questions=outs['questions'], own=outs['own'])
 
 
-def start_batch(config: traced.JitConfig, data: plan_lib.JaxData, tables,
+def start_batch(config: traced.JitConfig, data: plan.JaxData, tables,
                 composer_params, queries, rank,
                 split: ranking.GallerySplit | None = None,
                 session_axis: str | None = None):
@@ -332,7 +334,7 @@ def _none_missing(held, session_axis):
   return missing == 0
 
 
-def turn_batch(config: traced.JitConfig, data: plan_lib.JaxData, tables,
+def turn_batch(config: traced.JitConfig, data: plan.JaxData, tables,
                composer_params, queries, seed_key, carry: SessionCarry,
                turn, rank, chunk_size: int | None = None,
                split: ranking.GallerySplit | None = None,

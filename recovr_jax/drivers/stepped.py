@@ -33,7 +33,7 @@ from recovr_jax.core import demotion
 from recovr_jax.drivers import host_driver
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import traced
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 
 
 @jax.tree_util.register_dataclass
@@ -54,11 +54,11 @@ class StepTables:
 @dataclasses.dataclass(frozen=True)
 class TabulatedStep:
   """The stepped face's observation: the turn's plan the host tabulated."""
-  plan: plan_lib.JaxPlan
+  plan: plan.JaxPlan
 
 
 @dataclasses.dataclass(frozen=True)
-class TabulatedForm(plan_lib.JaxForm):
+class TabulatedForm(plan.JaxForm):
   """A method's host step as read from the table: the plan the face found
   (``TabulatedStep.plan``). The host asks the questions."""
   READS: ClassVar[type] = TabulatedStep
@@ -82,17 +82,17 @@ class StepFace(traced.Face):
     return 1 + tables.row_of_query[query] * (self.num_turns + 1) + turn
 
   def _search(self, tables, row, use):
-    return jnp.where(use & tables.valid[row, plan_lib.T2V], row - 1,
+    return jnp.where(use & tables.valid[row, plan.T2V], row - 1,
                      -1)[None].astype(jnp.int32)
 
   def start(self, data, tables, query):
     del data
     row = self._row(tables, query, 0)
-    return plan_lib.JaxStart(
+    return plan.JaxStart(
         init_search=self._search(tables, row, True),
         modification_attrs=jnp.full((1,), -1, jnp.int32),
         modification=tables.covr[row],
-        covr_valid=tables.valid[row, plan_lib.COVR]), jnp.zeros((), jnp.int32)
+        covr_valid=tables.valid[row, plan.COVR]), jnp.zeros((), jnp.int32)
 
   def code(self, assignment):
     return (assignment[0] + 1).astype(jnp.int32)
@@ -109,16 +109,16 @@ class StepFace(traced.Face):
     del seed_key
     row = self._row(tables, query, turn)
     filled = tables.filled[row]
-    plan = plan_lib.JaxPlan(
+    turn_plan = plan.JaxPlan(
         search=self._search(tables, row, filled), edit=jnp.full((1,), -1),
-        use_search=True, use_edit=filled & tables.valid[row, plan_lib.COVR],
+        use_search=True, use_edit=filled & tables.valid[row, plan.COVR],
         sigma=jnp.where(filled, tables.sigma[row], demotion.SIGMA_NEU),
         anchor=top1, avoid=jnp.zeros((1, 0), bool),
         edit_embedding=tables.covr[row])
-    obs = plan_lib.JaxObservation(
+    obs = plan.JaxObservation(
         shown=top1, reference=data.reference[query],
-        action=jnp.where(filled, tables.action[row], plan_lib.MODIFY),
-        asked=question, info=TabulatedStep(plan=plan))
+        action=jnp.where(filled, tables.action[row], plan.MODIFY),
+        asked=question, info=TabulatedStep(plan=turn_plan))
     return obs, state, dict(filled=filled)
 
   def record(self, outputs, active):
@@ -156,9 +156,9 @@ class StepEnvironment(traced.Environment):
     self.host = host_driver.HostLoop(env, method, sessions, user, ctx,
                                 method.ranking(base))
     searchable = env.searchable
-    self.data = plan_lib.JaxData(
+    self.data = plan.JaxData(
         gallery=jnp.asarray(env.gallery[:searchable], jnp.float32),
-        memory=plan_lib.JaxMemory(
+        memory=plan.JaxMemory(
             caption_attrs=jnp.zeros((searchable, 0), jnp.int32),
             asked_with_value=jnp.zeros((0, 0), jnp.int32),
             asked_plain=jnp.zeros((0,), jnp.int32),
@@ -209,26 +209,26 @@ class _Stepper:
         valid=np.zeros((rows, 2), bool),
         sigma=np.full(rows, demotion.SIGMA_NEU, np.int32),
         action=np.zeros(rows, np.int32), filled=np.zeros(rows, bool))
-    self.carry, plan, first = host_driver.start_plan(driver)
-    self._write(0, np.arange(s), plan, ['stop'] * s)
+    self.carry, turn_plan, first = host_driver.start_plan(driver)
+    self._write(0, np.arange(s), turn_plan, ['stop'] * s)
     self.records = [[rec] for rec in first]
     self.turn = 1          # the next turn the host plans
     self.pending = None    # (observation, plan, active) of the last one
     self.last = None       # the last settled turn (``traced.Turn``)
 
-  def _write(self, turn, rows, plan, actions):
-    if plan.penalty is not None and np.any(plan.penalty[rows]):
+  def _write(self, turn, rows, turn_plan, actions):
+    if turn_plan.penalty is not None and np.any(turn_plan.penalty[rows]):
       raise ValueError(
           f'method {self.driver.method.name!r} wrote a per-video penalty, '
           'which the jitted face of this data source cannot carry; use '
           '--simulation=host')
     at = 1 + rows * (self.num_turns + 1) + turn
     t = self.tables
-    t['t2v'][at] = plan.queries[rows, plan_lib.T2V]
-    t['covr'][at] = plan.queries[rows, plan_lib.COVR]
-    t['valid'][at] = plan.valid[rows]
-    t['sigma'][at] = plan.sigma[rows]
-    t['action'][at] = [plan_lib.ACTIONS.index(a) for a in actions]
+    t['t2v'][at] = turn_plan.queries[rows, plan.T2V]
+    t['covr'][at] = turn_plan.queries[rows, plan.COVR]
+    t['valid'][at] = turn_plan.valid[rows]
+    t['sigma'][at] = turn_plan.sigma[rows]
+    t['action'][at] = [plan.ACTIONS.index(a) for a in actions]
     t['filled'][at] = True
 
   def arrays(self):
@@ -248,10 +248,11 @@ class _Stepper:
     carry = dataclasses.replace(self.carry,
                                 ranking=_Settled.of(self.last, turn + 1))
     fb = driver.respond(carry, turn, active)
-    carry, plan = driver.plan(carry, fb, active)
-    self._write(turn, fb.rows, plan,
+    carry, turn_plan = driver.plan(carry, fb, active)
+    self._write(turn, fb.rows, turn_plan,
                 [fb.responses[i].action for i in fb.rows])
-    self.carry, self.pending, self.turn = carry, (fb, plan, active), turn + 1
+    self.carry, self.turn = carry, turn + 1
+    self.pending = (fb, turn_plan, active)
     return traced.Fill(
         added=f'planned turn {turn} on the host ({len(fb.rows)} sessions)')
 
@@ -264,10 +265,10 @@ class _Stepper:
     if turn == 0:
       return
     driver = self.driver
-    fb, plan, active = self.pending
+    fb, turn_plan, active = self.pending
     carry = dataclasses.replace(self.carry,
                                 ranking=_Settled.of(settled, turn + 1))
     carry = driver.ask(carry, active)
-    for i, rec in enumerate(driver.record(carry, fb, plan, active)):
+    for i, rec in enumerate(driver.record(carry, fb, turn_plan, active)):
       self.records[i].append(rec)
     self.carry = dataclasses.replace(carry, questions=carry.new_questions)

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm(plan_lib.JaxForm):
+class JaxForm(plan.JaxForm):
   """Full-history rewriting with the rules reasoner over attribute vectors.
 
   State: ``mentions [A]`` int32, every value the dialogue has named so far
@@ -31,11 +31,11 @@ class JaxForm(plan_lib.JaxForm):
     named = obs.info.mentions
     mentions = jnp.where(named >= 0, named, state['mentions'])
     sigma = ivr.jax_action_sigma(obs.action)
-    plan = plan_lib.JaxPlan(
+    turn_plan = plan.JaxPlan(
         search=jnp.full_like(mentions, -1), edit=mentions, use_search=False,
         use_edit=True, sigma=sigma, anchor=obs.reference,
         avoid=jnp.zeros((mentions.shape[0], obs.num_values), bool))
-    return {'mentions': mentions}, plan
+    return {'mentions': mentions}, turn_plan
 
 
 class HistoryRewrite(ivr.IVR):
@@ -57,10 +57,10 @@ class HistoryRewrite(ivr.IVR):
     dialogue = [texts[i] for i in obs.sessions]
     rewritten = [edit or utterances[0] for edit, utterances in zip(
         ctx.reasoner.rewrite(dialogue), dialogue)]
-    queries = plan_lib.anchored(ctx.gallery, ctx.compose,
+    queries = plan.anchored(ctx.gallery, ctx.compose,
                                 state['reference'][obs.sessions],
                                 ctx.encode_text(rewritten))
-    plan = plan_lib.covr_plan(queries, ivr.action_sigma(obs.action))
+    turn_plan = plan.covr_plan(queries, ivr.action_sigma(obs.action))
     return dict(state, texts=texts), dataclasses.replace(
-        plan, records=tuple({'edit': e} for e in rewritten))
+        turn_plan, records=tuple({'edit': e} for e in rewritten))
 

@@ -22,7 +22,7 @@ import numpy as np
 from recovr_jax import config_tree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
@@ -74,18 +74,18 @@ class ReCoVR(base.Method):
 
   def init(self, ctx, start):
     s, d = start.covr_query.shape
-    plan = plan_lib.empty_plan(s, d)
+    turn_plan = plan.empty_plan(s, d)
     if self.t2v:
       init = ctx.reasoner.call('t2v_init', [
           schemas.T2VInitRequest(ctx.captions[r] if r >= 0 else '', m)
           for r, m in zip(start.reference, start.modification)]).objects
       searches = [o['search'] for o in init]
-      plan.queries[:, plan_lib.T2V] = ctx.encode_text(searches)
-      plan.valid[:, plan_lib.T2V] = [bool(q) for q in searches]
-    plan.queries[:, plan_lib.COVR] = start.covr_query
-    plan.valid[:, plan_lib.COVR] = self.covr
+      turn_plan.queries[:, plan.T2V] = ctx.encode_text(searches)
+      turn_plan.valid[:, plan.T2V] = [bool(q) for q in searches]
+    turn_plan.queries[:, plan.COVR] = start.covr_query
+    turn_plan.valid[:, plan.COVR] = self.covr
     memories = [schemas.SessionMemory() for _ in range(s)]
-    return {'memories': memories, 'reference': start.reference}, plan
+    return {'memories': memories, 'reference': start.reference}, turn_plan
 
   def memory(self, state, row):
     return state['memories'][row]
@@ -131,17 +131,17 @@ class ReCoVR(base.Method):
     intents, reflections = intent_out.objects, reflect_out.objects
     searches = [o['search'] for o in intents]
     edits = [o['edit'] for o in intents]
-    plan = plan_lib.empty_plan(len(rows), ctx.gallery.shape[1])
-    plan.queries[:, plan_lib.T2V] = ctx.encode_text(searches)
-    plan.valid[:, plan_lib.T2V] = [self.t2v and bool(q) for q in searches]
+    turn_plan = plan.empty_plan(len(rows), ctx.gallery.shape[1])
+    turn_plan.queries[:, plan.T2V] = ctx.encode_text(searches)
+    turn_plan.valid[:, plan.T2V] = [self.t2v and bool(q) for q in searches]
     # A session that started from text has no reference: it anchors on
     # the shown result even with a fixed anchor.
     reference = state['reference'][rows]
     anchors = (obs.shown if self.dynamic_anchor
                else np.where(reference >= 0, reference, obs.shown))
-    plan.queries[:, plan_lib.COVR] = ctx.compose(ctx.gallery[anchors],
+    turn_plan.queries[:, plan.COVR] = ctx.compose(ctx.gallery[anchors],
                                                  ctx.encode_text(edits))
-    plan.valid[:, plan_lib.COVR] = [self.covr and bool(e) for e in edits]
+    turn_plan.valid[:, plan.COVR] = [self.covr and bool(e) for e in edits]
     penalty = None
     if self.avoid:
       # Constraints written up to the last turn shape this turn's lists.
@@ -153,7 +153,7 @@ class ReCoVR(base.Method):
     records = []
     memories = list(memories)
     for j, i in enumerate(rows):
-      plan.sigma[j] = plan_lib.SIGMA[reflections[j]['sigma']]
+      turn_plan.sigma[j] = plan.SIGMA[reflections[j]['sigma']]
       record = {'search': searches[j], 'edit': edits[j]}
       if self.reflection:
         record.update(keep=list(memories[i].keep),
@@ -165,12 +165,12 @@ class ReCoVR(base.Method):
           record['valid']['reflect'] = reflect_out.first_pass[j]
       records.append(record)
     state = dict(state, memories=memories)
-    return state, dataclasses.replace(plan, records=tuple(records),
+    return state, dataclasses.replace(turn_plan, records=tuple(records),
                                       penalty=penalty)
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
+class JaxForm(plan.JaxForm, plan.JaxAsker):
   """ReCoVR's step with the rules reasoner over attribute vectors.
 
   State (Progress Memory, short-term part): ``keep [A]`` int32 the kept
@@ -254,13 +254,13 @@ class JaxForm(plan_lib.JaxForm, plan_lib.JaxAsker):
     new_state = jax.tree.map(
         lambda new, old: jnp.where(self.reflection, new, old),
         {'keep': new_keep, 'avoid': (avoid & ~kept) | rejected}, state)
-    plan = JaxPlan(search=wanted, edit=changes,
+    turn_plan = JaxPlan(search=wanted, edit=changes,
                    use_search=jnp.asarray(self.t2v),
                    use_edit=jnp.asarray(self.covr), sigma=sigma,
                    anchor=jnp.where(self.dynamic_anchor, obs.shown,
                                     obs.reference),
                    avoid=read_avoid)
-    return new_state, plan
+    return new_state, turn_plan
 
   def jax_question(self, state, shown_ids, shown_scores, asked, reference,
                    memory, active):
@@ -299,7 +299,7 @@ def _holds(avoid, values):
 
 _entropy = jax.jit(jax.vmap(asking.normalized_entropy, in_axes=(0, None)))
 
-JaxPlan = plan_lib.JaxPlan  # the protocol's
+JaxPlan = plan.JaxPlan  # the protocol's
 
 
 VARIANTS = {

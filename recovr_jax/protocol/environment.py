@@ -1,7 +1,7 @@
 """What a run reads and what a batch gives back, for every driver.
 
 ``Environment``: the gallery, the composed queries, the encoders and the
-user's view a data source builds (``protocol.source.Source.build``);
+user's view a data source builds (``protocol.data_source.Source.build``);
 ``BatchResult``: one batch's shown lists, scores and turn records, as each
 driver (``drivers``) returns them.
 """

@@ -28,7 +28,7 @@ from recovr_jax.core import checks
 from recovr_jax.core import demotion
 from recovr_jax.core import fusion
 from recovr_jax.core import retrieval
-from recovr_jax.core import ring as ring_lib
+from recovr_jax.core import ring
 from recovr_jax.core import sharding
 
 
@@ -122,7 +122,7 @@ class LoopConfig:
 @dataclasses.dataclass(frozen=True)
 class SessionState:
   """One session's ranking state."""
-  ring: ring_lib.ResultMemory  # [W, C, K] lists of the last W turns
+  ring: ring.ResultMemory  # [W, C, K] lists of the last W turns
   top1: jax.Array            # [T+1] int32 displayed top-1 per turn, -1 unseen
   shown_ids: jax.Array       # [K] int32 the displayed list of the last turn
   shown_scores: jax.Array    # [K] float32
@@ -148,7 +148,7 @@ class TurnInputs:
 def init_state(config: LoopConfig) -> SessionState:
   k = config.list_length
   return SessionState(
-      ring=ring_lib.init_result_memory(config.window, config.num_channels, k),
+      ring=ring.init_result_memory(config.window, config.num_channels, k),
       top1=jnp.full((config.num_turns + 1,), -1, jnp.int32),
       shown_ids=jnp.full((k,), -1, jnp.int32),
       shown_scores=jnp.full((k,), -jnp.inf, jnp.float32),
@@ -304,11 +304,11 @@ def start_step(config: LoopConfig, gallery, state: SessionState,
   unchanged, whether or not the method keeps that channel."""
   ids, scores, raw_ids, raw_scores = _retrieve_channels(config, gallery,
                                                         inputs, split)
-  ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
+  result_memory = ring.push(state.ring, ids, scores, inputs.valid)
   shown_ids = raw_ids[shown_channel]
   shown_scores = raw_scores[shown_channel]
   return dataclasses.replace(
-      state, ring=ring, top1=state.top1.at[0].set(shown_ids[0]),
+      state, ring=result_memory, top1=state.top1.at[0].set(shown_ids[0]),
       shown_ids=shown_ids, shown_scores=shown_scores,
       turn=jnp.array(0, jnp.int32), stopped=jnp.array(False))
 
@@ -319,7 +319,7 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
   """A feedback turn ``t = state.turn + 1`` for one session."""
   turn = state.turn + 1
   ids, scores, _, _ = _retrieve_channels(config, gallery, inputs, split)
-  ring = ring_lib.push(state.ring, ids, scores, inputs.valid)
+  result_memory = ring.push(state.ring, ids, scores, inputs.valid)
   demote, caps = demotion.demotion_set(state.top1, turn, inputs.sigma,
                                        kappa=config.kappa)
   if not config.cap_just_rejected:  # its own entry (age 0) left out
@@ -339,14 +339,16 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
     cur_ids, cur_scores = capped(ids, scores, demote, caps)
     fired = jnp.any(cur_ids != ids)
     # The ring keeps this turn's lists as rank-cap left them.
-    ring = ring_lib.push(state.ring, cur_ids, cur_scores, inputs.valid)
+    result_memory = ring.push(state.ring, cur_ids, cur_scores, inputs.valid)
     shown_ids, shown_scores = fusion.fuse(
-        ring.ids, ring.scores, ring.valid, method=config.fusion_method,
+        result_memory.ids, result_memory.scores, result_memory.valid,
+        method=config.fusion_method,
         k=config.rrf_k, recency=config.recency, gamma=config.gamma,
         num_ids=config.num_ids)
   else:
     shown_ids, shown_scores, fired = fusion.fuse_with_rank_cap(
-        ring.ids, ring.scores, ring.valid, demote, caps,
+        result_memory.ids, result_memory.scores, result_memory.valid, demote,
+        caps,
         method=config.fusion_method, k=config.rrf_k, recency=config.recency,
         gamma=config.gamma, num_ids=config.num_ids, return_fired=True)
   # No valid list in the window (nothing to search for this turn, e.g.
@@ -358,7 +360,8 @@ def turn_step(config: LoopConfig, gallery, state: SessionState,
   fired = jnp.where(empty, jnp.any(last_ids != state.shown_ids), fired)
   shown_ids = jnp.where(empty, last_ids, shown_ids)
   shown_scores = jnp.where(empty, last_scores, shown_scores)
-  new = SessionState(ring=ring, top1=state.top1.at[turn].set(shown_ids[0]),
+  new = SessionState(ring=result_memory,
+                     top1=state.top1.at[turn].set(shown_ids[0]),
                      shown_ids=shown_ids, shown_scores=shown_scores,
                      turn=turn, stopped=jnp.array(False),
                      fired=state.fired.at[turn].set(fired & config.rank_cap))

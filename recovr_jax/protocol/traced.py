@@ -16,7 +16,7 @@ from typing import Callable, ClassVar, Protocol
 import jax
 import numpy as np
 
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 
 
@@ -50,13 +50,13 @@ class Face(Protocol):
   (``JaxObservation.info``)."""
   OBSERVATION: ClassVar[type]
 
-  def start(self, data, tables, query) -> tuple[plan_lib.JaxStart,
+  def start(self, data, tables, query) -> tuple[plan.JaxStart,
                                                  object]: ...
   def code(self, assignment) -> jax.Array: ...
   def key(self, code, channel: int) -> jax.Array: ...
   def text(self, tables, key) -> jax.Array: ...
   def respond(self, data, tables, seed_key, query, turn, state, top1,
-              question) -> tuple[plan_lib.JaxObservation, object, dict]: ...
+              question) -> tuple[plan.JaxObservation, object, dict]: ...
   def record(self, outputs: dict, active) -> dict: ...
   def stopped(self) -> dict: ...
 
@@ -150,7 +150,7 @@ class Environment(Protocol):
   """A data source's jitted face on the host: ``data``, ``composer`` (a
   flax Module applied to ``composer_params``, or 'sum') and the tables of
   a run (``filler``)."""
-  data: plan_lib.JaxData
+  data: plan.JaxData
   composer: object
   composer_params: object
 
@@ -176,7 +176,7 @@ class JitConfig:
   """Static settings of a jitted run (hashable)."""
   loop: ranking.LoopConfig
   face: Face                # the source's face with its settings
-  form: plan_lib.JaxForm    # the method's ``jax_form`` (hashable)
+  form: plan.JaxForm    # the method's ``jax_form`` (hashable)
   # A flax Module applied to composer_params, 'sum', or 'given' (the edit
   # embedding is the composed query itself: a source that tabulates the
   # host method's queries, ``drivers.stepped``).

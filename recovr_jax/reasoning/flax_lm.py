@@ -18,11 +18,11 @@ import numpy as np
 
 from recovr_jax import checksums
 from recovr_jax import pretrained
-from recovr_jax.reasoning import prompts as prompt_suite
+from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import schemas
 
-PROMPTS = prompt_suite.PLAIN  # the plain prompts (reasoning/prompts.py)
+PROMPTS = prompts.PLAIN  # the plain prompts (reasoning/prompts.py)
 RETRY_SUFFIX = ' {'  # the retry starts the object for the model
 MAX_FIELD_CHARS = 800
 _REQUIRED_FILES = ('config.json', 'flax_model.msgpack')
@@ -248,11 +248,11 @@ class FlaxLMReasoner(LMReasoner):
 
     self._generate = jax.jit(generate)
 
-  def generate(self, prompts: list[str]) -> list[str]:
+  def generate(self, prompt_texts: list[str]) -> list[str]:
     """Greedy completions of ``prompts``, batched with padded shapes."""
     out = []
-    for start in range(0, len(prompts), self.batch_size):
-      batch = prompts[start:start + self.batch_size]
+    for start in range(0, len(prompt_texts), self.batch_size):
+      batch = prompt_texts[start:start + self.batch_size]
       tokens = self.tokenizer(batch, padding='longest', truncation=True,
                               max_length=self.max_prompt_tokens,
                               return_tensors='np')
@@ -274,9 +274,9 @@ class FlaxLMReasoner(LMReasoner):
     return ('', RETRY_SUFFIX)
 
   def texts(self, module: str, requests, attempt: str) -> list[str]:
-    prompts = [prompt(module, self.preprocess(r) if self.preprocess else r)
+    prompt_texts = [prompt(module, self.preprocess(r) if self.preprocess else r)
                + attempt for r in requests]
-    return [('{' + t) if attempt else t for t in self.generate(prompts)]
+    return [('{' + t) if attempt else t for t in self.generate(prompt_texts)]
 
 
 class _FlaxLM(registry.Backend):

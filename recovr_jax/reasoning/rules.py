@@ -30,7 +30,7 @@ by rule (relative feedback; an answer names exactly the attribute asked);
 
 import numpy as np
 
-from recovr_jax.reasoning import frames as frames_lib
+from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
@@ -87,19 +87,19 @@ class RulesReasoner(_Backend):
   SIGMA_RULES = rules_core.SIGMA_RULES
 
   def __init__(self, lexicon, reader=None, sigma: str = 'rules',
-               name: str | None = None, frames=None):
+               name: str | None = None, frame_classifier=None):
     if sigma not in self.SIGMA_RULES:
       raise ValueError(f'sigma must be one of {self.SIGMA_RULES}, got '
                        f'{sigma!r}')
-    if (sigma == 'frames') != (frames is not None):
+    if (sigma == 'frames') != (frame_classifier is not None):
       raise ValueError("sigma='frames' needs a frames classifier (and only "
                        'it does)')
-    if frames is not None and not hasattr(reader, 'frame'):
+    if frame_classifier is not None and not hasattr(reader, 'frame'):
       raise ValueError("sigma='frames' needs a reader with frame(text)")
     self.lexicon = lexicon
     self.reader = reader if reader is not None else lexicon
     self.sigma_rule = sigma
-    self.frames = frames
+    self.frames = frame_classifier
     if name is not None:
       self.name = name
     self._parsed = {}
@@ -182,7 +182,7 @@ class RulesReasoner(_Backend):
         if label == 'answer' and not getattr(r, 'question', None):
           label = 'modify'  # no question shown: nothing to answer
         sigma = rules_core.sigma('frames', relative, num_changes,
-                                 label=frames_lib.LABELS.index(label))
+                                 label=frames.LABELS.index(label))
       else:
         sigma = rules_core.sigma(self.sigma_rule, relative, num_changes,
                                  answers=self._answers(r, m))

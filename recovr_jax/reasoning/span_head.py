@@ -7,7 +7,7 @@ linear softmax head by full-batch Adam from zeros (deterministic); a
 phrase labelled ``None`` names nothing (the user's frame words). It
 answers as ``span_lm.SpanLM`` does, so a ``GroundingReader`` takes it as
 its ``confirm`` resource. This module knows no vocabulary: the phrases
-and labels are injected (``reader_fit.span_head``).
+and labels are injected (``reader_fit.fit_span_head``).
 """
 
 from collections.abc import Callable, Sequence

@@ -1,6 +1,6 @@
 """What a data source offers the reasoner backends (``Vocabulary``).
 
-The source makes one (``protocol.source.Source.vocabulary``) and the
+The source makes one (``protocol.data_source.Source.vocabulary``) and the
 registry makes the run's reasoner over it (``registry.make``), so no backend
 asks which source it runs on and no source imports the registry.
 """

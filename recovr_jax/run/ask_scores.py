@@ -22,7 +22,7 @@ questions can be answered:
   questions asked per session (``None`` when none were).
 
 The scorer reads only a finished run's trajectories and the source's ground
-truth (``protocol.source.AskTruth``); no method sees it.
+truth (``protocol.data_source.AskTruth``); no method sees it.
 """
 
 import dataclasses
@@ -41,7 +41,7 @@ def score(rows, truth, num_turns: int) -> dict:
     rows: the method's ``trajectories.jsonl`` rows (``session``, ``target``,
       ``turns`` with ``top10``, ``question`` and ``asked``); sessions that
       raised (``error``) have no turns and are left out.
-    truth: the source's ``protocol.source.AskTruth``.
+    truth: the source's ``protocol.data_source.AskTruth``.
     num_turns: T.
 
   Returns:

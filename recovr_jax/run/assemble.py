@@ -1,7 +1,7 @@
 """One assembly: a run is (environment, user, reasoner, methods, driver).
 
 Each part is made once, here, from its own typed config: the data source
-from ``RunConfig.data`` (``run.config.SOURCES``), its environment
+from ``RunConfig.data`` (``run.run_config.SOURCES``), its environment
 (``Source.build``, the expensive part), the driver from ``--simulation``
 (``drivers.choose``), the user from the source, the reasoner from
 ``RunConfig.reasoner_config()`` over the source's vocabulary
@@ -26,19 +26,19 @@ from recovr_jax import drivers
 from recovr_jax import methods
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import registry
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 
 
-def build(config: config_lib.RunConfig,
-          source: source_lib.Source | None = None) -> source_lib.Built:
+def build(config: run_config.RunConfig,
+          source: data_source.Source | None = None) -> data_source.Built:
   """Loads the data and encoders of ``config`` through its data source
   (``source``, default a new one of ``config.data``) and prepares them
-  for its driver. ``source_lib.SourceError`` names an unreadable input.
+  for its driver. ``data_source.SourceError`` names an unreadable input.
   The ``Built`` holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
-  source = source or config_lib.source(config)
+  source = source or run_config.source(config)
   built = dataclasses.replace(source.build(config), source=source)
   return drivers.choose(config.simulation, source).prepare(source, built)
 
@@ -46,14 +46,14 @@ def build(config: config_lib.RunConfig,
 @dataclasses.dataclass(frozen=True)
 class Run:
   """An assembled run: everything a driver runs a batch with."""
-  config: config_lib.RunConfig
-  built: source_lib.Built
+  config: run_config.RunConfig
+  built: data_source.Built
   driver: drivers.Driver
   user: Callable        # respond(session, turn, target, shown, question)
   ctx: plan.Context  # what the methods may read (reasoner included)
 
   @property
-  def source(self) -> source_lib.Source:
+  def source(self) -> data_source.Source:
     return self.built.source
 
   @property
@@ -74,8 +74,8 @@ class Run:
     return methods.make(name, self.config.settings)
 
 
-def assemble(config: config_lib.RunConfig,
-             built: source_lib.Built | None = None,
+def assemble(config: run_config.RunConfig,
+             built: data_source.Built | None = None,
              reasoner: registry.ReasonerConfig | None = None) -> Run:
   """The ``Run`` of ``config`` on ``built`` (a ``build`` of ``config`` or
   of a config with the same data; default: built here). ``reasoner``:

@@ -21,7 +21,7 @@ import jax
 
 from recovr_jax import checksums
 from recovr_jax.reasoning import registry
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 
 path_digest = checksums.path_digest
 # The repository (or the installed package's parent directory).
@@ -35,7 +35,7 @@ def input_paths(config, source=None) -> dict[str, str]:
   """Name -> path of every file or directory ``config`` reads that can
   change its numbers (defaults resolved): its data source's (``source``,
   default a new one of ``config.data``), then the reasoner's."""
-  source = source or config_lib.source(config)
+  source = source or run_config.source(config)
   paths = source.input_paths(config)
   paths.update(registry.get(config.reasoner).inputs(
       config.reasoner_config(), source.vocabulary(config)))
@@ -128,7 +128,7 @@ _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'environment', 'jit_chunk_size')
 
 
-def resolved_config(config: config_lib.RunConfig, source=None) -> dict:
+def resolved_config(config: run_config.RunConfig, source=None) -> dict:
   """Everything that shapes the run's numbers, with content hashes of the
   files and directories it reads, and ``identity``: the hash of the part
   that shapes a batch's lists (each batch checkpoint records it)."""

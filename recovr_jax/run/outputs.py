@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from recovr_jax import checksums
-from recovr_jax import methods as methods_lib
+from recovr_jax import methods
 from recovr_jax import profiling
 from recovr_jax.protocol import dialogue
 from recovr_jax.run import ask_scores
@@ -144,7 +144,7 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
   """The report's opening: the benchmark, the sessions, the reasoner and
   the methods, then the protocol's settings in words."""
   loop, ask = config.loop, config.settings.ask
-  shown = '; '.join(methods_lib.display_name(m) for m in config.methods)
+  shown = '; '.join(methods.display_name(m) for m in config.methods)
   asking_line = ('no questions' if ask.mode == 'never' else
                  f'asking: {_in_words(ask)}')
   return '\n'.join([
@@ -162,14 +162,14 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
           if num_sessions < figures.FEW_SESSIONS else []))
 
 
-def write_dialogue_truncation(config, out, env, trajectories, methods):
+def write_dialogue_truncation(config, out, env, trajectories, method_names):
   """Adds to ``text_truncation.json`` what the dialogues of the methods
   that join them lost to the text encoder's window, per method and turn
   (``dialogue.truncation_table``), where the encoder tells
   (``encode_text.cuts``)."""
   cuts = getattr(env.encode_text, 'cuts', None)
-  joined = [m for m in methods
-            if methods_lib.make(m, config.settings).joins_dialogue]
+  joined = [m for m in method_names
+            if methods.make(m, config.settings).joins_dialogue]
   if cuts is None or not joined:
     return
   table = dialogue.truncation_table(trajectories, joined, cuts)
@@ -211,12 +211,12 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   # Rank-cap firing, for the methods that rank-cap.
   firing = {m: reporting.firing_table(d, targets, fired[m])
             for m, d in displayed.items()
-            if methods_lib.make(m, config.settings).ranking(
+            if methods.make(m, config.settings).ranking(
                 config.loop).rank_cap}
   boot = None
   against = config.bootstrap_baseline
   if against not in displayed:
-    against = reporting.strongest_baseline(per_method, methods_lib.BASELINES)
+    against = reporting.strongest_baseline(per_method, methods.BASELINES)
   if 'recovr' in displayed and against:
     boot = reporting.bootstrap(displayed['recovr'], displayed[against],
                                targets, config.bootstrap_resamples,
@@ -265,8 +265,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
       per_method, sessions=len(sessions),
       benchmark=benchmark,
       resamples=config.bootstrap_resamples,
-      names={m: methods_lib.display_name(m) for m in per_method},
-      main=methods_lib.MAIN, boot=boot))
+      names={m: methods.display_name(m) for m in per_method},
+      main=methods.MAIN, boot=boot))
   (out / 'failure_modes.json').write_text(
       reporting.dumps(failures, reporting.METRIC_DECIMALS))
   (out / 'rank_cap_firing.json').write_text(
@@ -280,7 +280,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     for row in trajectories:
       f.write(json.dumps(row, sort_keys=True) + '\n')
   write_dialogue_truncation(config, out, env, trajectories, displayed)
-  names = {m: methods_lib.display_name(m) for m in per_method}
+  names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,
                               _header(config, env, len(sessions), benchmark),
                               firing, names)
@@ -309,8 +309,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   plots = config.plots and figures.plot(
       per_method, str(out / 'plot_'), boot,
       title=f'{len(sessions):,} sessions of {benchmark}',
-      names={m: methods_lib.display_name(m) for m in per_method},
-      main=methods_lib.MAIN)
+      names={m: methods.display_name(m) for m in per_method},
+      main=methods.MAIN)
   (out / INCOMPLETE).unlink(missing_ok=True)  # every output is written
   print(report)
   if config.plots and not plots:

@@ -21,10 +21,10 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax.core import retrieval
 from recovr_jax import profiling
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import data_source
 from recovr_jax.run import assemble
-from recovr_jax.run import batches as batches_lib
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import batches
+from recovr_jax.run import run_config
 from recovr_jax.run import distributed
 from recovr_jax.run import integrity
 from recovr_jax.run import outputs
@@ -40,16 +40,16 @@ validate = validation.validate
 _fail = validation.fail
 OUTPUT_FILES = outputs.OUTPUT_FILES
 INCOMPLETE = outputs.INCOMPLETE
-Built = source_lib.Built
+Built = data_source.Built
 resolved_config = integrity.resolved_config
 differences = integrity.differences
 
 
-def build(config: config_lib.RunConfig, source=None) -> source_lib.Built:
+def build(config: run_config.RunConfig, source=None) -> data_source.Built:
   """``assemble.build``, its unreadable inputs a ``ConfigError``."""
   try:
     return assemble.build(config, source)
-  except source_lib.SourceError as e:
+  except data_source.SourceError as e:
     _fail(str(e))
 
 
@@ -83,7 +83,7 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
         if (out / directory).exists():
           shutil.rmtree(out / directory)
       own = (source.OUTPUT_FILES
-             if isinstance(source, source_lib.ExtraOutputs) else ())
+             if isinstance(source, data_source.ExtraOutputs) else ())
       for pattern in OUTPUT_FILES + own:
         for f in out.glob(pattern):
           f.unlink()
@@ -93,11 +93,11 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
   return lock
 
 
-def run(config: config_lib.RunConfig, built: Built | None = None) -> dict:
+def run(config: run_config.RunConfig, built: Built | None = None) -> dict:
   """One run; returns the per-method metrics. ``built``: a ``build`` of an
   earlier config with the same data (sweeps pass it to reuse the gallery,
   and its data source). The run's data source is made once, here."""
-  source = built.source if built is not None else config_lib.source(config)
+  source = built.source if built is not None else run_config.source(config)
   out = validate(config, source=source)
   start = time.time()
   resolved = resolved_config(config, source)
@@ -175,7 +175,7 @@ def _run_claimed(config, source, built, out, start, resolved):
         (out / name).unlink(missing_ok=True)
     raise
   sessions = np.arange(num)
-  batches = [sessions[i:i + config.batch_size]
+  batch_list = [sessions[i:i + config.batch_size]
              for i in range(0, num, config.batch_size)]
   print(f'{num} sessions x {len(config.methods)} methods, gallery '
         f'{env.searchable} videos, {base.num_turns} turns', flush=True)
@@ -184,15 +184,15 @@ def _run_claimed(config, source, built, out, start, resolved):
           f' listed in {out / "dropped_rows.json"})', flush=True)
 
   if config.num_processes > 1:  # the batches, then process 0 reads them
-    share = (batches_lib.run_together if assembled.driver.JOINT else
-             batches_lib.run_own_share)
-    share(assembled, out, batches, identity)
+    share = (batches.run_together if assembled.driver.JOINT else
+             batches.run_own_share)
+    share(assembled, out, batch_list, identity)
     distributed.barrier('batches done')
     if not lead:
       return None
   try:
-    collected = _collect(assembled, out, batches, identity)
-  except batches_lib.CorruptBatch:
+    collected = _collect(assembled, out, batch_list, identity)
+  except batches.CorruptBatch:
     if finished is not None:
       (out / INCOMPLETE).unlink(missing_ok=True)
       for name, content in finished.items():
@@ -220,7 +220,7 @@ def _write_outputs(config, source, built, assembled, out, env, sessions,
                    collected, start, base):
   """The run's outputs from its collected batches (process 0)."""
   outputs.write_reasoner_notes(out, collected.speed, assembled.reasoner)
-  if isinstance(source, source_lib.ExtraOutputs):
+  if isinstance(source, data_source.ExtraOutputs):
     for name, (content, line) in source.extra_outputs(
         built, assembled.user).items():
       (out / name).write_text(json.dumps(content, indent=2))
@@ -235,7 +235,7 @@ def _write_outputs(config, source, built, assembled, out, env, sessions,
     return outputs.write(config, out, env, sessions, collected, start,
                          ceiling,
                          source.ask_truth(built, assembled.user)
-                         if isinstance(source, source_lib.ScoresAsking)
+                         if isinstance(source, data_source.ScoresAsking)
                          else None)
 
 
@@ -262,12 +262,12 @@ class Collected:
   speed: dict          # method -> its LM's speed (batches run here)
 
 
-def _collect(run, out, batches, identity):
+def _collect(run, out, batch_list, identity):
   """Every method's batches of the assembled ``run``, loaded when finished,
   else run and saved."""
   config, env, reasoner, base = run.config, run.env, run.reasoner, run.loop
-  progress = batches_lib.Progress(
-      sum(len(b) for b in batches) * len(config.methods))
+  progress = batches.Progress(
+      sum(len(b) for b in batch_list) * len(config.methods))
   c = Collected({}, [], {}, {}, {}, {})
   ids = functools.partial(reporting.video_id, env.video_ids)
   for name in config.methods:
@@ -275,14 +275,14 @@ def _collect(run, out, batches, identity):
     parts = []
     method_start, lm_before = time.time(), outputs.lm_speed(reasoner)
     ran = 0
-    for b, batch in enumerate(batches):
+    for b, batch in enumerate(batch_list):
       shape = (len(batch), base.num_turns + 1, base.list_length)
       with profiling.part('batch files (I/O)'):
-        loaded = batches_lib.load(out, name, b, shape, batch, identity,
+        loaded = batches.load(out, name, b, shape, batch, identity,
                                   env.searchable)
       if loaded is None:
         ran += len(batch)
-        result, errors, counts = batches_lib.compute(
+        result, errors, counts = batches.compute(
             run, method, b, batch, out, identity)
       else:
         result, errors, counts = loaded

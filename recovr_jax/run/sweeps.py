@@ -5,23 +5,23 @@ import os
 import pathlib
 
 from recovr_jax import readers
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
 from recovr_jax.run import validation
 
 
-def sweep(config: config_lib.RunConfig, settings) -> str:
+def sweep(config: run_config.RunConfig, settings) -> str:
   """Runs every ``(name, [values])`` of ``settings`` one factor at a time,
   each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
   ``(text, parsed)`` pairs. Every setting is checked before the first run
   (what the driver cannot run of the sweep's own config is named first,
   without a setting)."""
-  validation.check_driver(config, config_lib.source(config))
+  validation.check_driver(config, run_config.source(config))
   configs = []
   for name, values in settings:
     for text, value in values:
       try:
-        c = config_lib.with_setting(config, name, value)
+        c = run_config.with_setting(config, name, value)
         c = dataclasses.replace(
             c, output_dir=os.path.join(config.output_dir, f'{name}={text}'),
             flags_text=config.flags_text + f'# sweep setting: --{name}={text}\n')
@@ -78,10 +78,10 @@ def sweep(config: config_lib.RunConfig, settings) -> str:
 def _check_setting(config):
   """What a setting adds to the checks (without creating its output
   directory)."""
-  validation.check_driver(config, config_lib.source(config))
+  validation.check_driver(config, run_config.source(config))
 
 
-def run_parts(config: config_lib.RunConfig, parts) -> None:
+def run_parts(config: run_config.RunConfig, parts) -> None:
   """Runs a suite: each ``(subdirectory, methods, [(name, text, value)])``
   of ``parts`` in ``output_dir/subdirectory`` with those methods and
   sweepable settings (values parsed). Every part is checked before the
@@ -96,7 +96,7 @@ def run_parts(config: config_lib.RunConfig, parts) -> None:
         flags_text=config.flags_text + f'# suite part: {sub}\n')
     try:
       for name, _, value in settings:
-        c = config_lib.with_setting(c, name, value)
+        c = run_config.with_setting(c, name, value)
       validation.validate(c, create=False)
     except (ValueError, validation.ConfigError) as e:
       validation.fail(f'suite part {sub}: {e}')

@@ -12,9 +12,9 @@ import jax
 
 from recovr_jax import checksums
 from recovr_jax import drivers
-from recovr_jax import methods as methods_lib
+from recovr_jax import methods
 from recovr_jax.reasoning import registry
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 from recovr_jax.run import resources
 
 
@@ -38,7 +38,7 @@ def fail(msg):
   raise ConfigError(msg)
 
 
-def validate(config: config_lib.RunConfig, create: bool = True,
+def validate(config: run_config.RunConfig, create: bool = True,
              source=None) -> pathlib.Path | None:
   """Everything that can be checked before any work; returns the output
   directory (created and writable; with ``create=False`` neither it nor
@@ -73,7 +73,7 @@ def validate(config: config_lib.RunConfig, create: bool = True,
     problems.append('--max_error_share must be in [0, 1], got '
                     f'{config.max_error_share}')
   try:
-    source = source or config_lib.source(config)
+    source = source or run_config.source(config)
   except ValueError as e:
     source = None
     problems.append(str(e))
@@ -114,20 +114,20 @@ def _at_least(name: str, value, least) -> None:
 
 
 def _check_methods(config) -> None:
-  unknown = [m for m in config.methods if m not in methods_lib.REGISTRY]
+  unknown = [m for m in config.methods if m not in methods.REGISTRY]
   if unknown or not config.methods:
     fail(f'unknown --methods {", ".join(unknown) or "(none)"}; valid: '
-         f'{", ".join(methods_lib.names())}')
+         f'{", ".join(methods.names())}')
   for name, values in (('methods', config.methods),
                        ('bootstrap_also', config.bootstrap_also)):
     twice = sorted({m for m in values if list(values).count(m) > 1})
     if twice:
       fail(f'--{name} lists a method twice: {", ".join(twice)}')
   if config.bootstrap_baseline != 'strongest' and (
-      config.bootstrap_baseline not in methods_lib.REGISTRY):
+      config.bootstrap_baseline not in methods.REGISTRY):
     fail(f'unknown --bootstrap_baseline {config.bootstrap_baseline!r}; '
          'valid: strongest, '
-         f'{", ".join(m for m in methods_lib.names() if m != "recovr")}')
+         f'{", ".join(m for m in methods.names() if m != "recovr")}')
   if config.bootstrap_baseline == 'recovr' or 'recovr' in config.bootstrap_also:
     fail('--bootstrap_baseline and --bootstrap_also name the methods recovr '
          'is compared with; recovr minus itself is 0 (got recovr)')

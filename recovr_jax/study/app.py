@@ -32,9 +32,9 @@ import jinja2
 import markupsafe
 from starlette import concurrency
 
-from recovr_jax.study import instance as session_lib
+from recovr_jax.study import instance
 from recovr_jax.study import log
-from recovr_jax.study import study as study_lib
+from recovr_jax.study import study
 
 MAX_BODY = 64 * 1024   # bytes of a form (the feedback is at most 1,000 chars)
 
@@ -156,23 +156,23 @@ def _int(form: dict, name: str) -> int:
                                 'integer') from e
 
 
-def make_app(study: study_lib.Study, media=None,
+def make_app(user_study: study.Study, media=None,
              report=None) -> fastapi.FastAPI:
   """The app over ``study``; ``media``: a ``study.media.Media`` (None: every
   video is shown by its caption)."""
   app = fastapi.FastAPI(title='recovr_jax study', docs_url=None,
                         redoc_url=None, openapi_url=None)
-  render = _Renderer(study.env, media, study.csrf('/media').encode())
+  render = _Renderer(user_study.env, media, user_study.csrf('/media').encode())
 
   def refuse(message):
     return responses.HTMLResponse(_signin(message), status_code=403)
 
   def page_of(pid, message, text, confirm=False):
-    return render.instance(study.view(pid), message, text, study.csrf(pid),
+    return render.instance(user_study.view(pid), message, text, user_study.csrf(pid),
                            confirm)
 
   def signed_in(pid, request) -> bool:
-    return study.check_code(pid, request.cookies.get(_cookie(pid)))
+    return user_study.check_code(pid, request.cookies.get(_cookie(pid)))
 
   def same_origin(request) -> bool:
     """A POST's Origin (or Referer), when the browser sends one, names this
@@ -191,7 +191,7 @@ def make_app(study: study_lib.Study, media=None,
                           '(or open your link).')
     form = await _form(request)
     if not hmac.compare_digest(form.get('csrf', '').encode(),
-                               study.csrf(pid).encode()):
+                               user_study.csrf(pid).encode()):
       return None, refuse('Refused: the form is not one this study showed '
                           'you (reload your page).')
     return form, None
@@ -200,10 +200,10 @@ def make_app(study: study_lib.Study, media=None,
     """Signs ``pid`` in with ``code``: a redirect to their page that keeps
     the code in a same-site cookie, or the refusal."""
     try:
-      study.participant(pid)
-    except study_lib.UnknownParticipant as e:
+      user_study.participant(pid)
+    except study.UnknownParticipant as e:
       return refuse(f'Sign-in refused: {e.args[0]}')
-    if not study.check_code(pid, code):
+    if not user_study.check_code(pid, code):
       return refuse('Sign-in refused: the access code is not this '
                     'participant\'s.')
     response = responses.RedirectResponse(f'/p/{pid}', status_code=303)
@@ -244,7 +244,7 @@ def make_app(study: study_lib.Study, media=None,
                     'open your link).')
     try:
       return await page(pid)
-    except study_lib.UnknownParticipant as e:
+    except study.UnknownParticipant as e:
       return refuse(f'Sign-in refused: {e.args[0]}')
 
   async def act(pid, request, call, text=lambda form: '', first=None):
@@ -261,26 +261,26 @@ def make_app(study: study_lib.Study, media=None,
         return answer
     try:
       await concurrency.run_in_threadpool(call, form)
-    except study_lib.UnknownParticipant as e:
+    except study.UnknownParticipant as e:
       return refuse(f'Sign-in refused: {e.args[0]}')
-    except study_lib.FeedbackError as e:
+    except study.FeedbackError as e:
       return await page(pid, str(e), text(form)[:2000], status=400)
-    except study_lib.Retry as e:
+    except study.Retry as e:
       return await page(pid, str(e), text(form), status=500)
     return responses.RedirectResponse(f'/p/{pid}', status_code=303)
 
   def words(form):
-    return session_lib.strip_controls(form.get('feedback', ''))
+    return instance.strip_controls(form.get('feedback', ''))
 
   @app.post('/p/{pid}/feedback')
   async def feedback(pid: str, request: fastapi.Request):
-    return await act(pid, request, lambda form: study.feedback(
+    return await act(pid, request, lambda form: user_study.feedback(
         pid, _int(form, 'instance'), _int(form, 'turn'), words(form)),
                      text=words)
 
   @app.post('/p/{pid}/consent')
   async def consent(pid: str, request: fastapi.Request):
-    return await act(pid, request, lambda form: study.consent(
+    return await act(pid, request, lambda form: user_study.consent(
         pid, form.get('agree') == '1'))
 
   @app.post('/p/{pid}/end')
@@ -290,13 +290,13 @@ def make_app(study: study_lib.Study, media=None,
       if form.get('found') == '1' and form.get('confirm') != '1':
         return await page(pid, confirm=True)
       return None
-    return await act(pid, request, lambda form: study.end(
+    return await act(pid, request, lambda form: user_study.end(
         pid, _int(form, 'instance'), _int(form, 'turn'),
         form.get('found') == '1'), first=confirm_first)
 
   @app.get('/admin/join')
   async def admin_join(token: str = ''):
-    if not study.check_admin(token):
+    if not user_study.check_admin(token):
       return refuse('The administration token is not this study\'s.')
     response = responses.RedirectResponse('/admin', status_code=303)
     response.set_cookie('recovr_study_admin', token, httponly=True,
@@ -304,19 +304,19 @@ def make_app(study: study_lib.Study, media=None,
     return response
 
   def is_admin(request) -> bool:
-    return study.check_admin(request.cookies.get('recovr_study_admin'))
+    return user_study.check_admin(request.cookies.get('recovr_study_admin'))
 
   @app.get('/admin', response_class=responses.HTMLResponse)
   async def admin(request: fastapi.Request, message: str = ''):
     if not is_admin(request):
       return refuse('Open the administration link printed at start.')
-    rows = await concurrency.run_in_threadpool(study.progress)
+    rows = await concurrency.run_in_threadpool(user_study.progress)
     command = ('python -m experiments.study_report <the flags this server '
                'was started with>')
     if report is not None:
       command = ' '.join(report.command)
     return _page('admin.html', title='Study administration',
-                 log_dir=str(study.log_dir), rows=rows,
+                 log_dir=str(user_study.log_dir), rows=rows,
                  report_command=command, message=message,
                  report=None if report is None else report.status())
 

@@ -91,11 +91,11 @@ def folder_media(frames_dir, video_ids, size: int = 192) -> Media:
 
 def of_run(source, built, frames_dir=None, size: int = 192) -> Media | None:
   """What a page shows of a built run's videos: the source's own rendering
-  (``protocol.source.OwnMedia``, the world's), else the frame folders of
+  (``protocol.data_source.OwnMedia``, the world's), else the frame folders of
   ``frames_dir`` (real data), else None (captions only)."""
-  from recovr_jax.protocol import source as source_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import data_source  # pylint: disable=g-import-not-at-top
   env = built.env
-  if isinstance(source, source_lib.OwnMedia):
+  if isinstance(source, data_source.OwnMedia):
     return Media(len(env.gallery), source.frames(built), size)
   if frames_dir:
     return folder_media(frames_dir, env.video_ids, size)

@@ -29,11 +29,11 @@ from absl import logging
 import numpy as np
 
 from recovr_jax import readers
-from recovr_jax.study import instance as session_lib
-from recovr_jax.study import log as log_lib
+from recovr_jax.study import instance
+from recovr_jax.study import log
 
 PARTICIPANT_ID = re.compile(r'[A-Za-z0-9_-]{1,64}')
-FeedbackError = session_lib.FeedbackError
+FeedbackError = instance.FeedbackError
 
 
 class UnknownParticipant(KeyError):
@@ -139,7 +139,7 @@ def _lock_dir(log_dir: pathlib.Path):
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError as e:
     lock.close()
-    raise log_lib.LogError(
+    raise log.LogError(
         f'another study server is using {log_dir} (it holds '
         f'{log_dir / ".study.lock"}); stop it, or give this one another '
         '--output_dir') from e
@@ -157,7 +157,7 @@ def _check_access(path: pathlib.Path, data, participants):
   code a string of the generated length, every participant one of the
   study's, the admin token and the form key strings of their length."""
   def refuse(what):
-    raise log_lib.LogError(
+    raise log.LogError(
         f'{path}: {what}; the study does not start with it. Move the file '
         'aside to give every participant a new link, or restore it from '
         'the copy the links were sent from')
@@ -195,7 +195,7 @@ def _access(log_dir: pathlib.Path, participants) -> dict:
     try:
       data = readers.read_json(path, 'access file')
     except ValueError as e:
-      raise log_lib.LogError(f'{e}; move it aside (the participants get new '
+      raise log.LogError(f'{e}; move it aside (the participants get new '
                              'links)') from e
     _check_access(path, data, participants)
   changed = data['csrf_key'] is None or not data.get('admin')
@@ -223,8 +223,8 @@ def _now():
 class _Participant:
   """One participant's place in the study (guarded by ``lock``)."""
 
-  def __init__(self, log: log_lib.ParticipantLog, queue: list[int]):
-    self.log = log
+  def __init__(self, participant_log: log.ParticipantLog, queue: list[int]):
+    self.log = participant_log
     self.queue = queue
     self.lock = threading.Lock()
     self.instance = None      # session_lib.Instance of the current query
@@ -293,7 +293,7 @@ class Study:
   def _starts_on_target(self, session: int) -> bool:
     """Whether query ``session``'s first list shows its target on top (a
     practice instance must not: there would be nothing to practise)."""
-    shown = session_lib.Instance(self.env, self.method, session, self.ctx,
+    shown = instance.Instance(self.env, self.method, session, self.ctx,
                                  self.base).shown
     return int(shown[0]) == int(self.env.target[session])
 
@@ -307,11 +307,11 @@ class Study:
       if p.position < len(p.queue) and p.turns(p.position):
         try:
           self._instance(pid, p)
-        except log_lib.LogError as e:
+        except log.LogError as e:
           problems.append(str(e))
     if problems:
       self.close()
-      raise log_lib.LogError(
+      raise log.LogError(
           '\n'.join(problems) + '\nRestore those logs, or run the code and '
           'checkpoints that wrote them (their finished instances still go '
           'into study_report); or give those participants other ids.')
@@ -384,10 +384,11 @@ class Study:
       raise UnknownParticipant(f'{pid!r} is not a participant of this study')
     with self._lock:
       if pid not in self._participants:
-        log = log_lib.ParticipantLog(
+        participant_log = log.ParticipantLog(
             self.log_dir / f'{pid}.jsonl',
             dict(self.header, participant=pid, queue=self.queues[pid]))
-        self._participants[pid] = _Participant(log, self.queues[pid])
+        self._participants[pid] = _Participant(participant_log,
+                                               self.queues[pid])
       return self._participants[pid]
 
   def _instance(self, pid, p: _Participant):
@@ -399,36 +400,36 @@ class Study:
     logged = p.turns(position)
     start = time.perf_counter()
     with self._compute:
-      instance = session_lib.Instance(self.env, self.method, session,
+      query_instance = instance.Instance(self.env, self.method, session,
                                       self.ctx, self.base)
-      self._check_replay(pid, instance, logged[:1], 0)
+      self._check_replay(pid, query_instance, logged[:1], 0)
       for t, row in enumerate(logged[1:], 1):
-        instance.feedback(row['feedback'])
-        self._check_replay(pid, instance, [row], t)
+        query_instance.feedback(row['feedback'])
+        self._check_replay(pid, query_instance, [row], t)
     if not logged:
-      self._log_turn(p, position, instance, instance.records[0],
+      self._log_turn(p, position, query_instance, query_instance.records[0],
                      raw=None, seconds=time.perf_counter() - start,
                      participant_seconds=None)
-    p.instance, p.shown_at = instance, time.perf_counter()
-    return instance
+    p.instance, p.shown_at = query_instance, time.perf_counter()
+    return query_instance
 
-  def _check_replay(self, pid, instance, rows, turn):
-    if rows and rows[0]['top10'] != instance.shown[:10].tolist():
-      raise log_lib.LogError(
+  def _check_replay(self, pid, query_instance, rows, turn):
+    if rows and rows[0]['top10'] != query_instance.shown[:10].tolist():
+      raise log.LogError(
           f'{self.log_dir / pid}.jsonl: replaying instance session '
-          f'{instance.session}, turn {turn} gives another list than the one '
-          'logged: the log was edited, or written by another version of the '
+          f'{query_instance.session}, turn {turn} gives another list than '
+          'the one logged: the log was edited, or written by another version of the '
           'code or its checkpoints')
 
-  def _log_turn(self, p, position, instance, record, raw, seconds,
+  def _log_turn(self, p, position, query_instance, record, raw, seconds,
                 participant_seconds):
     env = self.env
     p.log.append(dict(
         record, event='turn', instance=position, method=self.method.name,
-        session=instance.session,
-        reference=int(env.reference[instance.session]),
-        target=int(env.target[instance.session]),
-        top10=instance.shown[:10].tolist(), raw_feedback=raw,
+        session=query_instance.session,
+        reference=int(env.reference[query_instance.session]),
+        target=int(env.target[query_instance.session]),
+        top10=query_instance.shown[:10].tolist(), raw_feedback=raw,
         seconds_system=round(seconds, 4),
         seconds_participant=None if participant_seconds is None else round(
             participant_seconds, 3),
@@ -475,28 +476,29 @@ class Study:
         return dict(base, stage='consent', done=False, consent=CONSENT)
       if self.config.flow and p.consent is False:
         return dict(base, stage='declined', done=False)
-      instance = self._instance(pid, p)
+      query_instance = self._instance(pid, p)
       position = p.position
       # ``instance``: the log's index (what forms post); ``number``: its
       # place among the counted instances (0 for the practice one too).
       out = dict(base, stage='instance', instance=position,
                  number=max(position - practice, 0),
-                 practice=position < practice, done=instance is None)
-      if instance is None:
+                 practice=position < practice, done=query_instance is None)
+      if query_instance is None:
         return dict(out, stage='done', debrief=self.config.debrief or DEBRIEF,
                     completion_code=self.completion_code(pid))
       env = self.env
-      s = instance.session
+      s = query_instance.session
       history = []
       for row in p.turns(position)[1:]:
         history.append({'turn': row['turn'], 'question': row['question'],
                         'feedback': row['raw_feedback'],
                         'top1': row['top10'][0]})
       out.update(
-          session=s, turn=instance.turn, num_turns=instance.num_turns,
+          session=s, turn=query_instance.turn,
+          num_turns=query_instance.num_turns,
           reference=int(env.reference[s]), target=int(env.target[s]),
-          modification=env.modification[s], top1=int(instance.shown[0]),
-          question=instance.question, history=history)
+          modification=env.modification[s], top1=int(query_instance.shown[0]),
+          question=query_instance.question, history=history)
       return out
 
   # -- what the participant does -----------------------------------------
@@ -508,37 +510,37 @@ class Study:
     if self.config.flow and not p.consent:
       raise FeedbackError('Read the instructions and give your consent '
                           'first.')
-    instance = self._instance(pid, p)
-    if (instance is None or instance_index != p.position or
-        turn != instance.turn):
+    query_instance = self._instance(pid, p)
+    if (query_instance is None or instance_index != p.position or
+        turn != query_instance.turn):
       return p, None
-    return p, instance
+    return p, query_instance
 
   def feedback(self, pid: str, instance_index: int, turn: int, raw: str):
     """Runs the turn after ``turn`` of instance ``instance_index`` on the
     participant's words. ``FeedbackError`` (bad words), ``Retry``
     (reasoning raised; logged) or None; a stale form changes nothing."""
     p = self.participant(pid)   # an unknown id before anything else
-    text = session_lib.clean_feedback(raw)
+    text = instance.clean_feedback(raw)
     with p.lock:
-      p, instance = self._current(pid, instance_index, turn)
-      if instance is None:
+      p, query_instance = self._current(pid, instance_index, turn)
+      if query_instance is None:
         return
-      if instance.turn >= instance.num_turns:
+      if query_instance.turn >= query_instance.num_turns:
         raise FeedbackError(f'This instance has had its '
-                            f'{instance.num_turns} turns: choose "Found it" '
+                            f'{query_instance.num_turns} turns: choose "Found it" '
                             'or "Not found".')
       waited = time.perf_counter() - p.shown_at
       start = time.perf_counter()
       try:
         with self._compute:
-          record = instance.feedback(text)
+          record = query_instance.feedback(text)
       except Exception as e:  # pylint: disable=broad-except
         logging.exception('participant %s, instance %d, turn %d raised',
                           pid, instance_index, turn + 1)
         p.instance = None  # replayed from the log on the next view
         p.log.append({'event': 'error', 'instance': instance_index,
-                      'session': instance.session, 'turn': turn + 1,
+                      'session': query_instance.session, 'turn': turn + 1,
                       'raw_feedback': raw,
                       'error': f'{type(e).__name__}: {e}', 'time': _now()})
         p.instance = None  # replayed from the log on the next view
@@ -546,7 +548,7 @@ class Study:
                     'is logged). Please submit it again.') from e
       seconds = time.perf_counter() - start
       try:
-        self._log_turn(p, instance_index, instance, record, raw, seconds,
+        self._log_turn(p, instance_index, query_instance, record, raw, seconds,
                        waited)
       except OSError as e:  # not saved: the participant stays where it was
         logging.exception('participant %s: the log write failed', pid)
@@ -561,18 +563,19 @@ class Study:
     last turn). A stale form changes nothing."""
     p = self.participant(pid)
     with p.lock:
-      p, instance = self._current(pid, instance_index, turn)
-      if instance is None:
+      p, query_instance = self._current(pid, instance_index, turn)
+      if query_instance is None:
         return
-      if not found and instance.turn < instance.num_turns:
+      if not found and query_instance.turn < query_instance.num_turns:
         raise FeedbackError('Give feedback, or choose "Found it"; an '
                             'instance ends without the target only after '
-                            f'{instance.num_turns} turns.')
+                            f'{query_instance.num_turns} turns.')
       try:
         p.log.append({'event': 'end', 'instance': instance_index,
-                      'session': instance.session, 'turn': instance.turn,
+                      'session': query_instance.session,
+                      'turn': query_instance.turn,
                       'found': bool(found),
-                      'top1': int(instance.shown[0]),
+                      'top1': int(query_instance.shown[0]),
                       'seconds_participant': round(
                           time.perf_counter() - p.shown_at, 3),
                       'time': _now()})

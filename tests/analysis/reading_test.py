@@ -17,7 +17,7 @@ from recovr_jax.analysis import reading_benchmark
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import encoders
-from recovr_jax.envs.world.models import reader_fit as reading
+from recovr_jax.envs.world.models import reader_fit
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world.user import user_language
 from recovr_jax.reasoning import frames
@@ -202,29 +202,29 @@ class MiniLMGroundingTest(absltest.TestCase):
     super().setUpClass()
     cls.world = generator.make_world(generator.WorldConfig())
     cls.encoder = encoders.TextEncoder()
-    cls.reader, cls.fit = reading.grounding_reader(
-        cls.world, cls.encoder, num=300, **reading.GROUNDED_OPTIONS)
+    cls.reader, cls.fit = reader_fit.grounding_reader(
+        cls.world, cls.encoder, num=300, **reader_fit.GROUNDED_OPTIONS)
 
   def test_dictionary_is_the_tokenizers_whole_words(self):
     # Read from tokenizer.json, as transformers' tokenizer gives it.
     from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
     vocab = AutoTokenizer.from_pretrained(encoders.minilm_path()).get_vocab()
     want = {w for w in vocab if w.isalpha() and w.islower() and len(w) > 1}
-    self.assertEqual(reading.dictionary(), want)
+    self.assertEqual(reader_fit.dictionary(), want)
     self.assertIn('cube', want)
     with tempfile.TemporaryDirectory() as d:  # one without a vocabulary
       (pathlib.Path(d) / 'tokenizer.json').write_text('{"model": {}}')
       with self.assertRaisesRegex(ValueError, 'tokenizer.json: no model '
                                   'vocabulary'):
-        reading.dictionary(d)
+        reader_fit.dictionary(d)
 
   def test_never_sees_a_held_out_phrasing(self):
     held = {s for _, _, p in user_language.held_out_phrasings()
             for s in (p if isinstance(p, tuple) else (p,))}
-    self.assertEmpty(held & {p.phrase for p in reading.prototypes('train')})
+    self.assertEmpty(held & {p.phrase for p in reader_fit.prototypes('train')})
     self.assertEmpty(held & {' '.join(k) for k in
-                             reading.training_phrases().table})
-    texts, truths = reading.training_utterances(self.world, 300)
+                             reader_fit.training_phrases().table})
+    texts, truths = reader_fit.training_utterances(self.world, 300)
     for text, truth in zip(texts, truths):
       for a, v in truth.items():
         self.assertIn(user_language.phrasing_of(a, v, text),
@@ -235,9 +235,9 @@ class MiniLMGroundingTest(absltest.TestCase):
     for _, _, p in user_language.held_out_phrasings():
       for s in (p if isinstance(p, tuple) else (p,)):
         held.update(lexicon.words(s))
-    base = reading.prototypes('train')
-    lemmas = reading.wordnet_prototypes('train')
-    for generated in (lemmas, reading.wordnet_prototypes('train', True)):
+    base = reader_fit.prototypes('train')
+    lemmas = reader_fit.wordnet_prototypes('train')
+    for generated in (lemmas, reader_fit.wordnet_prototypes('train', True)):
       self.assertEqual(generated[:len(base)], base)
       extra = generated[len(base):]
       self.assertNotEmpty(extra)
@@ -246,7 +246,7 @@ class MiniLMGroundingTest(absltest.TestCase):
       phrases = [p.phrase for p in extra]
       self.assertLen(set(phrases), len(phrases))  # one value each
       self.assertEmpty(set(phrases) & {p.phrase for p in base})
-    glosses = {p.phrase for p in reading.wordnet_prototypes('train', True)}
+    glosses = {p.phrase for p in reader_fit.wordnet_prototypes('train', True)}
     self.assertGreater(len(glosses), len(lemmas))
     # The colour red's first sense: "red color or pigment".
     self.assertIn('red color or pigment', glosses)
@@ -269,7 +269,7 @@ class MiniLMGroundingTest(absltest.TestCase):
 
   def test_threshold_in_range_and_reads_more_than_the_lexicon(self):
     self.assertBetween(self.fit['threshold'], 0.3, 0.95)
-    texts, truths = reading.training_utterances(self.world, 200, seed=5)
+    texts, truths = reader_fit.training_utterances(self.world, 200, seed=5)
     right = {'lexicon': 0, 'grounded': 0}
     for text, truth in zip(texts, truths):
       for name, parse in (('lexicon', lexicon.parse),
@@ -283,9 +283,9 @@ class MiniLMGroundingTest(absltest.TestCase):
     # and reads as the fresh reader of setUpClass does.
     key = ('reading_test', self.encoder.shared_key)
     self.assertIsNotNone(self.encoder.shared_key)
-    call = lambda: reading.grounding_reader(
+    call = lambda: reader_fit.grounding_reader(
         self.world, self.encoder, num=300, fit_key=key,
-        **reading.GROUNDED_OPTIONS)
+        **reader_fit.GROUNDED_OPTIONS)
     _, first = call()
     with mock.patch.object(grounding, 'fit_threshold',
                            side_effect=AssertionError('fitted again')):
@@ -294,7 +294,7 @@ class MiniLMGroundingTest(absltest.TestCase):
     self.assertEqual(fit, self.fit)
     self.assertEqual((reader.threshold, reader.abstain),
                      (self.reader.threshold, self.reader.abstain))
-    texts, _ = reading.training_utterances(self.world, 100, seed=9)
+    texts, _ = reader_fit.training_utterances(self.world, 100, seed=9)
     for text in texts + ['I want it bright and swapped for a hexagon']:
       self.assertEqual(reader.frame(text), self.reader.frame(text), text)
       self.assertEqual(reader.abstained(text), self.reader.abstained(text))
@@ -303,41 +303,41 @@ class MiniLMGroundingTest(absltest.TestCase):
     # A later process (the memo cleared) loads them and fits nothing; a
     # damaged file is fitted again, with a warning, and rewritten.
     d = pathlib.Path(self.create_tempdir().full_path)
-    grounded = reading.Grounding(generator.WorldConfig(), d)
+    grounded = reader_fit.Grounding(generator.WorldConfig(), d)
     first = grounded.reasoner(self.encoder)
     files = list(d.glob('grounded-fit-*.json'))
     self.assertLen(files, 1)
-    reading._FITTED.clear()  # pylint: disable=protected-access
+    reader_fit._FITTED.clear()  # pylint: disable=protected-access
     with mock.patch.object(grounding, 'fit_threshold',
                            side_effect=AssertionError('fitted again')), \
-        mock.patch.object(reading, 'frame_classifier',
+        mock.patch.object(reader_fit, 'frame_classifier',
                           side_effect=AssertionError('fitted again')):
       again = grounded.reasoner(self.encoder)
     self.assertEqual(again.fit, first.fit)
     self.assertEqual(again.reader.threshold, first.reader.threshold)
     np.testing.assert_array_equal(again.frames.weights, first.frames.weights)
-    texts, _ = reading.training_utterances(self.world, 100, seed=11)
+    texts, _ = reader_fit.training_utterances(self.world, 100, seed=11)
     for text in texts:
       self.assertEqual(again.reader.frame(text), first.reader.frame(text))
     files[0].write_text(files[0].read_text()[:-20])
-    reading._FITTED.clear()  # pylint: disable=protected-access
+    reader_fit._FITTED.clear()  # pylint: disable=protected-access
     with self.assertLogs(level='WARNING') as logs:
       third = grounded.reasoner(self.encoder)
     self.assertIn('is unusable', logs.output[0])
     self.assertEqual(third.fit, first.fit)
-    reading._FITTED.clear()  # pylint: disable=protected-access
-    self.assertTrue(reading.FitCache(
+    reader_fit._FITTED.clear()  # pylint: disable=protected-access
+    self.assertTrue(reader_fit.FitCache(
         d, (generator.WorldConfig(), self.encoder.shared_key),
-        reading.GROUNDED_OPTIONS).load())  # rewritten whole
+        reader_fit.GROUNDED_OPTIONS).load())  # rewritten whole
 
   def test_frame_classifier_reads_the_decision(self):
-    classifier = reading.frame_classifier(self.world, self.reader, num=400)
+    classifier = reader_fit.frame_classifier(self.world, self.reader, num=400)
     reasoner = rules.RulesReasoner(lexicon, reader=self.reader,
-                                   sigma='frames', frames=classifier)
+                                   sigma='frames', frame_classifier=classifier)
     # Validation utterances of the train split (another seed): the learnt
     # rule agrees with the simulator's label more than the rules' rule.
-    learnt = reading.sigma_agreement(reasoner, self.world, num=300)
-    own = reading.sigma_agreement(
+    learnt = reader_fit.sigma_agreement(reasoner, self.world, num=300)
+    own = reader_fit.sigma_agreement(
         rules.RulesReasoner(lexicon, reader=self.reader), self.world,
         num=300)
     self.assertGreater(learnt, 0.9)
@@ -382,7 +382,7 @@ class FrameClassifierTest(absltest.TestCase):
       rules.RulesReasoner(lexicon, sigma='frames')
     model = frames.FrameClassifier.fit([['a']] * 3, [1] * 3, ['modify'] * 3)
     with self.assertRaisesRegex(ValueError, 'frame'):
-      rules.RulesReasoner(lexicon, sigma='frames', frames=model)
+      rules.RulesReasoner(lexicon, sigma='frames', frame_classifier=model)
 
 
 class PaperSigmaTest(absltest.TestCase):
@@ -525,7 +525,7 @@ class EvalReadingCliTest(absltest.TestCase):
          '--num_test_triplets=12', '--num_train_triplets=20',
          '--gallery_size=300', '--num_sessions=12', '--num_turns=3',
          '--batch_size=6', f'--cache_dir={out / "cache"}',
-         f'--output_json={out / "reading.json"}', *args],
+         f'--output_json={out / "reader_fit.json"}', *args],
         cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
         capture_output=True, text=True, timeout=900)
     return proc, out
@@ -538,7 +538,7 @@ class EvalReadingCliTest(absltest.TestCase):
     self.assertIn('--num_sessions=20: the environment has 12 test queries; '
                   'running 12', proc.stdout)
     import json  # pylint: disable=g-import-not-at-top
-    written = json.loads((out / 'reading.json').read_text())
+    written = json.loads((out / 'reader_fit.json').read_text())
     self.assertEqual((written['num_sessions'],
                       written['num_sessions_requested']), (12, 20))
     report = written['report']
@@ -573,7 +573,7 @@ class EvalReadingCliTest(absltest.TestCase):
       proc, out = self.run_cli(*args)
       self.assertNotEqual(proc.returncode, 0)
       self.assertIn(message, proc.stderr)
-      self.assertFalse((out / 'reading.json').exists())
+      self.assertFalse((out / 'reader_fit.json').exists())
     # A layout world is read by the rules only, as a run refuses the rest.
     proc, _ = self.run_cli('--backends=rules,grounded', '--describe_layout',
                            '--renditions=4')
@@ -612,7 +612,7 @@ class RoutedReasonerTest(absltest.TestCase):
     base, model = rules.RulesReasoner(lexicon), _Model(synonyms)
     return routed.RoutedReasoner(
         base, model, lambda text: 'cobalt' in text or 'quartet' in text,
-        read_reply=reading.model_reading, lexical=lexicon.parse,
+        read_reply=reader_fit.model_reading, lexical=lexicon.parse,
         name='r'), model
 
   def test_the_model_reads_only_the_attributes_the_lexicon_does_not(self):
@@ -629,7 +629,7 @@ class RoutedReasonerTest(absltest.TestCase):
          for f in feedback])
     self.assertEqual(out, plain)
     # Only the picked feedback reached the model, once per request; the
-    # Reflector of the same turn reuses its reading.
+    # Reflector of the same turn reuses its reader_fit.
     self.assertEqual(model.seen, [('intent', ['make it cobalt', 'cobalt',
                                               'make it cobalt, three of '
                                               'them'])])
@@ -682,7 +682,7 @@ class RoutedReasonerTest(absltest.TestCase):
 
     reasoner = routed.RoutedReasoner(
         rules.RulesReasoner(lexicon), Copier(), lambda text: True,
-        read_reply=reading.model_reading, lexical=lexicon.parse, name='r')
+        read_reply=reader_fit.model_reading, lexical=lexicon.parse, name='r')
     caption = lexicon.canonical_description({
         attr('colour'): value('colour', 'red'),
         attr('shape'): value('shape', 'circle')})
@@ -710,7 +710,7 @@ class RoutedReasonerTest(absltest.TestCase):
     # kept count; the shape and the edit's colour are named.
     reply = {'search': 'four small red squares',
              'edit': 'change the colour to blue'}
-    self.assertEqual(reading.model_reading(reply, request), {
+    self.assertEqual(reader_fit.model_reading(reply, request), {
         attr('colour'): value('colour', 'blue'),
         attr('shape'): value('shape', 'square')})
     # A fresh description (the shown motion is not carried): its small,
@@ -722,7 +722,7 @@ class RoutedReasonerTest(absltest.TestCase):
     reply = {'search': 'four small blue squares',
              'edit': 'change the shape to square and change the colour to '
                      'blue'}
-    self.assertEqual(reading.model_reading(reply, request), {
+    self.assertEqual(reader_fit.model_reading(reply, request), {
         attr('colour'): value('colour', 'blue'),
         attr('shape'): value('shape', 'square'),
         attr('size'): value('size', 'small')})
@@ -730,7 +730,7 @@ class RoutedReasonerTest(absltest.TestCase):
     reply = {'search': 'four small blue squares moving up at night',
              'edit': 'change the colour to blue and have them move up and '
                      'change the lighting to night'}
-    self.assertEqual(reading.model_reading(reply, request)[attr('size')],
+    self.assertEqual(reader_fit.model_reading(reply, request)[attr('size')],
                      value('size', 'small'))
     # Every rules reply read back recomposes the same reply, unless the
     # feedback named only values the search carries anyway (drawn turns).
@@ -750,7 +750,7 @@ class RoutedReasonerTest(absltest.TestCase):
       caption = lexicon.canonical_description(shown)
       request = schemas.IntentRequest(feedback, caption, memory)
       reply = base.intent([request])[0]
-      read = reading.model_reading(reply, request)
+      read = reader_fit.model_reading(reply, request)
       if read:
         self.assertEqual(base.intent([request], mentions=[read]), [reply],
                          (feedback, caption, memory))
@@ -764,11 +764,11 @@ class UnreadWordsTest(absltest.TestCase):
   def test_only_words_no_lexicon_phrasing_or_frame_reads_are_left(self):
     import types  # pylint: disable=g-import-not-at-top
     reader = types.SimpleNamespace(lexicon=lexicon,
-                                   exact=reading.training_phrases(),
-                                   dictionary=reading.dictionary())
+                                   exact=reader_fit.training_phrases(),
+                                   dictionary=reader_fit.dictionary())
     world = generator.make_world(generator.WorldConfig(
         num_test_triplets=12, num_train_triplets=20, gallery_size=300))
-    frames_ = reading.frame_words(world, reader, num=300)
+    frames_ = reader_fit.frame_words(world, reader, num=300)
     self.assertIn('picturing', frames_)
     self.assertIn('swap', frames_)
     held = {s for _, _, p in user_language.held_out_phrasings()
@@ -778,10 +778,10 @@ class UnreadWordsTest(absltest.TestCase):
     # (", plus").
     self.assertEqual(frames_ & {w for p in held for w in p.split()},
                      {'plus'})
-    unread = lambda t: reading.unread_words(reader, frames_, t)
+    unread = lambda t: reader_fit.unread_words(reader, frames_, t)
     # Caption words and training phrasings are read; held-out ones are not.
-    lexical = {q.phrase for q in reading.prototypes('lexicon')}
-    train = sorted(q.phrase for q in reading.prototypes('train')
+    lexical = {q.phrase for q in reader_fit.prototypes('lexicon')}
+    train = sorted(q.phrase for q in reader_fit.prototypes('train')
                    if q.phrase not in lexical)
     self.assertTrue(train)
     for phrase in train:

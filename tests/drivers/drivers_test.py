@@ -16,14 +16,14 @@ from recovr_jax import methods
 from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import source
+from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import rules
 from recovr_jax.run import assemble
-from recovr_jax.run import config as config_lib
+from recovr_jax.run import run_config
 from tests.helpers import toy_world
 
 
-class _Plain(source.Source):
+class _Plain(data_source.Source):
   """A source with no optional capability (nothing is called)."""
   NAME = 'plain'
   problems = input_paths = build = user = vocabulary = None
@@ -64,7 +64,7 @@ class ChooseTest(absltest.TestCase):
 
     methods.register(HostOnly.name, HostOnly)
     self.addCleanup(methods.REGISTRY.pop, HostOnly.name)
-    config = config_lib.RunConfig(methods=('recovr', HostOnly.name),
+    config = run_config.RunConfig(methods=('recovr', HostOnly.name),
                                   output_dir='x')
     problems = drivers.choose('jit', _Plain(None)).problems(config, None)
     self.assertEqual(problems, [
@@ -82,10 +82,10 @@ class CapabilitiesTest(absltest.TestCase):
     world = world_source.WorldSource(world_source.WorldData())
     real = files_source.RealSource(files_source.RealData())
     for capability, offered in (
-        (source.TracedFace, (True, False)),
-        (source.OwnMedia, (True, False)),
-        (source.ScoresAsking, (True, False)),
-        (source.ExtraOutputs, (False, True))):
+        (data_source.TracedFace, (True, False)),
+        (data_source.OwnMedia, (True, False)),
+        (data_source.ScoresAsking, (True, False)),
+        (data_source.ExtraOutputs, (False, True))):
       self.assertEqual((isinstance(world, capability),
                         isinstance(real, capability)), offered,
                        capability.__name__)
@@ -104,7 +104,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
 
   def test_stepped_equals_host(self):
     _, env, _ = toy_world.env_for('sum')
-    config = config_lib.RunConfig(methods=('recovr',), output_dir='x',
+    config = run_config.RunConfig(methods=('recovr',), output_dir='x',
                                   jit_chunk_size=7)
     user = world_environment.attribute_user(
         simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=3),
@@ -121,7 +121,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
     results = {}
     for name, driver in (('host', host_driver.OnHost()),
                          ('stepped', jit_driver.Stepped())):
-      run = assemble.Run(config=config, built=source.Built(env=env),
+      run = assemble.Run(config=config, built=data_source.Built(env=env),
                          driver=driver, user=user, ctx=ctx)
       errors = {}
       results[name] = driver.run_batch(run, method, sessions, loop, name,
@@ -138,7 +138,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
 
   def test_host_records_a_session_that_raises(self):
     _, env, _ = toy_world.env_for('sum')
-    config = config_lib.RunConfig(methods=('recovr',), output_dir='x')
+    config = run_config.RunConfig(methods=('recovr',), output_dir='x')
     plain = world_environment.attribute_user(
         simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=3),
         env.attributes)
@@ -151,7 +151,7 @@ class SteppedOnTheWorldTest(absltest.TestCase):
     ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                        encode_text=env.encode_text, compose=env.compose,
                        reasoner=rules.RulesReasoner(lexicon))
-    run = assemble.Run(config=config, built=source.Built(env=env),
+    run = assemble.Run(config=config, built=data_source.Built(env=env),
                        driver=host_driver.OnHost(), user=user, ctx=ctx)
     errors = {}
     loop = ranking.LoopConfig(num_turns=2, list_length=20,

@@ -304,7 +304,7 @@ class GroundedReaderJitTest(absltest.TestCase):
     for name, sigma in cases:
       reasoner = rules.RulesReasoner(
           lexicon, reader=reader, sigma=sigma, name='grounded',
-          frames=classifier if sigma == 'frames' else None)
+          frame_classifier=classifier if sigma == 'frames' else None)
       label = (None if sigma != 'frames' else
                lambda w: frames.LABELS.index(reasoner.frame_label(w)))  # pylint: disable=cell-var-from-loop
       jit_env.word_tables.clear()

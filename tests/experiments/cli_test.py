@@ -80,9 +80,9 @@ class StudyPortTest(absltest.TestCase):
 class SeveralProblemsTest(absltest.TestCase):
 
   def test_every_independent_problem_in_one_error(self):
-    from recovr_jax.run import config as config_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
     from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
-    config = config_lib.RunConfig(
+    config = run_config.RunConfig(
         methods=('recovr', 'bogus'), batch_size=0, num_sessions=0,
         jit_chunk_size=-1, max_error_share=2.0, user_seed=-1,
         reasoner_adapter='/nonexistent',
@@ -117,8 +117,8 @@ class GroupedHelpTest(absltest.TestCase):
 
   def test_every_flag_of_the_run_is_in_one_group(self):
     from absl import flags  # pylint: disable=g-import-not-at-top
-    from experiments import run  # pylint: disable=g-import-not-at-top
-    grouped = [n for _, names in run.HELP_GROUPS for n in names]
+    from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
+    grouped = [n for _, names in run_flags.HELP_GROUPS for n in names]
     self.assertLen(set(grouped), len(grouped))  # none twice
     from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
     # The settings' flags (whichever entry point defined them first) and

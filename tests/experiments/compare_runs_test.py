@@ -13,7 +13,7 @@ from absl.testing import flagsaver
 
 from experiments.evaluate import compare_runs
 from recovr_jax.envs.files import files_source
-from recovr_jax.run import config
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
 
 
@@ -105,7 +105,7 @@ class CompareRunsTest(absltest.TestCase):
     self.assertIn('| both (recovr) | +66.7 [', text)
 
   def test_grounded_reasoner_refused_on_real_data(self):
-    c = config.RunConfig(methods=('recovr',),
+    c = run_config.RunConfig(methods=('recovr',),
                              output_dir=tempfile.mkdtemp(),
                              data=files_source.RealData(),
                              reasoner='grounded')
@@ -130,7 +130,7 @@ class CompareRunsTest(absltest.TestCase):
 class ChatReasonerFlagsTest(absltest.TestCase):
 
   def test_bad_chat_inputs_fail_before_work(self):
-    base = config.RunConfig(methods=('recovr',),
+    base = run_config.RunConfig(methods=('recovr',),
                                 output_dir=tempfile.mkdtemp(),
                                 reasoner='smollm2')
     cases = [
@@ -144,7 +144,7 @@ class ChatReasonerFlagsTest(absltest.TestCase):
         c = dataclasses.replace(base, **overrides)
         with self.assertRaisesRegex(runner.ConfigError, message):
           runner.validate(c)
-    self.assertEqual(config.with_setting(base, 'prompt_wording', '2')
+    self.assertEqual(run_config.with_setting(base, 'prompt_wording', '2')
                      .prompt_wording, 2)
 
 

@@ -18,7 +18,7 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.methods import base
 from recovr_jax.methods import umivr
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
@@ -44,7 +44,7 @@ def _hash_encoder(texts):
 
 def _ctx():
   gallery = _hash_encoder(CAPTIONS)
-  return plan_lib.Context(
+  return plan.Context(
       gallery=gallery, captions=CAPTIONS, encode_text=_hash_encoder,
       compose=lambda r, e: (r + e) / np.linalg.norm(r + e, axis=1,
                                                     keepdims=True),
@@ -52,13 +52,13 @@ def _ctx():
 
 
 def _start(method, ctx):
-  return method.init(ctx, plan_lib.Start(
+  return method.init(ctx, plan.Start(
       reference=np.array([3]), modification=('make it blue',),
       covr_query=ctx.gallery[[3]]))
 
 
 def _obs(feedback, shown):
-  return plan_lib.Observation(
+  return plan.Observation(
       sessions=np.array([0]), feedback=(feedback,), action=('modify',),
       shown=np.array([shown]), shown_caption=(CAPTIONS[shown],))
 
@@ -73,8 +73,8 @@ class ConstraintsTest(absltest.TestCase):
       state, _ = _start(method, ctx)
       state, _ = method.step(ctx, state, _obs('make them red', 0))
       # A rejection naming only the shape: the colour comes from memory.
-      state, plan = method.step(ctx, state, _obs('No. I want squares', 3))
-      search = plan.records[0]['search']
+      state, turn_plan = method.step(ctx, state, _obs('No. I want squares', 3))
+      search = turn_plan.records[0]['search']
       parsed = lexicon.parse(search)
       self.assertEqual(parsed.get(lexicon.A.index('colour')) ==
                        lexicon.parse('red')[lexicon.A.index('colour')],
@@ -87,16 +87,16 @@ class ConstraintsTest(absltest.TestCase):
     state, _ = _start(method, ctx)
     for feedback, shown in (('No. I want squares', 0), ('make them red', 1),
                             ('not this one', 2)):
-      state, plan = method.step(ctx, state, _obs(feedback, shown))
-      self.assertEqual(int(plan.sigma[0]), demotion.SIGMA_NEU)
-      self.assertIsNone(plan.penalty)
+      state, turn_plan = method.step(ctx, state, _obs(feedback, shown))
+      self.assertEqual(int(turn_plan.sigma[0]), demotion.SIGMA_NEU)
+      self.assertIsNone(turn_plan.penalty)
       self.assertEqual(method.memory(state, 0).keep, ())
       self.assertEqual(method.memory(state, 0).avoid, ())
     # With reflection on, the same feedback writes both kinds.
     method = methods.make('recovr')
     state, _ = _start(method, ctx)
-    state, plan = method.step(ctx, state, _obs('make them red', 0))
-    self.assertEqual(int(plan.sigma[0]), demotion.SIGMA_POS)
+    state, turn_plan = method.step(ctx, state, _obs('make them red', 0))
+    self.assertEqual(int(turn_plan.sigma[0]), demotion.SIGMA_POS)
     self.assertEqual(method.memory(state, 0).keep, ('colour: red',))
     self.assertEqual(method.memory(state, 0).avoid, ('colour: blue',))
 
@@ -106,16 +106,16 @@ class ConstraintsTest(absltest.TestCase):
     for name, penalised in (('recovr', True), ('no_avoid', False)):
       method = methods.make(name, settings)
       state, _ = _start(method, ctx)
-      state, plan = method.step(ctx, state, _obs('make them red', 0))
+      state, turn_plan = method.step(ctx, state, _obs('make them red', 0))
       # Constraints written at a turn shape the next turn's lists.
-      self.assertFalse(np.any(plan.penalty) if plan.penalty is not None
+      self.assertFalse(np.any(turn_plan.penalty) if turn_plan.penalty is not None
                        else False)
-      state, plan = method.step(ctx, state, _obs('make them small', 1))
+      state, turn_plan = method.step(ctx, state, _obs('make them small', 1))
       if not penalised:
-        self.assertIsNone(plan.penalty)
+        self.assertIsNone(turn_plan.penalty)
         continue
       # 'colour: blue' is avoided: only video 0 is blue.
-      np.testing.assert_allclose(plan.penalty[0], [0.25, 0, 0, 0])
+      np.testing.assert_allclose(turn_plan.penalty[0], [0.25, 0, 0, 0])
 
   def test_penalty_lowers_the_candidate_in_retrieval(self):
     gallery = jnp.eye(4, dtype=jnp.float32)

@@ -5,7 +5,7 @@ import types
 from absl.testing import absltest
 import numpy as np
 
-from recovr_jax.protocol import source
+from recovr_jax.protocol import data_source
 from recovr_jax.run import ask_scores
 
 # Five videos, two attributes; the target is video 0 = (0, 0).
@@ -20,7 +20,7 @@ def make_truth(mentions):
     del target, shown, question
     return types.SimpleNamespace(mentioned={
         a: 0 for a in mentions.get((session, turn), ())})
-  return source.AskTruth(attributes=ATTRS,
+  return data_source.AskTruth(attributes=ATTRS,
                          query_named=np.array([[False, False]] * 3),
                          user=user, question_attribute=QUESTIONS.get,
                          attribute_names=('colour', 'size'),
@@ -99,7 +99,7 @@ class RememberingTest(absltest.TestCase):
     def counted(*key):
       calls.append(key)
       return user(*key)
-    truth = source.AskTruth(**{**truth.__dict__, 'user': counted})
+    truth = data_source.AskTruth(**{**truth.__dict__, 'user': counted})
     rows = [{'session': 0, 'target': 0, 'turns': [
         turn([3], action=None), turn([1, 4], asked='colour?'),
         turn([1, 4]), turn([1, 4])]}]
@@ -125,7 +125,7 @@ class RememberingTest(absltest.TestCase):
       batches.append(list(keys))
       return [user(*key) for key in keys]
     counted.many = many
-    truth = source.AskTruth(**{**truth.__dict__, 'user': counted})
+    truth = data_source.AskTruth(**{**truth.__dict__, 'user': counted})
     rows = [{'session': s, 'target': 0, 'turns': [
         turn([3], action=None), turn([1, 4], asked='colour?'),
         turn([1, 4]), turn([1, 4])]} for s in (0, 1)]
@@ -155,7 +155,7 @@ class JittedRecordsTest(absltest.TestCase):
       heard.append((turn, question))
       return types.SimpleNamespace(mentioned={0: 0} if turn == 2 else {})
 
-    truth = source.AskTruth(
+    truth = data_source.AskTruth(
         attributes=ATTRS, query_named=np.array([[False, False]]), user=user,
         question_attribute=QUESTIONS.get, attribute_names=('colour', 'size'),
         question_about=lambda a: ('colour?', 'size?')[a])

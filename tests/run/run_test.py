@@ -14,6 +14,7 @@ from absl.testing import flagsaver
 import numpy as np
 
 from experiments import run
+from experiments.common import run_flags
 from recovr_jax.core import demotion
 from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.benchmark import generator
@@ -27,7 +28,7 @@ from recovr_jax import methods
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
-from recovr_jax.run import outputs as outputs_lib
+from recovr_jax.run import outputs
 from recovr_jax.run import resources
 from recovr_jax.run import runner
 from tests.helpers import runs
@@ -342,13 +343,13 @@ class RunnerTest(absltest.TestCase):
     shutil.copytree(self.out, copy)
     for name in ('metrics.json', 'trajectories.jsonl', 'ranks.csv'):
       (copy / name).unlink()
-    real_write = outputs_lib.write
+    real_write = outputs.write
 
     def full(config, out, *args, **kwargs):
       raise OSError(errno.ENOSPC, 'No space left on device',
                     str(out / 'trajectories.jsonl'))
 
-    with mock.patch.object(outputs_lib, 'write', full):
+    with mock.patch.object(outputs, 'write', full):
       # experiments.run exits 1 with this one line (absl prints what main
       # returns).
       self.assertEqual(
@@ -358,7 +359,7 @@ class RunnerTest(absltest.TestCase):
           'space and rerun the command (its batches are saved; it writes the '
           'outputs again)')
     self.assertTrue((copy / runner.INCOMPLETE).exists())
-    self.assertIs(outputs_lib.write, real_write)
+    self.assertIs(outputs.write, real_write)
     runs.run_main(copy, methods=['recovr', 'ivr'])  # the same command
     self.assertFalse((copy / runner.INCOMPLETE).exists())
     for name in ('metrics.json', 'ranks.csv', 'trajectories.jsonl'):
@@ -409,7 +410,7 @@ class RunnerTest(absltest.TestCase):
     out = self.root / 'suite'
     with flagsaver.flagsaver(**dict(runs.TINY, output_dir=str(out),
                                     cache_dir=str(self.root / 'cache'))):
-      config = run.run_config()
+      config = run_flags.config_from_flags()
     with self.assertRaisesRegex(Exception, 'suite part bad: .*rrf_k'):
       sweeps.run_parts(config, [('ok', ('recovr',), []),
                                 ('bad', ('recovr',), [('rrf_k', '-1', -1.0)])])
@@ -590,31 +591,31 @@ class BenchmarkPresetTest(absltest.TestCase):
   def test_presets_and_overrides(self):
     flags.FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(benchmark='v1', methods=['recovr']):
-      v1 = run.run_config()
+      v1 = run_flags.config_from_flags()
     self.assertEqual((v1.data.captions, v1.user.style, v1.user.language,
                       v1.data.world.renditions, v1.data.checkpoint_dir),
                      ('oracle', 'template', 'lexicon', 1, None))
     with flagsaver.flagsaver(benchmark='v2', methods=['recovr']):
-      v2 = run.run_config()
+      v2 = run_flags.config_from_flags()
     self.assertEqual((v2.data.captions, v2.user.style, v2.user.language,
                       v2.data.world.renditions, v2.data.checkpoint_dir),
                      ('model', 'paper', 'own', 4,
                       encoders.RENDITIONS_CHECKPOINT_DIR))
     with flagsaver.flagsaver(methods=['recovr']):  # the default: v3
-      v3 = run.run_config()
+      v3 = run_flags.config_from_flags()
     self.assertEqual((v3.data, v3.user.language, v3.reasoner),
                      (v2.data, 'own_v3', 'grounded'))
     with flagsaver.flagsaver(methods=['recovr'], describe_layout=True):
-      self.assertEqual(run.run_config().reasoner, 'rules')
+      self.assertEqual(run_flags.config_from_flags().reasoner, 'rules')
     with flagsaver.flagsaver(methods=['recovr'], captions='oracle',
                              renditions=2):
-      mixed = run.run_config()
+      mixed = run_flags.config_from_flags()
     self.assertEqual((mixed.data.captions, mixed.data.world.renditions,
                       mixed.user.style), ('oracle', 2, 'paper'))
     self.assertEqual(v2.data, world_source.WorldData.v2())
     self.assertEqual(v1.data, world_source.WorldData.v1())
     with flagsaver.flagsaver(methods=['recovr'], data='webvid_covr'):
-      real = run.run_config()  # the world's presets do not apply
+      real = run_flags.config_from_flags()  # the world's presets do not apply
     self.assertEqual(real.data, files_source.RealData())
     self.assertEqual(real.reasoner, 'rules')  # grounded reads the world
 
@@ -626,7 +627,7 @@ class BenchmarkPresetTest(absltest.TestCase):
                   cache_dir=str(root / 'cache'), methods=['recovr', 'umivr'])
     del values['benchmark']
     with flagsaver.flagsaver(**values):
-      config = run.run_config()
+      config = run_flags.config_from_flags()
       built = runner.build(config)
       runner.run(config, built)
     resolved = json.loads((root / 'v3' / 'resolved_config.json').read_text())

@@ -26,12 +26,12 @@ class BrowserTest(absltest.TestCase):
     super().setUp()
     browser.require(self)   # before the study is built
     self.study, _ = study_test.Tiny.study('browser', participant_flow=True)
-    from recovr_jax.study import media as media_lib  # pylint: disable=g-import-not-at-top
+    from recovr_jax.study import media  # pylint: disable=g-import-not-at-top
     built = study_test.Tiny.built
-    media = media_lib.Media(len(built.env.gallery),
+    gallery_media = media.Media(len(built.env.gallery),
                             built.source.frames(built), 160)
     self.browser, self.port = browser.serve(
-        self, app.make_app(self.study, media))
+        self, app.make_app(self.study, gallery_media))
 
   def test_one_instance_in_chromium(self):
     from selenium.webdriver.common.by import By  # pylint: disable=g-import-not-at-top

@@ -19,8 +19,8 @@ import numpy as np
 from experiments import study as study_main
 from experiments import study_report
 from recovr_jax.study import app as app_lib
-from recovr_jax.study import instance as session_lib
-from recovr_jax.study import log as log_lib
+from recovr_jax.study import instance
+from recovr_jax.study import log
 from recovr_jax.study import report
 from recovr_jax.study import study as study_lib
 
@@ -213,10 +213,10 @@ class StudyAppTest(absltest.TestCase):
                     follow_redirects=False)
     self.assertEqual(r.status_code, 303)
     self.assertEqual(study.view('ann')['instance'], 1)
-    log = _log(study, 'ann')
-    self.assertEqual([e['event'] for e in log],
+    participant_log = _log(study, 'ann')
+    self.assertEqual([e['event'] for e in participant_log],
                      ['header'] + ['turn'] * 4 + ['end', 'turn'])
-    turns = log[1:5]
+    turns = participant_log[1:5]
     self.assertEqual([e['turn'] for e in turns], [0, 1, 2, 3])
     self.assertEqual([e['raw_feedback'] for e in turns[1:]], words)
     for e in turns:  # the runner's trajectory fields, plus timing
@@ -228,8 +228,8 @@ class StudyAppTest(absltest.TestCase):
     self.assertEqual(turns[1]['action'], 'modify')
     self.assertEqual(turns[2]['action'],
                      'answer' if turns[1]['asked'] else 'rewrite')
-    self.assertTrue(log[5]['found'])
-    self.assertEqual(log[5]['turn'], 3)
+    self.assertTrue(participant_log[5]['found'])
+    self.assertEqual(participant_log[5]['turn'], 3)
     # A second click on the same form changes nothing.
     client.post('/p/ann/end', data={'instance': 0, 'turn': 3, 'found': '1',
                                     'confirm': '1'})
@@ -357,9 +357,9 @@ class StudyAppTest(absltest.TestCase):
     self.assertIn('Please submit it again', r.text)
     self.assertIn('bigger', r.text)   # the words stay in the box
     self.assertEqual(study.view('ann'), view)
-    log = _log(study, 'ann')
-    self.assertEqual(log[-1]['event'], 'error')
-    self.assertIn('reasoner fell over', log[-1]['error'])
+    participant_log = _log(study, 'ann')
+    self.assertEqual(participant_log[-1]['event'], 'error')
+    self.assertIn('reasoner fell over', participant_log[-1]['error'])
     self.assertEqual(_send(client, 'ann', view, 'bigger').status_code, 303)
     self.assertEqual(study.view('ann')['turn'], 2)
     self.assertEqual(report.load(study.log_dir).errors, 1)
@@ -410,7 +410,7 @@ class StudyAppTest(absltest.TestCase):
 
   def test_a_second_server_on_the_same_logs_is_refused(self):
     study, _ = Tiny.study('two_servers')
-    with self.assertRaisesRegex(log_lib.LogError, 'another study server is '
+    with self.assertRaisesRegex(log.LogError, 'another study server is '
                                 'using .*two_servers'):
       study_lib.Study(study.env, study.method, study.ctx, study.base,
                       study.config, {'identity': 'x'})
@@ -704,9 +704,9 @@ def _write_log(path, participant, events):
   path.write_text('\n'.join(json.dumps(e) for e in [header] + events) + '\n')
 
 
-def _turn(instance, turn, top, feedback='', target=7, seconds=0.5):
-  return {'event': 'turn', 'instance': instance, 'turn': turn,
-          'session': 10 + instance, 'target': target, 'reference': 1,
+def _turn(query_instance, turn, top, feedback='', target=7, seconds=0.5):
+  return {'event': 'turn', 'instance': query_instance, 'turn': turn,
+          'session': 10 + query_instance, 'target': target, 'reference': 1,
           'method': 'm', 'top10': top, 'raw_feedback': feedback or None,
           'feedback': feedback, 'seconds_system': seconds}
 
@@ -757,11 +757,11 @@ class ReportTest(absltest.TestCase):
     with self.assertRaisesRegex(FileNotFoundError, 'no study logs'):
       report.load(root)
     _write_log(root / 'p.jsonl', 'p', [_turn(0, 1, [1])])
-    with self.assertRaisesRegex(log_lib.LogError, r'p.jsonl, line 2.*'
+    with self.assertRaisesRegex(log.LogError, r'p.jsonl, line 2.*'
                                 'expected turn 0'):
       report.load(root)
     (root / 'p.jsonl').write_text('{"event": "header"}\nnot json\n')
-    with self.assertRaisesRegex(log_lib.LogError, 'p.jsonl, line 2'):
+    with self.assertRaisesRegex(log.LogError, 'p.jsonl, line 2'):
       report.load(root)
     # Beside an intact log, a damaged one is left out and listed.
     _write_log(root / 'q.jsonl', 'q', [
@@ -777,16 +777,16 @@ class ReportTest(absltest.TestCase):
 class FeedbackTextTest(absltest.TestCase):
 
   def test_clean_feedback_and_action(self):
-    self.assertEqual(session_lib.clean_feedback('  red\n\tplease '),
+    self.assertEqual(instance.clean_feedback('  red\n\tplease '),
                      'red please')
     for bad in ('', ' \n', 'x' * 1001):
-      with self.assertRaises(session_lib.FeedbackError):
-        session_lib.clean_feedback(bad)
-    self.assertEqual(session_lib.human_action('red', 'What colour?'),
+      with self.assertRaises(instance.FeedbackError):
+        instance.clean_feedback(bad)
+    self.assertEqual(instance.human_action('red', 'What colour?'),
                      'answer')
-    self.assertEqual(session_lib.human_action('wrong one, circles', None),
+    self.assertEqual(instance.human_action('wrong one, circles', None),
                      'rewrite')
-    self.assertEqual(session_lib.human_action('make it red', None), 'modify')
+    self.assertEqual(instance.human_action('make it red', None), 'modify')
 
   def test_participant_ids_and_assignments(self):
     with self.assertRaisesRegex(ValueError, 'twice'):

@@ -304,7 +304,7 @@ class WorldTruthTest(absltest.TestCase):
     runs.run_main(out, **{k: v for k, v in values.items()
                           if k not in ('output_dir', 'cache_dir')})
     with flagsaver.flagsaver(**values):
-      config = run_flags.run_config()
+      config = run_flags.config_from_flags()
     truth = world_truth.of_run(config, runner.build(config))
     run = viewer.load(out)
     turns = 0

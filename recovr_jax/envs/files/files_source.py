@@ -1,7 +1,7 @@
 """WebVid-CoVR-style files as a run's data source (``--data=webvid_covr``).
 
 ``RealData`` is its config; ``RealSource`` answers the runner's questions
-(``protocol.source.Source``). No text here goes through the embedded
+(``protocol.data_source.Source``). No text here goes through the embedded
 world's lexicon.
 """
 
@@ -10,7 +10,7 @@ import os
 from typing import ClassVar
 
 from recovr_jax import config_tree
-from recovr_jax.protocol import source
+from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import vocabulary
 from recovr_jax.reasoning import rules
 
@@ -88,7 +88,7 @@ VOCABULARY = vocabulary.Vocabulary(data='webvid_covr',
                                    rules=rules.FreeTextReasoner)
 
 
-class RealSource(source.Source, source.ExtraOutputs):
+class RealSource(data_source.Source, data_source.ExtraOutputs):
   """Annotation CSV, precomputed gallery embeddings, a local CLIP, the
   caption user and the free-text reasoners."""
 
@@ -177,8 +177,8 @@ class RealSource(source.Source, source.ExtraOutputs):
           query_embeddings=c.query_embeddings, missing_ids=c.missing_ids,
           text_encoder=c.text_encoder, composer=c.composer, start=c.start)
     except ValueError as e:  # the message names the file, row or column
-      raise source.SourceError(str(e)) from e
-    return source.Built(env=env)
+      raise data_source.SourceError(str(e)) from e
+    return data_source.Built(env=env)
 
   def user(self, run, env):
     from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top

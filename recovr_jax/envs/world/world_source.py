@@ -2,7 +2,7 @@
 
 ``WorldData`` is its config; the embedded benchmarks are its constructors
 (``WorldData.v3()``, the default, ``WorldData.v2()`` and ``WorldData.v1()``).
-``WorldSource`` answers the runner's questions (``protocol.source.Source``).
+``WorldSource`` answers the runner's questions (``protocol.data_source.Source``).
 """
 
 import dataclasses
@@ -17,7 +17,7 @@ from recovr_jax import config_tree
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
 from recovr_jax import paths
-from recovr_jax.protocol import source
+from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import vocabulary
 
 CAPTIONS = ('oracle', 'model')  # WorldData.captions says what they are
@@ -157,8 +157,8 @@ class _Extra:
   query_named: object = None  # [Q, A] what each session's query names
 
 
-class WorldSource(source.Source, source.TracedFace,
-                  source.OwnMedia, source.ScoresAsking):
+class WorldSource(data_source.Source, data_source.TracedFace,
+                  data_source.OwnMedia, data_source.ScoresAsking):
   """The world, its encoders, captioner, user and reasoners; the user and
   lexical readers have a traced face (``envs.world.face``); it renders."""
 
@@ -305,7 +305,7 @@ class WorldSource(source.Source, source.TracedFace,
     if run.cache_dir:  # the embeddings of earlier runs' texts
       text_cache = text.cache_path(run.cache_dir)
       if text_cache.exists() and not text_cache.is_file():
-        raise source.SourceError(
+        raise data_source.SourceError(
             f'--cache_dir: {text_cache}, where the text embedding cache '
             'goes, is not a file: remove it, or pass another --cache_dir')
       text.load_cache(text_cache)
@@ -329,7 +329,7 @@ class WorldSource(source.Source, source.TracedFace,
           modification=texts)
     if self.config.query_repeats > 1 and env.query is None:
       env, named = repeated(env, named, self.config.query_repeats)
-    return source.Built(env=env, extra=_Extra(world, text, text_cache,
+    return data_source.Built(env=env, extra=_Extra(world, text, text_cache,
                                                   named))
 
   def target_captions(self, built):
@@ -366,7 +366,7 @@ class WorldSource(source.Source, source.TracedFace,
     from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
     names = self.config.world.attributes
     words = lexicon.for_attributes(len(names))
-    return source.AskTruth(
+    return data_source.AskTruth(
         attributes=np.asarray(built.env.attributes),
         query_named=built.extra.query_named, user=user,
         question_attribute=words.question_attribute,

@@ -14,7 +14,7 @@ import numpy as np
 from experiments.data import export_covr
 from recovr_jax.envs.files import data
 from recovr_jax.envs.files import torch_files
-from tests.experiments import export_covr_test as fakes
+from tests.experiments import export_covr_test
 
 try:
   import torch  # pylint: disable=g-import-not-at-top
@@ -74,11 +74,11 @@ class RealTorchFilesTest(absltest.TestCase):
     csv = self.root / 'test.csv'
     import pandas as pd  # pylint: disable=g-import-not-at-top
     pd.DataFrame([{'pth1': r, 'pth2': t, 'edit': e, 'txt1': f'ref {r}',
-                   'txt2': f'caption of {t}'} for r, t, e in fakes.ROWS]
+                   'txt2': f'caption of {t}'} for r, t, e in export_covr_test.ROWS]
                  ).to_csv(csv, index=False)
-    dataset = fakes.FakeDataset(csv)
+    dataset = export_covr_test.FakeDataset(csv)
 
-    class TensorLoader(fakes.FakeLoader):
+    class TensorLoader(export_covr_test.FakeLoader):
       def __iter__(self):
         for batch in super().__iter__():
           yield {'ref_img': torch.from_numpy(batch['ref_img']),
@@ -89,21 +89,21 @@ class RealTorchFilesTest(absltest.TestCase):
 
     def encode(ref_img, edits):
       self.assertIsInstance(ref_img, torch.Tensor)
-      return torch.from_numpy(fakes.fake_encode(ref_img.numpy(), edits))
+      return torch.from_numpy(export_covr_test.fake_encode(ref_img.numpy(), edits))
 
     out, gallery = self.root / 'q.npz', self.root / 'g.npz'
     export_covr.ExportWebVidCoVR(str(out), str(gallery), encode=encode)(
         object(), TensorLoader(dataset))
     ann = data.load_covr_csv(csv)
-    queries = data.load_query_embeddings(out, ann, fakes.D)
-    want = fakes.fake_encode(np.stack([fakes.frames(r)
-                                       for r, _, _ in fakes.ROWS]),
-                             [e for _, _, e in fakes.ROWS])
+    queries = data.load_query_embeddings(out, ann, export_covr_test.D)
+    want = export_covr_test.fake_encode(np.stack([export_covr_test.frames(r)
+                                       for r, _, _ in export_covr_test.ROWS]),
+                             [e for _, _, e in export_covr_test.ROWS])
     np.testing.assert_allclose(queries, want, rtol=1e-5)
     g = data.load_embeddings(gallery, normalize=False)
     # The target features went through float16 in the loader.
     np.testing.assert_allclose(
-        g.video[0], fakes.target_feature('01/t2').astype(np.float16),
+        g.video[0], export_covr_test.target_feature('01/t2').astype(np.float16),
         rtol=1e-3)
 
 

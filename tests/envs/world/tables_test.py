@@ -4,7 +4,7 @@ a table filled at once holds, and find it the same way."""
 from absl.testing import absltest
 import numpy as np
 
-from recovr_jax.envs.world.benchmark import words as words_lib
+from recovr_jax.envs.world.benchmark import words
 from recovr_jax.envs.world.face import phrase_table
 
 _NUM_TURNS = 3
@@ -20,8 +20,8 @@ class _User:
         f'attr{a}' for a in np.flatnonzero(named))
 
 
-def _parse(words):
-  return {len(words) % 3: len(words) % 5}
+def _parse(user_words):
+  return {len(user_words) % 3: len(user_words) % 5}
 
 
 def _encode(texts):
@@ -30,14 +30,14 @@ def _encode(texts):
 
 
 def _word_table(num_queries=4):
-  return words_lib.WordTable(_User(), np.zeros((6, 3), np.int32),
+  return words.WordTable(_User(), np.zeros((6, 3), np.int32),
                              np.zeros(num_queries, np.int64), _NUM_TURNS,
                              parse=_parse, label=lambda w: len(w) % 4)
 
 
 def _pairs(rng, n, num_queries=4):
   """``n`` distinct ``(query, key)`` decisions, sorted."""
-  keys = rng.integers(0, (_NUM_TURNS + 1) * words_lib.CODES, size=n)
+  keys = rng.integers(0, (_NUM_TURNS + 1) * words.CODES, size=n)
   queries = rng.integers(0, num_queries, size=n)
   return sorted({(int(q), int(k)) for q, k in zip(queries, keys)})
 
@@ -70,15 +70,15 @@ class WordTableTest(absltest.TestCase):
     queries, keys, mentions, negative, embedding, label = map(
         np.asarray, table.arrays())
     for i, (q, k) in enumerate(pairs):
-      words = table.words(q, k)
+      user_words = table.words(q, k)
       self.assertEqual((queries[i], keys[i]), (q, k))
       want = np.full(3, -1, np.int32)
-      for a, v in _parse(words).items():
+      for a, v in _parse(user_words).items():
         want[a] = v
       np.testing.assert_array_equal(mentions[i], want)
-      self.assertEqual(label[i], len(words) % 4)
+      self.assertEqual(label[i], len(user_words) % 4)
       self.assertFalse(negative[i])
-      np.testing.assert_array_equal(embedding[i], _encode([words])[0])
+      np.testing.assert_array_equal(embedding[i], _encode([user_words])[0])
 
   def test_lookup_finds_every_entry_of_any_number_of_sessions(self):
     # Sessions past what one int32 key of (session, turn, code) could hold
@@ -90,13 +90,13 @@ class WordTableTest(absltest.TestCase):
     table.add(pairs)
     arrays = table.arrays()
     for q, k in pairs[::7]:
-      found, mentions, _, _, label = words_lib.lookup(*arrays, q, k)
+      found, mentions, _, _, label = words.lookup(*arrays, q, k)
       self.assertTrue(found)
       self.assertEqual(int(label), len(table.words(q, k)) % 4)
     held = set(pairs)
     for q, k in [(pairs[0][0], pairs[0][1] + 1), (pairs[-1][0] + 1, 0),
-                 (0, 0), (many - 1, words_lib.CODES - 1)]:
-      found = words_lib.lookup(*arrays, q, k)[0]
+                 (0, 0), (many - 1, words.CODES - 1)]:
+      found = words.lookup(*arrays, q, k)[0]
       self.assertEqual(bool(found), (q, k) in held, (q, k))
 
 
@@ -107,7 +107,7 @@ class DialogueTableTest(absltest.TestCase):
     word_table = _word_table()
     decided = _pairs(rng, 80)
     word_table.add(decided)
-    dialogues = words_lib.DialogueTable(['m0', 'm1', 'm2', 'm3'], word_table,
+    dialogues = words.DialogueTable(['m0', 'm1', 'm2', 'm3'], word_table,
                                         _encode, _DIM)
     # A root (session) and one of its decisions.
     pairs = sorted({(q, k) for q, k in decided})
@@ -116,22 +116,22 @@ class DialogueTableTest(absltest.TestCase):
       tables = dialogues.arrays()  # the slots grow on the way
     self.assertGreater(tables[0].shape[0], 2 * len(pairs))
     for parent, word in pairs:
-      found, node, row = words_lib.lookup_dialogue(tables, 4, parent, word)
+      found, node, row = words.lookup_dialogue(tables, 4, parent, word)
       self.assertTrue(found)
       texts = dialogues.texts(int(node))
       self.assertEqual(texts, (f'm{parent}', word_table.words(parent, word)))
       np.testing.assert_array_equal(
-          row, _encode([words_lib.SEPARATOR.join(texts)])[0])
+          row, _encode([words.SEPARATOR.join(texts)])[0])
     # A child's child: its words are its root session's.
     (q, k), (_, k2) = [p for p in pairs if p[0] == 1][:2]
-    child = int(words_lib.lookup_dialogue(tables, 4, q, k)[1])
+    child = int(words.lookup_dialogue(tables, 4, q, k)[1])
     dialogues.add([(child, k2)])
-    found, node, _ = words_lib.lookup_dialogue(dialogues.arrays(), 4, child,
+    found, node, _ = words.lookup_dialogue(dialogues.arrays(), 4, child,
                                                k2)
     self.assertTrue(found)
     self.assertEqual(dialogues.texts(int(node)),
                      ('m1', word_table.words(1, k), word_table.words(1, k2)))
-    found, node, _ = words_lib.lookup_dialogue(tables, 4, 2,
+    found, node, _ = words.lookup_dialogue(tables, 4, 2,
                                                int(pairs[0][1]) + 1)
     self.assertFalse(found)
     self.assertEqual(int(node), 2)

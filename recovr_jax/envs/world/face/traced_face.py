@@ -32,7 +32,7 @@ import numpy as np
 
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
-from recovr_jax.envs.world.benchmark import words as words_lib
+from recovr_jax.envs.world.benchmark import words
 from recovr_jax.envs.world.face import phrase_table
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.protocol import environment
@@ -109,13 +109,13 @@ class WorldFace(traced.Face):
     if self.words:
       # What the reasoner reads out of the words (a placeholder, the named
       # values, until the host has tabulated this decision).
-      word = words_lib.key(turn, action, named, prefix)
-      found, parsed, parsed_negative, utterance, label = words_lib.lookup(
+      word = words.key(turn, action, named, prefix)
+      found, parsed, parsed_negative, utterance, label = words.lookup(
           *tables[1], query, word)
       mentions = jnp.where(found, parsed, mentions)
       negative = jnp.where(found, parsed_negative, negative)
     if self.dialogues:
-      dialogue_found, node, dialogue = words_lib.lookup_dialogue(
+      dialogue_found, node, dialogue = words.lookup_dialogue(
           tables[2], data.target.shape[0], state, word)
     obs = plan.JaxObservation(
         shown=top1, reference=data.reference[query], action=action,
@@ -187,16 +187,16 @@ class _Filler:
     # the turns, and the methods after them, share one compiled program
     # each (the tables' shapes are its inputs), and a rerun of the same
     # sessions the program of the first.
-    turns = max(num_sessions * config.loop.num_turns, words_lib.MIN_ENTRIES)
+    turns = max(num_sessions * config.loop.num_turns, words.MIN_ENTRIES)
     self.least_words = (0 if self.words is None
                         else max(len(self.words), turns))
     self.least_nodes = (0 if self.dialogues is None
                         else max(len(self.dialogues), turns))
     # The tables of runs that hold none (made once: every call of the run's
     # program passes them).
-    self.no_words = words_lib.empty_arrays(
+    self.no_words = words.empty_arrays(
         int(env.data.own.attributes.shape[1]))
-    self.no_dialogues = words_lib.empty_dialogues()
+    self.no_dialogues = words.empty_dialogues()
 
   def arrays(self):
     return (self.env.table.arrays(),
@@ -210,17 +210,18 @@ class _Filler:
     that its probe lacked, then the phrases (encoded) of the plans made
     from words the tables held (the others' plans wait for their words:
     the turn is probed again)."""
-    env, words, dialogues = self.env, self.words, self.dialogues
+    env, lexicon_words, dialogues = self.env, self.words, self.dialogues
     needed = turn.needed  # the turn's table keys
     written = encoded = 0
     ready = np.ones(len(needed), bool)
-    if words is not None and turn.index:  # a feedback turn
+    if lexicon_words is not None and turn.index:  # a feedback turn
       active = turn.active
       no_word = active & ~turn.own('word_found')
       no_dialogue = ((active & ~turn.own('dialogue_found'))
                      if dialogues is not None else np.zeros_like(no_word))
       word = turn.own('word')
-      written = words.add(zip(turn.own('query')[no_word], word[no_word]))
+      written = lexicon_words.add(zip(turn.own('query')[no_word],
+                                      word[no_word]))
       if dialogues is not None:  # after the words they join
         encoded = dialogues.add(zip(
             turn.own('dialogue_parent')[no_dialogue], word[no_dialogue]))
@@ -230,8 +231,9 @@ class _Filler:
       return traced.Fill()
     return traced.Fill(
         added=(f'encoded {added} new phrases (table {len(env.table)})' + (
-            f', wrote and parsed {written} user turns (table {len(words)})'
-            if words is not None else '') + (
+            f', wrote and parsed {written} user turns '
+            f'(table {len(lexicon_words)})'
+            if lexicon_words is not None else '') + (
                 f', encoded {encoded} dialogues (table {len(dialogues)})'
                 if dialogues is not None else '')),
         again=bool(written or encoded))
@@ -257,7 +259,7 @@ def prepare(env: environment.Environment) -> JitEnvironment:
     raise ValueError('the jitted mode needs a pure JAX composer (a flax '
                      "Module or 'sum'); the environment has none")
   num_attrs = np.asarray(env.attributes).shape[1]  # 8 with the layout
-  words = lexicon.for_attributes(num_attrs)
+  lexicon_words = lexicon.for_attributes(num_attrs)
 
   def assignment(parsed):
     row = np.full(num_attrs, -1, np.int32)
@@ -265,19 +267,19 @@ def prepare(env: environment.Environment) -> JitEnvironment:
       row[a] = v
     return row
 
-  caption_attrs = np.stack([assignment(words.parse(c))
+  caption_attrs = np.stack([assignment(lexicon_words.parse(c))
                             for c in env.captions])
   # Per distinct query (they repeat under --query_repeats), then per session.
   query = (np.arange(len(env.target)) if env.query is None
            else np.asarray(env.query))
   first = np.unique(query, return_index=True)[1]
   distinct = [(env.reference[i], env.modification[i]) for i in first]
-  init = rules.RulesReasoner(words).t2v_init([
+  init = rules.RulesReasoner(lexicon_words).t2v_init([
       schemas.T2VInitRequest(env.captions[r], m) for r, m in distinct])
   init_search = []
   for q, out in enumerate(init):
-    parsed = words.parse(out['search'])
-    if out['search'] != words.canonical_description(parsed):
+    parsed = lexicon_words.parse(out['search'])
+    if out['search'] != lexicon_words.canonical_description(parsed):
       raise ValueError(f'query {q}: the T2V initializer wrote '
                        f'{out["search"]!r}, which is not a canonical '
                        'description; the jitted mode cannot represent it')
@@ -287,7 +289,7 @@ def prepare(env: environment.Environment) -> JitEnvironment:
   data = plan.JaxData(
       gallery=jnp.asarray(env.gallery, jnp.float32),
       memory=plan.JaxMemory(caption_attrs=jnp.asarray(caption_attrs),
-                                **_question_tables(words, num_attrs)),
+                                **_question_tables(lexicon_words, num_attrs)),
       reference=jnp.asarray(env.reference, jnp.int32),
       target=jnp.asarray(env.target, jnp.int32),
       modification=jnp.asarray(modification),
@@ -295,7 +297,8 @@ def prepare(env: environment.Environment) -> JitEnvironment:
           attributes=jnp.asarray(env.attributes, jnp.int32),
           init_search=jnp.asarray(np.stack(init_search)[query]),
           modification_attrs=jnp.asarray(np.stack([
-              assignment(words.parse(m)) for _, m in distinct])[query])))
+              assignment(lexicon_words.parse(m))
+              for _, m in distinct])[query])))
   return JitEnvironment(data=data, composer=env.composer,
                         composer_params=env.composer_params,
                         table=phrase_table.PhraseTable(env.encode_text,
@@ -305,13 +308,13 @@ def prepare(env: environment.Environment) -> JitEnvironment:
                         modification_texts=tuple(env.modification))
 
 
-def _question_tables(words, num_attrs: int):
+def _question_tables(lexicon_words, num_attrs: int):
   """What the user reads out of each question the rules reasoner asks
   (over ``words``, the lexicon of ``num_attrs`` attributes)."""
-  reasoner = rules.RulesReasoner(words)
+  reasoner = rules.RulesReasoner(lexicon_words)
 
   def asked(question):
-    a = words.question_attribute(question)
+    a = lexicon_words.question_attribute(question)
     return -1 if a is None else a
 
   num_values = generator.num_values(num_attrs)
@@ -364,7 +367,7 @@ def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
     if not face.lexical and parse is None:
       raise ValueError(f'the word table of reader {face.reader!r} '
                        'needs the parse it reads the words with')
-    env.word_tables[key] = words_lib.WordTable(
+    env.word_tables[key] = words.WordTable(
         simulated_user.SimulatedUser(face.user, seed),
         np.asarray(env.data.own.attributes), np.asarray(env.data.target),
         config.loop.num_turns, parse=parse, label=label)
@@ -383,14 +386,14 @@ def dialogue_table(env: JitEnvironment, config: traced.JitConfig, seed: int):
   key = ('dialogues', face.user, seed, config.loop.num_turns,
          face.reader)
   if key not in env.word_tables:
-    env.word_tables[key] = words_lib.DialogueTable(
+    env.word_tables[key] = words.DialogueTable(
         env.modification_texts, word_table(env, config, seed),
         env.encode_text, int(env.data.gallery.shape[1]))
   return env.word_tables[key]
 
 
 def batch_result(env: JitEnvironment, trace: traced.JitTrace,
-                 table: words_lib.WordTable | None = None,
+                 table: words.WordTable | None = None,
                  sessions=None) -> environment.BatchResult:
   """The host loop's ``BatchResult``; records hold what the reasoner read
   (``mentioned``: what the user named, unless its words were tabulated) and,

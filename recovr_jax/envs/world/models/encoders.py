@@ -29,7 +29,7 @@ from recovr_jax import pretrained
 from recovr_jax import profiling
 from recovr_jax import readers
 from recovr_jax import storage
-from recovr_jax.core import vectors as vectors_lib
+from recovr_jax.core import vectors
 from recovr_jax.protocol import dialogue
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
@@ -191,7 +191,7 @@ def _load(model_dir: str):
     m = mask[..., None].astype(hidden.dtype)
     pooled = jnp.sum(hidden * m, axis=1) / jnp.maximum(
         jnp.sum(m, axis=1), 1e-9)
-    return vectors_lib.normalize(pooled)
+    return vectors.normalize(pooled)
 
   return model, tokenizer, jax.jit(encode)
 
@@ -298,16 +298,16 @@ class TextEncoder:
     digest = hashlib.sha256(self.fingerprint.encode()).hexdigest()[:16]
     return pathlib.Path(cache_dir).absolute() / f'text-{digest}.npz'
 
-  def _checksum(self, texts, vectors) -> str:
+  def _checksum(self, texts, embeddings) -> str:
     """The legacy files' checksum (before the UTF-8 layout)."""
     h = hashlib.sha256(self.fingerprint.encode())
     h.update('\0'.join(texts).encode())
-    h.update(np.ascontiguousarray(vectors, np.float32).tobytes())
+    h.update(np.ascontiguousarray(embeddings, np.float32).tobytes())
     return h.hexdigest()
 
-  def _digest(self, text_bytes, text_ends, vectors, cut=None) -> str:
+  def _digest(self, text_bytes, text_ends, embeddings, cut=None) -> str:
     h = hashlib.blake2b(self.fingerprint.encode(), digest_size=32)
-    for part in (text_bytes, text_ends, np.ascontiguousarray(vectors,
+    for part in (text_bytes, text_ends, np.ascontiguousarray(embeddings,
                                                              np.float32)):
       h.update(memoryview(np.ascontiguousarray(part)).cast('B'))
     if cut is not None:
@@ -327,7 +327,7 @@ class TextEncoder:
     if len(self._cache) == self._stored and path.exists():
       return 0
     texts = sorted(self._cache)
-    vectors = (np.stack([self._cache[t] for t in texts]).astype(np.float32)
+    embeddings = (np.stack([self._cache[t] for t in texts]).astype(np.float32)
                if texts else np.zeros((0, self.dim), np.float32))
     encoded = [t.encode() for t in texts]
     text_bytes = np.frombuffer(b''.join(encoded), np.uint8)
@@ -338,8 +338,9 @@ class TextEncoder:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix('.tmp.npz')
     np.savez(tmp, text_bytes=text_bytes, text_ends=text_ends,
-             vectors=vectors, cut=cut, fingerprint=np.array(self.fingerprint),
-             digest=np.array(self._digest(text_bytes, text_ends, vectors,
+             vectors=embeddings, cut=cut,
+             fingerprint=np.array(self.fingerprint),
+             digest=np.array(self._digest(text_bytes, text_ends, embeddings,
                                           cut)))
     tmp.replace(path)
     self._stored = len(texts)
@@ -356,17 +357,17 @@ class TextEncoder:
       return 0
     try:
       with np.load(path, allow_pickle=False) as data:
-        vectors = np.asarray(data['vectors'], np.float32)
+        embeddings = np.asarray(data['vectors'], np.float32)
         fingerprint = str(data['fingerprint'])
         cut = np.zeros((0, 3), np.int64)
         if 'texts' in data:  # the legacy layout
           texts = data['texts'].tolist()
-          intact = str(data['checksum']) == self._checksum(texts, vectors)
+          intact = str(data['checksum']) == self._checksum(texts, embeddings)
         else:
           text_bytes, text_ends = data['text_bytes'], data['text_ends']
           cut = data['cut'] if 'cut' in data else None
           intact = str(data['digest']) == self._digest(
-              text_bytes, text_ends, vectors, cut)
+              text_bytes, text_ends, embeddings, cut)
           cut = np.zeros((0, 3), np.int64) if cut is None else cut
           blob = text_bytes.tobytes()
           starts = np.concatenate([[0], text_ends[:-1]]).tolist()
@@ -377,16 +378,16 @@ class TextEncoder:
     else:
       if fingerprint != self.fingerprint:
         problem = f'written by another text encoder ({fingerprint})'
-      elif vectors.shape != (len(texts), self.dim) or not intact:
+      elif embeddings.shape != (len(texts), self.dim) or not intact:
         problem = 'fails its checksum'
-      elif not np.isfinite(vectors).all():
+      elif not np.isfinite(embeddings).all():
         problem = 'holds NaN or infinite values'
       elif cut.ndim != 2 or cut.shape[1] != 3 or (
           len(cut) and not 0 <= cut[:, 0].min() <= cut[:, 0].max()
           < len(texts)):
         problem = 'fails its checksum'
       else:
-        self._cache.update(zip(texts, vectors))
+        self._cache.update(zip(texts, embeddings))
         self._cuts.update((texts[i], (int(d), int(o))) for i, d, o in cut)
         self._stored = len(self._cache)
         return len(texts)
@@ -520,7 +521,7 @@ class VideoEncoder(nn.Module):
     x = x.reshape(b, f - 1, -1)
     x = nn.relu(nn.Dense(self.hidden)(x))
     x = jnp.mean(x, axis=1)  # temporal pooling
-    return vectors_lib.normalize(nn.Dense(self.dim)(x))
+    return vectors.normalize(nn.Dense(self.dim)(x))
 
 
 class Composer(nn.Module):
@@ -536,7 +537,7 @@ class Composer(nn.Module):
     x = jnp.concatenate([reference, edit, reference * edit], axis=-1)
     x = nn.relu(nn.Dense(self.hidden)(x))
     x = nn.relu(nn.Dense(self.hidden)(x))
-    return vectors_lib.normalize(reference + edit + nn.Dense(reference.shape[-1])(x))
+    return vectors.normalize(reference + edit + nn.Dense(reference.shape[-1])(x))
 
 
 def count_params(params) -> int:

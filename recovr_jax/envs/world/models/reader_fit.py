@@ -55,7 +55,7 @@ GROUNDED_OPTIONS = {'max_span': 1, 'template': '{}', 'related_depth': 2,
 # (``SpanLM(margin=...)``); ``lm_tuned``: SmolLM2 with a LoRA adapter fitted
 # in-process on ``generated_pairs`` (``SpanLM.tune``) instead of the listed
 # values and examples. ``head_spans``: the same three uses of a span
-# classifier over MiniLM embeddings (``span_head``), trained on
+# classifier over MiniLM embeddings (``fit_span_head``), trained on
 # ``generated_pairs``; ``head_min_prob``: the least probability its value
 # needs. ``wordnet_glosses``: with ``wordnet_prototypes``, the glosses are
 # prototypes too. Each of these needs the option it qualifies
@@ -297,18 +297,17 @@ def span_classifier(phrasings: str = 'train', margin: float = 0.0,
   return lm
 
 
-def span_head(encode, frames: frozenset, phrasings: str = 'train',
-              min_prob: float = 0.5):
+def fit_span_head(encode, frames: frozenset, phrasings: str = 'train',
+                  min_prob: float = 0.5):
   """``span_head.SpanHead`` over ``encode`` (spans embedded as the reader
   embeds them), trained on the content words of
   ``wordnet_prototypes(phrasings, glosses=True)`` (the lexicon's phrases,
   the training phrasings, WordNet's lemmas and glosses of each value) and
   the user's frame words ``frames`` as naming nothing."""
-  from recovr_jax.reasoning import span_head as span_head_lib  # pylint: disable=g-import-not-at-top
+  from recovr_jax.reasoning import span_head  # pylint: disable=g-import-not-at-top
   pairs = generated_pairs(frames, phrasings)
-  return span_head_lib.SpanHead(encode, [p for p, _ in pairs],
-                                [label for _, label in pairs],
-                                min_prob=min_prob)
+  return span_head.SpanHead(encode, [p for p, _ in pairs],
+                            [label for _, label in pairs], min_prob=min_prob)
 
 
 def _confirm_unless_frame(classifier, frames: frozenset):
@@ -400,7 +399,7 @@ def grounding_reader(world, encode, phrasings: str = 'train',
       second = span_classifier(phrasings, lm_margin,
                                frozenset(words) if lm_tuned else None)
     else:
-      second = (done or {}).get('head') or span_head(
+      second = (done or {}).get('head') or fit_span_head(
           reader._encode, words, phrasings, head_min_prob)  # pylint: disable=protected-access
     reader.confirm = _confirm_unless_frame(second, words)
     reader.confirm_mode = lm_spans or head_spans
@@ -638,7 +637,7 @@ class Grounding:
     stored.save()
     reasoner = rules.RulesReasoner(lexicon, reader=reader,
                                    sigma=GROUNDED_SIGMA, name='grounded',
-                                   frames=classifier)
+                                   frame_classifier=classifier)
     reasoner.fit = {k: v for k, v in fit.items() if k != 'curve'}
     return reasoner
 

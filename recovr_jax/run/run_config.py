@@ -13,15 +13,15 @@ from recovr_jax import drivers
 from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_source
-from recovr_jax import methods as methods_registry
+from recovr_jax import methods
 from recovr_jax.methods import base
 from recovr_jax.protocol import ranking
-from recovr_jax.protocol import source as source_lib
+from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import registry
 from recovr_jax.run import resources
 
 # The data sources, looked up by name (--data): each its config type and
-# its ``protocol.source.Source``.
+# its ``protocol.data_source.Source``.
 SOURCES = {
     world_source.WorldData.NAME: (world_source.WorldData,
                                   world_source.WorldSource),
@@ -46,7 +46,7 @@ class RunConfig:
   #: Methods to run.
   methods: tuple[str, ...] = config_tree.setting(
       flag_default=('recovr', 'ivr', 'merlin', 'umivr', 'history_rewrite'),
-      choices=methods_registry.names, group='Methods and the protocol')
+      choices=methods.names, group='Methods and the protocol')
   #: Output directory.
   output_dir: str = config_tree.setting(flag_default='out/run',
                                         group=_OUTPUTS)
@@ -205,13 +205,13 @@ class RunConfig:
             batch_size=self.reasoner_batch, adapter=self.reasoner_adapter))
 
 
-def source(config: RunConfig) -> source_lib.Source:
+def source(config: RunConfig) -> data_source.Source:
   """The ``Source`` of ``config.data`` (a new one per call; cheap: nothing
   loads)."""
   return source_of(config.data)
 
 
-def source_of(data) -> source_lib.Source:
+def source_of(data) -> data_source.Source:
   """The ``Source`` of a source config (``RunConfig.data``)."""
   for config_type, source_type in SOURCES.values():
     if isinstance(data, config_type):

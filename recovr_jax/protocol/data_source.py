@@ -22,7 +22,7 @@ inside ``jit``; the jitted driver runs on it, ``drivers.jit_driver``),
 ``ScoresAsking`` (it knows the targets' attributes, so asking is scored)
 and ``ExtraOutputs`` (its runs write files of their own).
 
-``run`` below is the run's ``run.config.RunConfig``; the protocol
+``run`` below is the run's ``run.run_config.RunConfig``; the protocol
 reads only its generic fields (reasoner, user, seeds, cache directory).
 """
 
