@@ -26,6 +26,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-pos
 from experiments.common import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments.common import run_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top,wrong-import-position
+from recovr_jax.run import validation  # pylint: disable=g-import-not-at-top,wrong-import-position
 from recovr_jax.run import sweeps  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -67,9 +68,9 @@ def _main(argv):
       sweeps.sweep(config, sweep)
     else:
       runner.run(config)
-  except runner.ConfigError as e:
+  except validation.ConfigError as e:
     raise app.UsageError(str(e)) from e
-  except runner.RunFailed as e:
+  except validation.RunFailed as e:
     return f'FAILED: {e}'  # absl exits 1 and prints it
 
 

@@ -27,8 +27,10 @@ from experiments.common import run_flags
 from recovr_jax import drivers
 from recovr_jax.protocol import data_source
 from recovr_jax.run import assemble
+from recovr_jax.run import integrity
 from recovr_jax.run import run_config
 from recovr_jax.run import runner
+from recovr_jax.run import validation
 from recovr_jax.study import study
 
 _HOST = flags.DEFINE_string(
@@ -135,8 +137,8 @@ def checked_config():
         f'--host={_HOST.value} opens the study to the network (every page '
         'shows its target); pass --allow_remote to mean it')
   try:
-    runner.validate(config)
-  except runner.ConfigError as e:
+    validation.validate(config)
+  except validation.ConfigError as e:
     raise app.UsageError(str(e)) from e
   return config
 
@@ -160,7 +162,7 @@ def assembled_study(run_, participants_are='human'):
   from recovr_jax.study import media  # pylint: disable=g-import-not-at-top
   config, env, source = run_.config, run_.env, run_.source
   sconfig = study_config(config)
-  identity = {'identity': runner.resolved_config(config, source)['identity'],
+  identity = {'identity': integrity.resolved_config(config, source)['identity'],
               'data': config.data.NAME, 'participants_are': participants_are}
   try:
     user_study = study.Study(env, run_.method(config.methods[0]), run_.ctx,

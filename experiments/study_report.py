@@ -25,6 +25,7 @@ from experiments.common import run_flags
 from experiments import study  # pylint: disable=unused-import  (its flags)
 from recovr_jax import methods
 from recovr_jax.run import assemble
+from recovr_jax.run import integrity
 from recovr_jax.run import reporting
 from recovr_jax.run import runner
 from recovr_jax.study import report
@@ -124,7 +125,7 @@ def main(argv):
     if unknown:
       raise app.UsageError(f'--reference_method {unknown[0]!r} is not a '
                            f'method; valid: {", ".join(methods.names())}')
-    identity = runner.resolved_config(config)['identity']
+    identity = integrity.resolved_config(config)['identity']
     if identity != runs.header['identity']:
       raise app.UsageError(
           'the flags describe another environment or loop than the one the '

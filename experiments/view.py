@@ -83,6 +83,7 @@ def _videos(run_dir, run):
   """``viewer.Videos`` of the rebuilt run (ids, captions, animations),
   checked against the ids the run's trajectories hold."""
   from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
+  from recovr_jax.run import validation  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import media  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import viewer  # pylint: disable=g-import-not-at-top
   config = _run_config(run_dir)
@@ -90,7 +91,7 @@ def _videos(run_dir, run):
         flush=True)
   try:
     built = runner.build(config)
-  except (runner.ConfigError, ValueError, FileNotFoundError) as e:
+  except (validation.ConfigError, ValueError, FileNotFoundError) as e:
     raise app.UsageError(f'{run_dir}: its data cannot be rebuilt ({e}); '
                          'pass --nomedia to see ids only') from e
   env, source = built.env, built.source

@@ -32,25 +32,13 @@ from recovr_jax.run import reporting
 from recovr_jax.run import resources
 from recovr_jax.run import validation
 
-# The checks' names, as the front ends use them.
-ConfigError = validation.ConfigError
-RunFailed = validation.RunFailed
-OutputsNotWritten = validation.OutputsNotWritten
-validate = validation.validate
-_fail = validation.fail
-OUTPUT_FILES = outputs.OUTPUT_FILES
-INCOMPLETE = outputs.INCOMPLETE
-Built = data_source.Built
-resolved_config = integrity.resolved_config
-differences = integrity.differences
-
 
 def build(config: run_config.RunConfig, source=None) -> data_source.Built:
-  """``assemble.build``, its unreadable inputs a ``ConfigError``."""
+  """``assemble.build``, its unreadable inputs a ``validation.ConfigError``."""
   try:
     return assemble.build(config, source)
   except data_source.SourceError as e:
-    _fail(str(e))
+    validation.fail(str(e))
 
 
 def _claim(out: pathlib.Path, config, resolved: dict, source):
@@ -63,7 +51,7 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError:
     lock.close()
-    _fail(f'another run is writing to --output_dir {out} (it holds '
+    validation.fail(f'another run is writing to --output_dir {out} (it holds '
           f'{out / ".lock"}); wait for it or use another --output_dir')
   try:
     previous = out / 'resolved_config.json'
@@ -71,11 +59,11 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
       try:
         old = json.loads(previous.read_text())
       except ValueError as e:
-        _fail(f'{previous} is unreadable ({e}); use --noresume to start '
+        validation.fail(f'{previous} is unreadable ({e}); use --noresume to start '
               'this directory afresh')
       if old.get('identity') != resolved['identity']:
-        changed = differences(old, resolved) or ['(a run of an older version)']
-        _fail(f'--output_dir {out} holds a run with other settings ('
+        changed = integrity.differences(old, resolved) or ['(a run of an older version)']
+        validation.fail(f'--output_dir {out} holds a run with other settings ('
               f'{"; ".join(changed[:6])}); use another --output_dir, or '
               '--noresume to discard its batches')
     if not config.resume:  # nothing of an earlier run may stay beside it
@@ -84,7 +72,7 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
           shutil.rmtree(out / directory)
       own = (source.OUTPUT_FILES
              if isinstance(source, data_source.ExtraOutputs) else ())
-      for pattern in OUTPUT_FILES + own:
+      for pattern in outputs.OUTPUT_FILES + own:
         for f in out.glob(pattern):
           f.unlink()
   except BaseException:
@@ -93,14 +81,14 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
   return lock
 
 
-def run(config: run_config.RunConfig, built: Built | None = None) -> dict:
+def run(config: run_config.RunConfig, built: data_source.Built | None = None) -> dict:
   """One run; returns the per-method metrics. ``built``: a ``build`` of an
   earlier config with the same data (sweeps pass it to reuse the gallery,
   and its data source). The run's data source is made once, here."""
   source = built.source if built is not None else run_config.source(config)
-  out = validate(config, source=source)
+  out = validation.validate(config, source=source)
   start = time.time()
-  resolved = resolved_config(config, source)
+  resolved = integrity.resolved_config(config, source)
   # In a multi-process run process 0 holds the directory (and clears it on
   # --noresume) before any process writes a batch.
   lock = (_claim(out, config, resolved, source) if config.process_id == 0
@@ -135,7 +123,7 @@ def _run_claimed(config, source, built, out, start, resolved):
               for name in ('flags.txt', 'resolved_config.json')
               } if lead and _finished(out) else None
   if lead:
-    (out / INCOMPLETE).write_text(
+    (out / outputs.INCOMPLETE).write_text(
         'This run has not finished: the outputs here (if any) are not all '
         'of it. Rerun the same command to resume.\n')
     (out / 'flags.txt').write_text(config.flags_text)
@@ -159,7 +147,7 @@ def _run_claimed(config, source, built, out, start, resolved):
     total = len(env.target)
     if config.num_sessions is not None and config.num_sessions > total:
       # Never capped: a sweep asked for more sessions than the data gives.
-      _fail(f'--num_sessions={config.num_sessions}: the data gives at most '
+      validation.fail(f'--num_sessions={config.num_sessions}: the data gives at most '
             f'{total} sessions (its test queries); lower --num_sessions')
     num = config.num_sessions or total
     if lead:
@@ -168,10 +156,10 @@ def _run_claimed(config, source, built, out, start, resolved):
             num, len(config.methods), base.num_turns, base.list_length,
             config.export_trec, config.plots))
       except ValueError as e:
-        _fail(str(e))
-  except ConfigError:
+        validation.fail(str(e))
+  except validation.ConfigError:
     if fresh:
-      for name in (INCOMPLETE, 'flags.txt', 'resolved_config.json'):
+      for name in (outputs.INCOMPLETE, 'flags.txt', 'resolved_config.json'):
         (out / name).unlink(missing_ok=True)
     raise
   sessions = np.arange(num)
@@ -194,7 +182,7 @@ def _run_claimed(config, source, built, out, start, resolved):
     collected = _collect(assembled, out, batch_list, identity)
   except batches.CorruptBatch:
     if finished is not None:
-      (out / INCOMPLETE).unlink(missing_ok=True)
+      (out / outputs.INCOMPLETE).unlink(missing_ok=True)
       for name, content in finished.items():
         (out / name).write_bytes(content)
     raise
@@ -203,15 +191,15 @@ def _run_claimed(config, source, built, out, start, resolved):
                           sessions, collected, start, base)
   except OSError as e:  # a full disk, a folder made read-only meanwhile
     where = e.filename or out
-    raise OutputsNotWritten(
+    raise validation.OutputsNotWritten(
         f'{where}: could not be written ({e.strerror or e}); '
-        f'{out / INCOMPLETE} is kept: free space and rerun the command '
+        f'{out / outputs.INCOMPLETE} is kept: free space and rerun the command '
         '(its batches are saved; it writes the outputs again)') from e
 
 
 def _finished(out) -> bool:
   """Whether ``out`` holds a finished run (its outputs, no marker)."""
-  return not (out / INCOMPLETE).exists() and all(
+  return not (out / outputs.INCOMPLETE).exists() and all(
       (out / name).is_file() for name in (
           'flags.txt', 'resolved_config.json', 'metrics.json'))
 
@@ -248,7 +236,7 @@ def _check_batch_fits(config, env, loop):
             loop.list_length, loop.window, retrieval.DEFAULT_BLOCK_SIZE),
         f'a batch of {config.batch_size} sessions', '--batch_size')
   except ValueError as e:
-    _fail(str(e))
+    validation.fail(str(e))
 
 
 @dataclasses.dataclass

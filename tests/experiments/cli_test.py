@@ -81,14 +81,14 @@ class SeveralProblemsTest(absltest.TestCase):
 
   def test_every_independent_problem_in_one_error(self):
     from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
-    from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import validation  # pylint: disable=g-import-not-at-top
     config = run_config.RunConfig(
         methods=('recovr', 'bogus'), batch_size=0, num_sessions=0,
         jit_chunk_size=-1, max_error_share=2.0, user_seed=-1,
         reasoner_adapter='/nonexistent',
         output_dir=self.create_tempdir().full_path)
-    with self.assertRaises(runner.ConfigError) as e:
-      runner.validate(config)
+    with self.assertRaises(validation.ConfigError) as e:
+      validation.validate(config)
     lines = str(e.exception).splitlines()
     for expected in ('unknown --methods bogus', '--batch_size must be >= 1',
                      '--num_sessions must be >= 1',

@@ -14,7 +14,7 @@ from absl.testing import flagsaver
 from experiments.evaluate import compare_runs
 from recovr_jax.envs.files import files_source
 from recovr_jax.run import run_config
-from recovr_jax.run import runner
+from recovr_jax.run import validation
 
 
 def _write_run(d: pathlib.Path, top1s, targets, method='recovr'):
@@ -109,8 +109,8 @@ class CompareRunsTest(absltest.TestCase):
                              output_dir=tempfile.mkdtemp(),
                              data=files_source.RealData(),
                              reasoner='grounded')
-    with self.assertRaisesRegex(runner.ConfigError, '--reasoner=grounded'):
-      runner.validate(c)
+    with self.assertRaisesRegex(validation.ConfigError, '--reasoner=grounded'):
+      validation.validate(c)
 
   def test_other_sessions_are_refused(self):
     _write_run(self.root / 'd', [[7, 7], [2, 2], [5, 5]], [7, 2, 6])
@@ -142,8 +142,8 @@ class ChatReasonerFlagsTest(absltest.TestCase):
     for overrides, message in cases:
       with self.subTest(message=message):
         c = dataclasses.replace(base, **overrides)
-        with self.assertRaisesRegex(runner.ConfigError, message):
-          runner.validate(c)
+        with self.assertRaisesRegex(validation.ConfigError, message):
+          validation.validate(c)
     self.assertEqual(run_config.with_setting(base, 'prompt_wording', '2')
                      .prompt_wording, 2)
 

@@ -28,6 +28,7 @@ from recovr_jax.envs.world.models import progress_memory
 from recovr_jax.envs.world.models import training
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
+from recovr_jax.run import outputs
 from recovr_jax.run import results
 from recovr_jax.run import runner
 from tests.helpers import runs
@@ -92,7 +93,7 @@ class ResumeIdentityTest(_OnABaseRun):
 
   def test_an_interrupted_noresume_run_leaves_no_stale_outputs(self):
     copy = self._copy('killed')
-    self.assertFalse((self.base / runner.INCOMPLETE).exists())
+    self.assertFalse((self.base / outputs.INCOMPLETE).exists())
     with mock.patch.object(runner, 'build',
                            side_effect=KeyboardInterrupt('killed')):
       with self.assertRaises(KeyboardInterrupt):
@@ -101,11 +102,11 @@ class ResumeIdentityTest(_OnABaseRun):
     self.assertEqual(resolved['loop']['rrf_k'], 1.0)
     for name in ('metrics.json', 'report.md', 'trajectories.jsonl'):
       self.assertFalse((copy / name).exists(), name)  # not the old run's
-    self.assertTrue((copy / runner.INCOMPLETE).exists())
+    self.assertTrue((copy / outputs.INCOMPLETE).exists())
     with self.assertRaisesRegex(FileNotFoundError, 'has not finished'):
       results.load_run(copy)
     _run(copy, rrf_k=1.0)  # resumed to the end: complete again
-    self.assertFalse((copy / runner.INCOMPLETE).exists())
+    self.assertFalse((copy / outputs.INCOMPLETE).exists())
     self.assertEqual(results.load_run(copy)['config']['loop']['rrf_k'], 1.0)
 
   def test_num_sessions_beyond_the_queries_is_refused_naming_the_flags(self):
@@ -161,13 +162,13 @@ class ResumeIdentityTest(_OnABaseRun):
     # No path of the repository anywhere, the default benchmark's data
     # config included (the identity holds it: the same inputs in another
     # checkout are the same run).
-    from recovr_jax.run import config  # pylint: disable=g-import-not-at-top
+    from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
     from recovr_jax.run import integrity  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world import world_source  # pylint: disable=g-import-not-at-top
     self.assertTrue(pathlib.Path(
         world_source.WorldData.v2().checkpoint_dir).is_absolute())
     root = str(pathlib.Path(__file__).resolve().parents[2])
-    default = integrity.resolved_config(config.RunConfig(
+    default = integrity.resolved_config(run_config.RunConfig(
         methods=('recovr',), output_dir=str(self.base),
         data=world_source.WorldData.v2()))
     self.assertEqual(default['data']['checkpoint_dir'],

@@ -355,13 +355,13 @@ class RunnerTest(absltest.TestCase):
       self.assertEqual(
           runs.run_main(copy, methods=['recovr', 'ivr']),
           f'FAILED: {copy / "trajectories.jsonl"}: could not be written (No '
-          f'space left on device); {copy / runner.INCOMPLETE} is kept: free '
+          f'space left on device); {copy / outputs.INCOMPLETE} is kept: free '
           'space and rerun the command (its batches are saved; it writes the '
           'outputs again)')
-    self.assertTrue((copy / runner.INCOMPLETE).exists())
+    self.assertTrue((copy / outputs.INCOMPLETE).exists())
     self.assertIs(outputs.write, real_write)
     runs.run_main(copy, methods=['recovr', 'ivr'])  # the same command
-    self.assertFalse((copy / runner.INCOMPLETE).exists())
+    self.assertFalse((copy / outputs.INCOMPLETE).exists())
     for name in ('metrics.json', 'ranks.csv', 'trajectories.jsonl'):
       self.assertEqual((copy / name).read_bytes(),
                        (self.out / name).read_bytes(), name)
