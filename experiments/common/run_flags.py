@@ -1,5 +1,6 @@
 """The run's flags, derived from ``RunConfig``'s tree, and
-``config_from_flags()``, which reads them into one ``RunConfig``.
+``config_from_flags()``, which reads them into one ``RunConfig``
+(``config_from_values``: the same from a dict, with no flags).
 
 Every setting is declared once, as a field of its config (type, default,
 help in the ``#:`` comment above it, choices, sweepable or not;
@@ -18,10 +19,11 @@ from absl import flags
 import jax
 
 from experiments.common import config_flags
-from experiments.common import world_flags  # the world's flags: its key flags
+from experiments.common import world_flags  # pylint: disable=unused-import  (the world's flags: its key flags)
 from recovr_jax.analysis import paper_claims
 from recovr_jax import config_tree
 from recovr_jax import drivers
+from recovr_jax.envs.world.benchmark import generator
 from recovr_jax import executables
 from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.user import simulated_user
@@ -100,30 +102,31 @@ def given(name: str) -> bool:
   return config_flags.given(name)
 
 
-def _data(values: dict):
-  """``RunConfig.data`` of the flags; ``ValueError`` (a line per flag)
-  when flags of another source are given."""
+def _data(values: dict, benchmark: str, given):
+  """``RunConfig.data`` of ``values``; ``ValueError`` (a line per flag)
+  when flags of another source are ``given``."""
   name = values['data']
   wrong = [f'--{flag} is for --data={other}, not --data={name}'
            for other, names in SOURCE_FLAGS.items() if other != name
            for flag in names
-           if flag not in SOURCE_FLAGS[name] and given(flag)]
+           if flag not in SOURCE_FLAGS[name] and flag in given]
   if wrong:
     raise ValueError('\n'.join(wrong))
   if name == files_source.RealData.NAME:
     return files_source.RealData(
         **config_tree.kwargs(files_source.RealData, values))
   return world_source.WorldData.preset(
-      _BENCHMARK.value, world_fields=world_flags.world_fields(),
+      benchmark, world_fields=config_tree.kwargs(generator.WorldConfig,
+                                                 values),
       **config_tree.kwargs(world_source.WorldData, values, nested=False))
 
 
-def _user(values: dict) -> simulated_user.UserConfig:
-  """The user's config: the --benchmark preset's style and language unless
-  given (real data's caption user reads neither), the draws the driver
-  imposes (``drivers.user_draws``) or --user_draws."""
+def _user(values: dict, benchmark: str) -> simulated_user.UserConfig:
+  """The user's config: the ``benchmark`` preset's style and language
+  unless given (real data's caption user reads neither), the draws the
+  driver imposes (``drivers.user_draws``) or --user_draws."""
   fields = config_tree.kwargs(simulated_user.UserConfig, values)
-  preset = run_config.BENCHMARKS[_BENCHMARK.value]
+  preset = run_config.BENCHMARKS[benchmark]
   for field, flag in (('style', 'user_style'), ('language', 'user_language')):
     fields.setdefault(field, preset[flag])
   fields['draws'] = drivers.user_draws(values['simulation']) or fields.get(
@@ -152,12 +155,30 @@ def absolute_paths(text: str) -> str:
 
 
 def config_from_flags() -> run_config.RunConfig:
-  """The ``RunConfig`` of the flags (every flag is read here, once).
+  """The ``RunConfig`` of the flags (every flag is read here, once;
+  ``config_from_values``); ``app.UsageError`` names every problem."""
+  values = config_flags.values(LEAVES)
+  try:
+    return config_from_values(
+        values, _BENCHMARK.value, {n for n in values if given(n)},
+        flags_text=absolute_paths(flags.FLAGS.flags_into_string()),
+        processes=processes())
+  except validation.ConfigError as e:
+    raise app.UsageError(str(e)) from e
 
-  Raises ``app.UsageError`` naming every problem found at once: each part
-  (data source, loop, ask policy, settings, user) is built on its own, a
-  part that fails is replaced by its default so that the rest is still
-  checked, and then ``validation.validate`` checks the whole."""
+
+def config_from_values(
+    values: dict, benchmark: str = run_config.DEFAULT_BENCHMARK,
+    given=frozenset(), flags_text: str = '',
+    processes: tuple[int, int] = (1, 0)) -> run_config.RunConfig:
+  """The ``RunConfig`` of ``values`` (flag name -> value, every flag of
+  ``LEAVES``; ``given``: the names set explicitly, which the ``benchmark``
+  preset leaves alone and another source refuses).
+
+  Raises ``validation.ConfigError`` naming every problem found at once:
+  each part (data source, loop, ask policy, settings, user) is built on
+  its own, a part that fails is replaced by its default so that the rest
+  is still checked, and then ``validation.validate`` checks the whole."""
   problems = []
 
   def part(build, default):
@@ -167,9 +188,8 @@ def config_from_flags() -> run_config.RunConfig:
       problems.extend(str(e).splitlines())
       return default
 
-  values = config_flags.values(LEAVES)
   kwargs = config_tree.kwargs
-  data = part(lambda: _data(values), None)
+  data = part(lambda: _data(values, benchmark, given), None)
   loop = part(lambda: ranking.LoopConfig(**kwargs(ranking.LoopConfig, values)),
               ranking.LoopConfig())
   ask = part(lambda: asking.AskPolicy(**kwargs(asking.AskPolicy, values)),
@@ -177,16 +197,15 @@ def config_from_flags() -> run_config.RunConfig:
   settings = part(lambda: base.Settings(
       **kwargs(base.Settings, values, nested=False), ask=ask),
                   base.Settings())
-  user = part(lambda: _user(values), simulated_user.UserConfig())
+  user = part(lambda: _user(values, benchmark), simulated_user.UserConfig())
   fields = kwargs(run_config.RunConfig, values, nested=False)
   reasoner = values['reasoner']
   if reasoner is None:  # the source's default
     source_data = world_source.WorldData.preset() if data is None else data
     reasoner = run_config.source_of(source_data).default_reasoner()
-  count, pid = processes()
+  count, pid = processes
   fields.update(loop=loop, settings=settings, user=user, reasoner=reasoner,
-                num_processes=count, process_id=pid,
-                flags_text=absolute_paths(flags.FLAGS.flags_into_string()))
+                num_processes=count, process_id=pid, flags_text=flags_text)
   if data is not None:
     fields['data'] = data
   config = part(lambda: run_config.RunConfig(**fields), None)
@@ -196,7 +215,7 @@ def config_from_flags() -> run_config.RunConfig:
         validation.validate(config, create=False)
       except validation.ConfigError as e:
         problems.extend(str(e).splitlines())
-    raise app.UsageError('\n'.join(problems))
+    raise validation.ConfigError('\n'.join(problems))
   return config
 
 

@@ -113,6 +113,33 @@ class SeveralProblemsTest(absltest.TestCase):
       self.assertLen([l for l in errors if expected in l], 1, errors)
 
 
+class LibraryConfigTest(absltest.TestCase):
+  """The tests run the library with ``tests.helpers.runs.config_of``; it
+  must give what the command line's flags give."""
+
+  def test_config_of_equals_the_flags_config(self):
+    import dataclasses  # pylint: disable=g-import-not-at-top
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+    from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
+    from tests.helpers import runs  # pylint: disable=g-import-not-at-top
+    flags.FLAGS.mark_as_parsed()
+    out = pathlib.Path(self.create_tempdir().full_path) / 'out'
+    for overrides in ({}, dict(simulation='jit', methods=['recovr', 'ivr']),
+                      dict(benchmark='v3', num_turns=2, noise_rate=0.1,
+                           rrf_k=30),
+                      dict(data='webvid_covr', annotations='/x/a.csv',
+                           clip_dir='/x/clip')):
+      with self.subTest(overrides=overrides):
+        with flagsaver.flagsaver(**runs._values(out, overrides)):  # pylint: disable=protected-access
+          flagged = run_flags.config_from_flags()
+        library = runs.tiny_config(out, **overrides)
+        self.assertEqual(dataclasses.replace(library, flags_text=''),
+                         dataclasses.replace(flagged, flags_text=''))
+    with self.assertRaisesRegex(ValueError, 'no flag no_such_flag'):
+      runs.tiny_config(out, no_such_flag=1)
+
+
 class GroupedHelpTest(absltest.TestCase):
 
   def test_every_flag_of_the_run_is_in_one_group(self):

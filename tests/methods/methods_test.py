@@ -226,7 +226,7 @@ class CustomMethodTest(absltest.TestCase):
     methods.register('toy', ToyBaseline, baseline=True)
     try:
       out = pathlib.Path(tempfile.mkdtemp()) / 'toy'
-      runs.run_main(out, methods=['recovr', 'toy'])
+      runs.run_tiny(out, methods=['recovr', 'toy'])
     finally:
       methods.unregister('toy')
     metrics = json.loads((out / 'metrics.json').read_text())

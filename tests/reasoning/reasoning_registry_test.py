@@ -104,7 +104,7 @@ class RegistryTest(absltest.TestCase):
     # they leave an unknown name to the reasoner check.
     with self.assertRaisesRegex(Exception, "unknown --reasoner 'gpt'; "
                                 'valid: rules, grounded'):
-      runs.run_main(out, methods=['recovr'], reasoner='gpt',
+      runs.run_tiny(out, methods=['recovr'], reasoner='gpt',
                         simulation='jit', benchmark='v2',
                         describe_layout=True)
 
@@ -114,11 +114,11 @@ class RegistryTest(absltest.TestCase):
     with registry.registered(_Shouting()):
       self.assertIn('shouting', registry.names())
       with self.assertRaisesRegex(Exception, 'needs --reasoner_checkpoint'):
-        runs.run_main(root / 'refused', methods=['recovr'],
+        runs.run_tiny(root / 'refused', methods=['recovr'],
                           reasoner='shouting')
       self.assertFalse((root / 'refused' / 'metrics.json').exists())
       out = root / 'shouting'
-      runs.run_main(out, methods=['recovr'], reasoner='shouting',
+      runs.run_tiny(out, methods=['recovr'], reasoner='shouting',
                         reasoner_checkpoint=str(root))
     self.assertNotIn('shouting', registry.names())
     resolved = json.loads((out / 'resolved_config.json').read_text())

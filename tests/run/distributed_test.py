@@ -59,7 +59,7 @@ class TwoProcessesTest(absltest.TestCase):
 
   def _one(self, root, simulation, **flags):
     # One process: in this one (run_main puts its cache in root/cache).
-    runs.run_main(root / 'one', methods=['recovr'], simulation=simulation,
+    runs.run_tiny(root / 'one', methods=['recovr'], simulation=simulation,
                       **flags)
 
   def _assert_equal_outputs(self, root, two='two'):

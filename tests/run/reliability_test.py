@@ -12,12 +12,10 @@ from unittest import mock
 from absl import app
 from absl import flags
 from absl.testing import absltest
-from absl.testing import flagsaver
 import jax
 import numpy as np
 
 from experiments.evaluate import reliability
-from experiments import run
 from recovr_jax.envs.files import clip_encoder
 from recovr_jax.envs.files import data
 from recovr_jax.envs.files import files_environment
@@ -37,7 +35,7 @@ SMALL = dict(methods=['recovr'], num_sessions=6, batch_size=5)
 
 
 def _run(out, **overrides):
-  return runs.run_main(out, **dict(SMALL, **overrides))
+  return runs.run_tiny(out, **dict(SMALL, **overrides))
 
 
 class _OnABaseRun(absltest.TestCase):
@@ -341,10 +339,10 @@ class ArtefactTest(absltest.TestCase):
     out = self.root / 'unverified_run'
     with self.assertRaisesRegex(ValueError, r'composer has no checksums\.json'
                                 r'.*--allow_unverified_checkpoints'):
-      runs.run_main(out, checkpoint_dir=str(copy), methods=['recovr'],
+      runs.run_tiny(out, checkpoint_dir=str(copy), methods=['recovr'],
                         num_sessions=2)
     self.assertFalse((out / 'metrics.json').exists())
-    runs.run_main(out, checkpoint_dir=str(copy), methods=['recovr'],
+    runs.run_tiny(out, checkpoint_dir=str(copy), methods=['recovr'],
                       num_sessions=2, allow_unverified_checkpoints=True)
     resolved = json.loads((out / 'resolved_config.json').read_text())
     self.assertLen(resolved['unverified_checkpoints'], 1)
@@ -469,17 +467,14 @@ class MessagesTest(absltest.TestCase):
   def test_output_and_cache_directories_are_checked_before_work(self):
     flags.FLAGS.mark_as_parsed()
     with self.assertRaisesRegex(app.UsageError, '--output_dir is empty'):
-      with flagsaver.flagsaver(**dict(runs.TINY, output_dir='',
-                                      methods=['recovr'])):
-        run.main(['run'])
+      runs.run_of(**dict(runs.TINY, output_dir='', methods=['recovr']))
     a_file = self.dir / 'cache_file'
     a_file.write_text('x')
     with self.assertRaisesRegex(app.UsageError, f'--cache_dir {a_file} '
                                 'cannot be used as a directory'):
-      with flagsaver.flagsaver(**dict(runs.TINY, methods=['recovr'],
-                                      output_dir=str(self.dir / 'o'),
-                                      cache_dir=str(a_file))):
-        run.main(['run'])
+      runs.run_of(
+          **dict(runs.TINY, methods=['recovr'], output_dir=str(self.dir / 'o'),
+          cache_dir=str(a_file)))
 
 
 class ValuesTest(absltest.TestCase):

@@ -1,19 +1,15 @@
 """Smoke and invariant tests of the runner on a tiny world."""
 
-import errno
 import json
 import pathlib
 import shutil
 import tempfile
-from unittest import mock
 
-from absl import app
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
 import numpy as np
 
-from experiments import run
 from experiments.common import run_flags
 from recovr_jax.core import demotion
 from recovr_jax.envs.files import files_source
@@ -28,7 +24,6 @@ from recovr_jax import methods
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
-from recovr_jax.run import outputs
 from recovr_jax.run import resources
 from recovr_jax.run import runner
 from tests.helpers import runs
@@ -53,12 +48,12 @@ class RunnerTest(absltest.TestCase):
     flags.FLAGS.mark_as_parsed()
     cls.root = pathlib.Path(tempfile.mkdtemp())
     cls.out = cls.root / 'smoke'
-    cls.returned = runs.run_main(cls.out, methods=['recovr', 'ivr'])
+    cls.returned = runs.run_tiny(cls.out, methods=['recovr', 'ivr'])
 
   def test_plots_are_written_unless_turned_off(self):
     self.assertEmpty(list(self.out.glob('plot_*')))   # TINY: --noplots
     out = self.root / 'plotted'
-    runs.run_main(out, methods=['recovr', 'ivr'], plots=True)
+    runs.run_tiny(out, methods=['recovr', 'ivr'], plots=True)
     self.assertCountEqual(
         [p.name for p in out.glob('plot_*.png')],
         ['plot_R1.png', 'plot_BRI.png', 'plot_R1_difference.png'])
@@ -71,7 +66,7 @@ class RunnerTest(absltest.TestCase):
                  if p.is_file())
     out = self.root / 'plotted'
     if not out.exists():
-      runs.run_main(out, methods=['recovr', 'ivr'], plots=True)
+      runs.run_tiny(out, methods=['recovr', 'ivr'], plots=True)
     for directory, plots in ((self.out, False), (out, True)):
       asked = resources.output_bytes(
           SESSIONS, 2, runs.TINY['num_turns'], 100, False, plots)
@@ -320,83 +315,9 @@ class RunnerTest(absltest.TestCase):
           self.assertIn(turn['sigma'], ('neg', 'neu', 'pos'))
         rejected.add(top1)
 
-  def test_resume_after_first_batch_is_identical(self):
-    copy = self.root / 'resumed'
-    shutil.copytree(self.out, copy)
-    for method_dir in (copy / 'batches').iterdir():
-      for path in method_dir.iterdir():
-        if not path.name.startswith('00000'):
-          if path.is_dir():
-            shutil.rmtree(path)
-          else:
-            path.unlink()
-    for name in ('metrics.json', 'trajectories.jsonl', 'report.md'):
-      (copy / name).unlink()
-    runs.run_main(copy, methods=['recovr', 'ivr'])
-    for name in ('metrics.json', 'metrics.csv', 'failure_modes.json',
-                 'bootstrap.json', 'trajectories.jsonl'):
-      self.assertEqual((copy / name).read_bytes(),
-                       (self.out / name).read_bytes(), name)
-
-  def test_a_full_disk_names_the_file_and_the_same_command_resumes(self):
-    copy = self.root / 'full_disk'
-    shutil.copytree(self.out, copy)
-    for name in ('metrics.json', 'trajectories.jsonl', 'ranks.csv'):
-      (copy / name).unlink()
-    real_write = outputs.write
-
-    def full(config, out, *args, **kwargs):
-      raise OSError(errno.ENOSPC, 'No space left on device',
-                    str(out / 'trajectories.jsonl'))
-
-    with mock.patch.object(outputs, 'write', full):
-      # experiments.run exits 1 with this one line (absl prints what main
-      # returns).
-      self.assertEqual(
-          runs.run_main(copy, methods=['recovr', 'ivr']),
-          f'FAILED: {copy / "trajectories.jsonl"}: could not be written (No '
-          f'space left on device); {copy / outputs.INCOMPLETE} is kept: free '
-          'space and rerun the command (its batches are saved; it writes the '
-          'outputs again)')
-    self.assertTrue((copy / outputs.INCOMPLETE).exists())
-    self.assertIs(outputs.write, real_write)
-    runs.run_main(copy, methods=['recovr', 'ivr'])  # the same command
-    self.assertFalse((copy / outputs.INCOMPLETE).exists())
-    for name in ('metrics.json', 'ranks.csv', 'trajectories.jsonl'):
-      self.assertEqual((copy / name).read_bytes(),
-                       (self.out / name).read_bytes(), name)
-
-  def test_a_cache_path_that_is_no_file_is_named_before_the_work(self):
-    from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
-    out, cache = self.root / 'blocked', self.root / 'blocked_cache'
-    encoders.TextEncoder().cache_path(cache).mkdir(parents=True)
-    with self.assertRaisesRegex(app.UsageError, 'where the text embedding '
-                                'cache goes, is not a file: remove it'):
-      runs.run_main(out, methods=['recovr'], cache_dir=str(cache))
-    self.assertFalse((out / 'batches').exists())  # no session ran
-    # Refused before any work in a new directory: nothing of it stays, so
-    # the corrected command is not "a run with other settings".
-    for name in ('INCOMPLETE', 'flags.txt', 'resolved_config.json'):
-      self.assertFalse((out / name).exists(), name)
-
-  def test_outputs_that_would_not_fit_are_refused_before_the_work(self):
-    out = self.root / 'no_room'
-    # 10 sessions x 1 method x 4 turns: about 95 KiB (resources.output_bytes).
-    asked = resources.output_bytes(SESSIONS, 1, runs.TINY['num_turns'], 100,
-                                   False, False)
-    self.assertEqual(round(asked / 1024), 95)
-    with mock.patch('shutil.disk_usage',
-                    return_value=mock.Mock(free=16 << 10)):
-      with self.assertRaisesRegex(app.UsageError, f'--output_dir={out}: '
-                                  'the run writes about 95 KiB and the disk '
-                                  'has 16 KiB free'):
-        runs.run_main(out, methods=['recovr'])
-    self.assertEqual([p for p in out.rglob('*') if p.is_file()
-                      and 'batches' in p.parts], [])  # no session ran
-
   def test_no_reflection_keeps_sigma_neutral_and_sweeps(self):
     out = self.root / 'sweep'
-    runs.run_main(out, methods=['no_reflection'], sweep=['rrf_k=30|60'])
+    runs.run_tiny(out, methods=['no_reflection'], sweep=['rrf_k=30|60'])
     self.assertTrue((out / 'sweep.md').is_file())
     for sub in ('rrf_k=30', 'rrf_k=60'):
       for line in (out / sub / 'trajectories.jsonl').read_text().splitlines():
@@ -432,11 +353,11 @@ class RunnerTest(absltest.TestCase):
     registry.make = lambda *a, **k: Raising(lexicon)
     try:
       out = self.root / 'raising'
-      returned = runs.run_main(out, methods=['recovr'], num_sessions=5)
+      returned = runs.run_tiny(out, methods=['recovr'], num_sessions=5)
       # Any session that raised fails the run (a non-zero exit) after the
       # outputs are written, unless --max_error_share allows it.
       self.assertRegex(returned, r'FAILED: sessions raised: recovr \d of 5')
-      tolerant = runs.run_main(self.root / 'raising_ok', methods=['recovr'],
+      tolerant = runs.run_tiny(self.root / 'raising_ok', methods=['recovr'],
                           num_sessions=5, max_error_share=1.0)
       self.assertIsNone(tolerant)
     finally:
@@ -459,8 +380,8 @@ class RunnerTest(absltest.TestCase):
 
   def test_jit_simulation_equals_host_with_jax_draws(self):
     host, jit = self.root / 'host_jax', self.root / 'jit'
-    runs.run_main(host, methods=['recovr', 'no_reflection'], user_draws='jax')
-    runs.run_main(jit, methods=['recovr', 'no_reflection'], simulation='jit')
+    runs.run_tiny(host, methods=['recovr', 'no_reflection'], user_draws='jax')
+    runs.run_tiny(jit, methods=['recovr', 'no_reflection'], simulation='jit')
     self.assertEqual(json.loads((jit / 'metrics.json').read_text()),
                      json.loads((host / 'metrics.json').read_text()))
     for h, j in zip((host / 'trajectories.jsonl').read_text().splitlines(),
@@ -481,7 +402,7 @@ class RunnerTest(absltest.TestCase):
     from recovr_jax.envs.world.benchmark import lexicon  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.user import text_start  # pylint: disable=g-import-not-at-top
     out = self.root / 'text_start'
-    runs.run_main(out, methods=['recovr', 'ivr', 'merlin', 'umivr',
+    runs.run_tiny(out, methods=['recovr', 'ivr', 'merlin', 'umivr',
                            'history_rewrite'], start='text',
              user_language='lexicon')
     rows = [json.loads(line) for line in
@@ -510,7 +431,7 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(len({tuple(m['R@1'][:1]) for m in metrics.values()}), 1)
     with self.assertRaisesRegex(Exception, '--start=text runs on '
                                 '--simulation=host only'):
-      runs.run_main(self.root / 'text_jit', methods=['recovr'], start='text',
+      runs.run_tiny(self.root / 'text_jit', methods=['recovr'], start='text',
                simulation='jit')
 
   def test_jit_and_device_errors_name_the_flag(self):
@@ -518,71 +439,71 @@ class RunnerTest(absltest.TestCase):
     try:
       with self.assertRaisesRegex(Exception, r"--simulation=jit: method "
                                   r"'host_only' .*change --methods"):
-        runs.run_main(self.root / 'bad', methods=['recovr', 'host_only'],
+        runs.run_tiny(self.root / 'bad', methods=['recovr', 'host_only'],
                  simulation='jit')
     finally:
       methods.unregister('host_only')
     with self.assertRaisesRegex(Exception, '--simulation=jit needs '
                                 '--reasoner=rules'):
-      runs.run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+      runs.run_tiny(self.root / 'bad', methods=['recovr'], simulation='jit',
                reasoner='flax_lm')
     self.assertFalse((self.root / 'bad' / 'metrics.json').exists())
     with self.assertRaisesRegex(Exception, '--session_shards=4 but JAX sees '
                                 '1 device'):
-      runs.run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+      runs.run_tiny(self.root / 'bad', methods=['recovr'], simulation='jit',
                session_shards=4)
     with self.assertRaisesRegex(Exception, '--gallery_over_processes needs '
                                 '--simulation=jit and --num_processes >= 2 '
                                 r'\(got --simulation=jit, --num_processes=1'):
-      runs.run_main(self.root / 'bad', methods=['recovr'], simulation='jit',
+      runs.run_tiny(self.root / 'bad', methods=['recovr'], simulation='jit',
                gallery_over_processes=True)
     with self.assertRaisesRegex(Exception, '--platform=tpu was requested but '
                                 'JAX finds no tpu device'):
-      runs.run_main(self.root / 'bad', methods=['recovr'], platform='tpu')
+      runs.run_tiny(self.root / 'bad', methods=['recovr'], platform='tpu')
     original = resources.available_bytes
     resources.available_bytes = lambda device=None: 1 << 16
     try:
       with self.assertRaisesRegex(Exception, 'a batch of 5 sessions needs '
                                   r'about .* GiB .* lower --batch_size'):
-        runs.run_main(self.root / 'bad', methods=['recovr'])
+        runs.run_tiny(self.root / 'bad', methods=['recovr'])
     finally:
       resources.available_bytes = original
 
   def test_bad_input_before_any_work(self):
     with self.assertRaisesRegex(Exception, "unknown --methods nope; valid: "
                                 "recovr, covr_only"):
-      runs.run_main(self.root / 'bad', methods=['recovr', 'nope'])
+      runs.run_tiny(self.root / 'bad', methods=['recovr', 'nope'])
     blocker = self.root / 'file'
     blocker.write_text('x')
     with self.assertRaisesRegex(Exception, 'cannot be written'):
-      runs.run_main(blocker / 'sub', methods=['recovr'],
+      runs.run_tiny(blocker / 'sub', methods=['recovr'],
                cache_dir=str(self.root / 'cache'))
     with self.assertRaisesRegex(Exception, 'cache_dir .* cannot be used as a '
                                 'directory'):
-      runs.run_main(self.root / 'ok', methods=['recovr'],
+      runs.run_tiny(self.root / 'ok', methods=['recovr'],
                cache_dir=str(blocker / 'cache'))
     with self.assertRaisesRegex(Exception, 'needs --annotations'):
-      runs.run_main(self.root / 'bad', data='webvid_covr')
+      runs.run_tiny(self.root / 'bad', data='webvid_covr')
     with self.assertRaisesRegex(Exception, "unknown --bootstrap_baseline "
                                 "'nope'; valid: strongest, covr_only"):
-      runs.run_main(self.root / 'bad', bootstrap_baseline='nope')
+      runs.run_tiny(self.root / 'bad', bootstrap_baseline='nope')
     for against in (dict(bootstrap_baseline='recovr'),
                     dict(bootstrap_also=['recovr'])):
       with self.assertRaisesRegex(Exception, 'recovr minus itself is 0'):
-        runs.run_main(self.root / 'bad', methods=['recovr'], **against)
+        runs.run_tiny(self.root / 'bad', methods=['recovr'], **against)
     with self.assertRaisesRegex(Exception, '--bootstrap_also compares recovr '
                                 'with methods of --methods; not in --methods: '
                                 'no_keep'):
-      runs.run_main(self.root / 'bad', methods=['recovr'],
+      runs.run_tiny(self.root / 'bad', methods=['recovr'],
                bootstrap_also=['no_keep'])
     with self.assertRaisesRegex(Exception, '--bootstrap_also lists a method '
                                 'twice'):
-      runs.run_main(self.root / 'bad', methods=['recovr', 'ivr'],
+      runs.run_tiny(self.root / 'bad', methods=['recovr', 'ivr'],
                bootstrap_also=['ivr', 'ivr'])
     with self.assertRaisesRegex(Exception, "'gallery' is not sweepable"):
-      runs.run_main(self.root / 'bad', sweep=['gallery=1|2'])
+      runs.run_tiny(self.root / 'bad', sweep=['gallery=1|2'])
     with self.assertRaisesRegex(Exception, 'user_policy=lazy: value should be one of'):
-      runs.run_main(self.root / 'bad', sweep=['user_policy=lazy'])
+      runs.run_tiny(self.root / 'bad', sweep=['user_policy=lazy'])
 
 
 class BenchmarkPresetTest(absltest.TestCase):
@@ -651,13 +572,13 @@ class BenchmarkPresetTest(absltest.TestCase):
     root = pathlib.Path(tempfile.mkdtemp())
     with self.assertRaisesRegex(Exception, '--captioner_checkpoint: .*'
                                 'missing: config.json'):
-      runs.run_main(root / 'a', methods=['recovr'], captions='model',
+      runs.run_tiny(root / 'a', methods=['recovr'], captions='model',
                captioner_checkpoint=str(root))
     with self.assertRaisesRegex(Exception, '--captions is for --data=world, '
                                 'not --data=webvid_covr'):
-      with flagsaver.flagsaver(output_dir=str(root / 'b'), methods=['recovr'],
-                               captions='model', data='webvid_covr'):
-        run.main(['run'])
+      runs.run_of(
+          output_dir=str(root / 'b'), methods=['recovr'], captions='model',
+          data='webvid_covr')
 
 
 class TransplantTest(absltest.TestCase):
@@ -696,359 +617,3 @@ class TransplantTest(absltest.TestCase):
 if __name__ == '__main__':
   absltest.main()
 
-
-class WebvidCovrTest(absltest.TestCase):
-  """The runner on real-data files: a tiny random CLIP, frame folders, CSV."""
-
-  def test_the_users_own_text_encoder_and_composer(self):
-    from recovr_jax.envs.files import callables  # pylint: disable=g-import-not-at-top
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    from tests.helpers import real_callables  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    del files['clip_dir']  # not needed with --text_encoder
-    out = root / 'out'
-    before = dict(real_callables.CALLS)
-    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr', 'ivr'],
-                             num_turns=2, list_length=5, batch_size=4,
-                             bootstrap_resamples=100,
-                             text_encoder='tests.helpers.real_callables:encode',
-                             composer='tests.helpers.real_callables:compose',
-                             **files):
-      run.main(['run'])
-    rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertLen(rows, 8)
-    for row in rows:  # every turn ran (stopped or not)
-      self.assertLen(row['turns'], 3)
-    for name in ('encode', 'compose'):
-      self.assertGreater(real_callables.CALLS[name], before[name])
-    resolved = json.loads((out / 'resolved_config.json').read_text())
-    self.assertIn('text_encoder_module', resolved['files'])
-    self.assertNotIn('clip_dir', resolved['files'])
-    # Wrong answers are named with the flag and what came back.
-    for spec, message in (
-        ('tests.helpers.real_callables', 'expected module:function'),
-        ('no_such_module_xyz:f', "no module 'no_such_module_xyz'"),
-        ('tests.helpers.real_callables:missing', "has no 'missing'"),
-        ('tests.helpers.real_callables:NOT_CALLABLE', 'is not callable'),
-        ('tests.helpers.real_callables:wrong_shape', r'shape \(2, 17\) for 2 inputs'
-         r'; expected \(2, 16\)'),
-        ('tests.helpers.real_callables:with_nan', 'NaN or inf in row 1 of 2')):
-      with self.subTest(spec=spec):
-        with self.assertRaisesRegex(ValueError, message):
-          callables.module_file(spec, '--text_encoder')
-          callables.text_encoder(spec, 16)(['a b', 'c'])
-    with self.assertRaisesRegex(ValueError, r'--composer=.*shape \(1, 16\)'):
-      callables.composer('tests.helpers.real_callables:compose_one_row', 16)(
-          np.zeros((2, 16)), np.zeros((2, 16)))
-    # Refused before anything loads, naming the flag.
-    with flagsaver.flagsaver(output_dir=str(root / 'bad'), methods=['recovr'],
-                             text_encoder='no_such_module_xyz:f', **files):
-      with self.assertRaisesRegex(Exception,
-                                  "--text_encoder='no_such_module_xyz:f'"):
-        run.main(['run'])
-
-  def test_text_start_on_msrvtt_1ka_layout(self):
-    # MSR-VTT-1kA's JSFusion test CSV (key, vid_key, video_id, sentence):
-    # sessions without a reference; every method runs; an unknown video is
-    # named (or dropped with --missing_ids=drop).
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    (root / 'jsfusion.csv').write_text(
-        'key,vid_key,video_id,sentence\n' + ''.join(
-            f'ret{i},msr{i},v{i},"a video, number {i}"\n' for i in range(5)))
-    out = root / 'out'
-    flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / 'msrvtt_1ka'
-    self.assertIn('--start=text', flagfile.read_text())
-    args = dict(files, annotations=str(root / 'jsfusion.csv'), start='text',
-                num_turns=2, list_length=5, batch_size=5,
-                bootstrap_resamples=100)
-    with flagsaver.flagsaver(output_dir=str(out), methods=[
-        'recovr', 'ivr', 'merlin', 'umivr', 'history_rewrite'], **args):
-      run.main(['run'])
-    rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertLen(rows, 25)
-    for row in rows:
-      self.assertEqual(row['reference'], -1)
-      self.assertEqual(row['turns'][0]['feedback'],
-                       f'a video, number {row["session"]}')
-      self.assertEqual(row['target'], row['session'])
-    (root / 'bad.csv').write_text('key,vid_key,video_id,sentence\n'
-                                  'r0,m0,v0,ok\nr1,m1,v99,unknown video\n')
-    with flagsaver.flagsaver(output_dir=str(root / 'bad_out'),
-                             methods=['recovr'],
-                             **dict(args, annotations=str(root / 'bad.csv'))):
-      with self.assertRaisesRegex(Exception, r"row 3, column 'video_id': "
-                                  r"unknown video id 'v99'"):
-        run.main(['run'])
-    # AVSD's dialog file: each dialog's caption is its video's first query.
-    (root / 'avsd.json').write_text(json.dumps({'dialogs': [
-        {'image_id': f'v{i}', 'caption': f'someone opens door {i}',
-         'summary': 'x', 'dialog': [{'question': 'q', 'answer': 'a'}]}
-        for i in (2, 5)]}))
-    with flagsaver.flagsaver(output_dir=str(root / 'avsd_out'),
-                             methods=['recovr', 'merlin'],
-                             **dict(args, annotations=str(root / 'avsd.json'))):
-      run.main(['run'])
-    rows = [json.loads(line) for line in (root / 'avsd_out' / (
-        'trajectories.jsonl')).read_text().splitlines()]
-    self.assertEqual(sorted({(r['target'], r['turns'][0]['feedback'])
-                             for r in rows}),
-                     [(2, 'someone opens door 2'), (5, 'someone opens door 5')])
-    from recovr_jax.envs.files import data as real_data  # pylint: disable=g-import-not-at-top
-    (root / 'bad_avsd.json').write_text(json.dumps(
-        {'dialogs': [{'image_id': 'v1', 'caption': ' '}]}))
-    with self.assertRaisesRegex(ValueError, r'dialog 1, "caption": expected '
-                                'a non-empty string'):
-      real_data.load_text_queries(root / 'bad_avsd.json')
-    with flagsaver.flagsaver(output_dir=str(root / 'no_ref'),
-                             methods=['recovr'],
-                             query_embeddings=str(root / 'gallery.npz'),
-                             **args):
-      with self.assertRaisesRegex(Exception, '--start=text: sessions have '
-                                  'no reference video'):
-        run.main(['run'])
-
-  def test_fashioniq_caption_file(self):
-    # FashionIQ's layout: a JSON list of {target, candidate, captions};
-    # the captions joined by " and " are the edit; bad entries are named.
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    entries = [{'target': f'v{i + 1}', 'candidate': f'v{i}',
-                'captions': ['is darker', 'has longer sleeves']}
-               for i in range(3)]
-    (root / 'cap.dress.val.json').write_text(json.dumps(entries))
-    out = root / 'out'
-    args = dict(files, annotations=str(root / 'cap.dress.val.json'),
-                num_turns=1, list_length=5, batch_size=3,
-                bootstrap_resamples=100)
-    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr', 'ivr'],
-                             **args):
-      run.main(['run'])
-    rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertLen(rows, 6)
-    for row in rows:
-      self.assertEqual(row['turns'][0]['feedback'],
-                       'is darker and has longer sleeves')
-      self.assertEqual(row['target'], row['reference'] + 1)
-    from recovr_jax.envs.files import data as real_data  # pylint: disable=g-import-not-at-top
-    for bad, message in (
-        ([{'candidate': 'v0', 'captions': ['x']}], 'entry 1 has no "target"'),
-        ([entries[0], {'target': 'v1', 'candidate': 'v0', 'captions': []}],
-         r'entry 2, "captions": expected a list'),
-        ({'target': 'v1'}, 'expected a non-empty JSON list'),
-        ([{'target': 'v9', 'candidate': 'v0', 'captions': ['x']}],
-         r'entry 1, "target": unknown image id')):
-      path = root / 'bad.json'
-      path.write_text(json.dumps(bad))
-      with self.assertRaisesRegex(ValueError, message):
-        real_data.load_triplets(path, video_ids=[f'v{i}' for i in range(8)])
-
-  def test_finecvr_files(self):
-    # FineCVR-1M's layout (May2333/FDCA data_utils.py): tab-separated
-    # idx, ref, target, cap, source, class_id without a header; integer ids
-    # named by id2vdoname_test.json; [8, D] .npy features per video,
-    # averaged by the importer; bad lines named by number and field.
-    from experiments.data import import_finecvr  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.files import data as real_data  # pylint: disable=g-import-not-at-top
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    ann = root / 'annotations'
-    ann.mkdir()
-    names = {str(i): f'clip_{i:03d}' for i in range(8)}
-    (ann / 'id2vdoname_test.json').write_text(json.dumps(names))
-    (ann / 'test_remaped.txt').write_text(''.join(
-        f'{i}\t{i}\t{i + 1}\tturn the "left" arm up, not down\t'
-        f'src\t{i % 3}\n' for i in range(4)) + '\n')
-    features = root / 'features'
-    features.mkdir()
-    rng = np.random.default_rng(0)
-    frames = {}
-    for name in names.values():
-      frames[name] = rng.standard_normal((8, 16)).astype(np.float32)
-      np.save(features / f'{name}.npy', frames[name])
-    (root / 'captions.json').write_text(json.dumps(
-        {n: f'a gymnast number {i}' for i, n in enumerate(names.values())}))
-    gallery = root / 'gallery.npz'
-    with flagsaver.flagsaver(features_dir=str(features),
-                             annotations=str(ann / 'test_remaped.txt'),
-                             captions_json=str(root / 'captions.json'),
-                             output=str(gallery)):
-      import_finecvr.main(['import_finecvr'])
-    got = real_data.load_embeddings(gallery, normalize=False)
-    self.assertEqual(got.ids, tuple(names.values()))
-    np.testing.assert_allclose(got.video[2], frames['clip_002'].mean(0),
-                               rtol=1e-6)
-    self.assertEqual(got.captions[5], 'a gymnast number 5')
-    out = root / 'out'
-    with flagsaver.flagsaver(**dict(
-        files, output_dir=str(out), methods=['recovr', 'ivr'], num_turns=2,
-        list_length=3, batch_size=4, bootstrap_resamples=100,
-        annotations=str(ann / 'test_remaped.txt'),
-        gallery_embeddings=str(gallery))):
-      run.main(['run'])
-    rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertEqual(sorted({(r['reference'], r['target']) for r in rows}),
-                     [(i, i + 1) for i in range(4)])
-    self.assertEqual(rows[0]['turns'][0]['feedback'],
-                     'turn the "left" arm up, not down')
-    path = ann / 'test_remaped.txt'
-    for text, message in (
-        ('0\t1\t2\tx\tsrc\n', r'line 1 has 5 tab-separated fields; '
-         'expected 6'),
-        ('0\t1\t2\tx\tsrc\t0\n0\t1\t9\tx\tsrc\t0\n',
-         r"line 2, field 'target': video id '9' is not in "
-         'id2vdoname_test.json'),
-        ('0\t1\t1\tx\tsrc\t0\n', 'line 1: the reference and the target '
-         "are the same video 'clip_001'"),
-        ('0\t1\t2\t \tsrc\t0\n', "line 1, field 'cap' is empty"),
-        ('0\t1\t2\tx\ts\t0\n\n0\t1\t2\tx\ts\t0\n', 'line 2 is empty')):
-      with self.subTest(text=text):
-        path.write_text(text)
-        with self.assertRaisesRegex(ValueError, message):
-          real_data.load_triplets(path)
-    (ann / 'id2vdoname_test.json').unlink()
-    with self.assertRaisesRegex(FileNotFoundError, 'need their video-name '
-                                'map .*id2vdoname_test.json'):
-      real_data.load_triplets(path)
-    flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / 'finecvr'
-    self.assertIn('--data=webvid_covr', flagfile.read_text())
-
-  def test_dense_webvid_covr_annotations(self):
-    # Dense-WebVid-CoVR's files have WebVid-CoVR's columns with long edits:
-    # commas, quotes and a line break inside a quoted field; edits longer
-    # than the (tiny) CLIP's 32 positions are encoded from their first
-    # tokens and reported.
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    dense = [('v0', 'v1', 'Keep the same red car, but make it drive '
-              'backwards along the "coastal" road at dusk while the camera '
-              'pans slowly to the left and the waves break on the rocks'),
-             ('v2', 'v3', 'Same scene;\nthe man now waves with both hands')]
-    import csv  # pylint: disable=g-import-not-at-top
-    with (root / 'dense.csv').open('w', newline='') as f:
-      writer = csv.writer(f)
-      writer.writerow(['pth1', 'pth2', 'edit', 'txt1', 'txt2'])
-      for ref, tgt, edit in dense:
-        writer.writerow([ref, tgt, edit, f'video {ref}', f'video {tgt}'])
-    out = root / 'out'
-    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr'],
-                             num_turns=1, list_length=5, batch_size=2,
-                             bootstrap_resamples=100,
-                             **dict(files, annotations=str(root / 'dense.csv'))):
-      run.main(['run'])
-    rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertEqual([r['turns'][0]['feedback'] for r in rows],
-                     [edit for _, _, edit in dense])
-    notes = json.loads((out / 'text_truncation.json').read_text())
-    self.assertEqual(notes['max_tokens'], 32)
-    self.assertGreaterEqual(notes['texts_truncated'], 1)
-    # The edit itself, or a search written from it, was among them.
-    self.assertTrue(any(dense[0][2] in row['text'] and row['tokens'] > 32
-                        for row in notes['longest']), notes['longest'])
-    flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / (
-        'dense_webvid_covr')
-    self.assertIn('--data=webvid_covr', flagfile.read_text())
-
-  def test_jit_equals_host_on_real_files(self):
-    # The stepped face: the ranking in JAX, the caption user and the
-    # reasoning on the host a turn per pass; lists and records equal the
-    # host driver's byte for byte (composed and text start, every method
-    # kind, sessions that stop at different turns, two batches).
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    (root / 'jsfusion.csv').write_text(
-        'key,vid_key,video_id,sentence\n' + ''.join(
-            f'ret{i},msr{i},v{i},a video number {i}\n' for i in range(6)))
-    runs = {
-        # ReCoVR's fusion with rank-cap, MERLIN's utterance embeddings,
-        # UMIVR (its dialogue and questions) under a transplanted rank-cap,
-        # history rewriting, and a method without a turn-0 CoVR query.
-        'composed': dict(methods=['recovr', 'merlin', 'umivr_rankcap',
-                                  'history_rewrite', 't2v_only']),
-        'text': dict(methods=['recovr', 'merlin'], start='text',
-                     annotations=str(root / 'jsfusion.csv'))}
-    for name, extra in runs.items():
-      outs = {}
-      for simulation in ('host', 'jit'):
-        outs[simulation] = out = root / f'{name}_{simulation}'
-        with flagsaver.flagsaver(**dict(
-            files, output_dir=str(out), num_turns=3, list_length=3,
-            batch_size=3, bootstrap_resamples=100, simulation=simulation,
-            **extra)):
-          run.main(['run'])
-      for f in ('metrics.json', 'trajectories.jsonl', 'ranks.csv'):
-        with self.subTest(run=name, file=f):
-          self.assertEqual((outs['jit'] / f).read_text(),
-                           (outs['host'] / f).read_text())
-      rows = [json.loads(line) for line in
-              (outs['jit'] / 'trajectories.jsonl').read_text().splitlines()]
-      stops = {len([t for t in r['turns'] if t.get('action') != 'stopped'])
-               for r in rows}
-      self.assertGreater(len(stops), 1, 'every session stopped alike')
-
-  def test_the_stepped_face_refuses_a_turn_out_of_order(self):
-    from recovr_jax.protocol import traced  # pylint: disable=g-import-not-at-top
-    from recovr_jax.drivers import jit_runner  # pylint: disable=g-import-not-at-top
-    from recovr_jax.protocol import plan  # pylint: disable=g-import-not-at-top
-    from recovr_jax.drivers import stepped  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.files import files_environment  # pylint: disable=g-import-not-at-top
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    env = files_environment.real_environment(files['annotations'],
-                                    files['gallery_embeddings'],
-                                    files['clip_dir'])
-    user = files_environment.caption_user(caption_user.CaptionUser(), env.captions)
-    ctx = plan.Context(gallery=env.gallery, captions=env.captions,
-                           encode_text=env.encode_text, compose=env.compose,
-                           reasoner=files_source.VOCABULARY.rules())
-    base = ranking.LoopConfig(num_turns=2, list_length=3)
-    step_env = stepped.StepEnvironment(env, methods.make('recovr'),
-                                       np.arange(4), user, ctx, base)
-    config = step_env.config(base)
-    trace = jit_runner.run(step_env, config, np.arange(4), 0, chunk_size=None)
-    # Each session's turns were ranked once and recorded as the host's.
-    self.assertEqual([len(r) for r in step_env.stepper.records], [3] * 4)
-    self.assertEqual(trace.displayed.shape[:2], (4, 3))
-    # A turn probed out of order (each call gets one turn) is refused.
-    with self.assertRaisesRegex(RuntimeError, 'turn 1 was probed before '
-                                'turn 3'):
-      step_env.stepper.fill(traced.Turn(1, {}))
-
-  def test_runs_end_to_end(self):
-    from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
-    flags.FLAGS.mark_as_parsed()
-    root = pathlib.Path(tempfile.mkdtemp())
-    files = real_files.write_real_data(root)
-    out = root / 'out'
-    with flagsaver.flagsaver(output_dir=str(out),
-                             methods=['recovr', 'ivr'], num_turns=2,
-                             list_length=5, batch_size=4,
-                             bootstrap_resamples=100, **files):
-      run.main(['run'])
-    metrics = json.loads((out / 'metrics.json').read_text())
-    self.assertLen(metrics['recovr']['R@1'], 3)
-    rows = [json.loads(line) for line in
-            (out / 'trajectories.jsonl').read_text().splitlines()]
-    self.assertLen(rows, 8)
-    for row in rows:
-      for turn in row['turns']:
-        self.assertNotIn(row['reference'], turn['top10'])  # v_ref excluded

@@ -301,7 +301,7 @@ class WorldTruthTest(absltest.TestCase):
     out = pathlib.Path(tempfile.mkdtemp()) / 'run'
     values = dict(runs.TINY, methods=['recovr', 'ivr'], num_sessions=5,
                   output_dir=str(out), cache_dir=str(out.parent / 'cache'))
-    runs.run_main(out, **{k: v for k, v in values.items()
+    runs.run_tiny(out, **{k: v for k, v in values.items()
                           if k not in ('output_dir', 'cache_dir')})
     with flagsaver.flagsaver(**values):
       config = run_flags.config_from_flags()

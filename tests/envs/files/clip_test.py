@@ -88,7 +88,7 @@ class RealDataPathTest(absltest.TestCase):
     self.assertEqual(gallery.captions, ('a cube', 'two cubes', 'a sphere'))
     # ... and the runner takes the file as it is: frame folders -> run.
     out = self.root / 'pages_run'
-    self.assertIsNone(runs.run_main(
+    self.assertIsNone(runs.run_tiny(
         out, data='webvid_covr', annotations=str(csv),
         gallery_embeddings=str(output), clip_dir=str(self.clip_dir),
         methods=['recovr', 'ivr'], num_sessions=2, batch_size=2))

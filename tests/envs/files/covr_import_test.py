@@ -10,15 +10,14 @@ import zipfile
 
 from absl import flags
 from absl.testing import absltest
-from absl.testing import flagsaver
 import numpy as np
 
-from experiments import run
 from recovr_jax.envs.files import covr_import
 from recovr_jax.envs.files import data
 from recovr_jax.envs.files import files_environment
 from recovr_jax.envs.files import torch_files
 from recovr_jax.run import trec
+from tests.helpers import runs
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 D = 16   # the tiny CLIP's projection
@@ -422,11 +421,10 @@ class RealDataOptionsTest(absltest.TestCase):
 
   def test_run_with_dropped_rows_and_trec_export(self):
     out = self.root / 'out'
-    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr', 'ivr'],
-                             missing_ids='drop', normalize_rows=False,
-                             query_embeddings=str(self.root / 'q.npz'),
-                             export_trec=True, **self.args):
-      self.assertIsNone(run.main(['run']))
+    self.assertIsNone(runs.run_of(
+        output_dir=str(out), methods=['recovr', 'ivr'], missing_ids='drop',
+        normalize_rows=False, query_embeddings=str(self.root / 'q.npz'),
+        export_trec=True, **self.args))
     metrics = json.loads((out / 'metrics.json').read_text())
     self.assertEqual(metrics['recovr']['rows_dropped'], 1)
     self.assertIn('1 annotation rows were dropped',
@@ -464,26 +462,23 @@ class RealDataOptionsTest(absltest.TestCase):
             ranx.Run.from_file(str(out / 'trec' / f'{method}.turn{t}.run'),
                                kind='trec'), 'recall@1')
         self.assertAlmostEqual(score, metrics[method]['R@1'][t], places=6)
-    with flagsaver.flagsaver(output_dir=str(self.root / 'w'),
-                             reference_embeddings=str(self.root / 'r.npz'),
-                             methods=['recovr'], data='world'):
-      with self.assertRaisesRegex(Exception, '--reference_embeddings is for '
-                                  '--data=webvid_covr'):
-        run.main(['run'])
-    with flagsaver.flagsaver(output_dir=str(self.root / 'w'),
-                             user_phraser='smollm2', methods=['recovr'],
-                             data='world'):
-      with self.assertRaisesRegex(Exception, '--user_phraser is for '
-                                  '--data=webvid_covr'):
-        run.main(['run'])
+    with self.assertRaisesRegex(Exception, '--reference_embeddings is for '
+                                '--data=webvid_covr'):
+      runs.run_of(
+          output_dir=str(self.root / 'w'), reference_embeddings=str(self.root /
+          'r.npz'), methods=['recovr'], data='world')
+    with self.assertRaisesRegex(Exception, '--user_phraser is for '
+                                '--data=webvid_covr'):
+      runs.run_of(
+          output_dir=str(self.root / 'w'), user_phraser='smollm2',
+          methods=['recovr'], data='world')
 
 
   def test_smollm2_phrases_the_caption_users_feedback(self):
     out = self.root / 'phrased'
-    with flagsaver.flagsaver(output_dir=str(out), methods=['recovr'],
-                             missing_ids='drop', user_phraser='smollm2',
-                             **dict(self.args, num_turns=1)):
-      self.assertIsNone(run.main(['run']))
+    self.assertIsNone(runs.run_of(
+        output_dir=str(out), methods=['recovr'], missing_ids='drop',
+        user_phraser='smollm2', **dict(self.args, num_turns=1)))
     counts = json.loads((out / 'user_phraser.json').read_text())
     captions = data.load_embeddings(self.root / 'g.npz').captions
     said = 0

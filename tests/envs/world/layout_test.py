@@ -11,13 +11,11 @@ import tempfile
 
 from absl import flags
 from absl.testing import absltest
-from absl.testing import flagsaver
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import run
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import training
@@ -27,6 +25,7 @@ from recovr_jax.envs.world import world_source
 from recovr_jax import paths
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
+from tests.helpers import runs
 from tests.helpers import entry_points
 
 LAYOUT = generator.NUM_ATTRIBUTES  # the layout's attribute index
@@ -233,9 +232,8 @@ class RunTest(absltest.TestCase):
     root = pathlib.Path(tempfile.mkdtemp())
     host, jit = root / 'run', root / 'jit'
     methods = ['recovr', 'ivr']  # IVR asks questions and reads dialogues
-    with flagsaver.flagsaver(**_flags(root), output_dir=str(host),
-                             methods=methods, user_draws='jax'):
-      run.main(['run'])
+    runs.run_of(
+        **_flags(root), output_dir=str(host), methods=methods, user_draws='jax')
     resolved = json.loads((host / 'resolved_config.json').read_text())
     self.assertTrue(resolved['data']['world']['describe_layout'])
     self.assertTrue(resolved['data']['checkpoint_dir'].endswith(
@@ -250,9 +248,8 @@ class RunTest(absltest.TestCase):
     self.assertTrue(any(LAYOUT in words.parse(s) for s in searches))
 
     # The jitted driver over eight attributes shows the same lists.
-    with flagsaver.flagsaver(**_flags(root), output_dir=str(jit),
-                             methods=methods, simulation='jit'):
-      run.main(['run'])
+    runs.run_of(
+        **_flags(root), output_dir=str(jit), methods=methods, simulation='jit')
     self.assertEqual(json.loads((jit / 'metrics.json').read_text()),
                      json.loads((host / 'metrics.json').read_text()))
     for h, j in zip((host / 'trajectories.jsonl').read_text().splitlines(),
@@ -289,10 +286,9 @@ class RefusalTest(absltest.TestCase):
          'trained with --describe_layout, the run is without it')):
       with self.subTest(str(extra)):
         with self.assertRaisesRegex(Exception, message):
-          with flagsaver.flagsaver(**{**_flags(root), **extra},
-                                   output_dir=str(root / 'refused'),
-                                   methods=['recovr']):
-            run.main(['run'])
+          runs.run_of(
+              **{**_flags(root), **extra}, output_dir=str(root / 'refused'),
+              methods=['recovr'])
         self.assertFalse((root / 'refused' / 'metrics.json').exists())
 
   def test_a_preset_names_its_renditions_only_when_they_are_the_cause(self):
