@@ -10,6 +10,7 @@ import numpy as np
 from recovr_jax.drivers import jit_runner
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
+from recovr_jax.envs.world.benchmark import words
 from recovr_jax.envs.world.face import phrase_table
 from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
@@ -171,7 +172,7 @@ class JitEqualsHostTest(parameterized.TestCase):
           self.assertEqual(hr[key], jr[key])
         named = {a: int(world.gallery_attributes[world.test.target[i], a])
                  for a in np.flatnonzero(trace.own['word'][i, t] >= 0 and
-                                         traced_face.words_lib.decode(
+                                         words.decode(
                                              trace.own['word'][i, t])[2])}
         misread += lexicon.parse(hr['feedback']) != named
     # The words are read differently from what was named, sometimes.

@@ -5,6 +5,7 @@ runs it; ``tiny_config`` / ``run_tiny`` the same for the tiny run (``TINY``).
 entry point itself."""
 
 import pathlib
+import tempfile
 
 from absl import app
 from absl.testing import flagsaver
@@ -102,6 +103,15 @@ def run_tiny(output_dir, **overrides):
   the command line returns it; a refused config raises
   ``app.UsageError`` as the command line does."""
   return run_of(**_values(output_dir, overrides))
+
+
+def smoke_run(cls) -> None:
+  """A test class's shared tiny run of ReCoVR and IVR (in ``setUpClass``):
+  ``cls.root`` a new folder, ``cls.out`` the run's output directory,
+  ``cls.returned`` what the run returned."""
+  cls.root = pathlib.Path(tempfile.mkdtemp())
+  cls.out = cls.root / 'smoke'
+  cls.returned = run_tiny(cls.out, methods=['recovr', 'ivr'])
 
 
 def run_main(output_dir, **overrides):

@@ -3,9 +3,7 @@ or a bad cache path is named, and outputs that would not fit are refused
 before the work."""
 
 import errno
-import pathlib
 import shutil
-import tempfile
 from unittest import mock
 
 from absl import app
@@ -23,9 +21,7 @@ class ResumeTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     flags.FLAGS.mark_as_parsed()
-    cls.root = pathlib.Path(tempfile.mkdtemp())
-    cls.out = cls.root / 'smoke'
-    runs.run_tiny(cls.out, methods=['recovr', 'ivr'])
+    runs.smoke_run(cls)
 
   def test_resume_after_first_batch_is_identical(self):
     copy = self.root / 'resumed'

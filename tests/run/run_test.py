@@ -46,9 +46,7 @@ class RunnerTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     flags.FLAGS.mark_as_parsed()
-    cls.root = pathlib.Path(tempfile.mkdtemp())
-    cls.out = cls.root / 'smoke'
-    cls.returned = runs.run_tiny(cls.out, methods=['recovr', 'ivr'])
+    runs.smoke_run(cls)
 
   def test_plots_are_written_unless_turned_off(self):
     self.assertEmpty(list(self.out.glob('plot_*')))   # TINY: --noplots
