@@ -17,22 +17,14 @@ line (``experiments/common/config_flags.py``) defines the flags from them, the
 sweeps read ``sweepable`` and ``replace``.
 
 A numeric field that no shape or branch depends on is declared *traced*
-(``setting(..., traced=True)``, or ``number(default)`` for a field that is
-not a flag; ``switch(default)`` for a bool read as a value, such as an
-ablation's; ``choice(default, choices)`` for a name read as its index, such
-as a fusion variant's): ``jit`` compiles a function of a config once for every value
-of such fields. It hands ``jax.jit`` the config's ``split``: a skeleton
-(the config with each traced field replaced by ``TRACED``, hashable and
-equal across values: the static argument) and the numbers (a dict of
-Python scalars: traced arguments), and rebuilds the config inside
-(``join``), its traced fields then being tracers. Nothing here imports absl
-or the rest of the package (``jit`` imports JAX when called): every layer
-may declare its settings.
+(``setting(..., traced=True)``): ``config_pytree`` makes it a leaf of its
+config's pytree, so a jitted function of the config compiles once for every
+value of it. Nothing here imports absl, JAX or the rest of the package:
+every layer may declare its settings.
 """
 
 import ast
 import dataclasses
-import functools
 import inspect
 import textwrap
 import types
@@ -41,21 +33,6 @@ import typing
 KEY = 'recovr_jax.setting'
 TRACED_KEY = 'recovr_jax.traced'
 UNSET = type('Unset', (), {'__repr__': lambda self: 'UNSET'})()  # no value
-SWITCH = 'switch'  # TRACED_KEY's value for a traced bool (``switch``)
-
-
-class _Traced:
-  """The skeleton's stand-in for a traced field's value (one object, so
-  skeletons of configs that differ only in numbers are equal)."""
-
-  def __repr__(self):
-    return 'TRACED'
-
-  def __reduce__(self):
-    return 'TRACED'
-
-
-TRACED = _Traced()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,20 +59,6 @@ def setting(default=dataclasses.MISSING, *, traced: bool = False,
   if traced:
     metadata[TRACED_KEY] = True
   return dataclasses.field(default=default, metadata=metadata)
-
-
-def number(default):
-  """A traced numeric field that is not a flag (a method form's copy of a
-  setting, say)."""
-  return dataclasses.field(default=default, metadata={TRACED_KEY: True})
-
-
-def switch(default: bool):
-  """A traced bool field that is not a flag: a switch the code reads as a
-  value (``jnp.where``), not as a branch, so configs that differ only in it
-  (a method and its ablations) share one compiled program."""
-  return dataclasses.field(default=default,
-                           metadata={TRACED_KEY: SWITCH})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,140 +222,3 @@ def replace(config, leaf: Leaf, value):
         node, **{path[0]: put(getattr(node, path[0]), path[1:])})
 
   return put(config, leaf.path)
-
-
-def _walked(node) -> bool:
-  """Whether ``split`` / ``join`` look inside ``node``: a frozen dataclass
-  instance (a config, a face, a method form)."""
-  return (dataclasses.is_dataclass(node) and not isinstance(node, type)
-          and type(node).__dataclass_params__.frozen)
-
-
-def choice(default, choices: tuple[str, ...]):
-  """A traced field holding one of ``choices`` or None: a name the code
-  reads through ``is_choice`` (under ``jit`` the name's index in
-  ``choices``, traced, so configs that differ only in it share one compiled
-  program). None is kept in the skeleton as it is (a branch, not a value)."""
-  return dataclasses.field(default=default,
-                           metadata={TRACED_KEY: tuple(choices)})
-
-
-def is_choice(value, name: str, choices: tuple[str, ...]):
-  """Whether a ``choice`` field's ``value`` (a name, or its traced index
-  in ``choices`` under ``jit``) is ``name``: a bool, or a traced bool."""
-  if isinstance(value, str):
-    return value == name
-  return value == choices.index(name)
-
-
-def _scalar(value, where: str, kind=True):
-  if isinstance(kind, tuple):  # a choice: its index
-    if value not in kind:
-      raise TypeError(f'traced choice {where} must hold one of {kind}, got '
-                      f'{value!r}')
-    return kind.index(value)
-  if kind == SWITCH:
-    if not isinstance(value, bool):
-      raise TypeError(f'traced switch {where} must hold a bool, got '
-                      f'{value!r}')
-  elif isinstance(value, bool) or not isinstance(value, (int, float)):
-    raise TypeError(f'traced field {where} must hold a number, got '
-                    f'{value!r}')
-  return value
-
-
-def _with(node, changes: dict):
-  """A copy of frozen dataclass ``node`` with ``changes``, made without
-  its ``__init__`` (whose checks need concrete values) and holding its
-  fields only (no cached value of the old numbers)."""
-  new = object.__new__(type(node))
-  for field in dataclasses.fields(node):
-    object.__setattr__(new, field.name,
-                       changes.get(field.name, getattr(node, field.name)))
-  return new
-
-
-def _swap_traced(tree, swap):
-  """``tree`` with each traced field (its metadata's ``TRACED_KEY``)
-  holding ``swap(dotted path, value, kind)`` (``kind``: the metadata's
-  value, ``SWITCH`` for a bool); the nodes on no such path kept."""
-
-  def walk(node, prefix):
-    changes = {}
-    for field in dataclasses.fields(node):
-      value, path = getattr(node, field.name), prefix + field.name
-      if field.metadata.get(TRACED_KEY):
-        changes[field.name] = swap(path, value, field.metadata[TRACED_KEY])
-      elif _walked(value):
-        new = walk(value, path + '.')
-        if new is not value:
-          changes[field.name] = new
-    return _with(node, changes) if changes else node
-
-  return walk(tree, '') if _walked(tree) else tree
-
-
-def split(tree) -> tuple[object, dict]:
-  """``(skeleton, numbers)`` of a frozen dataclass tree: each traced field
-  replaced by ``TRACED``, and its value under its dotted path
-  (``loop.rrf_k``; a tuple field's value a tuple)."""
-  numbers = {}
-
-  def take(path, value, kind):
-    if value is None and isinstance(kind, tuple):  # a choice of none
-      return None
-    numbers[path] = (tuple(_scalar(v, path, kind) for v in value)
-                     if isinstance(value, tuple)
-                     else _scalar(value, path, kind))
-    return TRACED
-
-  return _swap_traced(tree, take), numbers
-
-
-def join(skeleton, numbers: dict):
-  """The tree ``split`` took apart, its traced fields from ``numbers``
-  (tracers under ``jit``; a choice holds its index)."""
-  return _swap_traced(skeleton, lambda path, value, _: (
-      numbers[path] if value is TRACED else value))
-
-
-def jit(fn, static_argnames: tuple[str, ...] = ()):
-  """``jax.jit`` of ``fn(config, *args, **kwargs)`` compiled once for all
-  values of ``config``'s traced fields (and per value of the rest of it and
-  of ``static_argnames``)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from recovr_jax import executables  # pylint: disable=g-import-not-at-top
-
-  def body(skeleton, numbers, *args, **kwargs):
-    return fn(join(skeleton, numbers), *args, **kwargs)
-
-  # fn's signature with (skeleton, numbers) for its config, so that
-  # ``static_argnames`` name fn's own parameters.
-  params = list(inspect.signature(fn).parameters.values())
-  body.__signature__ = inspect.Signature(
-      [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-       for n in ('skeleton', 'numbers')] + params[1:])
-  compiled = jax.jit(body, static_argnums=0,
-                     static_argnames=tuple(static_argnames))
-
-  static = frozenset(static_argnames)
-  # A static argument passed by position: jit as before (a kept executable
-  # is keyed by the static arguments passed by name).
-  by_position = min((i for i, p in enumerate(params[1:]) if p.name in static),
-                    default=len(params))
-
-  @functools.wraps(fn)
-  def call(config, *args, **kwargs):
-    skeleton, numbers = split(config)
-    if len(args) <= by_position:
-      dynamic = {k: v for k, v in kwargs.items() if k not in static}
-      kept = executables.find(
-          compiled, fn, skeleton,
-          {k: v for k, v in kwargs.items() if k in static}, numbers, args,
-          dynamic)
-      if kept is not None:  # kept on disk (a run's compilation cache)
-        return kept(numbers, *args, **dynamic)
-    return compiled(skeleton, numbers, *args, **kwargs)
-
-  call.compiled = compiled  # its cache (``compiled._cache_size()``)
-  return call

@@ -1,5 +1,6 @@
-"""Compiled programs kept on disk by what they are made of, so that a later
-process calls them without tracing them again (``config_tree.jit``).
+"""``jit``: ``jax.jit`` whose compiled programs are kept on disk by what
+they are made of, so that a later process calls them without tracing them
+again.
 
 JAX's persistent compilation cache keys an executable by its lowered
 program, so a warm process still traces and lowers every function before
@@ -9,11 +10,10 @@ any tracing:
 
 * the function (module and name) and the source of every module of the
   package (an edit anywhere makes new keys);
-* the static config's ``repr`` and the static arguments' (a ``repr`` that
-  could hide a value, with an address or an ellipsis, is not keyed: that
-  call compiles as before);
-* the dynamic arguments' tree and each leaf's type (shape, dtype, weak
-  type);
+* the static arguments' ``repr`` and the dynamic arguments' tree, which
+  holds a config's static fields (``config_pytree``; a ``repr`` that could
+  hide a value, with an address or an ellipsis, is not keyed: that call
+  compiles as before), and each leaf's type (shape, dtype, weak type);
 * the versions of jax, jaxlib and flax, the backend and its runtime (on a
   GPU the CUDA and driver versions XLA reports), the devices and their
   kind, the CPU's features, ``XLA_FLAGS`` and JAX's settings.
@@ -47,6 +47,7 @@ is compiled afresh and replaced, with a warning naming it.
 
 import functools
 import hashlib
+import inspect
 import os
 import pathlib
 import pickle
@@ -89,20 +90,45 @@ def folder() -> pathlib.Path | None:
   return None if jax.config.jax_disable_jit else _where[0]
 
 
-def find(jitted, fn, skeleton, static: dict, numbers, args, kwargs):
-  """The executable of ``jitted(skeleton, numbers, *args, **static,
-  **kwargs)`` (``jitted``: ``jax.jit`` of ``fn``'s body), to be called
-  with ``(numbers, *args, **kwargs)``: loaded from ``folder()``, or
-  compiled and kept there. None when there is no folder or the call
-  cannot be keyed: the caller then calls ``jitted`` itself."""
+def jit(fn, static_argnames: tuple[str, ...] = ()):
+  """``jax.jit`` of ``fn``, its programs kept in ``folder()`` when there is
+  one (``.compiled``: the ``jax.jit`` function, its cache)."""
+  compiled = jax.jit(fn, static_argnames=tuple(static_argnames))
+  static = frozenset(static_argnames)
+  # A static argument passed by position: jit as before (a kept executable
+  # is keyed by the static arguments passed by name).
+  params = list(inspect.signature(fn).parameters)
+  by_position = min((i for i, p in enumerate(params) if p in static),
+                    default=len(params))
+
+  @functools.wraps(fn)
+  def call(*args, **kwargs):
+    if len(args) <= by_position:
+      dynamic = {k: v for k, v in kwargs.items() if k not in static}
+      kept = find(compiled, fn, {k: v for k, v in kwargs.items()
+                                 if k in static}, args, dynamic)
+      if kept is not None:  # kept on disk (a run's compilation cache)
+        return kept(*args, **dynamic)
+    return compiled(*args, **kwargs)
+
+  call.compiled = compiled
+  return call
+
+
+def find(jitted, fn, static: dict, args, kwargs):
+  """The executable of ``jitted(*args, **static, **kwargs)`` (``jitted``:
+  ``jax.jit`` of ``fn``), to be called with ``(*args, **kwargs)``: loaded
+  from ``folder()``, or compiled and kept there. None when there is no
+  folder or the call cannot be keyed: the caller then calls ``jitted``
+  itself."""
   where = folder()
   if where is None:
     return None
-  leaves, tree = jax.tree.flatten(((numbers, *args), kwargs))
+  leaves, tree = jax.tree.flatten((args, kwargs))
   first = {jax.local_devices()[0]}
   if not all(_on_device(x, first) for x in leaves):
     return None
-  signature = (fn, skeleton, tuple(sorted(static.items())), tree,
+  signature = (fn, tuple(sorted(static.items())), tree,
                tuple(jax.typeof(x) for x in leaves))
   exe = _loaded.get(signature)
   if exe is None:
@@ -110,17 +136,16 @@ def find(jitted, fn, skeleton, static: dict, numbers, args, kwargs):
       exe = _loaded.get(signature)
       if exe is None:
         exe = _loaded[signature] = _load_or_compile(
-            where, lambda: jitted.lower(skeleton, numbers, *args, **static,
-                                        **kwargs),
-            _key(fn, skeleton, static, tree, signature[-1]),
+            where, lambda: jitted.lower(*args, **static, **kwargs),
+            _key(fn, static, tree, signature[-1]),
             repr(signature[-1]), (tree, signature[-1]))
   return exe or None  # False: not keyed, jit as before
 
 
-def _key(fn, skeleton, static, tree, types) -> str | None:
+def _key(fn, static, tree, types) -> str | None:
   """The call's key: what decides its program before tracing."""
-  described = repr((skeleton, sorted(static.items())))
-  if ' at 0x' in described or '...' in described:
+  described = repr(sorted(static.items()))
+  if any(' at 0x' in d or '...' in d for d in (described, str(tree))):
     return None
   return _digest(f'{fn.__module__}.{fn.__qualname__}', _source(),
                  _machine(), described, str(tree), repr(types))

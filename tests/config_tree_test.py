@@ -6,8 +6,6 @@ from typing import ClassVar
 
 from absl import flags
 from absl.testing import absltest
-import jax.numpy as jnp
-import numpy as np
 
 from experiments.common import config_flags
 from experiments.common import run_flags
@@ -119,93 +117,6 @@ class ConfigTreeTest(absltest.TestCase):
                      .user.noise_rate, 0.25)
     with self.assertRaisesRegex(ValueError, 'must be in'):
       run_config.with_setting(base, 'noise_rate', 2.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Scale:
-  gain: float = config_tree.number(2.0)
-  steps: tuple[int, int] = config_tree.number((1, 2))
-  mode: str = 'add'
-
-  def __post_init__(self):
-    if not self.gain > 0:  # needs a concrete value: join must not call it
-      raise ValueError('gain must be > 0')
-
-
-@dataclasses.dataclass(frozen=True)
-class _Outer:
-  scale: _Scale = _Scale()
-  bias: float = config_tree.setting(0.0, traced=True)
-  width: int = 3  # a shape: static
-
-
-def _apply(config, x):
-  y = x[:config.width] * config.scale.gain + config.bias
-  return y + config.scale.steps[1] if config.scale.mode == 'add' else y
-
-
-class TracedSettingsTest(absltest.TestCase):
-
-  def test_split_and_join(self):
-    config = _Outer(scale=_Scale(gain=3.0, steps=(4, 5)), bias=0.5)
-    skeleton, numbers = config_tree.split(config)
-    self.assertEqual(numbers, {'scale.gain': 3.0, 'scale.steps': (4, 5),
-                               'bias': 0.5})
-    self.assertIs(skeleton.bias, config_tree.TRACED)
-    self.assertEqual(skeleton.width, 3)
-    self.assertEqual(skeleton, config_tree.split(_Outer())[0])
-    self.assertNotEqual(skeleton, config_tree.split(_Outer(width=2))[0])
-    self.assertEqual(config_tree.join(skeleton, numbers), config)
-    with self.assertRaisesRegex(TypeError, 'bias must hold a number'):
-      config_tree.split(_Outer(bias='x'))
-
-  def test_jit_compiles_once_for_every_number(self):
-    fn = config_tree.jit(_apply)
-    x = jnp.arange(4, dtype=jnp.float32)
-    for gain, bias in ((2.0, 0.0), (3.0, 1.5), (0.5, -2.0)):
-      config = _Outer(scale=_Scale(gain=gain), bias=bias)
-      np.testing.assert_array_equal(fn(config, x), _apply(config, x))
-    self.assertEqual(fn.compiled._cache_size(), 1)  # pylint: disable=protected-access
-    fn(_Outer(width=2), x)  # a static field: a program of its own
-    fn(_Outer(scale=_Scale(mode='none')), x)
-    self.assertEqual(fn.compiled._cache_size(), 3)  # pylint: disable=protected-access
-
-  def test_a_choice_is_traced_as_its_index_and_none_stays_static(self):
-    fn = config_tree.jit(_chosen)
-    x = jnp.arange(4, dtype=jnp.float32)
-    for op in _OPS:
-      config = _Choosing(op=op)
-      skeleton, numbers = config_tree.split(config)
-      self.assertIs(skeleton.op, config_tree.TRACED)
-      self.assertEqual(numbers, {'op': _OPS.index(op)})
-      # Joined, it holds the index (a tracer under jit), read the same way.
-      self.assertEqual(config_tree.join(skeleton, numbers).op,
-                       _OPS.index(op))
-      np.testing.assert_array_equal(fn(config, x), _chosen(config, x))
-    self.assertEqual(fn.compiled._cache_size(), 1)  # pylint: disable=protected-access
-    skeleton, numbers = config_tree.split(_Choosing(op=None))
-    self.assertIsNone(skeleton.op)  # a branch: a program of its own
-    self.assertEqual(numbers, {})
-    np.testing.assert_array_equal(fn(_Choosing(op=None), x), x)
-    self.assertEqual(fn.compiled._cache_size(), 2)  # pylint: disable=protected-access
-    with self.assertRaisesRegex(TypeError, "op must hold one of"):
-      config_tree.split(_Choosing(op='div'))
-
-
-_OPS = ('add', 'mul', 'neg')
-
-
-@dataclasses.dataclass(frozen=True)
-class _Choosing:
-  op: str | None = config_tree.choice('add', _OPS)
-
-
-def _chosen(config, x):
-  if config.op is None:
-    return x
-  return jnp.where(config_tree.is_choice(config.op, 'add', _OPS), x + 2.0,
-                   jnp.where(config_tree.is_choice(config.op, 'mul', _OPS),
-                             x * 3.0, -x))
 
 
 if __name__ == '__main__':

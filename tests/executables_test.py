@@ -1,4 +1,4 @@
-"""Tests for recovr_jax.executables: ``config_tree.jit`` programs kept on
+"""Tests for recovr_jax.executables: ``executables.jit`` programs kept on
 disk under a run's compilation cache, called by later processes without
 tracing."""
 
@@ -14,13 +14,12 @@ from absl.testing import absltest
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import config_tree
 from recovr_jax import executables
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# One process: three calls of one ``config_tree.jit`` function (two of one
-# skeleton that differ only in the shape of an argument the program does
+# One process: three calls of one ``executables.jit`` function (two of one
+# config structure that differ only in the shape of an argument the program does
 # not read, so their lowered texts are equal), under the compilation cache
 # at argv[1]; prints how many calls traced and the outputs.
 _SCRIPT = textwrap.dedent("""
@@ -30,7 +29,7 @@ _SCRIPT = textwrap.dedent("""
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
     import jax.numpy as jnp
     import numpy as np
-    from recovr_jax import config_tree
+    from recovr_jax import config_pytree
     from recovr_jax import executables
     executables.keep_in(sys.argv[1] + '/executables')
     if len(sys.argv) > 2:  # as JAX does for a program it cannot serialize
@@ -38,9 +37,10 @@ _SCRIPT = textwrap.dedent("""
         raise NotImplementedError('serialize_executables with const_args')
       executables.serialize_executable.serialize = refuse
 
+    @config_pytree.register
     @dataclasses.dataclass(frozen=True)
     class Toy:
-      scale: float = config_tree.number(2.0)
+      scale: float = config_pytree.number(2.0)
       mode: str = 'a'
 
     traced = []
@@ -50,7 +50,7 @@ _SCRIPT = textwrap.dedent("""
       y = jnp.sort(jnp.pad(x * toy.scale, (1, 2)) * -1.0)[:n]
       return {'y': y + (1.0 if toy.mode == 'a' else 2.0)}
 
-    g = config_tree.jit(fn, static_argnames=('n',))
+    g = executables.jit(fn, static_argnames=('n',))
     outs = [g(Toy(), jnp.arange(5.0), np.zeros(3, np.float32), n=4),
             g(Toy(3.0), jnp.arange(5.0), np.zeros(7, np.float32), n=4),
             g(Toy(mode='b'), jnp.arange(6.0), np.zeros(3, np.float32), n=2)]
@@ -185,7 +185,7 @@ class KeptExecutablesTest(absltest.TestCase):
           check=False)
       self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
       logs.append(proc.stderr)
-    traced = 'Finished tracing body'  # config_tree.jit's programs
+    traced = 'Finished tracing turn_batch'  # kept by executables.jit
     self.assertIn(traced, logs[0])
     self.assertNotIn(traced, logs[1])
     self.assertNotEmpty(list((tmp / 'cache' / 'xla' / 'executables').glob(
@@ -206,7 +206,7 @@ class KeptExecutablesTest(absltest.TestCase):
       calls.append(x.shape)
       return x * toy
 
-    g = config_tree.jit(fn)
+    g = executables.jit(fn)
     np.testing.assert_allclose(g(2.0, jnp.arange(3.0)), [0.0, 2.0, 4.0])
     np.testing.assert_allclose(g(2.0, jnp.arange(3.0)), [0.0, 2.0, 4.0])
     self.assertLen(calls, 1)  # jax.jit's own cache

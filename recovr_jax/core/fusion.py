@@ -45,7 +45,7 @@ def fuse(ids, scores, valid, *, method: str = 'tw_rrf', k=60,
     scores: ``[W, C, K]`` float similarities (used by ``sim_*`` only).
     valid: ``[W, C]`` bool, lists that exist.
     method: one of ``METHODS`` (static), or its index in ``METHODS``
-      traced (a config's ``config_tree.choice``: the variants then share one
+      traced (a config's ``config_pytree.choice``: the variants then share one
       compiled program, each selected by value, each giving what its
       static name gives).
     k: RRF constant, ``>= 0``.

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import config_tree
+from recovr_jax import executables
 from recovr_jax import profiling
 from recovr_jax.drivers import driver
 from recovr_jax.protocol import environment
@@ -26,14 +26,14 @@ from recovr_jax.protocol import ranking
 from recovr_jax.protocol import session
 
 
-@config_tree.jit
+@executables.jit
 def _start(config, gallery, states, inputs):
   step = functools.partial(ranking.start_step, config)
   # config and gallery shared; state and inputs per session.
   return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)
 
 
-@config_tree.jit
+@executables.jit
 def _turn(config, gallery, states, inputs):
   step = functools.partial(ranking.turn_step, config)
   return jax.vmap(step, in_axes=(None, 0, 0))(gallery, states, inputs)

@@ -23,7 +23,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from recovr_jax import config_tree
+from recovr_jax import executables
 from recovr_jax.core import demotion
 from recovr_jax.core import vectors
 from recovr_jax.protocol import plan
@@ -384,9 +384,9 @@ def turn_batch(config: traced.JitConfig, data: plan.JaxData, tables,
 
 
 # Compiled once per shape and per non-numeric settings: the traced ones
-# (``config_tree.setting(traced=True)``: rrf_k, gamma, kappa, the user's
+# (``config_pytree``: rrf_k, gamma, kappa, the user's
 # rates, ...) are arguments; ``turn`` and ``rank`` are arguments too, so
 # every turn and every probe of a run shares one program.
-simulate = config_tree.jit(simulate_batch, static_argnames=('chunk_size',))
-start = config_tree.jit(start_batch)
-step = config_tree.jit(turn_batch, static_argnames=('chunk_size',))
+simulate = executables.jit(simulate_batch, static_argnames=('chunk_size',))
+start = executables.jit(start_batch)
+step = executables.jit(turn_batch, static_argnames=('chunk_size',))

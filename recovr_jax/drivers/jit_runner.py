@@ -34,7 +34,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from recovr_jax import config_tree
 from recovr_jax import profiling
 from recovr_jax.core import sharding
 from recovr_jax.drivers import jit_loop
@@ -58,11 +57,10 @@ def chunk_size(flag: int | None, backend: str | None = None) -> int | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
-                   num_rows=None):
+def _over_sessions(chunk_size, mesh, data_structure=None, num_rows=None):
   """``jit_loop``'s ``(start_batch, turn_batch)`` with the sessions (and
-  the carry) split over the mesh's session axis, for every config of ``skeleton``
-  (``config_tree.split``; its numbers are the first argument).
+  the carry) split over the mesh's session axis (the config, a pytree, is
+  their first argument, replicated).
   ``data_structure`` (the data's treedef) and ``num_rows``: the gallery's
   rows are split over the mesh's gallery axis (``num_rows`` real rows);
   otherwise everything but the sessions is replicated."""
@@ -75,14 +73,13 @@ def _over_sessions(skeleton, chunk_size, mesh, data_structure=None,
     rows = ranking.GallerySplit.of(sharding.GALLERY_AXIS, num_rows,
                                    mesh.shape[sharding.GALLERY_AXIS])
 
-  def first(numbers, *args):
-    return jit_loop.start_batch(config_tree.join(skeleton, numbers), *args,
-                       split=rows, session_axis=sharding.SESSION_AXIS)
+  def first(config, *args):
+    return jit_loop.start_batch(config, *args, split=rows,
+                                session_axis=sharding.SESSION_AXIS)
 
-  def later(numbers, *args):
-    return jit_loop.turn_batch(config_tree.join(skeleton, numbers), *args,
-                      chunk_size=chunk_size, split=rows,
-                      session_axis=sharding.SESSION_AXIS)
+  def later(config, *args):
+    return jit_loop.turn_batch(config, *args, chunk_size=chunk_size,
+                               split=rows, session_axis=sharding.SESSION_AXIS)
 
   def mapped(fn, in_specs):
     return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs,
@@ -124,15 +121,14 @@ class _Programs:
     if mesh is None:
       self.queries = jnp.asarray(queries)
       return
-    skeleton, self.numbers = config_tree.split(config)
     if mesh.shape[sharding.GALLERY_AXIS] > 1:
       self.data = _place_split_gallery(env.data, mesh)
-      self.fns = _over_sessions(skeleton, chunk_size, mesh,
+      self.fns = _over_sessions(chunk_size, mesh,
                                 jax.tree.structure(env.data),
                                 int(env.data.gallery.shape[0]))
     else:
       self.data = sharding.place(env.data, mesh)
-      self.fns = _over_sessions(skeleton, chunk_size, mesh)
+      self.fns = _over_sessions(chunk_size, mesh)
     self.params, self.key = sharding.place((env.composer_params, seed_key),
                                            mesh)
     # Padded to a multiple of the session shards.
@@ -173,15 +169,15 @@ class _Programs:
     else:
       # Replicated on every device of the mesh (a copy per device); the
       # mesh may span several processes, each passing the same values. The
-      # config's numbers travel as Python scalars (the same on every
+      # config's traced fields travel as Python scalars (the same on every
       # process, replicated by jit).
       tables = sharding.place(tables, self.mesh)
       first, later = self.fns
       if turn == 0:
-        carry, outs = first(self.numbers, self.data, tables, self.params,
+        carry, outs = first(self.config, self.data, tables, self.params,
                             self.queries, rank)
       else:
-        carry, outs = later(self.numbers, self.data, tables, self.params,
+        carry, outs = later(self.config, self.data, tables, self.params,
                             self.queries, self.key, carry, np.int32(turn),
                             rank)
       outs = sharding.gather(outs)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import config_tree
+from recovr_jax import config_pytree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import dialogue
@@ -49,6 +49,7 @@ def single_list_plan(obs, edit_embedding, anchor=None):
       edit_embedding=edit_embedding)
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class JaxForm(plan.JaxForm, plan.JaxAsker):
   """IVR (and UMIVR) in the jitted mode: the dialogue so far (the
@@ -62,7 +63,7 @@ class JaxForm(plan.JaxForm, plan.JaxAsker):
   """
   question: str = 'shown'
   candidates: int = 10
-  tau: float = config_tree.number(base.QUESTION_TAU)
+  tau: float = config_pytree.number(base.QUESTION_TAU)
   t2v: bool = False
   covr: bool = True
   needs: tuple[str, ...] = ('dialogues',)

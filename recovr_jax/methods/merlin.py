@@ -11,19 +11,20 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import config_tree
+from recovr_jax import config_pytree
 from recovr_jax.core import slerp
 from recovr_jax.methods import base
 from recovr_jax.methods import ivr
 from recovr_jax.protocol import plan
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class JaxForm(plan.JaxForm, plan.JaxAsker):
   """MERLIN in the jitted mode: the running text embedding moves towards
   each utterance's embedding (the driver's word table holds them); asks
   about the reference video's caption."""
-  alpha: float = config_tree.number(base.MERLIN_ALPHA)
+  alpha: float = config_pytree.number(base.MERLIN_ALPHA)
   question: str = 'reference'
   t2v: bool = False
   covr: bool = True

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import config_tree
+from recovr_jax import config_pytree
 from recovr_jax.core import demotion
 from recovr_jax.methods import base
 from recovr_jax.protocol import plan
@@ -169,6 +169,7 @@ class ReCoVR(base.Method):
                                       penalty=penalty)
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class JaxForm(plan.JaxForm, plan.JaxAsker):
   """ReCoVR's step with the rules reasoner over attribute vectors.
@@ -179,15 +180,15 @@ class JaxForm(plan.JaxForm, plan.JaxAsker):
   (``ask``'s gate, the rules question over the top ``candidates``), run by
   the jitted driver after each ranking.
   """
-  # Switches (``config_tree.switch``): ReCoVR and its ablations share one
+  # Switches (``config_pytree.switch``): ReCoVR and its ablations share one
   # compiled program.
-  t2v: bool = config_tree.switch(True)
-  covr: bool = config_tree.switch(True)
-  reflection: bool = config_tree.switch(True)
-  dynamic_anchor: bool = config_tree.switch(True)
-  keep: bool = config_tree.switch(True)
-  avoid: bool = config_tree.switch(True)
-  avoid_penalty: float = config_tree.number(base.AVOID_PENALTY)
+  t2v: bool = config_pytree.switch(True)
+  covr: bool = config_pytree.switch(True)
+  reflection: bool = config_pytree.switch(True)
+  dynamic_anchor: bool = config_pytree.switch(True)
+  keep: bool = config_pytree.switch(True)
+  avoid: bool = config_pytree.switch(True)
+  avoid_penalty: float = config_pytree.number(base.AVOID_PENALTY)
   question: str | None = None
   ask: asking.AskPolicy = asking.AskPolicy(mode='never')
   candidates: int = 10

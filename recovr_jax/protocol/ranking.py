@@ -23,6 +23,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from recovr_jax import config_pytree
 from recovr_jax import config_tree
 from recovr_jax.core import checks
 from recovr_jax.core import demotion
@@ -38,6 +39,7 @@ PLACEMENTS = ('all', 'current')
 SCORED = 'ranking: session-turns scored'
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
   """Static hyperparameters of the ranking core (hashable for jit)."""
@@ -51,7 +53,7 @@ class LoopConfig:
   list_length: int = config_tree.setting(100, sweep=True)
   # None: show channel 1's list as is. A choice (read by value under jit:
   # the fusion variants share one compiled program).
-  fusion_method: str | None = config_tree.choice('tw_rrf', fusion.METHODS)
+  fusion_method: str | None = config_pytree.choice('tw_rrf', fusion.METHODS)
   #: k, the RRF constant.
   rrf_k: float = config_tree.setting(60.0, sweep=True, traced=True)
   #: TW-RRF recency weights.
@@ -68,7 +70,7 @@ class LoopConfig:
                     "Rank-cap after pos. The project's assumption, not a "
                     'paper value (the paper gives kappa_neg and kappa_neu '
                     'only).'))
-  rank_cap: bool = config_tree.switch(True)  # off: nothing is demoted
+  rank_cap: bool = config_pytree.switch(True)  # off: nothing is demoted
   #: Where rank-cap applies: all = every ring list and the fused list (a
   #: rejected top-1 never returns while another candidate exists); current
   #: = the current turn's lists before fusion only (the paper's sentence;
@@ -88,6 +90,8 @@ class LoopConfig:
       'highest', choices=tuple(retrieval.PRECISIONS))
 
   def __post_init__(self):
+    if not config_pytree.concrete(self):
+      return  # rebuilt from a pytree's leaves: checked when made
     problems = []  # every one, a line each
     for name in ('num_turns', 'window', 'num_channels', 'list_length') + (
         ('num_ids',) if self.num_ids is not None else ()):

@@ -16,6 +16,7 @@ from typing import Callable, ClassVar, Protocol
 import jax
 import numpy as np
 
+from recovr_jax import config_pytree
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 
@@ -171,6 +172,7 @@ class Reading:
   label: Callable | None = None
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class JitConfig:
   """Static settings of a jitted run (hashable)."""

@@ -12,12 +12,14 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
+from recovr_jax import config_pytree
 from recovr_jax import config_tree
 from recovr_jax.core import checks
 
 ASK_MODES = ('always', 'never', 'entropy')
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class AskPolicy:
   """ReCoVR's Question Asker. The default is the paper's protocol: a
@@ -39,6 +41,8 @@ class AskPolicy:
                                traced=True)
 
   def __post_init__(self):
+    if not config_pytree.concrete(self):
+      return  # rebuilt from a pytree's leaves: checked when made
     if self.mode not in ASK_MODES:
       raise ValueError(f'unknown ask mode {self.mode!r}; valid choices: '
                        f'{", ".join(ASK_MODES)}')

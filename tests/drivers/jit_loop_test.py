@@ -171,6 +171,15 @@ def _environment(pairs, lazy=False):
       own=jnp.asarray(change)), lazy=lazy)
 
 
+def _with_constants():
+  """``jit_loop.simulate_batch`` compiled with its config as a constant (a
+  static argument): a function of its own, so ``jit_loop.simulate``'s cache
+  counts only its own programs."""
+  def constants(config, *args):
+    return jit_loop.simulate_batch(config, *args)
+  return jax.jit(constants, static_argnums=0)
+
+
 class ToyEnvironmentTest(absltest.TestCase):
 
   def test_recovr_finds_every_target_and_both_schedules_agree(self):
@@ -308,8 +317,7 @@ class ToyEnvironmentTest(absltest.TestCase):
     env = _environment(pairs)
     queries = jnp.arange(len(pairs), dtype=jnp.int32)
     tables = _Filler().arrays()
-    constants = jax.jit(jit_loop.simulate_batch,
-                        static_argnames=('config', 'chunk_size'))
+    constants = _with_constants()
     before = jit_loop.simulate.compiled._cache_size()  # pylint: disable=protected-access
     traces = []
     for rrf_k, kappa, threshold in ((60.0, (11, 4, 2), 0.8),
@@ -332,8 +340,8 @@ class ToyEnvironmentTest(absltest.TestCase):
 
   def test_recovr_and_its_ablations_share_one_program(self):
     # The ReCoVR family's switches (the channels, State Reflection, the
-    # anchor, keep, avoid and rank-cap: config_tree.switch) and its fusion
-    # variant (config_tree.choice) are arguments of the compiled program:
+    # anchor, keep, avoid and rank-cap: config_pytree.switch) and its fusion
+    # variant (config_pytree.choice) are arguments of the compiled program:
     # the ablations and fusion variants share ReCoVR's, and each gives what
     # a program compiled with its switches and fusion as constants gives,
     # to the bit.
@@ -344,8 +352,7 @@ class ToyEnvironmentTest(absltest.TestCase):
                                    num_ids=len(VIDEOS))
     args = (env.data, _Filler().arrays(), None,
             jnp.arange(len(pairs), dtype=jnp.int32), jax.random.key(0))
-    constants = jax.jit(jit_loop.simulate_batch,
-                        static_argnames=('config', 'chunk_size'))
+    constants = _with_constants()
     names = ('recovr', 'covr_only', 't2v_only', 'intent_only', 'no_rankcap',
              'no_reflection', 'no_keep', 'no_avoid', 'covr_plain',
              't2v_plain', 'fixed_anchor', 'static_rrf', 'uniform_rrf',

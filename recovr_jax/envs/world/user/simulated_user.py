@@ -37,7 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import config_pytree
 from recovr_jax import config_tree
+from recovr_jax import executables
 from recovr_jax.core import checks
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
@@ -63,6 +65,7 @@ STOP, MODIFY, REWRITE, ANSWER = (plan.STOP, plan.MODIFY, plan.REWRITE,
                                  plan.ANSWER)
 
 
+@config_pytree.register
 @dataclasses.dataclass(frozen=True)
 class UserConfig:
   """The simulated user's policy and degradations."""
@@ -100,6 +103,8 @@ class UserConfig:
   phrasings: str = 'all'
 
   def __post_init__(self):
+    if not config_pytree.concrete(self):
+      return  # rebuilt from a pytree's leaves: checked when made
     for name, valid in (('draws', DRAWS), ('style', STYLES),
                         ('language', LANGUAGES),
                         ('phrasings', user_language.PHRASINGS)):
@@ -213,7 +218,7 @@ def decision_key(seed_key: jax.Array, session, turn) -> jax.Array:
   return jax.random.fold_in(jax.random.fold_in(seed_key, session), turn)
 
 
-@config_tree.jit
+@executables.jit
 def _decide_host(config, seed_key, session, turn, target_attrs, shown_attrs,
                  asked):
   return decide(decision_key(seed_key, session, turn), target_attrs,
@@ -227,7 +232,7 @@ def _asked(target, question) -> int | None:
       len(target)).question_attribute(question)
 
 
-@config_tree.jit
+@executables.jit
 def _decide_many(config, seed_key, sessions, turns, target_attrs, shown_attrs,
                  asked):
   return jax.vmap(lambda s, t, target, shown, a: decide(
