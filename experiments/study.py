@@ -111,8 +111,8 @@ def checked_config():
     raise app.UsageError(
         '--methods: a study talks to one method, got '
         f'{",".join(config.methods)}')
-  if not drivers.choose(config.simulation,
-                        run_config.source(config)).STEPWISE:
+  source = run_config.source(config)
+  if not drivers.choose(config.simulation, source).STEPWISE:
     raise app.UsageError('--simulation=jit runs simulated users only; a '
                          'study needs --simulation=host')
   if getattr(config.data, 'start', 'composed') != 'composed':
@@ -122,8 +122,7 @@ def checked_config():
   if _VIDEO_SIZE.value < 16:
     raise app.UsageError(f'--video_size must be >= 16, got '
                          f'{_VIDEO_SIZE.value}')
-  if _FRAMES_DIR.value and isinstance(run_config.source(config),
-                                     data_source.OwnMedia):
+  if _FRAMES_DIR.value and isinstance(source, data_source.OwnMedia):
     raise app.UsageError('--frames_dir is for data whose videos are frame '
                          f'folders, not --data={config.data.NAME} (it renders '
                          'its own)')
@@ -137,7 +136,7 @@ def checked_config():
         f'--host={_HOST.value} opens the study to the network (every page '
         'shows its target); pass --allow_remote to mean it')
   try:
-    validation.validate(config)
+    validation.validate(config, source)
   except validation.ConfigError as e:
     raise app.UsageError(str(e)) from e
   return config
@@ -152,7 +151,7 @@ def make_study(config, built=None, participants_are='human'):
   if built is None:
     print('loading the environment and models (the first time on a '
           'machine this encodes the gallery: a few minutes)', flush=True)
-    built = runner.build(config)
+    built = runner.build(config, run_config.source(config))
   return assembled_study(assemble.assemble(config, built), participants_are)
 
 

@@ -27,6 +27,7 @@ from recovr_jax import methods
 from recovr_jax.run import assemble
 from recovr_jax.run import integrity
 from recovr_jax.run import reporting
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
 from recovr_jax.study import report
 
@@ -43,7 +44,7 @@ def simulate(config, method_names, sessions, num_turns, built=None):
   ``sessions`` (the study's driver, a turn at a time; the run's own seeds
   per session)."""
   run_ = assemble.assemble(config, built if built is not None else
-                           runner.build(config))
+                           runner.build(config, run_config.source(config)))
   loop = dataclasses.replace(run_.loop, num_turns=num_turns)
   out = {}
   for name in method_names:
@@ -125,7 +126,8 @@ def main(argv):
     if unknown:
       raise app.UsageError(f'--reference_method {unknown[0]!r} is not a '
                            f'method; valid: {", ".join(methods.names())}')
-    identity = integrity.resolved_config(config)['identity']
+    identity = integrity.resolved_config(
+        config, run_config.source(config))['identity']
     if identity != runs.header['identity']:
       raise app.UsageError(
           'the flags describe another environment or loop than the one the '

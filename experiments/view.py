@@ -82,6 +82,7 @@ def _given(arg: str) -> bool:
 def _videos(run_dir, run):
   """``viewer.Videos`` of the rebuilt run (ids, captions, animations),
   checked against the ids the run's trajectories hold."""
+  from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
   from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
   from recovr_jax.run import validation  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import media  # pylint: disable=g-import-not-at-top
@@ -90,7 +91,7 @@ def _videos(run_dir, run):
   print('loading the run\'s data to show its videos (--nomedia: ids only)',
         flush=True)
   try:
-    built = runner.build(config)
+    built = runner.build(config, run_config.source(config))
   except (validation.ConfigError, ValueError, FileNotFoundError) as e:
     raise app.UsageError(f'{run_dir}: its data cannot be rebuilt ({e}); '
                          'pass --nomedia to see ids only') from e

@@ -36,6 +36,7 @@ from experiments import run
 from experiments import study
 from recovr_jax.envs.world import world_source
 from recovr_jax.run import assemble
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
 
 _OUTPUT_JSON = flags.DEFINE_string('output_json', None,
@@ -155,7 +156,8 @@ def main(argv):
                          'simulated user: --data=world')
   run.use_compilation_cache(config)
   start = time.perf_counter()
-  run_ = assemble.assemble(config, runner.build(config))
+  run_ = assemble.assemble(config, runner.build(config,
+                                               run_config.source(config)))
   the_study, media = study.assembled_study(
       run_, participants_are='scripted (the simulated user\'s words)')
   load_s = time.perf_counter() - start

@@ -212,7 +212,8 @@ def config_from_values(
   if problems:
     if config is not None and data is not None:  # what the whole adds
       try:
-        validation.validate(config, create=False)
+        validation.validate(config, run_config.source(config),
+                            create=False)
       except validation.ConfigError as e:
         problems.extend(str(e).splitlines())
     raise validation.ConfigError('\n'.join(problems))

@@ -9,7 +9,8 @@ from ``RunConfig.data`` (``run.run_config.SOURCES``), its environment
 runner, the sweeps, the study, the reading benchmark, the benchmarks and
 the tests receive a ``Run`` and never re-make a part.
 
-    built = assemble.build(config)          # loads data and models
+    source = run_config.source(config)      # once, by the run's entry
+    built = assemble.build(config, source)  # loads data and models
     run = assemble.assemble(config, built)  # user, reasoner, driver
     result = run.driver.run_batch(run, run.method('recovr'), sessions,
                                   run.loop, 'batch 0', errors={})
@@ -32,13 +33,12 @@ from recovr_jax.run import run_config
 
 
 def build(config: run_config.RunConfig,
-          source: data_source.Source | None = None) -> data_source.Built:
+          source: data_source.Source) -> data_source.Built:
   """Loads the data and encoders of ``config`` through its data source
-  (``source``, default a new one of ``config.data``) and prepares them
-  for its driver. ``data_source.SourceError`` names an unreadable input.
-  The ``Built`` holds the source: what runs on it asks that one."""
+  (``source``, the run's) and prepares them for its driver.
+  ``data_source.SourceError`` names an unreadable input. The ``Built``
+  holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
-  source = source or run_config.source(config)
   built = dataclasses.replace(source.build(config), source=source)
   return drivers.choose(config.simulation, source).prepare(source, built)
 

@@ -31,11 +31,10 @@ PACKAGES = ('recovr_jax', 'jax', 'jaxlib', 'flax', 'optax',
             'safetensors')
 
 
-def input_paths(config, source=None) -> dict[str, str]:
+def input_paths(config, source) -> dict[str, str]:
   """Name -> path of every file or directory ``config`` reads that can
   change its numbers (defaults resolved): its data source's (``source``,
-  default a new one of ``config.data``), then the reasoner's."""
-  source = source or run_config.source(config)
+  the run's), then the reasoner's."""
   paths = source.input_paths(config)
   paths.update(registry.get(config.reasoner).inputs(
       config.reasoner_config(), source.vocabulary(config)))
@@ -62,7 +61,7 @@ def portable(path, output_dir=None) -> str:
     return str(path)
 
 
-def input_hashes(config, source=None) -> dict[str, dict[str, str]]:
+def input_hashes(config, source) -> dict[str, dict[str, str]]:
   """Name -> ``{'path', 'sha256'}`` of ``input_paths(config)`` (paths
   portable: relative to the repository or the output directory where they
   lie under them)."""
@@ -128,7 +127,7 @@ _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'environment', 'jit_chunk_size')
 
 
-def resolved_config(config: run_config.RunConfig, source=None) -> dict:
+def resolved_config(config: run_config.RunConfig, source) -> dict:
   """Everything that shapes the run's numbers, with content hashes of the
   files and directories it reads, and ``identity``: the hash of the part
   that shapes a batch's lists (each batch checkpoint records it)."""

@@ -33,7 +33,8 @@ from recovr_jax.run import resources
 from recovr_jax.run import validation
 
 
-def build(config: run_config.RunConfig, source=None) -> data_source.Built:
+def build(config: run_config.RunConfig,
+          source: data_source.Source) -> data_source.Built:
   """``assemble.build``, its unreadable inputs a ``validation.ConfigError``."""
   try:
     return assemble.build(config, source)
@@ -86,7 +87,7 @@ def run(config: run_config.RunConfig, built: data_source.Built | None = None) ->
   earlier config with the same data (sweeps pass it to reuse the gallery,
   and its data source). The run's data source is made once, here."""
   source = built.source if built is not None else run_config.source(config)
-  out = validation.validate(config, source=source)
+  out = validation.validate(config, source)
   start = time.time()
   resolved = integrity.resolved_config(config, source)
   # In a multi-process run process 0 holds the directory (and clears it on

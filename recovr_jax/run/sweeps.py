@@ -15,8 +15,10 @@ def sweep(config: run_config.RunConfig, settings) -> str:
   each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
   ``(text, parsed)`` pairs. Every setting is checked before the first run
   (what the driver cannot run of the sweep's own config is named first,
-  without a setting)."""
-  validation.check_driver(config, run_config.source(config))
+  without a setting). The data source is made once: no setting a sweep
+  varies changes it."""
+  source = run_config.source(config)
+  validation.check_driver(config, source)
   configs = []
   for name, values in settings:
     for text, value in values:
@@ -25,16 +27,17 @@ def sweep(config: run_config.RunConfig, settings) -> str:
         c = dataclasses.replace(
             c, output_dir=os.path.join(config.output_dir, f'{name}={text}'),
             flags_text=config.flags_text + f'# sweep setting: --{name}={text}\n')
-        _check_setting(c)
+        validation.check_driver(c, source)
       except ValueError as e:
         validation.fail(f'--sweep {name}={text}: {e}')
       configs.append((name, text, c))
-  validation.validate(config)  # the sweep's own directory, once its settings are good
+  # The sweep's own directory, once its settings are good.
+  validation.validate(config, source)
   built, rows, failed = None, [], []
   for name, text, c in configs:
     print(f'== sweep {name}={text}', flush=True)
     if built is None:
-      built = runner.build(c)
+      built = runner.build(c, source)
     try:
       rows.append((name, text, runner.run(c, built)))
     except validation.RunFailed as e:  # its outputs are written; the sweep goes on
@@ -75,12 +78,6 @@ def sweep(config: run_config.RunConfig, settings) -> str:
   return summary
 
 
-def _check_setting(config):
-  """What a setting adds to the checks (without creating its output
-  directory)."""
-  validation.check_driver(config, run_config.source(config))
-
-
 def run_parts(config: run_config.RunConfig, parts) -> None:
   """Runs a suite: each ``(subdirectory, methods, [(name, text, value)])``
   of ``parts`` in ``output_dir/subdirectory`` with those methods and
@@ -88,7 +85,7 @@ def run_parts(config: run_config.RunConfig, parts) -> None:
   first runs; the data source is built once (the settings leave it as it
   is). A part that fails still writes its outputs and the suite goes on;
   ``RunFailed`` at the end names the failed parts."""
-  configs = []
+  source, configs = run_config.source(config), []
   for sub, methods, settings in parts:
     c = dataclasses.replace(
         config, methods=tuple(methods), bootstrap_also=(),
@@ -97,17 +94,17 @@ def run_parts(config: run_config.RunConfig, parts) -> None:
     try:
       for name, _, value in settings:
         c = run_config.with_setting(c, name, value)
-      validation.validate(c, create=False)
+      validation.validate(c, source, create=False)
     except (ValueError, validation.ConfigError) as e:
       validation.fail(f'suite part {sub}: {e}')
     configs.append((sub, c))
-  validation.validate(config)
+  validation.validate(config, source)
   built, failed = None, []
   for i, (sub, c) in enumerate(configs):
     print(f'== part {i + 1} of {len(configs)}: {sub} '
           f'({", ".join(c.methods)})', flush=True)
     if built is None:
-      built = runner.build(c)
+      built = runner.build(c, source)
     try:
       runner.run(c, built)
     except validation.RunFailed as e:

@@ -38,14 +38,14 @@ def fail(msg):
   raise ConfigError(msg)
 
 
-def validate(config: run_config.RunConfig, create: bool = True,
-             source=None) -> pathlib.Path | None:
+def validate(config: run_config.RunConfig, source,
+             create: bool = True) -> pathlib.Path | None:
   """Everything that can be checked before any work; returns the output
   directory (created and writable; with ``create=False`` neither it nor
   --cache_dir is created and ``None`` is returned). ``source``: the run's
-  data source (default: a new one of ``config.data``). Every independent
-  problem is found before the one ``ConfigError`` (a line each) is
-  raised."""
+  data source (``run_config.source(config)``, made once by the run's
+  entry). Every independent problem is found before the one
+  ``ConfigError`` (a line each) is raised."""
   problems = []
   checksums.allow_unverified(config.allow_unverified_checkpoints)
 
@@ -72,13 +72,7 @@ def validate(config: run_config.RunConfig, create: bool = True,
   if not 0.0 <= config.max_error_share <= 1.0:
     problems.append('--max_error_share must be in [0, 1], got '
                     f'{config.max_error_share}')
-  try:
-    source = source or run_config.source(config)
-  except ValueError as e:
-    source = None
-    problems.append(str(e))
-  if source is not None:
-    problems.extend(source.problems(config, create))
+  problems.extend(source.problems(config, create))
   driver = None
   try:
     driver = drivers.choose(config.simulation, source)
@@ -86,8 +80,7 @@ def validate(config: run_config.RunConfig, create: bool = True,
     problems.append(str(e))
   if driver is not None:
     check(_check_sharding, config, driver)
-  if source is not None:
-    check(_check_reasoner, config, source)
+  check(_check_reasoner, config, source)
   if not config.output_dir or not str(config.output_dir).strip():
     problems.append('--output_dir is empty; name a directory for the '
                     'outputs')
@@ -98,7 +91,7 @@ def validate(config: run_config.RunConfig, create: bool = True,
     resources.select_device(config.platform)
   except ValueError as e:
     problems.append(str(e))
-  if driver is not None and methods_ok and source is not None:
+  if driver is not None and methods_ok:
     problems.extend(driver.problems(config, source))
   if problems:
     raise ConfigError('\n'.join(problems))

@@ -88,7 +88,7 @@ class SeveralProblemsTest(absltest.TestCase):
         reasoner_adapter='/nonexistent',
         output_dir=self.create_tempdir().full_path)
     with self.assertRaises(validation.ConfigError) as e:
-      validation.validate(config)
+      validation.validate(config, run_config.source(config))
     lines = str(e.exception).splitlines()
     for expected in ('unknown --methods bogus', '--batch_size must be >= 1',
                      '--num_sessions must be >= 1',

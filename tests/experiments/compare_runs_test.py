@@ -110,7 +110,7 @@ class CompareRunsTest(absltest.TestCase):
                              data=files_source.RealData(),
                              reasoner='grounded')
     with self.assertRaisesRegex(validation.ConfigError, '--reasoner=grounded'):
-      validation.validate(c)
+      validation.validate(c, run_config.source(c))
 
   def test_other_sessions_are_refused(self):
     _write_run(self.root / 'd', [[7, 7], [2, 2], [5, 5]], [7, 2, 6])
@@ -143,7 +143,7 @@ class ChatReasonerFlagsTest(absltest.TestCase):
       with self.subTest(message=message):
         c = dataclasses.replace(base, **overrides)
         with self.assertRaisesRegex(validation.ConfigError, message):
-          validation.validate(c)
+          validation.validate(c, run_config.source(c))
     self.assertEqual(run_config.with_setting(base, 'prompt_wording', '2')
                      .prompt_wording, 2)
 

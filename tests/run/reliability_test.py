@@ -166,9 +166,9 @@ class ResumeIdentityTest(_OnABaseRun):
     self.assertTrue(pathlib.Path(
         world_source.WorldData.v2().checkpoint_dir).is_absolute())
     root = str(pathlib.Path(__file__).resolve().parents[2])
-    default = integrity.resolved_config(run_config.RunConfig(
-        methods=('recovr',), output_dir=str(self.base),
-        data=world_source.WorldData.v2()))
+    made = run_config.RunConfig(methods=('recovr',), output_dir=str(self.base),
+                                data=world_source.WorldData.v2())
+    default = integrity.resolved_config(made, run_config.source(made))
     self.assertEqual(default['data']['checkpoint_dir'],
                      'recovr_jax/checkpoints/world_renditions')
     for r in (resolved, default):

@@ -25,6 +25,7 @@ from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules
 from recovr_jax.run import resources
+from recovr_jax.run import run_config
 from recovr_jax.run import runner
 from tests.helpers import runs
 from tests.helpers import toy_world
@@ -547,7 +548,7 @@ class BenchmarkPresetTest(absltest.TestCase):
     del values['benchmark']
     with flagsaver.flagsaver(**values):
       config = run_flags.config_from_flags()
-      built = runner.build(config)
+      built = runner.build(config, run_config.source(config))
       runner.run(config, built)
     resolved = json.loads((root / 'v3' / 'resolved_config.json').read_text())
     self.assertEqual((resolved['data']['source'],

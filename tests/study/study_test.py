@@ -47,8 +47,9 @@ class Tiny:
       with flagsaver.flagsaver(output_dir=str(cls.root / 'study'),
                                cache_dir=str(cls.root / 'cache'), **TINY):
         cls.config = study_main.checked_config()
+        from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
         from recovr_jax.run import runner  # pylint: disable=g-import-not-at-top
-        cls.built = runner.build(cls.config)
+        cls.built = runner.build(cls.config, run_config.source(cls.config))
     return cls
 
   @classmethod

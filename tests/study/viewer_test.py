@@ -12,6 +12,7 @@ import numpy as np
 
 from recovr_jax import readers
 from recovr_jax.run import reporting
+from recovr_jax.run import run_config
 from recovr_jax.study import media
 from recovr_jax.study import viewer
 
@@ -305,7 +306,8 @@ class WorldTruthTest(absltest.TestCase):
                           if k not in ('output_dir', 'cache_dir')})
     with flagsaver.flagsaver(**values):
       config = run_flags.config_from_flags()
-    truth = world_truth.of_run(config, runner.build(config))
+    truth = world_truth.of_run(config, runner.build(
+        config, run_config.source(config)))
     run = viewer.load(out)
     turns = 0
     for row in run.rows.values():
