@@ -115,7 +115,7 @@ def main(argv):
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
-  vocab = source.vocabulary(config)
+  vocab = source.vocabulary(config.user, config.cache_dir)
   for backend in _BACKENDS.value:  # each backend's checks, before any load
     problems = registry.problems(reading_benchmark.reasoner_config(
         config, backend, options), vocab)

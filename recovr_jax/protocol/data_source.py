@@ -22,8 +22,9 @@ inside ``jit``; the jitted driver runs on it, ``drivers.jit_driver``),
 ``ScoresAsking`` (it knows the targets' attributes, so asking is scored)
 and ``ExtraOutputs`` (its runs write files of their own).
 
-``run`` below is the run's ``run.run_config.RunConfig``; the protocol
-reads only its generic fields (reasoner, user, seeds, cache directory).
+Besides its own config, a method receives what it reads of the run: the
+simulated user's config (``user``, the world's ``UserConfig`` on every
+source), the user's seed, ``--num_sessions`` and ``--cache_dir``.
 """
 
 import abc
@@ -80,29 +81,35 @@ class Source(abc.ABC):
     return 'rules'
 
   @abc.abstractmethod
-  def problems(self, run, create: bool) -> list[str]:
+  def problems(self, create: bool, num_sessions: int | None) -> list[str]:
     """Every problem of the source's settings, a line each, found before any
-    model loads (``create``: the run will write, so caches may be made)."""
+    model loads (``create``: the run will write, so caches may be made;
+    ``num_sessions``: the sessions asked for, None for all)."""
 
   @abc.abstractmethod
-  def input_paths(self, run) -> dict[str, str]:
+  def input_paths(self) -> dict[str, str]:
     """Name -> path of every file or directory the source reads that can
     change a run's numbers (defaults resolved)."""
 
   @abc.abstractmethod
-  def build(self, run) -> Built:
+  def build(self, user, cache_dir: str | None) -> Built:
     """Loads the queries, Progress Memory and encoders (the expensive
-    part); ``SourceError`` for inputs that cannot be read."""
+    part; ``user``: the user's config, whose words may write a first
+    query; ``cache_dir``: where earlier runs' embeddings are kept);
+    ``SourceError`` for inputs that cannot be read."""
 
   @abc.abstractmethod
-  def user(self, run, env: environment.Environment):
+  def user(self, env: environment.Environment, user, seed: int):
     """The host driver's user function
-    ``respond(session, turn, target, shown, question) -> Feedback``."""
+    ``respond(session, turn, target, shown, question) -> Feedback`` of
+    the user config ``user``, its draws seeded by ``seed``."""
 
   @abc.abstractmethod
-  def vocabulary(self, run) -> vocabulary.Vocabulary:
+  def vocabulary(self, user, cache_dir: str | None
+                 ) -> vocabulary.Vocabulary:
     """What this source offers the reasoner backends (its lexicon-only
-    reasoner, grounding, examples...); cheap: the parts load when used."""
+    reasoner, grounding, examples...) for the user config ``user``; cheap:
+    the parts load when used (into ``cache_dir``)."""
 
   def target_captions(self, built: Built) -> dict[str, tuple[str, ...]]:
     """Kind -> ``[N]`` captions of the gallery's videos whose T2V search,

@@ -39,7 +39,8 @@ def build(config: run_config.RunConfig,
   ``data_source.SourceError`` names an unreadable input. The ``Built``
   holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
-  built = dataclasses.replace(source.build(config), source=source)
+  built = dataclasses.replace(source.build(config.user, config.cache_dir),
+                              source=source)
   return drivers.choose(config.simulation, source).prepare(source, built)
 
 
@@ -83,9 +84,10 @@ def assemble(config: run_config.RunConfig,
   reading benchmark's backends and options)."""
   built = built if built is not None else build(config)
   source, env = built.source, built.env
-  user = source.user(config, env)
+  user = source.user(env, config.user, config.user_seed)
   reasoner = registry.make(reasoner or config.reasoner_config(),
-                           source.vocabulary(config), env.encode_text)
+                           source.vocabulary(config.user, config.cache_dir),
+                           env.encode_text)
   ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,
                          reasoner=reasoner)

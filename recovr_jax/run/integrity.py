@@ -35,9 +35,10 @@ def input_paths(config, source) -> dict[str, str]:
   """Name -> path of every file or directory ``config`` reads that can
   change its numbers (defaults resolved): its data source's (``source``,
   the run's), then the reasoner's."""
-  paths = source.input_paths(config)
+  paths = source.input_paths()
   paths.update(registry.get(config.reasoner).inputs(
-      config.reasoner_config(), source.vocabulary(config)))
+      config.reasoner_config(), source.vocabulary(config.user,
+                                                  config.cache_dir)))
   return paths
 
 
@@ -144,9 +145,11 @@ def resolved_config(config: run_config.RunConfig, source) -> dict:
   resolved['backend'] = jax.default_backend()
   shaping = {k: v for k, v in resolved.items() if k not in _NOT_IN_IDENTITY}
   # Session s is query s % Q whatever the repeats: a batch's lists do not
-  # depend on them (as on --num_sessions).
+  # depend on them (as on --num_sessions); accepting other encoders only
+  # lets a run start.
   shaping['data'] = {k: v for k, v in shaping['data'].items()
-                     if k != 'query_repeats'}
+                     if k not in ('query_repeats',
+                                  'allow_other_world_encoders')}
   # Files by content: the same inputs elsewhere are the same run.
   shaping['files'] = {k: v['sha256'] for k, v in resolved['files'].items()}
   resolved['identity'] = hashlib.sha256(

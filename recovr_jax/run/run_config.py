@@ -139,13 +139,6 @@ class RunConfig:
   #: outputs, then exits non-zero. Default 0: any session that raised fails
   #: the run.
   max_error_share: float = config_tree.setting(0.0)
-  #: world: run even when the encoders (--checkpoint_dir) were trained on a
-  #: world with another --world_seed or --test_share, whose training split
-  #: holds some of this world's test combinations (the overlap is printed).
-  #: Off: such a run is refused.
-  allow_other_world_encoders: bool = config_tree.setting(
-      False, only_for=world_source.WorldData.NAME,
-      group='Benchmark and world')
   #: Load checkpoint directories that have no checksums.json (their files
   #: cannot be verified); each one is listed in resolved_config.json and
   #: report.md. Off: such a directory is refused.

@@ -72,7 +72,7 @@ def validate(config: run_config.RunConfig, source,
   if not 0.0 <= config.max_error_share <= 1.0:
     problems.append('--max_error_share must be in [0, 1], got '
                     f'{config.max_error_share}')
-  problems.extend(source.problems(config, create))
+  problems.extend(source.problems(create, config.num_sessions))
   driver = None
   try:
     driver = drivers.choose(config.simulation, source)
@@ -162,7 +162,8 @@ def _check_reasoner(config, source) -> None:
     fail(f'--reasoner_adapter is for --reasoner={registry.or_list(readers)}, '
          f'not --reasoner={config.reasoner}')
   problems = registry.problems(config.reasoner_config(),
-                               source.vocabulary(config))
+                               source.vocabulary(config.user,
+                                                 config.cache_dir))
   if problems:
     fail('\n'.join(problems))
 

@@ -98,8 +98,8 @@ class RealSource(data_source.Source, data_source.ExtraOutputs):
   # Stepped).
   OUTPUT_FILES = ('user_phraser.json', 'text_truncation.json')
 
-  def problems(self, run, create):
-    del run, create
+  def problems(self, create, num_sessions):
+    del create, num_sessions
     c = self.config
     out = []
     if c.missing_ids not in MISSING_IDS:
@@ -147,8 +147,7 @@ class RealSource(data_source.Source, data_source.ExtraOutputs):
         out.append(f'--clip_dir: {e}')
     return out
 
-  def input_paths(self, run):
-    del run
+  def input_paths(self):
     paths = {name: getattr(self.config, name)
              for name in ('annotations', 'gallery_embeddings', 'clip_dir',
                           'reference_embeddings', 'query_embeddings')
@@ -165,8 +164,8 @@ class RealSource(data_source.Source, data_source.ExtraOutputs):
         paths[f'{name}_module'] = callables.module_file(spec, f'--{name}')
     return paths
 
-  def build(self, run):
-    del run
+  def build(self, user, cache_dir):
+    del user, cache_dir
     from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
     c = self.config
     try:
@@ -180,7 +179,7 @@ class RealSource(data_source.Source, data_source.ExtraOutputs):
       raise data_source.SourceError(str(e)) from e
     return data_source.Built(env=env)
 
-  def user(self, run, env):
+  def user(self, env, user, seed):
     from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
     phrase = None
@@ -189,14 +188,14 @@ class RealSource(data_source.Source, data_source.ExtraOutputs):
       from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
       phrase = caption_user.LMPhraser(
           chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
-          seed=run.user_seed)
+          seed=seed)
     return environment.caption_user(
-        caption_user.CaptionUser(drop_rate=run.user.drop_rate,
-                                 seed=run.user_seed, phrase=phrase),
+        caption_user.CaptionUser(drop_rate=user.drop_rate,
+                                 seed=seed, phrase=phrase),
         env.captions)
 
-  def vocabulary(self, run):
-    del run
+  def vocabulary(self, user, cache_dir):
+    del user, cache_dir
     return VOCABULARY
 
   def extra_outputs(self, built, user):

@@ -83,6 +83,11 @@ class WorldData:
   #: queries (docs/runner.md). Sessions below --num_test_triplets are the
   #: same whatever this is.
   query_repeats: int = config_tree.setting(1, lower_bound=1)
+  #: Run even when the encoders (--checkpoint_dir) were trained on a world
+  #: with another --world_seed or --test_share, whose training split holds
+  #: some of this world's test combinations (the overlap is printed). Off:
+  #: such a run is refused.
+  allow_other_world_encoders: bool = config_tree.setting(False)
 
   @classmethod
   def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
@@ -170,7 +175,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     world with a describable layout (only its lexicon reads the layout)."""
     return 'rules' if self.config.world.describe_layout else 'grounded'
 
-  def problems(self, run, create):
+  def problems(self, create, num_sessions):
     del create
     out = []
     if self.config.start not in STARTS:
@@ -186,35 +191,35 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                             captioner.DEFAULT_CAPTIONER_DIR)
       except FileNotFoundError as e:
         out.append(f'--captioner_checkpoint: {e}')
-    problem = self._seed_problem(run)
+    problem = self._seed_problem()
     if problem:
       out.append(problem)
-    out += self._layout_problems(run)
-    out += self._session_problems(run)
+    out += self._layout_problems()
+    out += self._session_problems(num_sessions)
     return out
 
-  def _session_problems(self, run) -> list[str]:
+  def _session_problems(self, num_sessions) -> list[str]:
     """More sessions than the world's queries give is an error naming the
     flags that give more, before anything loads."""
     queries = self.config.world.num_test_triplets
     repeats = self.config.query_repeats
     if repeats < 1:
       return [f'--query_repeats must be >= 1, got {repeats}']
-    if run.num_sessions is None or run.num_sessions <= queries * repeats:
+    if num_sessions is None or num_sessions <= queries * repeats:
       return []
     world = self.config.world
     combinations = int(generator.test_split(world.seed,
                                             world.test_share).sum())
-    return [f'--num_sessions={run.num_sessions}: the world gives at most '
+    return [f'--num_sessions={num_sessions}: the world gives at most '
             f'{queries * repeats} sessions ({queries} test queries '
             f'(--num_test_triplets) x --query_repeats={repeats}); pass '
-            f'--query_repeats={-(-run.num_sessions // queries)} to run each '
+            f'--query_repeats={-(-num_sessions // queries)} to run each '
             'query again under independent user draws, or raise '
             f'--num_test_triplets (distinct targets: at most the '
             f'{combinations} test combinations, fewer where a target has no '
             'hard negative)']
 
-  def _layout_problems(self, run) -> list[str]:
+  def _layout_problems(self) -> list[str]:
     """A describable layout needs encoders and a captioner trained for it
     (and they refuse a world without it), the host driver and the rules
     reasoner (whose lexicon reads the layout: ``vocabulary``'s
@@ -246,7 +251,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                    f'run is {"with" if layout else "without"} it')
     return out
 
-  def _seed_problem(self, run) -> str | None:
+  def _seed_problem(self) -> str | None:
     """Encoders trained on another world's split have seen this world's
     test combinations: refused unless --allow_other_world_encoders, with
     the overlap stated."""
@@ -269,7 +274,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                f'seed {theirs[0]}, test_share {theirs[1]}; '
                f'{100 * overlap:.1f}% of this world\'s test combinations '
                '(--world_seed / --test_share) are in their training split')
-    if not run.allow_other_world_encoders:
+    if not self.config.allow_other_world_encoders:
       return (message + '; train encoders for this world (python -m '
               'experiments.train.train_world --world_seed=...) or pass '
               '--allow_other_world_encoders to accept the leak')
@@ -277,12 +282,12 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     print(f'warning: {message} (accepted)', flush=True)
     return None
 
-  def vocabulary(self, run):
-    return world_vocabulary(self.config.world, run.user,
-                      run.allow_other_world_encoders,
-                      cache_dir=run.cache_dir or None)
+  def vocabulary(self, user, cache_dir):
+    return world_vocabulary(self.config.world, user,
+                            self.config.allow_other_world_encoders,
+                            cache_dir=cache_dir or None)
 
-  def input_paths(self, run):
+  def input_paths(self):
     paths = {'checkpoint_dir': (self.config.checkpoint_dir or
                                 encoders.DEFAULT_CHECKPOINT_DIR),
              'text_encoder': (self.config.text_encoder_dir or
@@ -293,7 +298,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                                        captioner.DEFAULT_CAPTIONER_DIR)
     return paths
 
-  def build(self, run):
+  def build(self, user, cache_dir):
     from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
     world = generator.make_world(self.config.world)
@@ -302,8 +307,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                                                  lazy_video=True)
     text = encoders.TextEncoder(self.config.text_encoder_dir)
     text_cache = None
-    if run.cache_dir:  # the embeddings of earlier runs' texts
-      text_cache = text.cache_path(run.cache_dir)
+    if cache_dir:  # the embeddings of earlier runs' texts
+      text_cache = text.cache_path(cache_dir)
       if text_cache.exists() and not text_cache.is_file():
         raise data_source.SourceError(
             f'--cache_dir: {text_cache}, where the text embedding cache '
@@ -315,7 +320,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
       writer = captioner.Captioner(self.config.captioner_checkpoint or
                                    captioner.DEFAULT_CAPTIONER_DIR)
     env = environment.world_environment(world, text, video, composer,
-                                        cache_dir=run.cache_dir or None,
+                                        cache_dir=cache_dir or None,
                                         captioner=writer)
     named = np.asarray(world.test.named)
     if self.config.start == 'text':  # no reference; a first description
@@ -323,7 +328,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
       if self.config.query_repeats > 1:  # each session its own description
         env, named = repeated(env, named, self.config.query_repeats)
       texts, named = text_start.first_queries(
-          env.attributes, env.target, run.user.language, run.user.phrasings)
+          env.attributes, env.target, user.language, user.phrasings)
       env = dataclasses.replace(
           env, reference=np.full(len(env.target), -1, np.int64),
           modification=texts)
@@ -355,11 +360,11 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                       "run's outputs are written, and a later run encodes "
                       'these texts again', path, type(e).__name__, e)
 
-  def user(self, run, env):
+  def user(self, env, user, seed):
     from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
     return environment.attribute_user(
-        simulated_user.SimulatedUser(run.user, seed=run.user_seed),
+        simulated_user.SimulatedUser(user, seed=seed),
         env.attributes)
 
   def ask_truth(self, built, user):
