@@ -186,7 +186,7 @@ def main(argv):
   user_study, gallery_media = make_study(config)
   import uvicorn  # pylint: disable=g-import-not-at-top
   from recovr_jax.study import app as app_lib  # pylint: disable=g-import-not-at-top
-  print(f'study of {config.methods[0]} ({config.reasoner} reasoner): '
+  print(f'study of {config.methods[0]} ({config.reasoner.name} reasoner): '
         f'{len(user_study.queues)} participants x '
         f'{user_study.config.instances} '
         f'instances, up to {user_study.base.num_turns} turns each; logs in '

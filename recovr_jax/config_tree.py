@@ -97,18 +97,22 @@ def setting_of(field: dataclasses.Field) -> Setting | None:
 
 
 def comments(cls: type) -> dict[str, str]:
-  """Field name -> the ``#:`` comment lines above it, joined (the help)."""
-  lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
+  """Field name -> the ``#:`` comment lines above it, joined (the help), in
+  ``cls`` and the config classes it derives from."""
   out = {}
-  for node in ast.parse('\n'.join(lines)).body[0].body:
-    if not isinstance(node, ast.AnnAssign):
+  for owner in reversed(cls.__mro__):
+    if not dataclasses.is_dataclass(owner):
       continue
-    block, row = [], node.lineno - 2
-    while row >= 0 and lines[row].strip().startswith('#:'):
-      block.insert(0, lines[row].strip()[2:].strip())
-      row -= 1
-    if block:
-      out[node.target.id] = ' '.join(block)
+    lines = textwrap.dedent(inspect.getsource(owner)).splitlines()
+    for node in ast.parse('\n'.join(lines)).body[0].body:
+      if not isinstance(node, ast.AnnAssign):
+        continue
+      block, row = [], node.lineno - 2
+      while row >= 0 and lines[row].strip().startswith('#:'):
+        block.insert(0, lines[row].strip()[2:].strip())
+        row -= 1
+      if block:
+        out[node.target.id] = ' '.join(block)
   return out
 
 
@@ -148,8 +152,12 @@ def leaves(cls: type, prefix: tuple[str, ...] = (),
         default = field.default.NAME
       out.append(Leaf(option.flag or field.name, path, cls, str, default,
                       help_text, option, variant=variant))
+      seen = {}  # a field a variant inherits from another: one flag
       for sub in option.variants:
-        out.extend(leaves(sub, path, sub.NAME))
+        for leaf in leaves(sub, path, sub.NAME):
+          base = seen.setdefault((leaf.name, leaf.dotted), sub)
+          if base is sub or not issubclass(sub, base):
+            out.append(leaf)
       continue
     default = (option.flag_default
                if option.flag_default is not UNSET

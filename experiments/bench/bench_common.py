@@ -199,5 +199,6 @@ def world_run(world_config, user_config, cache_dir, simulation='jit'):
       data=world_source.WorldData(world=world_config,
                                   checkpoint_dir=encoders.DEFAULT_CHECKPOINT_DIR,
                                   captions='oracle'),
-      reasoner='rules', user=user_config, simulation=simulation)
-  return assemble.assemble(config)
+      user=user_config, simulation=simulation)  # the rules reasoner
+  return assemble.assemble(config, assemble.build(config,
+                                                  run_config.source(config)))

@@ -192,7 +192,7 @@ def main(argv):
          'server_median_s': statistics.median(server_s),
          'server_worst_s': max(server_s),
          'startup_s': round(load_s, 1),
-         'method': config.methods[0], 'reasoner': config.reasoner,
+         'method': config.methods[0], 'reasoner': config.reasoner.name,
          'num_turns': config.loop.num_turns,
          'note': ('wait = POST feedback -> redirected page -> new top '
                   "result's GIF, client side over local HTTP; next instance = "

@@ -31,6 +31,7 @@ from recovr_jax.envs.world import world_source
 from recovr_jax.methods import base
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
+from recovr_jax.reasoning import registry
 from recovr_jax.run import run_config
 from recovr_jax.run import distributed
 from recovr_jax.run import validation
@@ -199,10 +200,12 @@ def config_from_values(
                   base.Settings())
   user = part(lambda: _user(values, benchmark), simulated_user.UserConfig())
   fields = kwargs(run_config.RunConfig, values, nested=False)
-  reasoner = values['reasoner']
-  if reasoner is None:  # the source's default
+  name = values['reasoner']
+  if name is None:  # the source's default
     source_data = world_source.WorldData.preset() if data is None else data
-    reasoner = run_config.source_of(source_data).default_reasoner()
+    name = run_config.source_of(source_data).default_reasoner()
+  reasoner = part(lambda: reasoner_config(name, values, given),
+                  registry.ReasonerConfig())
   count, pid = processes
   fields.update(loop=loop, settings=settings, user=user, reasoner=reasoner,
                 num_processes=count, process_id=pid, flags_text=flags_text)
@@ -218,6 +221,32 @@ def config_from_values(
         problems.extend(str(e).splitlines())
     raise validation.ConfigError('\n'.join(problems))
   return config
+
+
+def reasoner_config(name: str, values: dict, given=frozenset()
+                    ) -> registry.ReasonerConfig:
+  """The config of reasoner backend ``name``, its settings from ``values``
+  (flag name -> value); ``ValueError`` for an unknown backend, or for
+  --reasoner_adapter ``given`` to one that reads no adapter."""
+  if name not in registry.REGISTRY:
+    raise ValueError(f'unknown --reasoner {name!r}; valid: '
+                     f'{", ".join(registry.names())}')
+  config_type = registry.get(name).CONFIG
+  settings = config_tree.kwargs(config_type, values, nested=False)
+  if 'reasoner_adapter' in given and 'adapter' not in settings:
+    readers = [n for n in registry.names()
+               if hasattr(registry.get(n).CONFIG(), 'adapter')]
+    raise ValueError(f'--reasoner_adapter is for --reasoner='
+                     f'{registry.or_list(readers)}, not --reasoner={name}')
+  return config_type(name=name, **settings)
+
+
+def _parsed(name: str, text: str):
+  """A --sweep or --suite value of setting ``name``: a backend's name is
+  its config, with the reasoner flags' values."""
+  if name == 'reasoner':
+    return reasoner_config(text, config_flags.values(LEAVES))
+  return flags.FLAGS[name].parser.parse(text)
 
 
 def sweep_settings():
@@ -236,7 +265,7 @@ def suite_parts():
                          f'settings of each run; drop {" and ".join(clash)}')
   parts = []
   for sub, methods, settings in SUITES[_SUITE.value]:
-    parts.append((sub, methods, [(n, text, flags.FLAGS[n].parser.parse(text))
+    parts.append((sub, methods, [(n, text, _parsed(n, text))
                                  for n, text in settings]))
   return parts
 
@@ -313,7 +342,7 @@ def parse_sweep(specs):
     parsed = []
     for v in values.split('|'):
       try:
-        parsed.append((v, flags.FLAGS[name].parser.parse(v)))
+        parsed.append((v, _parsed(name, v)))
       except ValueError as e:
         raise app.UsageError(f'--sweep {name}={v}: {e}') from e
     out.append((name, parsed))

@@ -24,6 +24,7 @@ from absl import flags
 from absl import logging
 
 from experiments.common import cli
+from experiments.common import config_flags
 from experiments.common import outputs
 from experiments.common import run_flags
 from recovr_jax.analysis import reading_benchmark
@@ -100,6 +101,11 @@ def main(argv):
     raise app.UsageError('eval_reading reads the embedded world\'s '
                          'simulated user: --data=world')
   source = run_config.source(config)
+
+  def reasoner(backend):  # its settings from the reasoner flags
+    return reading_benchmark.with_options(run_flags.reasoner_config(
+        backend, config_flags.values(run_flags.LEAVES)), options)
+
   if not drivers.choose(config.simulation, source).STEPWISE:
     raise app.UsageError('eval_reading draws requests in the host loop: '
                          '--simulation=host')
@@ -117,8 +123,7 @@ def main(argv):
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
   vocab = source.vocabulary(config.user, config.cache_dir)
   for backend in _BACKENDS.value:  # each backend's checks, before any load
-    problems = registry.problems(reading_benchmark.reasoner_config(
-        config, backend, options), vocab)
+    problems = registry.problems(reasoner(backend), vocab)
     if problems:
       raise app.UsageError(f'--backends={backend}: ' + '; '.join(problems))
   run_flags.use_compilation_cache(config)
@@ -134,7 +139,7 @@ def main(argv):
     for rate in rates:
       start = time.time()
       scored = reading_benchmark.evaluate(assemble.assemble(
-          config, built, reading_benchmark.reasoner_config(config, backend, options)),
+          config, built, reasoner(backend)),
                                 rate, num)
       report[backend][str(rate)] = (scored if _TEST_SPLIT.value else
                                     reading_benchmark.without_test(scored))

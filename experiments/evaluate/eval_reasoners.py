@@ -27,6 +27,7 @@ from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.models import reasoner_training
 from recovr_jax.envs.world import world_source
+from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import prompts
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import schemas
@@ -65,8 +66,9 @@ def _truth_scores(module, obj, target):
 
 
 def evaluate(backend, pairs, truths, reference, world):
-  config = registry.ReasonerConfig(
-      backend, chat=registry.ChatOptions(wording=int(_WORDING.value)))
+  # Its wording, and its own batch of 16, where the backend reads them.
+  config = registry.config_of(backend, like=chat_lm.ChatConfig(
+      wording=int(_WORDING.value), batch_size=16))
   reasoner = registry.make(config, world_source.world_vocabulary(world.config))
   report = {}
   start = time.time()

@@ -103,6 +103,8 @@ def setup_of(meta: dict) -> dict:
     world = config['data'].get('world') or {}
     language = config['user']['language']
     reader, sessions = config['reasoner'], config['num_sessions']
+    if isinstance(reader, dict):  # the backend's config (its name first)
+      reader = reader['name']
   except (KeyError, AttributeError, TypeError) as e:
     raise ValueError(f'its main run\'s resolved_config.json lacks {e} (a '
                      'run of an older version?)') from e

@@ -256,14 +256,14 @@ def score(turns, intents, reflects,
   return out
 
 
-def reasoner_config(config, backend: str,
-                    grounded_options: dict | None = None
-                    ) -> registry.ReasonerConfig:
-  """The run's reasoner settings (``config``'s) for ``backend``, with
-  ``grounded_options`` overriding the grounded reader's."""
-  return dataclasses.replace(
-      dataclasses.replace(config, reasoner=backend).reasoner_config(),
-      grounded=grounded_options)
+def with_options(reasoner: registry.ReasonerConfig,
+                 grounded_options: dict | None = None
+                 ) -> registry.ReasonerConfig:
+  """``reasoner`` with ``grounded_options`` overriding the grounded
+  reader's, where it reads them."""
+  if not hasattr(reasoner, 'options'):
+    return reasoner
+  return dataclasses.replace(reasoner, options=grounded_options)
 
 
 def evaluate(run, noise_rate: float, num_sessions):

@@ -102,8 +102,8 @@ class Traced(_Jitted):
   def problems(self, config, source):
     out = source.traced_problems()
     # (an unknown --reasoner is the reasoner check's to name)
-    if (config.reasoner in registry.REGISTRY and
-        not registry.get(config.reasoner).JITTED):
+    if (config.reasoner.name in registry.REGISTRY and
+        not registry.get(config.reasoner.name).JITTED):
       out.append('--simulation=jit needs --reasoner='
                  f'{registry.or_list(registry.with_property("JITTED"))} on '
                  f'--data={source.NAME} (its face reproduces their reading '
@@ -115,7 +115,7 @@ class Traced(_Jitted):
                                jit_env=source.traced_environment(built))
 
   def batch(self, run, method, sessions, loop):
-    reading = _reading(run.config.reasoner, run.reasoner)
+    reading = _reading(run.config.reasoner.name, run.reasoner)
     jit_env = run.built.jit_env
     config = traced_config(
         lambda form, num_turns: run.source.traced_face(

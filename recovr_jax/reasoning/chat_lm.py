@@ -14,6 +14,7 @@ LoRA adapter (``reasoning.lora``) is merged into the weights at load.
 """
 
 import collections
+import dataclasses
 import json
 import os
 import pathlib
@@ -23,9 +24,10 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from recovr_jax import readers
 from recovr_jax import checksums
+from recovr_jax import config_tree
 from recovr_jax import paths
+from recovr_jax import readers
 from recovr_jax.reasoning import constrained
 from recovr_jax.reasoning import flax_lm
 from recovr_jax.reasoning import llama_decode
@@ -333,28 +335,58 @@ def make(backend: str, fallback, checkpoint=None, examples=None,
                         reflect_literals=reflect_literals)
 
 
+@dataclasses.dataclass(frozen=True)
+class ChatConfig(registry.CheckpointConfig):
+  """``smollm2``'s settings (``make``'s)."""
+  NAME = 'chat'
+  #: smollm2*: examples per module in the prompt, drawn from the training
+  #: split and answered by the rules backend (default: 3 for smollm2, 0 for
+  #: smollm2_world, as it was trained; 0 on real data).
+  few_shot: int | None = config_tree.setting(None)
+  #: smollm2*: which of the three wordings of the prompt suite
+  #: (reasoning/prompts.py; the paper's Table 9).
+  wording: int = config_tree.setting(1, flag='prompt_wording',
+                                     choices=(1, 2, 3), sweep=True)
+  #: smollm2*: parameter and activation dtype.
+  dtype: str = config_tree.setting('float32', flag='reasoner_dtype',
+                                   choices=('float32', 'bfloat16'))
+  #: smollm2*: decode under each module's JSON grammar (valid by
+  #: construction); off: free decoding with one retry, then the rules
+  #: fallback (counted in report.md).
+  constrained_decoding: bool = config_tree.setting(True)
+  #: smollm2*: sessions per generation call.
+  batch_size: int = config_tree.setting(64, flag='reasoner_batch')
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptedChatConfig(ChatConfig):
+  """``smollm2_world``'s settings: ``smollm2``'s and its adapter."""
+  NAME = 'adapted_chat'
+  #: smollm2_world, grounded_smollm2: a LoRA adapter directory written by
+  #: experiments/train/train_adapter.py (default: the shipped
+  #: recovr_jax/checkpoints/smollm2_world); its recorded data recipe is
+  #: checked as the shipped one is.
+  adapter: str | None = config_tree.setting(None, flag='reasoner_adapter')
+
+
 class _Chat(registry.Backend):
   """``smollm2`` (zero-shot or few-shot) and ``smollm2_world`` (with its
   LoRA adapter): ``make`` above over the source's vocabulary."""
-  FLAGS = ('reasoner_checkpoint', 'few_shot', 'prompt_wording',
-           'reasoner_dtype', 'constrained_decoding', 'reasoner_batch')
 
   def __init__(self, name: str, adapter: bool):
     self.NAME = name  # pylint: disable=invalid-name
     self.adapter = adapter
-    if adapter:
-      self.FLAGS = self.FLAGS + ('reasoner_adapter',)  # pylint: disable=invalid-name
+    self.CONFIG = AdaptedChatConfig if adapter else ChatConfig  # pylint: disable=invalid-name
 
   def adapter_dir(self, config) -> pathlib.Path:
-    return pathlib.Path(config.chat.adapter or DEFAULT_ADAPTER_DIR)
+    return pathlib.Path(config.adapter or DEFAULT_ADAPTER_DIR)
 
   def problems(self, config, vocab):
-    chat = config.chat
-    if chat.batch_size < 1:
+    if config.batch_size < 1:
       return ['--reasoner_batch must be >= 1']
-    if chat.few_shot is not None and chat.few_shot < 0:
+    if config.few_shot is not None and config.few_shot < 0:
       return ['--few_shot must be >= 0']
-    if chat.few_shot and vocab.examples is None:
+    if config.few_shot and vocab.examples is None:
       return [f'--few_shot: --data={vocab.data} has no examples to draw; '
               'use 0']
     if config.checkpoint:
@@ -407,7 +439,11 @@ class _Chat(registry.Backend):
     return make(self.NAME, vocab.rules(), config.checkpoint,
                 examples=vocab.examples(8) if vocab.examples else None,
                 preprocess=vocab.preprocess if fixer else None,
-                reflect_literals=vocab.literals, **config.chat.as_kwargs())
+                reflect_literals=vocab.literals, few_shot=config.few_shot,
+                wording=config.wording, dtype=config.dtype,
+                constrained_decoding=config.constrained_decoding,
+                batch_size=config.batch_size,
+                adapter=config.adapter if self.adapter else None)
 
 
 SMOLLM2 = _Chat('smollm2', adapter=False)

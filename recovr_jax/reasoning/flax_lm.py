@@ -280,10 +280,10 @@ class FlaxLMReasoner(LMReasoner):
 
 
 class _FlaxLM(registry.Backend):
-  """``flax_lm``: a Flax causal-LM checkpoint (``ReasonerConfig.checkpoint``,
+  """``flax_lm``: a Flax causal-LM checkpoint (``CheckpointConfig.checkpoint``,
   default the source's ``lm_checkpoint``) with the rules fallback."""
   NAME = 'flax_lm'
-  FLAGS = ('reasoner_checkpoint',)
+  CONFIG = registry.CheckpointConfig
 
   def directory(self, config, vocab):
     return config.checkpoint or vocab.lm_checkpoint

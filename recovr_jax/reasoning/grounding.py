@@ -381,19 +381,28 @@ def fit_abstain(reader: GroundingReader, texts: Sequence[str],
           'curve': curve[::-1]}
 
 
+@dataclasses.dataclass(frozen=True)
+class GroundedConfig(registry.ReasonerConfig):
+  """``grounded``'s settings: overrides of its reader's options (the
+  reading benchmark's; no flag)."""
+  NAME = 'grounded'
+  options: dict | None = None
+
+
 class _Grounded(registry.Backend):
   """``grounded``: the rules reasoning over the source's grounding reader
   (``Vocabulary.grounding``; on the world ``envs.world.models.reader_fit.Grounding``),
-  with ``ReasonerConfig.grounded`` overriding its options."""
+  with ``GroundedConfig.options`` overriding its options."""
   NAME = 'grounded'
   JITTED = True
+  CONFIG = GroundedConfig
 
   def offered(self, vocab):
     return vocab.grounding is not None
 
   def problems(self, config, vocab):
     try:
-      vocab.grounding.check_options(config.grounded)
+      vocab.grounding.check_options(config.options)
     except ValueError as e:
       return [f'--{e}']
     return []
@@ -403,7 +412,7 @@ class _Grounded(registry.Backend):
     if encode_text is None:
       raise ValueError("--reasoner=grounded needs the source's text "
                        'encoder (encode_text)')
-    return vocab.grounding.reasoner(encode_text, config.grounded)
+    return vocab.grounding.reasoner(encode_text, config.options)
 
 
 BACKEND = _Grounded()

@@ -2,8 +2,10 @@
 
 A backend is one object in its own module (``Backend``): its checks before
 any model loads (``problems``), the files that make a run's identity
-(``inputs``) and its reasoner (``make``). It is made from a
-``ReasonerConfig`` and a ``vocabulary.Vocabulary``, which the data source offers (the
+(``inputs``) and its reasoner (``make``). It is made from its config (its
+``CONFIG``: a ``ReasonerConfig``, or a subclass declared in the backend's
+module whose fields are settings, ``config_tree.setting``, so their flags
+follow) and a ``vocabulary.Vocabulary``, which the data source offers (the
 lexicon, the grounding reader, few-shot examples, the Reflector's literal
 sets, the spelling fixer), so no backend asks which source it runs on and no
 caller branches on a backend's name.
@@ -23,7 +25,9 @@ import abc
 import contextlib
 import dataclasses
 import importlib
+from typing import ClassVar
 
+from recovr_jax import config_tree
 from recovr_jax.reasoning import vocabulary
 
 # name -> 'module:attribute' of its Backend (imported when first asked for).
@@ -39,26 +43,23 @@ _LOADED = {}
 
 
 @dataclasses.dataclass(frozen=True)
-class ChatOptions:
-  """The chat-LM backends' options (``chat_lm.make``)."""
-  few_shot: int | None = None   # examples per module (None: the default)
-  wording: int = 1              # the prompt wording
-  dtype: str = 'float32'
-  constrained_decoding: bool = True
-  batch_size: int = 16
-  adapter: str | None = None    # smollm2_world's LoRA adapter directory
-
-  def as_kwargs(self) -> dict:
-    return dataclasses.asdict(self)
+class ReasonerConfig:
+  """One run's reasoner: its backend's name; a backend that reads settings
+  has a subclass of its own (``Backend.CONFIG``)."""
+  NAME: ClassVar[str] = 'reasoner'  # the config's kind (``--help``)
+  HELP_GROUP: ClassVar[str] = 'Reasoner (docs/reasoning.md)'
+  name: str = 'rules'
 
 
 @dataclasses.dataclass(frozen=True)
-class ReasonerConfig:
-  """One run's reasoner: its backend's name and the settings it reads."""
-  name: str
-  checkpoint: str | None = None      # a model directory (flax_lm, chat)
-  chat: ChatOptions = ChatOptions()  # read by the chat-LM backends
-  grounded: dict | None = None       # overrides of the grounding options
+class CheckpointConfig(ReasonerConfig):
+  """A backend that reads a model directory."""
+  NAME: ClassVar[str] = 'checkpoint'
+  #: flax_lm: a local Flax causal LM directory (default: the shipped one).
+  #: smollm2*: a converted Llama chat directory (default: the conversion in
+  #: $RECOVR_JAX_CACHE or ~/.cache/recovr_jax).
+  checkpoint: str | None = config_tree.setting(None,
+                                               flag='reasoner_checkpoint')
 
 
 class Backend(abc.ABC):
@@ -66,8 +67,7 @@ class Backend(abc.ABC):
   NAME = ''
   JITTED = False    # the jitted world face reproduces its reading
   LEXICAL = False   # it reads the source's lexicon only (so: any layout)
-  # The ReasonerConfig settings it reads, as the flags that set them.
-  FLAGS: tuple[str, ...] = ()
+  CONFIG: type = ReasonerConfig  # its config: the settings it reads
 
   def offered(self, vocab: vocabulary.Vocabulary) -> bool:
     """Whether the source of ``vocab`` can run it."""
@@ -154,6 +154,19 @@ def problems(config: ReasonerConfig, vocab: vocabulary.Vocabulary) -> list[str]:
             f'{or_list(with_property("LEXICAL"))} only (got '
             f'{config.name!r}: its reader knows no such words)']
   return backend.problems(config, vocab)
+
+
+def config_of(name: str, like: ReasonerConfig | None = None,
+              **settings) -> ReasonerConfig:
+  """The config of backend ``name`` (``ValueError`` naming the valid ones
+  when unknown): ``settings`` (its fields) as given, the others as in
+  ``like`` (another backend's config) where it has them, else defaulted."""
+  config_type = get(name).CONFIG
+  for field in dataclasses.fields(config_type):
+    if field.name != 'name' and field.name not in settings and hasattr(
+        like, field.name):
+      settings[field.name] = getattr(like, field.name)
+  return config_type(name=name, **settings)
 
 
 def make(config: ReasonerConfig, vocab: vocabulary.Vocabulary, encode_text=None,

@@ -27,7 +27,9 @@ lexical reading are injected.
 
 import collections
 from collections.abc import Callable
+import dataclasses
 
+from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import registry
 from recovr_jax.reasoning import rules_core
 from recovr_jax.reasoning import schemas
@@ -139,15 +141,20 @@ class RoutedReasoner:
     return getattr(self.base, name)
 
 
+@dataclasses.dataclass(frozen=True)
+class RoutedConfig(chat_lm.AdaptedChatConfig):
+  """``grounded_smollm2``'s settings: ``smollm2_world``'s, and the
+  grounded reader's option overrides (no flag)."""
+  NAME = 'routed'
+  options: dict | None = None
+
+
 class _GroundedSmollm2(registry.Backend):
   """``grounded_smollm2``: ``grounded``, with ``smollm2_world`` for the
   feedback the source's grounding routes to it
   (``Vocabulary.grounding.route``)."""
   NAME = 'grounded_smollm2'
-
-  @property
-  def FLAGS(self):  # pylint: disable=invalid-name
-    return registry.get('smollm2_world').FLAGS
+  CONFIG = RoutedConfig
 
   def offered(self, vocab):
     return vocab.grounding is not None

@@ -4,7 +4,7 @@ Each part is made once, here, from its own typed config: the data source
 from ``RunConfig.data`` (``run.run_config.SOURCES``), its environment
 (``Source.build``, the expensive part), the driver from ``--simulation``
 (``drivers.choose``), the user from the source, the reasoner from
-``RunConfig.reasoner_config()`` over the source's vocabulary
+``RunConfig.reasoner`` (its backend's typed config) over the source's vocabulary
 (``reasoning.registry``) and each method from the method registry. The
 runner, the sweeps, the study, the reading benchmark, the benchmarks and
 the tests receive a ``Run`` and never re-make a part.
@@ -75,17 +75,15 @@ class Run:
     return methods.make(name, self.config.settings)
 
 
-def assemble(config: run_config.RunConfig,
-             built: data_source.Built | None = None,
+def assemble(config: run_config.RunConfig, built: data_source.Built,
              reasoner: registry.ReasonerConfig | None = None) -> Run:
   """The ``Run`` of ``config`` on ``built`` (a ``build`` of ``config`` or
-  of a config with the same data; default: built here). ``reasoner``:
-  settings of the reasoner instead of ``config.reasoner_config()`` (the
-  reading benchmark's backends and options)."""
-  built = built if built is not None else build(config)
+  of a config with the same data). ``reasoner``:
+  another reasoner than ``config.reasoner`` (the reading benchmark's
+  backends and options)."""
   source, env = built.source, built.env
   user = source.user(env, config.user, config.user_seed)
-  reasoner = registry.make(reasoner or config.reasoner_config(),
+  reasoner = registry.make(reasoner or config.reasoner,
                            source.vocabulary(config.user, config.cache_dir),
                            env.encode_text)
   ctx = plan.Context(gallery=env.gallery, captions=env.captions,

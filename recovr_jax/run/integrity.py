@@ -36,9 +36,8 @@ def input_paths(config, source) -> dict[str, str]:
   change its numbers (defaults resolved): its data source's (``source``,
   the run's), then the reasoner's."""
   paths = source.input_paths()
-  paths.update(registry.get(config.reasoner).inputs(
-      config.reasoner_config(), source.vocabulary(config.user,
-                                                  config.cache_dir)))
+  paths.update(registry.get(config.reasoner.name).inputs(
+      config.reasoner, source.vocabulary(config.user, config.cache_dir)))
   return paths
 
 

@@ -150,7 +150,7 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
   return '\n'.join([
       f'# ReCoVR and baselines on {benchmark}', '',
       f'**{num_sessions:,} sessions**, {env.searchable:,} videos searched; '
-      f'reasoner **{config.reasoner}**; methods: {shown}.', '',
+      f'reasoner **{config.reasoner.name}**; methods: {shown}.', '',
       f'Protocol: T = {loop.num_turns} feedback turns, window W = '
       f'{loop.window}, K = {loop.list_length} shown, RRF k = '
       f'{loop.rrf_k:g}, kappa = {loop.kappa} (kappa_pos is the project\'s '

@@ -17,6 +17,7 @@ from recovr_jax import methods
 from recovr_jax.methods import base
 from recovr_jax.protocol import ranking
 from recovr_jax.protocol import data_source
+from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import registry
 from recovr_jax.run import resources
 
@@ -82,34 +83,11 @@ class RunConfig:
   #: words neither the lexicon, the training phrasings nor the user's frames
   #: read is also read by smollm2_world, whose values are accepted only
   #: where they change the shown video's (reasoning/routed.py).
-  reasoner: str = config_tree.setting('rules', preset=True, sweep=True,
-                                      group=_REASONER)
-  #: flax_lm: a local Flax causal LM directory (default: the shipped one).
-  #: smollm2*: a converted Llama chat directory (default: the conversion in
-  #: $RECOVR_JAX_CACHE or ~/.cache/recovr_jax).
-  reasoner_checkpoint: str | None = config_tree.setting(None, group=_REASONER)
-  #: smollm2_world, grounded_smollm2: a LoRA adapter directory written by
-  #: experiments/train/train_adapter.py (default: the shipped
-  #: recovr_jax/checkpoints/smollm2_world); its recorded data recipe is
-  #: checked as the shipped one is.
-  reasoner_adapter: str | None = config_tree.setting(None, group=_REASONER)
-  #: smollm2*: which of the three wordings of the prompt suite
-  #: (reasoning/prompts.py; the paper's Table 9).
-  prompt_wording: int = config_tree.setting(1, choices=(1, 2, 3), sweep=True,
-                                            group=_REASONER)
-  #: smollm2*: examples per module in the prompt, drawn from the training
-  #: split and answered by the rules backend (default: 3 for smollm2, 0 for
-  #: smollm2_world, as it was trained; 0 on real data).
-  few_shot: int | None = config_tree.setting(None, group=_REASONER)
-  #: smollm2*: parameter and activation dtype.
-  reasoner_dtype: str = config_tree.setting(
-      'float32', choices=('float32', 'bfloat16'), group=_REASONER)
-  #: smollm2*: decode under each module's JSON grammar (valid by
-  #: construction); off: free decoding with one retry, then the rules
-  #: fallback (counted in report.md).
-  constrained_decoding: bool = config_tree.setting(True, group=_REASONER)
-  #: smollm2*: sessions per generation call.
-  reasoner_batch: int = config_tree.setting(64, group=_REASONER)
+  reasoner: registry.ReasonerConfig = config_tree.setting(
+      registry.ReasonerConfig(), preset=True, sweep=True, flag_default=None,
+      group=_REASONER, variants=(registry.CheckpointConfig,
+                                 chat_lm.ChatConfig,
+                                 chat_lm.AdaptedChatConfig))
   #: Sessions (test triplets) to run; default all.
   num_sessions: int | None = config_tree.setting(None)
   #: Sessions per batch.
@@ -187,16 +165,6 @@ class RunConfig:
   gallery_over_processes: bool = config_tree.setting(False, group=_PROCESSES)
   flags_text: str = ''                     # written to flags.txt
 
-  def reasoner_config(self) -> registry.ReasonerConfig:
-    """The reasoner's settings, as its backend reads them."""
-    return registry.ReasonerConfig(
-        name=self.reasoner, checkpoint=self.reasoner_checkpoint,
-        chat=registry.ChatOptions(
-            few_shot=self.few_shot, wording=self.prompt_wording,
-            dtype=self.reasoner_dtype,
-            constrained_decoding=self.constrained_decoding,
-            batch_size=self.reasoner_batch, adapter=self.reasoner_adapter))
-
 
 def source(config: RunConfig) -> data_source.Source:
   """The ``Source`` of ``config.data`` (a new one per call; cheap: nothing
@@ -229,4 +197,15 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
   leaf = SWEEPABLE[name]
   if isinstance(value, str) and leaf.kind in (int, float):
     value = leaf.kind(value)
+  if leaf.path == ('reasoner',) and isinstance(value, str):
+    # A backend's name: its config, with the settings it shares with the
+    # run's reasoner.
+    value = registry.config_of(value, like=config.reasoner)
+  elif leaf.path[0] == 'reasoner' and not hasattr(config.reasoner,
+                                                  leaf.path[1]):
+    readers = [n for n in registry.names() if hasattr(
+        registry.get(n).CONFIG(), leaf.path[1])]
+    raise ValueError(f'--{name} is read by --reasoner='
+                     f'{registry.or_list(readers)}, not --reasoner='
+                     f'{config.reasoner.name}')
   return config_tree.replace(config, leaf, value)

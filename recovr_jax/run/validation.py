@@ -148,20 +148,17 @@ def _check_reasoner(config, source) -> None:
   """--reasoner and its checkpoints, before any model loads: whether the
   source offers it, the flags it reads, then its backend's own checks
   (``reasoning.registry``)."""
-  if config.reasoner not in registry.REGISTRY:
-    fail(f'unknown --reasoner {config.reasoner!r}; valid: '
+  name = config.reasoner.name
+  if name not in registry.REGISTRY:
+    fail(f'unknown --reasoner {name!r}; valid: '
          f'{", ".join(registry.names())}')
-  if config.reasoner_checkpoint and not os.path.isdir(
-      config.reasoner_checkpoint):
-    fail(f'--reasoner_checkpoint {config.reasoner_checkpoint} is not a '
-         'directory')
-  backend = registry.get(config.reasoner)
-  if config.reasoner_adapter and 'reasoner_adapter' not in backend.FLAGS:
-    readers = [n for n in registry.names()
-               if 'reasoner_adapter' in registry.get(n).FLAGS]
-    fail(f'--reasoner_adapter is for --reasoner={registry.or_list(readers)}, '
-         f'not --reasoner={config.reasoner}')
-  problems = registry.problems(config.reasoner_config(),
+  if not isinstance(config.reasoner, registry.get(name).CONFIG):
+    fail(f'--reasoner={name} reads a {registry.get(name).CONFIG.__name__}, '
+         f'got a {type(config.reasoner).__name__}')
+  checkpoint = getattr(config.reasoner, 'checkpoint', None)
+  if checkpoint and not os.path.isdir(checkpoint):
+    fail(f'--reasoner_checkpoint {checkpoint} is not a directory')
+  problems = registry.problems(config.reasoner,
                                source.vocabulary(config.user,
                                                  config.cache_dir))
   if problems:

@@ -80,12 +80,13 @@ class StudyPortTest(absltest.TestCase):
 class SeveralProblemsTest(absltest.TestCase):
 
   def test_every_independent_problem_in_one_error(self):
+    from recovr_jax.reasoning import registry  # pylint: disable=g-import-not-at-top
     from recovr_jax.run import run_config  # pylint: disable=g-import-not-at-top
     from recovr_jax.run import validation  # pylint: disable=g-import-not-at-top
     config = run_config.RunConfig(
         methods=('recovr', 'bogus'), batch_size=0, num_sessions=0,
         jit_chunk_size=-1, max_error_share=2.0, user_seed=-1,
-        reasoner_adapter='/nonexistent',
+        reasoner=registry.config_of('flax_lm', checkpoint='/nonexistent'),
         output_dir=self.create_tempdir().full_path)
     with self.assertRaises(validation.ConfigError) as e:
       validation.validate(config, run_config.source(config))
@@ -95,7 +96,7 @@ class SeveralProblemsTest(absltest.TestCase):
                      '--jit_chunk_size must be >= 0',
                      '--max_error_share must be in [0, 1]',
                      '--user_seed must be >= 0',
-                     '--reasoner_adapter is for --reasoner=smollm2_world'):
+                     '--reasoner_checkpoint /nonexistent is not a directory'):
       self.assertLen([l for l in lines if expected in l], 1, lines)
     self.assertLen(lines, 7, lines)
 

@@ -13,8 +13,11 @@ from absl.testing import flagsaver
 
 from experiments.evaluate import compare_runs
 from recovr_jax.envs.files import files_source
+from recovr_jax.reasoning import chat_lm
+from recovr_jax.reasoning import registry
 from recovr_jax.run import run_config
 from recovr_jax.run import validation
+from tests.helpers import runs
 
 
 def _write_run(d: pathlib.Path, top1s, targets, method='recovr'):
@@ -108,7 +111,7 @@ class CompareRunsTest(absltest.TestCase):
     c = run_config.RunConfig(methods=('recovr',),
                              output_dir=tempfile.mkdtemp(),
                              data=files_source.RealData(),
-                             reasoner='grounded')
+                             reasoner=registry.config_of('grounded'))
     with self.assertRaisesRegex(validation.ConfigError, '--reasoner=grounded'):
       validation.validate(c, run_config.source(c))
 
@@ -132,20 +135,43 @@ class ChatReasonerFlagsTest(absltest.TestCase):
   def test_bad_chat_inputs_fail_before_work(self):
     base = run_config.RunConfig(methods=('recovr',),
                                 output_dir=tempfile.mkdtemp(),
-                                reasoner='smollm2')
+                                reasoner=registry.config_of('smollm2'))
     cases = [
-        (dict(reasoner_checkpoint=tempfile.mkdtemp()),
+        (dict(checkpoint=tempfile.mkdtemp()),
          'not a Llama directory with a chat template'),
         (dict(few_shot=-1), '--few_shot must be >= 0'),
-        (dict(reasoner_batch=0), '--reasoner_batch must be >= 1'),
+        (dict(batch_size=0), '--reasoner_batch must be >= 1'),
     ]
     for overrides, message in cases:
       with self.subTest(message=message):
-        c = dataclasses.replace(base, **overrides)
+        c = dataclasses.replace(base, reasoner=dataclasses.replace(
+            base.reasoner, **overrides))
         with self.assertRaisesRegex(validation.ConfigError, message):
           validation.validate(c, run_config.source(c))
-    self.assertEqual(run_config.with_setting(base, 'prompt_wording', '2')
-                     .prompt_wording, 2)
+    self.assertEqual(run_config.with_setting(base, 'prompt_wording', 2)
+                     .reasoner.wording, 2)
+    # A backend's name: its config, with the settings the two share.
+    swapped = run_config.with_setting(
+        run_config.with_setting(base, 'prompt_wording', 3), 'reasoner',
+        'smollm2_world')
+    self.assertEqual((type(swapped.reasoner), swapped.reasoner.wording),
+                     (chat_lm.AdaptedChatConfig, 3))
+    with self.assertRaisesRegex(ValueError, '--prompt_wording is read by '
+                                '--reasoner=smollm2, .* not --reasoner=rules'):
+      run_config.with_setting(run_config.with_setting(base, 'reasoner',
+                                                      'rules'),
+                              'prompt_wording', 2)
+
+  def test_a_reasoner_flag_its_reasoner_does_not_read(self):
+    with self.assertRaisesRegex(
+        validation.ConfigError, '--reasoner_adapter is for --reasoner='
+        'smollm2_world or grounded_smollm2, not --reasoner=rules'):
+      runs.config_of(reasoner='rules', reasoner_adapter='/nonexistent',
+                     output_dir=tempfile.mkdtemp())
+    chat = runs.config_of(reasoner='smollm2_world', prompt_wording=2,
+                          reasoner_batch=8, output_dir=tempfile.mkdtemp())
+    self.assertEqual(chat.reasoner, chat_lm.AdaptedChatConfig(
+        name='smollm2_world', wording=2, batch_size=8))
 
 
 if __name__ == '__main__':

@@ -29,7 +29,7 @@ class Shouting(rules.RulesReasoner):
 class _Shouting(registry.Backend):
   """A toy backend written in a test: what adding one takes."""
   NAME = 'shouting'
-  FLAGS = ('reasoner_checkpoint',)
+  CONFIG = registry.CheckpointConfig  # it reads --reasoner_checkpoint
 
   def problems(self, config, vocab):
     if config.checkpoint is None:
@@ -59,7 +59,7 @@ class RegistryTest(absltest.TestCase):
     self.assertEqual(registry.offered(files_source.VOCABULARY),
                      ('rules', 'flax_lm', 'smollm2', 'smollm2_world'))
     self.assertEqual(
-        registry.problems(registry.ReasonerConfig('grounded'),
+        registry.problems(registry.config_of('grounded'),
                           files_source.VOCABULARY),
         ['--reasoner=grounded is not offered on --data=webvid_covr; valid '
          'there: rules, flax_lm, smollm2, smollm2_world'])
@@ -67,34 +67,34 @@ class RegistryTest(absltest.TestCase):
     self.assertEqual(registry.with_property('LEXICAL'), ('rules',))
 
   def test_backend_checks_before_any_load(self):
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'grounded', grounded={'depth': 3}), WORLD)[0],
+    self.assertRegex(registry.problems(registry.config_of(
+        'grounded', options={'depth': 3}), WORLD)[0],
         '--grounded_options: unknown depth')
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'grounded', grounded={'lm_spans': 'always'}), WORLD)[0],
+    self.assertRegex(registry.problems(registry.config_of(
+        'grounded', options={'lm_spans': 'always'}), WORLD)[0],
         "--grounded_options: lm_spans must be one of .*'agree'.*got 'always'")
     # An option that qualifies another is refused without it.
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'grounded', grounded={'lm_tuned': True}), WORLD)[0],
+    self.assertRegex(registry.problems(registry.config_of(
+        'grounded', options={'lm_tuned': True}), WORLD)[0],
         '--grounded_options: lm_tuned changes nothing without lm_spans')
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'grounded', grounded={'lm_spans': 'veto', 'head_spans': 'veto'}),
+    self.assertRegex(registry.problems(registry.config_of(
+        'grounded', options={'lm_spans': 'veto', 'head_spans': 'veto'}),
                                        WORLD)[0],
         'lm_spans and head_spans are two second sources; give one')
-    self.assertEqual(registry.problems(registry.ReasonerConfig(
-        'grounded', grounded={'head_spans': 'veto', 'head_min_prob': 0.2}),
+    self.assertEqual(registry.problems(registry.config_of(
+        'grounded', options={'head_spans': 'veto', 'head_min_prob': 0.2}),
                                        WORLD), [])
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
+    self.assertRegex(registry.problems(registry.config_of(
         'flax_lm'), files_source.VOCABULARY)[0],
         '--reasoner=flax_lm on --data=webvid_covr needs '
         '--reasoner_checkpoint')
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'smollm2', chat=registry.ChatOptions(few_shot=2)),
+    self.assertRegex(registry.problems(registry.config_of(
+        'smollm2', few_shot=2),
         files_source.VOCABULARY)[0],
         '--few_shot: --data=webvid_covr has no examples to draw')
     missing = tempfile.mkdtemp()
-    self.assertRegex(registry.problems(registry.ReasonerConfig(
-        'smollm2_world', chat=registry.ChatOptions(adapter=missing)),
+    self.assertRegex(registry.problems(registry.config_of(
+        'smollm2_world', adapter=missing),
         WORLD)[0], 'the adapter .* is missing')
 
   def test_an_unknown_reasoner_is_named_before_any_work(self):

@@ -156,7 +156,7 @@ class RulesReasonerTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "unknown reasoner 'gpt'.*rules"):
       registry.make(registry.ReasonerConfig('gpt'), vocab)
     with self.assertRaisesRegex(FileNotFoundError, 'is missing: config.json'):
-      registry.make(registry.ReasonerConfig('flax_lm', tempfile.mkdtemp()),
+      registry.make(registry.config_of('flax_lm', checkpoint=tempfile.mkdtemp()),
                     vocab)
 
 
@@ -192,7 +192,7 @@ class FreeTextTest(absltest.TestCase):
 
   def test_flax_lm_on_real_data_needs_a_checkpoint(self):
     with self.assertRaisesRegex(ValueError, '--reasoner_checkpoint'):
-      registry.make(registry.ReasonerConfig('flax_lm'),
+      registry.make(registry.config_of('flax_lm'),
                     files_source.VOCABULARY)
 
 
@@ -256,7 +256,7 @@ class TrainedReasonerTest(absltest.TestCase):
   """The shipped world reasoner loads and writes valid JSON."""
 
   def test_valid_json_on_fixed_prompts(self):
-    lm = registry.make(registry.ReasonerConfig('flax_lm'),
+    lm = registry.make(registry.config_of('flax_lm'),
                        world_source.world_vocabulary(generator.WorldConfig()),
                        batch_size=8)
     memory = schemas.SessionMemory(keep=('colour: red',))
