@@ -56,7 +56,7 @@ _FLOW = flags.DEFINE_bool(
     '(an experimenter instructs in person).')
 _FRAMES_DIR = flags.DEFINE_string(
     'frames_dir', None,
-    '--data=webvid_covr: <frames_dir>/<video id>/ frame images shown as '
+    '--data=files: <frames_dir>/<video id>/ frame images shown as '
     'animations; a video without a folder is shown by its caption.')
 _VIDEO_SIZE = flags.DEFINE_integer(
     'video_size', 192, 'Pixels of the longer side of a shown video.')

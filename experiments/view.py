@@ -39,7 +39,7 @@ _MEDIA = flags.DEFINE_bool(
     'videos (animations on the world or with --frames_dir, captions on '
     'files); off: video ids only, nothing loaded.')
 _FRAMES_DIR = flags.DEFINE_string(
-    'frames_dir', None, '--data=webvid_covr runs: <frames_dir>/<video id>/ '
+    'frames_dir', None, '--data=files runs: <frames_dir>/<video id>/ '
     'frame images shown as animations (as the study shows them).')
 _VIDEO_SIZE = flags.DEFINE_integer(
     'video_size', 128, 'Pixels of the longer side of a shown video.')

@@ -62,7 +62,8 @@ def flagfiles(only=None) -> list[str]:
 
 def is_real(name: str) -> bool:
   text = (FLAGFILES / name).read_text()
-  return '--data=webvid_covr' in text.split()
+  words = text.split()
+  return '--data=files' in words or '--data=webvid_covr' in words  # alias
 
 
 def is_text_start(name: str) -> bool:
@@ -136,7 +137,7 @@ def main(argv):
     from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
     real = real_files.write_real_data(real_dir)
   else:  # written by an earlier call into this work directory
-    real = dict(data='webvid_covr',
+    real = dict(data='files',
                 annotations=str(real_dir / 'ann.csv'),
                 gallery_embeddings=str(real_dir / 'gallery.npz'),
                 clip_dir=str(real_dir / 'clip'))

@@ -17,7 +17,7 @@ flags:
   ``--cache_dir`` (its compiled programs and embeddings kept);
 * ``fidelity``: one member of the fidelity family
   (``experiments/flagfiles/fidelity``: ``--suite=fidelity``, 19 runs);
-* ``files_host``, ``files_jit``: real files (``--data=webvid_covr``) under
+* ``files_host``, ``files_jit``: real files (``--data=files``) under
   each driver (the jitted one is the stepped face, ``drivers.stepped``):
   ``--files_videos`` synthetic videos and ``--num_sessions`` queries in
   WebVid-CoVR's layout (``synthetic_files.write``), the five main

@@ -70,7 +70,7 @@ def write(root: pathlib.Path, videos: int, queries: int) -> list[str]:
     rows.append(f'{ids[ref]},{ids[target]},{edit},{captions[ref]},'
                 f'{captions[target]}\n')
   (root / 'ann.csv').write_text('pth1,pth2,edit,txt1,txt2\n' + ''.join(rows))
-  return ['--data=webvid_covr', f'--annotations={root / "ann.csv"}',
+  return ['--data=files', f'--annotations={root / "ann.csv"}',
           f'--gallery_embeddings={root / "gallery.npz"}',
           '--text_encoder=experiments.bench.synthetic_files:hashed_text',
           f'--methods={METHODS}', '--batch_size=100']

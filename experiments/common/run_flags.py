@@ -81,7 +81,7 @@ SOURCE_FLAGS = {
 # --help: the flags by concern (tests/experiments/cli_test.py checks that every flag the
 # run reads is in one group).
 # --help's order of the groups (a new one goes last).
-_ORDER = ('Benchmark and world', 'Real data', 'Methods and the protocol',
+_ORDER = ('Benchmark and world', 'Files', 'Methods and the protocol',
           'Reasoner', 'Simulated user', 'Statistics', 'Running', 'Several',
           'Outputs')
 HELP_GROUPS = tuple(sorted(
@@ -106,16 +106,16 @@ def given(name: str) -> bool:
 def _data(values: dict, benchmark: str, given):
   """``RunConfig.data`` of ``values``; ``ValueError`` (a line per flag)
   when flags of another source are ``given``."""
-  name = values['data']
+  name = run_config.DATA_ALIASES.get(values['data'], values['data'])
   wrong = [f'--{flag} is for --data={other}, not --data={name}'
            for other, names in SOURCE_FLAGS.items() if other != name
            for flag in names
            if flag not in SOURCE_FLAGS[name] and flag in given]
   if wrong:
     raise ValueError('\n'.join(wrong))
-  if name == files_source.RealData.NAME:
-    return files_source.RealData(
-        **config_tree.kwargs(files_source.RealData, values))
+  if name == files_source.FilesData.NAME:
+    return files_source.FilesData(
+        **config_tree.kwargs(files_source.FilesData, values))
   return world_source.WorldData.preset(
       benchmark, world_fields=config_tree.kwargs(generator.WorldConfig,
                                                  values),

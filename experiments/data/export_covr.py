@@ -28,7 +28,7 @@ checkpoint, the frame loading and the target pooling are CoVR's own:
 
 then, in recovr_jax's environment:
 
-    python -m experiments.run --data=webvid_covr \
+    python -m experiments.run --data=files \
         --annotations=webvid8m-covr_test.csv \
         --gallery_embeddings=/data/covr_gallery.npz \
         --query_embeddings=/data/covr_queries.npz --clip_dir=...

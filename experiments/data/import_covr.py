@@ -17,7 +17,7 @@ the gallery go to ``--reference_output`` (the runner's
 ``--missing_ids=drop`` the rows naming a video without a file are dropped and
 listed in ``<output>.dropped.json``. Then:
 
-    python -m experiments.run --data=webvid_covr --annotations=... \
+    python -m experiments.run --data=files --annotations=... \
         --gallery_embeddings=gallery.npz --reference_embeddings=references.npz \
         --clip_dir=... [--normalize_rows=false] [--missing_ids=drop]
 """

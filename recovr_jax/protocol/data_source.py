@@ -3,7 +3,7 @@
 The runner asks its source and never tests which one it is (big_vision's
 ``DataSource``, looked up by name, is the model). A source is made from its
 own typed config (``RunConfig.data``: ``envs.world.world_source.WorldData`` or
-``envs.files.files_source.RealData``) and answers for
+``envs.files.files_source.FilesData``) and answers for
 
 * the run's input checks (``problems``, before anything loads) and the
   files whose contents make the run's identity (``input_paths``);

@@ -26,9 +26,11 @@ from recovr_jax.run import resources
 SOURCES = {
     world_source.WorldData.NAME: (world_source.WorldData,
                                   world_source.WorldSource),
-    files_source.RealData.NAME: (files_source.RealData, files_source.RealSource),
+    files_source.FilesData.NAME: (files_source.FilesData, files_source.FilesSource),
 }
 DATA = tuple(SOURCES)
+# Other names of a source's --data value.
+DATA_ALIASES = {'webvid_covr': files_source.FilesData.NAME}
 # The embedded benchmarks (constructors of the world's config).
 BENCHMARKS = world_source.BENCHMARKS
 DEFAULT_BENCHMARK = world_source.DEFAULT_BENCHMARK
@@ -53,9 +55,10 @@ class RunConfig:
                                         group=_OUTPUTS)
   #: The embedded world, or WebVid-CoVR-style files (each source's config;
   #: ``source(config)`` is its Source).
-  data: world_source.WorldData | files_source.RealData = config_tree.setting(
+  data: world_source.WorldData | files_source.FilesData = config_tree.setting(
       world_source.WorldData(),
-      variants=(world_source.WorldData, files_source.RealData),
+      variants=(world_source.WorldData, files_source.FilesData),
+      choices=DATA + tuple(DATA_ALIASES),
       group='Benchmark and world')
   #: Also write TREC run files (<output_dir>/trec/<method>.turn<t>.run: qid
   #: Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for ranx,

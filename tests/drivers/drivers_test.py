@@ -80,7 +80,7 @@ class CapabilitiesTest(absltest.TestCase):
 
   def test_each_source_states_what_it_offers(self):
     world = world_source.WorldSource(world_source.WorldData())
-    real = files_source.RealSource(files_source.RealData())
+    real = files_source.FilesSource(files_source.FilesData())
     for capability, offered in (
         (data_source.TracedFace, (True, False)),
         (data_source.OwnMedia, (True, False)),
@@ -94,7 +94,7 @@ class CapabilitiesTest(absltest.TestCase):
                      ('user_phraser.json', 'text_truncation.json'))
 
   def test_a_source_holds_its_config_only(self):
-    real = files_source.RealSource(files_source.RealData())
+    real = files_source.FilesSource(files_source.FilesData())
     self.assertEqual(list(vars(real)), ['config'])
 
 

@@ -129,7 +129,7 @@ class LibraryConfigTest(absltest.TestCase):
     for overrides in ({}, dict(simulation='jit', methods=['recovr', 'ivr']),
                       dict(benchmark='v3', num_turns=2, noise_rate=0.1,
                            rrf_k=30),
-                      dict(data='webvid_covr', annotations='/x/a.csv',
+                      dict(data='files', annotations='/x/a.csv',
                            clip_dir='/x/clip')):
       with self.subTest(overrides=overrides):
         with flagsaver.flagsaver(**runs._values(out, overrides)):  # pylint: disable=protected-access
@@ -139,6 +139,13 @@ class LibraryConfigTest(absltest.TestCase):
                          dataclasses.replace(flagged, flags_text=''))
     with self.assertRaisesRegex(ValueError, 'no flag no_such_flag'):
       runs.tiny_config(out, no_such_flag=1)
+    # The files source's one name, and its alias as the flag's value.
+    files = dict(annotations='/x/a.csv', clip_dir='/x/clip')
+    alias = runs.tiny_config(out, data='webvid_covr', **files)
+    self.assertEqual(dataclasses.replace(alias, flags_text=''),
+                     dataclasses.replace(runs.tiny_config(
+                         out, data='files', **files), flags_text=''))
+    self.assertEqual(alias.data.NAME, 'files')
 
 
 class GroupedHelpTest(absltest.TestCase):
@@ -205,7 +212,7 @@ class GroupedHelpTest(absltest.TestCase):
                           text=True, timeout=300)
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     out = proc.stdout
-    for heading in ('Benchmark and world:', 'Real data (--data=webvid_covr',
+    for heading in ('Benchmark and world:', 'Files (--data=files',
                     'Reasoner', 'Simulated user:', 'Running:', 'Outputs:'):
       self.assertIn(heading, out)
     self.assertIn('--annotations:', out)

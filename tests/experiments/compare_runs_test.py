@@ -110,7 +110,7 @@ class CompareRunsTest(absltest.TestCase):
   def test_grounded_reasoner_refused_on_real_data(self):
     c = run_config.RunConfig(methods=('recovr',),
                              output_dir=tempfile.mkdtemp(),
-                             data=files_source.RealData(),
+                             data=files_source.FilesData(),
                              reasoner=registry.config_of('grounded'))
     with self.assertRaisesRegex(validation.ConfigError, '--reasoner=grounded'):
       validation.validate(c, run_config.source(c))

@@ -79,6 +79,6 @@ def write_real_data(root: pathlib.Path, frames_dir=None) -> dict:
   (root / 'ann.csv').write_text('pth1,pth2,edit,txt1,txt2\n' + ''.join(
       f'v{i},v{i + 1},make it different,video number {i},'
       f'video number {i + 1}\n' for i in range(4)))
-  return dict(data='webvid_covr', annotations=str(root / 'ann.csv'),
+  return dict(data='files', annotations=str(root / 'ann.csv'),
               gallery_embeddings=str(root / 'gallery.npz'),
               clip_dir=str(root / 'clip'))

@@ -31,7 +31,9 @@ def _values(output_dir, overrides: dict) -> dict:
   values = dict(TINY, output_dir=str(output_dir),
                 cache_dir=str(pathlib.Path(output_dir).parent / 'cache'))
   values.update(overrides)
-  if values.get('data') == 'webvid_covr':  # the world's flags are refused
+  data = values.get('data')
+  if run_flags.run_config.DATA_ALIASES.get(data, data) == 'files':
+    # the world's flags are refused
     for name in run_flags.SOURCE_FLAGS['world']:
       values.pop(name, None)
   return values

@@ -61,7 +61,7 @@ class RegistryTest(absltest.TestCase):
     self.assertEqual(
         registry.problems(registry.config_of('grounded'),
                           files_source.VOCABULARY),
-        ['--reasoner=grounded is not offered on --data=webvid_covr; valid '
+        ['--reasoner=grounded is not offered on --data=files; valid '
          'there: rules, flax_lm, smollm2, smollm2_world'])
     self.assertEqual(registry.with_property('JITTED'), ('rules', 'grounded'))
     self.assertEqual(registry.with_property('LEXICAL'), ('rules',))
@@ -86,12 +86,12 @@ class RegistryTest(absltest.TestCase):
                                        WORLD), [])
     self.assertRegex(registry.problems(registry.config_of(
         'flax_lm'), files_source.VOCABULARY)[0],
-        '--reasoner=flax_lm on --data=webvid_covr needs '
+        '--reasoner=flax_lm on --data=files needs '
         '--reasoner_checkpoint')
     self.assertRegex(registry.problems(registry.config_of(
         'smollm2', few_shot=2),
         files_source.VOCABULARY)[0],
-        '--few_shot: --data=webvid_covr has no examples to draw')
+        '--few_shot: --data=files has no examples to draw')
     missing = tempfile.mkdtemp()
     self.assertRegex(registry.problems(registry.config_of(
         'smollm2_world', adapter=missing),

@@ -482,7 +482,7 @@ class RunnerTest(absltest.TestCase):
       runs.run_tiny(self.root / 'ok', methods=['recovr'],
                cache_dir=str(blocker / 'cache'))
     with self.assertRaisesRegex(Exception, 'needs --annotations'):
-      runs.run_tiny(self.root / 'bad', data='webvid_covr')
+      runs.run_tiny(self.root / 'bad', data='files')
     with self.assertRaisesRegex(Exception, "unknown --bootstrap_baseline "
                                 "'nope'; valid: strongest, covr_only"):
       runs.run_tiny(self.root / 'bad', bootstrap_baseline='nope')
@@ -534,9 +534,9 @@ class BenchmarkPresetTest(absltest.TestCase):
                       mixed.user.style), ('oracle', 2, 'paper'))
     self.assertEqual(v2.data, world_source.WorldData.v2())
     self.assertEqual(v1.data, world_source.WorldData.v1())
-    with flagsaver.flagsaver(methods=['recovr'], data='webvid_covr'):
+    with flagsaver.flagsaver(methods=['recovr'], data='files'):
       real = run_flags.config_from_flags()  # the world's presets do not apply
-    self.assertEqual(real.data, files_source.RealData())
+    self.assertEqual(real.data, files_source.FilesData())
     self.assertEqual(real.reasoner, 'rules')  # grounded reads the world
 
   def test_default_run_reads_only_model_captions(self):
@@ -574,10 +574,10 @@ class BenchmarkPresetTest(absltest.TestCase):
       runs.run_tiny(root / 'a', methods=['recovr'], captions='model',
                captioner_checkpoint=str(root))
     with self.assertRaisesRegex(Exception, '--captions is for --data=world, '
-                                'not --data=webvid_covr'):
+                                'not --data=files'):
       runs.run_of(
           output_dir=str(root / 'b'), methods=['recovr'], captions='model',
-          data='webvid_covr')
+          data='files')
 
 
 class TransplantTest(absltest.TestCase):

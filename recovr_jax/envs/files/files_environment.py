@@ -2,7 +2,7 @@
 
 No text here goes through the embedded world's lexicon: the ``rules``
 backend is ``reasoning.rules.FreeTextReasoner``, which keeps the user's
-words (``envs.files.files_source.RealSource.vocabulary``).
+words (``envs.files.files_source.FilesSource.vocabulary``).
 """
 
 import dataclasses

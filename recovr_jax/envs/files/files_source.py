@@ -1,6 +1,6 @@
-"""WebVid-CoVR-style files as a run's data source (``--data=webvid_covr``).
+"""WebVid-CoVR-style files as a run's data source (``--data=files``).
 
-``RealData`` is its config; ``RealSource`` answers the runner's questions
+``FilesData`` is its config; ``FilesSource`` answers the runner's questions
 (``protocol.data_source.Source``). No text here goes through the embedded
 world's lexicon.
 """
@@ -20,11 +20,11 @@ STARTS = ('composed', 'text')
 
 
 @dataclasses.dataclass(frozen=True)
-class RealData:
+class FilesData:
   """The files of a real-data run."""
-  NAME: ClassVar[str] = 'webvid_covr'
+  NAME: ClassVar[str] = 'files'
   HELP_GROUP: ClassVar[str] = (
-      'Real data (--data=webvid_covr; docs/real-data.md)')
+      'Files (--data=files, alias webvid_covr; docs/real-data.md)')
   #: A WebVid-CoVR-style CSV with columns pth1 (reference id), pth2 (target
   #: id), edit, txt1, txt2 (their captions).
   annotations: str | None = config_tree.setting(None)
@@ -84,15 +84,15 @@ class RealData:
 # the user's words through (``FreeTextReasoner``); no grounding, no few-shot
 # examples (the world's would mislead), no default flax_lm checkpoint (the
 # shipped one knows only the world's words).
-VOCABULARY = vocabulary.Vocabulary(data='webvid_covr',
+VOCABULARY = vocabulary.Vocabulary(data='files',
                                    rules=rules.FreeTextReasoner)
 
 
-class RealSource(data_source.Source, data_source.ExtraOutputs):
+class FilesSource(data_source.Source, data_source.ExtraOutputs):
   """Annotation CSV, precomputed gallery embeddings, a local CLIP, the
   caption user and the free-text reasoners."""
 
-  NAME = 'webvid_covr'
+  NAME = 'files'
   # No traced face: under --simulation=jit the caption user and the
   # reasoning stay on the host, a turn per pass (drivers.jit_driver.
   # Stepped).
@@ -124,7 +124,7 @@ class RealSource(data_source.Source, data_source.ExtraOutputs):
     if not c.clip_dir and not c.text_encoder:
       missing.append('--clip_dir or --text_encoder')
     if missing:
-      out.append(f'--data=webvid_covr needs {", ".join(missing)}')
+      out.append(f'--data=files needs {", ".join(missing)}')
     from recovr_jax.envs.files import callables  # pylint: disable=g-import-not-at-top
     for flag, spec in (('--text_encoder', c.text_encoder),
                        ('--composer', c.composer)):

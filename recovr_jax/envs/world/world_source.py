@@ -67,7 +67,7 @@ class WorldData:
   #: text (CoVR). text: interactive text-to-video retrieval (I-TVR, MERLIN's
   #: setting): no reference video, turn 0 is T2V from a text query (world: a
   #: description naming 3 of the target's 7 attributes in the user's words;
-  #: webvid_covr: --annotations holds video_id, sentence rows as MSR-VTT-1kA's
+  #: files: --annotations holds video_id, sentence rows as MSR-VTT-1kA's
   #: test CSV); from turn 1 composed channels anchor on the shown result and
   #: the baselines search with their dialogue text alone. Host driver only.
   start: str = config_tree.setting('composed', choices=STARTS)

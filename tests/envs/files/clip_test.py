@@ -89,7 +89,7 @@ class RealDataPathTest(absltest.TestCase):
     # ... and the runner takes the file as it is: frame folders -> run.
     out = self.root / 'pages_run'
     self.assertIsNone(runs.run_tiny(
-        out, data='webvid_covr', annotations=str(csv),
+        out, data='files', annotations=str(csv),
         gallery_embeddings=str(output), clip_dir=str(self.clip_dir),
         methods=['recovr', 'ivr'], num_sessions=2, batch_size=2))
     metrics = json.loads((out / 'metrics.json').read_text())

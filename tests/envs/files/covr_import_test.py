@@ -366,7 +366,7 @@ class RealDataOptionsTest(absltest.TestCase):
     np.savez(cls.root / 'q.npz', query=q,
              pth1=np.array([r for r, _ in rows] + ['r6']))
     cls.query = q
-    cls.args = dict(data='webvid_covr', annotations=str(cls.csv),
+    cls.args = dict(data='files', annotations=str(cls.csv),
                     gallery_embeddings=str(cls.root / 'g.npz'),
                     reference_embeddings=str(cls.root / 'r.npz'),
                     clip_dir=str(cls.root / 'clip'), list_length=4,
@@ -463,12 +463,12 @@ class RealDataOptionsTest(absltest.TestCase):
                                kind='trec'), 'recall@1')
         self.assertAlmostEqual(score, metrics[method]['R@1'][t], places=6)
     with self.assertRaisesRegex(Exception, '--reference_embeddings is for '
-                                '--data=webvid_covr'):
+                                '--data=files'):
       runs.run_of(
           output_dir=str(self.root / 'w'), reference_embeddings=str(self.root /
           'r.npz'), methods=['recovr'], data='world')
     with self.assertRaisesRegex(Exception, '--user_phraser is for '
-                                '--data=webvid_covr'):
+                                '--data=files'):
       runs.run_of(
           output_dir=str(self.root / 'w'), user_phraser='smollm2',
           methods=['recovr'], data='world')

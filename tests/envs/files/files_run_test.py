@@ -1,5 +1,5 @@
 """The runner on WebVid-CoVR-style files and the other real layouts
-(``--data=webvid_covr``): captions, text starts, the users' own encoders,
+(``--data=files``): captions, text starts, the users' own encoders,
 the jitted driver against the host's."""
 
 import json
@@ -235,7 +235,7 @@ class WebvidCovrTest(absltest.TestCase):
                                 'map .*id2vdoname_test.json'):
       real_data.load_triplets(path)
     flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / 'finecvr'
-    self.assertIn('--data=webvid_covr', flagfile.read_text())
+    self.assertIn('--data=files', flagfile.read_text())
 
   def test_dense_webvid_covr_annotations(self):
     # Dense-WebVid-CoVR's files have WebVid-CoVR's columns with long edits:
@@ -273,7 +273,7 @@ class WebvidCovrTest(absltest.TestCase):
                         for row in notes['longest']), notes['longest'])
     flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / (
         'dense_webvid_covr')
-    self.assertIn('--data=webvid_covr', flagfile.read_text())
+    self.assertIn('--data=files', flagfile.read_text())
 
   def test_jit_equals_host_on_real_files(self):
     # The stepped face: the ranking in JAX, the caption user and the
