@@ -523,10 +523,10 @@ class BenchmarkPresetTest(absltest.TestCase):
                       encoders.RENDITIONS_CHECKPOINT_DIR))
     with flagsaver.flagsaver(methods=['recovr']):  # the default: v3
       v3 = run_flags.config_from_flags()
-    self.assertEqual((v3.data, v3.user.language, v3.reasoner),
+    self.assertEqual((v3.data, v3.user.language, v3.reasoner.name),
                      (v2.data, 'own_v3', 'grounded'))
     with flagsaver.flagsaver(methods=['recovr'], describe_layout=True):
-      self.assertEqual(run_flags.config_from_flags().reasoner, 'rules')
+      self.assertEqual(run_flags.config_from_flags().reasoner.name, 'rules')
     with flagsaver.flagsaver(methods=['recovr'], captions='oracle',
                              renditions=2):
       mixed = run_flags.config_from_flags()
@@ -537,7 +537,7 @@ class BenchmarkPresetTest(absltest.TestCase):
     with flagsaver.flagsaver(methods=['recovr'], data='files'):
       real = run_flags.config_from_flags()  # the world's presets do not apply
     self.assertEqual(real.data, files_source.FilesData())
-    self.assertEqual(real.reasoner, 'rules')  # grounded reads the world
+    self.assertEqual(real.reasoner.name, 'rules')  # grounded reads the world
 
   def test_default_run_reads_only_model_captions(self):
     flags.FLAGS.mark_as_parsed()
