@@ -204,8 +204,8 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
     # A backend's name: its config, with the settings it shares with the
     # run's reasoner.
     value = registry.config_of(value, like=config.reasoner)
-  elif leaf.path[0] == 'reasoner' and not hasattr(config.reasoner,
-                                                  leaf.path[1]):
+  elif leaf.path[0] == 'reasoner' and len(leaf.path) > 1 and not hasattr(
+      config.reasoner, leaf.path[1]):
     readers = [n for n in registry.names() if hasattr(
         registry.get(n).CONFIG(), leaf.path[1])]
     raise ValueError(f'--{name} is read by --reasoner='

@@ -150,6 +150,10 @@ class ChatReasonerFlagsTest(absltest.TestCase):
           validation.validate(c, run_config.source(c))
     self.assertEqual(run_config.with_setting(base, 'prompt_wording', 2)
                      .reasoner.wording, 2)
+    # A backend's config, as a --sweep or --suite value gives it.
+    rules = run_config.with_setting(base, 'reasoner',
+                                    registry.config_of('rules'))
+    self.assertEqual(rules.reasoner, registry.ReasonerConfig('rules'))
     # A backend's name: its config, with the settings the two share.
     swapped = run_config.with_setting(
         run_config.with_setting(base, 'prompt_wording', 3), 'reasoner',
