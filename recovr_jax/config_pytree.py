@@ -43,8 +43,7 @@ def switch(default: bool):
   """A traced bool field that is not a flag: a switch the code reads as a
   value (``jnp.where``), not as a branch, so configs that differ only in it
   (a method and its ablations) share one compiled program."""
-  return dataclasses.field(default=default,
-                           metadata={config_tree.TRACED_KEY: True})
+  return number(default)
 
 
 def choice(default, choices: tuple[str, ...]):
