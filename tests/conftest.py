@@ -5,6 +5,8 @@ import gc
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -22,6 +24,22 @@ _FAST_COMPILE = ('--xla_backend_optimization_level=0 '
 if _FAST_COMPILE not in os.environ.get('XLA_FLAGS', ''):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' +
                              _FAST_COMPILE).strip()
+# XLA:CPU's elemental emitters instead of its newer fusion emitters: the
+# suite's programs compile in about half the time (tests/drivers/ and
+# tests/core/fusion_test.py 89.6 s -> 58.7 s; docs/performance.md, "The
+# test suite"). Every comparison a test makes is between programs compiled
+# under the same flags, or against NumPy within a tolerance; the runs of
+# the refactoring guard (tests/output_identity.py) and the benchmarks
+# compile with XLA's defaults. Probed once per session (a jaxlib that does
+# not know the flag would abort on it), then inherited.
+_EMITTERS = '--xla_cpu_use_fusion_emitters=false'
+if 'xla_cpu_use_fusion_emitters' not in os.environ['XLA_FLAGS']:
+  _probe = subprocess.run(
+      [sys.executable, '-c', 'import jax; jax.devices()'],
+      env=dict(os.environ, XLA_FLAGS=os.environ['XLA_FLAGS'] + ' ' + _EMITTERS),
+      capture_output=True, check=False)
+  if _probe.returncode == 0:
+    os.environ['XLA_FLAGS'] += ' ' + _EMITTERS
 # One persistent compilation cache for the whole session (the test process,
 # pytest-xdist's workers and every run a test starts inherit it): a program
 # compiled once is loaded, not compiled, by the next process that needs it,

@@ -21,7 +21,9 @@ _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # One process: three calls of one ``executables.jit`` function (two of one
 # config structure that differ only in the shape of an argument the program does
 # not read, so their lowered texts are equal), under the compilation cache
-# at argv[1]; prints how many calls traced and the outputs.
+# at argv[1], for every line read from stdin (the function made anew, the
+# process's loaded programs forgotten: as a later process would); prints
+# how many calls traced and the outputs.
 _SCRIPT = textwrap.dedent("""
     import dataclasses, json, sys
     import jax
@@ -43,19 +45,22 @@ _SCRIPT = textwrap.dedent("""
       scale: float = config_pytree.number(2.0)
       mode: str = 'a'
 
-    traced = []
+    for _ in sys.stdin:
+      executables._loaded.clear()
+      traced = []
 
-    def fn(toy, x, unused, *, n):
-      traced.append(x.shape)
-      y = jnp.sort(jnp.pad(x * toy.scale, (1, 2)) * -1.0)[:n]
-      return {'y': y + (1.0 if toy.mode == 'a' else 2.0)}
+      def fn(toy, x, unused, *, n):
+        traced.append(x.shape)
+        y = jnp.sort(jnp.pad(x * toy.scale, (1, 2)) * -1.0)[:n]
+        return {'y': y + (1.0 if toy.mode == 'a' else 2.0)}
 
-    g = executables.jit(fn, static_argnames=('n',))
-    outs = [g(Toy(), jnp.arange(5.0), np.zeros(3, np.float32), n=4),
-            g(Toy(3.0), jnp.arange(5.0), np.zeros(7, np.float32), n=4),
-            g(Toy(mode='b'), jnp.arange(6.0), np.zeros(3, np.float32), n=2)]
-    print(json.dumps({'traced': len(traced),
-                      'outs': [np.asarray(o['y']).tolist() for o in outs]}))
+      g = executables.jit(fn, static_argnames=('n',))
+      outs = [g(Toy(), jnp.arange(5.0), np.zeros(3, np.float32), n=4),
+              g(Toy(3.0), jnp.arange(5.0), np.zeros(7, np.float32), n=4),
+              g(Toy(mode='b'), jnp.arange(6.0), np.zeros(3, np.float32), n=2)]
+      print(json.dumps({'traced': len(traced),
+                        'outs': [np.asarray(o['y']).tolist() for o in outs]}),
+            flush=True)
 """)
 
 
@@ -69,19 +74,45 @@ def _expected():
 
 class KeptExecutablesTest(absltest.TestCase):
 
-  def _run(self, cache, *extra, xla_flags=None, stderr=None):
+  def _start(self, cache, *extra, xla_flags=None):
+    """A process of ``_SCRIPT``: ``calls()`` makes its three calls and
+    returns how many traced; ``errors()`` what it logged since the last
+    ``errors()``."""
     env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
     if xla_flags is not None:
       env['XLA_FLAGS'] = xla_flags
-    proc = subprocess.run([sys.executable, '-c', _SCRIPT, str(cache), *extra],
-                          capture_output=True, text=True, env=env,
-                          cwd=_ROOT, timeout=300, check=False)
-    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    self.assertEqual(result['outs'], _expected())
-    if stderr is not None:
-      stderr.append(proc.stderr)
-    return result['traced']
+    path = pathlib.Path(self.create_tempdir().full_path) / 'stderr'
+    with open(path, 'w') as err:
+      proc = subprocess.Popen(
+          [sys.executable, '-c', _SCRIPT, str(cache), *extra],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+          text=True, env=env, cwd=_ROOT)
+    log = open(path)  # pylint: disable=consider-using-with
+
+    def close():
+      proc.stdin.close()
+      proc.wait(timeout=60)
+      proc.stdout.close()
+      log.close()
+    self.addCleanup(close)
+
+    def calls():
+      proc.stdin.write('call\n')
+      proc.stdin.flush()
+      line = proc.stdout.readline()
+      if not line:
+        log.seek(0)
+        self.fail(f'the process ended: {log.read()[-3000:]}')
+      result = json.loads(line)
+      self.assertEqual(result['outs'], _expected())
+      return result['traced']
+
+    return calls, log.read
+
+  def _run(self, cache, *extra, xla_flags=None):
+    """One process's three calls: how many traced."""
+    calls, _ = self._start(cache, *extra, xla_flags=xla_flags)
+    return calls()
 
   def test_a_later_process_calls_the_kept_programs_without_tracing(self):
     cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'
@@ -91,56 +122,59 @@ class KeptExecutablesTest(absltest.TestCase):
     self.assertLen(list(kept.glob('*.pkl')), 3)
     self.assertLen(list(kept.glob('*.program')), 3)
     self.assertLen(list(kept.glob('*.digest')), 3)
-    self.assertEqual(self._run(cache), 0)  # loaded: nothing traced
+    # A later process: loaded, nothing traced. It then makes the calls again
+    # after each change below, with the programs it loaded forgotten.
+    calls, errors = self._start(cache)
+    self.assertEqual(calls(), 0)
     # A byte changed, its digest kept: not unpickled; compiled afresh and
     # replaced, with a warning naming the file.
     path = sorted(kept.glob('*.pkl'))[0]
     content = bytearray(path.read_bytes())
     content[len(content) // 2] ^= 1
     path.write_bytes(bytes(content))
-    errors = []
-    self.assertEqual(self._run(cache, stderr=errors), 1)
+    errors()
+    self.assertEqual(calls(), 1)
     self.assertIn(f'{path} does not match the digest kept beside it',
-                  errors[0])
-    self.assertEqual(self._run(cache), 0)
+                  errors())
+    self.assertEqual(calls(), 0)
     # Files without their digest (kept before digests were) are compiled
     # afresh and kept with one.
     for digest in kept.glob('*.digest'):
       digest.unlink()
-    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(calls(), 3)
     self.assertLen(list(kept.glob('*.digest')), 3)
-    self.assertEqual(self._run(cache), 0)
+    self.assertEqual(calls(), 0)
     # Files cut short are compiled again and rewritten.
     for path in kept.glob('*.pkl'):
       path.write_bytes(path.read_bytes()[:100])
-    self.assertEqual(self._run(cache), 3)
-    self.assertEqual(self._run(cache), 0)
+    self.assertEqual(calls(), 3)
+    self.assertEqual(calls(), 0)
     # Whole files that fail to load (as one kept by another CUDA runtime
     # or jaxlib would) are compiled afresh and replaced too.
     for path in kept.glob('*.pkl'):
       path.write_bytes(pickle.dumps((b'not an executable', None, None)))
-    self.assertEqual(self._run(cache), 3)
-    self.assertEqual(self._run(cache), 0)
+    self.assertEqual(calls(), 3)
+    self.assertEqual(calls(), 0)
     # Files that hold another call's program (planted, or mixed up) are
     # not called with these arguments: compiled afresh and kept again.
     files = sorted(kept.glob('*.pkl'))
     contents = [p.read_bytes() for p in files]
     for path, content in zip(files, contents[1:] + contents[:1]):
       path.write_bytes(content)
-    self.assertEqual(self._run(cache), 3)
-    self.assertEqual(self._run(cache), 0)
+    self.assertEqual(calls(), 3)
+    self.assertEqual(calls(), 0)
     # A folder another user may write: its programs are not loaded (a kept
     # program is a pickle), with a warning naming it.
     kept.chmod(0o777)
-    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(calls(), 3)
     kept.chmod(0o755)
-    self.assertEqual(self._run(cache), 0)
+    self.assertEqual(calls(), 0)
     # Without its files, but with JAX's cache beside them (whose copies
     # of an executable cannot be serialized on CPU), it compiles afresh
-    # and keeps them again.
+    # and keeps them again; a third process loads them.
     for path in kept.iterdir():
       path.unlink()
-    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(calls(), 3)
     self.assertEqual(self._run(cache), 0)
 
   def test_programs_are_keyed_by_the_backend_and_its_runtime(self):

@@ -2,10 +2,7 @@
 sigma mapping and the reading benchmark's metrics (issue 25)."""
 
 import dataclasses
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 from unittest import mock
 
@@ -24,9 +21,9 @@ from recovr_jax.reasoning import frames
 from recovr_jax.reasoning import grounding
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
+from tests.helpers import forked
 
 A = generator.ATTRIBUTES
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def attr(name):
@@ -514,20 +511,18 @@ class ReadingScoreTest(absltest.TestCase):
 
 class EvalReadingCliTest(absltest.TestCase):
   """``experiments.evaluate.eval_reading`` end to end on a tiny first-benchmark
-  world with the user in its own words (a subprocess: its flags share
+  world with the user in its own words (a forked process: its flags share
   names with other entry points)."""
 
   def run_cli(self, *args):
     out = pathlib.Path(tempfile.mkdtemp())
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.evaluate.eval_reading', '--benchmark=v1',
-         '--user_language=own_v3', '--user_style=paper',
-         '--num_test_triplets=12', '--num_train_triplets=20',
-         '--gallery_size=300', '--num_sessions=12', '--num_turns=3',
-         '--batch_size=6', f'--cache_dir={out / "cache"}',
-         f'--output_json={out / "reader_fit.json"}', *args],
-        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
-        capture_output=True, text=True, timeout=900)
+    proc = forked.run(
+        'experiments.evaluate.eval_reading', '--benchmark=v1',
+        '--user_language=own_v3', '--user_style=paper',
+        '--num_test_triplets=12', '--num_train_triplets=20',
+        '--gallery_size=300', '--num_sessions=12', '--num_turns=3',
+        '--batch_size=6', f'--cache_dir={out / "cache"}',
+        f'--output_json={out / "reader_fit.json"}', *args)
     return proc, out
 
   def test_rules_and_grounded(self):

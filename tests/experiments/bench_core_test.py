@@ -1,13 +1,11 @@
 """The core benchmark on a tiny configuration, and its NumPy baselines.
 
-The benchmark runs in a subprocess: its flags share names with the runner's.
+The benchmark runs in a forked process (``tests/helpers/forked.py``): its
+flags share names with the runner's.
 """
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
@@ -15,7 +13,8 @@ import numpy as np
 
 from experiments.bench import plain_loop
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers import forked
+
 
 
 def rings(rng, s, w, c, k, pool, n_demote):
@@ -54,14 +53,12 @@ class BenchCoreTest(absltest.TestCase):
 
   def test_tiny_run_reports_targets_profile_and_machine(self):
     out = pathlib.Path(tempfile.mkdtemp()) / 'bench.json'
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.bench.bench_core',
-         '--shapes=6000x16,3000x8', '--k=10', '--b=8', '--sessions=32',
-         '--n=2000', '--d=16', '--block_size=2048', '--tune_sizes',
-         '--block_sizes=1024,4096', '--group_sizes=0,4',
-         f'--output_json={out}'],
-        cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
-        capture_output=True, text=True, timeout=600)
+    proc = forked.run(
+        'experiments.bench.bench_core',
+        '--shapes=6000x16,3000x8', '--k=10', '--b=8', '--sessions=32',
+        '--n=2000', '--d=16', '--block_size=2048', '--tune_sizes',
+        '--block_sizes=1024,4096', '--group_sizes=0,4',
+        f'--output_json={out}')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     got = json.loads(out.read_text())
     self.assertEqual([(r['config']['n'], r['config']['d'])
@@ -87,10 +84,8 @@ class BenchCoreTest(absltest.TestCase):
     self.assertIn('the library uses 16384x16', proc.stdout)
 
   def test_bad_shape_is_refused_naming_the_flag(self):
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.bench.bench_core', '--shapes=100000',
-         '--output_json='], cwd=ROOT, capture_output=True, text=True,
-        timeout=300)
+    proc = forked.run('experiments.bench.bench_core', '--shapes=100000',
+                      '--output_json=')
     self.assertNotEqual(proc.returncode, 0)
     self.assertIn("--shapes: '100000' is not NxD", proc.stderr)
 

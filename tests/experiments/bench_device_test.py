@@ -3,28 +3,26 @@ its JSON with the device, the precision and each measurement."""
 
 import json
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.helpers import forked
+
 
 
 class BenchDeviceTest(absltest.TestCase):
 
   def test_tiny_check_writes_its_json(self):
     out = pathlib.Path(tempfile.mkdtemp()) / 'device.json'
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.bench.bench_device',
+    proc = forked.run(
+        'experiments.bench.bench_device',
          '--gallery_sizes=3000,5000', '--bf16_above=4000', '--dim=32',
          '--k=10', '--queries=8', '--fusion_sessions=64', '--repeats=2',
          '--main_sessions=12', '--run_args=--methods=recovr,'
          '--num_test_triplets=6,--num_train_triplets=20,--gallery_size=300,'
          '--benchmark=v1,--num_turns=2,--bootstrap_resamples=20,'
-         '--bootstrap_also=', f'--output_json={out}'],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+         '--bootstrap_also=', f'--output_json={out}')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     results = json.loads(out.read_text())
     self.assertEqual(results['device']['backend'], 'cpu')

@@ -3,15 +3,13 @@ flags share names with the runner's)."""
 
 import json
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
 
 from tests.helpers import entry_points
+from tests.helpers import forked
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 class BenchRunsTest(absltest.TestCase):
@@ -22,11 +20,10 @@ class BenchRunsTest(absltest.TestCase):
             '--num_train_triplets=20,--methods=recovr,--batch_size=4,'
             '--bootstrap_resamples=20,--bootstrap_also=,'
             '--nocompilation_cache,--noplots')
-    proc = subprocess.run(
-        [sys.executable, '-m', entry_points.module('bench_runs'),
-         '--parts=main_jit', '--num_sessions=4', '--num_turns=2',
-         f'--run_args={tiny}', '--repeats=1', f'--output_json={out}'],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = forked.run(
+        entry_points.module('bench_runs'),
+        '--parts=main_jit', '--num_sessions=4', '--num_turns=2',
+        f'--run_args={tiny}', '--repeats=1', f'--output_json={out}')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     row = json.loads(out.read_text())['parts']['main_jit']
     self.assertEqual((row['runs'], row['sessions'], row['methods'],

@@ -1,6 +1,7 @@
 """Smoke test of the end-to-end benchmark on a tiny configuration.
 
-Runs in a subprocess: the benchmark's flags share names with the runner's.
+Runs in a forked process (``tests/helpers/forked.py``): the benchmark's
+flags share names with the runner's.
 """
 
 import json
@@ -13,27 +14,25 @@ import tempfile
 from absl.testing import absltest
 
 from tests.helpers import entry_points
+from tests.helpers import forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_benchmark(test, module, args):
-  """Runs ``experiments.<module>`` with ``args`` in a subprocess (its flags
+  """Runs ``experiments.<module>`` with ``args`` in a forked process (its flags
   share names with the runner's), asserts it exits 0; returns its JSON."""
   out = pathlib.Path(tempfile.mkdtemp())
-  proc = subprocess.run(
-      [sys.executable, '-m', f'{entry_points.module(module)}', *args,
-       f'--cache_dir={out / "cache"}', f'--output_json={out / "bench.json"}'],
-      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
-      capture_output=True, text=True, timeout=900)
+  proc = forked.run(entry_points.module(module), *args,
+                    f'--cache_dir={out / "cache"}',
+                    f'--output_json={out / "bench.json"}')
   test.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
   return json.loads((out / 'bench.json').read_text())
 
 
 def assert_refused(test, module, flag, message):
   """``experiments.<module> <flag>`` exits non-zero saying ``message``."""
-  proc = subprocess.run([sys.executable, '-m', f'{entry_points.module(module)}', flag],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  proc = forked.run(entry_points.module(module), flag)
   test.assertNotEqual(proc.returncode, 0)
   test.assertIn(message, proc.stderr)
 

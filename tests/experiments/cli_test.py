@@ -10,6 +10,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from tests.helpers import entry_points
+from tests.helpers import forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -17,7 +18,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 class BadFlagValueTest(parameterized.TestCase):
 
   @parameterized.parameters(
-      ('run', ['--methods=bogus'], 'unknown --methods bogus; valid: recovr'),
       ('run', ['--suite=fidelity', '--methods=recovr'], 'drop --methods'),
       ('eval_reading', ['--noise_rates=2'], '--noise_rates: each must be in'),
       ('fidelity', ['--fidelity_dirs=/nonexistent'],
@@ -27,9 +27,7 @@ class BadFlagValueTest(parameterized.TestCase):
        "--init_adapter: LoRA adapter '/nonexistent' has no adapter"),
   )
   def test_one_line_and_the_hint(self, script, args, expected):
-    proc = subprocess.run([sys.executable, '-m', f'{entry_points.module(script)}',
-                           *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = forked.run(entry_points.module(script), *args)
     self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
     lines = [l for l in proc.stderr.splitlines()
              if not l.startswith(('W', 'I')) or ': error: ' in l]
@@ -68,10 +66,8 @@ class StudyPortTest(absltest.TestCase):
       s.bind(('127.0.0.1', 0))
       s.listen()
       port = s.getsockname()[1]
-      proc = subprocess.run(
-          [sys.executable, '-m', 'experiments.study', f'--port={port}',
-           f'--output_dir={self.create_tempdir().full_path}'], cwd=ROOT,
-          capture_output=True, text=True, timeout=300)
+      proc = forked.run('experiments.study', f'--port={port}',
+                        f'--output_dir={self.create_tempdir().full_path}')
     self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
     self.assertIn(f'--port={port} cannot be used', proc.stderr)
     self.assertNotIn('loading the environment', proc.stdout)
@@ -101,11 +97,12 @@ class SeveralProblemsTest(absltest.TestCase):
     self.assertLen(lines, 7, lines)
 
   def test_the_command_line_prints_a_line_per_problem(self):
-    proc = subprocess.run(
-        [sys.executable, '-m', 'experiments.run', '--batch_size=0',
-         '--rrf_k=-1', '--methods=recovr,bogus', '--window=0'], cwd=ROOT,
-        capture_output=True, text=True, timeout=300)
+    proc = forked.run('experiments.run', '--batch_size=0', '--rrf_k=-1',
+                      '--methods=recovr,bogus', '--window=0')
     self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    self.assertIn('unknown --methods bogus; valid: recovr', proc.stderr)
+    self.assertIn('Pass --helpshort to see the flags.', proc.stderr)
+    self.assertNotIn('flags:', proc.stderr)  # no help dump
     errors = [l for l in proc.stderr.splitlines()
               if l.startswith('experiments.run: error: ')]
     self.assertLen(errors, 4, proc.stderr)
@@ -181,10 +178,7 @@ class GroupedHelpTest(absltest.TestCase):
 
   def test_help_of_an_entry_point_without_groups_exits_0(self):
     # absl's own --help exits 1, as if asking for help were an error.
-    proc = subprocess.run([sys.executable, '-m',
-                           'experiments.evaluate.compare_runs', '--help'],
-                          cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = forked.run('experiments.evaluate.compare_runs', '--help')
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertIn('Compares one method across runs', proc.stdout)
     self.assertIn('--runs:', proc.stdout)
@@ -192,9 +186,7 @@ class GroupedHelpTest(absltest.TestCase):
   def test_helpshort_of_an_entry_point_on_the_run_shows_its_own_flags(self):
     outs = {}
     for arg in ('--helpshort', '--help'):
-      proc = subprocess.run([sys.executable, '-m', 'experiments.study', arg],
-                            cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)
+      proc = forked.run('experiments.study', arg)
       self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
       outs[arg] = proc.stdout
     short = re.findall(r'^  --(\w+):', outs['--helpshort'], flags=re.M)
@@ -207,9 +199,7 @@ class GroupedHelpTest(absltest.TestCase):
     self.assertIn('--num_turns:', outs['--help'])   # the runner's, in --help
 
   def test_helpshort_prints_the_groups_with_real_data_flags(self):
-    proc = subprocess.run([sys.executable, '-m', 'experiments.run',
-                           '--helpshort'], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = forked.run('experiments.run', '--helpshort')
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     out = proc.stdout
     for heading in ('Benchmark and world:', 'Files (--data=files',

@@ -2,13 +2,12 @@
 models named before any work (a benchmark or trainer runs for minutes; an
 error at its last line loses them). The shared checks (``experiments.common.cli``,
 ``bench_common.list_values``) are tested in this process; one subprocess per
-entry point whose own code calls them checks the wiring."""
+entry point whose own code calls them checks the wiring (forked from a
+process that has imported the libraries: ``tests/helpers/forked.py``)."""
 
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl import app
@@ -19,14 +18,12 @@ from experiments.bench import bench_common
 from experiments.common import cli
 from recovr_jax.reasoning import registry
 from tests.helpers import entry_points
+from tests.helpers import forked
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _run(module, *args):
-  return subprocess.run([sys.executable, '-m', module, *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  return forked.run(module, *args)
 
 
 def _blocker() -> pathlib.Path:

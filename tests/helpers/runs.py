@@ -1,17 +1,14 @@
 """Runs of the runner that the tests share, through the library: ``config_of``
 builds the ``RunConfig`` of flag values with no flag parsed, ``run_of``
 runs it; ``tiny_config`` / ``run_tiny`` the same for the tiny run (``TINY``).
-``run_main`` goes through the command line's flags, for the tests of the
-entry point itself."""
+The few tests of the command line itself start ``experiments.run``."""
 
 import pathlib
 import tempfile
 
 from absl import app
-from absl.testing import flagsaver
 
 from experiments.common import run_flags
-from experiments import run
 from recovr_jax.run import runner
 from recovr_jax.run import sweeps
 from recovr_jax.run import validation
@@ -57,8 +54,8 @@ def config_of(**values):
   values = dict(values)
   # The command line's own (JAX's process-wide cache): off in the library.
   if values.pop('compilation_cache', False):
-    raise ValueError("--compilation_cache is the command line's; use "
-                     'run_main')
+    raise ValueError("--compilation_cache is the command line's: start "
+                     'experiments.run')
   benchmark = values.pop('benchmark', run_flags.run_config.DEFAULT_BENCHMARK)
   unknown = sorted(set(values) - {leaf.name for leaf in run_flags.LEAVES})
   if unknown:
@@ -116,8 +113,3 @@ def smoke_run(cls) -> None:
   cls.returned = run_tiny(cls.out, methods=['recovr', 'ivr'])
 
 
-def run_main(output_dir, **overrides):
-  """The tiny run through the command line (``experiments.run.main`` with
-  the flags set): for the tests of flag parsing and the entry point."""
-  with flagsaver.flagsaver(**_values(output_dir, overrides)):
-    return run.main(['run'])

@@ -2,8 +2,6 @@
 
 import json
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
@@ -15,8 +13,8 @@ from recovr_jax.run import reporting
 from recovr_jax.run import run_config
 from recovr_jax.study import media
 from recovr_jax.study import viewer
+from tests.helpers import forked
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 IDS = tuple(f'vid{i:02d}' for i in range(12))
 TARGETS = np.array([3, 7, 9])
 # [method][session][turn] the shown top 4; the target's rank follows.
@@ -281,9 +279,7 @@ class ViewerTest(absltest.TestCase):
     for args, message in (
         ([f'--run_dir={self.dir}', '--host=0.0.0.0'], '--allow_remote'),
         ([f'--run_dir={self.dir}'], 'flags.txt does not exist')):
-      proc = subprocess.run(
-          [sys.executable, '-m', 'experiments.view', *args], cwd=ROOT,
-          capture_output=True, text=True, timeout=300, check=False)
+      proc = forked.run('experiments.view', *args)
       self.assertEqual(proc.returncode, 1, (args, proc.stderr[-800:]))
       self.assertIn(message, proc.stderr, args)
 

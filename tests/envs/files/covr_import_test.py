@@ -18,6 +18,7 @@ from recovr_jax.envs.files import files_environment
 from recovr_jax.envs.files import torch_files
 from recovr_jax.run import trec
 from tests.helpers import runs
+from tests.helpers import forked
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 D = 16   # the tiny CLIP's projection
@@ -311,11 +312,9 @@ class ImportTest(absltest.TestCase):
       covr_import.feature_path(self.root / 'emb', '../x')
 
   def _cli(self, *args):
-    return subprocess.run(
-        [sys.executable, '-m', 'experiments.data.import_covr',
-         f'--embeddings_dir={self.root / "emb"}',
-         f'--annotations={self.csv}', *args], cwd=ROOT, capture_output=True,
-        text=True, timeout=300, check=False)
+    return forked.run('experiments.data.import_covr',
+                      f'--embeddings_dir={self.root / "emb"}',
+                      f'--annotations={self.csv}', *args)
 
   def test_command_writes_nothing_on_error(self):
     out, refs = self.root / 'g.npz', self.root / 'r.npz'

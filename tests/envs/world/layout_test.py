@@ -3,10 +3,7 @@ pixels and captions, the user's words and the lexicon that reads them."""
 
 import dataclasses
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 from absl import flags
@@ -27,9 +24,9 @@ from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 from tests.helpers import runs
 from tests.helpers import entry_points
+from tests.helpers import forked
 
 LAYOUT = generator.NUM_ATTRIBUTES  # the layout's attribute index
-ROOT = pathlib.Path(__file__).resolve().parents[3]
 SMALL = generator.WorldConfig(num_test_triplets=60, num_train_triplets=300,
                               renditions=4, gallery_size=400)
 
@@ -323,10 +320,8 @@ class RefusalTest(absltest.TestCase):
   def test_seven_attribute_entry_points_refuse_the_flag(self):
     # Their data and models know seven attributes: refused at once, named.
     for entry in ('train_reasoner', 'train_adapter', 'eval_reasoners'):
-      proc = subprocess.run(
-          [sys.executable, '-m', f'{entry_points.module(entry)}', '--describe_layout',
-           '--renditions=4'], cwd=ROOT, capture_output=True, text=True,
-          env=dict(os.environ, JAX_PLATFORMS='cpu'), timeout=300)
+      proc = forked.run(entry_points.module(entry), '--describe_layout',
+                        '--renditions=4')
       self.assertNotEqual(proc.returncode, 0, entry)
       self.assertIn(f'{entry_points.module(entry)} does not take --describe_layout',
                     proc.stderr)
