@@ -234,10 +234,9 @@ def reasoner_config(name: str, values: dict, given=frozenset()
   config_type = registry.get(name).CONFIG
   settings = config_tree.kwargs(config_type, values, nested=False)
   if 'reasoner_adapter' in given and 'adapter' not in settings:
-    readers = [n for n in registry.names()
-               if hasattr(registry.get(n).CONFIG(), 'adapter')]
     raise ValueError(f'--reasoner_adapter is for --reasoner='
-                     f'{registry.or_list(readers)}, not --reasoner={name}')
+                     f'{registry.or_list(registry.reading("adapter"))}, '
+                     f'not --reasoner={name}')
   return config_type(name=name, **settings)
 
 

@@ -123,6 +123,12 @@ def with_property(attribute: str) -> tuple[str, ...]:
   return tuple(n for n in names() if getattr(get(n), attribute))
 
 
+def reading(setting: str) -> tuple[str, ...]:
+  """The backends whose config has the field ``setting`` (e.g. 'adapter'):
+  the readers a flag of that setting is for."""
+  return tuple(n for n in names() if hasattr(get(n).CONFIG(), setting))
+
+
 def or_list(items) -> str:
   """'a, b or c'."""
   items = list(items)

@@ -206,9 +206,7 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
     value = registry.config_of(value, like=config.reasoner)
   elif leaf.path[0] == 'reasoner' and len(leaf.path) > 1 and not hasattr(
       config.reasoner, leaf.path[1]):
-    readers = [n for n in registry.names() if hasattr(
-        registry.get(n).CONFIG(), leaf.path[1])]
     raise ValueError(f'--{name} is read by --reasoner='
-                     f'{registry.or_list(readers)}, not --reasoner='
-                     f'{config.reasoner.name}')
+                     f'{registry.or_list(registry.reading(leaf.path[1]))}, '
+                     f'not --reasoner={config.reasoner.name}')
   return config_tree.replace(config, leaf, value)

@@ -53,6 +53,12 @@ class RegistryTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "--backends lists 'rules' twice"):
       registry.check_names(['rules', 'grounded', 'rules'])
     self.assertEqual(registry.or_list(['a', 'b', 'c']), 'a, b or c')
+    # The readers of a setting: the backends whose config has its field.
+    self.assertEqual(registry.reading('adapter'),
+                     ('smollm2_world', 'grounded_smollm2'))
+    self.assertEqual(registry.reading('wording'),
+                     ('smollm2', 'smollm2_world', 'grounded_smollm2'))
+    self.assertEqual(registry.reading('no_such_setting'), ())
 
   def test_what_each_source_offers(self):
     self.assertEqual(registry.offered(WORLD), registry.names())
