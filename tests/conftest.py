@@ -31,7 +31,8 @@ if _FAST_COMPILE not in os.environ.get('XLA_FLAGS', ''):
 # under the same flags, or against NumPy within a tolerance; the runs of
 # the refactoring guard (tests/output_identity.py) and the benchmarks
 # compile with XLA's defaults. Probed once per session (a jaxlib that does
-# not know the flag would abort on it), then inherited.
+# not know the flag aborts on it: jaxlib 0.12.1, which .ci/new_versions
+# installs, no longer has it), then inherited.
 _EMITTERS = '--xla_cpu_use_fusion_emitters=false'
 if 'xla_cpu_use_fusion_emitters' not in os.environ['XLA_FLAGS']:
   _probe = subprocess.run(
