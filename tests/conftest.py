@@ -32,9 +32,11 @@ if _FAST_COMPILE not in os.environ.get('XLA_FLAGS', ''):
 # the refactoring guard (tests/output_identity.py) and the benchmarks
 # compile with XLA's defaults. Probed once per session (a jaxlib that does
 # not know the flag aborts on it: jaxlib 0.12.1, which .ci/new_versions
-# installs, no longer has it), then inherited.
+# installs, no longer has it), then inherited, as is the probe's answer.
 _EMITTERS = '--xla_cpu_use_fusion_emitters=false'
-if 'xla_cpu_use_fusion_emitters' not in os.environ['XLA_FLAGS']:
+if ('xla_cpu_use_fusion_emitters' not in os.environ['XLA_FLAGS'] and
+    'RECOVR_TESTS_EMITTERS_PROBED' not in os.environ):
+  os.environ['RECOVR_TESTS_EMITTERS_PROBED'] = '1'
   _probe = subprocess.run(
       [sys.executable, '-c', 'import jax; jax.devices()'],
       env=dict(os.environ, XLA_FLAGS=os.environ['XLA_FLAGS'] + ' ' + _EMITTERS),
