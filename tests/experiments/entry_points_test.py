@@ -22,10 +22,6 @@ from tests.helpers import forked
 
 
 
-def _run(module, *args):
-  return forked.run(module, *args)
-
-
 def _blocker() -> pathlib.Path:
   """A file where a folder is needed: nothing can be written below it."""
   path = pathlib.Path(tempfile.mkdtemp()) / 'a_file'
@@ -142,7 +138,7 @@ class EntryPointRefusalsTest(absltest.TestCase):
                          f'--output_dir={blocker.parent}/w'],
          '--scene_weight must be a finite number >= 0, got -1.0')):
       with self.subTest(f'{module} {args[0]}'):
-        proc = _run(f'{entry_points.module(module)}', *args)
+        proc = forked.run(entry_points.module(module), *args)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(message, proc.stderr)
         self.assertNotIn('Traceback', proc.stderr)
@@ -152,8 +148,9 @@ class EntryPointRefusalsTest(absltest.TestCase):
   def test_eval_reasoners_reports_a_module_it_drew_no_request_of(self):
     # Three requests drew no question: a ZeroDivisionError after the work.
     out = pathlib.Path(tempfile.mkdtemp()) / 'r.json'
-    proc = _run('experiments.evaluate.eval_reasoners', '--backends=rules',
-                '--eval_requests=3', f'--eval_json={out}')
+    proc = forked.run('experiments.evaluate.eval_reasoners',
+                      '--backends=rules', '--eval_requests=3',
+                      f'--eval_json={out}')
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertIn('| rules | question | no request drawn |', proc.stdout)
     rules = json.loads(out.read_text())['results']['rules']
@@ -167,7 +164,8 @@ class EntryPointRefusalsTest(absltest.TestCase):
     for module in ('train_world', 'train_captioner', 'train_adapter',
                    'train_reasoner', 'convert_gguf'):
       with self.subTest(module):
-        proc = _run(f'{entry_points.module(module)}', f'--output_dir={blocker}/x')
+        proc = forked.run(entry_points.module(module),
+                          f'--output_dir={blocker}/x')
         self.assertIn(f'--output_dir {blocker}/x: cannot write there',
                       proc.stderr)
         self.assertNotIn('Traceback', proc.stderr)
