@@ -53,11 +53,20 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
       prefix='recovr-tests-xla-')
   os.environ['RECOVR_TESTS_OWN_XLA_CACHE'] = str(os.getpid())
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+# The tiny runs' shared cache (gallery embeddings, text embeddings, the
+# grounded reader's fits: tests/helpers/runs.py), made and removed alike.
+if 'RECOVR_TESTS_SHARED_CACHE' not in os.environ:
+  os.environ['RECOVR_TESTS_SHARED_CACHE'] = tempfile.mkdtemp(
+      prefix='recovr-tests-cache-')
+  os.environ['RECOVR_TESTS_OWN_SHARED_CACHE'] = str(os.getpid())
 
 
 def pytest_sessionfinish(session, exitstatus):  # pylint: disable=unused-argument
-  if os.environ.get('RECOVR_TESTS_OWN_XLA_CACHE') == str(os.getpid()):
-    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+  for own, path in (('RECOVR_TESTS_OWN_XLA_CACHE', 'JAX_COMPILATION_CACHE_DIR'),
+                    ('RECOVR_TESTS_OWN_SHARED_CACHE',
+                     'RECOVR_TESTS_SHARED_CACHE')):
+    if os.environ.get(own) == str(os.getpid()):
+      shutil.rmtree(os.environ[path], ignore_errors=True)
 
 # absltest's helpers (create_tempfile, flagsaver) read absl flags: parsed
 # once here, so a test does not depend on an earlier test in the same

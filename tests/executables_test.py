@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import executables
+from tests.helpers import runs
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -204,6 +205,7 @@ class KeptExecutablesTest(absltest.TestCase):
     # The runner's programs (ReCoVR on the world's face), kept by a first
     # run and called by a second; JAX logs each function it traces.
     tmp = pathlib.Path(self.create_tempdir().full_path)
+    runs.seed_cache(tmp / 'cache')  # the gallery and texts of earlier runs
     env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu',
                JAX_LOG_COMPILES='1')
     logs = []

@@ -3,7 +3,9 @@ builds the ``RunConfig`` of flag values with no flag parsed, ``run_of``
 runs it; ``tiny_config`` / ``run_tiny`` the same for the tiny run (``TINY``).
 The few tests of the command line itself start ``experiments.run``."""
 
+import os
 import pathlib
+import shutil
 import tempfile
 
 from absl import app
@@ -22,6 +24,56 @@ TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20,
             # JAX's persistent compilation cache is process-wide: left off,
             # so the test process does not write into a temporary cache.
             compilation_cache=False)
+
+
+# The suite's shared cache (tests/conftest.py): the derived files a tiny
+# run writes into its cache directory (the gallery's Progress Memory, the
+# text embeddings, the grounded reader's fits), kept once per session so
+# that each tiny run given no cache directory starts from them instead of
+# rendering, encoding and fitting again. Loading them is the library's own
+# warm path (each file checked on load; the outputs are the same cold or
+# warm: tests/experiments/bundle_test.py). A test of the cache itself
+# passes its own ``cache_dir``.
+SHARED_CACHE = 'RECOVR_TESTS_SHARED_CACHE'
+
+
+def _cache_files(directory: pathlib.Path) -> dict:
+  """``name -> path`` of the derived files in a cache directory (not its
+  compiled programs)."""
+  if not directory.is_dir():
+    return {}
+  return {p.name: p for p in directory.iterdir()
+          if p.is_file() and not p.name.endswith('.tmp.npz')}
+
+
+def seed_cache(cache) -> None:
+  """Copies the shared cache's files into a new cache directory ``cache``
+  (also for a run a test starts as a process; one that exists is left as
+  it is)."""
+  cache = pathlib.Path(cache)
+  shared = os.environ.get(SHARED_CACHE)
+  if not shared or cache.exists():
+    return
+  cache.mkdir(parents=True)
+  for name, path in _cache_files(pathlib.Path(shared)).items():
+    shutil.copyfile(path, cache / name)
+
+
+def _share(cache: pathlib.Path) -> None:
+  """Adds a run's cache files to the shared cache: a file it lacks, or
+  text embeddings holding more texts (each written atomically, so another
+  worker reads a whole file)."""
+  shared = os.environ.get(SHARED_CACHE)
+  if not shared:
+    return
+  held = _cache_files(pathlib.Path(shared))
+  for name, path in _cache_files(cache).items():
+    if name in held and not (name.startswith('text-') and
+                             path.stat().st_size > held[name].stat().st_size):
+      continue
+    tmp = pathlib.Path(shared) / f'.{os.getpid()}.{name}'
+    shutil.copyfile(path, tmp)
+    os.replace(tmp, pathlib.Path(shared) / name)
 
 
 def _values(output_dir, overrides: dict) -> dict:
@@ -100,8 +152,18 @@ def run_tiny(output_dir, **overrides):
   """The tiny run through the library (``runner.run``, or ``sweeps.sweep``
   for a ``sweep`` of ``NAME=V1|V2`` texts): None, or ``'FAILED: ...'`` as
   the command line returns it; a refused config raises
-  ``app.UsageError`` as the command line does."""
-  return run_of(**_values(output_dir, overrides))
+  ``app.UsageError`` as the command line does. Given no ``cache_dir``, its
+  cache starts from the suite's shared one (``SHARED_CACHE``)."""
+  values = _values(output_dir, overrides)
+  cache = pathlib.Path(values['cache_dir'])
+  own = 'cache_dir' in overrides or cache.exists()
+  if not own:
+    seed_cache(cache)
+  try:
+    return run_of(**values)
+  finally:
+    if not own:
+      _share(cache)
 
 
 def smoke_run(cls) -> None:
