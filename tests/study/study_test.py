@@ -22,6 +22,7 @@ from recovr_jax.study import app as app_lib
 from recovr_jax.study import instance
 from recovr_jax.study import log
 from recovr_jax.study import report
+from tests.helpers import runs
 from recovr_jax.study import study as study_lib
 
 TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20,
@@ -44,6 +45,7 @@ class Tiny:
     if cls.built is None:
       flags.FLAGS.mark_as_parsed()
       cls.root = pathlib.Path(tempfile.mkdtemp())
+      runs.seed_cache(cls.root / 'cache')  # the tiny runs' world
       with flagsaver.flagsaver(output_dir=str(cls.root / 'study'),
                                cache_dir=str(cls.root / 'cache'), **TINY):
         cls.config = study_main.checked_config()
@@ -475,8 +477,8 @@ class StudyAppTest(absltest.TestCase):
     self.assertEqual(set(out['r_at_1']), {'recovr, human',
                                           'recovr, simulated',
                                           'ivr, simulated'})
-    runs = report.load(study.log_dir)
-    human = report.hits(runs.displayed, runs.targets).mean(0)
+    logged = report.load(study.log_dir)
+    human = report.hits(logged.displayed, logged.targets).mean(0)
     np.testing.assert_allclose(out['r_at_1']['recovr, human']['mean'], human)
     self.assertEqual(out['lengths']['recovr, human']['utterances'], 12)
     rows = (Tiny.root / 'report' / 'report' /
@@ -514,10 +516,10 @@ class SameLoopTest(absltest.TestCase):
           break
         _send(client, 'bob', view, fb.text)
         view = study.view('bob')
-    runs = report.load(study.log_dir)
+    logged = report.load(study.log_dir)
     simulated = study_report.simulate(config, ['recovr'], sessions, 3,
                                       built=Tiny.built)['recovr']
-    np.testing.assert_array_equal(runs.displayed,
+    np.testing.assert_array_equal(logged.displayed,
                                   simulated.displayed[:, :, :10])
 
 
@@ -581,9 +583,9 @@ class ParticipantFlowTest(absltest.TestCase):
     self.assertIn(code, page)
     self.assertNotEqual(code, study.completion_code('cy'))
     # Table 4 leaves the practice instance out.
-    runs = report.load(study.log_dir)
-    self.assertLen(runs.rows, 2)
-    self.assertNotIn(practice_session, runs.sessions.tolist())
+    logged = report.load(study.log_dir)
+    self.assertLen(logged.rows, 2)
+    self.assertNotIn(practice_session, logged.sessions.tolist())
     self.assertNotIn(practice_session, [
         s for p, q in study.queues.items() for s in q[1:]])
     # The administration view, behind its own token.
@@ -732,24 +734,24 @@ class ReportTest(absltest.TestCase):
         {'event': 'error', 'instance': 0, 'turn': 2},
         _turn(0, 2, hit, 'no, circles on sand', seconds=2.0),
         {'event': 'end', 'instance': 0, 'turn': 2, 'found': False}])
-    runs = report.load(root)
-    self.assertLen(runs.rows, 3)
-    self.assertEqual((runs.unfinished, runs.errors), (1, 1))
+    logged = report.load(root)
+    self.assertLen(logged.rows, 3)
+    self.assertEqual((logged.unfinished, logged.errors), (1, 1))
     # Turn 0: 0/3; turn 1: p0 only, 1/3; turn 2: p0 and q0, 2/3.
     np.testing.assert_allclose(
-        report.hits(runs.displayed, runs.targets).mean(0),
+        report.hits(logged.displayed, logged.targets).mean(0),
         [0, 1 / 3, 2 / 3])
-    out = report.table({'human': runs.displayed}, runs.targets, 100, 0)
+    out = report.table({'human': logged.displayed}, logged.targets, 100, 0)
     np.testing.assert_allclose(out['r_at_1']['human']['mean'],
                                [0, 1 / 3, 2 / 3], rtol=1e-6)
-    stats = report.lengths(report.human_feedback(runs))
+    stats = report.lengths(report.human_feedback(logged))
     self.assertEqual(stats['utterances'], 3)
     self.assertAlmostEqual(stats['mean_words'], (3 + 1 + 4) / 3)
     self.assertEqual(stats['max_words'], 4)
-    self.assertEqual(report.waits(runs)['median_s'], 2.0)
-    self.assertEqual(report.waits(runs)['max_s'], 3.0)
+    self.assertEqual(report.waits(logged)['median_s'], 2.0)
+    self.assertEqual(report.waits(logged)['max_s'], 3.0)
     text = report.markdown(out, 3, {
-        'lengths': {'human': stats}, 'waits': report.waits(runs),
+        'lengths': {'human': stats}, 'waits': report.waits(logged),
         'unfinished': 1, 'errors': 1})
     self.assertIn('| human | 0.0 [0.0, 0.0] | 33.3', text)
 
@@ -768,10 +770,10 @@ class ReportTest(absltest.TestCase):
     _write_log(root / 'q.jsonl', 'q', [
         _turn(0, 0, [1]),
         {'event': 'end', 'instance': 0, 'turn': 0, 'found': True}])
-    runs = report.load(root)
-    self.assertLen(runs.rows, 1)
-    self.assertLen(runs.damaged, 1)
-    self.assertIn('p.jsonl, line 2', runs.damaged[0])
+    logged = report.load(root)
+    self.assertLen(logged.rows, 1)
+    self.assertLen(logged.damaged, 1)
+    self.assertIn('p.jsonl, line 2', logged.damaged[0])
     shutil.rmtree(root)
 
 
