@@ -39,11 +39,12 @@ SHARED_CACHE = 'RECOVR_TESTS_SHARED_CACHE'
 
 def _cache_files(directory: pathlib.Path) -> dict:
   """``name -> path`` of the derived files in a cache directory (not its
-  compiled programs)."""
+  compiled programs, nor a file still being written)."""
   if not directory.is_dir():
     return {}
   return {p.name: p for p in directory.iterdir()
-          if p.is_file() and not p.name.endswith('.tmp.npz')}
+          if p.is_file() and not p.name.startswith('.')
+          and not p.name.endswith('.tmp.npz')}
 
 
 def seed_cache(cache) -> None:
