@@ -301,11 +301,14 @@ def main(argv):
 
 
 def main_share(row: dict, rate: dict) -> dict:
-  """``row``'s compute bound and share at the anchor ``rate``."""
+  """``row``'s compute bound and share at the anchor ``rate`` (to four
+  significant digits: a tiny run's share is about 1e-4, which rounding to
+  four decimals made 0 or not by the machine's speed)."""
   bound = row['retrieval_gflop'] / rate['matmul_gflops']
   part = row['jitted_sessions_s']
-  return {'compute_bound_s': round(bound, 4),
-          'share_of_compute_bound': round(bound / part, 4) if part else None}
+  return {'compute_bound_s': float(f'{bound:.4g}'),
+          'share_of_compute_bound': float(f'{bound / part:.4g}') if part
+                                    else None}
 
 
 if __name__ == '__main__':
