@@ -10,6 +10,7 @@ from absl.testing import absltest
 from experiments.common import config_flags
 from experiments.common import run_flags
 from recovr_jax import config_tree
+from recovr_jax.envs.files import files_source
 from recovr_jax.run import run_config
 
 
@@ -98,7 +99,8 @@ class ConfigTreeTest(absltest.TestCase):
     leaves = config_tree.leaves(run_config.RunConfig)
     names = [leaf.name for leaf in leaves]
     shared = {n for n in names if names.count(n) > 1}
-    self.assertEqual(shared, {'start'})  # both sources' --start, one flag
+    # Both sources' --start and both users' --drop_rate: one flag each.
+    self.assertEqual(shared, {'start', 'drop_rate'})
     self.assertEqual(set(names), {leaf.name for leaf in run_flags.LEAVES})
     for leaf in leaves:
       self.assertIn(leaf.name, flags.FLAGS)
@@ -114,9 +116,18 @@ class ConfigTreeTest(absltest.TestCase):
     self.assertEqual(run_config.with_setting(base, 'ask_mode', 'never')
                      .settings.ask.mode, 'never')
     self.assertEqual(run_config.with_setting(base, 'noise_rate', '0.25')
-                     .user.noise_rate, 0.25)
+                     .data.user.noise_rate, 0.25)
     with self.assertRaisesRegex(ValueError, 'must be in'):
       run_config.with_setting(base, 'noise_rate', 2.0)
+    # Each source's user holds its own settings: the caption user reads
+    # --drop_rate, not the world user's --noise_rate.
+    files = dataclasses.replace(base, data=files_source.FilesData())
+    self.assertEqual(run_config.with_setting(files, 'drop_rate', 0.5)
+                     .data.user.drop_rate, 0.5)
+    with self.assertRaisesRegex(ValueError,
+                                '--noise_rate is for --data=world, not '
+                                '--data=files'):
+      run_config.with_setting(files, 'noise_rate', 0.1)
 
 
 if __name__ == '__main__':

@@ -198,7 +198,7 @@ def world_run(world_config, user_config, cache_dir, simulation='jit'):
       methods=('recovr',), output_dir='', cache_dir=cache_dir or None,
       data=world_source.WorldData(world=world_config,
                                   checkpoint_dir=encoders.DEFAULT_CHECKPOINT_DIR,
-                                  captions='oracle'),
-      user=user_config, simulation=simulation)  # the rules reasoner
+                                  captions='oracle', user=user_config),
+      simulation=simulation)  # the rules reasoner
   return assemble.assemble(config, assemble.build(config,
                                                   run_config.source(config)))

@@ -103,9 +103,11 @@ def given(name: str) -> bool:
   return config_flags.given(name)
 
 
-def _data(values: dict, benchmark: str, given):
-  """``RunConfig.data`` of ``values``; ``ValueError`` (a line per flag)
-  when flags of another source are ``given``."""
+def _data(values: dict, benchmark: str, given,
+          user: simulated_user.UserConfig):
+  """``RunConfig.data`` of ``values`` (``user``: the world's user);
+  ``ValueError`` (a line per flag) when flags of another source are
+  ``given``."""
   name = run_config.DATA_ALIASES.get(values['data'], values['data'])
   wrong = [f'--{flag} is for --data={other}, not --data={name}'
            for other, names in SOURCE_FLAGS.items() if other != name
@@ -119,13 +121,14 @@ def _data(values: dict, benchmark: str, given):
   return world_source.WorldData.preset(
       benchmark, world_fields=config_tree.kwargs(generator.WorldConfig,
                                                  values),
+      user=user,
       **config_tree.kwargs(world_source.WorldData, values, nested=False))
 
 
 def _user(values: dict, benchmark: str) -> simulated_user.UserConfig:
-  """The user's config: the ``benchmark`` preset's style and language
-  unless given (real data's caption user reads neither), the draws the
-  driver imposes (``drivers.user_draws``) or --user_draws."""
+  """The world's user's config: the ``benchmark`` preset's style and
+  language unless given, the draws the driver imposes
+  (``drivers.user_draws``) or --user_draws."""
   fields = config_tree.kwargs(simulated_user.UserConfig, values)
   preset = run_config.BENCHMARKS[benchmark]
   for field, flag in (('style', 'user_style'), ('language', 'user_language')):
@@ -177,7 +180,7 @@ def config_from_values(
   preset leaves alone and another source refuses).
 
   Raises ``validation.ConfigError`` naming every problem found at once:
-  each part (data source, loop, ask policy, settings, user) is built on
+  each part (user, data source, loop, ask policy, settings) is built on
   its own, a part that fails is replaced by its default so that the rest
   is still checked, and then ``validation.validate`` checks the whole."""
   problems = []
@@ -190,7 +193,8 @@ def config_from_values(
       return default
 
   kwargs = config_tree.kwargs
-  data = part(lambda: _data(values, benchmark, given), None)
+  user = part(lambda: _user(values, benchmark), simulated_user.UserConfig())
+  data = part(lambda: _data(values, benchmark, given, user), None)
   loop = part(lambda: ranking.LoopConfig(**kwargs(ranking.LoopConfig, values)),
               ranking.LoopConfig())
   ask = part(lambda: asking.AskPolicy(**kwargs(asking.AskPolicy, values)),
@@ -198,7 +202,6 @@ def config_from_values(
   settings = part(lambda: base.Settings(
       **kwargs(base.Settings, values, nested=False), ask=ask),
                   base.Settings())
-  user = part(lambda: _user(values, benchmark), simulated_user.UserConfig())
   fields = kwargs(run_config.RunConfig, values, nested=False)
   name = values['reasoner']
   if name is None:  # the source's default
@@ -207,7 +210,7 @@ def config_from_values(
   reasoner = part(lambda: reasoner_config(name, values, given),
                   registry.ReasonerConfig())
   count, pid = processes
-  fields.update(loop=loop, settings=settings, user=user, reasoner=reasoner,
+  fields.update(loop=loop, settings=settings, reasoner=reasoner,
                 num_processes=count, process_id=pid, flags_text=flags_text)
   if data is not None:
     fields['data'] = data

@@ -121,7 +121,7 @@ def main(argv):
          else _DEFAULT_SESSIONS)
   if num is None or num < 1:
     raise app.UsageError(f'--num_sessions must be >= 1, got {num}')
-  vocab = source.vocabulary(config.user, config.cache_dir)
+  vocab = source.vocabulary(config.cache_dir)
   for backend in _BACKENDS.value:  # each backend's checks, before any load
     problems = registry.problems(reasoner(backend), vocab)
     if problems:
@@ -150,7 +150,7 @@ def main(argv):
       'num_sessions': num, 'num_sessions_requested': requested,
       'benchmark': flags.FLAGS.benchmark, 'columns': (
           reading_benchmark.COLUMNS if _TEST_SPLIT.value else ('train', 'dev')),
-      'user': str(config.user), 'grounded_options': options,
+      'user': str(config.data.user), 'grounded_options': options,
       'sigma_of_action': reading_benchmark.SIGMA_OF_ACTION, 'report': report})
 
 

@@ -101,7 +101,8 @@ def setup_of(meta: dict) -> dict:
                      'it ran')
   try:
     world = config['data'].get('world') or {}
-    language = config['user']['language']
+    # The user's config: in the data source's (an older run's: the run's).
+    language = (config['data'].get('user') or config['user'])['language']
     reader, sessions = config['reasoner'], config['num_sessions']
     if isinstance(reader, dict):  # the backend's config (its name first)
       reader = reader['name']

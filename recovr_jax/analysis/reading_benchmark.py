@@ -273,7 +273,7 @@ def evaluate(run, noise_rate: float, num_sessions):
   ``num_sessions`` test queries of its environment."""
   config = run.config
   env, reasoner = run.env, run.reasoner
-  user = dataclasses.replace(config.user, noise_rate=noise_rate)
+  user = dataclasses.replace(config.data.user, noise_rate=noise_rate)
   sessions = np.arange(min(num_sessions, len(env.target)))
   turns, intents, reflects = collect(env, run.ctx, user, config.user_seed,
                                      sessions, config.loop, config.settings,

@@ -119,7 +119,7 @@ class Traced(_Jitted):
     jit_env = run.built.jit_env
     config = traced_config(
         lambda form, num_turns: run.source.traced_face(
-            run.built, form, num_turns, reading, run.config.user),
+            run.built, form, num_turns, reading),
         method, loop, reading, jit_env.composer)
     return JitBatch(env=jit_env, config=config, result=run.source.traced_result(
         run.built, config, reading, run.config.user_seed, sessions))

@@ -92,24 +92,23 @@ class Source(abc.ABC):
     change a run's numbers (defaults resolved)."""
 
   @abc.abstractmethod
-  def build(self, user, cache_dir: str | None) -> Built:
+  def build(self, cache_dir: str | None) -> Built:
     """Loads the queries, Progress Memory and encoders (the expensive
-    part; ``user``: the user's config, whose words may write a first
+    part; the user's words, in the source's config, may write a first
     query; ``cache_dir``: where earlier runs' embeddings are kept);
     ``SourceError`` for inputs that cannot be read."""
 
   @abc.abstractmethod
-  def user(self, env: environment.Environment, user, seed: int):
+  def user(self, env: environment.Environment, seed: int):
     """The host driver's user function
     ``respond(session, turn, target, shown, question) -> Feedback`` of
-    the user config ``user``, its draws seeded by ``seed``."""
+    the user config in the source's config, its draws seeded by ``seed``."""
 
   @abc.abstractmethod
-  def vocabulary(self, user, cache_dir: str | None
-                 ) -> vocabulary.Vocabulary:
+  def vocabulary(self, cache_dir: str | None) -> vocabulary.Vocabulary:
     """What this source offers the reasoner backends (its lexicon-only
-    reasoner, grounding, examples...) for the user config ``user``; cheap:
-    the parts load when used (into ``cache_dir``)."""
+    reasoner, grounding, examples...) for its user; cheap: the parts load
+    when used (into ``cache_dir``)."""
 
   def target_captions(self, built: Built) -> dict[str, tuple[str, ...]]:
     """Kind -> ``[N]`` captions of the gallery's videos whose T2V search,
@@ -133,10 +132,10 @@ class TracedFace(abc.ABC):
 
   @abc.abstractmethod
   def traced_face(self, built: Built, form, num_turns: int,
-                  reading: traced.Reading, user) -> traced.Face:
+                  reading: traced.Reading) -> traced.Face:
     """The face a method's jitted form ``form`` runs on for ``num_turns``
-    feedback turns: ``user`` (the run's user settings) and ``reading`` (how
-    the reasoner reads the user's words) reproduced."""
+    feedback turns: the source's user settings and ``reading`` (how the
+    reasoner reads the user's words) reproduced."""
 
   @abc.abstractmethod
   def traced_result(self, built: Built, config: traced.JitConfig,

@@ -39,7 +39,7 @@ def build(config: run_config.RunConfig,
   ``data_source.SourceError`` names an unreadable input. The ``Built``
   holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
-  built = dataclasses.replace(source.build(config.user, config.cache_dir),
+  built = dataclasses.replace(source.build(config.cache_dir),
                               source=source)
   return drivers.choose(config.simulation, source).prepare(source, built)
 
@@ -82,9 +82,9 @@ def assemble(config: run_config.RunConfig, built: data_source.Built,
   another reasoner than ``config.reasoner`` (the reading benchmark's
   backends and options)."""
   source, env = built.source, built.env
-  user = source.user(env, config.user, config.user_seed)
+  user = source.user(env, config.user_seed)
   reasoner = registry.make(reasoner or config.reasoner,
-                           source.vocabulary(config.user, config.cache_dir),
+                           source.vocabulary(config.cache_dir),
                            env.encode_text)
   ctx = plan.Context(gallery=env.gallery, captions=env.captions,
                          encode_text=env.encode_text, compose=env.compose,

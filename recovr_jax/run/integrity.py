@@ -37,7 +37,7 @@ def input_paths(config, source) -> dict[str, str]:
   the run's), then the reasoner's."""
   paths = source.input_paths()
   paths.update(registry.get(config.reasoner.name).inputs(
-      config.reasoner, source.vocabulary(config.user, config.cache_dir)))
+      config.reasoner, source.vocabulary(config.cache_dir)))
   return paths
 
 

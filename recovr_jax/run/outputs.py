@@ -156,7 +156,7 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
       f'{loop.rrf_k:g}, kappa = {loop.kappa} (kappa_pos is the project\'s '
       f'assumption), rank-cap placement {loop.rank_cap_placement}, avoid '
       f'penalty {config.settings.avoid_penalty:g}; {asking_line}.', '',
-      f'Simulated user: {_in_words(config.user)}.'] + (
+      f'Simulated user: {_in_words(config.data.user)}.'] + (
           ['', f'**Only {num_sessions} sessions**: every interval below is '
            f'rough (at least {figures.FEW_SESSIONS} are advised).']
           if num_sessions < figures.FEW_SESSIONS else []))
@@ -200,7 +200,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   targets = np.asarray(env.target)[sessions]
   # Each session's query where queries repeat: the bootstraps resample them.
   queries = None if env.query is None else np.asarray(env.query)[sessions]
-  benchmark = config.data.describe(config.user)   # captions, titles, header
+  benchmark = config.data.describe()   # captions, titles, header
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
   for m, d in displayed.items():

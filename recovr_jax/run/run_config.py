@@ -11,7 +11,6 @@ from typing import ClassVar
 from recovr_jax import config_tree
 from recovr_jax import drivers
 from recovr_jax.envs.files import files_source
-from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_source
 from recovr_jax import methods
 from recovr_jax.methods import base
@@ -97,7 +96,6 @@ class RunConfig:
   batch_size: int = config_tree.setting(100)
   loop: ranking.LoopConfig = ranking.LoopConfig()
   settings: base.Settings = base.Settings()
-  user: simulated_user.UserConfig = simulated_user.UserConfig()
   #: The user's seed.
   user_seed: int = config_tree.setting(0, lower_bound=0,
                                        group='Simulated user')
@@ -190,6 +188,15 @@ def source_of(data) -> data_source.Source:
 SWEEPABLE = config_tree.sweepable(RunConfig)
 
 
+def _has(config, path) -> bool:
+  """Whether ``config`` has the field at ``path``."""
+  for name in path:
+    if not hasattr(config, name):
+      return False
+    config = getattr(config, name)
+  return True
+
+
 def with_setting(config: RunConfig, name: str, value) -> RunConfig:
   """A copy of ``config`` with sweepable setting ``name`` set to ``value``
   (parsed to its type; a numeric text is parsed here); the sub-configs
@@ -209,4 +216,9 @@ def with_setting(config: RunConfig, name: str, value) -> RunConfig:
     raise ValueError(f'--{name} is read by --reasoner='
                      f'{registry.or_list(registry.reading(leaf.path[1]))}, '
                      f'not --reasoner={config.reasoner.name}')
+  elif leaf.path[0] == 'data' and not _has(config, leaf.path):
+    readers = [n for n, (t, _) in SOURCES.items()
+               if any(l.name == name for l in config_tree.leaves(t))]
+    raise ValueError(f'--{name} is for --data={" or ".join(readers)}, not '
+                     f'--data={config.data.NAME}')
   return config_tree.replace(config, leaf, value)

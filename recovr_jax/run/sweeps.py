@@ -39,7 +39,7 @@ def sweep(config: run_config.RunConfig, settings) -> str:
     if built is None:
       built = runner.build(c, source)
     try:
-      rows.append((name, text, runner.run(c, built)))
+      rows.append((name, text, runner.run(c, _member(built, c))))
     except validation.RunFailed as e:  # its outputs are written; the sweep goes on
       failed.append(f'{name}={text}: {e}')
       rows.append((name, text, readers.read_json(
@@ -78,6 +78,13 @@ def sweep(config: run_config.RunConfig, settings) -> str:
   return summary
 
 
+def _member(built, config: run_config.RunConfig):
+  """The shared ``built`` with ``config``'s own data source: a member's
+  user settings are in its data config (``RunConfig.data.user``), which the
+  build does not read."""
+  return dataclasses.replace(built, source=run_config.source(config))
+
+
 def run_parts(config: run_config.RunConfig, parts) -> None:
   """Runs a suite: each ``(subdirectory, methods, [(name, text, value)])``
   of ``parts`` in ``output_dir/subdirectory`` with those methods and
@@ -106,7 +113,7 @@ def run_parts(config: run_config.RunConfig, parts) -> None:
     if built is None:
       built = runner.build(c, source)
     try:
-      runner.run(c, built)
+      runner.run(c, _member(built, c))
     except validation.RunFailed as e:
       failed.append(f'{sub}: {e}')
   if failed:

@@ -159,8 +159,7 @@ def _check_reasoner(config, source) -> None:
   if checkpoint and not os.path.isdir(checkpoint):
     fail(f'--reasoner_checkpoint {checkpoint} is not a directory')
   problems = registry.problems(config.reasoner,
-                               source.vocabulary(config.user,
-                                                 config.cache_dir))
+                               source.vocabulary(config.cache_dir))
   if problems:
     fail('\n'.join(problems))
 

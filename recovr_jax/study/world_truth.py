@@ -18,8 +18,7 @@ def of_run(config, built) -> viewer.Truth | None:
   source = built.source
   if not isinstance(source, world_source.WorldSource):
     return None
-  truth = source.ask_truth(built, source.user(built.env, config.user,
-                                             config.user_seed))
+  truth = source.ask_truth(built, source.user(built.env, config.user_seed))
   size = len(truth.attribute_names)
   words = lexicon.for_attributes(size)
   by_name = lambda values: generator.value_names(values, size)

@@ -1,5 +1,6 @@
 """Smoke and invariant tests of the runner on a tiny world."""
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -341,7 +342,7 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(set(claims.load(out / 'a').ranks), {'recovr'})
     self.assertEqual(set(claims.load(out / 'b/noisy').ranks), {'ivr', 'umivr'})
     resolved = json.loads((out / 'b/noisy/resolved_config.json').read_text())
-    self.assertEqual(resolved['user']['noise_rate'], 0.1)
+    self.assertEqual(resolved['data']['user']['noise_rate'], 0.1)
 
   def test_a_raising_reasoner_is_recorded_not_fatal(self):
     class Raising(rules.RulesReasoner):
@@ -512,26 +513,27 @@ class BenchmarkPresetTest(absltest.TestCase):
     flags.FLAGS.mark_as_parsed()
     with flagsaver.flagsaver(benchmark='v1', methods=['recovr']):
       v1 = run_flags.config_from_flags()
-    self.assertEqual((v1.data.captions, v1.user.style, v1.user.language,
+    self.assertEqual((v1.data.captions, v1.data.user.style, v1.data.user.language,
                       v1.data.world.renditions, v1.data.checkpoint_dir),
                      ('oracle', 'template', 'lexicon', 1, None))
     with flagsaver.flagsaver(benchmark='v2', methods=['recovr']):
       v2 = run_flags.config_from_flags()
-    self.assertEqual((v2.data.captions, v2.user.style, v2.user.language,
+    self.assertEqual((v2.data.captions, v2.data.user.style, v2.data.user.language,
                       v2.data.world.renditions, v2.data.checkpoint_dir),
                      ('model', 'paper', 'own', 4,
                       encoders.RENDITIONS_CHECKPOINT_DIR))
     with flagsaver.flagsaver(methods=['recovr']):  # the default: v3
       v3 = run_flags.config_from_flags()
-    self.assertEqual((v3.data, v3.user.language, v3.reasoner.name),
-                     (v2.data, 'own_v3', 'grounded'))
+    self.assertEqual((v3.data, v3.data.user.language, v3.reasoner.name),
+                     (dataclasses.replace(v2.data, user=v3.data.user),
+                      'own_v3', 'grounded'))
     with flagsaver.flagsaver(methods=['recovr'], describe_layout=True):
       self.assertEqual(run_flags.config_from_flags().reasoner.name, 'rules')
     with flagsaver.flagsaver(methods=['recovr'], captions='oracle',
                              renditions=2):
       mixed = run_flags.config_from_flags()
     self.assertEqual((mixed.data.captions, mixed.data.world.renditions,
-                      mixed.user.style), ('oracle', 2, 'paper'))
+                      mixed.data.user.style), ('oracle', 2, 'paper'))
     self.assertEqual(v2.data, world_source.WorldData.v2())
     self.assertEqual(v1.data, world_source.WorldData.v1())
     with flagsaver.flagsaver(methods=['recovr'], data='files'):
@@ -553,7 +555,7 @@ class BenchmarkPresetTest(absltest.TestCase):
     resolved = json.loads((root / 'v3' / 'resolved_config.json').read_text())
     self.assertEqual((resolved['data']['source'],
                       resolved['data']['captions'],
-                      resolved['user']['language'],
+                      resolved['data']['user']['language'],
                       resolved['data']['world']['renditions']),
                      ('world', 'model', 'own_v3', 4))
     world = generator.make_world(config.data.world)

