@@ -43,6 +43,14 @@ if ('xla_cpu_use_fusion_emitters' not in os.environ['XLA_FLAGS'] and
       capture_output=True, check=False)
   if _probe.returncode == 0:
     os.environ['XLA_FLAGS'] += ' ' + _EMITTERS
+# The session's temporary folder: every test, worker and process it starts
+# writes its temporary files under it (TMPDIR), and it is removed when the
+# session ends, so no run of the suite leaves them in /tmp.
+if 'RECOVR_TESTS_TMP' not in os.environ:
+  os.environ['RECOVR_TESTS_TMP'] = tempfile.mkdtemp(prefix='recovr-tests-tmp-')
+  os.environ['RECOVR_TESTS_OWN_TMP'] = str(os.getpid())
+  os.environ['TMPDIR'] = os.environ['RECOVR_TESTS_TMP']
+tempfile.tempdir = os.environ['TMPDIR']
 # One persistent compilation cache for the whole session (the test process,
 # pytest-xdist's workers and every run a test starts inherit it): a program
 # compiled once is loaded, not compiled, by the next process that needs it,
@@ -64,7 +72,8 @@ if 'RECOVR_TESTS_SHARED_CACHE' not in os.environ:
 def pytest_sessionfinish(session, exitstatus):  # pylint: disable=unused-argument
   for own, path in (('RECOVR_TESTS_OWN_XLA_CACHE', 'JAX_COMPILATION_CACHE_DIR'),
                     ('RECOVR_TESTS_OWN_SHARED_CACHE',
-                     'RECOVR_TESTS_SHARED_CACHE')):
+                     'RECOVR_TESTS_SHARED_CACHE'),
+                    ('RECOVR_TESTS_OWN_TMP', 'RECOVR_TESTS_TMP')):
     if os.environ.get(own) == str(os.getpid()):
       shutil.rmtree(os.environ[path], ignore_errors=True)
 
