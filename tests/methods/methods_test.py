@@ -13,7 +13,7 @@ from recovr_jax.core import demotion
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
 from recovr_jax.methods import base
-from recovr_jax.protocol import plan as plan_lib
+from recovr_jax.protocol import plan
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from tests.helpers import runs
@@ -49,7 +49,6 @@ class RegistryTest(absltest.TestCase):
 class AnchoredTest(absltest.TestCase):
 
   def test_rows_without_an_anchor_search_with_their_text(self):
-    from recovr_jax.protocol import plan as plan_lib  # pylint: disable=g-import-not-at-top
     gallery = np.eye(3, dtype=np.float32)
     edits = np.full((3, 3), 0.5, np.float32)
     calls = []
@@ -58,12 +57,12 @@ class AnchoredTest(absltest.TestCase):
       calls.append(len(videos))
       return videos + texts
 
-    got = plan_lib.anchored(gallery, compose, np.array([2, -1, 0]), edits)
+    got = plan.anchored(gallery, compose, np.array([2, -1, 0]), edits)
     np.testing.assert_array_equal(got[0], [0.5, 0.5, 1.5])
     np.testing.assert_array_equal(got[1], edits[1])   # the text alone
     np.testing.assert_array_equal(got[2], [1.5, 0.5, 0.5])
     self.assertEqual(calls, [2])  # one call, the anchored rows only
-    got = plan_lib.anchored(gallery, compose, np.array([-1, -1, -1]), edits)
+    got = plan.anchored(gallery, compose, np.array([-1, -1, -1]), edits)
     np.testing.assert_array_equal(got, edits)
     self.assertEqual(calls, [2])  # no anchored row: not called
 
@@ -192,11 +191,11 @@ class ToyBaseline(base.Method):
 
   def init(self, ctx, start):
     del ctx
-    return start, plan_lib.covr_plan(
+    return start, plan.covr_plan(
         start.covr_query, np.full(len(start.reference), demotion.SIGMA_NEU))
 
   def step(self, ctx, state, obs):
-    return state, plan_lib.covr_plan(
+    return state, plan.covr_plan(
         state.covr_query[obs.sessions],
         np.full(len(obs.sessions), demotion.SIGMA_NEU))
 

@@ -230,8 +230,8 @@ class RunnerTest(absltest.TestCase):
                         f'{100 * ci["upper"][t]:.1f}', interval)
 
   def test_load_run_with_and_without_pandas(self):
-    from recovr_jax import run as experiment  # pylint: disable=g-import-not-at-top
-    plain = experiment.load_run(self.out, pandas=False)
+    from recovr_jax import run  # pylint: disable=g-import-not-at-top
+    plain = run.load_run(self.out, pandas=False)
     self.assertLen(plain['metrics'], 2 * 4)
     self.assertLen(plain['ranks'], 2 * SESSIONS * 4)
     first = plain['metrics'][0]
@@ -244,7 +244,7 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(plain['config']['identity'], json.loads(
         (self.out / 'resolved_config.json').read_text())['identity'])
     import pandas  # pylint: disable=g-import-not-at-top  (the test extra)
-    frames = experiment.load_run(self.out)
+    frames = run.load_run(self.out)
     self.assertIsInstance(frames['metrics'], pandas.DataFrame)
     self.assertEqual(len(frames['ranks']), 2 * SESSIONS * 4)
     self.assertEqual(frames['ranks']['target_id'].tolist(),
@@ -268,11 +268,11 @@ class RunnerTest(absltest.TestCase):
       empty = self.root / 'not_a_run'
       empty.mkdir(exist_ok=True)
       (empty / 'metrics.csv').write_text('method,turn\n')
-      experiment.load_run(empty)
+      run.load_run(empty)
 
   def test_load_run_refuses_damaged_files_naming_them(self):
     from recovr_jax import readers  # pylint: disable=g-import-not-at-top
-    from recovr_jax import run as experiment  # pylint: disable=g-import-not-at-top
+    from recovr_jax import run  # pylint: disable=g-import-not-at-top
     ranks = (self.out / 'ranks.csv').read_bytes()
     config = (self.out / 'resolved_config.json').read_bytes()
     mid_row = ranks.rindex(b'\n', 0, len(ranks) // 2) + 9
@@ -296,7 +296,7 @@ class RunnerTest(absltest.TestCase):
         (damaged / name).write_bytes(data)
         with self.assertRaisesRegex(readers.FileError,
                                     f'^{damaged / name}.*{message}'):
-          experiment.load_run(damaged, pandas=False)
+          run.load_run(damaged, pandas=False)
 
   def test_trajectories_and_no_repeated_rejected_top1(self):
     rows = [json.loads(line) for line in

@@ -161,10 +161,10 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
 
   def build(self, cache_dir):
     del cache_dir
-    from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.files import files_environment  # pylint: disable=g-import-not-at-top
     c = self.config
     try:
-      env = environment.real_environment(
+      env = files_environment.real_environment(
           c.annotations, c.gallery_embeddings, c.clip_dir,
           normalize_rows=c.normalize_rows,
           reference_embeddings=c.reference_embeddings,
@@ -175,7 +175,7 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
     return data_source.Built(env=env)
 
   def user(self, env, seed):
-    from recovr_jax.envs.files import files_environment as environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.files import files_environment  # pylint: disable=g-import-not-at-top
     phrase = None
     if self.config.user.phraser == 'smollm2':
       from recovr_jax.reasoning import chat_lm  # pylint: disable=g-import-not-at-top
@@ -183,7 +183,7 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
       phrase = caption_user.LMPhraser(
           chat_lm.make('smollm2', rules.FreeTextReasoner(), batch_size=1),
           seed=seed)
-    return environment.caption_user(
+    return files_environment.caption_user(
         caption_user.CaptionUser(drop_rate=self.config.user.drop_rate,
                                  seed=seed, phrase=phrase),
         env.captions)
@@ -207,7 +207,7 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
           f'distinct texts were longer than its {text.max_tokens} '
           'token positions and were encoded from their first tokens '
           '(text_truncation.json)')
-    phrase = user.user.phrase  # environment.HostCaptionUser's
+    phrase = user.user.phrase  # files_environment.HostCaptionUser's
     if phrase is None or not phrase.calls:
       return out
     counts = {'calls': phrase.calls, 'fallbacks_to_rules': phrase.fallbacks}

@@ -307,7 +307,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     return paths
 
   def build(self, cache_dir):
-    from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world import world_environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
     world = generator.make_world(self.config.world)
     checkpoint = self.config.checkpoint_dir or encoders.DEFAULT_CHECKPOINT_DIR
@@ -327,9 +327,9 @@ class WorldSource(data_source.Source, data_source.TracedFace,
       from recovr_jax.envs.world.models import captioner  # pylint: disable=g-import-not-at-top
       writer = captioner.Captioner(self.config.captioner_checkpoint or
                                    captioner.DEFAULT_CAPTIONER_DIR)
-    env = environment.world_environment(world, text, video, composer,
-                                        cache_dir=cache_dir or None,
-                                        captioner=writer)
+    env = world_environment.world_environment(
+        world, text, video, composer, cache_dir=cache_dir or None,
+        captioner=writer)
     named = np.asarray(world.test.named)
     if self.config.start == 'text':  # no reference; a first description
       from recovr_jax.envs.world.user import text_start  # pylint: disable=g-import-not-at-top
@@ -370,8 +370,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                       'these texts again', path, type(e).__name__, e)
 
   def user(self, env, seed):
-    from recovr_jax.envs.world import world_environment as environment  # pylint: disable=g-import-not-at-top
-    return environment.attribute_user(
+    from recovr_jax.envs.world import world_environment  # pylint: disable=g-import-not-at-top
+    return world_environment.attribute_user(
         simulated_user.SimulatedUser(self.config.user, seed=seed),
         env.attributes)
 

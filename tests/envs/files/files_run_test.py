@@ -117,12 +117,12 @@ class WebvidCovrTest(absltest.TestCase):
     self.assertEqual(sorted({(r['target'], r['turns'][0]['feedback'])
                              for r in rows}),
                      [(2, 'someone opens door 2'), (5, 'someone opens door 5')])
-    from recovr_jax.envs.files import data as real_data  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.files import data  # pylint: disable=g-import-not-at-top
     (root / 'bad_avsd.json').write_text(json.dumps(
         {'dialogs': [{'image_id': 'v1', 'caption': ' '}]}))
     with self.assertRaisesRegex(ValueError, r'dialog 1, "caption": expected '
                                 'a non-empty string'):
-      real_data.load_text_queries(root / 'bad_avsd.json')
+      data.load_text_queries(root / 'bad_avsd.json')
     with self.assertRaisesRegex(Exception, '--start=text: sessions have '
                                 'no reference video'):
       runs.run_of(
@@ -152,7 +152,7 @@ class WebvidCovrTest(absltest.TestCase):
       self.assertEqual(row['turns'][0]['feedback'],
                        'is darker and has longer sleeves')
       self.assertEqual(row['target'], row['reference'] + 1)
-    from recovr_jax.envs.files import data as real_data  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.files import data  # pylint: disable=g-import-not-at-top
     for bad, message in (
         ([{'candidate': 'v0', 'captions': ['x']}], 'entry 1 has no "target"'),
         ([entries[0], {'target': 'v1', 'candidate': 'v0', 'captions': []}],
@@ -163,7 +163,7 @@ class WebvidCovrTest(absltest.TestCase):
       path = root / 'bad.json'
       path.write_text(json.dumps(bad))
       with self.assertRaisesRegex(ValueError, message):
-        real_data.load_triplets(path, video_ids=[f'v{i}' for i in range(8)])
+        data.load_triplets(path, video_ids=[f'v{i}' for i in range(8)])
 
   def test_finecvr_files(self):
     # FineCVR-1M's layout (May2333/FDCA data_utils.py): tab-separated
@@ -171,7 +171,7 @@ class WebvidCovrTest(absltest.TestCase):
     # named by id2vdoname_test.json; [8, D] .npy features per video,
     # averaged by the importer; bad lines named by number and field.
     from experiments.data import import_finecvr  # pylint: disable=g-import-not-at-top
-    from recovr_jax.envs.files import data as real_data  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.files import data  # pylint: disable=g-import-not-at-top
     from tests.helpers import real_files  # pylint: disable=g-import-not-at-top
     flags.FLAGS.mark_as_parsed()
     root = pathlib.Path(tempfile.mkdtemp())
@@ -198,7 +198,7 @@ class WebvidCovrTest(absltest.TestCase):
                              captions_json=str(root / 'captions.json'),
                              output=str(gallery)):
       import_finecvr.main(['import_finecvr'])
-    got = real_data.load_embeddings(gallery, normalize=False)
+    got = data.load_embeddings(gallery, normalize=False)
     self.assertEqual(got.ids, tuple(names.values()))
     np.testing.assert_allclose(got.video[2], frames['clip_002'].mean(0),
                                rtol=1e-6)
@@ -229,11 +229,11 @@ class WebvidCovrTest(absltest.TestCase):
       with self.subTest(text=text):
         path.write_text(text)
         with self.assertRaisesRegex(ValueError, message):
-          real_data.load_triplets(path)
+          data.load_triplets(path)
     (ann / 'id2vdoname_test.json').unlink()
     with self.assertRaisesRegex(FileNotFoundError, 'need their video-name '
                                 'map .*id2vdoname_test.json'):
-      real_data.load_triplets(path)
+      data.load_triplets(path)
     flagfile = pathlib.Path(run.__file__).parent / 'flagfiles' / 'finecvr'
     self.assertIn('--data=files', flagfile.read_text())
 

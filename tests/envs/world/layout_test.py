@@ -289,11 +289,10 @@ class RefusalTest(absltest.TestCase):
         self.assertFalse((root / 'refused' / 'metrics.json').exists())
 
   def test_a_preset_names_its_renditions_only_when_they_are_the_cause(self):
-    from recovr_jax.envs.world import world_source as source  # pylint: disable=g-import-not-at-top
     with self.assertRaisesRegex(ValueError, r'\(benchmark v1 renders 1'):
-      source.WorldData.preset('v1', {'describe_layout': True})
+      world_source.WorldData.preset('v1', {'describe_layout': True})
     with self.assertRaises(ValueError) as e:
-      source.WorldData.preset('v2', {'pixel_noise': float('nan')})
+      world_source.WorldData.preset('v2', {'pixel_noise': float('nan')})
     self.assertEqual(str(e.exception), 'pixel_noise must be a finite '
                      'standard deviation >= 0, got nan')
 
