@@ -98,6 +98,12 @@ class Source(abc.ABC):
     query; ``cache_dir``: where earlier runs' embeddings are kept);
     ``SourceError`` for inputs that cannot be read."""
 
+  def build_reads(self):
+    """What ``build`` reads of the source's config (hashable): runs whose
+    sources agree on it share one build, as a sweep's members do. By
+    default all of it but the user's config (``config.user``)."""
+    return dataclasses.replace(self.config, user=None)
+
   @abc.abstractmethod
   def user(self, env: environment.Environment, seed: int):
     """The host driver's user function

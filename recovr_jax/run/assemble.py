@@ -15,8 +15,8 @@ the tests receive a ``Run`` and never re-make a part.
     result = run.driver.run_batch(run, run.method('recovr'), sessions,
                                   run.loop, 'batch 0', errors={})
 
-A sweep's runs share one ``build`` (the settings it sweeps leave the data
-as it is) and assemble each their own ``Run``.
+A sweep's runs share a ``build`` where they agree on what it reads
+(``Source.build_reads``) and assemble each their own ``Run``.
 """
 
 import dataclasses

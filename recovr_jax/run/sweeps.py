@@ -15,8 +15,8 @@ def sweep(config: run_config.RunConfig, settings) -> str:
   each in ``output_dir/NAME=V``; writes and returns ``sweep.md``. Values are
   ``(text, parsed)`` pairs. Every setting is checked before the first run
   (what the driver cannot run of the sweep's own config is named first,
-  without a setting). The data source is made once: no setting a sweep
-  varies changes it."""
+  without a setting). Members share a build where what it reads is the
+  same (``_member``): a sweep of the user's settings builds once."""
   source = run_config.source(config)
   validation.check_driver(config, source)
   configs = []
@@ -33,13 +33,11 @@ def sweep(config: run_config.RunConfig, settings) -> str:
       configs.append((name, text, c))
   # The sweep's own directory, once its settings are good.
   validation.validate(config, source)
-  built, rows, failed = None, [], []
+  builds, rows, failed = {}, [], []
   for name, text, c in configs:
     print(f'== sweep {name}={text}', flush=True)
-    if built is None:
-      built = runner.build(c, source)
     try:
-      rows.append((name, text, runner.run(c, _member(built, c))))
+      rows.append((name, text, runner.run(c, _member(builds, c))))
     except validation.RunFailed as e:  # its outputs are written; the sweep goes on
       failed.append(f'{name}={text}: {e}')
       rows.append((name, text, readers.read_json(
@@ -78,19 +76,23 @@ def sweep(config: run_config.RunConfig, settings) -> str:
   return summary
 
 
-def _member(built, config: run_config.RunConfig):
-  """The shared ``built`` with ``config``'s own data source: a member's
-  user settings are in its data config (``RunConfig.data.user``), which the
-  build does not read."""
-  return dataclasses.replace(built, source=run_config.source(config))
+def _member(builds: dict, config: run_config.RunConfig):
+  """A member's build: its own data source (its user settings are in its
+  data config, ``RunConfig.data.user``) over the build of what that build
+  reads (``Source.build_reads``), made once and kept in ``builds``."""
+  source = run_config.source(config)
+  key = source.build_reads()
+  if key not in builds:
+    builds[key] = runner.build(config, source)
+  return dataclasses.replace(builds[key], source=source)
 
 
 def run_parts(config: run_config.RunConfig, parts) -> None:
   """Runs a suite: each ``(subdirectory, methods, [(name, text, value)])``
   of ``parts`` in ``output_dir/subdirectory`` with those methods and
   sweepable settings (values parsed). Every part is checked before the
-  first runs; the data source is built once (the settings leave it as it
-  is). A part that fails still writes its outputs and the suite goes on;
+  first runs; the parts share builds as a sweep's members do. A part that
+  fails still writes its outputs and the suite goes on;
   ``RunFailed`` at the end names the failed parts."""
   source, configs = run_config.source(config), []
   for sub, methods, settings in parts:
@@ -106,14 +108,12 @@ def run_parts(config: run_config.RunConfig, parts) -> None:
       validation.fail(f'suite part {sub}: {e}')
     configs.append((sub, c))
   validation.validate(config, source)
-  built, failed = None, []
+  builds, failed = {}, []
   for i, (sub, c) in enumerate(configs):
     print(f'== part {i + 1} of {len(configs)}: {sub} '
           f'({", ".join(c.methods)})', flush=True)
-    if built is None:
-      built = runner.build(c, source)
     try:
-      runner.run(c, _member(built, c))
+      runner.run(c, _member(builds, c))
     except validation.RunFailed as e:
       failed.append(f'{sub}: {e}')
   if failed:

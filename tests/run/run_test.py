@@ -395,6 +395,20 @@ class RunnerTest(absltest.TestCase):
       self.assertEqual(h['turns'][0]['feedback'], j['turns'][0]['feedback'])
       self.assertTrue(j['turns'][0]['feedback'])
 
+  def test_a_sweep_of_the_users_words_builds_each_text_start(self):
+    # --start=text: the user's words write each session's first query, so
+    # the members of a sweep of --user_language do not share a build.
+    out = self.root / 'text_sweep'
+    runs.run_tiny(out, methods=['recovr'], start='text', num_turns=1,
+                  sweep=['user_language=lexicon|own'])
+    first = {}
+    for language in ('lexicon', 'own'):
+      rows = (out / f'user_language={language}' /
+              'trajectories.jsonl').read_text().splitlines()
+      first[language] = [json.loads(row)['turns'][0]['feedback']
+                         for row in rows]
+    self.assertNotEqual(first['lexicon'], first['own'])
+
   def test_text_start(self):
     # I-TVR on the world: no reference, turn 0 from a description naming
     # text_start.NAMED attributes of the target; every method runs; MERLIN

@@ -369,6 +369,11 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                       "run's outputs are written, and a later run encodes "
                       'these texts again', path, type(e).__name__, e)
 
+  def build_reads(self):
+    # --start=text: the user's words write each session's first query.
+    return (self.config if self.config.start == 'text'
+            else super().build_reads())
+
   def user(self, env, seed):
     from recovr_jax.envs.world import world_environment  # pylint: disable=g-import-not-at-top
     return world_environment.attribute_user(
