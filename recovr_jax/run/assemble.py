@@ -77,8 +77,9 @@ class Run:
 
 def assemble(config: run_config.RunConfig, built: data_source.Built,
              reasoner: registry.ReasonerConfig | None = None) -> Run:
-  """The ``Run`` of ``config`` on ``built`` (a ``build`` of ``config`` or
-  of a config with the same data). ``reasoner``:
+  """The ``Run`` of ``config`` on ``built`` (a ``build`` of ``config``, or
+  of one agreeing on what the build reads, holding ``config``'s own data
+  source: the user is its). ``reasoner``:
   another reasoner than ``config.reasoner`` (the reading benchmark's
   backends and options)."""
   source, env = built.source, built.env

@@ -83,9 +83,10 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
 
 
 def run(config: run_config.RunConfig, built: data_source.Built | None = None) -> dict:
-  """One run; returns the per-method metrics. ``built``: a ``build`` of an
-  earlier config with the same data (sweeps pass it to reuse the gallery,
-  and its data source). The run's data source is made once, here."""
+  """One run; returns the per-method metrics. ``built``: a ``build`` of
+  an earlier config agreeing on what it reads, holding this config's data
+  source (sweeps pass it to reuse the gallery: ``Source.build_reads``).
+  The run's data source is made once, here."""
   source = built.source if built is not None else run_config.source(config)
   out = validation.validate(config, source)
   start = time.time()
