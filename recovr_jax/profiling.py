@@ -18,6 +18,11 @@ import jax
 
 _ACTIVE = []  # the active profile, if any (a stack of one)
 
+# The part that times the jitted drivers' turn programs, blocked on until
+# their outputs are ready: the run's device time. Everything else in the
+# wall time is the host's (``Profile.report``'s ``device_s`` / ``host_s``).
+DEVICE = 'device programs'
+
 
 class Profile:
   """Exclusive seconds and call counts per part name."""
@@ -55,13 +60,17 @@ class Profile:
       self._open[-1][2] += spent
 
   def report(self) -> dict:
-    """``{'wall_s', 'parts': {name: {'seconds', 'share', 'calls'}}}``,
-    largest first, with ``other`` the wall time outside every part, and
-    ``counts`` (what ``count`` recorded) when there are any."""
+    """``{'wall_s', 'device_s', 'host_s', 'parts': {name: {'seconds',
+    'share', 'calls'}}}``, parts largest first, with ``other`` the wall
+    time outside every part, and ``counts`` (what ``count`` recorded) when
+    there are any. ``device_s`` is the ``DEVICE`` part (the turn programs,
+    blocked on), ``host_s`` the rest of the wall time."""
     parts = dict(self.seconds)
     parts['other'] = max(self.wall - sum(parts.values()), 0.0)
     total = self.wall or 1.0
-    out = {'wall_s': round(self.wall, 3), 'parts': {
+    device = self.seconds.get(DEVICE, 0.0)
+    out = {'wall_s': round(self.wall, 3), 'device_s': round(device, 3),
+           'host_s': round(max(self.wall - device, 0.0), 3), 'parts': {
         name: {'seconds': round(s, 3), 'share': round(s / total, 4),
                'calls': self.calls.get(name, 0)}
         for name, s in sorted(parts.items(), key=lambda kv: -kv[1])}}
@@ -115,6 +124,10 @@ def table(report: dict) -> str:
     lines.append(f'| {name} | {p["seconds"]:.1f} | {100 * p["share"]:.1f}% '
                  f'| {p["calls"]:,} |')
   lines.append(f'| **wall** | {report["wall_s"]:.1f} | 100% | |')
+  if 'device_s' in report:
+    lines.append(f'\nDevice (the turn programs, blocked on): '
+                 f'{report["device_s"]:.1f} s; host (the rest): '
+                 f'{report["host_s"]:.1f} s.')
   return '\n'.join(lines)
 
 

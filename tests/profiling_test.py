@@ -32,6 +32,18 @@ class ProfileTest(absltest.TestCase):
                            report['wall_s'], delta=0.005)
     self.assertIn('| inner |', profiling.table(report))
 
+  def test_device_and_host_split_the_wall_time(self):
+    profile = profiling.Profile()
+    with profile.active():
+      with profiling.part(profiling.DEVICE):
+        time.sleep(0.05)
+      time.sleep(0.03)
+    report = profile.report()
+    self.assertBetween(report['device_s'], 0.045, 0.09)
+    self.assertAlmostEqual(report['device_s'] + report['host_s'],
+                           report['wall_s'], delta=0.002)
+    self.assertIn('Device (the turn programs', profiling.table(report))
+
   def test_no_profile_no_record(self):
     with profiling.part('nothing'):
       pass

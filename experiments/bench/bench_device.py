@@ -219,7 +219,10 @@ def main_run(sessions: int, root: pathlib.Path) -> dict:
           'warm_wall_s': round(walls[1], 2),
           'session_methods_per_s': round(sessions * methods / walls[1], 1),
           'scored_session_turns': scored, 'retrieval_gflop': round(gflop, 3),
-          'jitted_sessions_s': parts.get('jitted sessions'),
+          # The driver's part with the turn programs timed inside it.
+          'jitted_sessions_s': (parts.get('jitted sessions', 0.0) +
+                                parts.get('device programs', 0.0)) or None,
+          'device_programs_s': parts.get('device programs'),
           'profile_s': parts}
 
 
@@ -305,10 +308,14 @@ def main_share(row: dict, rate: dict) -> dict:
   significant digits: a tiny run's share is about 1e-4, which rounding to
   four decimals made 0 or not by the machine's speed)."""
   bound = row['retrieval_gflop'] / rate['matmul_gflops']
-  part = row['jitted_sessions_s']
+  part, device = row['jitted_sessions_s'], row.get('device_programs_s')
   return {'compute_bound_s': float(f'{bound:.4g}'),
           'share_of_compute_bound': float(f'{bound / part:.4g}') if part
-                                    else None}
+                                    else None,
+          # Of the turn programs' own time only (blocked on), the host's
+          # fills and table work left out.
+          'share_of_device_time': float(f'{bound / device:.4g}') if device
+                                  else None}
 
 
 if __name__ == '__main__':

@@ -315,11 +315,13 @@ def ceiling_table(results: dict) -> str:
 
 
 def _sessions_part(row: dict) -> float | None:
+  """The sessions' seconds: the jitted driver's ``jitted sessions`` with
+  the ``device programs`` timed inside it (``profiling.DEVICE``), or the
+  host driver's ``ranking``."""
   parts = row['profile_s']
-  for name in ('jitted sessions', 'ranking'):
-    if name in parts:
-      return parts[name]
-  return None
+  if 'jitted sessions' in parts:
+    return parts['jitted sessions'] + parts.get('device programs', 0.0)
+  return parts.get('ranking')
 
 
 def table(results: dict) -> str:

@@ -115,7 +115,7 @@ class Traced(_Jitted):
                                jit_env=source.traced_environment(built))
 
   def batch(self, run, method, sessions, loop):
-    reading = _reading(run.config.reasoner.name, run.reasoner)
+    reading = _reading(run.config.reasoner, run.reasoner)
     jit_env = run.built.jit_env
     config = traced_config(
         lambda form, num_turns: run.source.traced_face(
@@ -136,15 +136,18 @@ def traced_config(face, method, base: ranking.LoopConfig,
                           form=form, composer=composer)
 
 
-def _reading(name: str, reasoner) -> traced.Reading:
-  """How the run's reasoner ``reasoner`` (backend ``name``) reads the
-  user's words."""
+def _reading(reasoner_config, reasoner) -> traced.Reading:
+  """How the run's reasoner ``reasoner`` (made from ``reasoner_config``,
+  its backend ``reasoner_config.name``) reads the user's words."""
+  name = reasoner_config.name
   label = None
   if getattr(reasoner, 'frames', None) is not None:
     label = lambda words: frames.LABELS.index(reasoner.frame_label(words))
   return traced.Reading(key=name, lexical=registry.get(name).LEXICAL,
                         sigma=reasoner.sigma_rule,
-                        parse=reasoner.feedback_values, label=label)
+                        parse=reasoner.feedback_values, label=label,
+                        identity=repr((reasoner_config,
+                                       getattr(reasoner, 'fit', None))))
 
 
 class Stepped(_Jitted):

@@ -154,7 +154,13 @@ class _Programs:
     """Turn ``turn`` (0: the start) from ``carry``: ``(carry, outputs)``,
     the outputs where they were computed on one device, NumPy arrays
     whole on every process over a mesh (sessions past the batch's, the
-    mesh's padding, dropped)."""
+    mesh's padding, dropped). Under a profile the call is timed as the
+    run's device time (``profiling.DEVICE``), blocked on until its outputs
+    are ready."""
+    with profiling.part(profiling.DEVICE):
+      return profiling.sync(self._call(tables, carry, turn, rank))
+
+  def _call(self, tables, carry, turn, rank):
     rank = np.bool_(rank)
     if self.mesh is None:
       if turn == 0:

@@ -170,6 +170,9 @@ class Reading:
   # (an index, for a reader with one); None: none.
   parse: Callable | None = None
   label: Callable | None = None
+  # What makes its reading what it is beyond its code (its config and any
+  # fit): part of the key a face keeps its word tables under between runs.
+  identity: str = ''
 
 
 @config_pytree.register

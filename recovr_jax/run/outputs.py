@@ -276,9 +276,9 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   if also:
     (out / 'bootstrap_also.json').write_text(
         reporting.dumps(also, reporting.METRIC_DECIMALS))
+  encoder = json.JSONEncoder(sort_keys=True)  # json.dumps's, made once
   with (out / 'trajectories.jsonl').open('w') as f:
-    for row in trajectories:
-      f.write(json.dumps(row, sort_keys=True) + '\n')
+    f.writelines(encoder.encode(row) + '\n' for row in trajectories)
   write_dialogue_truncation(config, out, env, trajectories, displayed)
   names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,

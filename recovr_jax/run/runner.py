@@ -9,8 +9,10 @@ work), ``batches`` (computing, saving and resuming a batch), ``outputs``
 ``experiments/run.py`` is the absl front end.
 """
 
+import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import pathlib
 import shutil
@@ -180,14 +182,21 @@ def _run_claimed(config, source, built, out, start, resolved):
     distributed.barrier('batches done')
     if not lead:
       return None
-  try:
-    collected = _collect(assembled, out, batch_list, identity)
-  except batches.CorruptBatch:
-    if finished is not None:
-      (out / outputs.INCOMPLETE).unlink(missing_ok=True)
-      for name, content in finished.items():
-        (out / name).write_bytes(content)
-    raise
+  with _collected_apart():
+    try:
+      collected = _collect(assembled, out, batch_list, identity)
+    except batches.CorruptBatch:
+      if finished is not None:
+        (out / outputs.INCOMPLETE).unlink(missing_ok=True)
+        for name, content in finished.items():
+          (out / name).write_bytes(content)
+      raise
+    return _finish(config, source, built, assembled, out, env, sessions,
+                   collected, start, base)
+
+
+def _finish(config, source, built, assembled, out, env, sessions, collected,
+            start, base):
   try:
     return _write_outputs(config, source, built, assembled, out, env,
                           sessions, collected, start, base)
@@ -252,6 +261,66 @@ class Collected:
   speed: dict          # method -> its LM's speed (batches run here)
 
 
+@contextlib.contextmanager
+def _collected_apart():
+  """The run's collecting and writing, with what each batch added (its
+  trajectory rows: millions of small dicts and lists at 10,000 sessions,
+  none of them in a cycle) moved out of the garbage collector's view once
+  made (``gc.freeze`` after each batch, ``_collect``), so that a full
+  collection, which the allocations trigger over and over, no longer walks
+  every row collected so far: without it each batch's host work grew with
+  the batches before it. The objects are given back to the collector at
+  the end."""
+  try:
+    yield
+  finally:
+    gc.unfreeze()
+
+
+def _rounded(scores: np.ndarray) -> list:
+  """``scores`` (any shape) as nested lists of ``round(float(x), 6)``,
+  computed as ``rint(x * 1e6) / 1e6`` (the same double wherever ``x * 1e6``
+  lies clearly off a half: both are the nearest double to the same
+  integer over 10^6), and by Python's ``round`` itself where it does not
+  or ``x`` is not finite or large."""
+  x = np.asarray(scores, np.float64)
+  scaled = x * 1e6
+  out = np.rint(scaled) / 1e6
+  with np.errstate(invalid='ignore'):
+    near = ~np.isfinite(scaled) | (np.abs(x) >= 1e6) | (
+        np.abs(scaled - np.floor(scaled) - 0.5) < 1e-3)
+  for at in zip(*np.nonzero(near)):
+    out[at] = round(float(x[at]), 6)
+  return out.tolist()
+
+
+def trajectory_rows(name, batch, env, result, errors, ids) -> list[dict]:
+  """One batch's ``trajectories.jsonl`` rows of method ``name``: per
+  session its ids, error and turns, each turn its record and its top 10
+  (``top10``, ``top10_ids``, ``top10_scores`` rounded to 6 places), the
+  lists converted to Python column-wise (a batch at a time, not a value at
+  a time)."""
+  top = np.asarray(result.displayed)[:, :, :10]
+  shown = top.tolist()
+  distinct, where = np.unique(top, return_inverse=True)
+  top_ids = np.asarray([ids(v) for v in distinct], object)[
+      where.reshape(top.shape)].tolist()
+  scores = _rounded(np.asarray(result.scores)[:, :, :top.shape[2]])
+  references = np.asarray(env.reference)[batch].tolist()
+  targets = np.asarray(env.target)[batch].tolist()
+  rows = []
+  for i, sess in enumerate(np.asarray(batch).tolist()):
+    rows.append({
+        'method': name, 'session': sess, 'reference': references[i],
+        'target': targets[i], 'reference_id': ids(references[i]),
+        'target_id': ids(targets[i]),
+        'error': errors.get(str(i)) or errors.get(i),
+        'turns': [dict(rec, top10=shown[i][t], top10_ids=top_ids[i][t],
+                       top10_scores=scores[i][t])
+                  for t, rec in enumerate(result.records[i])]})
+  return rows
+
+
 def _collect(run, out, batch_list, identity):
   """Every method's batches of the assembled ``run``, loaded when finished,
   else run and saved."""
@@ -280,20 +349,9 @@ def _collect(run, out, batch_list, identity):
       c.raised[name] = c.raised.get(name, 0) + len(errors)
       c.reasoning_counts[name] = reporting.add_counts(
           c.reasoning_counts.get(name, {}), counts)
-      for i, sess in enumerate(batch):
-        c.trajectories.append({
-            'method': name, 'session': int(sess),
-            'reference': int(env.reference[sess]),
-            'target': int(env.target[sess]),
-            'reference_id': ids(env.reference[sess]),
-            'target_id': ids(env.target[sess]),
-            'error': errors.get(str(i)) or errors.get(i),
-            'turns': [dict(rec, top10=top.tolist(),
-                           top10_ids=[ids(v) for v in top],
-                           top10_scores=[round(float(x), 6) for x in
-                                         result.scores[i, t, :len(top)]])
-                      for t, rec in enumerate(result.records[i])
-                      for top in [result.displayed[i, t, :10]]]})
+      c.trajectories.extend(trajectory_rows(name, batch, env, result,
+                                            errors, ids))
+      gc.freeze()  # (``_collected_apart``)
       progress.update(len(batch), name)
     if ran and lm_before is not None:
       c.speed[name] = outputs.speed_row(

@@ -362,6 +362,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     if path is None:
       return
     try:
+      if built.jit_env is not None:  # the user turns written and parsed
+        built.jit_env.save_word_tables()
       built.extra.text.save_cache(path)
     except OSError as e:
       pathlib.Path(path).with_suffix('.tmp.npz').unlink(missing_ok=True)
@@ -393,7 +395,9 @@ class WorldSource(data_source.Source, data_source.TracedFace,
 
   def traced_environment(self, built):
     from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
-    return traced_face.prepare(built.env)
+    cache = built.extra.text_cache
+    return traced_face.prepare(built.env, cache_dir=None if cache is None
+                               else pathlib.Path(cache).parent)
 
   def traced_problems(self):
     if self.config.start == 'text':
@@ -411,7 +415,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
     # Made here with the reasoner's reader; jit_runner.run finds it by key.
     table = traced_face.word_table(built.jit_env, config, seed,
-                                   parse=reading.parse, label=reading.label)
+                                   parse=reading.parse, label=reading.label,
+                                   identity=reading.identity)
     return lambda trace: traced_face.batch_result(
         built.jit_env, trace, table, sessions=sessions)
 

@@ -1,6 +1,8 @@
 """The jitted driver's host tables filled a few entries at a time hold what
 a table filled at once holds, and find it the same way."""
 
+import pathlib
+
 from absl.testing import absltest
 import numpy as np
 
@@ -98,6 +100,73 @@ class WordTableTest(absltest.TestCase):
                  (0, 0), (many - 1, words.CODES - 1)]:
       found = words.lookup(*arrays, q, k)[0]
       self.assertEqual(bool(found), (q, k) in held, (q, k))
+
+
+class _CountingUser(_User):
+  """``_User``, counting the words it writes."""
+
+  def __init__(self):
+    self.written = 0
+
+  def words(self, *args):
+    self.written += 1
+    return super().words(*args)
+
+
+class KeptWordTableTest(absltest.TestCase):
+  """A word table kept in a cache file: a later table with the same file
+  writes and parses nothing it holds, and holds what the first held."""
+
+  def _table(self, store, user=None):
+    return words.WordTable(user or _CountingUser(), np.zeros((6, 3), np.int32),
+                           np.zeros(4, np.int64), _NUM_TURNS, parse=_parse,
+                           label=lambda w: len(w) % 4, store=store)
+
+  def test_a_later_table_writes_nothing_it_was_kept(self):
+    store = pathlib.Path(self.create_tempdir().full_path) / 'words-x.npz'
+    pairs = _pairs(np.random.default_rng(0), 40)
+    first = self._table(store)
+    self.assertEqual(first.add(pairs), len(pairs))
+    self.assertEqual(first.save(), len(pairs))
+    self.assertEqual(first.save(), 0)  # nothing new: not written again
+    user = _CountingUser()
+    later = self._table(store, user)
+    self.assertLen(later, len(pairs))
+    self.assertEqual(later.add(pairs), 0)
+    self.assertEqual(user.written, 0)
+    for got, want in zip(later.arrays(128), first.arrays(128)):
+      np.testing.assert_array_equal(got, want)
+    for q, k in pairs:
+      self.assertEqual(later.words(q, k), first.words(q, k))
+    # Unkept, a table writes every turn again (the count is not vacuous).
+    fresh_user = _CountingUser()
+    self.assertEqual(self._table(None, fresh_user).add(pairs), len(pairs))
+    self.assertEqual(fresh_user.written, len(pairs))
+
+  def test_a_damaged_file_is_ignored_with_a_warning(self):
+    store = pathlib.Path(self.create_tempdir().full_path) / 'words-x.npz'
+    pairs = _pairs(np.random.default_rng(1), 10)
+    first = self._table(store)
+    first.add(pairs)
+    first.save()
+    with np.load(store) as f:
+      stored = dict(f)
+    stored['mentions'] = stored['mentions'] + 1  # edited: digest fails
+    with open(store, 'wb') as f:
+      np.savez(f, **stored)
+    with self.assertLogs(level='WARNING') as logs:
+      later = self._table(store)
+    self.assertLen(later, 0)
+    self.assertIn('do not match their digest', '\n'.join(logs.output))
+    store.write_bytes(b'not an archive')
+    with self.assertLogs(level='WARNING'):
+      self.assertLen(self._table(store), 0)
+
+  def test_the_file_is_keyed_by_what_made_it(self):
+    a = words.store_path('/c', 'user', 1, np.arange(3))
+    self.assertEqual(a, words.store_path('/c', 'user', 1, np.arange(3)))
+    self.assertNotEqual(a, words.store_path('/c', 'user', 2, np.arange(3)))
+    self.assertNotEqual(a, words.store_path('/c', 'user', 1, np.arange(4)))
 
 
 class DialogueTableTest(absltest.TestCase):

@@ -26,8 +26,12 @@ leads from a node to a child, looked up by ``(parent, word key)`` in an
 open-addressing hash table.
 """
 
+import hashlib
 import itertools
+import os
+import pathlib
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,7 +97,8 @@ class WordTable:
   """
 
   def __init__(self, user, attributes, target, num_turns: int,
-               encode_text=None, dim: int = 1, parse=None, label=None):
+               encode_text=None, dim: int = 1, parse=None, label=None,
+               store=None):
     self._user = user
     # What the reasoner reads the words with (default: the lexicon), and
     # its reading of the user's decision (a ``frames.LABELS`` index; None:
@@ -113,9 +118,79 @@ class WordTable:
     # merged with each ``add``'s new entries.
     self._sorted = self._columns([])
     self._arrays = None
+    # The file the table is kept in between runs (``save``; None: none),
+    # and how many entries it held when last read or written.
+    self._store = None if store is None else pathlib.Path(store)
+    self._stored = 0
+    if self._store is not None:
+      self._load()
 
   def __len__(self):
     return len(self._entries)
+
+  def _load(self):
+    """The entries an earlier run kept in ``store`` (checked against their
+    digest; a file that cannot be read or fails it is derived data: a
+    warning, and the table starts empty)."""
+    path = self._store
+    if not path.is_file():
+      return
+    try:
+      with np.load(path, allow_pickle=False) as f:
+        stored = {k: np.asarray(f[k]) for k in _STORED}
+        digest = str(f['digest'])
+      if _stored_digest(stored) != digest:
+        raise ValueError('its entries do not match their digest')
+      text = stored['text'].tobytes().decode('utf-8')
+      ends = stored['ends'].tolist()
+      if len(ends) != len(stored['queries']) or (ends and
+                                                 ends[-1] != len(text)):
+        raise ValueError('its words do not match its entries')
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning('word table %s unreadable (%s: %s); ignoring it (the '
+                      'user turns are written and parsed again)', path,
+                      type(e).__name__, e)
+      return
+    starts = [0] + ends[:-1]
+    for i, (q, k) in enumerate(zip(stored['queries'].tolist(),
+                                   stored['keys'].tolist())):
+      self._entries[q, k] = (stored['mentions'][i],
+                             bool(stored['negative'][i]),
+                             text[starts[i]:ends[i]],
+                             int(stored['label'][i]))
+    self._sorted = self._columns(sorted(self._entries))
+    self._stored = len(self._entries)
+
+  def save(self) -> int:
+    """Keeps the table's entries in its ``store`` for later runs (written
+    under a name of this process's, then renamed: a reader sees a whole
+    file); returns how many entries were written (0: nothing new)."""
+    if self._store is None or len(self._entries) == self._stored:
+      return 0
+    pairs = sorted(self._entries)
+    entries = [self._entries[e] for e in pairs]
+    words = [e[2] for e in entries]
+    text = ''.join(words)
+    stored = dict(
+        queries=np.asarray([q for q, _ in pairs], np.int32),
+        keys=np.asarray([k for _, k in pairs], np.int32),
+        mentions=np.asarray([e[0] for e in entries], np.int32).reshape(
+            len(pairs), self._attributes.shape[1]),
+        negative=np.asarray([e[1] for e in entries], bool),
+        label=np.asarray([e[3] for e in entries], np.int32),
+        text=np.frombuffer(text.encode('utf-8'), np.uint8),
+        # Each entry's end, in characters of ``text``.
+        ends=np.cumsum([len(w) for w in words], dtype=np.int64))
+    self._store.parent.mkdir(parents=True, exist_ok=True)
+    tmp = self._store.with_name(f'.{self._store.name}.{os.getpid()}.tmp')
+    try:
+      with open(tmp, 'wb') as f:
+        np.savez(f, digest=np.asarray(_stored_digest(stored)), **stored)
+      tmp.replace(self._store)
+    finally:
+      tmp.unlink(missing_ok=True)
+    self._stored = len(pairs)
+    return len(pairs)
 
   def add(self, pairs) -> int:
     """Writes and parses the decisions ``(query, key)`` of ``pairs`` not
@@ -198,6 +273,33 @@ class WordTable:
     return self._arrays
 
 
+_STORED = ('queries', 'keys', 'mentions', 'negative', 'label', 'text', 'ends')
+
+
+def _stored_digest(stored: dict) -> str:
+  h = hashlib.sha256()
+  for name in _STORED:
+    a = np.ascontiguousarray(stored[name])
+    h.update(f'{name}{a.dtype}{a.shape}'.encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+def store_path(cache_dir, *made_by) -> pathlib.Path:
+  """Where a word table is kept in ``cache_dir``, by what made it
+  (``made_by``: the user's config and seed, T, the reader and its
+  identity, the world's arrays, the code; ``repr``s and arrays)."""
+  h = hashlib.sha256(b'words-v1')
+  for part in made_by:
+    if isinstance(part, np.ndarray):
+      part = np.ascontiguousarray(part)
+      h.update(f'{part.dtype}{part.shape}'.encode() + part.tobytes())
+    else:
+      h.update(repr(part).encode())
+    h.update(b'\0')
+  return pathlib.Path(cache_dir).absolute() / f'words-{h.hexdigest()[:32]}.npz'
+
+
 # The entries a run's word and dialogue tables hold room for from the
 # start (``jit_runner.run`` asks for it): `main` (500 sessions x 23 methods)
 # writes about 6,000 user turns and 2,000 dialogues.
@@ -249,12 +351,15 @@ class DialogueTable:
     self._children = {}   # (parent, word) -> node id
     self._texts = {}      # node id (>= Q) -> tuple of utterances
     self._session = {}    # node id (>= Q) -> its root (the session)
-    self._rows = []       # [D] per node id - Q
+    # [D] per node id - Q, in the first ``_size`` rows of a buffer that
+    # doubles when full (an add writes only its new rows).
+    self._rows = np.zeros((0, dim), np.float32)
+    self._size = 0
     self._slots = None    # (parent, word, node) slots, the nodes they hold
     self._arrays = None
 
   def __len__(self):
-    return len(self._rows)
+    return self._size
 
   def texts(self, node: int) -> tuple[str, ...]:
     node = int(node)
@@ -269,7 +374,7 @@ class DialogueTable:
     new = sorted({(int(p), int(w)) for p, w in pairs} - set(self._children))
     texts = []
     for parent, word in new:
-      node = len(self._roots) + len(self._rows) + len(texts)
+      node = len(self._roots) + self._size + len(texts)
       session = (parent if parent < len(self._roots) else
                  self._session[parent])
       self._children[(parent, word)] = node
@@ -278,7 +383,14 @@ class DialogueTable:
           self._words.words(session, word),)
       texts.append(SEPARATOR.join(self._texts[node]))
     if texts:
-      self._rows.extend(np.asarray(self._encode(texts), np.float32))
+      vectors = np.asarray(self._encode(texts), np.float32)
+      end = self._size + len(vectors)
+      if end > len(self._rows):  # full: a buffer of twice the room
+        grown = np.zeros((_capacity(end), self._dim), np.float32)
+        grown[:self._size] = self._rows[:self._size]
+        self._rows = grown
+      self._rows[self._size:end] = vectors
+      self._size = end
       self._arrays = None
     return len(new)
 
@@ -307,8 +419,7 @@ class DialogueTable:
         parent[i], word[i], node[i] = p, w, n
       self._slots = (parent, word, node, held + len(pairs))
       rows = np.zeros((capacity, self._dim), np.float32)
-      if self._rows:
-        rows[:len(self._rows)] = np.stack(self._rows)
+      rows[:self._size] = self._rows[:self._size]
       self._arrays = tuple(jnp.asarray(x) for x in (parent, word, node, rows))
     return self._arrays
 

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.benchmark import words
@@ -165,6 +166,14 @@ class JitEnvironment(traced.Environment):
   encode_text: object = None
   modification_texts: tuple[str, ...] = ()
   word_tables: dict = dataclasses.field(default_factory=dict)
+  # Where the word tables are kept between runs (None: they are not).
+  cache_dir: object = None
+
+  def save_word_tables(self) -> int:
+    """Keeps the word tables' entries in ``cache_dir`` for later runs;
+    returns how many entries were written."""
+    return sum(t.save() for t in self.word_tables.values()
+               if isinstance(t, words.WordTable))
 
   @property
   def arrays(self):  # the world's arrays and Progress Memory's
@@ -250,8 +259,9 @@ class _Filler:
       raise RuntimeError(f'a turn was ranked without {lacking[:3]}')
 
 
-def prepare(env: environment.Environment) -> JitEnvironment:
-  """The tensors of a world environment (checked, before any run)."""
+def prepare(env: environment.Environment, cache_dir=None) -> JitEnvironment:
+  """The tensors of a world environment (checked, before any run);
+  ``cache_dir``: where its word tables are kept between runs."""
   if env.attributes is None:
     raise ValueError('the jitted mode needs attribute labels (the embedded '
                      'world); this environment has none')
@@ -305,7 +315,8 @@ def prepare(env: environment.Environment) -> JitEnvironment:
                                                        env.gallery.shape[1]),
                         captions=tuple(env.captions),
                         encode_text=env.encode_text,
-                        modification_texts=tuple(env.modification))
+                        modification_texts=tuple(env.modification),
+                        cache_dir=cache_dir)
 
 
 def _question_tables(lexicon_words, num_attrs: int):
@@ -353,12 +364,16 @@ def world_face(form: plan.JaxForm, num_turns: int,
 
 
 def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
-               parse=None, label=None):
+               parse=None, label=None, identity: str = ''):
   """The ``words.WordTable`` of ``config``'s user and ``seed`` (None when
   its words need no tabulating). ``parse``: what ``config``'s reasoner
   reads the words with; required to make the table of a reasoner that
   reads with more than the lexicon (later calls find it made); ``label``: its reading of the
-  user's decision (``words -> frames.LABELS`` index), if it has one."""
+  user's decision (``words -> frames.LABELS`` index), if it has one;
+  ``identity``: the reader's (``traced.Reading.identity``). With the
+  environment's ``cache_dir``, the table starts from what earlier runs
+  with the same user, seed, T, reader, world and code kept, and keeps its
+  entries there (``JitEnvironment.save_word_tables``)."""
   face = config.face
   if not face.words:
     return None
@@ -367,10 +382,17 @@ def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
     if not face.lexical and parse is None:
       raise ValueError(f'the word table of reader {face.reader!r} '
                        'needs the parse it reads the words with')
+    attributes = np.asarray(env.data.own.attributes)
+    target = np.asarray(env.data.target)
+    store = None
+    if env.cache_dir is not None:
+      store = words.store_path(
+          env.cache_dir, face.user, seed, config.loop.num_turns, face.reader,
+          face.lexical, identity, attributes, target,
+          checksums.source_digest())
     env.word_tables[key] = words.WordTable(
-        simulated_user.SimulatedUser(face.user, seed),
-        np.asarray(env.data.own.attributes), np.asarray(env.data.target),
-        config.loop.num_turns, parse=parse, label=label)
+        simulated_user.SimulatedUser(face.user, seed), attributes, target,
+        config.loop.num_turns, parse=parse, label=label, store=store)
   table = env.word_tables[key]
   if face.utterances:  # shared with the methods that do not need them
     table.hold_embeddings(env.encode_text, int(env.data.gallery.shape[1]))
@@ -405,31 +427,51 @@ def batch_result(env: JitEnvironment, trace: traced.JitTrace,
   # Whether a question was shown with turn t's list (the host records its
   # text under ``asked``; here the user's reading of it is
   # ``question_attribute`` at the next turn).
-  questioned = np.diff(questions, axis=1, prepend=0) > 0
+  questioned = (np.diff(questions, axis=1, prepend=0) > 0).tolist()
+  # The trace's columns as Python values at once, and the texts of the
+  # codes and readings that repeat across sessions made once each.
+  active, action, sigma, fired, asked, search, edit = (
+      np.asarray(x).tolist() for x in (
+          trace.active, trace.action, trace.sigma, trace.fired,
+          trace.asked, trace.search, trace.edit))
+  mentioned = np.asarray(own['mentioned']).tolist()
+  queries, word_keys = (np.asarray(own[k]).tolist() for k in ('query',
+                                                              'word'))
+  phrases, readings = {}, {}
+
+  def phrase(c):
+    if c not in phrases:
+      phrases[c] = phrase_table.phrase_text(c)
+    return phrases[c]
+
+  def reading(row):
+    key = tuple(row)
+    if key not in readings:
+      readings[key] = generator.value_names(
+          {a: v for a, v in enumerate(row) if v >= 0}, len(names))
+    return dict(readings[key])
+
   records = []
-  for i in range(trace.displayed.shape[0]):
+  for i in range(len(active)):
     first = (None if sessions is None else
              env.modification_texts[int(sessions[i])])
     rows = [dict(plan.start_record(first), asked=None)]
-    for t in range(trace.active.shape[1]):
-      if not trace.active[i, t]:
+    for t in range(len(active[i])):
+      if not active[i][t]:
         rows.append(dict(plan.stopped_record(t + 1), asked=None,
                          questioned=False))
         continue
       rows.append(plan.turn_record(
-          t + 1, simulated_user.ACTIONS[int(trace.action[i, t])],
-          (table.words(own['query'][i, t], own['word'][i, t])
+          t + 1, simulated_user.ACTIONS[action[i][t]],
+          (table.words(queries[i][t], word_keys[i][t])
            if table is not None else None),
-          trace.sigma[i, t], trace.fired[i, t], None,
-          mentioned=generator.value_names(
-              {a: v for a, v in enumerate(own['mentioned'][i, t]) if v >= 0},
-              len(names)),
-          asked=None, questioned=bool(questioned[i, t]),
+          sigma[i][t], fired[i][t], None,
+          mentioned=reading(mentioned[i][t]),
+          asked=None, questioned=questioned[i][t],
           # The attribute of the question the user read at this turn.
-          question_attribute=(names[int(trace.asked[i, t])]
-                              if trace.asked[i, t] >= 0 else None),
-          search=phrase_table.phrase_text(int(trace.search[i, t])),
-          edit=phrase_table.phrase_text(int(trace.edit[i, t]) + NUM_CODES)))
+          question_attribute=(names[asked[i][t]] if asked[i][t] >= 0
+                              else None),
+          search=phrase(search[i][t]), edit=phrase(edit[i][t] + NUM_CODES)))
     records.append(rows)
   return environment.BatchResult(
       displayed=trace.displayed, top_scores=trace.top_scores,
