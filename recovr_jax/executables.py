@@ -148,7 +148,9 @@ def _key(fn, static, tree, types) -> str | None:
   if any(' at 0x' in d or '...' in d for d in (described, str(tree))):
     return None
   return _digest(f'{fn.__module__}.{fn.__qualname__}', _source(),
-                 _machine(), described, str(tree), repr(types))
+                 _machine(), described, str(tree), repr(types),
+                 # Traced under it (--matmul_precision).
+                 f'matmul={jax.config.jax_default_matmul_precision}')
 
 
 def _load_or_compile(where, lower, key, types: str, call=None):

@@ -2,11 +2,13 @@ r"""One device check: the ranking core and `main` jitted on the machine's
 accelerator (or its CPU), written to one JSON file.
 
 On a GPU node (one H100 or H200; meant to end within 8 minutes, not yet
-timed on one: the 100,000-session runs write and parse every user turn
-on the host, so start with ``--main_sessions=500,10000`` and time it):
+timed on one; the default sizes are 500 and 10,000 sessions, and 100,000
+goes in a call of its own, ``--parts=main --main_sessions=100000``):
 
     pip install -U "jax[cuda13]"      # or jax[cuda12], beside the project
-    python -m experiments.bench.bench_device
+    python -m experiments.bench.bench_device --require_backend=gpu
+
+``--require_backend=gpu`` fails at once where jax fell back to the CPU.
 
 What to carry to a node without internet (``docs/runner.md``, "On a GPU
 node without internet"): the checkout without ``results/`` (the ``main``
@@ -32,9 +34,20 @@ precision (``--precision``; recorded in the JSON):
 * ``main``: ``experiments/flagfiles/main --simulation=jit`` (all its
   methods) at each of ``--main_sessions`` (``--query_repeats`` as needed),
   a priming run then a warm run in one ``--cache_dir``: the warm run's wall
-  time, its sessions per second, and its jitted sessions' share of the
-  run's retrieval compute bound (``2 x 2 channels x N x D`` FLOPs per scored
-  session-turn at the anchor matmul's rate).
+  time, its sessions per second, and the run's retrieval compute bound
+  (``2 x 2 channels x N x D`` FLOPs per scored session-turn at the anchor
+  matmul's rate: the program's own query rows, a chunk's on a CPU and a
+  whole batch's on an accelerator) as a share of its jitted sessions
+  (``share_of_compute_bound``, host fills included) and of its turn
+  programs alone (``share_of_device_time``, ``profiling.DEVICE``); the
+  batch size and a digest of the warm run's ``metrics.json`` (to hold
+  against a CPU run of the same sessions).
+
+The device record holds the host's cores, the platform's version (CUDA's
+on a GPU), ``retrieval.sizes()``, the jitted driver's chunking and how XLA
+lowered ``lax.top_k(k=100)`` (read from the compiled program: a sort, a
+TopK custom call or another kernel); the JSON ends with the device's peak
+memory (None on a CPU).
 
 The JSON goes to ``--output_json`` (default
 ``results/bench_device_<device kind>.json``) with the device, its driver,
@@ -46,6 +59,8 @@ sessions at >= 50% of its compute bound. The CPU test
 """
 
 import functools
+import hashlib
+import os
 import pathlib
 import re
 import shutil
@@ -63,15 +78,16 @@ import numpy as np
 
 from experiments.bench import bench_common
 from experiments.bench import run_files
+from experiments.common import cli
 from recovr_jax.core import fusion
 from recovr_jax.core import retrieval
+from recovr_jax.drivers import jit_runner
 from recovr_jax.protocol import ranking
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PARTS = ('topk', 'fusion', 'main')
-# --precision -> the matmuls' lax.Precision (the retrieval's and the anchor's).
-PRECISIONS = {'highest': lax.Precision.HIGHEST, 'bf16x3': lax.Precision.HIGH,
-              'tf32': lax.Precision.DEFAULT}
+# --precision -> the matmuls' precision (the retrieval's and the anchor's).
+PRECISIONS = retrieval.PRECISIONS  # the retrieval's, named by algorithm
 QUERIES_PER_WORLD = 500   # the world's test queries (--num_test_triplets)
 
 _PARTS = flags.DEFINE_list('parts', list(PARTS), f'Which of {PARTS}.')
@@ -85,8 +101,9 @@ _BF16 = flags.DEFINE_integer(
     'bfloat16 (scored in float32).')
 _FUSION = flags.DEFINE_integer('fusion_sessions', 65_536,
                                'fusion: sessions per call.')
-_MAIN = flags.DEFINE_list('main_sessions', ['500', '10000', '100000'],
-                          'main: --num_sessions of each warm run.')
+_MAIN = flags.DEFINE_list('main_sessions', ['500', '10000'],
+                          'main: --num_sessions of each warm run (100,000 in a '
+                          'call of its own: one call is capped at 600 s).')
 _BATCH = flags.DEFINE_integer('main_batch', 10_000, 'main: the runs\' '
                               '--batch_size (at most --main_sessions).')
 _PRECISION = flags.DEFINE_enum('precision', 'highest', list(PRECISIONS),
@@ -98,6 +115,32 @@ _RUN_ARGS = flags.DEFINE_list('run_args', [], 'main: flags appended to '
                               'every run (e.g. --methods=recovr).')
 _JSON = flags.DEFINE_string('output_json', None, 'Where to write (default '
                             'results/bench_device_<device kind>.json).')
+_REQUIRE = flags.DEFINE_enum(
+    'require_backend', None, ['cpu', 'gpu', 'tpu'], 'Fail at once unless '
+    "JAX's default backend is this one (e.g. gpu: a node whose jax fell back "
+    'to the CPU, its CUDA wheels missing, measures nothing of the GPU).')
+
+
+def topk_lowering(n: int = 100_000, k: int = 100) -> dict:
+  """How XLA lowered ``lax.top_k(k)`` over ``n`` scores on this backend,
+  read from the compiled program: a sort, a TopK custom call or another
+  custom call (e.g. a select-k kernel); it decides how far top-K can get
+  from the matmul's rate."""
+  scores = jax.ShapeDtypeStruct((8, n), jnp.float32)
+  text = jax.jit(lambda x: lax.top_k(x, k)).lower(scores).compile().as_text()
+  calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', text)))
+  kind = ('TopK custom call' if any('topk' in c.lower() for c in calls) else
+          'custom call' if calls else
+          'sort' if re.search(r'\bsort\(', text) else 'other')
+  return {'n': n, 'k': k, 'lowering': kind, 'custom_calls': calls,
+          'sorts': len(re.findall(r'\bsort\(', text))}
+
+
+def peak_memory() -> int | None:
+  """The device's peak bytes in use so far (None where the backend does not
+  tell, as on a CPU)."""
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get('peak_bytes_in_use')
 
 
 def device_info() -> dict:
@@ -107,7 +150,12 @@ def device_info() -> dict:
           'devices': len(jax.devices()), 'jax': jax.__version__,
           'jaxlib': jax.lib.__version__ if hasattr(jax.lib, '__version__')
           else None, 'python': sys.version.split()[0],
-          'precision': _PRECISION.value}
+          'precision': _PRECISION.value, 'host_cores': os.cpu_count(),
+          'platform_version': getattr(device.client, 'platform_version',
+                                      None),
+          'retrieval_sizes': list(retrieval.sizes()),
+          'jit_chunk_size': jit_runner.chunk_size(None),
+          'topk_lowering': topk_lowering()}
   if info['backend'] == 'gpu':
     try:
       info['driver'] = subprocess.run(
@@ -220,16 +268,23 @@ def main_run(sessions: int, root: pathlib.Path) -> dict:
           'session_methods_per_s': round(sessions * methods / walls[1], 1),
           'scored_session_turns': scored, 'retrieval_gflop': round(gflop, 3),
           # The driver's part with the turn programs timed inside it.
+          'batch_size': min(sessions, _BATCH.value),
+          'metrics_sha256': hashlib.sha256(
+              (out / 'metrics.json').read_bytes()).hexdigest(),
           'jitted_sessions_s': (parts.get('jitted sessions', 0.0) +
                                 parts.get('device programs', 0.0)) or None,
           'device_programs_s': parts.get('device programs'),
           'profile_s': parts}
 
 
-def anchor(gallery: int, precision) -> dict:
-  """The matmul of the jitted driver's shape (a chunk's 128 query rows by
-  the world's gallery), at the run's precision: the bound's rate."""
-  rows, dim = run_files.CHUNK * run_files.CHANNELS, run_files.DIM
+def anchor(gallery: int, precision, batch: int) -> dict:
+  """The matmul of the jitted driver's shape at the run's precision, the
+  bound's rate: a chunk's query rows by the world's gallery on a CPU
+  (2 channels x ``--jit_chunk_size``), a whole batch's on an accelerator,
+  which runs no chunks (2 x ``batch``)."""
+  chunk = jit_runner.chunk_size(None)
+  rows = run_files.CHANNELS * (chunk if chunk else batch)
+  dim = run_files.DIM
   rng = np.random.default_rng(0)
   q = jnp.asarray(rng.normal(size=(rows, dim)), jnp.float32)
   g = jnp.asarray(rng.normal(size=(gallery, dim)), jnp.float32)
@@ -239,10 +294,17 @@ def anchor(gallery: int, precision) -> dict:
           'matmul_gflops': 2 * rows * gallery * dim / seconds / 1e9}
 
 
+def _lowering_line(lowering: dict) -> str:
+  calls = ', '.join(lowering['custom_calls']) or 'no custom call'
+  return f"{lowering['lowering']} ({calls}; {lowering['sorts']} sorts)"
+
+
 def table(results: dict) -> str:
   lines = [f"device: {results['device']['device_kind']} "
            f"({results['device']['backend']}), jax {results['device']['jax']},"
-           f" precision {results['device']['precision']}"]
+           f" precision {results['device']['precision']}",
+           'top-k lowering: ' + _lowering_line(
+               results['device']['topk_lowering'])]
   for row in results.get('topk', []):
     lines.append(f"top-{row['k']} N={row['n']:,} D={row['dim']} "
                  f"({row['storage']}): {1e3 * row['topk_s']:.2f} ms, matmul "
@@ -274,6 +336,18 @@ def main(argv):
     if flag.value < 1:
       raise app.UsageError(f'--{flag.name} must be >= 1, got {flag.value}')
   precision = PRECISIONS[_PRECISION.value]
+  try:
+    retrieval.check_precision(_PRECISION.value)
+  except ValueError as e:
+    raise app.UsageError(str(e).replace('--retrieval_precision',
+                                        '--precision')) from e
+  backend = jax.default_backend()
+  if _REQUIRE.value and backend != _REQUIRE.value:
+    raise app.UsageError(
+        f'--require_backend={_REQUIRE.value}: JAX runs on {backend} '
+        f'({jax.devices()[0].device_kind}); install the jax wheels of the '
+        'accelerator (docs/runner.md, "On a GPU node without internet") or '
+        'drop the flag')
   info = device_info()
   results = {'device': info}
   bench_common.log(f'device {info["device_kind"]} ({info["backend"]})')
@@ -290,12 +364,14 @@ def main(argv):
     try:
       results['main'] = [main_run(s, root) for s in sessions]
       # The bound's rate: the driver's matmul shape at the run's precision.
-      rate = anchor(results['main'][0]['gallery'], precision)
+      rate = anchor(results['main'][0]['gallery'], precision,
+                    results['main'][0]['batch_size'])
       results['main_anchor'] = rate
       for row in results['main']:
         row.update(main_share(row, rate))
     finally:
       shutil.rmtree(root, ignore_errors=True)
+  results['peak_device_bytes'] = peak_memory()
   print(table(results))
   kind = re.sub(r'[^A-Za-z0-9]+', '_', info['device_kind']).strip('_').lower()
   path = _JSON.value or str(ROOT / 'results' / f'bench_device_{kind}.json')
@@ -319,4 +395,4 @@ def main_share(row: dict, rate: dict) -> dict:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)  # --help exits 0, as every entry point's

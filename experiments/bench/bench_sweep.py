@@ -35,6 +35,7 @@ most half the baseline's; the host time at the largest size at most 1.1x
 the size ratio times that at the smallest (no quadratic term).
 """
 
+import hashlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ from absl import flags
 
 from experiments.bench import bench_common
 from experiments.bench import run_files
+from experiments.common import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QUERIES = 500  # the world's test queries (main's --num_test_triplets)
@@ -107,6 +109,16 @@ def _run(code: pathlib.Path, args: list[str]) -> dict:
           'log': text}
 
 
+def _code_digest(code: pathlib.Path) -> str:
+  """A digest of a checkout's library sources: a benchmark whose code
+  changes under it (an edit while it runs) measures nothing."""
+  h = hashlib.sha256()
+  for path in sorted((code / 'recovr_jax').rglob('*.py')):
+    h.update(str(path.relative_to(code)).encode() + b'\0' +
+             path.read_bytes() + b'\0')
+  return h.hexdigest()
+
+
 def _bytes(folder: pathlib.Path) -> int:
   return sum(p.stat().st_size for p in folder.rglob('*') if p.is_file())
 
@@ -123,8 +135,14 @@ def measure(code: pathlib.Path, sessions: int, cache: pathlib.Path,
           f'--num_sessions={sessions}',
           f'--query_repeats={math.ceil(sessions / queries)}', '--noplots',
           '--noresume', f'--cache_dir={cache}', *_RUN_ARGS.value]
+  before = _code_digest(code)
   priming = _run(code, args + [f'--output_dir={out}_priming'])
   warm = _run(code, args + [f'--output_dir={out}'])
+  if _code_digest(code) != before:
+    raise RuntimeError(f'the library in {code} changed while `main` at '
+                       f'{sessions} sessions ran: its warm run was not warm '
+                       '(its caches are keyed by the code); run again '
+                       'without editing the checkout')
   shape = run_files.SHAPE.findall(warm['log'])
   methods = int(shape[0][1])
   profile = json.loads((out / 'profile.json').read_text())
@@ -248,4 +266,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)  # --help exits 0, as every entry point's

@@ -43,12 +43,18 @@ DEFAULT_GROUP_SIZE = 16
 # above is not used: each block is one matmul and one ``lax.top_k``, over
 # blocks of up to 4M rows (a [128, 4M] float32 score block is 2 GiB).
 DEVICE_BLOCK_SIZE = 1 << 22
-# --retrieval_precision -> the score matmul's ``lax.Precision`` for float32
-# inputs: highest (exact float32, the default), bf16x3 (three bfloat16
-# passes), tf32 (the backend's default: TF32 on recent NVIDIA GPUs, one
-# bfloat16 pass on TPUs, float32 on a CPU).
-PRECISIONS = {'highest': lax.Precision.HIGHEST, 'bf16x3': lax.Precision.HIGH,
-              'tf32': lax.Precision.DEFAULT}
+# --retrieval_precision -> the score matmul's precision for float32 inputs:
+# highest (exact float32, the default), bf16x3 (three bfloat16 passes,
+# accumulated in float32) and tf32 (one TF32 pass), each named by the
+# algorithm itself (``lax.DotAlgorithmPreset``), so the name is what runs
+# on every backend (``lax.Precision.HIGH`` is TF32, not bf16x3, on A100 and
+# H100: google/jax#18934). XLA:CPU accepts bf16x3 and computes it in
+# float32, and refuses TF32 (``check_precision``).
+PRECISIONS = {'highest': lax.Precision.HIGHEST,
+              'bf16x3': lax.DotAlgorithmPreset.BF16_BF16_F32_X3,
+              'tf32': lax.DotAlgorithmPreset.TF32_TF32_F32}
+# The precisions a backend's compiler refuses (measured: jax 0.10.2).
+UNSUPPORTED = {'cpu': ('tf32',)}
 
 
 def sizes(backend: str | None = None) -> tuple[int, int]:
@@ -59,8 +65,19 @@ def sizes(backend: str | None = None) -> tuple[int, int]:
           else (DEVICE_BLOCK_SIZE, 0))
 
 
+def check_precision(name: str, backend: str | None = None) -> None:
+  """Raises ``ValueError`` naming ``--retrieval_precision`` when
+  ``backend`` (default JAX's) cannot run the precision ``name``."""
+  backend = backend or jax.default_backend()
+  if name in UNSUPPORTED.get(backend, ()):
+    runs = [p for p in PRECISIONS if p not in UNSUPPORTED[backend]]
+    raise ValueError(f'--retrieval_precision={name}: XLA on {backend} has '
+                     f'no {name} matmul; use {" or ".join(runs)}')
+
+
 def precision_of(name: str):
-  """The ``lax.Precision`` of a ``PRECISIONS`` name."""
+  """The matmul precision (``lax.Precision`` or ``lax.DotAlgorithmPreset``)
+  of a ``PRECISIONS`` name."""
   if name not in PRECISIONS:
     raise ValueError(f'unknown retrieval precision {name!r}; valid: '
                      f'{", ".join(PRECISIONS)}')

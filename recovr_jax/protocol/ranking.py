@@ -83,9 +83,10 @@ class LoopConfig:
   cap_just_rejected: bool = True
   num_ids: int | None = None    # gallery size, for the one-pass id sort
   #: The retrieval's score matmul precision (core/retrieval.py PRECISIONS):
-  #: highest (exact float32), bf16x3 or tf32 (the backend's default: TF32
-  #: on recent NVIDIA GPUs) for speed runs on accelerators; recorded in
-  #: resolved_config.json. On a CPU all three compute float32.
+  #: highest (exact float32), bf16x3 (three bfloat16 passes) or tf32 (one
+  #: TF32 pass), each the named algorithm on every backend, for speed runs
+  #: on accelerators; recorded in resolved_config.json. XLA:CPU computes
+  #: bf16x3 in float32 and refuses tf32 (before any work).
   retrieval_precision: str = config_tree.setting(
       'highest', choices=tuple(retrieval.PRECISIONS))
 

@@ -147,6 +147,13 @@ class RunConfig:
   #: Device to run on; a requested gpu or tpu that JAX cannot find is an
   #: error, not a CPU run.
   platform: str = config_tree.setting('auto', choices=resources.PLATFORMS)
+  #: The precision of every matmul that names none (the composer, MiniLM,
+  #: the video encoder, a reasoner LM: jax.default_matmul_precision):
+  #: highest (float32, as a CPU computes anyway) or default (the
+  #: backend's own: TF32 on recent NVIDIA GPUs). The retrieval's is
+  #: --retrieval_precision.
+  matmul_precision: str = config_tree.setting(
+      'highest', choices=('highest', 'default'))
   #: Processes of the run (with --coordinator_address); the joined count.
   num_processes: int = config_tree.setting(1, group=_PROCESSES)
   #: This process, 0..--num_processes-1.

@@ -18,6 +18,7 @@ import pathlib
 import shutil
 import time
 
+import jax
 import numpy as np
 
 from recovr_jax import checksums
@@ -88,7 +89,14 @@ def run(config: run_config.RunConfig, built: data_source.Built | None = None) ->
   """One run; returns the per-method metrics. ``built``: a ``build`` of
   an earlier config agreeing on what it reads, holding this config's data
   source (sweeps pass it to reuse the gallery: ``Source.build_reads``).
-  The run's data source is made once, here."""
+  The run's data source is made once, here. Every matmul that names no
+  precision runs at ``config.matmul_precision``
+  (``jax.default_matmul_precision``)."""
+  with jax.default_matmul_precision(config.matmul_precision):
+    return _run(config, built)
+
+
+def _run(config, built):
   source = built.source if built is not None else run_config.source(config)
   out = validation.validate(config, source)
   start = time.time()

@@ -89,6 +89,8 @@ def validate(config: run_config.RunConfig, source,
           '--cache_dir {} cannot be used as a directory: {}')
   try:
     resources.select_device(config.platform)
+    from recovr_jax.core import retrieval  # pylint: disable=g-import-not-at-top
+    retrieval.check_precision(config.loop.retrieval_precision)
   except ValueError as e:
     problems.append(str(e))
   if driver is not None and methods_ok:

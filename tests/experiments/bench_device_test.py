@@ -42,5 +42,21 @@ class BenchDeviceTest(absltest.TestCase):
     self.assertIn('jitted sessions at', proc.stdout)
 
 
+class BenchDeviceFlagsTest(absltest.TestCase):
+
+  def test_help_exits_0(self):
+    for arg in ('--help', '--helpshort'):
+      proc = forked.run('experiments.bench.bench_device', arg)
+      self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+      self.assertIn('--require_backend', proc.stdout)
+
+  def test_another_backend_than_required_fails_at_once(self):
+    proc = forked.run('experiments.bench.bench_device',
+                      '--require_backend=gpu', '--parts=fusion')
+    self.assertEqual(proc.returncode, 1)
+    self.assertIn('--require_backend=gpu: JAX runs on cpu', proc.stderr)
+    self.assertNotIn('fusion + rank-cap', proc.stdout)  # nothing measured
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -61,10 +61,12 @@ class BundleTest(absltest.TestCase):
       (shim / name).mkdir(parents=True)
       (shim / name / '__init__.py').write_text(
           f'raise ImportError("{name} is not installed here")\n')
-    env = dict(os.environ, PYTHONPATH=str(shim))
-    proc = subprocess.run(['sh', '../run.sh'], cwd=there / 'code', env=env,
-                          capture_output=True, text=True, timeout=900,
-                          check=False)
+    env = dict(os.environ, PYTHONPATH=str(shim), PYTHON=sys.executable)
+    # Started from another folder (inside this checkout, whose code it must
+    # not run): the script runs its own code/.
+    proc = subprocess.run(['sh', str(there / 'run.sh')], cwd=ROOT / 'tests',
+                          env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     for simulation, want in record['outputs'].items():
       self.assertLen(want, 3)
