@@ -36,7 +36,14 @@ weights, transformers' Flax classes or network needed):
 
     tar xzf main.tar.gz && sh main/run.sh   # from any folder
 
-writes the run to ``main/out/<simulation>``. Its metrics, ranks and
+writes the run to ``main/out/<simulation>`` and ends by holding the
+outputs against ``bundle.json``'s digests (``match`` or ``MISMATCH`` per
+file; exit 1 on a mismatch). What travels is the checkout's tracked files
+(a link within it stays a link; one leading outside is refused; untracked
+files stay behind and ``RUN.md`` names them); a ``--flagfile`` the
+checkout does not track is carried in ``flags/``. The archive is written
+under a temporary name and renamed, one pack at a time per ``--output``;
+a run that writes no outputs is refused. Its metrics, ranks and
 trajectories equal this machine's byte for byte on the same backend
 (``tests/experiments/bundle_test.py`` checks it with the weights and
 transformers hidden).
@@ -50,12 +57,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 
 from absl import app
 from absl import flags
 
+from experiments.common import archive
 from experiments.common import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -97,6 +104,18 @@ def tracked_files() -> list[str]:
              if p.is_file() and '__pycache__' not in p.parts]
   return [f for f in files if not f.startswith(CHECKPOINTS + '/') and
           (ROOT / f).is_file()]
+
+
+def untracked_files() -> list[str]:
+  """The files under ``CODE`` that git does not track and does not
+  ignore: left behind, and named in the archive's note."""
+  try:
+    out = subprocess.run(['git', '-C', str(ROOT), 'ls-files', '--others',
+                          '--exclude-standard', *CODE], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+  except (OSError, subprocess.SubprocessError):
+    return []
+  return [f for f in out.split('\n') if f]
 
 
 def run_once(args, simulation: str, work: pathlib.Path,
@@ -167,20 +186,19 @@ def digests(out: pathlib.Path) -> dict:
           for name in COMPARED if (out / name).exists()}
 
 
-def _size(path: pathlib.Path) -> int:
-  return (path.stat().st_size if path.is_file() else
-          sum(f.stat().st_size for f in path.rglob('*') if f.is_file()))
-
-
 def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
   """Writes the archive of the runs ``outs`` (simulation -> output
   directory, all of ``args`` in ``work``'s cache); returns its record."""
   encoders = encoders_lib()
-  stage = work / 'stage' / output.name.split('.')[0]
+  stage = work / 'stage' / archive.stem(output)
   code = stage / 'code'
-  for f in tracked_files():
-    (code / f).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(ROOT / f, code / f)
+  tracked = tracked_files()
+  archive.copy_code(ROOT, tracked, code)
+  left_out = untracked_files()
+  args, carried = archive.carried_flagfiles(args, ROOT, tracked)
+  for name, path in carried.items():
+    (stage / 'flags').mkdir(exist_ok=True)
+    shutil.copy2(path, stage / 'flags' / name)
   extra, text_encoder = [], None
   resolved = json.loads((next(iter(outs.values())) /
                          'resolved_config.json').read_text())
@@ -207,7 +225,8 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
   command = ['python', '-m', 'experiments.run', *args, *extra,
              '--cache_dir=../cache', '--noresume', '--noplots']
   # From any folder: the script runs its own code/ (python -m puts the
-  # working folder first on the path), with $PYTHON or python3.
+  # working folder first on the path), with $PYTHON or python3, then holds
+  # its outputs against bundle.json's digests.
   lines = ['#!/bin/sh', '# Runs the archived run under each driver it was '
            'packed for: sh run.sh, from any folder.', 'set -e',
            'cd "$(dirname "$0")/code"']
@@ -215,11 +234,15 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
     lines.append('"${PYTHON:-python3}" ' + shlex.join(
         command[1:] + [f'--simulation={simulation}',
                        f'--output_dir=../out/{simulation}']))
+  lines += ['cd ..', '"${PYTHON:-python3}" - <<\'EOF\'',
+            archive.CHECK.strip(), 'EOF']
   (stage / 'run.sh').write_text('\n'.join(lines) + '\n')
   record = {
       'command': command, 'simulations': list(outs),
+      'carried_flagfiles': {n: str(p) for n, p in carried.items()},
+      'left_out': left_out,
       'outputs': {s: digests(out) for s, out in outs.items()},
-      'sizes': {part: _size(stage / part)
+      'sizes': {part: archive.size(stage / part)
                 for part in ('code', 'minilm', 'cache')},
   }
   (stage / 'bundle.json').write_text(json.dumps(record, indent=2))
@@ -230,12 +253,24 @@ def pack(args, outs: dict, work: pathlib.Path, output: pathlib.Path) -> dict:
       'from any folder; $PYTHON, else python3\n\nThe outputs go to '
       'out/<simulation> beside it; bundle.json '
       'holds the SHA-256 of the metrics, ranks and trajectories the packing '
-      'machine wrote.\n')
+      'machine wrote, and run.sh ends by holding its outputs against them '
+      '(match or MISMATCH per file).\n' + (
+          '\nLeft out (files under code/\'s folders that the packing '
+          'checkout did not track):\n\n' + ''.join(f'* {f}\n'
+                                                   for f in left_out)
+          if left_out else ''))
   output.parent.mkdir(parents=True, exist_ok=True)
-  part = output.with_name(output.name + '.part')
-  with tarfile.open(part, 'w:gz') as tar:
-    tar.add(stage, arcname=stage.name)
-  part.replace(output)
+  free = shutil.disk_usage(output.parent).free
+  if free < archive.size(stage):  # at most the staged bytes
+    raise app.UsageError(
+        f'--output={output}: {free / 2 ** 20:,.0f} MiB free there, and the '
+        f'archive may take up to {archive.size(stage) / 2 ** 20:,.0f} MiB; '
+        'free space or name another --output')
+  archive.write_archive(stage, output)
+  if left_out:
+    print(f'bundle: left out {len(left_out)} untracked file(s) (named in '
+          f'RUN.md): {", ".join(left_out[:5])}'
+          f'{" ..." if len(left_out) > 5 else ""}', flush=True)
   record['archive_bytes'] = output.stat().st_size
   return record
 
@@ -259,14 +294,23 @@ def main(argv):
     raise app.UsageError(f'--simulations: {", ".join(unknown) or "none"}; '
                          f'valid: {", ".join(SIMULATIONS)}')
   output = pathlib.Path(_OUTPUT.value).absolute()
-  if not output.name.endswith('.tar.gz'):
+  if not output.name.endswith('.tar.gz') or not archive.stem(output):
     raise app.UsageError(f'--output={_OUTPUT.value}: name a .tar.gz file')
+  # A flag file that cannot travel is refused before any run.
+  archive.carried_flagfiles(args, ROOT, tracked_files())
+  lock = archive.claim(output)
   work = pathlib.Path(_WORK.value or tempfile.mkdtemp(prefix='bundle-'))
   try:
     if (work / 'cache').exists():
       raise app.UsageError(f'--work_dir={work}: holds a cache/ already; '
                            'the archive needs a fresh one')
     outs = {s: run_once(args, s, work) for s in simulations}
+    for s, out in outs.items():
+      if not digests(out):
+        raise app.UsageError(
+            f'the run under --simulation={s} wrote none of '
+            f'{", ".join(COMPARED)} (a flag that only checks?): nothing to '
+            'pack; nothing was written to --output')
     for s in simulations:  # warm: what each reads, and the same outputs
       again = run_once(args, s, work, record=True)
       if digests(again) != digests(outs[s]):
@@ -277,6 +321,8 @@ def main(argv):
   finally:
     if _WORK.value is None:
       shutil.rmtree(work, ignore_errors=True)
+    pathlib.Path(lock.name).unlink(missing_ok=True)
+    lock.close()
   mib = lambda b: f'{b / 2 ** 20:.1f} MiB'
   print(f'wrote {output}: {mib(record["archive_bytes"])} (code '
         f'{mib(record["sizes"]["code"])}, MiniLM without weights '

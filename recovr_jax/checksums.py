@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import pathlib
+import threading
 
 from absl import logging
 import numpy as np
@@ -85,6 +86,18 @@ def json_digest(body) -> str:
   JSON document kept between runs (a batch's records, a fitted reader)."""
   return hashlib.sha256(json.dumps(body, sort_keys=True).encode()
                         ).hexdigest()
+
+
+def writer_temp(path) -> pathlib.Path:
+  """A temporary name beside ``path`` that no other writer uses (this
+  process and thread's), for a file written whole and then renamed onto
+  ``path``: two runs saving one cache at once each rename a whole file
+  (they shared one temporary name before, and one renamed the other's
+  half-written file or found it gone). Ends in ``.tmp.npz``, so NumPy
+  keeps the name; starts with a dot, so cache listings skip it."""
+  path = pathlib.Path(path)
+  return path.with_name(f'.{path.name}.{os.getpid()}-'
+                        f'{threading.get_ident()}.tmp.npz')
 
 
 @functools.lru_cache(maxsize=1)

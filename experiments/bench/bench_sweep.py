@@ -161,30 +161,6 @@ def measure(code: pathlib.Path, sessions: int, cache: pathlib.Path,
           'profile_s': {k: v['seconds'] for k, v in profile['parts'].items()}}
 
 
-def targets(now: list[dict], baseline: list[dict] | None) -> list[dict]:
-  """The issue's targets, each with its figure and pass/fail."""
-  largest, smallest = now[-1], now[0]
-  out = [
-      dict(target='host us per session-method at the largest size <= 50',
-           figure=largest['host_us_per_session_method'],
-           passed=largest['host_us_per_session_method'] <= 50),
-      dict(target='host share of the wall time at the largest size <= 0.2',
-           figure=largest['host_share'], passed=largest['host_share'] <= 0.2)]
-  if len(now) > 1:
-    scale = largest['sessions'] / smallest['sessions']
-    ratio = largest['host_s'] / smallest['host_s']
-    out.append(dict(target=f'host time grows at most 1.1 x {scale:g} from '
-                    f'{smallest["sessions"]} to {largest["sessions"]} '
-                    'sessions', figure=round(ratio, 2),
-                    passed=ratio <= 1.1 * scale))
-  if baseline:
-    ratio = largest['wall_s'] / baseline[-1]['wall_s']
-    out.append(dict(target='warm wall time at the largest size <= 1/2 of '
-                    "the baseline's", figure=round(ratio, 3),
-                    passed=ratio <= 0.5))
-  return out
-
-
 def table(results: dict) -> str:
   lines = ['| code | sessions | wall s | device s | host s | host share | '
            'host us / session-method | outputs MB | peak RSS MiB | '
@@ -251,7 +227,8 @@ def main(argv):
            'host': b['host_s'] / n['host_s'],
            'device': b['device_s'] / max(n['device_s'], 1e-9)}
           for b, n in zip(results['baseline'], results['now'])]
-    results['targets'] = targets(results['now'], results['baseline'])
+    results['targets'] = run_files.sweep_targets(results['now'],
+                                                 results['baseline'])
   finally:
     if base is not None:
       subprocess.run(['git', 'worktree', 'remove', '--force', str(base)],

@@ -148,9 +148,58 @@ def run(main, groups=None, defaults=None, own: int | None = None,
   app.run(checked, flags_parser=_parse_flags)
 
 
+def flagfile_problem(args) -> str | None:
+  """The first ``--flagfile`` of ``args`` (or one a flag file names, as
+  absl follows them) that is not UTF-8 text, told in a line naming the file
+  and the byte (absl would raise a ``UnicodeDecodeError`` without the
+  file's name); None when every one reads."""
+  pending, seen = [a for a in args if a.startswith('--flagfile=')], set()
+  while pending:
+    path = os.path.abspath(os.path.expanduser(
+        pending.pop().split('=', 1)[1]))
+    if path in seen or not os.path.isfile(path):
+      continue  # absl names a missing one itself
+    seen.add(path)
+    try:
+      with open(path, 'rb') as f:
+        text = f.read().decode('utf-8')
+    except UnicodeDecodeError as e:
+      return (f'--flagfile={path}: not UTF-8 text (byte '
+              f'0x{e.object[e.start]:02x} at offset {e.start}); save it as '
+              'UTF-8')
+    except OSError:
+      continue
+    pending += [line.strip() for line in text.splitlines()
+                if line.strip().startswith('--flagfile=')]
+  return None
+
+
+def negated_with_value(args, booleans) -> list[str]:
+  """A line per ``--no<name>=value`` of ``args`` where ``<name>`` is one
+  of ``booleans`` (absl raises a bare ``ValueError`` for it, or calls the
+  flag unknown): a negated flag takes no value."""
+  out = []
+  for arg in args:
+    if arg == '--':
+      break
+    name, eq, value = arg.lstrip('-').partition('=')
+    if (arg.startswith('--no') and eq and name[2:] in booleans):
+      out.append(f'{arg}: --no{name[2:]} takes no value; write '
+                 f'--{name[2:]}={value} (or --{name[2:]} / --no{name[2:]})')
+  return out
+
+
 def _parse_flags(argv):
   """absl's flag parsing, a refused value told under the entry point's
   error prefix (``error_lines``) like every other error."""
+  booleans = {name for name, f in flags.FLAGS._flags().items()  # pylint: disable=protected-access
+              if f.boolean}
+  problem = flagfile_problem(argv[1:]) or '\n'.join(
+      negated_with_value(argv[1:], booleans))
+  if problem:
+    sys.stderr.write(error_lines(app.UsageError(problem)) +
+                     'Pass --helpshort to see the flags.\n')
+    sys.exit(1)
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

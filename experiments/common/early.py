@@ -141,10 +141,17 @@ def answer(argv) -> None:
          for a in args):
     return  # absl's to answer
   from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments.common import cli  # pylint: disable=g-import-not-at-top
+  problem = cli.flagfile_problem(args)
+  if problem:
+    _error(problem)
   try:
     args = flags.FlagValues().read_flags_from_files(args, force_gnu=False)
   except flags.Error as e:  # a flag file that cannot be read
     _error(str(e).replace('ERROR:: ', '').strip())
+  negated = cli.negated_with_value(args, set(manifest['booleans']))
+  if negated:
+    _error('\n'.join(negated))
   unknown = unknown_flags(args, manifest)
   problems = [f'unknown flag {flag}' + (f'; did you mean --{near}?'
                                          if near else '')

@@ -45,7 +45,7 @@ def build(config: run_config.RunConfig,
     validation.fail(str(e))
 
 
-def _claim(out: pathlib.Path, config, resolved: dict, source):
+def _claim(out: pathlib.Path, config, resolved: dict):
   """Takes the directory's lock and checks that a resume would only reuse
   batches of this run identity, before anything is written to it. Returns
   the held lock (close it to release)."""
@@ -70,19 +70,23 @@ def _claim(out: pathlib.Path, config, resolved: dict, source):
         validation.fail(f'--output_dir {out} holds a run with other settings ('
               f'{"; ".join(changed[:6])}); use another --output_dir, or '
               '--noresume to discard its batches')
-    if not config.resume:  # nothing of an earlier run may stay beside it
-      for directory in ('batches', 'trec'):
-        if (out / directory).exists():
-          shutil.rmtree(out / directory)
-      own = (source.OUTPUT_FILES
-             if isinstance(source, data_source.ExtraOutputs) else ())
-      for pattern in outputs.OUTPUT_FILES + own:
-        for f in out.glob(pattern):
-          f.unlink()
   except BaseException:
     lock.close()
     raise
   return lock
+
+
+def _clear(out: pathlib.Path, source) -> None:
+  """--noresume: nothing of an earlier run stays beside this one (done once
+  every check has passed: a refused command leaves the folder as it was)."""
+  for directory in ('batches', 'trec'):
+    if (out / directory).exists():
+      shutil.rmtree(out / directory)
+  own = (source.OUTPUT_FILES
+         if isinstance(source, data_source.ExtraOutputs) else ())
+  for pattern in outputs.OUTPUT_FILES + own:
+    for f in out.glob(pattern):
+      f.unlink()
 
 
 def run(config: run_config.RunConfig, built: data_source.Built | None = None) -> dict:
@@ -98,18 +102,25 @@ def run(config: run_config.RunConfig, built: data_source.Built | None = None) ->
 
 def _run(config, built):
   source = built.source if built is not None else run_config.source(config)
+  # A folder this command makes goes again if the command is refused.
+  new = (config.process_id == 0 and bool(config.output_dir) and
+         not pathlib.Path(config.output_dir).exists())
   out = validation.validate(config, source)
   start = time.time()
   resolved = integrity.resolved_config(config, source)
   # In a multi-process run process 0 holds the directory (and clears it on
-  # --noresume) before any process writes a batch.
-  lock = (_claim(out, config, resolved, source) if config.process_id == 0
+  # --noresume, once every check passed) before any process writes a batch.
+  lock = (_claim(out, config, resolved) if config.process_id == 0
           else None)
   distributed.barrier('directory claimed')
   profile = profiling.Profile()
   try:
     with profile.active():
       result = _run_claimed(config, source, built, out, start, resolved)
+  except validation.ConfigError:
+    if new and {p.name for p in out.iterdir()} <= {'.lock'}:
+      shutil.rmtree(out, ignore_errors=True)
+    raise
   finally:
     if lock is not None:
       lock.close()
@@ -125,55 +136,52 @@ def _run_claimed(config, source, built, out, start, resolved):
   """``run`` once the directory is held and its batches are known to be
   this run's."""
   lead = config.process_id == 0   # the process that writes the outputs
-  # A directory no run wrote to before: a refusal before any work leaves it
-  # as it was (the corrected command is then no "run with other settings").
-  fresh = lead and not any((out / name).exists() for name in (
-      'resolved_config.json', 'batches'))
+  # Every check that can refuse the command (its inputs and caches, the
+  # batch's size, the sessions, the free space) runs before anything is
+  # written to the folder: a refused command leaves a finished run (or any
+  # other) as it was, byte for byte.
+  if built is None:
+    with profiling.part('loading data and models'):
+      built = build(config, source)
+  env = built.env
+  if checksums.unverified():  # recorded beside the settings
+    resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
+  _check_batch_fits(config, env, config.loop)
+  with profiling.part('loading data and models'):
+    assembled = assemble.assemble(config, built)
+  base = assembled.loop
+  total = len(env.target)
+  if config.num_sessions is not None and config.num_sessions > total:
+    # Never capped: a sweep asked for more sessions than the data gives.
+    validation.fail(f'--num_sessions={config.num_sessions}: the data gives at most '
+          f'{total} sessions (its test queries); lower --num_sessions')
+  num = config.num_sessions or total
+  if lead:
+    try:
+      resources.check_disk(out, resources.output_bytes(
+          num, len(config.methods), base.num_turns, base.list_length,
+          config.export_trec, config.plots))
+    except ValueError as e:
+      validation.fail(str(e))
   # A finished run's markers, kept to put back if a resume is refused (a
   # batch of other code): the finished outputs stay a finished run.
   finished = {name: (out / name).read_bytes()
               for name in ('flags.txt', 'resolved_config.json')
-              } if lead and _finished(out) else None
+              } if lead and config.resume and _finished(out) else None
   if lead:
+    if not config.resume:
+      _clear(out, source)
     (out / outputs.INCOMPLETE).write_text(
         'This run has not finished: the outputs here (if any) are not all '
         'of it. Rerun the same command to resume.\n')
     (out / 'flags.txt').write_text(config.flags_text)
     (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
-  try:
-    identity = resolved['identity']
-    if built is None:
-      with profiling.part('loading data and models'):
-        built = build(config, source)
-    env = built.env
-    if checksums.unverified() and lead:  # recorded beside the settings
-      resolved = {**resolved, 'unverified_checkpoints': checksums.unverified()}
-      (out / 'resolved_config.json').write_text(reporting.dumps(resolved))
-      for item in checksums.unverified():
-        print(f'warning: unverified checkpoint (no checksums.json): {item}',
-              flush=True)
-    _check_batch_fits(config, env, config.loop)
-    with profiling.part('loading data and models'):
-      assembled = assemble.assemble(config, built)
-    base = assembled.loop
-    total = len(env.target)
-    if config.num_sessions is not None and config.num_sessions > total:
-      # Never capped: a sweep asked for more sessions than the data gives.
-      validation.fail(f'--num_sessions={config.num_sessions}: the data gives at most '
-            f'{total} sessions (its test queries); lower --num_sessions')
-    num = config.num_sessions or total
-    if lead:
-      try:
-        resources.check_disk(out, resources.output_bytes(
-            num, len(config.methods), base.num_turns, base.list_length,
-            config.export_trec, config.plots))
-      except ValueError as e:
-        validation.fail(str(e))
-  except validation.ConfigError:
-    if fresh:
-      for name in (outputs.INCOMPLETE, 'flags.txt', 'resolved_config.json'):
-        (out / name).unlink(missing_ok=True)
-    raise
+    for item in checksums.unverified():
+      print(f'warning: unverified checkpoint (no checksums.json): {item}',
+            flush=True)
+  # The others write batches only once process 0 has cleared the folder.
+  distributed.barrier('directory cleared')
+  identity = resolved['identity']
   sessions = np.arange(num)
   batch_list = [sessions[i:i + config.batch_size]
              for i in range(0, num, config.batch_size)]

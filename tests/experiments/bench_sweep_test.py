@@ -8,7 +8,7 @@ import tempfile
 
 from absl.testing import absltest
 
-from experiments.bench import bench_sweep
+from experiments.bench import run_files
 from tests.helpers import forked
 
 
@@ -49,13 +49,13 @@ class BenchSweepTest(absltest.TestCase):
     # Host 10 s of 100 at 10,000 x 23: 43 us, 10%; 2.5 s at 1,000.
     good = [_row(1000, 20, 17.5), _row(10_000, 100, 90)]
     base = [_row(1000, 60, 20), _row(10_000, 250, 90)]
-    self.assertTrue(all(t['passed'] for t in bench_sweep.targets(good,
-                                                                 base)))
+    self.assertTrue(all(t['passed']
+                        for t in run_files.sweep_targets(good, base)))
     # Host 60 s of 150 (261 us, 40%), 24x the smaller size's, and the wall
     # time 0.6 of the baseline's: every target fails.
     bad = [_row(1000, 20, 17.5), _row(10_000, 150, 90)]
-    self.assertFalse(any(t['passed'] for t in bench_sweep.targets(bad,
-                                                                  base)))
+    self.assertFalse(any(t['passed']
+                         for t in run_files.sweep_targets(bad, base)))
 
 
 if __name__ == '__main__':

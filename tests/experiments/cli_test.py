@@ -39,6 +39,33 @@ class BadFlagValueTest(parameterized.TestCase):
 
 
 
+class OneLineRefusalTest(parameterized.TestCase):
+  """A flag file that is not UTF-8 and a negated boolean given a value:
+  one line naming the file or the flag (a traceback before), on the
+  runner (answered before jax) and on another entry point."""
+
+  @parameterized.parameters('run', 'compare_runs', 'view')
+  def test_a_flag_file_that_is_not_utf8_is_named(self, script):
+    folder = pathlib.Path(self.create_tempdir().full_path)
+    latin = folder / 'latin.flags'
+    latin.write_bytes(b'--seed=1\n# caf\xe9\n')
+    outer = folder / 'outer.flags'   # one that names it
+    outer.write_text(f'--flagfile={latin}\n')
+    proc = forked.run(entry_points.module(script), f'--flagfile={outer}')
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    self.assertIn(f'--flagfile={latin}: not UTF-8 text (byte 0xe9 at offset '
+                  '14); save it as UTF-8', proc.stderr)
+    self.assertNotIn('Traceback', proc.stderr)
+
+  @parameterized.parameters(('run', 'plots'), ('view', 'media'))
+  def test_a_negated_flag_given_a_value_is_named(self, script, name):
+    proc = forked.run(entry_points.module(script), f'--no{name}=false')
+    self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+    self.assertIn(f'--no{name}=false: --no{name} takes no value; write '
+                  f'--{name}=false', proc.stderr)
+    self.assertNotIn('Traceback', proc.stderr)
+
+
 class FlagsFileTest(absltest.TestCase):
 
   def test_paths_in_flags_txt_are_absolute(self):

@@ -92,7 +92,19 @@ class ResumeIdentityTest(_OnABaseRun):
   def test_an_interrupted_noresume_run_leaves_no_stale_outputs(self):
     copy = self._copy('killed')
     self.assertFalse((self.base / outputs.INCOMPLETE).exists())
+    files = lambda: {p.name: p.read_bytes() for p in copy.rglob('*')
+                     if p.is_file()}
+    before = files()
+    # Killed before its checks are done (while loading): nothing was
+    # written or cleared yet, so the finished run is as it was.
     with mock.patch.object(runner, 'build',
+                           side_effect=KeyboardInterrupt('killed')):
+      with self.assertRaises(KeyboardInterrupt):
+        _run(copy, rrf_k=1.0, resume=False)
+    self.assertEqual(files(), before)
+    # Killed once its sessions run: the earlier run's outputs are gone and
+    # the folder says it has not finished.
+    with mock.patch.object(runner, '_collect',
                            side_effect=KeyboardInterrupt('killed')):
       with self.assertRaises(KeyboardInterrupt):
         _run(copy, rrf_k=1.0, resume=False)

@@ -362,11 +362,11 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     if path is None:
       return
     try:
-      if built.jit_env is not None:  # the user turns written and parsed
-        built.jit_env.save_word_tables()
+      jit_env = getattr(built, 'jit_env', None)
+      if jit_env is not None:  # the user turns written and parsed
+        jit_env.save_word_tables()
       built.extra.text.save_cache(path)
-    except OSError as e:
-      pathlib.Path(path).with_suffix('.tmp.npz').unlink(missing_ok=True)
+    except OSError as e:  # (each writer removes its own temporary file)
       logging.warning('text embedding cache %s not written (%s: %s); the '
                       "run's outputs are written, and a later run encodes "
                       'these texts again', path, type(e).__name__, e)

@@ -206,6 +206,62 @@ class DialogueTableTest(absltest.TestCase):
     self.assertEqual(int(node), 2)
 
 
+class KeptDialogueTableTest(absltest.TestCase):
+
+  def test_a_later_table_holds_every_node_with_its_id(self):
+    folder = pathlib.Path(self.create_tempdir().full_path)
+    rng = np.random.default_rng(5)
+    decided = _pairs(rng, 30)
+
+    def tables(calls):
+      table = words.WordTable(_User(), np.zeros((6, 3), np.int32),
+                              np.zeros(4, np.int64), _NUM_TURNS,
+                              parse=_parse, store=folder / 'words.npz')
+      table.add(decided)
+
+      def encode(texts):
+        calls.append(len(texts))
+        return _encode(texts)
+      return table, words.DialogueTable(['m0', 'm1', 'm2', 'm3'], table,
+                                        encode, _DIM,
+                                        store=folder / 'dialogues.npz')
+    calls = []
+    word_table, first = tables(calls)
+    first.add(decided)
+    child = first.arrays()
+    (q, k), (_, k2) = [p for p in decided if p[0] == 1][:2]
+    node = int(words.lookup_dialogue(child, 4, q, k)[1])
+    first.add([(node, k2)])  # a child's child
+    word_table.save()
+    self.assertEqual(first.save(), len(decided) + 1)
+    self.assertEqual(first.save(), 0)
+    calls = []
+    _, later = tables(calls)
+    self.assertEqual(calls, [len(decided) + 1])  # every node, one call
+    self.assertEqual(later.add(decided + [(node, k2)]), 0)
+    self.assertEqual(calls, [len(decided) + 1])  # nothing encoded again
+    for got, want in zip(later.arrays(), first.arrays()):
+      np.testing.assert_array_equal(got, want)
+    for n in range(4, 4 + len(later)):
+      self.assertEqual(later.texts(n), first.texts(n))
+
+  def test_nodes_whose_words_are_missing_are_ignored(self):
+    folder = pathlib.Path(self.create_tempdir().full_path)
+    table = _word_table()
+    decided = _pairs(np.random.default_rng(6), 5)
+    table.add(decided)
+    first = words.DialogueTable(['m0', 'm1', 'm2', 'm3'], table, _encode,
+                                _DIM, store=folder / 'dialogues.npz')
+    first.add(decided)
+    first.save()
+    with self.assertLogs(level='WARNING') as logs:
+      later = words.DialogueTable(['m0', 'm1', 'm2', 'm3'], _word_table(),
+                                  _encode, _DIM,
+                                  store=folder / 'dialogues.npz')
+    self.assertLen(later, 0)
+    self.assertIn('KeyError', '\n'.join(logs.output))
+
+
 class PhraseTableTest(absltest.TestCase):
 
   def test_index_and_rows_after_adds(self):

@@ -128,6 +128,11 @@ class WordTable:
   def __len__(self):
     return len(self._entries)
 
+  @property
+  def store(self) -> pathlib.Path | None:
+    """The file the table is kept in between runs (None: none)."""
+    return self._store
+
   def _load(self):
     """The entries an earlier run kept in ``store`` (checked against their
     digest; a file that cannot be read or fails it is derived data: a
@@ -341,9 +346,13 @@ class DialogueTable:
     words: the ``WordTable`` whose entries the utterances are.
     encode_text: the text encoder.
     dim: its embedding size.
+    store: the file the table's nodes are kept in between runs (None:
+      none): a later table starts from them (their embeddings encoded
+      again in one call, found in the text cache) and gives each its id.
   """
 
-  def __init__(self, modification, words: WordTable, encode_text, dim: int):
+  def __init__(self, modification, words: WordTable, encode_text, dim: int,
+               store=None):
     self._roots = tuple(modification)
     self._words = words
     self._encode = encode_text
@@ -357,9 +366,74 @@ class DialogueTable:
     self._size = 0
     self._slots = None    # (parent, word, node) slots, the nodes they hold
     self._arrays = None
+    self._store = None if store is None else pathlib.Path(store)
+    self._stored = 0
+    if self._store is not None:
+      self._load()
 
   def __len__(self):
     return self._size
+
+  def _load(self):
+    """The nodes an earlier run kept (parent, word key; in id order), each
+    rebuilt from its parent's dialogue and the word table's words; a file
+    that cannot be read, fails its digest or names words the word table
+    lacks is a warning, and the table starts empty."""
+    path = self._store
+    if not path.is_file():
+      return
+    try:
+      with np.load(path, allow_pickle=False) as f:
+        parents, keys = np.asarray(f['parents']), np.asarray(f['words'])
+        digest = str(f['digest'])
+      if _node_digest(parents, keys) != digest:
+        raise ValueError('its nodes do not match their digest')
+      roots, children, texts, session = len(self._roots), {}, {}, {}
+      for i, (parent, word) in enumerate(zip(parents.tolist(),
+                                             keys.tolist())):
+        node = roots + i
+        if not 0 <= parent < node:
+          raise ValueError(f'node {node} has parent {parent}')
+        root = parent if parent < roots else session[parent]
+        children[parent, word] = node
+        session[node] = root
+        texts[node] = ((self._roots[parent],) if parent < roots
+                       else texts[parent]) + (self._words.words(root, word),)
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning('dialogue table %s unreadable (%s: %s); ignoring it '
+                      '(the dialogues are joined and encoded again)', path,
+                      type(e).__name__, e)
+      return
+    self._children, self._texts, self._session = children, texts, session
+    if texts:
+      vectors = np.asarray(self._encode([SEPARATOR.join(texts[n])
+                                         for n in sorted(texts)]),
+                           np.float32)
+      self._rows = np.zeros((_capacity(len(vectors)), self._dim),
+                            np.float32)
+      self._rows[:len(vectors)] = vectors
+      self._size = len(vectors)
+    self._stored = self._size
+
+  def save(self) -> int:
+    """Keeps the table's nodes in its ``store`` for later runs (as
+    ``WordTable.save``); returns how many were written (0: nothing new)."""
+    if self._store is None or self._size == self._stored:
+      return 0
+    by_node = sorted(self._children.items(), key=lambda kv: kv[1])
+    parents = np.asarray([p for (p, _), _ in by_node], np.int32)
+    keys = np.asarray([w for (_, w), _ in by_node], np.int32)
+    self._store.parent.mkdir(parents=True, exist_ok=True)
+    tmp = self._store.with_name(f'.{self._store.name}.{os.getpid()}.tmp')
+    try:
+      with open(tmp, 'wb') as f:
+        np.savez(f, parents=parents, words=keys,
+                 digest=np.asarray(_node_digest(parents, keys)))
+      tmp.replace(self._store)
+    finally:
+      tmp.unlink(missing_ok=True)
+    self._stored = self._size
+    return len(by_node)
 
   def texts(self, node: int) -> tuple[str, ...]:
     node = int(node)
@@ -422,6 +496,14 @@ class DialogueTable:
       rows[:self._size] = self._rows[:self._size]
       self._arrays = tuple(jnp.asarray(x) for x in (parent, word, node, rows))
     return self._arrays
+
+
+def _node_digest(parents, keys) -> str:
+  h = hashlib.sha256(b'dialogues-v1')
+  for a in (parents, keys):
+    a = np.ascontiguousarray(a, np.int32)
+    h.update(f'{a.shape}'.encode() + a.tobytes())
+  return h.hexdigest()
 
 
 def empty_dialogues():

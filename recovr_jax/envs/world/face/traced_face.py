@@ -170,10 +170,9 @@ class JitEnvironment(traced.Environment):
   cache_dir: object = None
 
   def save_word_tables(self) -> int:
-    """Keeps the word tables' entries in ``cache_dir`` for later runs;
-    returns how many entries were written."""
-    return sum(t.save() for t in self.word_tables.values()
-               if isinstance(t, words.WordTable))
+    """Keeps the word and dialogue tables' entries in ``cache_dir`` for
+    later runs; returns how many entries were written."""
+    return sum(t.save() for t in self.word_tables.values())
 
   @property
   def arrays(self):  # the world's arrays and Progress Memory's
@@ -408,9 +407,14 @@ def dialogue_table(env: JitEnvironment, config: traced.JitConfig, seed: int):
   key = ('dialogues', face.user, seed, config.loop.num_turns,
          face.reader)
   if key not in env.word_tables:
+    table = word_table(env, config, seed)
+    store = None
+    if table.store is not None:  # kept beside the words its nodes join
+      store = words.store_path(env.cache_dir, 'dialogues', table.store.name,
+                               env.modification_texts)
     env.word_tables[key] = words.DialogueTable(
-        env.modification_texts, word_table(env, config, seed),
-        env.encode_text, int(env.data.gallery.shape[1]))
+        env.modification_texts, table, env.encode_text,
+        int(env.data.gallery.shape[1]), store=store)
   return env.word_tables[key]
 
 

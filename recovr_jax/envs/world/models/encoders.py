@@ -336,13 +336,16 @@ class TextEncoder:
     cut = np.asarray([(i, *self._cuts[t]) for i, t in enumerate(texts)
                       if t in self._cuts], np.int64).reshape(-1, 3)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix('.tmp.npz')
-    np.savez(tmp, text_bytes=text_bytes, text_ends=text_ends,
-             vectors=embeddings, cut=cut,
-             fingerprint=np.array(self.fingerprint),
-             digest=np.array(self._digest(text_bytes, text_ends, embeddings,
-                                          cut)))
-    tmp.replace(path)
+    tmp = checksums.writer_temp(path)
+    try:
+      np.savez(tmp, text_bytes=text_bytes, text_ends=text_ends,
+               vectors=embeddings, cut=cut,
+               fingerprint=np.array(self.fingerprint),
+               digest=np.array(self._digest(text_bytes, text_ends,
+                                            embeddings, cut)))
+      tmp.replace(path)
+    finally:
+      tmp.unlink(missing_ok=True)
     self._stored = len(texts)
     return len(texts)
 

@@ -15,6 +15,8 @@ from absl import logging
 import jax
 import numpy as np
 
+from recovr_jax import checksums
+
 
 def params_fingerprint(params) -> str:
   """A SHA-256 of a parameter pytree's structure and values."""
@@ -73,11 +75,14 @@ def load_or_compute(cache_dir, key: str, compute) -> GalleryMemory:
                      'checkpoints)')
   if path is not None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix('.tmp.npz')
+    tmp = checksums.writer_temp(path)
     text_bytes, text_ends = _utf8(captions)
-    np.savez(tmp, video=video, text_bytes=text_bytes, text_ends=text_ends,
-             checksum=np.array(_checksum(video, captions)))
-    tmp.replace(path)  # atomic: a killed run leaves no half-written entry
+    try:
+      np.savez(tmp, video=video, text_bytes=text_bytes, text_ends=text_ends,
+               checksum=np.array(_checksum(video, captions)))
+      tmp.replace(path)  # atomic: a killed run leaves no half-written entry
+    finally:
+      tmp.unlink(missing_ok=True)
   return GalleryMemory(key=key, video=video, captions=captions,
                        from_cache=False)
 
