@@ -184,6 +184,19 @@ def table(results: dict) -> str:
   return '\n'.join(lines)
 
 
+def _commit() -> str | None:
+  """This checkout's commit, marked ``+dirty`` when its tracked files
+  differ from it (what "now" measured)."""
+  def git(*args):
+    return subprocess.run(['git', *args], cwd=ROOT, capture_output=True,
+                          text=True, check=False).stdout.strip()
+  head = git('rev-parse', 'HEAD')
+  if not head:
+    return None
+  return head + ('+dirty' if git('status', '--porcelain',
+                                 '--untracked-files=no') else '')
+
+
 def _worktree(commit: str, where: pathlib.Path) -> pathlib.Path:
   subprocess.run(['git', 'worktree', 'add', '--detach', '-f', str(where),
                   commit], cwd=ROOT, check=True, capture_output=True)
@@ -209,7 +222,8 @@ def main(argv):
     if _BASELINE.value:
       base = _worktree(_BASELINE.value, work / 'baseline_code')
     results = {'environment': bench_common.environment(),
-               'baseline_commit': _BASELINE.value, 'now': [],
+               'commit': _commit(), 'baseline_commit': _BASELINE.value,
+               'now': [],
                'baseline': [] if base else None}
     for s in sizes:
       cache = work / f'cache_{s}'

@@ -8,6 +8,7 @@ import tempfile
 from absl.testing import absltest
 
 from tests.helpers import forked
+from tests.helpers import runs
 
 
 
@@ -19,10 +20,7 @@ class BenchDeviceTest(absltest.TestCase):
         'experiments.bench.bench_device',
         '--gallery_sizes=3000,5000', '--bf16_above=4000', '--dim=32',
         '--k=10', '--queries=8', '--fusion_sessions=64', '--repeats=2',
-        '--main_sessions=12', '--run_args=--methods=recovr,'
-        '--num_test_triplets=6,--num_train_triplets=20,--gallery_size=300,'
-        '--benchmark=v1,--num_turns=2,--bootstrap_resamples=20,'
-        '--bootstrap_also=,--nocompilation_cache',
+        '--main_sessions=12', runs.TINY_MAIN_RUN_ARGS,
         f'--output_json={out}')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     results = json.loads(out.read_text())

@@ -10,6 +10,7 @@ from absl.testing import absltest
 
 from experiments.bench import run_files
 from tests.helpers import forked
+from tests.helpers import runs
 
 
 def _row(sessions, wall, device, methods=23):
@@ -26,10 +27,8 @@ class BenchSweepTest(absltest.TestCase):
     out = work / 'sweep.json'
     proc = forked.run(
         'experiments.bench.bench_sweep', '--sessions=12',
-        f'--work_dir={work / "work"}', '--run_args=--methods=recovr,'
-        '--num_test_triplets=6,--num_train_triplets=20,--gallery_size=300,'
-        '--benchmark=v1,--num_turns=2,--bootstrap_resamples=20,'
-        '--bootstrap_also=,--batch_size=12,--nocompilation_cache',
+        f'--work_dir={work / "work"}',
+        runs.TINY_MAIN_RUN_ARGS + ',--batch_size=12',
         f'--output_json={out}')
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     results = json.loads(out.read_text())

@@ -26,6 +26,15 @@ TINY = dict(benchmark='v1', num_test_triplets=12, num_train_triplets=20,
             compilation_cache=False)
 
 
+# The benchmarks' tiny `main` (bench_device, bench_sweep): their --run_args,
+# a world of 6 test queries, one method, 2 turns.
+TINY_MAIN_RUN_ARGS = (
+    '--run_args=--methods=recovr,--num_test_triplets=6,'
+    '--num_train_triplets=20,--gallery_size=300,--benchmark=v1,'
+    '--num_turns=2,--bootstrap_resamples=20,--bootstrap_also=,'
+    '--nocompilation_cache')
+
+
 # The suite's shared cache (tests/conftest.py): the derived files a tiny
 # run writes into its cache directory (the gallery's Progress Memory, the
 # text embeddings, the grounded reader's fits), kept once per session so
