@@ -9,15 +9,15 @@ not define, or a value its parser refuses (a number, its bounds, a choice,
 a boolean), is refused under the runner's error prefix, from
 ``runner_flags.json``, a manifest of the runner's flag names, value parsers
 and help written by ``python -m
-experiments.common.early --write`` (``tests/experiments/early_test.py``
-fails when it differs from the flags the runner defines). Anything else
+experiments.common.runner_manifest --write`` (``tests/experiments/early_test.py``
+fails when it differs from the flags the runner defines; that module
+imports the runner, this one must not). Anything else
 goes on to absl, which parses and checks every value again, and then to
 the run's own checks (``run_flags.run_config``).
 """
 
 import difflib
 import json
-import os
 import pathlib
 import sys
 
@@ -27,36 +27,6 @@ HELP_ARGS = ('--help', '--helpshort', '-h', '-?', '--help=true',
              '--helpshort=true')
 # Flags absl's parser itself handles (not in ``FLAGS``).
 SPECIAL = ('flagfile', 'undefok')
-
-
-def live() -> dict:
-  """The manifest of the flags ``experiments.run`` defines now (imports
-  it: slow; in a process of its own, as ``--write`` runs it: a process
-  that imported other entry points holds their flags too)."""
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from experiments import run  # pylint: disable=g-import-not-at-top
-  from experiments.common import cli  # pylint: disable=g-import-not-at-top
-  from experiments.common import run_flags  # pylint: disable=g-import-not-at-top
-  app.define_help_flags()
-  names = sorted(set(flags.FLAGS) | set(SPECIAL))
-  booleans = sorted(n for n in flags.FLAGS if flags.FLAGS[n].boolean)
-  values = {}
-  for name in sorted(flags.FLAGS):
-    parser = flags.FLAGS[name].parser
-    kind = type(parser).__name__
-    if kind in ('IntegerParser', 'FloatParser'):
-      values[name] = {'parser': kind, 'lower': parser.lower_bound,
-                      'upper': parser.upper_bound}
-    elif kind == 'EnumParser':
-      values[name] = {'parser': kind, 'choices': list(parser.enum_values),
-                      'case_sensitive': parser.case_sensitive}
-    elif kind == 'BooleanParser':
-      values[name] = {'parser': kind}
-  return {'program': PROGRAM, 'names': names, 'booleans': booleans,
-          'values': values,
-          'help': cli.grouped_help(run.__doc__, run_flags.HELP_GROUPS,
-                                   run_flags.HELP_DEFAULTS)}
 
 
 def _parser(spec: dict):
@@ -158,15 +128,3 @@ def answer(argv) -> None:
               for flag, near in unknown] + bad_values(args, manifest)
   if problems:
     _error('\n'.join(problems))
-
-
-def main(argv) -> None:
-  if argv[1:] != ['--write']:
-    sys.exit(f'usage: python -m experiments.common.early --write (rewrites '
-             f'{MANIFEST.name} from the flags experiments.run defines)')
-  MANIFEST.write_text(json.dumps(live(), indent=1, sort_keys=True) + '\n')
-  print(f'wrote {os.path.relpath(MANIFEST)}')
-
-
-if __name__ == '__main__':
-  main(sys.argv)

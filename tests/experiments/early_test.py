@@ -27,11 +27,12 @@ def _imported(stderr: str) -> set:
 
 
 def _live() -> dict:
-  """``early.live()`` in a fresh process: this one may hold flags other
-  test modules defined."""
+  """``runner_manifest.live()`` in a fresh process: this one may hold
+  flags other test modules defined."""
   proc = subprocess.run(
       [sys.executable, '-c', 'import json; from experiments.common import '
-       'early; print(json.dumps(early.live()))'], cwd=ROOT,
+       'runner_manifest; print(json.dumps(runner_manifest.live()))'],
+      cwd=ROOT,
       capture_output=True, text=True, timeout=300, check=True)
   return json.loads(proc.stdout)
 
@@ -47,7 +48,7 @@ class EarlyTest(absltest.TestCase):
     stored = json.loads(early.MANIFEST.read_text())
     self.assertEqual(stored, self.live, 'experiments/common/'
                      'runner_flags.json is stale: python -m '
-                     'experiments.common.early --write')
+                     'experiments.common.runner_manifest --write')
 
   def test_help_and_a_misspelt_flag_answer_without_jax(self):
     proc = _run('--helpshort')

@@ -28,7 +28,6 @@ open-addressing hash table.
 
 import hashlib
 import itertools
-import os
 import pathlib
 
 from absl import logging
@@ -36,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax import checksums
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.reasoning import rules
@@ -168,7 +168,7 @@ class WordTable:
 
   def save(self) -> int:
     """Keeps the table's entries in its ``store`` for later runs (written
-    under a name of this process's, then renamed: a reader sees a whole
+    under a name of this writer's, then renamed: a reader sees a whole
     file); returns how many entries were written (0: nothing new)."""
     if self._store is None or len(self._entries) == self._stored:
       return 0
@@ -187,7 +187,7 @@ class WordTable:
         # Each entry's end, in characters of ``text``.
         ends=np.cumsum([len(w) for w in words], dtype=np.int64))
     self._store.parent.mkdir(parents=True, exist_ok=True)
-    tmp = self._store.with_name(f'.{self._store.name}.{os.getpid()}.tmp')
+    tmp = checksums.writer_temp(self._store)
     try:
       with open(tmp, 'wb') as f:
         np.savez(f, digest=np.asarray(_stored_digest(stored)), **stored)
@@ -424,7 +424,7 @@ class DialogueTable:
     parents = np.asarray([p for (p, _), _ in by_node], np.int32)
     keys = np.asarray([w for (_, w), _ in by_node], np.int32)
     self._store.parent.mkdir(parents=True, exist_ok=True)
-    tmp = self._store.with_name(f'.{self._store.name}.{os.getpid()}.tmp')
+    tmp = checksums.writer_temp(self._store)
     try:
       with open(tmp, 'wb') as f:
         np.savez(f, parents=parents, words=keys,
