@@ -221,7 +221,7 @@ class KeptExecutablesTest(absltest.TestCase):
           check=False)
       self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
       logs.append(proc.stderr)
-    traced = 'Finished tracing turn_batch'  # kept by executables.jit
+    traced = 'Finished tracing show_batch'  # kept by executables.jit
     self.assertIn(traced, logs[0])
     self.assertNotIn(traced, logs[1])
     self.assertNotEmpty(list((tmp / 'cache' / 'xla' / 'executables').glob(

@@ -1,20 +1,37 @@
-"""The jitted loop: one session's turns in JAX (``vmap``-ped over a batch),
+"""The jitted turn: one session's turn in JAX (``vmap``-ped over a batch),
 the protocol's skeleton (``session.feedback_turn``) run with a method's
-pure-JAX form (``jax_form``) on a data source's face (``traced.Face``).
+pure-JAX form (``jax_form``) on a data source's face (``traced.Face``), cut
+into the stages the runner (``drivers.jit_runner``) calls one by one, with
+the host's work between them:
 
-* the face's user answers each turn (``Face.respond``) with what the method
-  observes (``plan.JaxObservation``) from the shown top-1 and the question
-  shown with it; the method plans (``jax_form.step``), the ranking core
-  ranks (``ranking.turn_step``) and the method asks (``jax_form.
-  jax_question``: the attribute the user will read in its question);
-* text encoding is a table lookup (``Face.text``) of the method's channel
-  texts as codes (``Face.code``), the tables filled by the runner
-  (``jit_runner``) between a turn's probe and its ranking.
+=====  =============  ==========================================  ========
+turn   stage          what it computes                            host
+=====  =============  ==========================================  ========
+0      ``start``      the face's start and the method's init:     phrases
+                      the T2V text's table key (``asks``)
+0      ``show``       turn 0's composed query, its ranking        --
+t>0    ``hear``       the stop rule and the user's decision       words
+                      (``Face.hear``): what the host must write,
+                      parse or encode before it is read
+                      (``asks``)
+t>0    ``decide``     the reading (``Face.read``) and the         phrases
+                      method's plan: the table keys its
+                      ranking reads (``asks``)
+t>0    ``show``       the composed query, the ranking core,       --
+                      the method's question, the turn's record
+=====  =============  ==========================================  ========
 
-``simulate_batch`` runs every turn as one ``lax.scan`` on tables that hold
-all a batch reads; ``start_batch`` and ``turn_batch`` are its steps, each
-either a probe (``rank`` false: the user and the plan, not the ranking) or
-a ranked turn, as the runner's state table says.
+Each stage is one kept program; its ``asks`` are the only arrays the host
+reads before the turn's record (``jit_runner``); the rest of a stage's
+results stay on the device for the next. Text encoding is a table lookup
+(``Face.text``) of the method's channel texts as codes (``Face.code``).
+
+With ``chunk_size`` a stage computes only the chunks of sessions still
+searching (``session.compact_stage``); every stage of a turn orders the
+sessions alike (its stop rule reads the ranking state the turn starts
+from). ``simulate_batch``, every turn as one ``lax.scan`` of
+``session.feedback_turn`` on tables that hold all a batch reads, is the
+tests' oracle.
 """
 
 import dataclasses
@@ -66,54 +83,47 @@ class _Shared:
   split: ranking.GallerySplit | None = None
 
 
-def _ranked(rank, step, state):
-  """``step()``, the turn's new ranking state, when ``rank`` (a Python
-  True: no branch at all); else ``state`` unchanged (a probe: the turn's
-  user and plan without the ranking, ``run``)."""
-  if rank is True:
-    return step()
-  return jax.lax.cond(rank, step, lambda: state)
-
-
-def _session_start(config: traced.JitConfig, shared: _Shared, query, rank=True):
-  """Turn 0 of one session: ``(carry, search key used)``."""
-  return _start_shown(config, shared, _start_decided(config, shared, query),
-                      rank)
-
-
-def _start_decided(config: traced.JitConfig, shared: _Shared, query):
-  """Turn 0 before its ranking: ``(ranking inputs, method state, face
-  state, search key used)``."""
-  face, data = config.face, shared.data
-  ref = data.reference[query]
-  start, face_state = face.start(data, shared.tables, query)
+def _start(config: traced.JitConfig, shared: _Shared, query):
+  """Turn 0 before its ranking (stage ``start``): ``(started, asks)``,
+  ``asks['needed']`` ``[2]`` the table keys its ranking reads (0: none)."""
+  face = config.face
+  start, face_state = face.start(shared.data, shared.tables, query)
   method_state, search = config.form.init(start)
   search_code = face.code(search) * config.form.t2v
   search_key = face.key(search_code, plan.T2V)
+  covr_valid = jnp.asarray(config.form.covr if start.covr_valid is None
+                           else start.covr_valid)
+  started = dict(method=method_state, face=face_state,
+                 search_code=search_code, search_key=search_key,
+                 modification=start.modification, covr_valid=covr_valid)
+  needed = jnp.where(search_code > 0, search_key, 0)
+  return started, dict(needed=jnp.stack([needed, jnp.zeros_like(needed)]))
+
+
+def _start_show(config: traced.JitConfig, shared: _Shared, query, started):
+  """Turn 0 ranked (stage ``show``) from ``_start``'s ``started``:
+  ``(carry, outputs)``."""
+  face, data = config.face, shared.data
+  ref = data.reference[query]
   covr = compose(config.composer, shared.composer_params,
                  ranking.gallery_row(data.gallery, ref, shared.split),
-                 start.modification)
+                 started['modification'])
+  code, key = started['search_code'], started['search_key']
   inputs = ranking.TurnInputs(
-      queries=jnp.stack([face.text(shared.tables, search_key), covr]),
-      valid=jnp.stack([search_code > 0, jnp.asarray(
-          config.form.covr if start.covr_valid is None else start.covr_valid)]),
+      queries=jnp.stack([face.text(shared.tables, key), covr]),
+      valid=jnp.stack([code > 0, started['covr_valid']]),
       exclude=ref, sigma=jnp.asarray(demotion.SIGMA_NEU),
       stop=jnp.asarray(False))
-  return inputs, method_state, face_state, jnp.where(search_code > 0,
-                                                     search_key, 0)
-
-
-def _start_shown(config: traced.JitConfig, shared: _Shared, decided, rank):
-  """Turn 0 ranked (when ``rank``) from ``_start_decided``'s results."""
-  inputs, method_state, face_state, search_key = decided
-  init = ranking.init_state(config.loop)
-  state = _ranked(rank, lambda: ranking.start_step(
-      config.loop, shared.data.gallery, init, inputs, split=shared.split),
-                  init)
-  return SessionCarry(state=state, method=method_state,
-                      question=jnp.asarray(-1, jnp.int32),
-                      asked=jnp.asarray(0, jnp.int32),
-                      face=face_state), search_key
+  state = ranking.start_step(config.loop, data.gallery,
+                             ranking.init_state(config.loop), inputs,
+                             split=shared.split)
+  carry = SessionCarry(state=state, method=started['method'],
+                       question=jnp.asarray(-1, jnp.int32),
+                       asked=jnp.asarray(0, jnp.int32),
+                       face=started['face'])
+  needed = jnp.where(code > 0, key, 0)
+  return carry, dict(shown=state.shown_ids, scores=state.shown_scores,
+                     needed=jnp.stack([needed, jnp.zeros_like(needed)]))
 
 
 def _channels(face, turn_plan) -> dict:
@@ -130,7 +140,7 @@ def _channels(face, turn_plan) -> dict:
 
 def _needed(texts):
   """The table keys a plan's ranking reads (0: none; ``texts``:
-  ``_channels``), for the host to fill: ``(search, edit)``."""
+  ``_channels``): ``(search, edit)``."""
   return (jnp.where(texts['use_search'], texts['search_key'], 0),
           jnp.where(texts['use_edit'], texts['edit_key'], 0))
 
@@ -147,24 +157,38 @@ def _turn_outputs(carry, active, action, sigma, search, edit, needed_search,
 
 
 class _JitLoop:
-  """``session.TurnLoop`` for one session in JAX (traced under vmap)."""
+  """``session.TurnLoop`` for one session in JAX (traced under vmap); the
+  user's ``respond`` in the face's two parts, ``hear`` and ``read``."""
 
-  def __init__(self, config: traced.JitConfig, shared: _Shared, query,
-               rank=True):
+  def __init__(self, config: traced.JitConfig, shared: _Shared, query):
     self.config, self.shared, self.query = config, shared, query
-    self.ranks = rank
     self.reference = shared.data.reference[query]
     self.target = shared.data.target[query]
 
   def still_searching(self, carry):
     return session.searching(carry.state, self.target)
 
+  def _user(self, carry):
+    """What the face's user reads besides the tables: its per-session
+    state, the shown top-1 and the question shown with it."""
+    return carry.face, jnp.maximum(carry.state.shown_ids[0], 0), carry.question
+
+  def hear(self, carry, turn):
+    """The user's decision and what the host must add for its reading:
+    ``(heard, asks)``."""
+    return self.config.face.hear(self.shared.data, self.shared.tables,
+                                 self.shared.seed_key, self.query, turn,
+                                 *self._user(carry))
+
+  def read(self, carry, heard):
+    """``(observation, face state, own record outputs)``."""
+    return self.config.face.read(self.shared.data, self.shared.tables,
+                                 self.query, heard, *self._user(carry))
+
   def respond(self, carry, turn, active):
     del active
-    top1 = jnp.maximum(carry.state.shown_ids[0], 0)
-    return self.config.face.respond(
-        self.shared.data, self.shared.tables, self.shared.seed_key,
-        self.query, turn, carry.face, top1, carry.question)
+    heard, _ = self.hear(carry, turn)
+    return self.read(carry, heard)
 
   def plan(self, carry, observation, active):
     obs, face_state, _ = observation
@@ -178,30 +202,27 @@ class _JitLoop:
 
   def rank(self, carry, turn_plan, active):
     shared, face = self.shared, self.config.face
-
-    def ranked():  # the queries too: a probe that does not rank skips them
-      texts = _channels(face, turn_plan)
-      if turn_plan.edit_embedding is None:  # the edit is a text of the table
-        edit = face.text(shared.tables, texts['edit_key'])
-        edit_valid = texts['use_edit']
-      else:  # the method's own text embedding (the dialogue, MERLIN's text)
-        edit = turn_plan.edit_embedding
-        edit_valid = jnp.asarray(turn_plan.use_edit)
-      covr_query = compose(self.config.composer, shared.composer_params,
-                           ranking.gallery_row(shared.data.gallery,
-                                               turn_plan.anchor, shared.split),
-                           edit)
-      inputs = ranking.TurnInputs(
-          queries=jnp.stack([face.text(shared.tables, texts['search_key']),
-                             covr_query]),
-          valid=jnp.stack([texts['use_search'], edit_valid]),
-          exclude=self.reference, sigma=turn_plan.sigma, stop=~active,
-          penalty=self.config.form.penalty(
-              turn_plan.avoid, shared.data.memory.caption_attrs))
-      return ranking.turn_step(self.config.loop, shared.data.gallery,
-                               carry.state, inputs, split=shared.split)
-    state = _ranked(self.ranks, ranked, carry.state)
-    return dataclasses.replace(carry, state=state)
+    texts = _channels(face, turn_plan)
+    if turn_plan.edit_embedding is None:  # the edit is a text of the table
+      edit = face.text(shared.tables, texts['edit_key'])
+      edit_valid = texts['use_edit']
+    else:  # the method's own text embedding (the dialogue, MERLIN's text)
+      edit = turn_plan.edit_embedding
+      edit_valid = jnp.asarray(turn_plan.use_edit)
+    covr_query = compose(self.config.composer, shared.composer_params,
+                         ranking.gallery_row(shared.data.gallery,
+                                             turn_plan.anchor, shared.split),
+                         edit)
+    inputs = ranking.TurnInputs(
+        queries=jnp.stack([face.text(shared.tables, texts['search_key']),
+                           covr_query]),
+        valid=jnp.stack([texts['use_search'], edit_valid]),
+        exclude=self.reference, sigma=turn_plan.sigma, stop=~active,
+        penalty=self.config.form.penalty(
+            turn_plan.avoid, shared.data.memory.caption_attrs))
+    return dataclasses.replace(carry, state=ranking.turn_step(
+        self.config.loop, shared.data.gallery, carry.state, inputs,
+        split=shared.split))
 
   def ask(self, carry, active):
     """The method's question shown with the list just ranked, as the
@@ -214,15 +235,6 @@ class _JitLoop:
         carry.asked, self.reference, self.shared.data.memory, active)
     return dataclasses.replace(carry, question=question,
                                asked=carry.asked + counted)
-
-  def held(self, observation, turn_plan, active):
-    """Whether the turn ``decide`` planned reads only held entries."""
-    _, _, own = observation
-    face = self.config.face
-    keys = jnp.stack([jnp.where(active, k, 0)
-                      for k in _needed(_channels(face, turn_plan))])
-    return ~active | face.held(self.shared.tables, face.record(own, active),
-                               keys)
 
   def record(self, carry, observation, turn_plan, active):
     obs, _, own = observation
@@ -238,15 +250,40 @@ class _JitLoop:
         self.config.face.record(own, active))
 
 
-def _session_turn(config: traced.JitConfig, shared: _Shared, query,
-                  carry: SessionCarry, turn, rank=True):
-  """Feedback turn ``turn`` of one session: ``(carry, outputs)``."""
-  return session.feedback_turn(_JitLoop(config, shared, query, rank),
-                                   carry, turn)
+def _hear(config, shared, query, carry, turn):
+  """Stage ``hear`` of feedback turn ``turn``: ``(heard, asks)``, ``asks``
+  the face's and ``active`` (the stop rule)."""
+  loop = _JitLoop(config, shared, query)
+  heard, asks = loop.hear(carry, turn)
+  return heard, dict(asks, active=loop.still_searching(carry))
+
+
+def _decide(config, shared, query, carry, heard):
+  """Stage ``decide``: the reading of ``heard`` and the method's plan,
+  ``(decided, asks)``, ``asks['needed']`` ``[2]`` the keys its ranking
+  reads (0: none)."""
+  loop = _JitLoop(config, shared, query)
+  active = loop.still_searching(carry)
+  observation = loop.read(carry, heard)
+  carry, turn_plan = loop.plan(carry, observation, active)
+  obs, _, own = observation
+  needed = _needed(_channels(config.face, turn_plan))
+  return (carry, obs, own, turn_plan), dict(needed=jnp.stack(
+      [jnp.where(active, k, 0) for k in needed]))
+
+
+def _show(config, shared, query, decided):
+  """Stage ``show``: the turn ``decided`` ranked, the method's question
+  and the turn's record, ``(carry, outputs)`` (the plan left the ranking
+  state, which the stop rule reads, as the turn found it)."""
+  carry, obs, own, turn_plan = decided
+  loop = _JitLoop(config, shared, query)
+  return session.show(loop, carry, (obs, None, own), turn_plan,
+                      loop.still_searching(carry))
 
 
 def _stopped_turn(config: traced.JitConfig, carry: SessionCarry):
-  """``_session_turn`` of a session that has stopped, without the work."""
+  """``_show`` of a session that has stopped, without the work."""
   carry = dataclasses.replace(carry,
                               state=ranking.carry_forward(carry.state))
   zero = jnp.zeros((), jnp.int32)
@@ -257,38 +294,32 @@ def _stopped_turn(config: traced.JitConfig, carry: SessionCarry):
 
 
 def simulate_batch(config: traced.JitConfig, data: plan.JaxData, tables,
-                   composer_params, queries, seed_key,
-                   chunk_size: int | None = None,
-                   split: ranking.GallerySplit | None = None
-                   ) -> traced.JitTrace:
-  """A batch of sessions, one per entry of ``queries`` ``[S]``.
+                   composer_params, queries, seed_key) -> traced.JitTrace:
+  """A batch of sessions, one per entry of ``queries`` ``[S]``, every turn
+  in one ``lax.scan`` of ``session.feedback_turn`` (every session computes
+  every turn) on ``tables`` that hold all the batch reads (the tables a
+  run of ``jit_runner`` ends with): the tests' oracle for the staged run."""
+  shared = _Shared(data, tables, composer_params, seed_key)
 
-  ``chunk_size=None``: ``session.plain_turns`` (every session computes
-  every turn); an int: ``session.compact_turns`` (same results; work only
-  for sessions still searching).
-  ``tables``: tables that hold all the batch reads (``traced.Filler.arrays()``).
-  ``split``: ``data.gallery`` is this device's rows of a split gallery
-  (inside ``shard_map``; see ``run``).
-  """
-  shared = _Shared(data, tables, composer_params, seed_key, split)
-  # Data, tables and composer shared; one query per session.
-  carry, search0 = jax.vmap(functools.partial(_session_start, config,
-                                              shared))(queries)
-  shown0, scores0 = carry.state.shown_ids, carry.state.shown_scores
-  turn = functools.partial(_session_turn, config, shared)
-  turns = jnp.arange(1, config.loop.num_turns + 1)
-  if chunk_size is None:
-    carry, outs = session.plain_turns(turn, queries, carry, turns)
-  else:
-    carry, outs = session.compact_turns(
-        turn, functools.partial(_stopped_turn, config),
-        shared.data.target[queries], queries, carry, turns, chunk_size)
+  def one(query):
+    started, _ = _start(config, shared, query)
+    carry, first = _start_show(config, shared, query, started)
+    loop = _JitLoop(config, shared, query)
+    carry, outs = jax.lax.scan(
+        lambda c, t: session.feedback_turn(loop, c, t), carry,
+        jnp.arange(1, config.loop.num_turns + 1))
+    return first, outs
+
+  first, outs = jax.vmap(one)(queries)
   needed = jnp.concatenate([
-      jnp.stack([search0, jnp.zeros_like(search0)], axis=1)[:, None],
-      jnp.stack([outs['needed_search'], outs['needed_edit']], axis=2)], axis=1)
-  scores = jnp.concatenate([scores0[:, None], outs['scores']], axis=1)
+      first['needed'][:, None],
+      jnp.stack([outs['needed_search'], outs['needed_edit']], axis=2)],
+                           axis=1)
+  scores = jnp.concatenate([first['scores'][:, None], outs['scores']],
+                           axis=1)
   return traced.JitTrace(
-      displayed=jnp.concatenate([shown0[:, None], outs['shown']], axis=1),
+      displayed=jnp.concatenate([first['shown'][:, None], outs['shown']],
+                                axis=1),
       top_scores=scores[:, :, 0], scores=scores,
       active=outs['active'], action=outs['action'], sigma=outs['sigma'],
       search=outs['search'], edit=outs['edit'], needed=needed,
@@ -296,97 +327,68 @@ def simulate_batch(config: traced.JitConfig, data: plan.JaxData, tables,
       questions=outs['questions'], own=outs['own'])
 
 
-def start_batch(config: traced.JitConfig, data: plan.JaxData, tables,
-                composer_params, queries, rank,
-                split: ranking.GallerySplit | None = None,
-                session_axis: str | None = None):
-  """Turn 0 of a batch (``simulate_batch``'s first step): ``(carry,
-  outputs)``, ``outputs`` the shown lists (``shown``, ``scores`` ``[S,
-  K]``), the table keys read (``needed`` ``[S, 2]``) and whether it
-  ranked (``ranked`` ``[S]``). ``rank`` false: a probe (the keys, not the
-  lists), which ranks too when every key is held (``turn_batch``)."""
-  shared = _Shared(data, tables, composer_params, None, split)
-  if getattr(config.face, 'TELLS_HELD', False):  # as turn_batch
-    decided = jax.vmap(lambda q: _start_decided(config, shared, q))(queries)
-    keys = jnp.stack([decided[-1], jnp.zeros_like(decided[-1])], axis=1)
-    # Turn 0 reads no words: a stopped session's record.
-    held = jax.vmap(lambda k: config.face.held(
-        tables, config.face.stopped(), k))(keys)
-    rank = rank | _none_missing(held, session_axis)
-    carry, search0 = jax.vmap(lambda d: _start_shown(config, shared, d,
-                                                     rank))(decided)
-  else:
-    carry, search0 = jax.vmap(lambda q: _session_start(config, shared, q,
-                                                       rank))(queries)
-  return carry, dict(shown=carry.state.shown_ids,
-                     scores=carry.state.shown_scores,
-                     needed=jnp.stack([search0, jnp.zeros_like(search0)],
-                                      axis=1),
-                     ranked=jnp.broadcast_to(rank, queries.shape[:1]))
+# The stages over a batch, each ``(config, data, tables, composer_params,
+# seed_key, turn, queries [S], *per session)``: the config, data, tables,
+# parameters, key and turn shared by the batch's sessions, the rest split
+# over them (``jit_runner`` splits them over a mesh's session axis).
+# ``chunk_size``: see the module's docstring; ``split``: ``data.gallery``
+# is this device's rows of a split gallery (inside ``shard_map``).
 
-
-def _none_missing(held, session_axis):
-  """Whether every session of the batch (over ``session_axis`` too, under
-  a mesh) read only held entries."""
-  missing = jnp.sum(~held)
-  if session_axis is not None:
-    missing = jax.lax.psum(missing, session_axis)
-  return missing == 0
-
-
-def turn_batch(config: traced.JitConfig, data: plan.JaxData, tables,
-               composer_params, queries, seed_key, carry: SessionCarry,
-               turn, rank, chunk_size: int | None = None,
-               split: ranking.GallerySplit | None = None,
-               session_axis: str | None = None):
-  """Feedback turn ``turn`` of a batch from its ``carry`` (one step of
-  ``simulate_batch``'s scan): ``(carry, outputs [S, ...])``. ``rank``
-  false: a probe (the user's answer and the plan, hence the table entries
-  the turn reads), which ranks too when every session's turn reads only
-  entries the tables hold (a face that ``TELLS_HELD``: the turn in two
-  halves, ``session.decide`` and ``session.show``, with the test between;
-  the host then has nothing to add). ``outputs['ranked']`` ``[S]`` (all
-  equal) says whether the turn ranked. ``session_axis``: the mesh axis
-  the sessions are split over (inside ``shard_map``), over which the test
-  is taken."""
+def start_batch(config, data, tables, composer_params, seed_key, turn,
+                queries, split=None):
+  """Stage ``start`` of a batch: ``(started, asks)``."""
+  del turn
   shared = _Shared(data, tables, composer_params, seed_key, split)
-  if not getattr(config.face, 'TELLS_HELD', False):  # one pass, as ranked
-    turn_fn = lambda q, c, t: _session_turn(config, shared, q, c, t, rank)
-    if chunk_size is None:
-      carry, outs = session.plain_turn(turn_fn, queries, carry, turn)
-    else:
-      carry, outs = session.compact_turn(
-          turn_fn, functools.partial(_stopped_turn, config),
-          shared.data.target[queries], queries, carry, turn, chunk_size)
-    return carry, dict(outs, ranked=jnp.broadcast_to(rank,
-                                                     queries.shape[:1]))
+  return jax.vmap(functools.partial(_start, config, shared))(queries)
 
-  def first(q, c, t):
-    driver = _JitLoop(config, shared, q)
-    mid = session.decide(driver, c, t)
-    return mid, driver.held(*mid[1:])
 
-  def second(q, mid, ranks):
-    return session.show(_JitLoop(config, shared, q, ranks), *mid)
+def start_show_batch(config, data, tables, composer_params, seed_key, turn,
+                     queries, started, split=None):
+  """Turn 0's stage ``show``: ``(carry, outputs)``."""
+  del turn
+  shared = _Shared(data, tables, composer_params, seed_key, split)
+  return jax.vmap(functools.partial(_start_show, config, shared))(queries,
+                                                                  started)
 
-  def between(held):
-    return rank | _none_missing(held, session_axis)
 
-  if chunk_size is None:
-    carry, outs, ranked = session.halves_turn(first, second, between,
-                                                  queries, carry, turn)
-  else:
-    carry, outs, ranked = session.compact_halves_turn(
-        first, second, between, functools.partial(_stopped_turn, config),
-        shared.data.target[queries], queries, carry, turn, chunk_size)
-  return carry, dict(outs, ranked=jnp.broadcast_to(ranked,
-                                                   queries.shape[:1]))
+def hear_batch(config, data, tables, composer_params, seed_key, turn,
+               queries, carry, chunk_size=None, split=None):
+  """Stage ``hear`` of feedback turn ``turn``: ``(heard, asks)``."""
+  shared = _Shared(data, tables, composer_params, seed_key, split)
+  return session.stage(
+      lambda q, c: _hear(config, shared, q, c, turn), None,
+      data.target[queries], queries, carry, (), chunk_size)
+
+
+def decide_batch(config, data, tables, composer_params, seed_key, turn,
+                 queries, carry, heard, chunk_size=None, split=None):
+  """Stage ``decide``: ``(decided, asks)``."""
+  del turn
+  shared = _Shared(data, tables, composer_params, seed_key, split)
+  return session.stage(
+      functools.partial(_decide, config, shared), None,
+      data.target[queries], queries, carry, (heard,), chunk_size)
+
+
+def show_batch(config, data, tables, composer_params, seed_key, turn,
+               queries, carry, decided, chunk_size=None, split=None):
+  """Stage ``show`` of a feedback turn: ``(carry, outputs)``; a stopped
+  session's is ``_stopped_turn`` of the turn's ``carry``."""
+  del turn
+  shared = _Shared(data, tables, composer_params, seed_key, split)
+  return session.stage(
+      lambda q, c, d: _show(config, shared, q, d),
+      lambda c, d: _stopped_turn(config, c),
+      data.target[queries], queries, carry, (decided,), chunk_size)
 
 
 # Compiled once per shape and per non-numeric settings: the traced ones
-# (``config_pytree``: rrf_k, gamma, kappa, the user's
-# rates, ...) are arguments; ``turn`` and ``rank`` are arguments too, so
-# every turn and every probe of a run shares one program.
-simulate = executables.jit(simulate_batch, static_argnames=('chunk_size',))
+# (``config_pytree``: rrf_k, gamma, kappa, the user's rates, ...) are
+# arguments, and so is ``turn``, so every turn of a run shares each stage's
+# program.
+simulate = executables.jit(simulate_batch)
 start = executables.jit(start_batch)
-step = executables.jit(turn_batch, static_argnames=('chunk_size',))
+start_show = executables.jit(start_show_batch)
+hear = executables.jit(hear_batch, static_argnames=('chunk_size',))
+decide = executables.jit(decide_batch, static_argnames=('chunk_size',))
+show = executables.jit(show_batch, static_argnames=('chunk_size',))

@@ -1,28 +1,26 @@
-"""The jitted runner: a batch's turns run one program call at a time, the
-tables filled between a turn's probe and its ranking (``run``), on one
-device or over a mesh.
+"""The jitted runner, and the one boundary between the host and the device:
+a batch's turns run stage by stage (``jit_loop``'s table), each stage one
+program call, the host's work between them reading NumPy arrays that
+``to_host`` copied (the only copies from the device in a run).
 
-One turn of ``run`` (the start, then each feedback turn), from the last
-turn's carry (``jit_loop.start_batch`` / ``turn_batch``):
+One turn of ``run``:
 
-=========  ===================================  ==============================
-state      what runs                            next
-=========  ===================================  ==============================
-probe      the turn's user and plan, no         every session read only held
-           ranking (``rank`` false)             entries (a face that
-                                                ``TELLS_HELD``): it ranked
-                                                too -> settle; else -> fill
-fill       ``Filler.fill``: the host adds the   ``Fill.again`` -> probe (at
-           words, dialogues or texts the turn   most ``MAX_PROBES``); else
-           read and the tables lacked           -> rank
-rank       the turn with its ranking            -> settle
-           (``rank`` true), on the filled
-           tables
-settle     ``Filler.settled`` sees the turn's   the next turn's probe
-           lists, final
-=========  ===================================  ==============================
+==========  =========================  ===========================  =====
+call        on the device              then on the host             reads
+==========  =========================  ===========================  =====
+``hear``    the stop rule, the         ``Filler.heard``: writes,    asks
+            users' decisions           parses, encodes the words
+                                       the tables lack
+``decide``  the reading, the           ``Filler.planned``: encodes  asks
+            methods' plans             the phrases the tables lack
+``show``    the ranking, the           (``Filler.shown`` when the   (outs)
+            question, the record       filler ``READS_LISTS``)
+==========  =========================  ===========================  =====
 
-So each session's turn is ranked once, and no settled turn runs again.
+Turn 0 is ``start`` (the host: ``planned``) then ``show``. So a turn copies
+two small arrays per session to the host (three with ``READS_LISTS``), each
+turn's stages run once, and the turns' outputs stay on the device until
+the batch ends (one copy, ``_Turns.trace``).
 """
 
 import dataclasses
@@ -56,11 +54,20 @@ def chunk_size(flag: int | None, backend: str | None = None) -> int | None:
   return flag or None
 
 
+# Per stage: its function and how many per-session arguments follow the
+# queries.
+_STAGES = dict(start=(jit_loop.start_batch, 0),
+               start_show=(jit_loop.start_show_batch, 1),
+               hear=(jit_loop.hear_batch, 1),
+               decide=(jit_loop.decide_batch, 2),
+               show=(jit_loop.show_batch, 2))
+
+
 @functools.lru_cache(maxsize=16)
 def _over_sessions(chunk_size, mesh, data_structure=None, num_rows=None):
-  """``jit_loop``'s ``(start_batch, turn_batch)`` with the sessions (and
-  the carry) split over the mesh's session axis (the config, a pytree, is
-  their first argument, replicated).
+  """``jit_loop``'s stages (``_STAGES``) with the sessions (and what is
+  per session) split over the mesh's session axis (the config, a pytree,
+  is their first argument, replicated).
   ``data_structure`` (the data's treedef) and ``num_rows``: the gallery's
   rows are split over the mesh's gallery axis (``num_rows`` real rows);
   otherwise everything but the sessions is replicated."""
@@ -73,20 +80,18 @@ def _over_sessions(chunk_size, mesh, data_structure=None, num_rows=None):
     rows = ranking.GallerySplit.of(sharding.GALLERY_AXIS, num_rows,
                                    mesh.shape[sharding.GALLERY_AXIS])
 
-  def first(config, *args):
-    return jit_loop.start_batch(config, *args, split=rows,
-                                session_axis=sharding.SESSION_AXIS)
-
-  def later(config, *args):
-    return jit_loop.turn_batch(config, *args, chunk_size=chunk_size,
-                               split=rows, session_axis=sharding.SESSION_AXIS)
-
-  def mapped(fn, in_specs):
-    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs,
-                                 out_specs=split, check_vma=False))
-  return (mapped(first, (shared, data_spec, shared, shared, split, shared)),
-          mapped(later, (shared, data_spec, shared, shared, split, shared,
-                         split, shared, shared)))
+  def mapped(name):
+    fn, per_session = _STAGES[name]
+    kwargs = dict(split=rows)
+    if name in ('hear', 'decide', 'show'):
+      kwargs['chunk_size'] = chunk_size
+    # (config, data, tables, composer_params, seed_key, turn, queries, ...)
+    in_specs = (shared, data_spec, shared, shared, shared, shared,
+                split) + (split,) * per_session
+    return jax.jit(jax.shard_map(functools.partial(fn, **kwargs), mesh=mesh,
+                                 in_specs=in_specs, out_specs=split,
+                                 check_vma=False))
+  return {name: mapped(name) for name in _STAGES}
 
 
 def _place_split_gallery(data, mesh):
@@ -109,17 +114,22 @@ def _place_split_gallery(data, mesh):
   return dataclasses.replace(rest, gallery=split_gallery)
 
 
+_KEPT = dict(start=jit_loop.start, start_show=jit_loop.start_show,
+             hear=jit_loop.hear, decide=jit_loop.decide, show=jit_loop.show)
+
+
 class _Programs:
-  """``start_batch`` and ``turn_batch`` of one run, on the default device
-  or over ``mesh`` (the batch's data, parameters, key and queries placed
-  once; the tables at every call)."""
+  """``jit_loop``'s stages of one run, on the default device or over
+  ``mesh`` (the batch's data, parameters, key and queries placed once;
+  the tables at every call)."""
 
   def __init__(self, env, config, queries, seed_key, chunk_size, mesh):
     self.env, self.config, self.chunk_size = env, config, chunk_size
-    self.mesh, self.seed_key = mesh, seed_key
+    self.mesh = mesh
     self.num, self.padding = len(queries), 0
     if mesh is None:
-      self.queries = jnp.asarray(queries)
+      self.data, self.params = env.data, env.composer_params
+      self.key, self.queries = seed_key, jnp.asarray(queries)
       return
     if mesh.shape[sharding.GALLERY_AXIS] > 1:
       self.data = _place_split_gallery(env.data, mesh)
@@ -138,8 +148,8 @@ class _Programs:
         queries[-1:], (self.padding,))]), mesh, P(sharding.SESSION_AXIS))
 
   def scored(self, active) -> int:
-    """The session-turns a ranked turn scores when ``active`` ``[S]`` (its
-    probe's) are still searching: every session at turn 0 and without
+    """The session-turns a ``show`` scores when ``active`` ``[S]`` (its
+    ``hear``'s) are still searching: every session at turn 0 and without
     chunks, else the chunks of searching sessions on each device."""
     if active is None or self.chunk_size is None:
       return self.num + self.padding
@@ -150,44 +160,38 @@ class _Programs:
     _, chunk = session.chunks(len(active) // shards, self.chunk_size)
     return int(sum(-(-n // chunk) for n in per_shard) * chunk)
 
-  def __call__(self, tables, carry, turn: int, rank: bool):
-    """Turn ``turn`` (0: the start) from ``carry``: ``(carry, outputs)``,
-    the outputs where they were computed on one device, NumPy arrays
-    whole on every process over a mesh (sessions past the batch's, the
-    mesh's padding, dropped). Under a profile the call is timed as the
-    run's device time (``profiling.DEVICE``), blocked on until its outputs
-    are ready."""
+  def __call__(self, stage: str, tables, turn: int, *per_session):
+    """Stage ``stage`` (``_STAGES``) of turn ``turn`` on ``tables`` with
+    the batch's per-session arrays ``per_session`` (as earlier stages gave
+    them): its results, where they were computed. Under a profile the
+    call is timed as the run's device time (``profiling.DEVICE``),
+    blocked on until its results are ready."""
     with profiling.part(profiling.DEVICE):
-      return profiling.sync(self._call(tables, carry, turn, rank))
+      return profiling.sync(self._call(stage, tables, turn, per_session))
 
-  def _call(self, tables, carry, turn, rank):
-    rank = np.bool_(rank)
+  def _call(self, stage, tables, turn, per_session):
+    turn = np.int32(turn)
+    kwargs = ({} if stage.startswith('start') else
+              dict(chunk_size=self.chunk_size))
     if self.mesh is None:
-      if turn == 0:
-        carry, outs = jit_loop.start(self.config, self.env.data, tables,
-                                     self.env.composer_params, self.queries,
-                                     rank)
-      else:
-        carry, outs = jit_loop.step(self.config, self.env.data, tables,
-                                    self.env.composer_params, self.queries,
-                                    self.seed_key, carry, np.int32(turn),
-                                    rank, chunk_size=self.chunk_size)
-    else:
-      # Replicated on every device of the mesh (a copy per device); the
-      # mesh may span several processes, each passing the same values. The
-      # config's traced fields travel as Python scalars (the same on every
-      # process, replicated by jit).
-      tables = sharding.place(tables, self.mesh)
-      first, later = self.fns
-      if turn == 0:
-        carry, outs = first(self.config, self.data, tables, self.params,
-                            self.queries, rank)
-      else:
-        carry, outs = later(self.config, self.data, tables, self.params,
-                            self.queries, self.key, carry, np.int32(turn),
-                            rank)
-      outs = sharding.gather(outs)
-    return carry, jax.tree.map(lambda x: x[:self.num], outs)
+      return _KEPT[stage](self.config, self.data, tables, self.params,
+                          self.key, turn, self.queries, *per_session,
+                          **kwargs)
+    # Replicated on every device of the mesh (a copy per device); the mesh
+    # may span several processes, each passing the same values. The
+    # config's traced fields travel as Python scalars (the same on every
+    # process, replicated by jit).
+    tables = sharding.place(tables, self.mesh)
+    return self.fns[stage](self.config, self.data, tables, self.params,
+                           self.key, turn, self.queries, *per_session)
+
+  def to_host(self, tree):
+    """``tree``'s arrays as NumPy arrays, whole on every process, for the
+    batch's sessions (a mesh's padding dropped): the run's one way from
+    the device to the host."""
+    tree = sharding.gather(tree) if self.mesh is not None else (
+        jax.device_get(tree))
+    return jax.tree.map(lambda x: np.asarray(x)[:self.num], tree)
 
 
 # The per-turn fields of ``_turn_outputs`` that ``JitTrace`` keeps as they
@@ -199,9 +203,9 @@ _PER_TURN = dict(shown=np.int32, scores=np.float32, active=bool,
 
 
 class _Turns:
-  """The trace of a batch, turn by turn: turn ``t``'s outputs once ranked
-  (``set``), where they were computed; ``trace`` copies them to the host
-  once and stacks them."""
+  """The trace of a batch, turn by turn: turn ``t``'s outputs (``set``),
+  where they were computed; ``trace`` copies them to the host once and
+  stacks them."""
 
   def __init__(self):
     self.turns = []
@@ -210,8 +214,8 @@ class _Turns:
     assert turn == len(self.turns)
     self.turns.append(outs)
 
-  def trace(self) -> traced.JitTrace:
-    turns = jax.device_get(self.turns)
+  def trace(self, programs: _Programs) -> traced.JitTrace:
+    turns = programs.to_host(self.turns)
     first, later = turns[0], turns[1:]
 
     def stacked(key, of=None):
@@ -241,24 +245,18 @@ class _Turns:
         questions=rest['questions'], own=own)
 
 
-# Probes of one turn before it settles (each fill adds what the turn's
-# user, then its plan, read; the world's face needs at most 2: its words
-# and dialogues, then the texts of the plan).
-MAX_PROBES = 3
-
-
 def run(env: traced.Environment, config: traced.JitConfig, sessions,
         seed: int, log=None, chunk_size: int | None = DEFAULT_CHUNK_SIZE,
         mesh=None, pad_to: int | None = None) -> traced.JitTrace:
-  """Runs ``sessions`` (query indices) turn by turn as the module's state
-  table says, and returns ``jit_loop.simulate_batch``'s trace on the
-  filled tables.
+  """Runs ``sessions`` (query indices) turn by turn as the module's table
+  says, and returns their trace (``jit_loop.simulate_batch``'s on the
+  tables the run ends with).
 
   ``pad_to``: fewer sessions than this (a run's partial last batch) are run
   padded to it with copies of the last session, whose results are dropped, so
   the batch has the full batches' shapes and reuses their compiled program
   (each session's results do not depend on the others). ``chunk_size``: see
-  ``jit_loop.simulate_batch``. ``mesh``: a ``sharding.make_mesh`` mesh (it may
+  ``jit_loop``. ``mesh``: a ``sharding.make_mesh`` mesh (it may
   span several processes, each calling this with the same values) whose
   ``session`` axis splits the sessions over devices and whose ``gallery``
   axis, when longer than 1, splits the gallery's rows (each device scores its
@@ -276,28 +274,32 @@ def run(env: traced.Environment, config: traced.JitConfig, sessions,
   filler = env.filler(config, seed, len(sessions))
   programs = _Programs(env, config, sessions, jax.random.key(seed),
                        chunk_size, mesh)
-  turns, carry = _Turns(), None
+  reads_lists = getattr(filler, 'READS_LISTS', False)
+  turns = _Turns()
+
+  def report(turn, *added):
+    added = ', '.join(a for a in added if a)
+    if added and log is not None:
+      log(f'turn {turn}: {added}')
+
+  started, asks = programs('start', filler.arrays(), 0)
+  asks = programs.to_host(asks)
+  report(0, filler.planned(0, np.ones(len(sessions), bool), asks['needed']))
+  profiling.count(ranking.SCORED, programs.scored(None))
+  carry, outs = programs('start_show', filler.arrays(), 0, started)
   for turn in range(config.loop.num_turns + 1):
-    for _ in range(MAX_PROBES):
-      probed, probe = programs(filler.arrays(), carry, turn, rank=False)
-      ranked = bool(np.asarray(probe.pop('ranked')).all())  # all equal
-      if ranked:  # it read only held entries, and ranked
-        break
-      fill = filler.fill(traced.Turn(turn, probe))
-      if fill.added and log is not None:
-        log(f'turn {turn}: {fill.added}')
-      if not fill.again:
-        break
-    else:  # cannot happen
-      raise RuntimeError(f'turn {turn}: the tables did not settle')
-    profiling.count(ranking.SCORED, programs.scored(
-        np.asarray(probe['active']) if turn else None))
-    if ranked:
-      carry, outs = probed, probe
-    else:
-      carry, outs = programs(filler.arrays(), carry, turn, rank=True)
-      outs.pop('ranked')
+    if turn:
+      heard, asks = programs('hear', filler.arrays(), turn, carry)
+      asks = programs.to_host(asks)
+      active = asks.pop('active')
+      words = filler.heard(turn, active, asks)
+      decided, asks = programs('decide', filler.arrays(), turn, carry, heard)
+      needed = programs.to_host(asks)['needed']
+      report(turn, words, filler.planned(turn, active, needed))
+      profiling.count(ranking.SCORED, programs.scored(active))
+      carry, outs = programs('show', filler.arrays(), turn, carry, decided)
     turns.set(turn, outs)
-    filler.settled(traced.Turn(turn, outs))
-  trace = turns.trace()
+    if reads_lists:
+      filler.shown(turn, programs.to_host(outs))
+  trace = turns.trace(programs)
   return jax.tree.map(lambda x: x[:num], trace)

@@ -10,17 +10,16 @@ would compute at a turn is tabulated like the world's words:
 * the table holds each session's channel queries, their validity, sigma and
   the user's action per turn (``StepTables``); the face reads them
   (``StepFace``) and ``TabulatedForm`` passes them on as the turn's plan;
-* when turn ``t`` is probed, the host (``_Stepper``, the host driver
-  itself: ``host_driver.HostLoop``'s ``respond``, ``plan``, ``ask`` and
-  ``record``) lets the user answer the list of turn ``t - 1`` and the
-  method plan turn ``t``; the turn is then ranked in JAX, and the host's
-  method asks its question about the new list and records the turn. Each
-  turn is ranked once, as on the host driver.
+* after turn ``t``'s ``hear`` stage, the host (``_Stepper``, the host
+  driver itself: ``host_driver.HostLoop``'s ``respond``, ``plan``, ``ask``
+  and ``record``) lets the user answer the list of turn ``t - 1`` and the
+  method plan turn ``t``; the turn is then read and ranked in JAX, and the
+  host's method asks its question about the new list and records the
+  turn. Each turn is ranked once, as on the host driver.
 
 The user and the method are called with the same lists, in the same order
 and batches as by the host driver, so the lists and records equal the host
-driver's (tested); only the ranking moves into JAX. Each turn checks that
-the lists the host has read did not change.
+driver's (tested); only the ranking moves into JAX.
 """
 import dataclasses
 from typing import ClassVar
@@ -104,10 +103,14 @@ class StepFace(traced.Face):
   def text(self, tables, key):
     return tables.t2v[key]
 
-  def respond(self, data, tables, seed_key, query, turn, state, top1,
-              question):
-    del seed_key
-    row = self._row(tables, query, turn)
+  def hear(self, data, tables, seed_key, query, turn, state, top1,
+           question):
+    # The host plans every searching session's turn (``_Stepper.heard``).
+    del data, tables, seed_key, query, state, top1, question
+    return dict(turn=jnp.asarray(turn, jnp.int32)), {}
+
+  def read(self, data, tables, query, heard, state, top1, question):
+    row = self._row(tables, query, heard['turn'])
     filled = tables.filled[row]
     turn_plan = plan.JaxPlan(
         search=self._search(tables, row, filled), edit=jnp.full((1,), -1),
@@ -130,7 +133,7 @@ class StepFace(traced.Face):
 
 @dataclasses.dataclass(frozen=True)
 class _Settled:
-  """What the host driver reads of the ranking at a settled turn ``t``
+  """What the host driver reads of the ranking at a ranked turn ``t``
   (stands in for a batch of ``ranking.SessionState``)."""
   shown_ids: np.ndarray     # [S, K]
   shown_scores: np.ndarray  # [S, K]
@@ -138,12 +141,14 @@ class _Settled:
   fired: np.ndarray         # [S, T+1], column t from the trace
 
   @classmethod
-  def of(cls, settled: traced.Turn, width: int):
-    """Of the settled turn ``settled``, ``fired`` ``width`` turns wide."""
-    s, turn = len(settled.shown), settled.index
+  def of(cls, turn: int, outs: dict, width: int):
+    """Of turn ``turn``'s outputs ``outs``, ``fired`` ``width`` turns
+    wide."""
+    s = len(outs['shown'])
     fired = np.zeros((s, width), bool)
-    fired[:, turn] = settled.fired
-    return cls(shown_ids=settled.shown, shown_scores=settled.scores,
+    if turn:
+      fired[:, turn] = outs['fired']
+    return cls(shown_ids=outs['shown'], shown_scores=outs['scores'],
                turn=np.full(s, turn), fired=fired)
 
 
@@ -196,6 +201,8 @@ class _Stepper:
   """The tables of one batch, filled turn by turn by the host driver
   (``traced.Filler``)."""
 
+  READS_LISTS = True  # the host's method asks about each list
+
   def __init__(self, driver: host_driver.HostLoop, num_turns: int):
     self.driver, self.num_turns = driver, num_turns
     env, sessions = driver.env, driver.sessions
@@ -212,9 +219,8 @@ class _Stepper:
     self.carry, turn_plan, first = host_driver.start_plan(driver)
     self._write(0, np.arange(s), turn_plan, ['stop'] * s)
     self.records = [[rec] for rec in first]
-    self.turn = 1          # the next turn the host plans
-    self.pending = None    # (observation, plan, active) of the last one
-    self.last = None       # the last settled turn (``traced.Turn``)
+    self.pending = None    # (observation, plan, active) of the last turn
+    self.last = None       # the last ranked turn's outputs
 
   def _write(self, turn, rows, turn_plan, actions):
     if turn_plan.penalty is not None and np.any(turn_plan.penalty[rows]):
@@ -234,40 +240,35 @@ class _Stepper:
   def arrays(self):
     return StepTables(**{k: jnp.asarray(v) for k, v in self.tables.items()})
 
-  def fill(self, probe: traced.Turn) -> traced.Fill:
-    """Turn ``t`` was probed: the host's user answers the list of turn
-    ``t - 1`` and its method plans turn ``t`` (turn 0's plan is the
-    start's)."""
-    turn = probe.index
-    if turn == 0:
-      return traced.Fill()
-    if turn != self.turn or self.last.index != turn - 1:  # cannot happen
-      raise RuntimeError(f'turn {turn} was probed before turn {self.turn}')
+  def heard(self, turn: int, active, asks) -> str:
+    """The host's user answers the list of turn ``turn - 1`` and its
+    method plans turn ``turn``."""
+    del asks
     driver = self.driver
-    active = probe.active
-    carry = dataclasses.replace(self.carry,
-                                ranking=_Settled.of(self.last, turn + 1))
+    carry = dataclasses.replace(self.carry, ranking=_Settled.of(
+        turn - 1, self.last, turn + 1))
     fb = driver.respond(carry, turn, active)
     carry, turn_plan = driver.plan(carry, fb, active)
     self._write(turn, fb.rows, turn_plan,
                 [fb.responses[i].action for i in fb.rows])
-    self.carry, self.turn = carry, turn + 1
+    self.carry = carry
     self.pending = (fb, turn_plan, active)
-    return traced.Fill(
-        added=f'planned turn {turn} on the host ({len(fb.rows)} sessions)')
+    return f'planned turn {turn} on the host ({len(fb.rows)} sessions)'
 
-  def settled(self, settled: traced.Turn):
-    """Turn ``t`` was ranked: the host's method asks its question about
-    the list, and the turn is recorded."""
-    turn, self.last = settled.index, settled
-    if turn and not settled.own('filled').all():  # cannot happen
-      raise RuntimeError('a settled turn was shown without its plan')
+  def planned(self, turn: int, active, needed) -> str:
+    del turn, active, needed  # the host's plans hold their queries
+    return ''
+
+  def shown(self, turn: int, outs: dict):
+    """Turn ``turn`` was ranked: the host's method asks its question
+    about the list, and the turn is recorded."""
+    self.last = outs
     if turn == 0:
       return
     driver = self.driver
     fb, turn_plan, active = self.pending
     carry = dataclasses.replace(self.carry,
-                                ranking=_Settled.of(settled, turn + 1))
+                                ranking=_Settled.of(turn, outs, turn + 1))
     carry = driver.ask(carry, active)
     for i, rec in enumerate(driver.record(carry, fb, turn_plan, active)):
       self.records[i].append(rec)

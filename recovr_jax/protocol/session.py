@@ -69,124 +69,67 @@ def show(turn_loop: TurnLoop, carry, observation, plan, active):
   return carry, turn_loop.record(carry, observation, plan, active)
 
 
-def plain_turns(turn_fn, queries, carry, turns):
-  """Every session runs every turn: ``lax.scan`` over ``turns`` inside
-  ``vmap`` over sessions; ``turn_fn(query, carry, turn) -> (carry, out)``
-  is one session's turn. Returns ``(carry, outs [S, T, ...])``."""
-  def one(query, carry):
-    return jax.lax.scan(lambda c, t: turn_fn(query, c, t), carry, turns)
-  return jax.vmap(one)(queries, carry)
-
-
-def plain_turn(turn_fn, queries, carry, turn):
-  """One turn of ``plain_turns``: ``(carry, outs [S, ...])``."""
-  return jax.vmap(lambda q, c: turn_fn(q, c, turn))(queries, carry)
-
-
 def chunks(num_sessions: int, chunk_size: int) -> tuple[int, int]:
-  """``(number, size)`` of ``compact_turn``'s chunks of ``num_sessions``:
-  at most ``chunk_size`` each, as even as the batch allows."""
+  """``(number, size)`` of ``stage``'s chunks of ``num_sessions``: at most
+  ``chunk_size`` each, as even as the batch allows."""
   number = -(-num_sessions // chunk_size)
   return number, -(-num_sessions // number)
 
 
-def compact_turns(turn_fn, stopped_fn, targets, queries, carry, turns,
-                  chunk_size: int):
-  """``plain_turns``'s results with work only for the sessions still
-  searching: ``lax.scan`` over turns of ``compact_turn``. Returns
-  ``(carry, outs [S, T, ...])``."""
-  def turn_step(carry, turn):
-    return compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
-                        chunk_size)
+def stage(fn, stopped_fn, targets, queries, carry, xs, chunk_size):
+  """One stage of a turn over a batch: ``fn(query, carry, *x)`` per
+  session (``vmap``), ``xs`` a tuple of per-session pytrees ``[S, ...]``.
 
-  carry, outs = jax.lax.scan(turn_step, carry, turns)
-  # [T, S, ...] -> [S, T, ...] as ``plain_turns`` returns them.
-  return carry, jax.tree.map(lambda y: jnp.swapaxes(y, 0, 1), outs)
-
-
-def compact_turn(turn_fn, stopped_fn, targets, queries, carry, turn,
-                 chunk_size: int):
-  """One turn of ``plain_turn``'s results with work only for the sessions
-  still searching: it sorts them to the front and runs ``vmap``-ed chunks
-  of them, skipping (``lax.cond``) chunks with none, where
-  ``stopped_fn(carry) -> (carry, out)`` only carries a stopped session
-  forward. The chunks hold at most ``chunk_size`` sessions, as evenly as
-  the batch allows (100 sessions: two chunks of 50 for a ``chunk_size`` of
-  64), so little of a chunk is padding. ``carry.state`` is the ranking
-  state ``searching`` reads; ``targets [S]``. Returns ``(carry, outs [S,
-  ...])``."""
-  xs, restore = _compacted(targets, queries, carry, chunk_size)
-  batched_turn = jax.vmap(turn_fn, in_axes=(0, 0, None))
-  batched_stop = jax.vmap(stopped_fn)
+  ``chunk_size`` None: every session computes it. An int: the sessions
+  still searching (``carry.state`` is the ranking state ``searching``
+  reads; ``targets [S]``) are sorted to the front and ``vmap``-ed in
+  chunks of at most ``chunk_size``, as evenly as the batch allows (100
+  sessions: two chunks of 50 for a ``chunk_size`` of 64); a chunk with
+  none skips the work (``lax.cond``) for ``stopped_fn(carry, *x)`` per
+  session, or zeros of ``fn``'s results when ``stopped_fn`` is None. The
+  order depends on ``carry.state`` alone, so the stages of one turn chunk
+  the sessions alike. Returns ``fn``'s results ``[S, ...]`` in session
+  order."""
+  batched = jax.vmap(fn)
+  if chunk_size is None:
+    return batched(queries, carry, *xs)
+  (busy, chunked_queries, chunked), restore = _compacted(
+      targets, queries, (carry,) + tuple(xs), chunk_size)
+  if stopped_fn is None:
+    shapes = jax.eval_shape(lambda: batched(
+        chunked_queries[0], *jax.tree.map(lambda x: x[0], chunked)))
+    stopped = lambda *_: jax.tree.map(
+        lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+  else:
+    stopped = jax.vmap(stopped_fn)
 
   def chunk_fn(_, x):
-    busy, q, c = x
-    return None, jax.lax.cond(busy, lambda: batched_turn(q, c, turn),
-                              lambda: batched_stop(c))
+    b, q, args = x
+    return None, jax.lax.cond(b, lambda: batched(q, *args),
+                              lambda: stopped(*args))
 
-  _, out = jax.lax.scan(chunk_fn, None, xs)
+  _, out = jax.lax.scan(chunk_fn, None, (busy, chunked_queries, chunked))
   return restore(out)
 
 
-def halves_turn(first_fn, second_fn, between, queries, carry, turn):
-  """``plain_turn`` of a turn in two halves with a test of the whole batch
-  between them: ``first_fn(query, carry, turn) -> (mid, ok)`` per session,
-  ``flag = between(ok [S])`` (a scalar), then ``second_fn(query, mid, flag)
-  -> (carry, out)``. Returns ``(carry, outs [S, ...], flag)``."""
-  mids, ok = jax.vmap(first_fn, in_axes=(0, 0, None))(queries, carry, turn)
-  flag = between(ok)
-  return (*jax.vmap(second_fn, in_axes=(0, 0, None))(queries, mids, flag),
-          flag)
-
-
-def compact_halves_turn(first_fn, second_fn, between, stopped_fn, targets,
-                        queries, carry, turn, chunk_size: int):
-  """``halves_turn`` with ``compact_turn``'s chunks: each half runs on the
-  chunks holding searching sessions; ``between`` reads ``ok`` of every
-  session (True for a stopped one). Returns ``(carry, outs [S, ...],
-  flag)``."""
-  xs, restore = _compacted(targets, queries, carry, chunk_size)
-  busy, chunked_queries, chunked_carry = xs
-  batched_first = jax.vmap(first_fn, in_axes=(0, 0, None))
-  shapes = jax.eval_shape(
-      lambda: batched_first(chunked_queries[0],
-                            jax.tree.map(lambda x: x[0], chunked_carry),
-                            turn))
-  nothing = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
-                                 shapes)
-  _, (mids, ok) = jax.lax.scan(
-      lambda _, x: (None, jax.lax.cond(
-          x[0], lambda: batched_first(x[1], x[2], turn), nothing)),
-      None, xs)
-  flag = between(ok | ~busy[:, None])
-  batched_second = jax.vmap(second_fn, in_axes=(0, 0, None))
-  batched_stop = jax.vmap(stopped_fn)
-
-  def chunk_fn(_, x):
-    b, q, c, mid = x
-    return None, jax.lax.cond(b, lambda: batched_second(q, mid, flag),
-                              lambda: batched_stop(c))
-
-  _, out = jax.lax.scan(chunk_fn, None, xs + (mids,))
-  return (*restore(out), flag)
-
-
-def _compacted(targets, queries, carry, chunk_size: int):
-  """``compact_turn``'s chunks: ``((busy [C], queries [C, n], carry [C,
-  n, ...]), restore)``, the searching sessions first; ``restore`` takes
+def _compacted(targets, queries, per_session, chunk_size: int):
+  """``stage``'s chunks: ``((busy [C], queries [C, n], per_session [C, n,
+  ...]), restore)``, the searching sessions first (``per_session[0]`` the
+  carry, whose ranking state the stop rule reads); ``restore`` takes
   results ``[C, n, ...]`` back to session order ``[S, ...]``."""
   s = queries.shape[0]
   num_chunks, chunk_size = chunks(s, chunk_size)
   pad = num_chunks * chunk_size - s
-  active = searching(carry.state, targets)  # the stop rule
+  active = searching(per_session[0].state, targets)  # the stop rule
   order = jnp.argsort(~active, stable=True)  # searching sessions first
   order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)])
   chunked = lambda x: x[order].reshape((num_chunks, chunk_size) +
                                        x.shape[1:])
   xs = (jnp.arange(num_chunks) * chunk_size < jnp.sum(active),
-        chunked(queries), jax.tree.map(chunked, carry))
+        chunked(queries), jax.tree.map(chunked, per_session))
   # Row r of the chunked result is session order[r]; back to session order.
   inverse = jnp.zeros((s,), order.dtype).at[order[:s]].set(
       jnp.arange(s, dtype=order.dtype))
   return xs, lambda out: jax.tree.map(
-      lambda y: y.reshape((-1,) + y.shape[2:])[inverse], out)
+      lambda y: y.reshape((y.shape[0] * y.shape[1],) + y.shape[2:])[inverse],
+      out)

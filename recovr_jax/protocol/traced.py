@@ -2,8 +2,8 @@
 method's ``jax_form`` give them, and what a jitted run gives back.
 
 A data source with a pure-JAX face offers an ``Environment`` on the host
-(its arrays, its composer and the tables of a run, filled by a ``Filler``)
-and a ``Face`` under ``jit`` (the user, the text codes and the table
+(its arrays, its composer and the tables of a run, filled by a ``Filler``
+between a turn's stages) and a ``Face`` under ``jit`` (the user, the text codes and the table
 lookups); a ``JitConfig`` names the face, the method's form and the loop's
 settings; ``JitTrace`` is a batch's run. The loop that runs them is
 ``drivers.jit_loop``, the turn-by-turn runner ``drivers.jit_runner``; the
@@ -43,12 +43,22 @@ class Face(Protocol):
   ``start``: turn 0 (what the method reads, and the face's per-session
   state); ``code``: a ``[A]`` partial assignment's text code (0: the empty
   text); ``key``: a channel text's table key; ``text``: its encoding
-  (anything while absent: the host adds what ``JitTrace.needed`` reports
-  before the turn is ranked); ``respond``: the user at a feedback turn
-  (``question``: the attribute it reads in the question shown, -1 none);
-  ``record``: a turn's record outputs, ``stopped()`` a stopped turn's.
-  ``OBSERVATION``: the type of the observation ``respond`` gives a method
-  (``JaxObservation.info``)."""
+  (anything while absent: the host adds the keys a turn's ``decide`` stage
+  asks for before the turn is ranked, ``drivers.jit_loop``).
+
+  The user at a feedback turn comes in two parts, with the host's work
+  between them (``question``: the attribute the user reads in the
+  question shown, -1 none):
+
+  * ``hear``: what the user decided, ``heard`` (a pytree the turn's next
+    stage reads), and ``asks`` (a dict of arrays, copied to the host for
+    ``Filler.heard``): what the host must write, parse or encode before
+    the decision is read;
+  * ``read``: the observation a method reads (``JaxObservation``, its
+    ``info`` of type ``OBSERVATION``), the face's new state and its own
+    record outputs, from the tables the host has filled.
+
+  ``record``: a turn's record outputs, ``stopped()`` a stopped turn's."""
   OBSERVATION: ClassVar[type]
 
   def start(self, data, tables, query) -> tuple[plan.JaxStart,
@@ -56,95 +66,40 @@ class Face(Protocol):
   def code(self, assignment) -> jax.Array: ...
   def key(self, code, channel: int) -> jax.Array: ...
   def text(self, tables, key) -> jax.Array: ...
-  def respond(self, data, tables, seed_key, query, turn, state, top1,
-              question) -> tuple[plan.JaxObservation, object, dict]: ...
+  def hear(self, data, tables, seed_key, query, turn, state, top1,
+           question) -> tuple[object, dict]: ...
+  def read(self, data, tables, query, heard, state, top1,
+           question) -> tuple[plan.JaxObservation, object, dict]: ...
   def record(self, outputs: dict, active) -> dict: ...
   def stopped(self) -> dict: ...
 
-  # Whether ``held`` tells; without it each turn ranks in a call of its
-  # own after its probes, and its filler sees every probe.
-  TELLS_HELD: ClassVar[bool] = False
-
-  def held(self, tables, record: dict, keys) -> jax.Array:
-    """Whether a searching session's turn read only what ``tables`` hold
-    (its ``record`` outputs and the table keys ``keys`` ``[2]`` its
-    ranking reads, 0 none): exactly when the run's filler would add
-    nothing for it (read when ``TELLS_HELD``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Fill:
-  """What a filler added for the turn a probe ran (``Filler.fill``):
-  ``added`` says it ('' nothing); ``again``: it changed what the turn's
-  user or plan read, so the turn is probed again before it is ranked."""
-  added: str = ''
-  again: bool = False
-
-
-class Turn:
-  """One turn's outputs for a filler (``Filler.fill``, ``settled``): turn
-  ``index``'s (0: the start), a probe's or the ranked turn's, each field
-  copied to the host when first read (the batch's trace stays where it
-  was computed until the batch ends)."""
-
-  def __init__(self, index: int, outs: dict):
-    self.index, self._outs, self._host = index, outs, {}
-
-  def _read(self, key):
-    if key not in self._host:
-      self._host[key] = np.asarray(self._outs[key])
-    return self._host[key]
-
-  @property
-  def shown(self) -> np.ndarray:  # [S, K] int32
-    return self._read('shown')
-
-  @property
-  def scores(self) -> np.ndarray:  # [S, K] float32
-    return self._read('scores')
-
-  @property
-  def needed(self) -> np.ndarray:  # [S, 2] int32 table keys (0: none)
-    if self.index == 0:
-      return self._read('needed')
-    return np.stack([self._read('needed_search'),
-                     self._read('needed_edit')], axis=1)
-
-  @property
-  def active(self) -> np.ndarray:  # [S] bool; at turn 0, every session
-    if self.index == 0:
-      return np.ones(len(self.shown), bool)
-    return self._read('active')
-
-  @property
-  def fired(self) -> np.ndarray:  # [S] bool; at turn 0, none
-    if self.index == 0:
-      return np.zeros(len(self.shown), bool)
-    return self._read('fired')
-
-  def own(self, key) -> np.ndarray:
-    """The face's record output ``key`` (feedback turns only)."""
-    if self.index == 0:
-      raise KeyError(f'turn 0 records no {key!r}')
-    if ('own', key) not in self._host:
-      self._host['own', key] = np.asarray(self._outs['own'][key])
-    return self._host['own', key]
-
 
 class Filler(Protocol):
-  """The tables of one run, filled turn by turn (``drivers.jit_runner.run``); each call gets
-  the turn at hand only (``Turn``)."""
+  """The tables of one run, filled between a turn's stages
+  (``drivers.jit_runner.run``). Each hook gets NumPy arrays ``[S, ...]``
+  of the turn at hand (a session that has stopped: ``active`` false) and
+  returns what it added, for the log ('' nothing)."""
+
+  # Whether the host reads each turn's lists (``shown``): one copy of the
+  # turn's outputs to the host per turn.
+  READS_LISTS: ClassVar[bool] = False
 
   def arrays(self):
     """The tables as they are now (a pytree; the faces read them)."""
 
-  def fill(self, turn: Turn) -> Fill:
-    """Turn ``turn.index`` was probed (its list not ranked): adds the
-    entries its user and plan read and the tables lacked."""
+  def heard(self, turn: int, active: np.ndarray, asks: dict) -> str:
+    """Feedback turn ``turn``'s users decided (``Face.hear``'s ``asks``):
+    adds what their reading needs and the tables lack."""
 
-  def settled(self, turn: Turn) -> None:
-    """Turn ``turn.index`` was ranked with what it read: its lists are
-    final."""
+  def planned(self, turn: int, active: np.ndarray,
+              needed: np.ndarray) -> str:
+    """Turn ``turn`` was planned: adds the table keys ``needed`` ``[S,
+    2]`` (0: none) its ranking reads and the tables lack."""
+
+  def shown(self, turn: int, outs: dict) -> None:
+    """Turn ``turn`` was ranked (``outs``: its outputs, on the host; turn
+    0's are ``shown``, ``scores`` and ``needed``); called only when
+    ``READS_LISTS``."""
 
 
 class Environment(Protocol):

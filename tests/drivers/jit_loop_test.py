@@ -63,9 +63,13 @@ class ToyFace:
   def text(self, tables, key):
     return tables[key % CODES]
 
-  def respond(self, data, tables, seed_key, query, turn, state, top1,
-              question):
-    del tables, seed_key, turn
+  def hear(self, data, tables, seed_key, query, turn, state, top1,
+           question):
+    del data, tables, seed_key, query, turn, state, top1, question
+    return {}, {}
+
+  def read(self, data, tables, query, heard, state, top1, question):
+    del tables, heard
     target = jnp.asarray(VIDEOS)[data.target[query]]
     shown = jnp.asarray(VIDEOS)[top1]
     mentions = jnp.where(target != shown, target, -1).astype(jnp.int32)
@@ -88,18 +92,6 @@ class ToyFace:
 
 
 @dataclasses.dataclass(frozen=True)
-class HeldToyFace(ToyFace):
-  """``ToyFace`` that tells a turn that read only encoded texts
-  (``traced.Face.held``): the texts of code 0 and those not zero."""
-  TELLS_HELD = True
-
-  def held(self, tables, record, keys):
-    del record
-    return jnp.all((keys % CODES == 0) |
-                   jnp.any(tables[keys % CODES] != 0, axis=-1))
-
-
-@dataclasses.dataclass(frozen=True)
 class ToyEnvironment:
   data: plan.JaxData
   composer: object = 'sum'
@@ -119,20 +111,22 @@ class _Filler:
   def arrays(self):
     return jnp.asarray(np.stack([_encode(_decode(c)) for c in range(CODES)]))
 
-  def fill(self, turn):
-    assert (turn.needed < 2 * CODES).all()
-    return traced.Fill()
+  def heard(self, turn, active, asks):
+    del turn, active, asks
+    return ''
 
-  def settled(self, turn):
-    del turn
+  def planned(self, turn, active, needed):
+    del turn, active
+    assert (needed < 2 * CODES).all()
+    return ''
 
 
 class _LazyFiller:
-  """A text is encoded when a probe of a turn needs it (zeros until then);
-  it logs each fill and settled turn."""
+  """A text is encoded when a turn's plans first need it (zeros until
+  then); it logs each call and what it was given."""
 
   def __init__(self):
-    self.codes, self.fills, self.settled_turns = {0}, [], []
+    self.codes, self.calls = {0}, []
     self.shapes = set()  # of the keys each call was given
 
   def arrays(self):
@@ -140,18 +134,20 @@ class _LazyFiller:
                                  else np.zeros(A * V, np.float32)
                                  for c in range(CODES)]))
 
-  def fill(self, turn):
-    self.shapes.add(turn.needed.shape)
-    new = {int(k) % CODES for k in np.ravel(turn.needed)} - self.codes
-    self.codes |= new
-    self.fills.append((turn.index, len(new)))
-    return traced.Fill(added=f'encoded {len(new)}' if new else '')
+  def heard(self, turn, active, asks):
+    self.calls.append(('heard', turn))
+    assert isinstance(active, np.ndarray) and asks == {}, (active, asks)
+    return ''
 
-  def settled(self, turn):
-    self.shapes.add(turn.needed.shape)
-    needed = {int(k) % CODES for k in np.ravel(turn.needed)}
-    assert needed <= self.codes, needed - self.codes
-    self.settled_turns.append(turn.index)
+  def planned(self, turn, active, needed):
+    assert isinstance(needed, np.ndarray)
+    self.shapes.add(needed.shape)
+    # A stopped session asks for nothing.
+    assert (needed[~active] == 0).all()
+    new = {int(k) % CODES for k in np.ravel(needed)} - self.codes
+    self.codes |= new
+    self.calls.append(('planned', turn, len(new)))
+    return f'encoded {len(new)}' if new else ''
 
 
 def _environment(pairs, lazy=False):
@@ -219,10 +215,12 @@ class ToyEnvironmentTest(absltest.TestCase):
     self.assertTrue(plain.active[:, 0].any())
 
 
-  def test_turns_are_ranked_once_and_equal_the_whole_scan(self):
-    # The tables start empty and fill as the turns' probes need them; each
-    # turn is ranked once, after its probe, and the trace equals
-    # simulate_batch's (the whole lax.scan) on the tables at the end.
+  def test_turns_run_stage_by_stage_and_equal_the_whole_scan(self):
+    # The tables start empty and fill as the turns' plans need them; each
+    # turn runs its stages once, in the module's order, the host's hooks
+    # between them, and the trace equals simulate_batch's (the whole
+    # lax.scan of the protocol's skeleton, the oracle) on the tables at
+    # the end.
     pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
              if r != t][::3]
     env = _environment(pairs, lazy=True)
@@ -231,28 +229,65 @@ class ToyEnvironmentTest(absltest.TestCase):
                                 num_ids=len(VIDEOS)),
         face=ToyFace(), form=methods.make('recovr').jax_form)
     sessions = np.arange(len(pairs))
+    real_call = jit_runner._Programs.__call__  # pylint: disable=protected-access
     for chunk_size in (None, 4):
       with self.subTest(chunk_size=chunk_size):
-        logged = []
-        trace = jit_runner.run(env, config, sessions, seed=0,
-                           chunk_size=chunk_size, log=logged.append)
+        logged, stages = [], []
+
+        def counted(programs, stage, tables, turn, *rest):
+          stages.append((stage, turn))
+          return real_call(programs, stage, tables, turn, *rest)
+
+        with mock.patch.object(jit_runner._Programs, '__call__', counted):  # pylint: disable=protected-access
+          trace = jit_runner.run(env, config, sessions, seed=0,
+                                 chunk_size=chunk_size, log=logged.append)
         filler = env.made[-1]
-        self.assertEqual(filler.settled_turns, [0, 1, 2, 3])
-        # One probe per turn (the toy's texts change no plan: no second).
-        self.assertEqual([t for t, _ in filler.fills], [0, 1, 2, 3])
-        self.assertGreater(filler.fills[1][1], 0)  # turn 1's new texts
+        self.assertEqual(stages, [('start', 0), ('start_show', 0)] + [
+            (stage, t) for t in (1, 2, 3)
+            for stage in ('hear', 'decide', 'show')])
+        self.assertEqual([c[:2] for c in filler.calls], [('planned', 0)] + [
+            (hook, t) for t in (1, 2, 3) for hook in ('heard', 'planned')])
+        self.assertGreater(filler.calls[2][2], 0)  # turn 1's new texts
         self.assertTrue(logged[0].startswith('turn 1: encoded'), logged)
-        # Each call was given the turn at hand only: [S, 2] keys.
+        # Each hook was given the turn at hand only: [S, 2] keys.
         self.assertEqual(filler.shapes, {(len(sessions), 2)})
         whole = jax.tree.map(np.asarray, jit_loop.simulate(
             config, env.data, filler.arrays(), None,
-            jnp.asarray(sessions, jnp.int32), jax.random.key(0),
-            chunk_size=chunk_size))
+            jnp.asarray(sessions, jnp.int32), jax.random.key(0)))
         jax.tree.map(np.testing.assert_array_equal, trace, whole)
         # And the lists equal those with every text encoded up front.
         eager = jit_runner.run(dataclasses.replace(env, lazy=False), config,
-                           sessions, seed=0, chunk_size=chunk_size)
+                               sessions, seed=0, chunk_size=chunk_size)
         jax.tree.map(np.testing.assert_array_equal, trace, eager)
+
+  def test_a_turn_copies_a_fixed_number_of_arrays_to_the_host(self):
+    # The host reads a turn through Programs.to_host alone: turn 0's asks,
+    # each feedback turn's two (hear's, decide's), and the trace once at
+    # the end, whatever the sessions, turns or chunks; nothing else
+    # copies from the device (jax.device_get is called only inside it).
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t]
+    real_get = jax.device_get
+    for num, turns, chunk_size in ((8, 3, None), (30, 3, 4), (30, 5, 7)):
+      with self.subTest(num=num, turns=turns, chunk_size=chunk_size):
+        env = _environment(pairs[:num], lazy=True)
+        config = traced.JitConfig(
+            loop=ranking.LoopConfig(num_turns=turns, list_length=5,
+                                    num_ids=len(VIDEOS)),
+            face=ToyFace(), form=methods.make('recovr').jax_form)
+        gets = []
+
+        def counted(tree):
+          gets.append(len(jax.tree.leaves(tree)))
+          return real_get(tree)
+
+        with mock.patch.object(jax, 'device_get', counted):
+          jit_runner.run(env, config, np.arange(num), seed=0,
+                         chunk_size=chunk_size)
+        self.assertLen(gets, 1 + 2 * turns + 1)
+        # hear's asks: active alone (the toy asks for nothing); decide's:
+        # needed; the trace: every turn's outputs.
+        self.assertEqual(gets[1:-1], [1, 1] * turns)
 
   def test_chunks_are_chosen_by_backend(self):
     # The flag's default: chunks on a CPU, none on an accelerator (where a
@@ -263,49 +298,6 @@ class ToyEnvironmentTest(absltest.TestCase):
     self.assertIsNone(jit_runner.chunk_size(None, 'tpu'))
     self.assertIsNone(jit_runner.chunk_size(0, 'cpu'))
     self.assertEqual(jit_runner.chunk_size(7, 'gpu'), 7)
-
-  def test_a_probe_that_reads_only_held_texts_ranks_in_its_call(self):
-    # A face that tells whether a turn read only held texts (Face.held):
-    # the probe of such a turn ranks too (no fill, no call of its own);
-    # other turns are probed, filled and ranked as before. The traces are
-    # the same either way.
-    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
-             if r != t][::3]
-    sessions = np.arange(len(pairs))
-    loop = ranking.LoopConfig(num_turns=3, list_length=5,
-                              num_ids=len(VIDEOS))
-    form = methods.make('recovr').jax_form
-    plain = traced.JitConfig(loop=loop, face=ToyFace(), form=form)
-    telling = traced.JitConfig(loop=loop, face=HeldToyFace(), form=form)
-    real_call = jit_runner._Programs.__call__  # pylint: disable=protected-access
-    for lazy, chunk_size in itertools.product((False, True), (None, 4)):
-      with self.subTest(lazy=lazy, chunk_size=chunk_size):
-        env = _environment(pairs, lazy=lazy)
-        calls = []
-
-        def counted(programs, tables, carry, turn, rank):
-          calls.append((turn, rank))
-          return real_call(programs, tables, carry, turn, rank)
-
-        with mock.patch.object(jit_runner._Programs, '__call__', counted):  # pylint: disable=protected-access
-          trace = jit_runner.run(env, telling, sessions, seed=0,
-                             chunk_size=chunk_size)
-        want = jit_runner.run(env, plain, sessions, seed=0,
-                          chunk_size=chunk_size)
-        jax.tree.map(np.testing.assert_array_equal, trace, want)
-        ranked_apart = [t for t, rank in calls if rank]
-        if not lazy:  # every text held: each turn one call
-          self.assertEqual(calls, [(0, False), (1, False), (2, False),
-                                   (3, False)])
-        else:  # turn 1's new texts: probed, filled, then ranked apart
-          self.assertIn(1, ranked_apart)
-          self.assertEqual(env.made[-2].settled_turns, [0, 1, 2, 3])
-          self.assertLess(len(calls), 2 * 4)
-          self.assertNotIn((0, True), calls)  # turn 0 reads code 0 only
-          # Filled only after the probes that did not rank.
-          self.assertEqual([t for t, _ in env.made[-2].fills],
-                           [t for t, rank in calls
-                            if not rank and (t, True) in calls])
 
   def test_numeric_settings_are_traced_and_compile_once(self):
     # rrf_k, gamma, kappa and the ask policy's numbers are arguments of the

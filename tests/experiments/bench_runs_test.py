@@ -34,7 +34,7 @@ class BenchRunsTest(absltest.TestCase):
         2 * 2 * 300 * 384 * row['session_turns'] / 1e9, 3))
     self.assertGreater(row['compute_bound_s'], 0)
     # Every searched session-turn was scored, and no more: a batch of 4
-    # is one chunk of 4 (session.compact_turn), so the jitted driver
+    # is one chunk of 4 (session.stage), so the jitted driver
     # scores all 4 sessions a turn while one still searches.
     self.assertBetween(row['scored_session_turns'], row['session_turns'],
                        4 * 3)

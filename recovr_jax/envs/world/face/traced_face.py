@@ -14,10 +14,11 @@
 * the methods' questions reach the user as the attribute it reads in them
   (``plan.JaxMemory``'s tables, from the rules reasoner's questions);
 * text encoding is a lookup in the ``phrase_table.PhraseTable`` of the
-  reasoner's canonical texts. The tables fill themselves turn by turn: a
-  probe of the turn that needs an entry a table lacks reports it, the host
-  writes, parses or encodes it, and the turn is probed again or, once it
-  has all it reads, ranked (at most two probes per turn).
+  reasoner's canonical texts. The tables fill turn by turn: the turn's
+  ``hear`` stage reports the decisions whose words the word and dialogue
+  tables lack, the host writes, parses and encodes them; its ``decide``
+  stage reports the phrases its plans read, the host encodes those the
+  table lacks; then the turn is ranked.
 
 With ``UserConfig(draws='jax')`` the host driver shows the same lists, turn
 by turn (tested).
@@ -58,7 +59,6 @@ class WorldArrays:
 class WorldFace(traced.Face):
   """The simulated user and the phrase and word tables, under ``jit``."""
   OBSERVATION: ClassVar[type] = plan.AttributeReading
-  TELLS_HELD: ClassVar[bool] = True
   user: simulated_user.UserConfig
   num_turns: int
   # The user's words are tabulated (``words``): its own language or surface
@@ -93,24 +93,39 @@ class WorldFace(traced.Face):
     index, rows = tables[0]
     return phrase_table.lookup(index, rows, key)
 
-  def respond(self, data, tables, seed_key, query, turn, state, top1,
-              question):
+  def hear(self, data, tables, seed_key, query, turn, state, top1,
+           question):
     attributes = data.own.attributes
     target_attrs = attributes[data.target[query]]
     action, named, prefix = simulated_user.decide(
         simulated_user.decision_key(seed_key, query, turn), target_attrs,
         attributes[top1], self.user, question)
-    negative = (action == simulated_user.REWRITE) & jnp.asarray(
-        simulated_user.NEGATIVE_REWRITE_PREFIX)[prefix]
-    mentions = jnp.where(named, target_attrs, -1)
     word, found = jnp.asarray(-1, jnp.int32), jnp.asarray(True)
+    dialogue_found = found
+    if self.words:  # the decision's words, and whether they are tabulated
+      word = words.key(turn, action, named, prefix)
+      found = words.lookup(*tables[1], query, word)[0]
+    if self.dialogues:
+      dialogue_found = words.lookup_dialogue(
+          tables[2], data.target.shape[0], state, word)[0]
+    heard = dict(action=action, named=named, prefix=prefix, word=word)
+    return heard, dict(query=jnp.asarray(query, jnp.int32), word=word,
+                       word_found=found, dialogue_parent=state,
+                       dialogue_found=dialogue_found)
+
+  def read(self, data, tables, query, heard, state, top1, question):
+    target_attrs = data.own.attributes[data.target[query]]
+    action, word = heard['action'], heard['word']
+    negative = (action == simulated_user.REWRITE) & jnp.asarray(
+        simulated_user.NEGATIVE_REWRITE_PREFIX)[heard['prefix']]
+    mentions = jnp.where(heard['named'], target_attrs, -1)
+    found = jnp.asarray(True)
     label = jnp.asarray(-1, jnp.int32)
     utterance = jnp.zeros((1,), jnp.float32)
     dialogue, node, dialogue_found = utterance, state, found
     if self.words:
       # What the reasoner reads out of the words (a placeholder, the named
-      # values, until the host has tabulated this decision).
-      word = words.key(turn, action, named, prefix)
+      # values, where the host has not tabulated this decision).
       found, parsed, parsed_negative, utterance, label = words.lookup(
           *tables[1], query, word)
       mentions = jnp.where(found, parsed, mentions)
@@ -138,13 +153,6 @@ class WorldFace(traced.Face):
                 dialogue_parent=jnp.where(active, outputs['dialogue_parent'],
                                           -1),
                 dialogue_found=outputs['dialogue_found'] | ~active)
-
-  def held(self, tables, record, keys):
-    # The filler adds a turn's words and dialogue, then the phrases of
-    # the keys its ranking reads (``_Filler.fill``).
-    index, _ = tables[0]
-    return (record['word_found'] & record['dialogue_found'] &
-            jnp.all((keys == 0) | (index[keys] >= 0)))
 
   def stopped(self):
     none = jnp.asarray(-1, jnp.int32)
@@ -213,49 +221,34 @@ class _Filler:
             (self.no_dialogues if self.dialogues is None
              else self.dialogues.arrays(self.least_nodes)))
 
-  def fill(self, turn: traced.Turn) -> traced.Fill:
-    """The turn's words (written and parsed) and dialogues (encoded)
-    that its probe lacked, then the phrases (encoded) of the plans made
-    from words the tables held (the others' plans wait for their words:
-    the turn is probed again)."""
-    env, lexicon_words, dialogues = self.env, self.words, self.dialogues
-    needed = turn.needed  # the turn's table keys
-    written = encoded = 0
-    ready = np.ones(len(needed), bool)
-    if lexicon_words is not None and turn.index:  # a feedback turn
-      active = turn.active
-      no_word = active & ~turn.own('word_found')
-      no_dialogue = ((active & ~turn.own('dialogue_found'))
-                     if dialogues is not None else np.zeros_like(no_word))
-      word = turn.own('word')
-      written = lexicon_words.add(zip(turn.own('query')[no_word],
-                                      word[no_word]))
-      if dialogues is not None:  # after the words they join
-        encoded = dialogues.add(zip(
-            turn.own('dialogue_parent')[no_dialogue], word[no_dialogue]))
-      ready = ~(no_word | no_dialogue)
-    added = env.table.add(needed[ready][needed[ready] > 0])
-    if not added and not written and not encoded:
-      return traced.Fill()
-    return traced.Fill(
-        added=(f'encoded {added} new phrases (table {len(env.table)})' + (
-            f', wrote and parsed {written} user turns '
-            f'(table {len(lexicon_words)})'
-            if lexicon_words is not None else '') + (
+  def heard(self, turn: int, active, asks) -> str:
+    """The turn's words (written and parsed) and dialogues (encoded) that
+    the tables lack."""
+    lexicon_words, dialogues = self.words, self.dialogues
+    if lexicon_words is None:
+      return ''
+    no_word = active & ~asks['word_found']
+    word = asks['word']
+    written = lexicon_words.add(zip(asks['query'][no_word], word[no_word]))
+    encoded = 0
+    if dialogues is not None:  # after the words they join
+      no_dialogue = active & ~asks['dialogue_found']
+      encoded = dialogues.add(zip(asks['dialogue_parent'][no_dialogue],
+                                  word[no_dialogue]))
+    if not written and not encoded:
+      return ''
+    return (f'wrote and parsed {written} user turns '
+            f'(table {len(lexicon_words)})' + (
                 f', encoded {encoded} dialogues (table {len(dialogues)})'
-                if dialogues is not None else '')),
-        again=bool(written or encoded))
+                if dialogues is not None else ''))
 
-  def settled(self, turn: traced.Turn):
-    """Checks the turn read only what the tables held."""
-    needed = turn.needed
-    lacking = self.env.table.missing(needed[needed > 0])
-    if turn.index:
-      found = turn.own('word_found') & turn.own('dialogue_found')
-      lacking += [f'the words or dialogue of session {i}'
-                  for i in np.flatnonzero(turn.active & ~found)]
-    if lacking:  # cannot happen: the probes added them
-      raise RuntimeError(f'a turn was ranked without {lacking[:3]}')
+  def planned(self, turn: int, active, needed) -> str:
+    """The phrases (encoded) of the turn's plans that the table lacks."""
+    del turn, active  # a stopped session's keys are 0
+    table = self.env.table
+    added = table.add(needed[needed > 0])
+    return (f'encoded {added} new phrases (table {len(table)})' if added
+            else '')
 
 
 def prepare(env: environment.Environment, cache_dir=None) -> JitEnvironment:
