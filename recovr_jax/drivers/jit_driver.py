@@ -67,7 +67,8 @@ class _Jitted(driver.Driver):
           face.env, face.config, batch, config.user_seed,
           log=lambda msg: print(f'[{method.name}] {msg}', flush=True),
           chunk_size=jit_runner.chunk_size(config.jit_chunk_size), mesh=mesh,
-          pad_to=_full_batch(run) if self.PAD_BATCHES else None)
+          pad_to=_full_batch(run) if self.PAD_BATCHES else None,
+          buckets=config.jit_buckets)
       return face.result(trace)
 
 

@@ -27,9 +27,11 @@ results stay on the device for the next. Text encoding is a table lookup
 (``Face.text``) of the method's channel texts as codes (``Face.code``).
 
 With ``chunk_size`` a stage computes only the chunks of sessions still
-searching (``session.compact_stage``); every stage of a turn orders the
-sessions alike (its stop rule reads the ranking state the turn starts
-from). ``simulate_batch``, every turn as one ``lax.scan`` of
+searching (``session.stage``); every stage of a turn orders the sessions
+alike (its stop rule reads the ranking state the turn starts from). The
+``live_`` stages run ``decide`` and ``show`` on the sessions the host
+names (``hear``'s ``active``, gathered into a bucket) and scatter the
+results back. ``simulate_batch``, every turn as one ``lax.scan`` of
 ``session.feedback_turn`` on tables that hold all a batch reads, is the
 tests' oracle.
 """
@@ -382,6 +384,36 @@ def show_batch(config, data, tables, composer_params, seed_key, turn,
       data.target[queries], queries, carry, (decided,), chunk_size)
 
 
+def _take(tree, live):
+  """``tree``'s rows ``live`` (an index past the last row: the last)."""
+  return jax.tree.map(lambda x: jnp.take(x, live, axis=0, mode='clip'),
+                      tree)
+
+
+def live_decide_batch(config, data, tables, composer_params, seed_key, turn,
+                      queries, carry, heard, live, split=None):
+  """Stage ``decide`` of the sessions ``live`` ``[B]`` alone (indices into
+  the batch; the batch's size pads a bucket): ``(decided, asks)``, each
+  ``[B, ...]``."""
+  return decide_batch(config, data, tables, composer_params, seed_key, turn,
+                      _take(queries, live), _take(carry, live),
+                      _take(heard, live), split=split)
+
+
+def live_show_batch(config, data, tables, composer_params, seed_key, turn,
+                    queries, carry, decided, live, split=None):
+  """Stage ``show`` of the sessions ``live`` alone (``decided``:
+  ``live_decide_batch``'s), the others' turns ``_stopped_turn``:
+  ``(carry, outputs)`` of the whole batch."""
+  carry_live, outs_live = show_batch(
+      config, data, tables, composer_params, seed_key, turn,
+      _take(queries, live), _take(carry, live), decided, split=split)
+  carry, outs = jax.vmap(functools.partial(_stopped_turn, config))(carry)
+  put = lambda whole, part: whole.at[live].set(part, mode='drop')
+  return (jax.tree.map(put, carry, carry_live),
+          jax.tree.map(put, outs, outs_live))
+
+
 # Compiled once per shape and per non-numeric settings: the traced ones
 # (``config_pytree``: rrf_k, gamma, kappa, the user's rates, ...) are
 # arguments, and so is ``turn``, so every turn of a run shares each stage's
@@ -392,3 +424,5 @@ start_show = executables.jit(start_show_batch)
 hear = executables.jit(hear_batch, static_argnames=('chunk_size',))
 decide = executables.jit(decide_batch, static_argnames=('chunk_size',))
 show = executables.jit(show_batch, static_argnames=('chunk_size',))
+live_decide = executables.jit(live_decide_batch)
+live_show = executables.jit(live_show_batch)

@@ -115,7 +115,17 @@ def _place_split_gallery(data, mesh):
 
 
 _KEPT = dict(start=jit_loop.start, start_show=jit_loop.start_show,
-             hear=jit_loop.hear, decide=jit_loop.decide, show=jit_loop.show)
+             hear=jit_loop.hear, decide=jit_loop.decide, show=jit_loop.show,
+             live_decide=jit_loop.live_decide, live_show=jit_loop.live_show)
+
+MIN_BUCKET = 16  # the fewest sessions a live bucket holds
+
+
+def bucket(live: int, total: int) -> int:
+  """The rows of the bucket that holds ``live`` sessions of a batch of
+  ``total``: the next power of two, at least ``MIN_BUCKET``, at most
+  ``total`` (so a run compiles at most a handful of sizes)."""
+  return min(total, max(MIN_BUCKET, 1 << max(live - 1, 0).bit_length()))
 
 
 class _Programs:
@@ -171,7 +181,7 @@ class _Programs:
 
   def _call(self, stage, tables, turn, per_session):
     turn = np.int32(turn)
-    kwargs = ({} if stage.startswith('start') else
+    kwargs = ({} if stage.startswith(('start', 'live')) else
               dict(chunk_size=self.chunk_size))
     if self.mesh is None:
       return _KEPT[stage](self.config, self.data, tables, self.params,
@@ -247,10 +257,17 @@ class _Turns:
 
 def run(env: traced.Environment, config: traced.JitConfig, sessions,
         seed: int, log=None, chunk_size: int | None = DEFAULT_CHUNK_SIZE,
-        mesh=None, pad_to: int | None = None) -> traced.JitTrace:
+        mesh=None, pad_to: int | None = None,
+        buckets: bool = False) -> traced.JitTrace:
   """Runs ``sessions`` (query indices) turn by turn as the module's table
   says, and returns their trace (``jit_loop.simulate_batch``'s on the
   tables the run ends with).
+
+  ``buckets`` (on one device, without chunks): each feedback turn's
+  ``decide`` and ``show`` run only on the sessions still searching (``hear``'s
+  ``active``), gathered into a bucket of ``bucket(live, S)`` rows, and
+  scatter their results back (``jit_loop.live_show_batch``); the same
+  results with less device work where many sessions have stopped.
 
   ``pad_to``: fewer sessions than this (a run's partial last batch) are run
   padded to it with copies of the last session, whose results are dropped, so
@@ -275,6 +292,7 @@ def run(env: traced.Environment, config: traced.JitConfig, sessions,
   programs = _Programs(env, config, sessions, jax.random.key(seed),
                        chunk_size, mesh)
   reads_lists = getattr(filler, 'READS_LISTS', False)
+  buckets = buckets and mesh is None and chunk_size is None
   turns = _Turns()
 
   def report(turn, *added):
@@ -293,11 +311,25 @@ def run(env: traced.Environment, config: traced.JitConfig, sessions,
       asks = programs.to_host(asks)
       active = asks.pop('active')
       words = filler.heard(turn, active, asks)
-      decided, asks = programs('decide', filler.arrays(), turn, carry, heard)
-      needed = programs.to_host(asks)['needed']
+      if buckets:
+        live = np.flatnonzero(active).astype(np.int32)
+        rows = np.full(bucket(len(live), len(sessions)), len(sessions),
+                       np.int32)
+        rows[:len(live)] = live
+        decided, asks = programs('live_decide', filler.arrays(), turn, carry,
+                                 heard, rows)
+        needed = np.zeros((len(sessions), 2), np.int32)
+        needed[live] = programs.to_host(asks)['needed'][:len(live)]
+      else:
+        decided, asks = programs('decide', filler.arrays(), turn, carry,
+                                 heard)
+        needed = programs.to_host(asks)['needed']
       report(turn, words, filler.planned(turn, active, needed))
-      profiling.count(ranking.SCORED, programs.scored(active))
-      carry, outs = programs('show', filler.arrays(), turn, carry, decided)
+      profiling.count(ranking.SCORED, len(rows) if buckets
+                      else programs.scored(active))
+      carry, outs = programs('live_show' if buckets else 'show',
+                             filler.arrays(), turn, carry, decided,
+                             *([rows] if buckets else []))
     turns.set(turn, outs)
     if reads_lists:
       filler.shown(turn, programs.to_host(outs))

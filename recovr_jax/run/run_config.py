@@ -140,6 +140,11 @@ class RunConfig:
   #: Default: by backend, 64 on a CPU, 0 on a GPU or TPU (where each
   #: chunk's test is a read by the host). Same results either way.
   jit_chunk_size: int | None = config_tree.setting(None)
+  #: --simulation=jit without chunks (--jit_chunk_size=0, the default on a
+  #: GPU or TPU), on one device: each feedback turn plans and ranks only
+  #: the sessions still searching, gathered into a power-of-two bucket of
+  #: at least 16, and scatters them back. Same results either way.
+  jit_buckets: bool = config_tree.setting(True)
   #: --simulation=jit: split each batch's sessions over this many devices
   #: (world replicated). On a CPU, first export XLA_FLAGS=--xla_force_host_
   #: platform_device_count=<cores>.

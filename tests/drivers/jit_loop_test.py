@@ -289,6 +289,39 @@ class ToyEnvironmentTest(absltest.TestCase):
         # needed; the trace: every turn's outputs.
         self.assertEqual(gets[1:-1], [1, 1] * turns)
 
+  def test_live_buckets_give_the_same_trace_with_less_work(self):
+    # With buckets, a feedback turn plans and ranks only the sessions
+    # still searching, gathered into a power-of-two bucket, and scatters
+    # them back: the trace equals every session running every turn, and
+    # the scored rows shrink with the sessions that stopped.
+    pairs = [(r, t) for r in range(len(VIDEOS)) for t in range(len(VIDEOS))
+             if r != t][::2]
+    env = _environment(pairs, lazy=True)
+    config = traced.JitConfig(
+        loop=ranking.LoopConfig(num_turns=4, list_length=5,
+                                num_ids=len(VIDEOS)),
+        face=ToyFace(), form=methods.make('recovr').jax_form)
+    sessions = np.arange(len(pairs))
+    plain = jit_runner.run(env, config, sessions, seed=0, chunk_size=None)
+    sizes = []
+    real = jit_runner.bucket
+    with mock.patch.object(jit_runner, 'MIN_BUCKET', 2), \
+        mock.patch.object(jit_runner, 'bucket',
+                          lambda n, s: sizes.append((n, real(n, s))) or
+                          real(n, s)):
+      bucketed = jit_runner.run(env, config, sessions, seed=0,
+                                chunk_size=None, buckets=True)
+    jax.tree.map(np.testing.assert_array_equal, bucketed, plain)
+    live = plain.active.sum(axis=0)
+    self.assertEqual([n for n, _ in sizes], live.tolist())
+    for n, rows in sizes:  # the next power of two, at most the batch
+      self.assertEqual(rows, min(len(pairs), max(2, 1 << max(n - 1, 0)
+                                                 .bit_length())))
+    self.assertLess(sizes[-1][1], len(pairs))  # some sessions stopped
+    self.assertEqual(jit_runner.bucket(0, 100), jit_runner.MIN_BUCKET)
+    self.assertEqual(jit_runner.bucket(17, 100), 32)
+    self.assertEqual(jit_runner.bucket(90, 100), 100)
+
   def test_chunks_are_chosen_by_backend(self):
     # The flag's default: chunks on a CPU, none on an accelerator (where a
     # chunk's lax.cond has the host read its predicate); 0: none.
