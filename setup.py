@@ -10,11 +10,16 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     license='Apache-2.0',
+    # experiments ships too, so that `python -m experiments.run` and every
+    # other entry point work from any folder after `pip install`.
     packages=setuptools.find_packages(
-        include=['recovr_jax', 'recovr_jax.*', 'third_party', 'third_party.*']),
-    # The trained world checkpoints ship inside the package.
+        include=['recovr_jax', 'recovr_jax.*', 'third_party', 'third_party.*',
+                 'experiments', 'experiments.*']),
+    # The trained world checkpoints ship inside the package; the flag files
+    # and the runner's flag manifest with the experiments.
     package_data={'recovr_jax': ['checkpoints/**/*',
-                                 'study/templates/*.html']},
+                                 'study/templates/*.html'],
+                  'experiments': ['flagfiles/*', 'common/runner_flags.json']},
     python_requires='>=3.11,<3.14',
     install_requires=[
         'jax>=0.5.0,<0.13',

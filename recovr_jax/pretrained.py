@@ -8,9 +8,30 @@ compute shapes only (``jax.eval_shape``), which is all the loading reads,
 and then checks that the checkpoint supplied every weight: a weight it
 lacks stays a shape, and is an error naming it, never a silent random
 value. The loaded weights are the same arrays either way (tested).
+
+transformers 4's notice that its Flax classes are deprecated (printed on
+every model made) is dropped here: the project pins ``transformers<5`` on
+purpose, and the notice says nothing a user can act on (docs/real-data.md,
+"After transformers 5").
 """
 
+import logging
+
 import jax
+
+DEPRECATION = 'TensorFlow and JAX classes are deprecated'
+
+
+class _NoDeprecationNotice(logging.Filter):
+
+  def filter(self, record):
+    return not str(record.msg).startswith(DEPRECATION)
+
+
+for _name in ('transformers.modeling_flax_utils',
+              'transformers.feature_extraction_utils',
+              'transformers.tokenization_utils_base'):
+  logging.getLogger(_name).addFilter(_NoDeprecationNotice())
 
 
 def from_pretrained(cls, model_dir, what: str, **kwargs):

@@ -49,5 +49,23 @@ class FromPretrainedTest(absltest.TestCase):
                                    'tiny')
 
 
+class DeprecationNoticeTest(absltest.TestCase):
+
+  def test_the_flax_deprecation_notice_is_dropped(self):
+    # transformers 4 prints it on every Flax model made; with the package
+    # imported it does not (and without, it does: the check can fail).
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    make = ('from transformers import BertConfig, FlaxBertModel\n'
+            'FlaxBertModel(BertConfig(hidden_size=8, intermediate_size=8, '
+            'num_attention_heads=2, num_hidden_layers=1, vocab_size=20))\n')
+    for imported in (True, False):
+      code = ('import recovr_jax.pretrained\n' if imported else '') + make
+      done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                            text=True, timeout=300, check=False)
+      self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+      self.assertEqual(pretrained.DEPRECATION in done.stderr, not imported)
+
+
 if __name__ == '__main__':
   absltest.main()

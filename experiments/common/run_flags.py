@@ -25,6 +25,7 @@ from recovr_jax import config_tree
 from recovr_jax import drivers
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax import executables
+from recovr_jax import paths
 from recovr_jax.envs.files import files_source
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.envs.world import world_source
@@ -212,6 +213,8 @@ def config_from_values(
   count, pid = processes
   fields.update(loop=loop, settings=settings, reasoner=reasoner,
                 num_processes=count, process_id=pid, flags_text=flags_text)
+  if 'cache_dir' in fields:  # unset: the per-user cache
+    fields['cache_dir'] = paths.cache_dir(fields['cache_dir'])
   if data is not None:
     fields['data'] = data
   config = part(lambda: run_config.RunConfig(**fields), None)

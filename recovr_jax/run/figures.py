@@ -1,9 +1,11 @@
 """What a paper shows of a run: ``tables.tex`` (booktabs) and the plots.
 
-Both print methods under their display names; a table's bold comes from
-the paired session bootstrap (docs/runner.md, "tables.tex").
+Both print methods under their display names. A table's bold marks the
+best value of its column, as a paper's reader reads bold; a dagger marks
+the paired session bootstrap's verdict (docs/runner.md, "tables.tex").
 """
 
+from recovr_jax.run.reporting import MARKS_SESSIONS
 from recovr_jax.run.reporting import pct as _pct
 
 
@@ -13,14 +15,31 @@ def _tex(text: str) -> str:
 
 
 # The metrics of ``tables.tex``: (key, what a caption calls it, how a value
-# is printed).
+# is printed, whether higher is better).
 _TEX_METRICS = (
-    ('R@1', 'R@1 (\\%)', _pct),
+    ('R@1', 'R@1 (\\%)', _pct, True),
     ('Hits@10', 'Cumulative Hits@10 (\\%: the target in the top 10 of any '
-     'list so far)', _pct),
+     'list so far)', _pct, True),
     ('BRI', 'BRI (best log-rank integral; lower is better)',
-     lambda v: f'{v:.2f}'),
+     lambda v: f'{v:.2f}', False),
 )
+DAGGER = '$^\\dagger$'
+
+
+def column_best(per_method: dict, key: str) -> set:
+  """The ``(method, turn)`` cells of metric ``key`` a table puts in bold:
+  in each turn's column, the best value as printed (highest; lowest for
+  BRI), every row that ties it; nothing for a table of one row."""
+  _, _, text, higher = next(m for m in _TEX_METRICS if m[0] == key)
+  if len(per_method) < 2:
+    return set()
+  turns = len(next(iter(per_method.values()))[key])
+  out = set()
+  for t in range(turns):
+    values = {m: v[key][t] for m, v in per_method.items()}
+    best = (max if higher else min)(values.values())
+    out |= {(m, t) for m, v in values.items() if text(v) == text(best)}
+  return out
 
 
 # Below this many sessions a caption and the report say the intervals are
@@ -28,8 +47,8 @@ _TEX_METRICS = (
 FEW_SESSIONS = 50
 
 
-def paired_bold(boot: dict | None) -> set:
-  """The ``(method, turn)`` R@1 cells a table puts in bold: the paired
+def paired_marks(boot: dict | None) -> set:
+  """The ``(method, turn)`` R@1 cells a table marks with a dagger: the paired
   session bootstrap's two methods (``bootstrap.json``: ``a`` minus ``b``),
   ``a`` at a turn where the interval of the difference lies above 0, ``b``
   where it lies below 0; nothing without a comparison."""
@@ -45,11 +64,13 @@ def paired_bold(boot: dict | None) -> set:
 
 
 def _latex_table(per_method: dict, key: str, label: str, caption: str,
-                 names: dict, wide: bool, bold: set) -> list[str]:
-  """One booktabs table: a row of values per method and, where the method
-  has intervals, a small row of ``lower--upper`` below it; wider than the
-  line, it is scaled down to the line (``graphicx``)."""
-  _, _, text = next(m for m in _TEX_METRICS if m[0] == key)
+                 names: dict, wide: bool, bold: set,
+                 dagger: set) -> list[str]:
+  """One booktabs table: a row of values per method (``bold`` and
+  ``dagger``: the cells so marked) and, where the method has intervals, a
+  small row of ``lower--upper`` below it; wider than the line, it is
+  scaled down to the line (``graphicx``)."""
+  _, _, text, _ = next(m for m in _TEX_METRICS if m[0] == key)
   turns = len(next(iter(per_method.values()))[key])
   env = 'table*' if wide else 'table'
   out = [f'\\begin{{{env}}}[t]', '\\centering',
@@ -63,8 +84,9 @@ def _latex_table(per_method: dict, key: str, label: str, caption: str,
          '\\midrule']
   size = '\\scriptsize'
   for method, m in per_method.items():
-    cells = [f'\\textbf{{{text(m[key][t])}}}' if (method, t) in bold
-             else text(m[key][t]) for t in range(turns)]
+    cells = [(f'\\textbf{{{text(m[key][t])}}}' if (method, t) in bold
+              else text(m[key][t])) +
+             (DAGGER if (method, t) in dagger else '') for t in range(turns)]
     out.append(f'{_tex(names.get(method, method))} & ' + ' & '.join(cells) +
                ' \\\\')
     ci = m.get('intervals', {}).get(key)
@@ -83,9 +105,12 @@ def latex_tables(per_method: dict, *, sessions: int, benchmark: str,
   ``main`` methods present for one column (``table``), then R@1, cumulative
   Hits@10 and BRI per turn of every method across the page (``table*``).
   Each value has its 95% session-bootstrap interval in a small row below
-  it; in the R@1 tables bold marks ``paired_bold(boot)`` (the paired
-  bootstrap's verdict, ``bootstrap.json``); ``names`` maps a method to the
-  name printed (``methods.display_name``)."""
+  it. Bold marks the best value of its column among the table's rows
+  (``column_best``); in the R@1 tables a dagger marks
+  ``paired_marks(boot)`` (the paired bootstrap's verdict,
+  ``bootstrap.json``); below ``MARKS_SESSIONS`` sessions there are
+  neither, and the captions say why. ``names`` maps a method to the name
+  printed (``methods.display_name``)."""
   names = names or {}
   turns = len(next(iter(per_method.values()))['R@1'])
   has_ci = any('intervals' in m for m in per_method.values())
@@ -95,29 +120,43 @@ def latex_tables(per_method: dict, *, sessions: int, benchmark: str,
   if sessions < FEW_SESSIONS:
     below += (f' Only {sessions} sessions: the intervals are rough (at '
               f'least {FEW_SESSIONS} are advised).')
-  bold = paired_bold(boot)
-  if boot:
-    marks = (f' In bold: {_tex(names.get(boot["a"], boot["a"]))} or '
-             f'{_tex(names.get(boot["b"], boot["b"]))} at a turn where the '
-             'paired session bootstrap of their R@1 difference '
-             f'({boot["num_resamples"]:,} resamples, 95\\%; bootstrap.json) '
-             'excludes 0, on the side of the one ahead.')
+  marked = sessions >= MARKS_SESSIONS
+  dagger = paired_marks(boot) if marked else set()
+  best = (' In bold: the best value of each column among these rows '
+          '(the highest; for BRI the lowest).')
+  if not marked:
+    best = (f' No cell is marked: with {sessions} sessions (fewer than '
+            f'{MARKS_SESSIONS}) neither the best value nor the paired test '
+            'would mean much.')
+    paired = ''
+  elif boot:
+    paired = (f' {DAGGER}: {_tex(names.get(boot["a"], boot["a"]))} or '
+              f'{_tex(names.get(boot["b"], boot["b"]))} at a turn where the '
+              'paired session bootstrap of their R@1 difference '
+              f'({boot["num_resamples"]:,} resamples, 95\\%; bootstrap.json) '
+              'excludes 0, on the side of the one ahead.')
   else:
-    marks = ' No cell is bold: no paired comparison was computed.'
+    paired = ' No dagger: no paired comparison was computed.'
   over = (f'turns 0--{turns - 1} (turn 0: the composed query before any '
           f'feedback) over {sessions:,} sessions of {_tex(benchmark)}. ')
   out = ['% recovr_jax run tables; \\usepackage{booktabs,graphicx}', '']
+
+  def bold(rows, key):
+    return column_best(rows, key) if marked else set()
+
   shown = {m: per_method[m] for m in main if m in per_method}
   if len(shown) >= 2:
     out += _latex_table(shown, 'R@1', 'tab:recovr-r1-main',
                         'R@1 (\\%) of ReCoVR and the adapted baselines at '
-                        + over + below + marks, names, wide=False, bold=bold)
-  for key, title, _ in _TEX_METRICS:
+                        + over + below + best + paired, names, wide=False,
+                        bold=bold(shown, 'R@1'), dagger=dagger)
+  for key, title, _, _ in _TEX_METRICS:
     label = 'tab:recovr-' + key.lower().replace('@', '')
-    paired = key == 'R@1'
+    r1 = key == 'R@1'
     out += _latex_table(per_method, key, label, f'{title} at ' + over + below
-                        + (marks if paired else ''), names, wide=True,
-                        bold=bold if paired else set())
+                        + best + (paired if r1 else ''), names, wide=True,
+                        bold=bold(per_method, key),
+                        dagger=dagger if r1 else set())
   return '\n'.join(out)
 
 

@@ -159,7 +159,18 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
       f'Simulated user: {_in_words(config.data.user)}.'] + (
           ['', f'**Only {num_sessions} sessions**: every interval below is '
            f'rough (at least {figures.FEW_SESSIONS} are advised).']
-          if num_sessions < figures.FEW_SESSIONS else []))
+          if num_sessions < figures.FEW_SESSIONS else []) + (
+              ['', whole_gallery_note(loop.list_length, env.searchable)]
+              if loop.list_length >= env.searchable - 1 else []))
+
+
+def whole_gallery_note(list_length: int, searchable: int) -> str:
+  """The note of a run whose lists hold every video but the reference (K
+  at least the gallery's size less one)."""
+  return (f'Note: K = {list_length} shown, over a gallery of {searchable} '
+          'videos: every list holds every video but the reference, so '
+          'Hits@K and R@K at that K are 100% by construction (--list_length '
+          'below the gallery size to measure them).')
 
 
 def write_dialogue_truncation(config, out, env, trajectories, method_names):
@@ -283,10 +294,11 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,
                               _header(config, env, len(sessions), benchmark),
-                              firing, names)
+                              firing, names, len(sessions))
   report += ask_scores.markdown(per_method, names)
   for interval in also.values():
-    report += reporting.bootstrap_markdown(interval, names) + '\n'
+    report += reporting.bootstrap_markdown(interval, names,
+                                           len(sessions)) + '\n'
 
   if ceiling:
     (out / 't2v_ceiling.json').write_text(

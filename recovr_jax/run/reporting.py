@@ -199,10 +199,11 @@ def method_cell(method: str, names: dict | None = None) -> str:
 
 def markdown(per_method: dict, failures: dict, boot: dict | None,
              header: str, firing: dict | None = None,
-             names: dict | None = None) -> str:
+             names: dict | None = None, sessions: int | None = None) -> str:
   """The Markdown report: per-turn R@1, R@5, cumulative Hits@10 and BRI,
   failure modes, rank-cap firing, bootstrap; ``names``: each method's
-  display name (``method_cell``)."""
+  display name (``method_cell``); ``sessions``: see
+  ``bootstrap_in_words``."""
   lines = [header, '']
   turns = len(next(iter(per_method.values()))['R@1'])
   cols = ' | '.join(f'T{t}' for t in range(turns))
@@ -244,13 +245,15 @@ def markdown(per_method: dict, failures: dict, boot: dict | None,
                    f"{cell(f['improved'])} |")
     lines.append('')
   if boot:
-    lines.append(bootstrap_markdown(boot, names))
+    lines.append(bootstrap_markdown(boot, names, sessions))
   return '\n'.join(lines)
 
 
-def bootstrap_markdown(boot: dict, names: dict | None = None) -> str:
+def bootstrap_markdown(boot: dict, names: dict | None = None,
+                       sessions: int | None = None) -> str:
   """One paired-bootstrap table (``bootstrap`` plus ``a``, ``b`` and
-  ``num_resamples``; ``names`` as ``markdown``'s)."""
+  ``num_resamples``; ``names`` as ``markdown``'s; ``sessions``: see
+  ``bootstrap_in_words``)."""
   turns = len(boot['mean'])
   cols = ' | '.join(f'T{t}' for t in range(turns))
   sep = '|'.join(['---'] + ['---:'] * turns)
@@ -263,20 +266,31 @@ def bootstrap_markdown(boot: dict, names: dict | None = None) -> str:
       '| interval | ' + ' | '.join(
           f'[{pct(lo)}, {pct(hi)}]'
           for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '',
-      bootstrap_in_words(boot, names), ''])
+      bootstrap_in_words(boot, names, sessions), ''])
+
+
+# Below this many sessions neither a table's marks (bold, dagger) nor the
+# report's "ahead" sentences are printed: the paired interval says little.
+MARKS_SESSIONS = 20
 
 
 def _turns(ts) -> str:
   return ('turn ' if len(ts) == 1 else 'turns ') + ', '.join(map(str, ts))
 
 
-def bootstrap_in_words(boot: dict, names: dict | None = None) -> str:
+def bootstrap_in_words(boot: dict, names: dict | None = None,
+                       sessions: int | None = None) -> str:
   """What a paired interval says, turn by turn: where it excludes 0 (one
   method ahead), where the two are the same on every session (the interval
   is exactly 0; at turn 0 by construction: every method shows the same
-  first list) and where it holds 0 (the difference is within noise)."""
+  first list) and where it holds 0 (the difference is within noise). Over
+  fewer than ``MARKS_SESSIONS`` ``sessions``, only that it says little."""
   a = (names or {}).get(boot['a'], boot['a'])
   b = (names or {}).get(boot['b'], boot['b'])
+  if sessions is not None and sessions < MARKS_SESSIONS:
+    return (f'In words: over {sessions} sessions (fewer than '
+            f'{MARKS_SESSIONS}) the interval says little; neither {a} nor '
+            f'{b} is called ahead.')
   bounds = list(zip(boot['lower'], boot['upper']))
   ahead = [t for t, (lo, _) in enumerate(bounds) if lo > 0]
   behind = [t for t, (_, hi) in enumerate(bounds) if hi < 0]

@@ -66,8 +66,11 @@ class RunConfig:
   #: Write the PNG and PDF plots (with matplotlib, the plots extra); off:
   #: none, e.g. for a sweep's members.
   plots: bool = config_tree.setting(True, group=_OUTPUTS)
-  #: Progress Memory cache of gallery embeddings.
-  cache_dir: str | None = config_tree.setting('cache')
+  #: Where the caches go (gallery and text embeddings, the user's words,
+  #: fitted readers, with --compilation_cache compiled programs). Unset:
+  #: $RECOVR_JAX_CACHE, else $XDG_CACHE_HOME/recovr_jax, else
+  #: ~/.cache/recovr_jax; '' keeps none.
+  cache_dir: str | None = config_tree.setting(None)
   #: Reasoning backend (reasoning/registry.py; a backend registered there is
   #: accepted too; default: the source's). rules: the world lexicon on
   #: --data=world (the lexicon-only lower bound), the user's words kept as

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax import paths
 from recovr_jax.core import retrieval
 from recovr_jax import profiling
 from recovr_jax.protocol import data_source
@@ -95,7 +96,10 @@ def run(config: run_config.RunConfig, built: data_source.Built | None = None) ->
   source (sweeps pass it to reuse the gallery: ``Source.build_reads``).
   The run's data source is made once, here. Every matmul that names no
   precision runs at ``config.matmul_precision``
-  (``jax.default_matmul_precision``)."""
+  (``jax.default_matmul_precision``). An unset ``cache_dir`` is the
+  per-user cache (``paths.cache_dir``)."""
+  config = dataclasses.replace(config,
+                               cache_dir=paths.cache_dir(config.cache_dir))
   with jax.default_matmul_precision(config.matmul_precision):
     return _run(config, built)
 
@@ -187,6 +191,9 @@ def _run_claimed(config, source, built, out, start, resolved):
              for i in range(0, num, config.batch_size)]
   print(f'{num} sessions x {len(config.methods)} methods, gallery '
         f'{env.searchable} videos, {base.num_turns} turns', flush=True)
+  if base.list_length >= env.searchable - 1:
+    print(outputs.whole_gallery_note(base.list_length, env.searchable),
+          flush=True)
   if env.dropped:
     print(f'{len(env.dropped)} annotation rows dropped (--missing_ids=drop;'
           f' listed in {out / "dropped_rows.json"})', flush=True)

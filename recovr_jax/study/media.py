@@ -38,12 +38,23 @@ def gif(frames: np.ndarray, size: int, frame_ms: int = 250) -> bytes:
 class Media:
   """Animations of gallery videos, cached after the first request."""
 
-  def __init__(self, num_videos: int, frames_of=None, size: int = 192):
-    """``frames_of(index) -> [F, H, W, 3] or None``; None: captions only."""
+  def __init__(self, num_videos: int, frames_of=None, size: int = 192,
+               has_frames=None):
+    """``frames_of(index) -> [F, H, W, 3] or None``; None: captions only.
+    ``has_frames(index) -> bool``: whether ``frames_of`` gives frames,
+    found without reading them (None: whenever there is ``frames_of``)."""
     self.num_videos = num_videos
     self.size = size
     self._frames_of = frames_of
+    self._has = has_frames
     self._gif = functools.lru_cache(maxsize=512)(self._make_gif)
+
+  def has(self, index: int) -> bool:
+    """Whether gallery video ``index`` has an animation (a page links one
+    only then, and shows the caption alone otherwise)."""
+    if self._frames_of is None:
+      return False
+    return True if self._has is None else bool(self._has(self.check(index)))
 
   def check(self, index: int) -> int:
     if not 0 <= index < self.num_videos:
@@ -62,7 +73,8 @@ class Media:
 
 
 def folder_media(frames_dir, video_ids, size: int = 192) -> Media:
-  """Real data: ``<frames_dir>/<video id>/`` holds each video's frames as
+  """Real data: ``<frames_dir>/<video id>/`` (an id may hold ``/``: a
+  nested folder) holds each video's frames as
   ``.png`` / ``.jpg`` files in name order (the layout
   ``experiments/data/embed_videos.py`` reads); a video without a folder is shown
   by its caption. Ids are looked up in ``video_ids``, never taken from a
@@ -71,13 +83,19 @@ def folder_media(frames_dir, video_ids, size: int = 192) -> Media:
   if not root.is_dir():
     raise ValueError(f'--frames_dir {frames_dir} is not a directory')
 
+  def files_of(index):
+    # An id may name a nested folder (WebVid's 000/100), never one outside
+    # the root.
+    folder = (root / video_ids[index]).resolve()
+    if (folder == root or not folder.is_relative_to(root) or
+        not folder.is_dir()):
+      return []
+    return sorted(p for p in folder.iterdir()
+                  if p.suffix.lower() in _FRAME_SUFFIXES)
+
   def frames_of(index):
     from PIL import Image  # pylint: disable=g-import-not-at-top
-    folder = (root / video_ids[index]).resolve()
-    if folder.parent != root or not folder.is_dir():
-      return None
-    files = sorted(p for p in folder.iterdir()
-                   if p.suffix.lower() in _FRAME_SUFFIXES)
+    files = files_of(index)
     if not files:
       return None
     pick = np.unique(np.linspace(0, len(files) - 1,
@@ -86,7 +104,9 @@ def folder_media(frames_dir, video_ids, size: int = 192) -> Media:
     first = images[0].size
     return np.stack([np.asarray(im.resize(first)) for im in images])
 
-  return Media(len(video_ids), frames_of, size)
+  return Media(len(video_ids), frames_of, size,
+               has_frames=functools.lru_cache(maxsize=None)(
+                   lambda i: bool(files_of(i))))
 
 
 def of_run(source, built, frames_dir=None, size: int = 192) -> Media | None:

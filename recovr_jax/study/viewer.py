@@ -215,7 +215,8 @@ class Viewer:
     if size is not None and not 0 <= index < size:
       return {'index': index, 'src': None, 'caption': '',
               'id': f'{index} (not in the gallery)'}
-    media = v.media is not None and index >= 0
+    # Frames only where the video has them: else its caption stands alone.
+    media = v.media is not None and index >= 0 and v.media.has(index)
     return {'index': index, 'src': f'/v/{index}.gif' if media else None,
             'id': (v.ids[index] if v.ids is not None and index >= 0
                    else str(index)),
@@ -330,7 +331,8 @@ class Viewer:
             'shown': [dict(self.video(i), target=i == row['target'],
                            score=score)
                       for i, score in zip(rec['top10'][:SHOWN], rec.get(
-                          'top10_scores') or [None] * SHOWN)],
+                          'top10_scores') or [None] * SHOWN)
+                      if i >= 0],  # not a pad of a list shorter than K
             'reading': self._reading(row, k, rec)})
       happened = events(run.ranks[m, s], _top1(row))
       sides.append({'method': m, 'turns': turns, 'error': row.get('error'),

@@ -40,31 +40,72 @@ def _tables(per_method, **kwargs):
       main=methods.MAIN, **kwargs)
 
 
-class BoldTest(absltest.TestCase):
+def _rows(table: str) -> dict:
+  """A table's value rows: the name printed -> its cells."""
+  return {line.split(' & ')[0]: line.rstrip(' \\\\').split(' & ')[1:]
+          for line in table.splitlines()
+          if ' & ' in line and not line.startswith((' & ', 'Method'))}
 
-  def test_bold_is_the_paired_bootstraps_verdict(self):
+
+class MarksTest(absltest.TestCase):
+
+  def test_bold_is_the_best_in_its_column_and_the_dagger_the_paired_test(self):
     boot = {'a': 'recovr', 'b': 'umivr', 'num_resamples': 100,
             'mean': [0.0, 0.1, 0.02, -0.1], 'lower': [0.0, 0.05, -0.01, -0.2],
             'upper': [0.0, 0.15, 0.05, -0.01]}
-    self.assertEqual(figures.paired_bold(boot),
+    self.assertEqual(figures.paired_marks(boot),
                      {('recovr', 1), ('umivr', 3)})
-    self.assertEqual(figures.paired_bold(None), set())
+    self.assertEqual(figures.paired_marks(None), set())
     per = _metrics(('recovr', 'umivr', 'ivr'), turns=4)
+    # A column where a baseline is best (as the similarity-sum variant
+    # beats ReCoVR in a run's wide table): bold goes to it, not to ReCoVR.
+    per['ivr']['R@1'][2] = 1.5
+    per['umivr']['BRI'][1] = -1.0
     tex = _tables(per, boot=boot)
-    self.assertIn('In bold: ReCoVR or UMIVR at a turn where the paired', tex)
-    r1 = tex.split('\\begin{table*}')[1]
-    rows = {line.split(' & ')[0]: line.split(' & ')[1:]
-            for line in r1.splitlines()
-            if ' & ' in line and not line.startswith((' & ', 'Method'))}
-    for name, method in (('ReCoVR', 'recovr'), ('UMIVR', 'umivr'),
-                         ('IVR', 'ivr')):
-      for t, cell in enumerate(rows[name]):
-        self.assertEqual('\\textbf' in cell,
-                         (method, t) in figures.paired_bold(boot),
-                         (name, t))
-    # Hits@10 and BRI have no paired test: nothing bold there.
-    self.assertNotIn('\\textbf', ''.join(tex.split('\\begin{table*}')[2:]))
-    self.assertIn('No cell is bold', _tables(per))
+    self.assertIn('In bold: the best value of each column', tex)
+    self.assertIn(figures.DAGGER + ': ReCoVR or UMIVR at a turn where the '
+                  'paired', tex)
+    names = {'ReCoVR': 'recovr', 'UMIVR': 'umivr', 'IVR': 'ivr'}
+    tables = tex.split('\\begin{table*}')
+    for key, table in zip(('R@1', 'Hits@10', 'BRI'), tables[1:]):
+      best = figures.column_best(per, key)
+      for name, cells in _rows(table).items():
+        for t, cell in enumerate(cells):
+          cell_of = (names[name], t)
+          self.assertEqual('\\textbf' in cell, cell_of in best,
+                           (key, name, t))
+          self.assertEqual(figures.DAGGER in cell, key == 'R@1' and
+                           cell_of in figures.paired_marks(boot),
+                           (key, name, t))
+    self.assertIn(('ivr', 2), figures.column_best(per, 'R@1'))
+    self.assertNotIn(('recovr', 2), figures.column_best(per, 'R@1'))
+    self.assertIn(('umivr', 1), figures.column_best(per, 'BRI'))  # lowest
+    self.assertIn('No dagger: no paired comparison', _tables(per))
+
+  def test_ties_are_all_bold_and_one_row_is_not(self):
+    per = _metrics(('recovr', 'ivr'), turns=2)
+    per['ivr']['R@1'] = list(per['recovr']['R@1'])
+    self.assertEqual(figures.column_best(per, 'R@1'),
+                     {(m, t) for m in per for t in range(2)})
+    self.assertEqual(figures.column_best({'recovr': per['recovr']}, 'R@1'),
+                     set())
+
+  def test_below_twenty_sessions_nothing_is_marked(self):
+    boot = {'a': 'recovr', 'b': 'umivr', 'num_resamples': 100,
+            'mean': [0.0, 0.3], 'lower': [0.0, 0.2], 'upper': [0.0, 0.4]}
+    per = _metrics(('recovr', 'umivr'), turns=2)
+    for sessions, marked in ((reporting.MARKS_SESSIONS - 1, False),
+                             (reporting.MARKS_SESSIONS, True)):
+      tex = figures.latex_tables(per, sessions=sessions, benchmark='w',
+                                 resamples=100, boot=boot)
+      self.assertEqual('\\textbf' in tex, marked, sessions)
+      # (in a cell and in the caption that defines it)
+      self.assertEqual(figures.DAGGER in tex, marked, sessions)
+      self.assertEqual('No cell is marked' in tex, not marked, sessions)
+      words = reporting.bootstrap_in_words(boot, sessions=sessions)
+      self.assertEqual('is ahead of' in words, marked, words)
+    self.assertIn('fewer than 20', reporting.bootstrap_in_words(
+        boot, sessions=12))
 
   def test_few_sessions_are_flagged_and_intervals_readable(self):
     per = _metrics(('recovr', 'umivr'), turns=3)
@@ -73,6 +114,26 @@ class BoldTest(absltest.TestCase):
     self.assertIn('Only 10 sessions: the intervals are rough', tex)
     self.assertNotIn('\\tiny', tex)
     self.assertNotIn('Only 500 sessions', _tables(per))
+
+  def test_the_readme_describes_the_marks_as_the_captions_do(self):
+    readme = (pathlib.Path(__file__).resolve().parents[2] /
+              'README.md').read_text()
+    row = next(line for line in readme.splitlines()
+               if line.startswith('| `tables.tex` |'))
+    tex = _tables(_metrics(('recovr', 'umivr'), turns=2), boot={
+        'a': 'recovr', 'b': 'umivr', 'num_resamples': 100, 'mean': [0, 0],
+        'lower': [0, 0], 'upper': [0, 0]})
+    for readme_says, caption_says in (
+        ('bold the best value of its column', 'In bold: the best value of '
+         'each column'),
+        ('a dagger where the paired bootstrap', 'paired session bootstrap'),
+        (f'neither below {reporting.MARKS_SESSIONS} sessions',
+         f'fewer than {reporting.MARKS_SESSIONS}')):
+      self.assertIn(readme_says, row)
+      if 'fewer' in caption_says:
+        tex = figures.latex_tables(_metrics(('recovr', 'umivr'), turns=2),
+                                   sessions=5, benchmark='w', resamples=10)
+      self.assertIn(caption_says, tex)
 
 
 class ReportTest(absltest.TestCase):
@@ -144,13 +205,12 @@ class LatexTest(absltest.TestCase):
         'intervals']['R@1']['upper'][3]
     self.assertIn(f'{100 * lo:.1f}--{100 * hi:.1f}', compact[1])
 
-  def test_without_intervals_the_caption_says_so_and_nothing_is_bold(self):
+  def test_without_intervals_the_caption_says_so(self):
     per = _metrics(['recovr', 'ivr'], half_width=0.0)
     for m in per.values():
       del m['intervals']
     tex = _tables(per)
     self.assertIn('No intervals were computed.', tex)
-    self.assertNotIn('\\textbf', tex)
     self.assertNotIn('--', re.sub(r'turns 0--\d', '', tex))
 
   def test_a_run_without_two_main_methods_has_no_compact_table(self):

@@ -202,11 +202,18 @@ class RunnerTest(absltest.TestCase):
                         r'\\end\{tabular\}', tex, flags=re.S)
     self.assertLen(tables, 4)  # R@1 compact; R@1, Hits@10, BRI wide
     self.assertEqual(tex.count('\\begin{table}'), tex.count('\\end{table}'))
-    # Bold is the paired bootstrap's verdict, turn by turn.
+    # A dagger is the paired bootstrap's verdict, turn by turn; bold the
+    # best of its column (neither below 20 sessions).
     boot = json.loads((self.out / 'bootstrap.json').read_text())
-    bold = {(boot['a'], t) for t, lo in enumerate(boot['lower']) if lo > 0}
-    bold |= {(boot['b'], t) for t, hi in enumerate(boot['upper']) if hi < 0}
-    self.assertEqual(bold, figures.paired_bold(boot))
+    dagger = {(boot['a'], t) for t, lo in enumerate(boot['lower']) if lo > 0}
+    dagger |= {(boot['b'], t) for t, hi in enumerate(boot['upper'])
+               if hi < 0}
+    self.assertEqual(dagger, figures.paired_marks(boot))
+    sessions = len({json.loads(line)['session'] for line in (
+        self.out / 'trajectories.jsonl').read_text().splitlines()})
+    marked = sessions >= 20
+    bold = figures.column_best(metrics, 'R@1') if marked else set()
+    dagger = dagger if marked else set()
     for spec, body in tables[:2]:   # R@1
       self.assertEqual(spec, 'l' + 'r' * 4)
       self.assertIn('\\toprule', body)
@@ -226,6 +233,7 @@ class RunnerTest(absltest.TestCase):
           self.assertAlmostEqual(value, 100 * metrics[method]['R@1'][t],
                                  delta=0.051)
           self.assertEqual('\\textbf' in cell, (method, t) in bold)
+          self.assertEqual(figures.DAGGER in cell, (method, t) in dagger)
           self.assertIn(f'{100 * ci["lower"][t]:.1f}--'
                         f'{100 * ci["upper"][t]:.1f}', interval)
 

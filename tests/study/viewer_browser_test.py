@@ -65,6 +65,10 @@ class ViewerBrowserTest(absltest.TestCase):
     for cell in b.find_elements(By.CSS_SELECTOR, 'td.rank'):
       self.assertTrue(cell.is_displayed())
       self.assertLessEqual(cell.rect['x'] + cell.rect['width'], 390)
+      # Its ranks inside its box (they wrap between turns): none hidden
+      # past the cell's edge.
+      self.assertLessEqual(cell.get_property('scrollWidth'),
+                           cell.get_property('clientWidth'), cell.text)
     self.assertTrue(b.save_screenshot(narrow('index')))
     b.set_window_size(1280, 800)
     b.get(f'http://127.0.0.1:{self.port}/')

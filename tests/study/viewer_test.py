@@ -1,5 +1,6 @@
 """The session viewer's data and pages, on a small hand-written run."""
 
+import dataclasses
 import json
 import pathlib
 import tempfile
@@ -252,6 +253,46 @@ class ViewerTest(absltest.TestCase):
                   'caption">caption 1</span>', page)
     self.assertIn(f'<code>{IDS[3]}</code>', page)
     self.assertEqual(client.get('/v/3.gif').status_code, 404)
+
+  def test_frame_folders_nested_ids_captions_and_pads(self):
+    # WebVid's ids name nested folders (000/100): their frames are served.
+    # A video without frames links no animation (its caption stands
+    # alone); an id that climbs out of the root reads nothing; the pads of
+    # a list shorter than K (-1) are not shown as videos.
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    root = pathlib.Path(tempfile.mkdtemp())
+    ids = ('000/100', 'flat', 'missing', '../outside') + IDS[4:]
+    for name in ids[:2]:
+      (root / name).mkdir(parents=True)
+      for i in range(3):
+        Image.new('RGB', (8, 6), (40 * i, 0, 0)).save(
+            root / name / f'{i:03d}.png')
+    (root.parent / 'outside').mkdir(exist_ok=True)
+    Image.new('RGB', (8, 6)).save(root.parent / 'outside' / '000.png')
+    folders = media.folder_media(root, ids, 32)
+    self.assertEqual([folders.has(i) for i in range(4)],
+                     [True, True, False, False])
+    self.assertIsNotNone(folders.animation(0))
+    self.assertIsNone(folders.animation(3))
+    view = viewer.Viewer(self.viewer.run, viewer.Videos(
+        ids=ids, captions=tuple(f'caption {i}' for i in range(12)),
+        media=folders))
+    self.assertEqual(view.video(0)['src'], '/v/0.gif')
+    self.assertIsNone(view.video(2)['src'])
+    self.assertEqual(view.video(2)['caption'], 'caption 2')
+    run = self.viewer.run
+    row = run.rows['recovr', 0]
+    padded = dict(row, turns=[dict(t, top10=t['top10'][:2] + [-1, -1],
+                                   top10_scores=(t['top10_scores'][:2] +
+                                                 [float('-inf')] * 2))
+                              for t in row['turns']])
+    short = viewer.Viewer(dataclasses.replace(run, rows={
+        **run.rows, ('recovr', 0): padded}), self.viewer.videos)
+    client = testclient.TestClient(viewer.make_app(short),
+                                   base_url='http://127.0.0.1')
+    page = client.get('/s/0', params={'a': 'recovr'}).text
+    self.assertNotIn('(not in the gallery)', page)
+    self.assertNotIn('-inf', page)
 
   def test_a_trajectory_without_its_method_is_named(self):
     broken = write_run(pathlib.Path(tempfile.mkdtemp()) / 'broken')

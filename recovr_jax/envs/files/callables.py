@@ -1,6 +1,7 @@
 """The user's own text encoder and composer on real data.
 
-``--text_encoder=module:function`` names a Python callable ``list[str] ->
+``--text_encoder=module:function`` (or ``path/to/file.py:function``, a
+file imported by its path, no ``PYTHONPATH`` needed) names a Python callable ``list[str] ->
 float array [n, D]`` (for example CoVR-2's BLIP text encoder in PyTorch,
 imported from the user's environment; `docs/real-data.md` has one) and
 ``--composer=module:function`` a callable ``(reference [B, D], text [B, D])
@@ -12,8 +13,15 @@ finite values; a failure names the flag, the callable and what came back.
 
 import importlib
 import importlib.util
+import os
+import sys
 
 import numpy as np
+
+
+def _is_path(module: str) -> bool:
+  """Whether ``spec``'s module part names a file (``.py``), not a module."""
+  return module.endswith('.py')
 
 
 def parse(spec: str, flag: str) -> tuple[str, str]:
@@ -32,6 +40,11 @@ def module_file(spec: str, flag: str) -> str | None:
   module with no file; ValueError naming ``flag`` when it is not found.
   Finds the module without running it."""
   module, _ = parse(spec, flag)
+  if _is_path(module):
+    path = os.path.abspath(os.path.expanduser(module))
+    if not os.path.isfile(path):
+      raise ValueError(f'{flag}={spec!r}: no file {path}')
+    return path
   try:
     found = importlib.util.find_spec(module)
   except (ImportError, ValueError) as e:
@@ -47,7 +60,7 @@ def load(spec: str, flag: str):
   """The callable ``spec`` names (imported now)."""
   module, function = parse(spec, flag)
   try:
-    fn = getattr(importlib.import_module(module), function)
+    fn = getattr(_import(module, flag, spec), function)
   except AttributeError as e:
     raise ValueError(f'{flag}={spec!r}: module {module!r} has no '
                      f'{function!r}') from e
@@ -57,6 +70,25 @@ def load(spec: str, flag: str):
   if not callable(fn):
     raise ValueError(f'{flag}={spec!r}: {function!r} is not callable')
   return fn
+
+
+def _import(module: str, flag: str, spec: str):
+  """The module ``module`` names: imported by name, or a ``.py`` file
+  loaded from its path (under a name of its own, once per process)."""
+  if not _is_path(module):
+    return importlib.import_module(module)
+  path = module_file(spec, flag)
+  name = f'_recovr_user_{abs(hash(path)):x}'
+  if name not in sys.modules:
+    found = importlib.util.spec_from_file_location(name, path)
+    loaded = importlib.util.module_from_spec(found)
+    sys.modules[name] = loaded
+    try:
+      found.loader.exec_module(loaded)
+    except BaseException:
+      del sys.modules[name]
+      raise
+  return sys.modules[name]
 
 
 def _checked(out, flag: str, spec: str, rows: int, dim: int) -> np.ndarray:

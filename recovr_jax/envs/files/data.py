@@ -46,7 +46,7 @@ def _read_csv(path, required, nonempty, id_columns, known, fix):
   column, a row with more or fewer fields than the header, an unclosed
   quote); ``nonempty`` columns may not be empty and ``id_columns`` must be
   in ``known`` (when given). Errors name the file, row and column; ``fix``
-  says how to leave unknown ids out."""
+  says what to do about an unknown id (a dict: per column)."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f'annotation file {path} does not exist')
@@ -60,11 +60,22 @@ def _read_csv(path, required, nonempty, id_columns, known, fix):
       if c in id_columns and known is not None and value not in known:
         raise ValueError(f'{path}: row {row_number}, column {c!r}: unknown '
                          f'video id {value!r} (in no embedding file; '
-                         f'{fix})')
+                         f'{fix[c] if isinstance(fix, dict) else fix})')
       columns[c].append(value)
   if not columns[required[0]]:
     raise ValueError(f'{path}: no data rows')
   return columns
+
+
+# What to do about an unknown id of a CoVR-style CSV: a reference outside
+# the gallery has its embedding in --reference_embeddings (the file
+# ``experiments.data.import_covr --reference_output`` writes); dropping
+# the rows is the last resort.
+REFERENCE_FIX = dict(
+    pth1=('a reference outside the gallery needs --reference_embeddings, '
+          'e.g. the file experiments.data.import_covr --reference_output '
+          'wrote; --missing_ids=drop leaves such rows out'),
+    pth2='--missing_ids=drop leaves such rows out')
 
 
 def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
@@ -81,8 +92,7 @@ def load_covr_csv(path, video_ids=None) -> CovrAnnotations:
   """
   known = None if video_ids is None else set(video_ids)
   columns = _read_csv(path, REQUIRED_COLUMNS, ('pth1', 'pth2', 'edit'),
-                      ('pth1', 'pth2'), known,
-                      '--missing_ids=drop leaves such rows out')
+                      ('pth1', 'pth2'), known, REFERENCE_FIX)
   for i, (r, t) in enumerate(zip(columns['pth1'], columns['pth2'])):
     if r == t:
       raise ValueError(f'{path}: row {i + 2}: the reference (pth1) and the '

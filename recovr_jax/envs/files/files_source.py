@@ -54,13 +54,14 @@ class FilesData:
   #: and report.md; import_covr: <output>.dropped.json).
   missing_ids: str = config_tree.setting('error', choices=MISSING_IDS)
   user: caption_user.CaptionUserConfig = caption_user.CaptionUserConfig()
-  #: module:function, your own text encoder (a Python callable list[str] ->
-  #: float array [n, D], importable here; e.g. the BLIP text encoder of the
+  #: module:function or path/to/file.py:function, your own text encoder (a
+  #: Python callable list[str] -> float array [n, D]; e.g. the BLIP text encoder of the
   #: model that embedded the gallery, docs/real-data.md), used wherever text
   #: is encoded instead of --clip_dir's (which is then not needed). Checked
   #: per call: shape [n, D] with the gallery's D, finite values.
   text_encoder: str | None = config_tree.setting(None)
-  #: module:function, your own composer (reference [B, D], text [B, D] ->
+  #: module:function or path/to/file.py:function, your own composer
+  #: (reference [B, D], text [B, D] ->
   #: query [B, D]; e.g. CoVR's BLIP composer) instead of the normalised sum.
   #: Checked per call like --text_encoder.
   composer: str | None = config_tree.setting(None)

@@ -37,6 +37,13 @@ class CsvTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError,
                                 "row 3, column 'pth2': unknown video id 'q'"):
       data.load_covr_csv(path, video_ids={'a', 'b'})
+    # A reference outside the gallery: the fix is its embedding, in the
+    # file import_covr --reference_output writes (dropping is the last).
+    path = self.write(HEADER + 'a,b,e,x,y,\nr,b,e,x,y,\n')
+    with self.assertRaisesRegex(
+        ValueError, "column 'pth1': unknown video id 'r' .*needs "
+        '--reference_embeddings.*import_covr --reference_output'):
+      data.load_covr_csv(path, video_ids={'a', 'b'})
 
   def test_empty_edit_and_short_rows(self):
     path = self.write(HEADER + 'a,b,,x,y,\n')

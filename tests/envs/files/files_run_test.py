@@ -69,6 +69,30 @@ class WebvidCovrTest(absltest.TestCase):
           output_dir=str(root / 'bad'), methods=['recovr'],
           text_encoder='no_such_module_xyz:f', **files)
 
+  def test_a_callable_named_by_its_file(self):
+    # --text_encoder=path/to/file.py:function imports the file by its path
+    # (beside a CoVR checkout, no PYTHONPATH): found, loaded once, and its
+    # path is what the run's identity records; a missing file is named.
+    from recovr_jax.envs.files import callables  # pylint: disable=g-import-not-at-top
+    folder = pathlib.Path(tempfile.mkdtemp())
+    (folder / 'mytext.py').write_text(
+        'import numpy as np\nCALLS = []\n'
+        'def encode(texts):\n'
+        '  CALLS.append(len(texts))\n'
+        '  return np.ones((len(texts), 16), np.float32)\n')
+    spec = f'{folder / "mytext.py"}:encode'
+    self.assertEqual(callables.module_file(spec, '--text_encoder'),
+                     str(folder / 'mytext.py'))
+    encode = callables.text_encoder(spec, 16)
+    self.assertEqual(encode(['a', 'b']).shape, (2, 16))
+    again = callables.load(spec, '--text_encoder')
+    self.assertEqual(again.__globals__['CALLS'], [2])  # one module
+    with self.assertRaisesRegex(ValueError, r"--text_encoder=.*: no file "):
+      callables.module_file(f'{folder / "missing.py"}:encode',
+                            '--text_encoder')
+    with self.assertRaisesRegex(ValueError, "has no 'nothing'"):
+      callables.load(f'{folder / "mytext.py"}:nothing', '--text_encoder')
+
   def test_text_start_on_msrvtt_1ka_layout(self):
     # MSR-VTT-1kA's JSFusion test CSV (key, vid_key, video_id, sentence):
     # sessions without a reference; every method runs; an unknown video is
@@ -356,6 +380,15 @@ class WebvidCovrTest(absltest.TestCase):
     for row in rows:
       for turn in row['turns']:
         self.assertNotIn(row['reference'], turn['top10'])  # v_ref excluded
+    # K = 5 of 8 videos: no note; K = 7 (every video but the reference):
+    # the report says R@K and Hits@K are 100% by construction.
+    self.assertNotIn('Note: K = ', (out / 'report.md').read_text())
+    whole = root / 'whole'
+    runs.run_of(
+        output_dir=str(whole), methods=['recovr'], num_turns=1,
+        list_length=7, batch_size=4, bootstrap_resamples=20, **files)
+    self.assertIn('Note: K = 7 shown, over a gallery of 8 videos',
+                  (whole / 'report.md').read_text())
 
 
 if __name__ == '__main__':
