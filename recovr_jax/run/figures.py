@@ -98,9 +98,19 @@ def _latex_table(per_method: dict, key: str, label: str, caption: str,
   return out
 
 
+def counted(sessions: int, clusters: int) -> str:
+  """``sessions`` in words, with the distinct queries they repeat when
+  fewer ("12 sessions" / "2 distinct queries (50 sessions)")."""
+  if clusters == sessions:
+    return f'{sessions} sessions'
+  return (f'{clusters} distinct {"query" if clusters == 1 else "queries"} '
+          f'({sessions} sessions)')
+
+
 def latex_tables(per_method: dict, *, sessions: int, benchmark: str,
                  resamples: int, names: dict | None = None,
-                 main: tuple = (), boot: dict | None = None) -> str:
+                 main: tuple = (), boot: dict | None = None,
+                 clusters: int | None = None) -> str:
   """``tables.tex`` (booktabs and graphicx): a compact R@1 table of the
   ``main`` methods present for one column (``table``), then R@1, cumulative
   Hits@10 and BRI per turn of every method across the page (``table*``).
@@ -108,26 +118,34 @@ def latex_tables(per_method: dict, *, sessions: int, benchmark: str,
   it. Bold marks the best value of its column among the table's rows
   (``column_best``); in the R@1 tables a dagger marks
   ``paired_marks(boot)`` (the paired bootstrap's verdict,
-  ``bootstrap.json``); below ``MARKS_SESSIONS`` sessions there are
-  neither, and the captions say why. ``names`` maps a method to the name
-  printed (``methods.display_name``)."""
+  ``bootstrap.json``); below ``MARKS_SESSIONS`` distinct queries
+  (``clusters``, default ``sessions``: what the intervals resample) there
+  are neither, and the captions say why; below 2 no intervals either.
+  ``names`` maps a method to the name printed (``methods.display_name``)."""
   names = names or {}
+  clusters = sessions if clusters is None else clusters
   turns = len(next(iter(per_method.values()))['R@1'])
   has_ci = any('intervals' in m for m in per_method.values())
-  below = (f'Below each value, its 95\\% session-bootstrap percentile '
-           f'interval ({resamples:,} resamples).' if has_ci
-           else 'No intervals were computed.')
-  if sessions < FEW_SESSIONS:
-    below += (f' Only {sessions} sessions: the intervals are rough (at '
-              f'least {FEW_SESSIONS} are advised).')
-  marked = sessions >= MARKS_SESSIONS
+  if has_ci and clusters < 2:
+    per_method = {m: {k: v for k, v in r.items() if k != 'intervals'}
+                  for m, r in per_method.items()}
+    below = ('No intervals: every session repeats one query, and a '
+             'bootstrap over one query has nothing to resample.')
+  else:
+    below = (f'Below each value, its 95\\% session-bootstrap percentile '
+             f'interval ({resamples:,} resamples).' if has_ci
+             else 'No intervals were computed.')
+  if 2 <= clusters < FEW_SESSIONS:
+    below += (f' Only {counted(sessions, clusters)}: the intervals are '
+              f'rough (at least {FEW_SESSIONS} are advised).')
+  marked = clusters >= MARKS_SESSIONS
   dagger = paired_marks(boot) if marked else set()
   best = (' In bold: the best value of each column among these rows '
           '(the highest; for BRI the lowest).')
   if not marked:
-    best = (f' No cell is marked: with {sessions} sessions (fewer than '
-            f'{MARKS_SESSIONS}) neither the best value nor the paired test '
-            'would mean much.')
+    best = (f' No cell is marked: with {counted(sessions, clusters)} '
+            f'(fewer than {MARKS_SESSIONS} distinct queries) neither the '
+            'best value nor the paired test would mean much.')
     paired = ''
   elif boot:
     paired = (f' {DAGGER}: {_tex(names.get(boot["a"], boot["a"]))} or '

@@ -140,9 +140,13 @@ def _in_words(settings) -> str:
                    for f in dataclasses.fields(settings))
 
 
-def _header(config, env, num_sessions: int, benchmark: str) -> str:
+def _header(config, env, num_sessions: int, benchmark: str,
+            clusters: int | None = None) -> str:
   """The report's opening: the benchmark, the sessions, the reasoner and
-  the methods, then the protocol's settings in words."""
+  the methods, then the protocol's settings in words (``clusters``: the
+  distinct queries the intervals resample, when fewer than the
+  sessions)."""
+  clusters = num_sessions if clusters is None else clusters
   loop, ask = config.loop, config.settings.ask
   shown = '; '.join(methods.display_name(m) for m in config.methods)
   asking_line = ('no questions' if ask.mode == 'never' else
@@ -157,9 +161,10 @@ def _header(config, env, num_sessions: int, benchmark: str) -> str:
       f'assumption), rank-cap placement {loop.rank_cap_placement}, avoid '
       f'penalty {config.settings.avoid_penalty:g}; {asking_line}.', '',
       f'Simulated user: {_in_words(config.data.user)}.'] + (
-          ['', f'**Only {num_sessions} sessions**: every interval below is '
-           f'rough (at least {figures.FEW_SESSIONS} are advised).']
-          if num_sessions < figures.FEW_SESSIONS else []) + (
+          ['', f'**Only {figures.counted(num_sessions, clusters)}**: '
+           'every interval below is rough (at least '
+           f'{figures.FEW_SESSIONS} are advised).']
+          if clusters < figures.FEW_SESSIONS else []) + (
               ['', whole_gallery_note(loop.list_length, env.searchable)]
               if loop.list_length >= env.searchable - 1 else []))
 
@@ -211,6 +216,9 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   targets = np.asarray(env.target)[sessions]
   # Each session's query where queries repeat: the bootstraps resample them.
   queries = None if env.query is None else np.asarray(env.query)[sessions]
+  # What the intervals resample: the distinct queries (the sessions
+  # without repeats); the marks and the "ahead" sentences need enough.
+  clusters = len(sessions) if queries is None else len(np.unique(queries))
   benchmark = config.data.describe()   # captions, titles, header
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
@@ -277,7 +285,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
       benchmark=benchmark,
       resamples=config.bootstrap_resamples,
       names={m: methods.display_name(m) for m in per_method},
-      main=methods.MAIN, boot=boot))
+      main=methods.MAIN, boot=boot, clusters=clusters))
   (out / 'failure_modes.json').write_text(
       reporting.dumps(failures, reporting.METRIC_DECIMALS))
   (out / 'rank_cap_firing.json').write_text(
@@ -293,12 +301,13 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   write_dialogue_truncation(config, out, env, trajectories, displayed)
   names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,
-                              _header(config, env, len(sessions), benchmark),
-                              firing, names, len(sessions))
+                              _header(config, env, len(sessions), benchmark,
+                                      clusters),
+                              firing, names, clusters)
   report += ask_scores.markdown(per_method, names)
   for interval in also.values():
     report += reporting.bootstrap_markdown(interval, names,
-                                           len(sessions)) + '\n'
+                                           clusters) + '\n'
 
   if ceiling:
     (out / 't2v_ceiling.json').write_text(

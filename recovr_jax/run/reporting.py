@@ -264,7 +264,8 @@ def bootstrap_markdown(boot: dict, names: dict | None = None,
       'points)', '', f'| | {cols} |', f'|{sep}|',
       '| difference | ' + ' | '.join(pct(v) for v in boot['mean']) + ' |',
       '| interval | ' + ' | '.join(
-          f'[{pct(lo)}, {pct(hi)}]'
+          'none (one query)' if sessions is not None and sessions < 2
+          else f'[{pct(lo)}, {pct(hi)}]'
           for lo, hi in zip(boot['lower'], boot['upper'])) + ' |', '',
       bootstrap_in_words(boot, names, sessions), ''])
 
@@ -284,11 +285,13 @@ def bootstrap_in_words(boot: dict, names: dict | None = None,
   method ahead), where the two are the same on every session (the interval
   is exactly 0; at turn 0 by construction: every method shows the same
   first list) and where it holds 0 (the difference is within noise). Over
-  fewer than ``MARKS_SESSIONS`` ``sessions``, only that it says little."""
+  fewer than ``MARKS_SESSIONS`` ``sessions`` (distinct queries: what the
+  interval resamples), only that it says little."""
   a = (names or {}).get(boot['a'], boot['a'])
   b = (names or {}).get(boot['b'], boot['b'])
   if sessions is not None and sessions < MARKS_SESSIONS:
-    return (f'In words: over {sessions} sessions (fewer than '
+    return (f'In words: over {sessions} distinct '
+            f'{"query" if sessions == 1 else "queries"} (fewer than '
             f'{MARKS_SESSIONS}) the interval says little; neither {a} nor '
             f'{b} is called ahead.')
   bounds = list(zip(boot['lower'], boot['upper']))

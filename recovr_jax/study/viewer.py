@@ -94,6 +94,28 @@ class Run:
   header: str               # the report's first line
 
 
+def _is_number(x) -> bool:
+  return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _turns_problem(turns) -> str | None:
+  """What is wrong with a trajectory's turns as the pages read them (None:
+  nothing): each an object, its ``top10`` gallery indices, its
+  ``top10_scores`` (when there) numbers."""
+  for k, turn in enumerate(turns):
+    if not isinstance(turn, dict):
+      return f'turn {k} is not an object'
+    top = turn.get('top10')
+    if not isinstance(top, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in top):
+      return f'turn {k}: "top10" is not a list of gallery indices'
+    scores = turn.get('top10_scores')
+    if scores is not None and (not isinstance(scores, list) or not all(
+        x is None or _is_number(x) for x in scores)):
+      return f'turn {k}: "top10_scores" is not a list of numbers'
+  return None
+
+
 def load(directory) -> Run:
   """The run in ``directory`` (``readers``: a run that has not finished or
   a damaged file is an error naming the file)."""
@@ -118,6 +140,10 @@ def load(directory) -> Run:
       raise readers.FileError(
           d / 'trajectories.jsonl', 'expected a session with "method", '
           '"session", "reference", "target" and "turns"', number, unit='row')
+    problem = _turns_problem(row['turns'])
+    if problem:
+      raise readers.FileError(d / 'trajectories.jsonl', problem, number,
+                              unit='row')
     rows[row['method'], row['session']] = row
     sessions.setdefault(row['session'], None)
     methods.setdefault(row['method'], None)

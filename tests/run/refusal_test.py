@@ -57,5 +57,15 @@ class RefusalTest(parameterized.TestCase):
     self.assertFalse(out.exists())
 
 
+  def test_a_missing_text_encoder_dir_is_named_before_any_work(self):
+    # Before, checksums.path_digest raised FileNotFoundError from the
+    # run's identity, leaving an empty output folder.
+    out = pathlib.Path(self.create_tempdir().full_path) / 'new' / 'run'
+    with self.assertRaisesRegex(app.UsageError, '--text_encoder_dir '
+                                '/no/such/minilm: no such directory'):
+      runs.run_tiny(out, methods=['recovr'],
+                    text_encoder_dir='/no/such/minilm')
+    self.assertFalse(out.exists())
+
 if __name__ == '__main__':
   absltest.main()

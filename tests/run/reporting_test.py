@@ -107,6 +107,34 @@ class MarksTest(absltest.TestCase):
     self.assertIn('fewer than 20', reporting.bootstrap_in_words(
         boot, sessions=12))
 
+  def test_one_query_repeated_has_no_interval_and_no_mark(self):
+    # 50 sessions of one query (--query_repeats): the intervals resample
+    # queries, so there is no interval, mark or "ahead"; 3 distinct
+    # queries: intervals, counted as queries, and still no marks.
+    boot = {'a': 'recovr', 'b': 'umivr', 'num_resamples': 100,
+            'mean': [0.0, 0.3], 'lower': [0.0, 0.2], 'upper': [0.0, 0.4]}
+    per = _metrics(('recovr', 'umivr'), turns=2)
+    one = figures.latex_tables(per, sessions=50, clusters=1, benchmark='w',
+                               resamples=100, boot=boot)
+    self.assertIn('No intervals: every session repeats one query', one)
+    self.assertNotIn('\\scriptsize', one)   # no interval row
+    self.assertNotIn('\\textbf', one)
+    self.assertNotIn(figures.DAGGER, one)
+    self.assertIn('1 distinct query (50 sessions)', one)
+    few = figures.latex_tables(per, sessions=50, clusters=3, benchmark='w',
+                               resamples=100, boot=boot)
+    self.assertIn('\\scriptsize', few)
+    self.assertIn('Only 3 distinct queries (50 sessions): the intervals '
+                  'are rough', few)
+    self.assertNotIn('\\textbf', few)
+    words = reporting.bootstrap_in_words(boot, sessions=1)
+    self.assertNotIn('ahead of', words)
+    self.assertIn('over 1 distinct query', words)
+    self.assertIn('none (one query)',
+                  reporting.bootstrap_markdown(boot, sessions=1))
+    self.assertNotIn('none (one query)',
+                     reporting.bootstrap_markdown(boot, sessions=20))
+
   def test_few_sessions_are_flagged_and_intervals_readable(self):
     per = _metrics(('recovr', 'umivr'), turns=3)
     tex = figures.latex_tables(per, sessions=10, benchmark='w',

@@ -294,6 +294,25 @@ class ViewerTest(absltest.TestCase):
     self.assertNotIn('(not in the gallery)', page)
     self.assertNotIn('-inf', page)
 
+  def test_a_turn_the_pages_cannot_read_is_named_at_load(self):
+    # A score that is a string (or a top-10 that is not indices) is named
+    # with its row when the run loads, never a 500 on a page.
+    for field, value, message in (
+        ('top10_scores', ['0.9', 0.8, 0.7, 0.6],
+         'turn 0: "top10_scores" is not a list of numbers'),
+        ('top10', [1, 'two', 3, 4],
+         'turn 0: "top10" is not a list of gallery indices')):
+      with self.subTest(field=field):
+        d = write_run(pathlib.Path(tempfile.mkdtemp()) / 'run')
+        lines = (d / 'trajectories.jsonl').read_text().splitlines()
+        row = json.loads(lines[1])
+        row['turns'][0][field] = value
+        lines[1] = json.dumps(row)
+        (d / 'trajectories.jsonl').write_text('\n'.join(lines) + '\n')
+        with self.assertRaisesRegex(ValueError, 'trajectories.jsonl, row 2: '
+                                    + message):
+          viewer.load(d)
+
   def test_a_trajectory_without_its_method_is_named(self):
     broken = write_run(pathlib.Path(tempfile.mkdtemp()) / 'broken')
     lines = (broken / 'trajectories.jsonl').read_text().splitlines()

@@ -199,6 +199,11 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                             captioner.DEFAULT_CAPTIONER_DIR)
       except FileNotFoundError as e:
         out.append(f'--captioner_checkpoint: {e}')
+    text_dir = self.config.text_encoder_dir
+    if text_dir and not pathlib.Path(text_dir).is_dir():
+      out.append(f'--text_encoder_dir {text_dir}: no such directory (a '
+                 'MiniLM saved with its tokenizer, or a weightless copy '
+                 'that experiments.bundle made)')
     problem = self._seed_problem()
     if problem:
       out.append(problem)

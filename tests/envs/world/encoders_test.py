@@ -240,6 +240,13 @@ class TextEncoderTest(absltest.TestCase):
       with self.assertRaisesRegex(FileNotFoundError, 'a copy without '
                                   'weights.*--text_encoder_dir'):
         there(['a text no cache holds'])
+      # A digest file that is not the one we write: named, in a line.
+      broken = encoders.weightless_copy(enc.model_dir,
+                                        pathlib.Path(d) / 'broken')
+      (broken / encoders.DIGESTS_FILE).write_text('{}')
+      with self.assertRaisesRegex(ValueError, 'recovr_digests.json: '
+                                  'expected {"files"'):
+        encoders.content_digest(str(broken))
       # Changed weights (or any file) at the same place: another key.
       weights = next(copy.parent.glob('c'))
       (weights / 'model.safetensors').write_bytes(b'other weights')

@@ -122,7 +122,14 @@ def _content_digest(files: tuple) -> str:
   digests = {}
   recorded = d / DIGESTS_FILE
   if recorded.is_file():
-    digests.update(readers.read_json(recorded, 'model digests')['files'])
+    stored = readers.read_json(recorded, 'model digests')
+    given = stored.get('files') if isinstance(stored, dict) else None
+    if not isinstance(given, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+      raise readers.FileError(recorded, 'expected {"files": {file name: '
+                              'sha256}} as experiments.bundle writes it; '
+                              'copy the model directory again')
+    digests.update(given)
   for name, _, _ in files[1:]:
     if name != DIGESTS_FILE:
       digests[name] = checksums.file_digest(d / name)
