@@ -128,6 +128,22 @@ class ResumeIdentityTest(_OnABaseRun):
       _run(out, num_sessions=100_000)
     self.assertFalse((out / 'resolved_config.json').exists())  # before work
 
+  def test_sizes_a_run_cannot_hold_are_refused_before_anything_is_made(self):
+    # Before, --query_repeats=10^9 tiled every query 10^9 times (TiBs)
+    # before any check, and the advice to --num_sessions=10^9 failed
+    # allocating; now both are refused by size, with advice that runs.
+    out = self.root / 'huge'
+    with self.assertRaisesRegex(
+        app.UsageError, r'--query_repeats=1000000000: 12 queries x '
+        r'1000000000 repeats is 12,000,000,000 sessions, more than the '
+        r'10,000,000 a run holds; pass at most --query_repeats=833333 '
+        r'\(--num_sessions=6 needs 1\)'):
+      _run(out, num_sessions=6, query_repeats=10**9)
+    with self.assertRaisesRegex(app.UsageError, r'--num_sessions=1000000000: '
+                                'at most 10,000,000 sessions a run'):
+      _run(out, num_sessions=10**9, query_repeats=10**8)
+    self.assertFalse(out.exists())
+
   def test_repeated_queries_extend_the_run_under_new_draws(self):
     out = self.root / 'repeated'
     _run(out, num_sessions=18, query_repeats=3)

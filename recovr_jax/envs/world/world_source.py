@@ -149,6 +149,11 @@ class WorldData:
   v1 = classmethod(lambda cls, **fields: cls.preset('v1', **fields))
 
 
+# The most sessions one run holds (``--num_sessions``, the queries times
+# ``--query_repeats``): its per-session arrays are made whole.
+MAX_SESSIONS = 10_000_000
+
+
 def repeated(env, named, repeats: int):
   """``env`` and ``named [Q, A]`` with every query ``repeats`` times:
   session ``s`` is query ``s % Q`` (``env.query``), so the first ``Q``
@@ -213,11 +218,25 @@ class WorldSource(data_source.Source, data_source.TracedFace,
 
   def _session_problems(self, num_sessions) -> list[str]:
     """More sessions than the world's queries give is an error naming the
-    flags that give more, before anything loads."""
+    flags that give more, and so are more repeated sessions than a run
+    holds (``MAX_SESSIONS``), before anything is made: the advice of each
+    refusal runs."""
     queries = self.config.world.num_test_triplets
     repeats = self.config.query_repeats
     if repeats < 1:
       return [f'--query_repeats must be >= 1, got {repeats}']
+    if num_sessions is not None and num_sessions > MAX_SESSIONS:
+      return [f'--num_sessions={num_sessions}: at most {MAX_SESSIONS:,} '
+              'sessions a run (its per-session arrays and outputs); split '
+              'the sweep into runs with other --user_seed values']
+    if queries * repeats > MAX_SESSIONS:
+      return [f'--query_repeats={repeats}: {queries} queries x {repeats} '
+              f'repeats is {queries * repeats:,} sessions, more than the '
+              f'{MAX_SESSIONS:,} a run holds; pass at most --query_repeats='
+              f'{max(MAX_SESSIONS // max(queries, 1), 1)}' + (
+                  f' (--num_sessions={num_sessions} needs '
+                  f'{-(-num_sessions // queries)})'
+                  if num_sessions is not None else '')]
     if num_sessions is None or num_sessions <= queries * repeats:
       return []
     world = self.config.world
