@@ -96,6 +96,11 @@ def _videos(run_dir, run):
     raise app.UsageError(f'{run_dir}: its data cannot be rebuilt ({e}); '
                          'pass --nomedia to see ids only') from e
   env, source = built.env, built.source
+  from recovr_jax.run import integrity  # pylint: disable=g-import-not-at-top
+  problem = viewer.rebuilt_problem(run_dir,
+                                   integrity.resolved_config(config, source))
+  if problem:
+    raise app.UsageError(problem)
   ids = tuple(env.video_ids) if env.video_ids is not None else None
   for row in run.rows.values():
     want = row.get('target_id')

@@ -94,6 +94,40 @@ class Run:
   header: str               # the report's first line
 
 
+def _data_read(resolved: dict) -> dict:
+  """What a run's ``resolved_config.json`` says of the data it read: its
+  source's settings and its input files' digests."""
+  files = resolved.get('files') or {}
+  return {'data': resolved.get('data'),
+          'files': {k: (v.get('sha256') if isinstance(v, dict) else v)
+                    for k, v in files.items()}}
+
+
+def _short(value) -> str:
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + '...'
+
+
+def rebuilt_problem(run_dir, rebuilt: dict) -> str | None:
+  """Whether the data the viewer rebuilt from a run's ``flags.txt``
+  (``rebuilt``: its ``integrity.resolved_config``) is the data the run
+  read (its ``resolved_config.json``): None, or a line naming what
+  differs (``flags.txt`` edited since, or the inputs changed)."""
+  d = pathlib.Path(run_dir)
+  old = _data_read(readers.read_json(d / 'resolved_config.json'))
+  new = _data_read(rebuilt)
+  differ = []
+  for part in ('data', 'files'):
+    a, b = old[part] or {}, new[part] or {}
+    differ += [f'{part}.{k}: {_short(a.get(k))} -> {_short(b.get(k))}'
+               for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+  if not differ:
+    return None
+  return (f'{d / "flags.txt"}: it rebuilds other data than the run read '
+          f'({"; ".join(differ[:3])}): edited since the run, or its inputs '
+          'changed; pass --nomedia to see ids only')
+
+
 def _is_number(x) -> bool:
   return isinstance(x, (int, float)) and not isinstance(x, bool)
 

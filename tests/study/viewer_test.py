@@ -381,6 +381,20 @@ class WorldTruthTest(absltest.TestCase):
           self.assertNotEmpty(truth.read(rec['search']))
         turns += 1
     self.assertGreater(turns, 5)
+    # The data rebuilt from the run's flags is the run's; from edited
+    # flags (another world seed) it is not, and the viewer says so.
+    from recovr_jax.run import integrity  # pylint: disable=g-import-not-at-top
+    source = run_config.source(config)
+    self.assertIsNone(viewer.rebuilt_problem(
+        out, integrity.resolved_config(config, source)))
+    edited = dataclasses.replace(config, data=dataclasses.replace(
+        config.data, world=dataclasses.replace(config.data.world,
+                                               seed=config.data.world.seed
+                                               + 1)))
+    problem = viewer.rebuilt_problem(out, integrity.resolved_config(
+        edited, run_config.source(edited)))
+    self.assertIn('flags.txt: it rebuilds other data than the run read '
+                  '(data.world:', problem)
     # Another turn's words are not this turn's: no named values then.
     row = run.rows['recovr', run.sessions[0]]
     if row['turns'][1]['action'] != 'stopped':
