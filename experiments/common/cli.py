@@ -22,7 +22,7 @@ import textwrap
 from absl import app
 from absl import flags
 
-from experiments.common import early
+from experiments.common import flagfiles
 
 HELP_ARGS = ('--help', '--helpshort', '-h', '-?', '--help=true',
              '--helpshort=true')
@@ -122,7 +122,7 @@ def run(main, groups=None, defaults=None, own: int | None = None,
   ``quick_exit``: a function saying, once ``main`` has returned None (its
   work done, every file it wrote closed), whether the process may end at
   once (``exit_now``) instead of through Python's teardown."""
-  early.shipped_flagfiles(sys.argv)
+  flagfiles.shipped(sys.argv)
   asked = [a for a in sys.argv[1:] if a in HELP_ARGS + HELP_FULL]
   if groups is not None and set(asked) - set(HELP_FULL):
     doc = getattr(sys.modules.get('__main__'), '__doc__', '')

@@ -18,9 +18,10 @@ the run's own checks (``run_flags.run_config``).
 
 import difflib
 import json
-import os
 import pathlib
 import sys
+
+from experiments.common import flagfiles
 
 MANIFEST = pathlib.Path(__file__).with_name('runner_flags.json')
 PROGRAM = 'experiments.run'
@@ -97,33 +98,12 @@ def unknown_flags(args, manifest: dict) -> list[tuple[str, str | None]]:
   return out
 
 
-# The folder that holds the ``experiments`` package: the checkout, or
-# site-packages after ``pip install``.
-SHIPPED = pathlib.Path(__file__).resolve().parents[2]
-
-
-def shipped_flagfiles(argv: list) -> list:
-  """``argv`` (changed in place, and returned) with each
-  ``--flagfile=experiments/flagfiles/<name>`` that the working folder
-  lacks read from the installed package's copy, so the documented commands
-  work from any folder; a path that exists, or that names no shipped
-  file, is left for absl."""
-  for i, arg in enumerate(argv):
-    if not arg.startswith('--flagfile='):
-      continue
-    path = arg.split('=', 1)[1]
-    if (path.startswith('experiments/flagfiles/') and
-        not os.path.exists(path) and (SHIPPED / path).is_file()):
-      argv[i] = f'--flagfile={SHIPPED / path}'
-  return argv
-
-
 def answer(argv) -> None:
   """Answers the help and refuses an undefined flag or a value its parser
   refuses in ``argv`` (the runner's command line) at once, exiting;
   returns when absl should parse it. ``argv``'s shipped flag files are
-  found first (``shipped_flagfiles``)."""
-  shipped_flagfiles(argv)
+  found first (``flagfiles.shipped``)."""
+  flagfiles.shipped(argv)
   if not MANIFEST.is_file():
     return
   manifest = json.loads(MANIFEST.read_text())

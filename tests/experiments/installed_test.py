@@ -1,7 +1,7 @@
 """The quickstart's first steps from a folder outside the checkout, with the
 package installed as a wheel installs it (not editable): ``experiments`` and
 its flag files ship (setup.py), and ``--flagfile=experiments/flagfiles/...``
-finds the installed copy (``early.shipped_flagfiles``)."""
+finds the installed copy (``flagfiles.shipped``)."""
 
 import json
 import os
