@@ -334,7 +334,7 @@ class GroundedReaderJitTest(absltest.TestCase):
             sigmas.add(hr['sigma'])
     self.assertGreater(reader.grounded, 0)
     from recovr_jax.reasoning import rules_core  # pylint: disable=g-import-not-at-top
-    self.assertTrue(np.any(np.asarray(table.arrays()[2]) ==
+    self.assertTrue(np.any(np.asarray(table.arrays()[3]) ==
                            rules_core.ABSTAIN))  # host and jit abstained
     self.assertIn('neu', sigmas)  # answers to the question shown
     self.assertIn('pos', sigmas)

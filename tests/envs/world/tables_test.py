@@ -46,6 +46,12 @@ def _pairs(rng, n, num_queries=4):
 
 class WordTableTest(absltest.TestCase):
 
+  def _read(self, table, pairs, least=0):
+    """Each pair's lookup: (found, mentions, negative, embedding, label)."""
+    arrays = table.arrays(least)
+    return [tuple(np.asarray(x).tolist() for x in words.lookup(arrays, q, k))
+            for q, k in pairs]
+
   def test_filled_in_steps_equals_filled_at_once(self):
     pairs = _pairs(np.random.default_rng(0), 60)
     steps, once = _word_table(), _word_table()
@@ -53,34 +59,57 @@ class WordTableTest(absltest.TestCase):
         len(pairs))]
     for part in np.array_split(np.arange(len(order)), 5):  # unsorted parts
       steps.add([order[i] for i in part])
-      steps.arrays()  # the arrays in between are made and dropped
+      steps.arrays()  # each call sends the entries added since the last
     steps.add(order[:7])  # held already: nothing new
     once.add(pairs)
-    for got, want in zip(steps.arrays(128), once.arrays(128)):
-      np.testing.assert_array_equal(got, want)
-    queries, keys = map(np.asarray, steps.arrays(128)[:2])
-    self.assertEqual(list(zip(queries[:len(pairs)].tolist(),
-                              keys[:len(pairs)].tolist())), pairs)  # sorted
-    self.assertTrue((keys[len(pairs):] == np.iinfo(np.int32).max).all())
+    absent = [(q, k + 1) for q, k in pairs if (q, k + 1) not in set(pairs)]
+    self.assertEqual(self._read(steps, pairs + absent, 128),
+                     self._read(once, pairs + absent, 128))
+    found = [r[0] for r in self._read(steps, pairs + absent)]
+    self.assertEqual(found, [True] * len(pairs) + [False] * len(absent))
+    slot_keys = np.asarray(steps.arrays()[1])
+    self.assertEqual(int((slot_keys >= 0).sum()), len(pairs))
+    self.assertGreaterEqual(slot_keys.size, 2 * len(pairs))
+
+  def test_only_new_entries_are_sent(self):
+    pairs = _pairs(np.random.default_rng(7), 40)
+    table = _word_table()
+    table.add(pairs[:20])
+    first = table.arrays(256)
+    table.add(pairs[20:])
+    later = table.arrays(256)
+    # The same buffers, written in place: the earlier ones were donated.
+    self.assertTrue(all(a.is_deleted() for a in first))
+    self.assertEqual([a.shape for a in later], [a.shape for a in first])
+    self.assertTrue(all(r[0] for r in self._read(table, pairs, 256)))
+
+  def test_a_full_table_doubles_and_finds_everything(self):
+    pairs = _pairs(np.random.default_rng(8), 150)
+    table = _word_table()
+    table.add(pairs[:50])
+    self.assertEqual(table.arrays()[3].shape[0], 64)
+    table.add(pairs[50:])
+    self.assertEqual(table.arrays()[3].shape[0], 256)
+    self.assertTrue(all(r[0] for r in self._read(table, pairs)))
 
   def test_each_row_is_its_keys_entry(self):
     pairs = _pairs(np.random.default_rng(2), 30)
     table = _word_table()
     table.add(pairs[::2])
+    table.arrays()  # sent without embeddings, then again with them
     table.hold_embeddings(_encode, _DIM)  # the held entries encoded now
     table.add(pairs[1::2])
-    queries, keys, mentions, negative, embedding, label = map(
-        np.asarray, table.arrays())
-    for i, (q, k) in enumerate(pairs):
+    for (q, k), (found, mentions, negative, embedding, label) in zip(
+        pairs, self._read(table, pairs)):
       user_words = table.words(q, k)
-      self.assertEqual((queries[i], keys[i]), (q, k))
+      self.assertTrue(found)
       want = np.full(3, -1, np.int32)
       for a, v in _parse(user_words).items():
         want[a] = v
-      np.testing.assert_array_equal(mentions[i], want)
-      self.assertEqual(label[i], len(user_words) % 4)
-      self.assertFalse(negative[i])
-      np.testing.assert_array_equal(embedding[i], _encode([user_words])[0])
+      np.testing.assert_array_equal(mentions, want)
+      self.assertEqual(label, len(user_words) % 4)
+      self.assertFalse(negative)
+      np.testing.assert_array_equal(embedding, _encode([user_words])[0])
 
   def test_lookup_finds_every_entry_of_any_number_of_sessions(self):
     # Sessions past what one int32 key of (session, turn, code) could hold
@@ -92,13 +121,13 @@ class WordTableTest(absltest.TestCase):
     table.add(pairs)
     arrays = table.arrays()
     for q, k in pairs[::7]:
-      found, mentions, _, _, label = words.lookup(*arrays, q, k)
+      found, mentions, _, _, label = words.lookup(arrays, q, k)
       self.assertTrue(found)
       self.assertEqual(int(label), len(table.words(q, k)) % 4)
     held = set(pairs)
     for q, k in [(pairs[0][0], pairs[0][1] + 1), (pairs[-1][0] + 1, 0),
                  (0, 0), (many - 1, words.CODES - 1)]:
-      found = words.lookup(*arrays, q, k)[0]
+      found = words.lookup(arrays, q, k)[0]
       self.assertEqual(bool(found), (q, k) in held, (q, k))
 
 
@@ -135,7 +164,7 @@ class KeptWordTableTest(absltest.TestCase):
     self.assertEqual(later.add(pairs), 0)
     self.assertEqual(user.written, 0)
     for got, want in zip(later.arrays(128), first.arrays(128)):
-      np.testing.assert_array_equal(got, want)
+      np.testing.assert_array_equal(got, want)  # same order, same slots
     for q, k in pairs:
       self.assertEqual(later.words(q, k), first.words(q, k))
     # Unkept, a table writes every turn again (the count is not vacuous).
@@ -200,7 +229,7 @@ class DialogueTableTest(absltest.TestCase):
     self.assertTrue(found)
     self.assertEqual(dialogues.texts(int(node)),
                      ('m1', word_table.words(1, k), word_table.words(1, k2)))
-    found, node, _ = words.lookup_dialogue(tables, 4, 2,
+    found, node, _ = words.lookup_dialogue(dialogues.arrays(), 4, 2,
                                                int(pairs[0][1]) + 1)
     self.assertFalse(found)
     self.assertEqual(int(node), 2)
@@ -279,8 +308,18 @@ class PhraseTableTest(absltest.TestCase):
     self.assertEqual(index[0], 0)
     self.assertEqual(index[phrase_table.NUM_CODES], 0)
     self.assertEqual(int((index >= 0).sum()), 6)
-    # Arrays handed out before the adds are as they were.
-    self.assertEqual(int((np.asarray(first[0]) >= 0).sum()), 2)
+    # The arrays handed out before the adds were written in place.
+    self.assertTrue(all(a.is_deleted() for a in first))
+
+  def test_a_full_table_doubles(self):
+    table = phrase_table.PhraseTable(_encode, _DIM)
+    codes = np.arange(1, phrase_table.MIN_ROWS + 5)
+    table.add(codes)
+    index, rows = map(np.asarray, table.arrays())
+    self.assertEqual(rows.shape[0], 2 * phrase_table.MIN_ROWS)
+    for c in (1, phrase_table.MIN_ROWS - 1, phrase_table.MIN_ROWS + 4):
+      np.testing.assert_array_equal(
+          rows[index[c]], _encode([phrase_table.phrase_text(c)])[0])
 
 
 if __name__ == '__main__':

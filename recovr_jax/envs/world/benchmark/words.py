@@ -14,8 +14,10 @@ A decision is keyed by two int32s, its session (``query``: the index of
 the session's query in the environment's arrays, which is its own under
 ``--query_repeats``) and ``(turn * CODES + code)`` with ``code = (action *
 2^9 + named mask) * 8 + prefix`` (room for eight attributes: the layout of a
-world whose layout is describable); the table is sorted by the pair and
-searched by a branchless binary search, so it takes any number of sessions.
+world whose layout is describable); the table finds the pair in an
+open-addressing hash table, so it takes any number of sessions. Its rows
+are append-only and live on the device (``device_rows``): an add sends only
+its new rows and slots.
 
 Methods that read the words themselves get their embeddings: each word
 table entry's (``encode_text``, for MERLIN's answers) and, in a
@@ -36,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax.envs.world.benchmark import device_rows
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.reasoning import rules
@@ -43,7 +46,6 @@ from recovr_jax.reasoning import rules
 _PREFIXES = 8            # room for the Rewrite prefixes (5)
 _MASKS = 2 ** (generator.NUM_ATTRIBUTES + 1)  # and for the layout's bit
 CODES = 4 * _MASKS * _PREFIXES
-_EMPTY_KEY = np.iinfo(np.int32).max
 
 
 def key(turn, action, named, prefix):
@@ -63,27 +65,46 @@ def decode(k: int, num_attributes: int = generator.NUM_ATTRIBUTES):
   return turn, action, named, prefix
 
 
-def _position(queries, keys, query, k):
-  """The number of entries below ``(query, k)`` in the table sorted by
-  ``(queries, keys)`` (traced; a branchless binary search, as many steps as
-  the power-of-two capacity has bits)."""
-  size = queries.shape[0]
-  at = jnp.asarray(0, jnp.int32)
-  step = 1 << (size.bit_length() - 1)
-  while step:
-    i = jnp.minimum(at + step - 1, size - 1)
-    below = (queries[i] < query) | ((queries[i] == query) & (keys[i] < k))
-    at = jnp.where(below & (at + step <= size), at + step, at)
-    step >>= 1
-  return at
-
-
-def lookup(queries, keys, mentions, negative, embedding, label, query, k):
+def lookup(tables, query, k):
   """``(found, mentions [A], negative, embedding [D], label)`` of decision
-  ``k`` of session ``query`` in a table sorted by ``(queries, keys)``."""
-  i = jnp.minimum(_position(queries, keys, query, k), keys.shape[0] - 1)
-  return ((queries[i] == query) & (keys[i] == k), mentions[i], negative[i],
-          embedding[i], label[i])
+  ``k`` of session ``query`` (traced; ``tables`` from
+  ``WordTable.arrays()``); a decision not held reads as no mentions, not
+  negative, a zero embedding and label -1."""
+  slot_query, slot_key, slot_row, mentions, negative, embedding, label = (
+      tables)
+  mask = slot_key.shape[0] - 1
+  start = (_hash(query, k, jnp) & mask).astype(jnp.int32)
+
+  def probing(i):
+    return (slot_key[i] != -1) & ~((slot_key[i] == k) &
+                                   (slot_query[i] == query))
+
+  i = jax.lax.while_loop(probing, lambda i: (i + 1) & mask, start)
+  found = (slot_key[i] == k) & (slot_query[i] == query) & (slot_key[i] >= 0)
+  row = jnp.where(found, slot_row[i], 0)
+  return (found, jnp.where(found, mentions[row], -1),
+          found & negative[row], jnp.where(found, embedding[row], 0.0),
+          jnp.where(found, label[row], -1))
+
+
+def _slots_of(pairs, slots, values):
+  """Puts ``pairs`` (with ``values``: their rows or nodes) into the host
+  mirror ``slots`` = ``(first, second, value)`` [H] (linear probing,
+  second -1 empty); returns the slots they went to."""
+  queries, keys, at = slots
+  mask = keys.shape[0] - 1
+  placed = np.empty(len(pairs), np.int64)
+  if not pairs:
+    return placed
+  q = np.asarray([p[0] for p in pairs], np.int64)
+  k = np.asarray([p[1] for p in pairs], np.int64)
+  firsts = (_hash(q, k, np) & np.uint32(mask)).astype(np.int64)
+  for n, i in enumerate(firsts.tolist()):
+    while keys[i] != -1:
+      i = (i + 1) & mask
+    queries[i], keys[i], at[i] = q[n], k[n], values[n]
+    placed[n] = i
+  return placed
 
 
 class WordTable:
@@ -111,13 +132,17 @@ class WordTable:
     self._turns = num_turns
     self._encode = encode_text  # None: no embeddings held
     self._dim = dim if encode_text is not None else 1
-    self._entries = {}   # (query, key) -> (mentions [A] int32, negative,
-                         # words, label)
+    # (query, key) -> (mentions [A] int32, negative, words, label); an
+    # entry's row in the device's columns is its place in this order.
+    self._entries = {}
     self._embedding = {}  # (query, key) -> [D] float32 (with encode_text)
-    # The entries as arrays in key order (``arrays`` before padding),
-    # merged with each ``add``'s new entries.
-    self._sorted = self._columns([])
-    self._arrays = None
+    # On the device (made at the first ``arrays()``): the slots (query,
+    # key, row) with their host mirror, the rows, and how many entries
+    # they hold.
+    self._slots = None
+    self._mirror = None
+    self._rows = None
+    self._sent = 0
     # The file the table is kept in between runs (``save``; None: none),
     # and how many entries it held when last read or written.
     self._store = None if store is None else pathlib.Path(store)
@@ -163,7 +188,6 @@ class WordTable:
                              bool(stored['negative'][i]),
                              text[starts[i]:ends[i]],
                              int(stored['label'][i]))
-    self._sorted = self._columns(sorted(self._entries))
     self._stored = len(self._entries)
 
   def save(self) -> int:
@@ -200,7 +224,8 @@ class WordTable:
   def add(self, pairs) -> int:
     """Writes and parses the decisions ``(query, key)`` of ``pairs`` not
     yet held; returns how many were new."""
-    new = sorted({(int(q), int(k)) for q, k in pairs} - set(self._entries))
+    new = sorted(p for p in {(int(q), int(k)) for q, k in pairs}
+                 if p not in self._entries)
     num = self._attributes.shape[1]
     for query, k in new:
       turn, action, named, prefix = decode(k, num)
@@ -216,26 +241,14 @@ class WordTable:
       vectors = np.asarray(self._encode([self._entries[e][2] for e in new]),
                            np.float32)
       self._embedding.update(zip(new, vectors))
-    if new:
-      # The new pairs are not held: each goes before the first pair above
-      # it (pairs ordered as int64 query * span + key).
-      span = np.int64(self._turns + 1) * CODES
-      held = self._sorted[0].astype(np.int64) * span + self._sorted[1]
-      at = np.searchsorted(held, [q * span + k for q, k in new])
-      self._sorted = tuple(np.insert(column, at, added, axis=0)
-                           for column, added in zip(self._sorted,
-                                                    self._columns(new)))
-      self._arrays = None
     return len(new)
 
   def _columns(self, pairs):
-    """``(queries, keys, mentions, negative, embedding, label)`` of the
-    held entries ``pairs`` (in that order), unpadded."""
+    """``(mentions, negative, embedding, label)`` of the held entries
+    ``pairs`` (in that order)."""
     entries = [self._entries[e] for e in pairs]
     num, dim = self._attributes.shape[1], self._dim
-    return (np.asarray([q for q, _ in pairs], np.int32).reshape(len(pairs)),
-            np.asarray([k for _, k in pairs], np.int32).reshape(len(pairs)),
-            np.asarray([e[0] for e in entries], np.int32).reshape(-1, num),
+    return (np.asarray([e[0] for e in entries], np.int32).reshape(-1, num),
             np.asarray([e[1] for e in entries], bool).reshape(len(pairs)),
             (np.asarray([self._embedding[e] for e in pairs], np.float32
                         ).reshape(-1, dim) if self._encode is not None
@@ -256,26 +269,44 @@ class WordTable:
       vectors = np.asarray(encode_text([self._entries[k][2] for k in keys]),
                            np.float32)
       self._embedding.update(zip(keys, vectors))
-    self._sorted = self._columns(keys)
-    self._arrays = None
+    self._rows = None  # the rows again, with their embeddings
 
   def arrays(self, least: int = 0):
-    """``(queries [C] int32, keys [C] int32, mentions [C, A] int32,
-    negative [C] bool, embedding [C, D] float32, label [C] int32)``, sorted
-    by ``(queries, keys)`` (``D`` 1, zeros,
-    without ``encode_text``; label -1 without a label reader), padded to a
-    power-of-two capacity ``C`` of at least ``least`` entries (so the
-    jitted run recompiles only when the table outgrows it: a run asks for
-    room for every turn it can add)."""
+    """``(slot query [H], slot key [H], slot row [H] int32, mentions
+    [C, A] int32, negative [C] bool, embedding [C, D] float32, label [C]
+    int32)``: an open-addressing hash table of ``H = 2 C`` slots (empty
+    slots have key -1) over the entries' rows (``D`` 1, zeros, without
+    ``encode_text``; label -1 without a label reader). ``C`` is a power of
+    two of at least ``least`` entries (a run asks for room for every turn
+    it can add, so that its programs compile once) and doubles when the
+    table fills. Only the entries added since the last call are sent."""
     capacity = _capacity(max(len(self._entries), least))
-    if self._arrays is None or self._arrays[0].shape[0] != capacity:
-      pad = capacity - len(self._entries)
-      self._arrays = tuple(
-          jnp.asarray(np.pad(held, [(0, pad)] + [(0, 0)] * (held.ndim - 1),
-                             constant_values=empty))
-          for held, empty in zip(self._sorted, (_EMPTY_KEY, _EMPTY_KEY, -1,
-                                                False, 0, -1)))
-    return self._arrays
+    if self._rows is None or capacity > self._rows.capacity:
+      num, dim = self._attributes.shape[1], self._dim
+      if self._rows is not None:
+        logging.info('word table: %d rows full; grown to %d (the programs '
+                     'that read it compile again)', self._rows.capacity,
+                     capacity)
+      self._rows = device_rows.DeviceRows(
+          'word table', [((num,), np.int32, -1), ((), bool, False),
+                         ((dim,), np.float32, 0.0), ((), np.int32, -1)],
+          capacity)
+      self._mirror = (np.zeros(2 * capacity, np.int32),
+                      np.full(2 * capacity, -1, np.int32),
+                      np.zeros(2 * capacity, np.int32))
+      self._slots = device_rows.DeviceRows(
+          'word slots', [((), np.int32, 0), ((), np.int32, -1),
+                         ((), np.int32, 0)], 2 * capacity)
+      self._sent = 0
+    if self._sent < len(self._entries):
+      pairs = list(itertools.islice(self._entries, self._sent, None))
+      placed = _slots_of(pairs, self._mirror,
+                         range(self._sent, len(self._entries)))
+      self._slots.write(placed, [m[placed] for m in self._mirror])
+      self._rows.write(np.arange(self._sent, len(self._entries)),
+                       self._columns(pairs))
+      self._sent = len(self._entries)
+    return self._slots.arrays() + self._rows.arrays()
 
 
 _STORED = ('queries', 'keys', 'mentions', 'negative', 'label', 'text', 'ends')
@@ -305,9 +336,10 @@ def store_path(cache_dir, *made_by) -> pathlib.Path:
   return pathlib.Path(cache_dir).absolute() / f'words-{h.hexdigest()[:32]}.npz'
 
 
-# The entries a run's word and dialogue tables hold room for from the
-# start (``jit_runner.run`` asks for it): `main` (500 sessions x 23 methods)
-# writes about 6,000 user turns and 2,000 dialogues.
+# The fewest entries a run's word and dialogue tables hold room for from
+# the start (``traced_face``'s filler asks for three per user turn of the
+# run, and at least this): `main` (500 sessions x 23 methods) writes about
+# 6,000 user turns and 2,000 dialogues.
 MIN_ENTRIES = 8192
 
 
@@ -319,8 +351,8 @@ def _capacity(n: int, least: int = 64) -> int:
 
 def empty_arrays(num_attributes: int = generator.NUM_ATTRIBUTES):
   """A table of nothing (runs whose words need no tabulating)."""
-  return (jnp.full((1,), _EMPTY_KEY, jnp.int32),
-          jnp.full((1,), _EMPTY_KEY, jnp.int32),
+  return (jnp.zeros((2,), jnp.int32), jnp.full((2,), -1, jnp.int32),
+          jnp.zeros((2,), jnp.int32),
           jnp.full((1, num_attributes), -1, jnp.int32),
           jnp.zeros((1,), bool), jnp.zeros((1, 1), jnp.float32),
           jnp.full((1,), -1, jnp.int32))
@@ -360,12 +392,15 @@ class DialogueTable:
     self._children = {}   # (parent, word) -> node id
     self._texts = {}      # node id (>= Q) -> tuple of utterances
     self._session = {}    # node id (>= Q) -> its root (the session)
-    # [D] per node id - Q, in the first ``_size`` rows of a buffer that
-    # doubles when full (an add writes only its new rows).
-    self._rows = np.zeros((0, dim), np.float32)
     self._size = 0
-    self._slots = None    # (parent, word, node) slots, the nodes they hold
-    self._arrays = None
+    # Embeddings (node id - Q, [n, D]) not yet on the device; there, the
+    # rows, the slots (parent, word, node) with their host mirror, and how
+    # many nodes the slots hold.
+    self._pending = []
+    self._rows = None
+    self._slots = None
+    self._mirror = None
+    self._sent = 0
     self._store = None if store is None else pathlib.Path(store)
     self._stored = 0
     if self._store is not None:
@@ -409,9 +444,7 @@ class DialogueTable:
       vectors = np.asarray(self._encode([SEPARATOR.join(texts[n])
                                          for n in sorted(texts)]),
                            np.float32)
-      self._rows = np.zeros((_capacity(len(vectors)), self._dim),
-                            np.float32)
-      self._rows[:len(vectors)] = vectors
+      self._pending.append((0, vectors))
       self._size = len(vectors)
     self._stored = self._size
 
@@ -445,7 +478,8 @@ class DialogueTable:
     """Encodes the dialogues ``(parent, word key)`` not yet held (each
     word key, with the parent's session, must be in the word table);
     returns how many were new."""
-    new = sorted({(int(p), int(w)) for p, w in pairs} - set(self._children))
+    new = sorted(e for e in {(int(p), int(w)) for p, w in pairs}
+                 if e not in self._children)
     texts = []
     for parent, word in new:
       node = len(self._roots) + self._size + len(texts)
@@ -458,44 +492,42 @@ class DialogueTable:
       texts.append(SEPARATOR.join(self._texts[node]))
     if texts:
       vectors = np.asarray(self._encode(texts), np.float32)
-      end = self._size + len(vectors)
-      if end > len(self._rows):  # full: a buffer of twice the room
-        grown = np.zeros((_capacity(end), self._dim), np.float32)
-        grown[:self._size] = self._rows[:self._size]
-        self._rows = grown
-      self._rows[self._size:end] = vectors
-      self._size = end
-      self._arrays = None
+      self._pending.append((self._size, vectors))
+      self._size += len(vectors)
     return len(new)
 
   def arrays(self, least: int = 0):
     """``(parent [H], word [H], node [H] int32, rows [R, D] float32)``:
-    an open-addressing hash table of ``H`` slots (a power of two, at most
-    half full; empty slots have word ``-1``) and the nodes' embeddings
-    (node ``n``'s is row ``n - Q``), with room for at least ``least``
-    nodes (as ``WordTable.arrays``). A lookup finds the same node whatever
-    order the pairs went in, so the slots only gain the pairs added since
-    the last call (all of them again when ``H`` grows)."""
-    size = max(len(self._children), least)
-    slots, capacity = _capacity(2 * size + 2), _capacity(size)
-    if self._arrays is None or (self._arrays[0].shape[0],
-                                self._arrays[3].shape[0]) != (slots, capacity):
-      if self._slots is None or self._slots[0].shape[0] != slots:
-        self._slots = (np.zeros(slots, np.int32), np.full(slots, -1, np.int32),
-                       np.zeros(slots, np.int32), 0)
-      parent, word, node, held = self._slots
-      parent, word, node = parent.copy(), word.copy(), node.copy()
-      pairs = list(itertools.islice(self._children.items(), held, None))
-      for (p, w), n in pairs:
-        i = int(_hash(np.array([p]), np.array([w]), np)[0]) & (slots - 1)
-        while word[i] != -1:
-          i = (i + 1) & (slots - 1)
-        parent[i], word[i], node[i] = p, w, n
-      self._slots = (parent, word, node, held + len(pairs))
-      rows = np.zeros((capacity, self._dim), np.float32)
-      rows[:self._size] = self._rows[:self._size]
-      self._arrays = tuple(jnp.asarray(x) for x in (parent, word, node, rows))
-    return self._arrays
+    an open-addressing hash table of ``H = 2 R`` slots (empty slots have
+    word ``-1``) and the nodes' embeddings (node ``n``'s is row ``n - Q``),
+    with room for at least ``least`` nodes (as ``WordTable.arrays``). A
+    lookup finds the same node whatever order the pairs went in, so only
+    the pairs and rows added since the last call are sent (the slots all
+    again, and the rows copied on the device, when ``R`` doubles)."""
+    capacity = _capacity(max(self._size, least))
+    if self._rows is None:
+      self._rows = device_rows.DeviceRows(
+          'dialogue table', [((self._dim,), np.float32, 0.0)], capacity)
+    if self._slots is None or capacity > self._rows.capacity:
+      self._rows.grow(capacity)
+      self._mirror = (np.zeros(2 * capacity, np.int32),
+                      np.full(2 * capacity, -1, np.int32),
+                      np.zeros(2 * capacity, np.int32))
+      self._slots = device_rows.DeviceRows(
+          'dialogue slots', [((), np.int32, 0), ((), np.int32, -1),
+                             ((), np.int32, 0)], 2 * capacity)
+      self._sent = 0
+    if self._sent < len(self._children):
+      pairs = list(itertools.islice(self._children.items(), self._sent,
+                                    None))
+      placed = _slots_of([p for p, _ in pairs], self._mirror,
+                         [n for _, n in pairs])
+      self._slots.write(placed, [m[placed] for m in self._mirror])
+      self._sent = len(self._children)
+    for start, vectors in self._pending:
+      self._rows.write(np.arange(start, start + len(vectors)), [vectors])
+    self._pending = []
+    return self._slots.arrays() + self._rows.arrays()
 
 
 def _node_digest(parents, keys) -> str:

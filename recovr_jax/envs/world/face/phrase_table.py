@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recovr_jax.envs.world.benchmark import device_rows
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 
@@ -58,20 +59,24 @@ def phrase_text(c: int) -> str:
 
 class PhraseTable:
   """Embeddings of the reasoner's canonical texts, by code, filled lazily
-  with ``encode_text``. Row 0 is the empty text (its channel is invalid)."""
+  with ``encode_text``. Row 0 is the empty text (its channel is invalid).
+  The index and the rows live on the device (``device_rows``): an add
+  sends only its new rows and index entries."""
 
   def __init__(self, encode_text, dim: int):
     self._encode = encode_text
     self._dim = dim
-    # ``arrays`` before padding, replaced (never written in place: arrays
-    # already handed out stay as they were) by each ``add``.
-    self._index = np.full(2 * NUM_CODES, -1, np.int32)
+    self._index = np.full(2 * NUM_CODES, -1, np.int32)  # the host's mirror
     self._index[[0, NUM_CODES]] = 0
-    self._rows = np.zeros((1, dim), np.float32)
-    self._cache = None
+    self._size = 1
+    self._device_index = device_rows.DeviceRows(
+        'phrase index', [((), np.int32, -1)], 2 * NUM_CODES)
+    self._device_index.write([0, NUM_CODES], [np.zeros(2, np.int32)])
+    self._rows = device_rows.DeviceRows(
+        'phrase table', [((dim,), np.float32, 0.0)], MIN_ROWS)
 
   def __len__(self):
-    return len(self._rows)
+    return self._size
 
   def missing(self, codes) -> list[int]:
     codes = np.unique(np.asarray(codes, np.int64))
@@ -83,22 +88,20 @@ class PhraseTable:
     if new:
       emb = np.asarray(self._encode([phrase_text(c) for c in new]),
                        np.float32)
-      start = len(self)
-      self._index = self._index.copy()
-      self._index[new] = np.arange(start, start + len(new), dtype=np.int32)
-      self._rows = np.concatenate([self._rows, emb])
-      self._cache = None
+      at = np.arange(self._size, self._size + len(new), dtype=np.int32)
+      self._index[new] = at
+      self._size += len(new)
+      self._rows.grow(max(MIN_ROWS, 1 << (self._size - 1).bit_length()))
+      self._device_index.write(new, [at])
+      self._rows.write(at, [emb])
     return len(new)
 
   def arrays(self):
     """``(index [2 * NUM_CODES] int32, rows [R, D] float32)``; ``index`` is
-    -1 for codes not in the table. ``R`` is at least ``MIN_ROWS``, rounded
-    up to a power of two, so that a growing table recompiles rarely."""
-    if self._cache is None:
-      capacity = max(MIN_ROWS, 1 << (len(self._rows) - 1).bit_length())
-      rows = np.pad(self._rows, ((0, capacity - len(self._rows)), (0, 0)))
-      self._cache = (jnp.asarray(self._index), jnp.asarray(rows))
-    return self._cache
+    -1 for codes not in the table. ``R`` is at least ``MIN_ROWS``, a power
+    of two that doubles when the table fills, so that a growing table
+    recompiles rarely."""
+    return self._device_index.arrays() + self._rows.arrays()
 
 
 def lookup(index, rows, c):

@@ -104,7 +104,7 @@ class WorldFace(traced.Face):
     dialogue_found = found
     if self.words:  # the decision's words, and whether they are tabulated
       word = words.key(turn, action, named, prefix)
-      found = words.lookup(*tables[1], query, word)[0]
+      found = words.lookup(tables[1], query, word)[0]
     if self.dialogues:
       dialogue_found = words.lookup_dialogue(
           tables[2], data.target.shape[0], state, word)[0]
@@ -127,7 +127,7 @@ class WorldFace(traced.Face):
       # What the reasoner reads out of the words (a placeholder, the named
       # values, where the host has not tabulated this decision).
       found, parsed, parsed_negative, utterance, label = words.lookup(
-          *tables[1], query, word)
+          tables[1], query, word)
       mentions = jnp.where(found, parsed, mentions)
       negative = jnp.where(found, parsed_negative, negative)
     if self.dialogues:
@@ -198,12 +198,13 @@ class _Filler:
     self.env = env
     self.words = word_table(env, config, seed)
     self.dialogues = dialogue_table(env, config, seed)
-    # Room in the tables for as many entries as these sessions have user
-    # turns (or as the table holds), and at least words_lib.MIN_ENTRIES, so
-    # the turns, and the methods after them, share one compiled program
-    # each (the tables' shapes are its inputs), and a rerun of the same
-    # sessions the program of the first.
-    turns = max(num_sessions * config.loop.num_turns, words.MIN_ENTRIES)
+    # Room in the tables for three entries per user turn of these sessions
+    # (`main`, 23 methods, writes about 2.4: the methods' decisions differ),
+    # or as the table holds, and at least words.MIN_ENTRIES, so the
+    # turns, and the methods after them, share one compiled program each
+    # (the tables' shapes are its inputs), and a rerun of the same sessions
+    # the program of the first. A table that fills anyway doubles.
+    turns = max(3 * num_sessions * config.loop.num_turns, words.MIN_ENTRIES)
     self.least_words = (0 if self.words is None
                         else max(len(self.words), turns))
     self.least_nodes = (0 if self.dialogues is None
