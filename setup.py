@@ -30,6 +30,9 @@ setuptools.setup(
         'orbax-checkpoint>=0.11.0,<0.13',
         'absl-py>=2.1.0',
         'chex>=0.1.88,<0.2',
+        # Large runs' trajectories as Parquet (recovr_jax/trajectory_files.py):
+        # the columnar file pandas, polars and DuckDB read.
+        'pyarrow>=14',
     ],
     extras_require={
         'test': ['pytest>=8.0', 'pytest-xdist>=3.5', 'pillow>=10.0',

@@ -71,7 +71,8 @@ SIMULATIONS = ('host', 'jit')
 CODE = ('recovr_jax', 'experiments', 'third_party', 'setup.py',
         'constraints.txt', 'README.md', 'LICENSE')
 CHECKPOINTS = 'recovr_jax/checkpoints'
-COMPARED = ('metrics.json', 'ranks.csv', 'trajectories.jsonl')
+COMPARED = ('metrics.json', 'ranks.csv', 'trajectories.jsonl',
+            'trajectories.parquet')
 
 _OUTPUT = flags.DEFINE_string('output', None, 'The archive to write '
                               '(.tar.gz).', required=True)

@@ -20,6 +20,7 @@ import numpy as np
 from experiments.common import cli
 from experiments.common import outputs
 from recovr_jax import readers
+from recovr_jax import trajectory_files
 from recovr_jax.core import resampling
 
 _RUNS = flags.DEFINE_list('runs', None, 'Run directories; the first is the '
@@ -37,11 +38,11 @@ _RESAMPLES = flags.DEFINE_integer('resamples', 10_000, 'Bootstrap resamples.')
 def hits(run_dir: pathlib.Path, method: str):
   """``(sessions, targets, [S, T+1] R@1 hits)`` of ``method`` in a run."""
   try:
-    readers.require_finished(run_dir, ('trajectories.jsonl',))
-    records = readers.read_jsonl(run_dir / 'trajectories.jsonl')
+    path = trajectory_files.path(run_dir)
+    readers.require_finished(run_dir, (path.name,))
+    records = trajectory_files.read(run_dir)
   except (OSError, ValueError) as e:
     raise app.UsageError(f'--runs: {e}') from e
-  path = run_dir / 'trajectories.jsonl'
   rows = []
   for n, d in enumerate(records, 1):
     if not (isinstance(d, dict) and {'method', 'session', 'target', 'turns'}

@@ -50,6 +50,7 @@ import jax
 import numpy as np
 
 from recovr_jax import readers
+from recovr_jax import trajectory_files
 from recovr_jax.core import list_metrics
 from recovr_jax.core import resampling
 
@@ -83,7 +84,8 @@ class Run:
 def load(directory) -> Run:
   """The ``Run`` of a finished run directory (``ranks.csv``, and
   ``trajectories.jsonl`` for rank-cap firing)."""
-  d = readers.require_finished(directory, ('ranks.csv', 'trajectories.jsonl'))
+  d = readers.require_finished(
+      directory, ('ranks.csv', trajectory_files.path(directory).name))
   rows = collections.defaultdict(dict)  # method -> (session, turn) -> row
   codes = {}
   # Read whole and checked (readers): a file cut mid-row or edited is an
@@ -117,7 +119,7 @@ def load(directory) -> Run:
     ranks[method], top1[method] = grid[..., 0], grid[..., 1]
   position = {int(s): i for i, s in enumerate(sessions)}
   fired = {}
-  for rec in readers.read_jsonl(d / 'trajectories.jsonl'):
+  for rec in trajectory_files.read(d):
     method = rec['method']
     if method not in ranks:
       continue

@@ -124,6 +124,7 @@ _NOT_IN_IDENTITY = ('methods', 'num_sessions', 'num_sessions_requested',
                     'bootstrap_baseline', 'bootstrap_also', 'seed', 'cache_dir', 'output_dir',
                     'resume', 'flags_text', 'max_error_share',
                     'allow_other_world_encoders', 'export_trec', 'plots',
+                    'trajectories_format',
                     'environment', 'jit_chunk_size', 'jit_buckets')
 
 

@@ -16,6 +16,7 @@ from recovr_jax.protocol import dialogue
 from recovr_jax.run import ask_scores
 from recovr_jax.run import figures
 from recovr_jax.run import reporting
+from recovr_jax import trajectory_files
 from recovr_jax.run import validation
 
 
@@ -25,7 +26,8 @@ from recovr_jax.run import validation
 OUTPUT_FILES = ('metrics.json', 'metrics.csv', 'ranks.csv', 'tables.tex',
                 'report.md', 'bootstrap.json', 'bootstrap_also.json',
                 'failure_modes.json', 'rank_cap_firing.json',
-                'trajectories.jsonl', 'dropped_rows.json', 'profile.json',
+                'trajectories.jsonl', 'trajectories.parquet',
+                'dropped_rows.json', 'profile.json',
                 'profile.md', 'plot_*.png', 'plot_*.pdf',
                 'reasoner_speed.json', 'reader.json',
                 't2v_ceiling.json', 'text_truncation.json')
@@ -295,9 +297,11 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   if also:
     (out / 'bootstrap_also.json').write_text(
         reporting.dumps(also, reporting.METRIC_DECIMALS))
-  encoder = json.JSONEncoder(sort_keys=True)  # json.dumps's, made once
-  with (out / 'trajectories.jsonl').open('w') as f:
-    f.writelines(encoder.encode(row) + '\n' for row in trajectories)
+  fmt = trajectory_files.chosen(config.trajectories_format,
+                                len(sessions) * len(displayed))
+  for other in (trajectory_files.JSONL, trajectory_files.PARQUET):
+    (out / other).unlink(missing_ok=True)  # a resumed run's other format
+  trajectory_files.write(out, trajectories, fmt)
   write_dialogue_truncation(config, out, env, trajectories, displayed)
   names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,

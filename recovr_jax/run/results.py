@@ -10,9 +10,9 @@ lists of row dicts with the same columns.
 import importlib.util
 
 from recovr_jax import readers
+from recovr_jax import trajectory_files
 
-OUTPUTS = ('metrics.csv', 'ranks.csv', 'trajectories.jsonl',
-           'resolved_config.json')
+OUTPUTS = ('metrics.csv', 'ranks.csv', 'resolved_config.json')
 
 
 def load_run(directory, pandas: bool | None = None) -> dict:
@@ -24,7 +24,7 @@ def load_run(directory, pandas: bool | None = None) -> dict:
   are fractions in [0, 1], not percentages as the report prints them; BRI
   is in log-rank units); ``ranks``: one row per method,
   session and turn (``ranks.csv``); ``trajectories``: one row per method,
-  session and turn of ``trajectories.jsonl`` (the session's ``method``,
+  session and turn of ``trajectories.jsonl`` or ``.parquet`` (the session's ``method``,
   ``session``, ``reference`` / ``target`` (gallery indices) with their
   ``reference_id`` / ``target_id``, ``error``, then the turn's fields:
   ``turn``, ``action``, ``feedback``, ``question``, the reasoner's replies,
@@ -41,7 +41,8 @@ def load_run(directory, pandas: bool | None = None) -> dict:
   ``INCOMPLETE`` marker of a run that has not finished),
   ``readers.FileError`` naming what is wrong in a file.
   """
-  d = readers.require_finished(directory, OUTPUTS)
+  d = readers.require_finished(
+      directory, OUTPUTS + (trajectory_files.path(directory).name,))
   if pandas is None:
     pandas = importlib.util.find_spec('pandas') is not None
   config = readers.read_json(d / 'resolved_config.json')
@@ -56,7 +57,7 @@ def load_run(directory, pandas: bool | None = None) -> dict:
       d / 'ranks.csv', ('method', 'session', 'turn', 'rank'),
       types={'session': int, 'turn': int, 'rank': int}, written_by_us=True)
   _check_ranks(d / 'ranks.csv', ranks, metrics, config)
-  turns = trajectory_rows(readers.read_jsonl(d / 'trajectories.jsonl'))
+  turns = trajectory_rows(trajectory_files.read(d))
   if pandas:
     import pandas as pd  # pylint: disable=g-import-not-at-top
     return {'metrics': pd.read_csv(d / 'metrics.csv'),

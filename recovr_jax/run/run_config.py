@@ -19,6 +19,7 @@ from recovr_jax.protocol import data_source
 from recovr_jax.reasoning import chat_lm
 from recovr_jax.reasoning import registry
 from recovr_jax.run import resources
+from recovr_jax import trajectory_files
 
 # The data sources, looked up by name (--data): each its config type and
 # its ``protocol.data_source.Source``.
@@ -63,6 +64,13 @@ class RunConfig:
   #: Q0 docid rank score tag, score = K + 1 - rank) and qrels.txt for ranx,
   #: ir_measures or trec_eval.
   export_trec: bool = config_tree.setting(False, group=_OUTPUTS)
+  #: How the trajectories are written: jsonl (trajectories.jsonl, one JSON
+  #: document per method and session), parquet (trajectories.parquet, one
+  #: row per method, session and turn, for pandas, polars or DuckDB; needs
+  #: pyarrow) or auto: parquet from 50,000 session-methods, else jsonl
+  #: (docs/runner.md).
+  trajectories_format: str = config_tree.setting(
+      'auto', choices=trajectory_files.FORMATS, group=_OUTPUTS)
   #: Write the PNG and PDF plots (with matplotlib, the plots extra); off:
   #: none, e.g. for a sweep's members.
   plots: bool = config_tree.setting(True, group=_OUTPUTS)

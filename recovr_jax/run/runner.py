@@ -34,6 +34,7 @@ from recovr_jax.run import integrity
 from recovr_jax.run import outputs
 from recovr_jax.run import reporting
 from recovr_jax.run import resources
+from recovr_jax import trajectory_files
 from recovr_jax.run import validation
 
 
@@ -162,6 +163,8 @@ def _run_claimed(config, source, built, out, start, resolved):
   num = config.num_sessions or total
   if lead:
     try:
+      trajectory_files.check_writable(trajectory_files.chosen(
+          config.trajectories_format, num * len(config.methods)))
       resources.check_disk(out, resources.output_bytes(
           num, len(config.methods), base.num_turns, base.list_length,
           config.export_trec, config.plots))

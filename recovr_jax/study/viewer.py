@@ -33,6 +33,7 @@ from starlette import concurrency
 from starlette.middleware import trustedhost
 
 from recovr_jax import readers
+from recovr_jax import trajectory_files
 
 # What the index can filter on: every session, those whose target was shown
 # first at some turn (found) or never, and those with a failure mode
@@ -153,8 +154,9 @@ def _turns_problem(turns) -> str | None:
 def load(directory) -> Run:
   """The run in ``directory`` (``readers``: a run that has not finished or
   a damaged file is an error naming the file)."""
+  trajectories = trajectory_files.path(directory)
   d = readers.require_finished(
-      directory, ('trajectories.jsonl', 'ranks.csv', 'resolved_config.json'))
+      directory, (trajectories.name, 'ranks.csv', 'resolved_config.json'))
   config = readers.read_json(d / 'resolved_config.json')
   try:
     num_turns = int(config['loop']['num_turns'])
@@ -164,20 +166,18 @@ def load(directory) -> Run:
                             f'no loop.num_turns or loop.list_length ({e!r})'
                             ) from e
   rows, sessions, methods = {}, {}, {}
-  for number, row in enumerate(readers.read_jsonl(d / 'trajectories.jsonl'),
-                               start=1):
+  for number, row in enumerate(trajectory_files.read(d), start=1):
     if not (isinstance(row, dict) and isinstance(row.get('method'), str)
             and isinstance(row.get('session'), int)
             and isinstance(row.get('turns'), list)
             and all(isinstance(row.get(k), int)
                     for k in ('reference', 'target'))):
       raise readers.FileError(
-          d / 'trajectories.jsonl', 'expected a session with "method", '
+          trajectories, 'expected a session with "method", '
           '"session", "reference", "target" and "turns"', number, unit='row')
     problem = _turns_problem(row['turns'])
     if problem:
-      raise readers.FileError(d / 'trajectories.jsonl', problem, number,
-                              unit='row')
+      raise readers.FileError(trajectories, problem, number, unit='row')
     rows[row['method'], row['session']] = row
     sessions.setdefault(row['session'], None)
     methods.setdefault(row['method'], None)

@@ -278,6 +278,35 @@ class RunnerTest(absltest.TestCase):
       (empty / 'metrics.csv').write_text('method,turn\n')
       run.load_run(empty)
 
+  def test_parquet_trajectories_are_read_as_the_jsonl_ones(self):
+    from recovr_jax import run  # pylint: disable=g-import-not-at-top
+    from recovr_jax import trajectory_files  # pylint: disable=g-import-not-at-top
+    from recovr_jax.analysis import claims  # pylint: disable=g-import-not-at-top
+    out = self.root / 'parquet'
+    runs.run_tiny(out, methods=['recovr', 'ivr'],
+                  trajectories_format='parquet')
+    self.assertFalse((out / 'trajectories.jsonl').exists())
+    self.assertEqual(trajectory_files.read(out),
+                     trajectory_files.read(self.out))
+    for name in ('metrics.json', 'ranks.csv', 'report.md'):
+      self.assertEqual((out / name).read_bytes(),
+                       (self.out / name).read_bytes(), name)
+    self.assertEqual(run.load_run(out, pandas=False)['trajectories'],
+                     run.load_run(self.out, pandas=False)['trajectories'])
+    fired = claims.load(out).fired
+    for method, want in claims.load(self.out).fired.items():
+      np.testing.assert_array_equal(fired[method], want)
+    from recovr_jax.study import viewer  # pylint: disable=g-import-not-at-top
+    seen, want = viewer.load(out), viewer.load(self.out)
+    self.assertEqual((seen.rows, seen.ranks, seen.sessions),
+                     (want.rows, want.ranks, want.sessions))
+    # A resumed run in the other format leaves one file, not two.
+    runs.run_tiny(out, methods=['recovr', 'ivr'],
+                  trajectories_format='jsonl')
+    self.assertFalse((out / 'trajectories.parquet').exists())
+    self.assertEqual((out / 'trajectories.jsonl').read_bytes(),
+                     (self.out / 'trajectories.jsonl').read_bytes())
+
   def test_load_run_refuses_damaged_files_naming_them(self):
     from recovr_jax import readers  # pylint: disable=g-import-not-at-top
     from recovr_jax import run  # pylint: disable=g-import-not-at-top
