@@ -22,7 +22,10 @@ A Parquet file holds the same values as the JSON Lines file would, and
   ``recovr_optional``), so a missing field and a None stay apart.
 """
 
+import collections
+import itertools
 import json
+import operator
 import pathlib
 
 JSONL = 'trajectories.jsonl'
@@ -79,9 +82,10 @@ def write(directory, rows, fmt: str) -> pathlib.Path:
     return d / JSONL
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-  flat, optional = {'session_row': []}, set()
   turn_keys = {}
-  for row in rows:
+  for n, row in enumerate(rows):
+    if not row['turns']:
+      raise ValueError(f'trajectory row {n} has no turns')
     for turn in row['turns']:
       turn_keys.update(dict.fromkeys(turn))
   clash = set(turn_keys) & (set(_SESSION_FIELDS) | {'session_row'})
@@ -92,35 +96,34 @@ def write(directory, rows, fmt: str) -> pathlib.Path:
   if extra:
     raise ValueError(f'trajectory rows hold fields {sorted(extra)} that '
                      'the Parquet layout does not know')
-  for k in list(session_keys) + list(turn_keys):
-    flat[k] = []
-  has = {k: [] for k in list(session_keys) + list(turn_keys)}
-  for n, row in enumerate(rows):
-    if not row['turns']:
-      raise ValueError(f'trajectory row {n} has no turns')
-    for turn in row['turns']:
-      flat['session_row'].append(n)
-      for k in session_keys:
-        has[k].append(k in row)
-        flat[k].append(row.get(k))
-      for k in turn_keys:
-        has[k].append(k in turn)
-        flat[k].append(turn.get(k))
-  columns, json_columns = {}, []
-  for k, values in flat.items():
+  # One entry per turn: its session's row number and document, the turn.
+  numbers = [n for n, r in enumerate(rows) for _ in r['turns']]
+  owners = [r for r in rows for _ in r['turns']]
+  turns = [t for r in rows for t in r['turns']]
+  columns = {'session_row': pa.array(numbers, pa.int64())}
+  json_columns, optional = [], []
+  encode = json.JSONEncoder(sort_keys=True).encode
+  # How many of the documents each column reads hold its field.
+  held = collections.Counter(itertools.chain.from_iterable(turns))
+  held.update({k: sum(k in r for r in owners) for k in session_keys})
+  for k, of in [(k, owners) for k in session_keys] + [
+      (k, turns) for k in turn_keys]:
+    everywhere = held[k] == len(of)
+    values = (list(map(operator.itemgetter(k), of)) if everywhere
+              else [d.get(k) for d in of])
     kind = _kind(values)
     if kind is None:
       json_columns.append(k)
-      columns[k] = pa.array([None if v is None else json.dumps(
-          v, sort_keys=True) for v in values], pa.string())
+      columns[k] = pa.array([None if v is None else encode(v)
+                             for v in values], pa.string())
     else:
       columns[k] = pa.array(values, kind(pa))
-    if k in has and not all(has[k]):
-      optional.add(k)
-      columns[f'has:{k}'] = pa.array(has[k], pa.bool_())
+    if not everywhere:
+      optional.append(k)
+      columns[f'has:{k}'] = pa.array([k in d for d in of], pa.bool_())
   table = pa.table(columns)
   meta = dict(version=1, json_columns=json_columns,
-              optional=sorted(optional), session_fields=session_keys,
+              optional=optional, session_fields=session_keys,
               turn_fields=list(turn_keys), sessions=len(rows))
   table = table.replace_schema_metadata({_META: json.dumps(meta).encode()})
   target = d / PARQUET
@@ -135,7 +138,7 @@ _SCALARS = ((bool, lambda pa: pa.bool_()), (int, lambda pa: pa.int64()),
 def _kind(values):
   """The pyarrow type (a function of the module) of ``values``, or None
   where they are kept as JSON text."""
-  types = {type(v) for v in values if v is not None}
+  types = set(map(type, values)) - {type(None)}
   if not types:
     return lambda pa: pa.null()
   if len(types) == 1:
@@ -144,7 +147,8 @@ def _kind(values):
       if t is scalar:
         return make
     if t is list:
-      inner = {type(x) for v in values if v is not None for x in v}
+      inner = set(map(type, itertools.chain.from_iterable(
+          v for v in values if v is not None)))
       if len(inner) == 1:
         (i,) = inner
         for scalar, make in _SCALARS:

@@ -94,6 +94,11 @@ def session_batch_bytes(num_sessions: int, num_channels: int,
 # lines per session, method and turn).
 OUTPUT_BYTES_PER_ID = 4
 OUTPUT_BYTES_PER_TURN = 1_000
+# Of which the trajectories' row (as JSON Lines: 578 bytes per turn in
+# `main` at 1,000 sessions, 80 MB), and what the Parquet file takes instead
+# (39 bytes per turn there, 5.4 MB: --trajectories_format).
+TRAJECTORY_BYTES_JSONL = 600
+TRAJECTORY_BYTES_PARQUET = 60
 OUTPUT_BYTES_PER_METHOD = 8 << 10
 OUTPUT_BYTES_FIXED = 32 << 10
 OUTPUT_BYTES_PLOTS = 192 << 10
@@ -102,14 +107,16 @@ TREC_BYTES_PER_LINE = 64
 
 def output_bytes(num_sessions: int, num_methods: int, num_turns: int,
                  list_length: int, export_trec: bool,
-                 plots: bool = True) -> int:
+                 plots: bool = True, parquet: bool = False) -> int:
   """An upper estimate of what a run writes to its output directory (at
-  most about twice what it writes: ``tests/run/run_test.py``)."""
+  most about twice what it writes: ``tests/run/run_test.py``); ``parquet``:
+  its trajectories as Parquet."""
   turns = num_sessions * num_methods * (num_turns + 1)
+  per_turn = OUTPUT_BYTES_PER_TURN - (
+      TRAJECTORY_BYTES_JSONL - TRAJECTORY_BYTES_PARQUET if parquet else 0)
   return (OUTPUT_BYTES_FIXED + (OUTPUT_BYTES_PLOTS if plots else 0)
           + num_methods * OUTPUT_BYTES_PER_METHOD
-          + turns * (OUTPUT_BYTES_PER_TURN
-                     + list_length * OUTPUT_BYTES_PER_ID)
+          + turns * (per_turn + list_length * OUTPUT_BYTES_PER_ID)
           + (turns * list_length * TREC_BYTES_PER_LINE if export_trec
              else 0))
 

@@ -163,11 +163,12 @@ def _run_claimed(config, source, built, out, start, resolved):
   num = config.num_sessions or total
   if lead:
     try:
-      trajectory_files.check_writable(trajectory_files.chosen(
-          config.trajectories_format, num * len(config.methods)))
+      written_as = trajectory_files.chosen(config.trajectories_format,
+                                           num * len(config.methods))
+      trajectory_files.check_writable(written_as)
       resources.check_disk(out, resources.output_bytes(
           num, len(config.methods), base.num_turns, base.list_length,
-          config.export_trec, config.plots))
+          config.export_trec, config.plots, written_as == 'parquet'))
     except ValueError as e:
       validation.fail(str(e))
   # A finished run's markers, kept to put back if a resume is refused (a
