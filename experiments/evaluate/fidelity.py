@@ -24,6 +24,7 @@ import pathlib
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from experiments.common import cli
 from experiments.common import outputs
@@ -91,10 +92,47 @@ def evidence(groups: dict, num_resamples: int,
 _BENCHMARK_OF_LANGUAGE = {'lexicon': 'v1', 'own': 'v2', 'own_v3': 'v3'}
 
 
+def code_of(config: dict) -> str:
+  """The code a run came from, as its ``resolved_config.json`` records it:
+  the commit's first 10 hex digits, ``+dirty`` (with the changes' digest's
+  first 8 where recorded) when the tree had uncommitted changes;
+  ``unknown`` where nothing is recorded."""
+  env = config.get('environment') or {}
+  commit = env.get('git_commit')
+  if not commit:
+    return (f'code {env["code_sha256"][:10]}' if env.get('code_sha256')
+            else 'unknown')
+  label = commit[:10]
+  if env.get('git_dirty') or env.get('git_diff_sha256'):
+    diff = env.get('git_diff_sha256')
+    label += f'+dirty:{diff[:8]}' if diff else '+dirty'
+  return label
+
+
+def code_warning(setups: dict) -> str | None:
+  """A sentence naming the members whose runs come from more than one code
+  (commit, or uncommitted changes), or that differ from each other; None
+  when every run of every member comes from the same code."""
+  codes = {name: s['code'] for name, s in setups.items()}
+  every = {c for cs in codes.values() for c in cs}
+  if len(every) <= 1:
+    return None
+  mixed = [f'{name} ({len(cs)}: {", ".join(cs)})'
+           for name, cs in codes.items() if len(cs) > 1]
+  return ('Warning: the members come from different code (' +
+          ', '.join(f'{n}: {", ".join(cs)}' for n, cs in codes.items()
+                    if len(cs) == 1) +
+          (('; runs of one member from several: ' + '; '.join(mixed))
+           if mixed else '') +
+          '): a difference between members, or between the runs a claim '
+          'pairs, may be the code\'s. Rerun the members from one commit.')
+
+
 def setup_of(meta: dict) -> dict:
   """What a member ran, from its main run's ``resolved_config.json``: the
   reader (``--reasoner``), the benchmark version (by the user's language),
-  the sessions, the scene sharing and whether the layout is described."""
+  the sessions, the scene sharing and whether the layout is described;
+  and the code of each of its runs (``code_of``, sorted)."""
   config = meta.get('resolved_configs', {}).get('main')
   if config is None:
     raise ValueError('no resolved_config.json of its main run to say what '
@@ -109,7 +147,8 @@ def setup_of(meta: dict) -> dict:
   except (KeyError, AttributeError, TypeError) as e:
     raise ValueError(f'its main run\'s resolved_config.json lacks {e} (a '
                      'run of an older version?)') from e
-  return {'reader': reader,
+  codes = sorted({code_of(c) for c in meta['resolved_configs'].values()})
+  return {'reader': reader, 'code': codes,
           'benchmark': _BENCHMARK_OF_LANGUAGE.get(language, language),
           'sessions': sessions,
           'scene_shared': world.get('scene_shared'),
@@ -121,13 +160,18 @@ def markdown(results: dict, setups: dict | None = None) -> str:
   what each member ran (``setups``: member -> ``setup_of``)."""
   if not setups:
     return claims.markdown(results)
-  lines = ['What each member ran:', '',
+  lines = ['What each member ran (code: the commit of each of its runs, '
+           '+dirty with uncommitted changes):', '',
            '| member | reader | benchmark | sessions | scene sharing | '
-           'layout described |', '|---|---|---|---:|---:|---|']
+           'layout described | code |', '|---|---|---|---:|---:|---|---|']
   for name, s in setups.items():
     lines.append(f'| {name} | {s["reader"]} | {s["benchmark"]} | '
                  f'{s["sessions"]:,} | {s["scene_shared"]} | '
-                 f'{"yes" if s["describe_layout"] else "no"} |')
+                 f'{"yes" if s["describe_layout"] else "no"} | '
+                 f'{", ".join(s.get("code", ["unknown"]))} |')
+  warning = code_warning(setups)
+  if warning:
+    lines += ['', f'**{warning}**']
   title, rest = claims.markdown(results).split('\n', 1)
   return title + '\n\n' + '\n'.join(lines) + '\n' + rest
 
@@ -167,13 +211,16 @@ def main(argv):
           paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
     except (FileNotFoundError, ValueError) as e:
       raise app.UsageError(f'{m}: {e}') from e
+  warning = code_warning(setups)
+  if warning:
+    logging.warning('%s', warning)
   outputs.write_markdown(markdown(results, setups))
   if _JSON.value:
     outputs.write_json(_JSON.value, {
         'margins': {'points': claims.MARGIN_POINTS,
                     'bri': claims.MARGIN_BRI},
         'bootstrap_resamples': _RESAMPLES.value, 'seed': _SEED.value,
-        'members': setups,
+        'members': setups, 'code_warning': warning,
         'summary': {m: claims.summary(r) for m, r in results.items()},
         'rows': results})
 

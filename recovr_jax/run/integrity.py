@@ -87,10 +87,30 @@ def _git(*args) -> str | None:
   return out.stdout.strip()
 
 
+def _diff_digest() -> str | None:
+  """SHA-256 of the checkout's uncommitted changes: ``git diff HEAD`` and
+  each untracked, unignored file's path and bytes (None without git or
+  without changes)."""
+  diff = _git('diff', 'HEAD', '--binary')
+  untracked = _git('ls-files', '--others', '--exclude-standard', '-z')
+  names = sorted(n for n in (untracked or '').split('\0') if n)
+  if diff is None or untracked is None or not (diff or names):
+    return None
+  h = hashlib.sha256(diff.encode())
+  for name in names:
+    h.update(b'\0' + name.encode() + b'\0')
+    try:
+      h.update((ROOT / name).read_bytes())
+    except OSError:
+      h.update(b'(unreadable)')
+  return h.hexdigest()
+
+
 def environment() -> dict:
   """Where and with what a run ran: package versions, Python, the JAX
-  backend and devices, the git commit (and whether the tree had uncommitted
-  changes) and the date. Not part of a run's identity."""
+  backend and devices, the git commit (whether the tree had uncommitted
+  changes, and their digest), the sources' digest and the date. Not part
+  of a run's identity."""
   versions = {}
   for name in PACKAGES:
     try:
@@ -107,6 +127,11 @@ def environment() -> dict:
       'devices': [str(d) for d in jax.devices()],
       'git_commit': commit,
       'git_dirty': None if status is None else bool(status),
+      # What the commit does not say: the uncommitted changes (tracked
+      # files' diff against it, and the untracked files git does not
+      # ignore; None: none, or no git), and the library's sources as run.
+      'git_diff_sha256': _diff_digest(),
+      'code_sha256': code_digest(),
       'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
           timespec='seconds'),
   }

@@ -408,6 +408,32 @@ class PaperClaimsTest(absltest.TestCase):
     self.assertEqual(table.count(f"| {one[0]['key']} | "), 3)
 
 
+  def test_members_from_different_code_are_named_in_a_warning(self):
+    def config(commit, dirty=False, diff=None):
+      return {'environment': {'git_commit': commit, 'git_dirty': dirty,
+                              'git_diff_sha256': diff}}
+    self.assertEqual(fidelity.code_of(config('a' * 40)), 'a' * 10)
+    self.assertEqual(fidelity.code_of(config('a' * 40, True, 'f' * 64)),
+                     'a' * 10 + '+dirty:' + 'f' * 8)
+    self.assertEqual(fidelity.code_of({}), 'unknown')
+    same = {'m1': {'code': ['a' * 10]}, 'm2': {'code': ['a' * 10]}}
+    self.assertIsNone(fidelity.code_warning(same))
+    members = {'m1': {'code': ['a' * 10]}, 'm2': {'code': ['b' * 10]}}
+    self.assertIn('m1: aaaaaaaaaa, m2: bbbbbbbbbb',
+                  fidelity.code_warning(members))
+    mixed = {'m1': {'code': ['a' * 10, 'a' * 10 + '+dirty']}}
+    self.assertIn('runs of one member from several: m1 (2:',
+                  fidelity.code_warning(mixed))
+    setup = dict(reader='grounded', benchmark='v3', sessions=10,
+                 scene_shared=1.0, describe_layout=False)
+    one = claims.evaluate(paper_claims.CLAIMS, _full_evidence(), 'stagnation')
+    table = fidelity.markdown({'m1': one, 'm2': one},
+                              {'m1': {**setup, 'code': ['a' * 10]},
+                               'm2': {**setup, 'code': ['b' * 10]}})
+    self.assertIn('| m2 | grounded | v3 | 10 | 1.0 | no | bbbbbbbbbb |',
+                  table)
+    self.assertIn('**Warning: the members come from different code', table)
+
   def test_the_command_reads_a_member_directory_or_its_saved_sessions(self):
     member = self.create_tempdir('scene_shared=1.0')
     sessions, targets = np.arange(40), RNG.integers(0, 30, 40)
@@ -442,11 +468,13 @@ class PaperClaimsTest(absltest.TestCase):
     _, meta = claims.load_groups(saved + '/scene_shared=1.0.npz')
     self.assertEqual(meta['resolved_configs'], {'main': config})
     # Each member names its reader, benchmark and sessions.
+    # (A config without an environment: code unknown.)
     self.assertEqual(a['members'], {'scene_shared=1.0': {
         'reader': 'grounded', 'benchmark': 'v3', 'sessions': 40,
-        'scene_shared': 1.0, 'describe_layout': False}})
-    self.assertIn('| scene_shared=1.0 | grounded | v3 | 40 | 1.0 | no |',
-                  open(f'{out.full_path}/a.md').read())
+        'scene_shared': 1.0, 'describe_layout': False,
+        'code': ['unknown']}})
+    self.assertIn('| scene_shared=1.0 | grounded | v3 | 40 | 1.0 | no | '
+                  'unknown |', open(f'{out.full_path}/a.md').read())
     # A directory and its saved sessions share a name: one row would be lost.
     with flagsaver.flagsaver(
         fidelity_dirs=[member.full_path, saved + '/scene_shared=1.0.npz'],
