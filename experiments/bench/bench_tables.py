@@ -33,7 +33,7 @@ from recovr_jax.envs.world.benchmark import words
 _SIZES = flags.DEFINE_list('sizes', ['25000', '100000', '400000'],
                            'Table sizes (entries held before the adds).')
 _DIM = flags.DEFINE_integer('dim', 384, 'Floats per entry\'s embedding.')
-_ADDS = flags.DEFINE_integer('adds', 5, 'Adds timed per size and method.')
+_ADDS = flags.DEFINE_integer('adds', 20, 'Adds timed per size and method.')
 _NEW = flags.DEFINE_integer('new', 200, 'New entries per add (a turn\'s '
                             'new user turns at a few thousand sessions).')
 _OUTPUT_JSON = flags.DEFINE_string('output_json', 'results/bench_tables.json',

@@ -29,7 +29,6 @@ open-addressing hash table.
 """
 
 import hashlib
-import itertools
 import pathlib
 
 from absl import logging
@@ -143,6 +142,7 @@ class WordTable:
     self._mirror = None
     self._rows = None
     self._sent = 0
+    self._order = []  # the entries' pairs in row order
     # The file the table is kept in between runs (``save``; None: none),
     # and how many entries it held when last read or written.
     self._store = None if store is None else pathlib.Path(store)
@@ -184,6 +184,7 @@ class WordTable:
     starts = [0] + ends[:-1]
     for i, (q, k) in enumerate(zip(stored['queries'].tolist(),
                                    stored['keys'].tolist())):
+      self._order.append((q, k))
       self._entries[q, k] = (stored['mentions'][i],
                              bool(stored['negative'][i]),
                              text[starts[i]:ends[i]],
@@ -234,6 +235,7 @@ class WordTable:
       row = np.full(num, -1, np.int32)
       for a, v in self._parse(words).items():
         row[a] = v
+      self._order.append((query, k))
       self._entries[query, k] = (
           row, rules.has_negative_marker(words), words,
           -1 if self._label is None else self._label(words))
@@ -299,7 +301,7 @@ class WordTable:
                          ((), np.int32, 0)], 2 * capacity)
       self._sent = 0
     if self._sent < len(self._entries):
-      pairs = list(itertools.islice(self._entries, self._sent, None))
+      pairs = self._order[self._sent:]
       placed = _slots_of(pairs, self._mirror,
                          range(self._sent, len(self._entries)))
       self._slots.write(placed, [m[placed] for m in self._mirror])
@@ -401,6 +403,7 @@ class DialogueTable:
     self._slots = None
     self._mirror = None
     self._sent = 0
+    self._order = []  # ((parent, word), node) in node order
     self._store = None if store is None else pathlib.Path(store)
     self._stored = 0
     if self._store is not None:
@@ -440,6 +443,7 @@ class DialogueTable:
                       type(e).__name__, e)
       return
     self._children, self._texts, self._session = children, texts, session
+    self._order = list(children.items())
     if texts:
       vectors = np.asarray(self._encode([SEPARATOR.join(texts[n])
                                          for n in sorted(texts)]),
@@ -486,6 +490,7 @@ class DialogueTable:
       session = (parent if parent < len(self._roots) else
                  self._session[parent])
       self._children[(parent, word)] = node
+      self._order.append(((parent, word), node))
       self._session[node] = session
       self._texts[node] = self.texts(parent) + (
           self._words.words(session, word),)
@@ -518,8 +523,7 @@ class DialogueTable:
                              ((), np.int32, 0)], 2 * capacity)
       self._sent = 0
     if self._sent < len(self._children):
-      pairs = list(itertools.islice(self._children.items(), self._sent,
-                                    None))
+      pairs = self._order[self._sent:]
       placed = _slots_of([p for p, _ in pairs], self._mirror,
                          [n for _, n in pairs])
       self._slots.write(placed, [m[placed] for m in self._mirror])
