@@ -96,31 +96,37 @@ def write(directory, rows, fmt: str) -> pathlib.Path:
   if extra:
     raise ValueError(f'trajectory rows hold fields {sorted(extra)} that '
                      'the Parquet layout does not know')
-  # One entry per turn: its session's row number and document, the turn.
-  numbers = [n for n, r in enumerate(rows) for _ in r['turns']]
-  owners = [r for r in rows for _ in r['turns']]
+  # One entry per turn: its session's row number, the turn. A session's
+  # fields are made per session, then repeated by ``take``.
+  numbers = pa.array([n for n, r in enumerate(rows) for _ in r['turns']],
+                     pa.int64())
   turns = [t for r in rows for t in r['turns']]
-  columns = {'session_row': pa.array(numbers, pa.int64())}
+  columns = {'session_row': numbers}
   json_columns, optional = [], []
   encode = json.JSONEncoder(sort_keys=True).encode
   # How many of the documents each column reads hold its field.
   held = collections.Counter(itertools.chain.from_iterable(turns))
-  held.update({k: sum(k in r for r in owners) for k in session_keys})
-  for k, of in [(k, owners) for k in session_keys] + [
-      (k, turns) for k in turn_keys]:
+  held.update({k: sum(k in r for r in rows) for k in session_keys})
+  for k, of, per_session in [(k, rows, True) for k in session_keys] + [
+      (k, turns, False) for k in turn_keys]:
     everywhere = held[k] == len(of)
     values = (list(map(operator.itemgetter(k), of)) if everywhere
               else [d.get(k) for d in of])
     kind = _kind(values)
     if kind is None:
       json_columns.append(k)
-      columns[k] = pa.array([None if v is None else encode(v)
-                             for v in values], pa.string())
+      column = pa.array([None if v is None else encode(v) for v in values],
+                        pa.string())
     else:
-      columns[k] = pa.array(values, kind(pa))
-    if not everywhere:
+      column = pa.array(values, kind(pa))
+    has = None if everywhere else pa.array([k in d for d in of], pa.bool_())
+    if per_session:
+      column = column.take(numbers)
+      has = None if has is None else has.take(numbers)
+    columns[k] = column
+    if has is not None:
       optional.append(k)
-      columns[f'has:{k}'] = pa.array([k in d for d in of], pa.bool_())
+      columns[f'has:{k}'] = has
   table = pa.table(columns)
   meta = dict(version=1, json_columns=json_columns,
               optional=optional, session_fields=session_keys,
