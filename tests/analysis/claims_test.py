@@ -128,19 +128,59 @@ class VerdictTest(absltest.TestCase):
     reasons = ' '.join(c.untestable for c in paper_claims.CLAIMS)
     self.assertNotIn('the rules reasoner reads no prompt', reasons)
     # The statements added to the table, each with its checks.
-    added = {'shared_turn0', 'variants_competitive_t1',
+    added = {'variants_competitive_t1',
              'history_rewrite_r10_flat', 'history_rewrite_bri_slow',
              'optional_asking', 'window_saturates', 'reasoner_swapped'}
     rows = {r['key']: r for r in claims.evaluate(paper_claims.CLAIMS, ev)}
     for key in added:
       self.assertNotIn(rows[key]['verdict'], ('untestable', 'not run'), key)
-    # The protocol row: identical turn-0 lists are reproduced.
-    same = _hits(0.5)
-    main = _run({m: same for m in paper_claims.MAIN_METHODS})
-    (claim,) = [c for c in paper_claims.CLAIMS if c.key == 'shared_turn0']
-    (row,) = claims.evaluate([claim], claims.Evidence({'main': {
-        'main': main}}, 50))
-    self.assertEqual(row['verdict'], 'reproduced')
+    # The shared turn 0 holds by construction: not a row of the tally.
+    self.assertEqual(rows['shared_turn0']['verdict'], 'untestable')
+
+  def test_every_method_shares_turn_0_in_the_familys_runs(self):
+    # The protocol property the shared_turn0 row stated, checked on the
+    # runs themselves: the target's turn-0 rank is recovr's for every
+    # method of every member's main run, on every session.
+    folder = pathlib.Path(__file__).resolve().parents[2] / (
+        'results/fidelity_v3_sessions')
+    members = sorted(folder.glob('*.npz'))
+    self.assertLen(members, 4)
+    for path in members:
+      groups, _ = claims.load_groups(path)
+      ranks = groups['main']['main'].ranks
+      self.assertGreater(len(ranks), 10, path.name)
+      for method, r in ranks.items():
+        np.testing.assert_array_equal(r[:, 0], ranks['recovr'][:, 0],
+                                      err_msg=f'{path.name}: {method}')
+
+  def test_optional_asking_reads_the_clean_score_not_a_gain(self):
+    # ReCoVR gains under both policies but ends far below its clean score:
+    # the old encoding (a gain > 0) reproduced this; the paper's point (its
+    # score without answering stays near the clean one) does not hold.
+    (claim,) = [c for c in paper_claims.CLAIMS if c.key == 'optional_asking']
+    start, clean, far, near = (np.where(
+        np.arange(S) < round(x * S), 1, 50) for x in (0.3, 0.9, 0.6, 0.89))
+
+    def degraded(policy_end):
+      ranks = np.stack([start] * T + [policy_end], axis=1)
+      clean_ranks = np.stack([start] * T + [clean], axis=1)
+      runs = {paper_claims.CLEAN: clean_ranks,
+              'user_policy=modify_only': ranks, paper_claims.REWRITE: ranks}
+      return claims.Evidence({'main': {'main': _run({'recovr': ranks})},
+                              'degraded': {
+                                  k: _run({'recovr': r, 'umivr': r})
+                                  for k, r in runs.items()}}, 500)
+    self.assertEqual(claims.evaluate([claim], degraded(far))[0]['verdict'],
+                     'contradicted')
+    self.assertEqual(claims.evaluate([claim], degraded(near))[0]['verdict'],
+                     'reproduced')
+    old = claims.Claim('old', '-', '-', '-', lambda v: [
+        claims.Check(f'gain recovr under {s}', v.r('recovr', 1, T, s) -
+                     v.r('recovr', 1, 0, s))
+        for s in ('user_policy=modify_only', paper_claims.REWRITE)],
+                       group='degraded')
+    self.assertEqual(claims.evaluate([old], degraded(far))[0]['verdict'],
+                     'reproduced')
 
   def test_marginal_and_equal(self):
     same = _hits(0.5)
