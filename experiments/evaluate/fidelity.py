@@ -155,6 +155,18 @@ def setup_of(meta: dict) -> dict:
           'describe_layout': world.get('describe_layout')}
 
 
+def not_run(setup: dict) -> dict:
+  """The claims a member does not run, with why: ``reasoner_swapped``
+  where the reader it swaps to is the member's own (its run restates the
+  main run)."""
+  swapped = paper_claims.REASONER_RUN.split('=', 1)[1]
+  if setup.get('reader') == swapped:
+    return {'reasoner_swapped': (
+        f'the reader it swaps to ({swapped}) is this member\'s own reader: '
+        'its run restates the main run')}
+  return {}
+
+
 def markdown(results: dict, setups: dict | None = None) -> str:
   """``results``: member -> rows (``claims.markdown``), after a table of
   what each member ran (``setups``: member -> ``setup_of``)."""
@@ -208,7 +220,8 @@ def main(argv):
                                groups, meta)
       ev, stagnation = evidence(groups, _RESAMPLES.value, _SEED.value)
       results[name] = claims.evaluate(
-          paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None)
+          paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None,
+          not_run(setups[name]))
     except (FileNotFoundError, ValueError) as e:
       raise app.UsageError(f'{m}: {e}') from e
   warning = code_warning(setups)

@@ -465,11 +465,14 @@ def combine(verdicts) -> str:
   return 'inconclusive'
 
 
-def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None):
+def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None,
+             not_run: dict | None = None):
   """One row per claim (and per reading of the no-reflection ablation for
   claims that read it, when ``stagnation_run`` names its run): ``key,
   where, quote, paper, note, reading, verdict, checks`` (each ``label,
-  value, lower, upper, unit, kind, margin, verdict``)."""
+  value, lower, upper, unit, kind, margin, verdict``). ``not_run``: claim
+  key -> why this member does not run it (its verdict ``not run``)."""
+  not_run = not_run or {}
   rows = []
   for claim in claims:
     readings = [('', None)]
@@ -482,6 +485,10 @@ def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None):
                  checks=[])
       if claim.checks is None:
         row.update(verdict='untestable', why=claim.untestable)
+        rows.append(row)
+        continue
+      if claim.key in not_run:
+        row.update(verdict='not run', why=not_run[claim.key])
         rows.append(row)
         continue
       if claim.group not in evidence.groups:

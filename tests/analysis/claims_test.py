@@ -448,6 +448,19 @@ class PaperClaimsTest(absltest.TestCase):
     self.assertEqual(table.count(f"| {one[0]['key']} | "), 3)
 
 
+  def test_the_reasoner_swap_is_not_run_where_it_is_the_main_reader(self):
+    ev = _full_evidence()
+    rows = {r['key']: r for r in claims.evaluate(
+        paper_claims.CLAIMS, ev,
+        not_run=fidelity.not_run({'reader': 'rules'}))}
+    self.assertEqual(rows['reasoner_swapped']['verdict'], 'not run')
+    self.assertIn('restates the main run', rows['reasoner_swapped']['why'])
+    self.assertEqual(fidelity.not_run({'reader': 'grounded'}), {})
+    rows = {r['key']: r for r in claims.evaluate(
+        paper_claims.CLAIMS, ev, not_run=fidelity.not_run(
+            {'reader': 'grounded'}))}
+    self.assertNotEqual(rows['reasoner_swapped']['verdict'], 'not run')
+
   def test_members_from_different_code_are_named_in_a_warning(self):
     def config(commit, dirty=False, diff=None):
       return {'environment': {'git_commit': commit, 'git_dirty': dirty,
