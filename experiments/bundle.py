@@ -26,7 +26,9 @@ writes ``--output`` (a gzipped tar) holding:
 * ``cache/``: the run's cache directory, its text embeddings cut to those
   the warm runs read (the grounded reader's training utterances are read
   only where it is fitted), without compiled programs (they belong to one
-  machine and backend; ``--with_compiled`` keeps them);
+  machine and backend; ``--with_compiled`` keeps them, and a receiver
+  loads them only with the packer's secret, ``paths.key_file()``: without
+  it they are compiled afresh);
 * ``bundle.json``: the command to run, the digests of the outputs this
   machine wrote, and the archive's parts and sizes; ``RUN.md`` says how.
 
@@ -81,9 +83,11 @@ _SIMULATIONS = flags.DEFINE_list(
     'must hold (each is run once); the archive runs each.')
 _WITH_COMPILED = flags.DEFINE_bool(
     'with_compiled', False, 'Keep the compiled programs of the cache '
-    '(xla/): only of use on a machine of the same kind and backend. They '
-    'are pickles, which run code when loaded: whoever runs the archive '
-    "with them trusts the archive's author as they trust its code.")
+    '(xla/): only of use on a machine of the same kind and backend, to a '
+    "receiver holding the packer's secret (~/.config/recovr_jax/"
+    'kept-programs.key, or $RECOVR_JAX_KEY_FILE: the programs are pickles, '
+    'loaded only under a digest signed with it); others compile them '
+    'afresh.')
 _WORK = flags.DEFINE_string('work_dir', None, 'Where the runs write '
                             '(default: a temporary directory, removed).')
 

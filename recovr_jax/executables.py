@@ -39,14 +39,23 @@ before. The program is the same either way (a run's outputs are
 byte-identical; docs/performance.md). The files are pickles (JAX's
 ``serialize_executable``): one is loaded only from a folder and file of
 this user's that no one else may write, and only when its bytes match the
-digest written beside it (``<program>.digest``, the key and the bytes
-hashed together, written atomically after the file); a file that fails
-either check, or holds a program that takes other arguments than its call,
-is compiled afresh and replaced, with a warning naming it.
+digest written beside it (``<program>.digest``: an HMAC-SHA256 of the
+program's key and the bytes under this user's secret,
+``paths.key_file()``, made on first use with mode 0600 outside every
+cache; written atomically after the file). Whoever lacks the secret
+cannot forge a digest, so a cache that travelled (an archive packed
+``--with_compiled``, another user's folder) has its programs compiled
+afresh unless the receiver holds the packer's secret. A file that fails
+either check, or holds a program that takes other arguments than its
+call, is compiled afresh and replaced, with a warning naming it (a digest
+of the unkeyed kind kept before 2026-12-07 is replaced silently). Without
+a usable secret (a key file another user may read or write, or none that
+can be made) no program is kept or loaded.
 """
 
 import functools
 import hashlib
+import hmac
 import inspect
 import os
 import pathlib
@@ -59,6 +68,8 @@ import threading
 from absl import logging
 import jax
 from jax.experimental import serialize_executable
+
+from recovr_jax import paths
 
 # Compiled afresh (see above): a debug-output flag that JAX's cache keys on.
 _FRESH = 'xla_debug_buffer_assignment_show_max'
@@ -189,10 +200,11 @@ def _load_or_compile(where, lower, key, types: str, call=None):
       # processes jit it as before.
       _write(named, _UNKEPT.encode())
       return exe
-    if not _write(where / f'{program}.pkl', content):
+    key = _secret_key()
+    if key is None or not _write(where / f'{program}.pkl', content):
       return exe
     _write(where / f'{program}.digest',
-           _bytes_digest(program, content).encode())
+           _bytes_digest(program, content, key).encode())
   _write(named, program.encode())
   return exe
 
@@ -215,16 +227,19 @@ def _load(where, program: str, call=None):
   types)``), or in a folder or file another user may have written (a kept
   executable is a pickle: loading it runs code)."""
   path = where / f'{program}.pkl'
-  if not _trusted(path):
+  key = _secret_key()
+  if key is None or not _trusted(path):
     return None
   try:
     content = path.read_bytes()
     recorded = (where / f'{program}.digest').read_text()
   except OSError:
     return None  # absent (or kept before digests were): compiled afresh
-  if recorded != _bytes_digest(program, content):
-    _warn(path, 'does not match the digest kept beside it (cut short, '
-          'changed or another program\'s); compiled afresh and replaced')
+  if not hmac.compare_digest(recorded, _bytes_digest(program, content, key)):
+    if recorded != _unkeyed_digest(program, content):  # (kept before keys)
+      _warn(path, 'does not match the digest kept beside it (cut short, '
+            'changed, another program\'s, or signed with another user\'s '
+            'or machine\'s secret); compiled afresh and replaced')
     return None
   try:
     payload, in_tree, out_tree = pickle.loads(content)
@@ -287,10 +302,59 @@ def _write(path, content: bytes) -> bool:
     return False  # a cache: a run that cannot keep it is only slower
 
 
-def _bytes_digest(program: str, content: bytes) -> str:
-  """What ``{program}.digest`` holds: the program's key and its file's
-  bytes, hashed together."""
+def _bytes_digest(program: str, content: bytes, key: bytes) -> str:
+  """What ``{program}.digest`` holds: the HMAC-SHA256 under ``key`` (this
+  user's secret) of the program's key and its file's bytes."""
+  return hmac.new(key, program.encode() + b'\n' + content,
+                  hashlib.sha256).hexdigest()
+
+
+def _unkeyed_digest(program: str, content: bytes) -> str:
+  """The digest kept before 2026-12-07 (no secret): recognised, so the
+  file is replaced without a warning."""
   return hashlib.sha256(program.encode() + b'\n' + content).hexdigest()
+
+
+_secret = []  # [key bytes or None], read once per process
+
+
+def _secret_key() -> bytes | None:
+  """This user's secret (``paths.key_file()``), made with mode 0600 on
+  first use; None, with a warning, where it cannot be made or read, or
+  another user may read or write it (no program is then kept or loaded)."""
+  if _secret:
+    return _secret[0]
+  path = paths.key_file()
+  key = None
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+      fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+      pass
+    else:
+      with os.fdopen(fd, 'wb') as f:
+        f.write(secrets.token_bytes(32))
+    st = path.stat()
+    if hasattr(os, 'getuid') and (st.st_uid not in (os.getuid(), 0) or
+                                  st.st_mode & 0o077):
+      logging.warning('kept compiled programs: the key file %s is %s; no '
+                      'program is kept or loaded (chmod 600 it, or set $%s)',
+                      path, 'another user\'s' if st.st_uid not in (
+                          os.getuid(), 0) else 'readable or writable by '
+                      'others', paths.KEY_VARIABLE)
+    else:
+      key = path.read_bytes()
+      if len(key) < 16:
+        logging.warning('kept compiled programs: the key file %s holds %d '
+                        'bytes (fewer than 16); no program is kept or '
+                        'loaded', path, len(key))
+        key = None
+  except OSError as e:
+    logging.warning('kept compiled programs: no key file (%s: %s); no '
+                    'program is kept or loaded', path, e)
+  _secret.append(key)
+  return key
 
 
 def _warn(path, what: str) -> None:

@@ -75,11 +75,17 @@ def _expected():
 
 class KeptExecutablesTest(absltest.TestCase):
 
-  def _start(self, cache, *extra, xla_flags=None):
+  def setUp(self):
+    super().setUp()
+    # This test's own secret (the kept programs' digests are signed with it).
+    self.key = pathlib.Path(self.create_tempdir().full_path) / 'k' / 'key'
+
+  def _start(self, cache, *extra, xla_flags=None, key=None):
     """A process of ``_SCRIPT``: ``calls()`` makes its three calls and
     returns how many traced; ``errors()`` what it logged since the last
-    ``errors()``."""
-    env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu')
+    ``errors()``. ``key``: its key file (default: the test's)."""
+    env = dict(os.environ, PYTHONPATH=str(_ROOT), JAX_PLATFORMS='cpu',
+               RECOVR_JAX_KEY_FILE=str(key or self.key))
     if xla_flags is not None:
       env['XLA_FLAGS'] = xla_flags
     path = pathlib.Path(self.create_tempdir().full_path) / 'stderr'
@@ -110,10 +116,44 @@ class KeptExecutablesTest(absltest.TestCase):
 
     return calls, log.read
 
-  def _run(self, cache, *extra, xla_flags=None):
+  def _run(self, cache, *extra, xla_flags=None, key=None):
     """One process's three calls: how many traced."""
-    calls, _ = self._start(cache, *extra, xla_flags=xla_flags)
+    calls, _ = self._start(cache, *extra, xla_flags=xla_flags, key=key)
     return calls()
+
+  def test_a_digest_needs_the_users_secret(self):
+    cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'
+    kept = cache / 'executables'
+    self.assertEqual(self._run(cache), 3)
+    self.assertEqual(self.key.stat().st_mode & 0o777, 0o600)
+    calls, errors = self._start(cache)
+    self.assertEqual(calls(), 0)
+    # A program replaced and its digest rewritten as anyone could (the
+    # unkeyed SHA-256 of the program's key and the bytes): not loaded.
+    path = sorted(kept.glob('*.pkl'))[0]
+    program = path.stem
+    content = bytearray(path.read_bytes())
+    content[len(content) // 2] ^= 1
+    path.write_bytes(bytes(content))
+    (kept / f'{program}.digest').write_text(
+        executables._unkeyed_digest(program, bytes(content)))  # pylint: disable=protected-access
+    self.assertEqual(calls(), 1)
+    self.assertEqual(calls(), 0)
+    # Signed with another secret (a cache that travelled): none is loaded;
+    # each is compiled afresh and replaced, with a warning.
+    other = pathlib.Path(self.create_tempdir().full_path) / 'other'
+    calls, errors = self._start(cache, key=other)
+    self.assertEqual(calls(), 3)
+    self.assertIn('signed with another user', errors())
+    self.assertEqual(calls(), 0)
+    # The first secret's process now finds the other's signatures.
+    self.assertEqual(self._run(cache), 3)
+    # A key file others may read: nothing kept or loaded, with a warning.
+    self.key.chmod(0o644)
+    calls, errors = self._start(cache)
+    self.assertEqual(calls(), 3)
+    self.assertEqual(calls(), 3)
+    self.assertIn('readable or writable by others', errors())
 
   def test_a_later_process_calls_the_kept_programs_without_tracing(self):
     cache = pathlib.Path(self.create_tempdir().full_path) / 'xla'

@@ -35,5 +35,21 @@ class CacheTest(absltest.TestCase):
       self.assertEqual(runs.config_of(cache_dir='cache').cache_dir, 'cache')
 
 
+  def test_the_key_file_is_outside_every_cache(self):
+    home = pathlib.Path(tempfile.mkdtemp())
+    clean = {k: v for k, v in os.environ.items()
+             if k not in (paths.KEY_VARIABLE, 'XDG_CONFIG_HOME',
+                          paths.CACHE_VARIABLE, 'XDG_CACHE_HOME')}
+    with mock.patch.dict(os.environ, dict(clean, HOME=str(home)),
+                         clear=True):
+      key = paths.key_file()
+      self.assertEqual(key, home / '.config/recovr_jax/kept-programs.key')
+      self.assertFalse(key.is_relative_to(paths.cache_root()))
+      os.environ['XDG_CONFIG_HOME'] = str(home / 'conf')
+      self.assertEqual(paths.key_file(),
+                       home / 'conf/recovr_jax/kept-programs.key')
+      os.environ[paths.KEY_VARIABLE] = str(home / 'k')
+      self.assertEqual(paths.key_file(), home / 'k')
+
 if __name__ == '__main__':
   absltest.main()
