@@ -12,11 +12,13 @@ batch and compares the resumed outputs byte for byte. Exits non-zero if any
 case does not behave as expected.
 """
 
+import hashlib
 import http.client
 import itertools
 import json
 import os
 import pathlib
+import pickle
 import re
 import shutil
 import signal
@@ -95,6 +97,16 @@ def _refused(rc, text, pattern) -> tuple[str, bool]:
   msg = _message(text)
   return f'refused (exit {rc}): {msg}', rc != 0 and bool(
       re.search(pattern, text))
+
+
+class _Planted:
+  """Unpickled, it makes the file ``path`` (code run from a cache)."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def __reduce__(self):
+    return (open, (self.path, 'w'))
 
 
 def cases(s: Scratch, clean: pathlib.Path):
@@ -316,6 +328,22 @@ def cases(s: Scratch, clean: pathlib.Path):
          f'exit {rc}: each compiled afresh and replaced; outputs identical',
          rc == 0 and len(files) > 1 and _same(s.root / 'kept0',
                                               s.root / 'kept2'))
+  # As a travelled cache could hold them: every program replaced by a
+  # pickle that makes a file when loaded, each digest rewritten as anyone
+  # can (the unkeyed SHA-256 of the program's key and the bytes).
+  marker = s.root / 'code_ran'
+  planted = pickle.dumps(_Planted(str(marker)))
+  for f in kept.glob('*.pkl'):
+    f.write_bytes(planted)
+    f.with_suffix('.digest').write_text(hashlib.sha256(
+        f.stem.encode() + b'\n' + planted).hexdigest())
+  rc, text, _ = s.run(s.root / 'kept3', *jit)
+  yield ('kept programs replaced by pickles that run code, their digests '
+         'rewritten', f'exit {rc}: {"code ran" if marker.exists() else "no code ran"}'
+         '; each compiled afresh (a digest needs the user\'s secret); '
+         'outputs identical',
+         rc == 0 and not marker.exists() and _same(s.root / 'kept0',
+                                                   s.root / 'kept3'))
 
   reasoner = s.root / 'reasoner_missing'
   reasoner.mkdir()
