@@ -396,7 +396,8 @@ class Viewer:
             'reading': self._reading(row, k, rec)})
       happened = events(run.ranks[m, s], _top1(row))
       sides.append({'method': m, 'turns': turns, 'error': row.get('error'),
-                    'outcomes': [k for k, v in happened.items() if v]})
+                    'outcomes': [k for k, v in happened.items() if v],
+                    'scores': score_kind(m)})
     truth = (None if self.truth is None else
              self.truth.attributes(first['target']))
     return _TEMPLATES.get_template('view_session.html').render(
@@ -407,6 +408,32 @@ class Viewer:
         modification=first['turns'][0].get('feedback') or '',
         sides=sides, methods=run.methods, a=a, b=b or '',
         turn='' if t is None else t, turns=range(run.num_turns + 1))
+
+
+# What a method's shown scores are, by its fusion (``LoopConfig``'s
+# ``fusion_method``; None: channel 1's list as is).
+SCORE_KINDS = {
+    None: 'cosine similarity of the query and the video',
+    'tw_rrf': 'fused score: time-weighted RRF, a sum of w / (k + rank) over '
+              'the channels and recent turns',
+    'static_rrf': 'fused score: RRF over the current turn\'s channels',
+    'uniform_rrf': 'fused score: RRF with equal turn weights',
+    'penalty_rrf': 'fused score: RRF less a penalty',
+    'sim_max': 'fused score: the largest cosine similarity over the lists',
+    'sim_sum': 'fused score: the sum of cosine similarities over the lists',
+}
+
+
+def score_kind(method: str) -> str:
+  """What ``method``'s scores are (``SCORE_KINDS``): RRF sums of about
+  0.03 and cosines of about 0.5 are not one scale."""
+  from recovr_jax import methods  # pylint: disable=g-import-not-at-top
+  from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
+  try:
+    fusion = methods.make(method).ranking(ranking.LoopConfig()).fusion_method
+  except (KeyError, ValueError):
+    return 'the method\'s score'
+  return SCORE_KINDS.get(fusion, 'the method\'s score')
 
 
 def _marked(values: dict, truth: dict) -> list[dict]:

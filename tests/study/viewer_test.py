@@ -189,8 +189,17 @@ class ViewerTest(absltest.TestCase):
                   '<span class="wrong">shape square ✗</span></dd>', text)
     self.assertIn('<span class="wrong">colour blue ✗</span>', text)  # ivr
     # Every shown video's score (the method's) and model caption.
-    self.assertIn('<span class="score" title="the method\'s score">0.9000'
-                  '</span>', text)
+    # Labelled with what the method's scores are: ReCoVR's fused RRF sums
+    # and IVR's cosines are not one scale.
+    self.assertIn('<span class="score" title="fused score: time-weighted '
+                  'RRF', text)
+    self.assertIn('<span class="score" title="cosine similarity', text)
+    self.assertIn('0.9000</span>', text)
+    self.assertIn('<p class="score-kind">scores: fused score: time-weighted '
+                  'RRF', text)
+    self.assertEqual(viewer.score_kind('sim_sum'), viewer.SCORE_KINDS[
+        'sim_sum'])
+    self.assertEqual(viewer.score_kind('not_a_method'), "the method's score")
     self.assertIn('<span class="caption" title="the captioning model\'s '
                   'caption">caption 2</span>', text)
     # Without a Truth, no attribute rows.
