@@ -44,6 +44,10 @@ OUTCOMES = ('all', 'found', 'not_found', 'drift', 'stagnation',
 # method shows the target first and the second does not, or the reverse.
 PAIRED = ('', 'a_not_b', 'b_not_a')
 PER_PAGE = 50
+# The index's orders: file order, the first method's rank gain from turn 0
+# to the chosen turn (largest first), or where the first method is ahead
+# of the second by the most ranks at that turn.
+SORTS = ('session', 'gain', 'gap')
 # The Host headers a viewer answers by default: this machine's names only
 # (a web page elsewhere, through DNS rebinding, reaches a loopback server
 # under its own name: refused).
@@ -284,7 +288,64 @@ class Viewer:
                         index >= 0 else '')}
 
   def index(self, a: str = '', b: str = '', outcome: str = 'all',
-            turn: str = '', page: str = '1', paired: str = '') -> str:
+            turn: str = '', page: str = '1', paired: str = '',
+            sort: str = 'session') -> str:
+    run = self.run
+    a, b, t, at, chosen, counts = self.chosen(a, b, outcome, turn, paired,
+                                              sort)
+    if not _NUMBER.fullmatch(page) or int(page) < 1:
+      raise BadRequest(f'page={page!r}: expected a number from 1')
+    pages = max(1, -(-len(chosen) // PER_PAGE))
+    number = min(int(page), pages)
+    shown = chosen[(number - 1) * PER_PAGE:number * PER_PAGE]
+    sides = [m for m in (a, b) if m]
+    rows = []
+    for s in shown:
+      row = run.rows[a, s]
+      rows.append({
+          'session': s, 'reference': self.video(row['reference']),
+          'target': self.video(row['target']),
+          'modification': row['turns'][0].get('feedback') or '',
+          'ranks': {m: [self._rank(r) for r in run.ranks[m, s]]
+                    for m in sides}})
+    # Of the chosen sessions, per method and turn: the share whose target
+    # is shown first.
+    summary = {m: [(f'{100 * sum(run.ranks[m, s][k] == 1 for s in chosen) / len(chosen):.1f}%'
+                    if chosen else '-') for k in range(run.num_turns + 1)]
+               for m in sides}
+    return _TEMPLATES.get_template('view_index.html').render(
+        title=f'Sessions: {run.directory.name}', header=run.header,
+        methods=run.methods, a=a, b=b or '', outcome=outcome,
+        outcomes=OUTCOMES, turn='' if t is None else t, paired=paired,
+        counts=counts, at=at, sort=sort, sorts=SORTS, summary=summary,
+        turns=range(run.num_turns + 1), rows=rows, sides=sides,
+        count=len(chosen), total=len(run.sessions), page=number, pages=pages)
+
+  def export(self, a: str = '', b: str = '', outcome: str = 'all',
+             turn: str = '', paired: str = '', sort: str = 'session') -> str:
+    """The chosen sessions (as the index chooses and orders them, every
+    page) as CSV: session, reference and target ids, and each method's
+    target rank per turn (K + 1: not shown)."""
+    import csv  # pylint: disable=g-import-not-at-top
+    import io  # pylint: disable=g-import-not-at-top
+    run = self.run
+    a, b, _, _, chosen, _ = self.chosen(a, b, outcome, turn, paired, sort)
+    sides = [m for m in (a, b) if m]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator='\n')
+    writer.writerow(['session', 'reference_id', 'target_id'] + [
+        f'{m}_rank_t{k}' for m in sides for k in range(run.num_turns + 1)])
+    for s in chosen:
+      row = run.rows[a, s]
+      writer.writerow([s, self.video(row['reference'])['id'],
+                       self.video(row['target'])['id']] + [
+                           int(r) for m in sides for r in run.ranks[m, s]])
+    return out.getvalue()
+
+  def chosen(self, a, b, outcome, turn, paired, sort):
+    """``(a, b, turn, the turn read, the chosen sessions in order, the
+    paired counts)`` of the index's parameters (``BadRequest`` naming a
+    bad one)."""
     run = self.run
     a = self.method('a', a or run.methods[0])
     b = self.method('b', b, optional=True)
@@ -292,8 +353,8 @@ class Viewer:
       raise BadRequest(f'outcome={outcome!r}: expected one of '
                        f'{", ".join(OUTCOMES)}')
     t = self.turn(turn)
-    if not _NUMBER.fullmatch(page) or int(page) < 1:
-      raise BadRequest(f'page={page!r}: expected a number from 1')
+    if sort not in SORTS:
+      raise BadRequest(f'sort={sort!r}: expected one of {", ".join(SORTS)}')
     if paired not in PAIRED:
       raise BadRequest(f'paired={paired!r}: expected one of '
                        f'{", ".join(p for p in PAIRED if p)}')
@@ -320,26 +381,13 @@ class Viewer:
                                             t in happened[outcome])
       if keep:
         chosen.append(s)
-    pages = max(1, -(-len(chosen) // PER_PAGE))
-    number = min(int(page), pages)
-    shown = chosen[(number - 1) * PER_PAGE:number * PER_PAGE]
-    sides = [m for m in (a, b) if m]
-    rows = []
-    for s in shown:
-      row = run.rows[a, s]
-      rows.append({
-          'session': s, 'reference': self.video(row['reference']),
-          'target': self.video(row['target']),
-          'modification': row['turns'][0].get('feedback') or '',
-          'ranks': {m: [self._rank(r) for r in run.ranks[m, s]]
-                    for m in sides}})
-    return _TEMPLATES.get_template('view_index.html').render(
-        title=f'Sessions: {run.directory.name}', header=run.header,
-        methods=run.methods, a=a, b=b or '', outcome=outcome,
-        outcomes=OUTCOMES, turn='' if t is None else t, paired=paired,
-        counts=counts, at=at,
-        turns=range(run.num_turns + 1), rows=rows, sides=sides,
-        count=len(chosen), total=len(run.sessions), page=number, pages=pages)
+    if sort == 'gap' and not b:
+      raise BadRequest('sort=gap: choose the method beside (b)')
+    if sort == 'gain':  # stable: ties keep the file's order
+      chosen.sort(key=lambda s: -(run.ranks[a, s][0] - run.ranks[a, s][at]))
+    elif sort == 'gap':
+      chosen.sort(key=lambda s: -(run.ranks[b, s][at] - run.ranks[a, s][at]))
+    return a, b, t, at, chosen, counts
 
   def _reading(self, row, turn: int, rec: dict):
     """A feedback turn's attribute rows (with a ``Truth``): the values
@@ -462,9 +510,21 @@ def make_app(viewer: Viewer, hosts=LOCAL_HOSTS) -> fastapi.FastAPI:
   @app.get('/', response_class=responses.HTMLResponse)
   async def index(a: str = '', b: str = '', outcome: str = 'all',
                   turn: str = '', page_number: str = fastapi.Query(
-                      '1', alias='page'), paired: str = ''):
+                      '1', alias='page'), paired: str = '',
+                  sort: str = 'session'):
     return page(viewer.index, a=a, b=b, outcome=outcome, turn=turn,
-                page=page_number, paired=paired)
+                page=page_number, paired=paired, sort=sort)
+
+  @app.get('/export.csv', response_class=responses.PlainTextResponse)
+  async def export(a: str = '', b: str = '', outcome: str = 'all',
+                   turn: str = '', paired: str = '', sort: str = 'session'):
+    try:
+      text = viewer.export(a=a, b=b, outcome=outcome, turn=turn,
+                           paired=paired, sort=sort)
+    except BadRequest as e:
+      return responses.PlainTextResponse(str(e), status_code=400)
+    return responses.Response(text, media_type='text/csv', headers={
+        'Content-Disposition': 'attachment; filename="sessions.csv"'})
 
   @app.get('/s/{session}', response_class=responses.HTMLResponse)
   async def session(session: str, a: str = '', b: str = '', turn: str = ''):

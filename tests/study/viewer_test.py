@@ -148,6 +148,36 @@ class ViewerTest(absltest.TestCase):
       self.assertEqual(page.status_code, 400)
       self.assertIn(message, page.text)
 
+  def test_sorted_summarised_and_exported(self):
+    # recovr's target ranks (K = 4; 5: not shown) per session: 2,1,1;
+    # 5,5,1; 2,5,5. ivr's: 2,4,1; 5,5,5; 2,1,1.
+    self.assertEqual(self._sessions(sort='gain')[0], [1, 0, 2])
+    self.assertEqual(self._sessions(a='recovr', b='ivr', sort='gap')[0],
+                     [1, 0, 2])
+    self.assertEqual(self._sessions(a='ivr', b='recovr', sort='gap')[0],
+                     [2, 0, 1])
+    _, text = self._sessions(a='recovr', b='ivr')
+    self.assertIn('<tr><th scope="row">recovr</th><td class="rank">0.0%</td>'
+                  '<td class="rank">33.3%</td><td class="rank">66.7%</td>',
+                  text)
+    self.assertIn('/export.csv?a=recovr&amp;b=ivr', text)
+    csv = self.client.get('/export.csv', params={'a': 'recovr', 'b': 'ivr',
+                                                 'sort': 'gap'})
+    self.assertEqual(csv.status_code, 200)
+    self.assertEqual(csv.headers['content-type'].split(';')[0], 'text/csv')
+    lines = csv.text.splitlines()
+    self.assertEqual(lines[0], 'session,reference_id,target_id,'
+                     'recovr_rank_t0,recovr_rank_t1,recovr_rank_t2,'
+                     'ivr_rank_t0,ivr_rank_t1,ivr_rank_t2')
+    self.assertEqual(lines[1], f'1,{IDS[11]},{IDS[7]},5,5,1,5,5,5')
+    self.assertLen(lines, 4)
+    for params, message in (({'sort': 'gap'}, 'choose the method'),
+                            ({'sort': 'best'}, 'sort=')):
+      self.assertEqual(self.client.get('/', params=params).status_code, 400)
+      bad = self.client.get('/export.csv', params=params)
+      self.assertEqual(bad.status_code, 400)
+      self.assertIn(message, bad.text)
+
   def test_a_session_side_by_side(self):
     page = self.client.get('/s/1', params={'a': 'recovr', 'b': 'ivr'})
     self.assertEqual(page.status_code, 200)
