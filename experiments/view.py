@@ -27,6 +27,11 @@ from experiments.common import run_flags
 _RUN_DIR = flags.DEFINE_string('run_dir', None,
                                'A finished run directory (experiments.run '
                                '--output_dir, or one member of a sweep).')
+_BESIDE = flags.DEFINE_string(
+    'beside_run_dir', None, 'A second finished run of the same sessions '
+    '(e.g. the same flags with another --reasoner), held beside --run_dir: '
+    'its methods are listed as <method>@<its folder name>, to be compared '
+    "session by session. The videos are --run_dir's.")
 _HOST = flags.DEFINE_string(
     'host', '127.0.0.1', 'Address the viewer listens on (127.0.0.1: this '
     'machine only). Any other address needs --allow_remote.')
@@ -44,8 +49,8 @@ _FRAMES_DIR = flags.DEFINE_string(
 _VIDEO_SIZE = flags.DEFINE_integer(
     'video_size', 128, 'Pixels of the longer side of a shown video.')
 
-_OWN = ('run_dir', 'host', 'allow_remote', 'port', 'media', 'frames_dir',
-        'video_size')
+_OWN = ('run_dir', 'beside_run_dir', 'host', 'allow_remote', 'port', 'media',
+        'frames_dir', 'video_size')
 
 
 def _run_config(run_dir: pathlib.Path):
@@ -144,6 +149,11 @@ def main(argv):
     run = viewer.load(run_dir)
   except (FileNotFoundError, readers.FileError) as e:
     raise app.UsageError(f'--run_dir: {e}') from e
+  if _BESIDE.value:
+    try:
+      run = viewer.beside(run, viewer.load(_BESIDE.value))
+    except (FileNotFoundError, readers.FileError, ValueError) as e:
+      raise app.UsageError(f'--beside_run_dir: {e}') from e
   cli.check_port(_HOST.value, _PORT.value)
   videos, truth = (_videos(run_dir, run) if _MEDIA.value
                    else (viewer.Videos(), None))

@@ -206,6 +206,41 @@ def load(directory) -> Run:
              ranks=ranks, header=header.lstrip('# '))
 
 
+def beside(first: Run, second: Run, label: str | None = None) -> Run:
+  """``first`` with ``second``'s methods added as ``<method>@<label>``
+  (default label: ``second``'s folder name), for holding two runs of the
+  same sessions side by side (e.g. one reader against another). The runs
+  must share their sessions (each with its reference and target), turns
+  and list length: ``ValueError`` naming what differs."""
+  label = label or second.directory.name
+  problems = []
+  if second.sessions != first.sessions:
+    problems.append(f'sessions ({len(second.sessions)} against '
+                    f'{len(first.sessions)}, or in another order)')
+  for name in ('num_turns', 'list_length'):
+    if getattr(first, name) != getattr(second, name):
+      problems.append(f'{name} {getattr(second, name)} against '
+                      f'{getattr(first, name)}')
+  if not problems:
+    m1, m2 = first.methods[0], second.methods[0]
+    for s in first.sessions:
+      a, b = first.rows[m1, s], second.rows[m2, s]
+      if (a['reference'], a['target']) != (b['reference'], b['target']):
+        problems.append(f'session {s}\'s reference and target')
+        break
+  if problems:
+    raise ValueError(f'{second.directory} is not a run of the same sessions '
+                     f'as {first.directory}: its ' + '; '.join(problems))
+  named = {m: f'{m}@{label}' for m in second.methods}
+  return dataclasses.replace(
+      first, methods=first.methods + tuple(named.values()),
+      rows={**first.rows, **{(named[m], s): dict(row, method=named[m])
+                             for (m, s), row in second.rows.items()}},
+      ranks={**first.ranks, **{(named[m], s): r
+                               for (m, s), r in second.ranks.items()}},
+      header=f'{first.header} | beside it ({label}): {second.header}')
+
+
 def events(ranks, top1) -> dict:
   """Per outcome, the turns where it happens in one session: ``found``
   (the turn the target was first shown first), and per failure mode the
@@ -477,6 +512,7 @@ def score_kind(method: str) -> str:
   0.03 and cosines of about 0.5 are not one scale."""
   from recovr_jax import methods  # pylint: disable=g-import-not-at-top
   from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
+  method = method.split('@')[0]  # a method of a run beside (``beside``)
   try:
     fusion = methods.make(method).ranking(ranking.LoopConfig()).fusion_method
   except (KeyError, ValueError):

@@ -178,6 +178,33 @@ class ViewerTest(absltest.TestCase):
       self.assertEqual(bad.status_code, 400)
       self.assertIn(message, bad.text)
 
+  def test_two_runs_of_the_same_sessions_side_by_side(self):
+    other = write_run(pathlib.Path(tempfile.mkdtemp()) / 'rules')
+    run = viewer.beside(self.viewer.run, viewer.load(other))
+    self.assertEqual(run.methods, ('recovr', 'ivr', 'recovr@rules',
+                                   'ivr@rules'))
+    self.assertEqual(run.ranks['recovr@rules', 1], [5, 5, 1])
+    self.assertIn('beside it (rules)', run.header)
+    client = testclient.TestClient(viewer.make_app(viewer.Viewer(
+        run, self.viewer.videos)), base_url='http://127.0.0.1')
+    page = client.get('/s/1', params={'a': 'recovr', 'b': 'recovr@rules'})
+    self.assertEqual(page.status_code, 200)
+    self.assertIn('<h2>recovr@rules</h2>', page.text)
+    self.assertIn('scores: fused score: time-weighted RRF', page.text)
+    index = client.get('/', params={'a': 'recovr', 'b': 'recovr@rules',
+                                    'paired': 'a_not_b'})
+    self.assertIn('in 0</a>', index.text)  # the same run: never apart
+    # Another run's sessions, or other targets: refused, naming what.
+    fewer = dataclasses.replace(viewer.load(other), sessions=(0, 1))
+    with self.assertRaisesRegex(ValueError, 'not a run of the same '
+                                'sessions.*sessions \\(2 against 3'):
+      viewer.beside(self.viewer.run, fewer)
+    moved = viewer.load(other)
+    moved.rows['recovr', 2] = dict(moved.rows['recovr', 2], target=1)
+    with self.assertRaisesRegex(ValueError, "session 2's reference and "
+                                'target'):
+      viewer.beside(self.viewer.run, moved)
+
   def test_a_session_side_by_side(self):
     page = self.client.get('/s/1', params={'a': 'recovr', 'b': 'ivr'})
     self.assertEqual(page.status_code, 200)
