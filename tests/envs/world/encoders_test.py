@@ -134,6 +134,18 @@ class TextEncoderTest(absltest.TestCase):
       with self.assertLogs(level='WARNING') as logs:
         self.assertEqual(old.load_cache(legacy), 0)
       self.assertIn('fails its checksum', logs.output[0])
+      # A backend other than the CPU is in the key: a GPU's cache and a
+      # CPU's stay apart (the CPU's key, and so its caches, as before).
+      self.assertNotIn('backend', enc.fingerprint)
+      on_cpu = enc.cache_path(d)
+      enc.save_cache(on_cpu)
+      with mock.patch.object(encoders.jax, 'default_backend',
+                             return_value='gpu'):
+        self.assertTrue(enc.fingerprint.endswith('|backend=gpu'))
+        self.assertNotEqual(enc.cache_path(d), on_cpu)
+        self.assertEqual(encoders.TextEncoder(
+            batch_size=16, max_length=32, shared=False).load_cache(
+                enc.cache_path(d)), 0)
 
   def test_the_window_is_the_models_own(self):
     # all-MiniLM-L6-v2 was trained on 256 tokens (its

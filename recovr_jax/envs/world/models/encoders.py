@@ -282,9 +282,14 @@ class TextEncoder:
   def fingerprint(self) -> str:
     """What fixes its embeddings: the model (by its files' contents,
     ``content_digest``), the rows per batch (XLA's blocking follows them),
-    the maximum length and the rule that fits a dialogue to it."""
+    the maximum length, the rule that fits a dialogue to it, and a backend
+    other than the CPU (a GPU's embeddings differ from a CPU's in their
+    last bits: their caches stay apart; the CPU's key is as before, so
+    every earlier cache, all made on CPUs, is still read)."""
+    backend = jax.default_backend()
     return (f'model={self._key[0]}|rows={self._batch_size}'
-            f'|length={self._max_length}|fit=oldest-feedback')
+            f'|length={self._max_length}|fit=oldest-feedback' +
+            ('' if backend == 'cpu' else f'|backend={backend}'))
 
   def cuts(self, texts) -> list[tuple[int, int]]:
     """Each text's ``(feedback dropped, tokens cut)`` when encoded
