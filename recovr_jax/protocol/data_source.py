@@ -57,6 +57,12 @@ class SourceError(ValueError):
   row or column and what was expected."""
 
 
+class MissingWeights(FileNotFoundError):
+  """A model copied without its weights (a run's archive) asked for what
+  its cache lacks; the runner refuses the run in a line, naming the flag
+  that gives the weights."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Built:
   """A source's environment with what runs on it (a sweep's runs share it)."""

@@ -122,9 +122,11 @@ def _run(config, built):
   try:
     with profile.active():
       result = _run_claimed(config, source, built, out, start, resolved)
-  except validation.ConfigError:
+  except (validation.ConfigError, data_source.MissingWeights) as e:
     if new and {p.name for p in out.iterdir()} <= {'.lock'}:
       shutil.rmtree(out, ignore_errors=True)
+    if isinstance(e, data_source.MissingWeights):  # a refusal, in a line
+      raise validation.ConfigError(str(e)) from e
     raise
   finally:
     if lock is not None:

@@ -520,6 +520,24 @@ class RunnerTest(absltest.TestCase):
     finally:
       resources.available_bytes = original
 
+  def test_a_weightless_encoder_short_of_texts_is_refused_in_a_line(self):
+    # A run's archive carries MiniLM without weights: asked for texts its
+    # cache lacks (here an empty one), the run is refused in a line naming
+    # the flag, and the folder it would have made is not left behind.
+    from absl import app  # pylint: disable=g-import-not-at-top
+    copy = encoders.weightless_copy(encoders.minilm_path(),
+                                    self.root / 'weightless')
+    out = self.root / 'weightless_run'
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    # (A fresh process: nothing encoded or loaded by this one is shared.)
+    with mock.patch.dict(encoders._SHARED_EMBEDDINGS, clear=True), \
+         mock.patch.dict(encoders._SHARED_MODELS, clear=True):  # pylint: disable=protected-access
+      with self.assertRaisesRegex(app.UsageError, 'a copy without weights'
+                                  '.*--text_encoder_dir'):
+        runs.run_tiny(out, methods=['recovr'], text_encoder_dir=str(copy),
+                      cache_dir=str(self.root / 'empty_cache'))
+    self.assertFalse(out.exists())
+
   def test_bad_input_before_any_work(self):
     with self.assertRaisesRegex(Exception, "unknown --methods nope; valid: "
                                 "recovr, covr_only"):

@@ -30,6 +30,7 @@ from recovr_jax import profiling
 from recovr_jax import readers
 from recovr_jax import storage
 from recovr_jax.core import vectors
+from recovr_jax.protocol import data_source
 from recovr_jax.protocol import dialogue
 
 TEXT_DIM = 384  # all-MiniLM-L6-v2
@@ -180,7 +181,7 @@ def _load(model_dir: str):
   d = pathlib.Path(model_dir)
   if (d / DIGESTS_FILE).is_file() and not any((d / w).is_file()
                                               for w in WEIGHTS):
-    raise FileNotFoundError(
+    raise data_source.MissingWeights(
         f'text encoder {model_dir} is a copy without weights (a run\'s '
         'archive): it encodes only the texts its --cache_dir holds, and this '
         'run needs others; pass --text_encoder_dir=<a MiniLM with weights> '
