@@ -106,6 +106,26 @@ def _slots_of(pairs, slots, values):
   return placed
 
 
+class _Slots:
+  """An open-addressing hash table of ``(first, second) -> value`` int32
+  slots (second -1: empty), placed on the host's mirror and held on the
+  device (``device_rows``: only the slots filled since are sent)."""
+
+  def __init__(self, name: str, size: int):
+    self._mirror = (np.zeros(size, np.int32), np.full(size, -1, np.int32),
+                    np.zeros(size, np.int32))
+    self._device = device_rows.DeviceRows(
+        name, [((), np.int32, 0), ((), np.int32, -1), ((), np.int32, 0)],
+        size)
+
+  def put(self, pairs, values):
+    placed = _slots_of(pairs, self._mirror, values)
+    self._device.write(placed, [m[placed] for m in self._mirror])
+
+  def arrays(self) -> tuple:
+    return self._device.arrays()
+
+
 class WordTable:
   """Per decision: the parse of the user's words, filled by the host.
 
@@ -139,7 +159,6 @@ class WordTable:
     # key, row) with their host mirror, the rows, and how many entries
     # they hold.
     self._slots = None
-    self._mirror = None
     self._rows = None
     self._sent = 0
     self._order = []  # the entries' pairs in row order
@@ -293,18 +312,11 @@ class WordTable:
           'word table', [((num,), np.int32, -1), ((), bool, False),
                          ((dim,), np.float32, 0.0), ((), np.int32, -1)],
           capacity)
-      self._mirror = (np.zeros(2 * capacity, np.int32),
-                      np.full(2 * capacity, -1, np.int32),
-                      np.zeros(2 * capacity, np.int32))
-      self._slots = device_rows.DeviceRows(
-          'word slots', [((), np.int32, 0), ((), np.int32, -1),
-                         ((), np.int32, 0)], 2 * capacity)
+      self._slots = _Slots('word slots', 2 * capacity)
       self._sent = 0
     if self._sent < len(self._entries):
       pairs = self._order[self._sent:]
-      placed = _slots_of(pairs, self._mirror,
-                         range(self._sent, len(self._entries)))
-      self._slots.write(placed, [m[placed] for m in self._mirror])
+      self._slots.put(pairs, range(self._sent, len(self._entries)))
       self._rows.write(np.arange(self._sent, len(self._entries)),
                        self._columns(pairs))
       self._sent = len(self._entries)
@@ -401,7 +413,6 @@ class DialogueTable:
     self._pending = []
     self._rows = None
     self._slots = None
-    self._mirror = None
     self._sent = 0
     self._order = []  # ((parent, word), node) in node order
     self._store = None if store is None else pathlib.Path(store)
@@ -515,18 +526,11 @@ class DialogueTable:
           'dialogue table', [((self._dim,), np.float32, 0.0)], capacity)
     if self._slots is None or capacity > self._rows.capacity:
       self._rows.grow(capacity)
-      self._mirror = (np.zeros(2 * capacity, np.int32),
-                      np.full(2 * capacity, -1, np.int32),
-                      np.zeros(2 * capacity, np.int32))
-      self._slots = device_rows.DeviceRows(
-          'dialogue slots', [((), np.int32, 0), ((), np.int32, -1),
-                             ((), np.int32, 0)], 2 * capacity)
+      self._slots = _Slots('dialogue slots', 2 * capacity)
       self._sent = 0
     if self._sent < len(self._children):
       pairs = self._order[self._sent:]
-      placed = _slots_of([p for p, _ in pairs], self._mirror,
-                         [n for _, n in pairs])
-      self._slots.write(placed, [m[placed] for m in self._mirror])
+      self._slots.put([p for p, _ in pairs], [n for _, n in pairs])
       self._sent = len(self._children)
     for start, vectors in self._pending:
       self._rows.write(np.arange(start, start + len(vectors)), [vectors])
