@@ -70,6 +70,7 @@ import jax
 from jax.experimental import serialize_executable
 
 from recovr_jax import paths
+from recovr_jax import profiling
 
 # Compiled afresh (see above): a debug-output flag that JAX's cache keys on.
 _FRESH = 'xla_debug_buffer_assignment_show_max'
@@ -143,7 +144,7 @@ def find(jitted, fn, static: dict, args, kwargs):
                tuple(jax.typeof(x) for x in leaves))
   exe = _loaded.get(signature)
   if exe is None:
-    with _lock:
+    with _lock, profiling.part(profiling.PROGRAMS):
       exe = _loaded.get(signature)
       if exe is None:
         exe = _loaded[signature] = _load_or_compile(

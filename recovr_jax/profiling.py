@@ -22,6 +22,9 @@ _ACTIVE = []  # the active profile, if any (a stack of one)
 # their outputs are ready: the run's device time. Everything else in the
 # wall time is the host's (``Profile.report``'s ``device_s`` / ``host_s``).
 DEVICE = 'device programs'
+# Loading a kept program, or compiling one, inside a device call: the
+# host's work (``executables.find``), not the device's.
+PROGRAMS = 'programs (load or compile)'
 
 
 class Profile:
@@ -64,7 +67,8 @@ class Profile:
     'share', 'calls'}}}``, parts largest first, with ``other`` the wall
     time outside every part, and ``counts`` (what ``count`` recorded) when
     there are any. ``device_s`` is the ``DEVICE`` part (the turn programs,
-    blocked on), ``host_s`` the rest of the wall time."""
+    blocked on; not the loading or compiling of a kept program in them,
+    ``PROGRAMS``), ``host_s`` the rest of the wall time."""
     parts = dict(self.seconds)
     parts['other'] = max(self.wall - sum(parts.values()), 0.0)
     total = self.wall or 1.0

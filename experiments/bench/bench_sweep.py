@@ -20,7 +20,10 @@ For each size S (``--sessions``), in one cache per size under
    jitted drivers' turn programs blocked on until their outputs are ready
    (``profiling.DEVICE``; a baseline whose runner does not time it gets the
    same part by wrapping its ``jit_runner._Programs.__call__`` the same
-   way), and the host time is the wall time less the device's.
+   way), and the host time is the wall time less the device's. Loading a
+   kept program or compiling one inside such a call is the host's
+   (``profiling.PROGRAMS``, its own part; a baseline from before it gets
+   the same part around ``executables.find``).
 
 Per run it reports the wall time, device and host seconds, host
 microseconds per session-method, the output folder's bytes and the
@@ -55,7 +58,9 @@ from experiments.common import cli
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 QUERIES = 500  # the world's test queries (main's --num_test_triplets)
 # The baseline's runner timed as this one times its own (a commit from
-# before ``profiling.DEVICE`` gets the same part around the same call).
+# before ``profiling.DEVICE`` gets the same part around the same call, and
+# one from before ``profiling.PROGRAMS`` its loading and compiling of kept
+# programs as host time, as here).
 _LAUNCH = '''
 import runpy, sys
 from recovr_jax import profiling
@@ -66,6 +71,13 @@ if not hasattr(profiling, 'DEVICE'):
     with profiling.part('device programs'):
       return profiling.sync(call(self, *args, **kwargs))
   jit_runner._Programs.__call__ = timed
+if not hasattr(profiling, 'PROGRAMS'):  # loading or compiling: the host's
+  from recovr_jax import executables
+  find = executables.find
+  def found(*args, **kwargs):
+    with profiling.part('programs (load or compile)'):
+      return find(*args, **kwargs)
+  executables.find = found
 sys.argv = ['experiments.run'] + sys.argv[1:]
 runpy.run_module('experiments.run', run_name='__main__', alter_sys=True)
 '''

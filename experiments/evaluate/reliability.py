@@ -38,14 +38,17 @@ from experiments.common import outputs
 
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the scratch directory.')
 GROUPS = ('runner', 'files', 'processes', 'study', 'viewer', 'importer',
-          'lora')
+          'lora', 'faults')
 _GROUPS = flags.DEFINE_multi_enum(
     'cases', list(GROUPS), GROUPS,
     'Which groups of cases to try (repeatable): the runner, the files the '
     'project reads (a user\'s, its own outputs, the study\'s access file, '
     'images, the launcher\'s flagfiles and port), the runner as '
     'several processes, the study app, the session viewer, '
-    'the CoVR importer, LoRA adapters.')
+    'the CoVR importer, LoRA adapters, and the faults of a run that '
+    'travels, refuses or shares its files (an archive\'s parts, its '
+    'self-check, a refusal over a finished run, one query repeated, sizes, '
+    'two writers, one-line refusals).')
 
 TINY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
         '--gallery_size=300', '--num_sessions=12', '--batch_size=5',
@@ -61,9 +64,10 @@ class Scratch:
     self.root = root
     self.cache = root / 'cache'
 
-  def run(self, out, *args, wait=True):
+  def run(self, out, *args, wait=True, cache_dir=None):
     cmd = [sys.executable, '-m', 'experiments.run', *TINY,
-           f'--cache_dir={self.cache}', f'--output_dir={out}', *args]
+           f'--cache_dir={cache_dir or self.cache}', f'--output_dir={out}',
+           *args]
     if not wait:
       return subprocess.Popen(cmd, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -591,6 +595,214 @@ def multi_process_cases(s: Scratch):
          and named and same)
 
 
+def _snapshot(folder: pathlib.Path) -> dict:
+  return {str(p.relative_to(folder)): p.read_bytes()
+          for p in sorted(folder.rglob('*')) if p.is_file()}
+
+
+def _refusal_of(fn, pattern) -> tuple[str, bool]:
+  """Calls ``fn`` (an entry point's own step): the one line of the error
+  it raises (expected: a usage error matching ``pattern``)."""
+  try:
+    fn()
+  except Exception as e:  # pylint: disable=broad-except
+    return (f'refused: {e}', isinstance(e, app.UsageError) and
+            bool(re.search(pattern, str(e))) and '\n' not in str(e))
+  return 'accepted without an error', False
+
+
+def _peak_run(s: Scratch, out, *args) -> tuple[int, float]:
+  """``s.run`` of ``args`` into ``out``: its exit status and the peak
+  resident memory of its process, MiB."""
+  proc = s.run(out, *args, wait=False)
+  proc.stdout.read()
+  _, status, usage = os.wait4(proc.pid, 0)
+  proc.returncode = os.waitstatus_to_exitcode(status)
+  proc.stdout.close()
+  return proc.returncode, usage.ru_maxrss / 1024
+
+
+def fault_cases(s: Scratch, clean: pathlib.Path):
+  """A run that travels, refuses or shares its files (issue "faults"):
+  what of a checkout an archive carries, the archive's own check, a
+  refusal over a finished run, one query repeated, sizes before
+  allocations, two writers of one cache, one-line refusals."""
+  import errno  # pylint: disable=g-import-not-at-top
+  from unittest import mock  # pylint: disable=g-import-not-at-top
+  from experiments.common import archive  # pylint: disable=g-import-not-at-top
+  from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+
+  # What travels: a checkout of three files, one a link leading outside.
+  checkout = s.root / 'checkout'
+  (checkout / 'pkg').mkdir(parents=True)
+  (checkout / 'pkg' / 'a.py').write_text('A = 1\n')
+  (checkout / 'pkg' / 'inside.py').symlink_to('a.py')
+  (checkout / 'pkg' / 'outside.py').symlink_to('/etc/hostname')
+  outcome, ok = _refusal_of(lambda: archive.copy_code(
+      checkout, ['pkg/a.py', 'pkg/inside.py', 'pkg/outside.py'],
+      s.root / 'code1'), r'pkg/outside.py is a link to .*outside the '
+      'checkout')
+  archive.copy_code(checkout, ['pkg/a.py', 'pkg/inside.py'], s.root / 'code2')
+  kept = (s.root / 'code2' / 'pkg' / 'inside.py').is_symlink()
+  yield ('an archive of a checkout with a link inside it and one leading '
+         'outside', f'{outcome}; without the outside one, the inside link '
+         f'travels as a link: {kept}', ok and kept)
+  outside = s.root / 'my.flags'
+  outside.write_text('--rrf_k=30\n')
+  args, carried = archive.carried_flagfiles(
+      [f'--flagfile={outside}', '--seed=1'], checkout, ['pkg/a.py'])
+  ok = args == ['--flagfile=../flags/my.flags', '--seed=1'] and carried == {
+      'my.flags': outside.resolve()}
+  yield ('an archive of a run whose --flagfile lies outside the checkout',
+         f'carried in the archive as {args[0]}, run.sh names the copy: '
+         f'{ok}', ok)
+  output = s.root / 'packs' / 'kept.v1.tar.gz'
+  lock = archive.claim(output)
+  try:
+    outcome, ok = _refusal_of(lambda: archive.claim(output),
+                              'another pack is writing it now')
+  finally:
+    lock.close()
+  yield ('a second pack to the same --output while one writes it', outcome,
+         ok)
+  stage = s.root / 'stage' / archive.stem(output)
+  shutil.copytree(s.root / 'code2', stage / 'code', symlinks=True)
+  full = OSError(errno.ENOSPC, 'No space left on device')
+  with mock.patch.object(archive.tarfile, 'open', side_effect=full):
+    outcome, ok = _refusal_of(lambda: archive.write_archive(stage, output),
+                              r'--output=.*the disk filled while packing')
+  left = sorted(p.name for p in output.parent.iterdir()
+                if p.name.endswith('.part') or p.name == output.name)
+  yield ('the disk full while packing an archive', f'{outcome}; left '
+         f'behind: {left or "nothing"}; top folder {stage.name} (the whole '
+         'stem)', ok and not left and stage.name == 'kept.v1')
+
+  # The archive's own check: the clean run as the packing machine wrote it,
+  # then one byte of its metrics changed.
+  unpacked = s.root / 'unpacked'
+  shutil.copytree(clean, unpacked / 'out' / 'jit')
+  (unpacked / 'bundle.json').write_text(json.dumps({'outputs': {'jit': {
+      name: hashlib.sha256((clean / name).read_bytes()).hexdigest()
+      for name in ('metrics.json', 'trajectories.jsonl')}}}))
+  check = lambda: subprocess.run([sys.executable, '-c', archive.CHECK],
+                                 cwd=unpacked, capture_output=True,
+                                 text=True, check=False)
+  same = check()
+  metrics = unpacked / 'out' / 'jit' / 'metrics.json'
+  metrics.write_bytes(metrics.read_bytes().replace(b'0', b'1', 1))
+  changed = check()
+  yield ('run.sh\'s check on outputs as packed, then with one byte of '
+         'metrics.json changed', f'exit {same.returncode} '
+         f'({same.stdout.count("match:")} match); then exit '
+         f'{changed.returncode}: {changed.stdout.splitlines()[0]}',
+         same.returncode == 0 and changed.returncode == 1 and
+         'MISMATCH: out/jit/metrics.json' in changed.stdout)
+
+  # A refusal after the folder is held leaves a finished run as it was.
+  d = s.copy(clean, 'refused_over_finished')
+  before = _snapshot(d)
+  blocked = s.root / 'blocked_cache2'
+  blocked.mkdir()
+  text_cache = encoders.TextEncoder(shared=False).cache_path(blocked)
+  text_cache.mkdir()
+  rc, text, _ = s.run(d, '--noresume', '--rrf_k=1', cache_dir=blocked)
+  outcome, ok = _refused(rc, text, 'is not a file')
+  same = _snapshot(d) == before
+  yield ('`--noresume --rrf_k=1` over a finished run, refused by its cache '
+         '(a folder where the text cache goes)', f'{outcome}; the finished '
+         f'run byte for byte as it was ({len(before)} files): {same}',
+         ok and same)
+
+  # One query repeated: no interval, mark or "ahead".
+  d = s.root / 'one_query'
+  rc, text, _ = s.run(d, '--num_test_triplets=1', '--query_repeats=12',
+                      '--methods=recovr,umivr')
+  tables = (d / 'tables.tex').read_text() if rc == 0 else ''
+  report = (d / 'report.md').read_text() if rc == 0 else ''
+  marked = '\\textbf' in tables or 'is ahead of' in report
+  ok = (rc == 0 and 'No intervals: every session repeats one query' in
+        tables and not marked)
+  yield ('12 sessions of one query (`--num_test_triplets=1 '
+         '--query_repeats=12`)', f'exit {rc}; tables.tex says there are no '
+         f'intervals: {"No intervals" in tables}; a bold or "ahead" mark: '
+         f'{marked}', ok)
+
+  # Sizes before allocations: only the repeats the sessions need are made
+  # (before, all 800,000 were tiled: 9,600,000 sessions' arrays).
+  rc0, plain = _peak_run(s, s.root / 'repeats_none')
+  d = s.root / 'repeats_needed'
+  rc, peak = _peak_run(s, d, '--query_repeats=800000')
+  same = rc == 0 and rc0 == 0 and _same(d, clean)
+  yield ('`--query_repeats=800000` (9,600,000 sessions) with '
+         '`--num_sessions=12`', f'exit {rc}; peak memory {peak:,.0f} MiB '
+         f'against {plain:,.0f} MiB without repeats; outputs equal the run '
+         f'without repeats: {same}', same and peak < plain + 100)
+  d = s.root / 'too_many'
+  rc, text, secs = s.run(d, '--query_repeats=1000000000')
+  outcome, ok = _refused(rc, text, r'more than the 10,000,000 a run holds; '
+                         r'pass at most --query_repeats=833333')
+  yield ('`--query_repeats=1000000000`', f'{outcome} after {secs:.0f} s; '
+         f'a folder made: {d.exists()}', ok and not d.exists())
+
+  # Two writers of one fresh cache at once.
+  shared = s.root / 'shared_cache'
+  procs = [s.run(s.root / f'writer{i}', cache_dir=shared, wait=False)
+           for i in range(2)]
+  codes = [p.wait(timeout=900) for p in procs]
+  for p in procs:
+    p.stdout.close()
+  same = all(_same(s.root / f'writer{i}', clean) for i in range(2)) if (
+      codes == [0, 0]) else False
+  stray = sorted(p.name for p in shared.rglob('*') if '.tmp' in p.name or
+                 p.name.endswith('.part'))
+  yield ('two runs writing one fresh --cache_dir at once', f'exits {codes}; '
+         f'outputs equal a clean run: {same}; half-written files left: '
+         f'{stray or "none"}', codes == [0, 0] and same and not stray)
+
+  # The viewer rebuilds the run's data from flags.txt: an edited one is
+  # refused, naming it.
+  d = s.copy(clean, 'viewer_edited')
+  flags_txt = d / 'flags.txt'
+  flags_txt.write_text(flags_txt.read_text().replace(
+      '--gallery_size=300', '--gallery_size=301'))
+  server = _Server(None, None, command=['experiments.view',
+                                        f'--run_dir={d}'])
+  server.stop()
+  edited = '--gallery_size=301' in flags_txt.read_text()
+  outcome, ok = _refused(server.rc, server.text, r'flags.txt: it rebuilds '
+                         r'other data than the run read')
+  yield ('the viewer on a run whose flags.txt was edited since (another '
+         '--gallery_size)', outcome, edited and ok)
+
+  # One-line refusals.
+  latin = s.root / 'latin.flags'
+  latin.write_bytes(b'--seed=1\n# caf\xe9\n')
+  rc, text = _module('experiments.run', f'--flagfile={latin}')
+  outcome, ok = _refused(rc, text, r'not UTF-8 text \(byte 0xe9 at offset '
+                         r'14\); save it as UTF-8')
+  yield ('a flag file in Latin-1', outcome, ok and 'Traceback' not in text)
+  rc, text = _module('experiments.run', '--noplots=false')
+  outcome, ok = _refused(rc, text, '--noplots takes no value; write '
+                         '--plots=false')
+  yield ('`--noplots=false`', outcome, ok and 'Traceback' not in text)
+  d = s.root / 'no_encoder'
+  rc, text, secs = s.run(d, '--text_encoder_dir=/no/such/minilm')
+  outcome, ok = _refused(rc, text, '--text_encoder_dir /no/such/minilm: no '
+                         'such directory')
+  yield ('`--text_encoder_dir` naming no folder', f'{outcome} after '
+         f'{secs:.0f} s; a folder made: {d.exists()}',
+         ok and not d.exists() and 'Traceback' not in text)
+  weightless = encoders.weightless_copy(encoders.minilm_path(),
+                                        s.root / 'weightless')
+  d = s.root / 'weightless_run'
+  rc, text, secs = s.run(d, f'--text_encoder_dir={weightless}',
+                         cache_dir=s.root / 'empty_cache')
+  outcome, ok = _refused(rc, text, '--text_encoder_dir')
+  yield ('a MiniLM copy without weights and a cache without its texts',
+         f'{outcome}; a folder made: {d.exists()}',
+         ok and not d.exists() and 'Traceback' not in text)
+
+
 # Straight to the instances (the cases try the instance pages' forms; the
 # consent form goes through the same checks).
 STUDY = ['--benchmark=v1', '--num_test_triplets=12', '--num_train_triplets=20',
@@ -902,7 +1114,8 @@ def main(argv):
             'processes': lambda: multi_process_cases(s),
             'study': lambda: study_cases(s),
             'viewer': lambda: viewer_cases(clean),
-            'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s)}
+            'importer': lambda: importer_cases(s), 'lora': lambda: lora_cases(s),
+            'faults': lambda: fault_cases(s, clean)}
   for case, outcome, ok in itertools.chain.from_iterable(
       groups[g]() for g in GROUPS if g in _GROUPS.value):
     outcome = outcome.replace(str(root), '<scratch>').replace(repo, '<repo>')

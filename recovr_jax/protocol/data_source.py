@@ -98,10 +98,13 @@ class Source(abc.ABC):
     change a run's numbers (defaults resolved)."""
 
   @abc.abstractmethod
-  def build(self, cache_dir: str | None) -> Built:
+  def build(self, cache_dir: str | None,
+            num_sessions: int | None = None) -> Built:
     """Loads the queries, Progress Memory and encoders (the expensive
     part; the user's words, in the source's config, may write a first
-    query; ``cache_dir``: where earlier runs' embeddings are kept);
+    query; ``cache_dir``: where earlier runs' embeddings are kept;
+    ``num_sessions``: the sessions the run uses, None for all, so a
+    source that repeats its queries makes no more than those);
     ``SourceError`` for inputs that cannot be read."""
 
   def build_reads(self):

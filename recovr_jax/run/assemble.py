@@ -39,8 +39,8 @@ def build(config: run_config.RunConfig,
   ``data_source.SourceError`` names an unreadable input. The ``Built``
   holds the source: what runs on it asks that one."""
   checksums.allow_unverified(config.allow_unverified_checkpoints)
-  built = dataclasses.replace(source.build(config.cache_dir),
-                              source=source)
+  built = dataclasses.replace(
+      source.build(config.cache_dir, config.num_sessions), source=source)
   return drivers.choose(config.simulation, source).prepare(source, built)
 
 

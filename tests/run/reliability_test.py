@@ -2,6 +2,7 @@
 corrupt batches caught, bad values refused, one run per directory."""
 
 import csv
+import dataclasses
 import fcntl
 import json
 import pathlib
@@ -143,6 +144,25 @@ class ResumeIdentityTest(_OnABaseRun):
                                 'at most 10,000,000 sessions a run'):
       _run(out, num_sessions=10**9, query_repeats=10**8)
     self.assertFalse(out.exists())
+
+  def test_only_the_repeats_the_sessions_need_are_made(self):
+    from recovr_jax.envs.world import world_source  # pylint: disable=g-import-not-at-top
+    env = dataclasses.make_dataclass(
+        'Env', ['reference', 'target', 'modification', 'query'])(
+            np.arange(12) + 100, np.arange(12) + 200,
+            tuple(f'm{i}' for i in range(12)), None)
+    named = np.eye(12, 7, dtype=bool)
+    whole, whole_named = world_source.repeated(env, named, 1000)
+    some, some_named = world_source.repeated(env, named, 1000,
+                                             num_sessions=30)
+    self.assertLen(whole.target, 12_000)
+    self.assertLen(some.target, 36)  # 3 repeats, not 1,000
+    np.testing.assert_array_equal(some.target, whole.target[:36])
+    np.testing.assert_array_equal(some.query, whole.query[:36])
+    np.testing.assert_array_equal(some_named, whole_named[:36])
+    self.assertEqual(some.modification, whole.modification[:36])
+    self.assertLen(world_source.repeated(env, named, 2, 1000)[0].target, 24)
+    self.assertLen(world_source.repeated(env, named, 5, 7)[0].target, 12)
 
   def test_repeated_queries_extend_the_run_under_new_draws(self):
     out = self.root / 'repeated'

@@ -160,8 +160,8 @@ class FilesSource(data_source.Source, data_source.ExtraOutputs):
         paths[f'{name}_module'] = callables.module_file(spec, f'--{name}')
     return paths
 
-  def build(self, cache_dir):
-    del cache_dir
+  def build(self, cache_dir, num_sessions=None):
+    del cache_dir, num_sessions
     from recovr_jax.envs.files import files_environment  # pylint: disable=g-import-not-at-top
     c = self.config
     try:

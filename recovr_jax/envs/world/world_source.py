@@ -154,11 +154,15 @@ class WorldData:
 MAX_SESSIONS = 10_000_000
 
 
-def repeated(env, named, repeats: int):
+def repeated(env, named, repeats: int, num_sessions: int | None = None):
   """``env`` and ``named [Q, A]`` with every query ``repeats`` times:
   session ``s`` is query ``s % Q`` (``env.query``), so the first ``Q``
-  sessions are the run without repeats."""
+  sessions are the run without repeats. With ``num_sessions`` (the
+  sessions the run uses) only the repeats those need are made: the
+  first sessions are the same either way."""
   num = len(env.target)
+  if num_sessions is not None:
+    repeats = max(1, min(repeats, -(-num_sessions // max(num, 1))))
   query = np.tile(np.arange(num), repeats)
   return dataclasses.replace(
       env, reference=np.asarray(env.reference)[query],
@@ -330,7 +334,7 @@ class WorldSource(data_source.Source, data_source.TracedFace,
                                        captioner.DEFAULT_CAPTIONER_DIR)
     return paths
 
-  def build(self, cache_dir):
+  def build(self, cache_dir, num_sessions=None):
     from recovr_jax.envs.world import world_environment  # pylint: disable=g-import-not-at-top
     from recovr_jax.envs.world.models import training  # pylint: disable=g-import-not-at-top
     world = generator.make_world(self.config.world)
@@ -358,7 +362,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
     if self.config.start == 'text':  # no reference; a first description
       from recovr_jax.envs.world.user import text_start  # pylint: disable=g-import-not-at-top
       if self.config.query_repeats > 1:  # each session its own description
-        env, named = repeated(env, named, self.config.query_repeats)
+        env, named = repeated(env, named, self.config.query_repeats,
+                              num_sessions)
       texts, named = text_start.first_queries(
           env.attributes, env.target, self.config.user.language,
           self.config.user.phrasings)
@@ -366,7 +371,8 @@ class WorldSource(data_source.Source, data_source.TracedFace,
           env, reference=np.full(len(env.target), -1, np.int64),
           modification=texts)
     if self.config.query_repeats > 1 and env.query is None:
-      env, named = repeated(env, named, self.config.query_repeats)
+      env, named = repeated(env, named, self.config.query_repeats,
+                            num_sessions)
     return data_source.Built(env=env, extra=_Extra(world, text, text_cache,
                                                   named))
 
