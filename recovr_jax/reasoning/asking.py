@@ -7,6 +7,7 @@ session's ask budget lasts. Modes: ``always``, ``never``, ``entropy``.
 
 import dataclasses
 import math
+import re
 from typing import ClassVar
 
 import jax
@@ -17,6 +18,35 @@ from recovr_jax import config_tree
 from recovr_jax.core import checks
 
 ASK_MODES = ('always', 'never', 'entropy')
+
+# Words that are no caption's content (the caption user's and UMIVR's on
+# free text).
+STOP_WORDS = frozenset("""
+a an the and or but of in on at to for from with by into onto over under
+is are was were be been being it its this that these those there here as
+while then than very some any each one two who whom which what when where
+his her their our your my i we you he she they them him me us up down out
+off about after before through during not no video clip shows showing
+""".split())
+
+
+def content_words(caption: str) -> list[str]:
+  """Lower-cased words of ``caption`` without stop words, first occurrence
+  order."""
+  words = re.findall(r"[a-z0-9']+", caption.lower())
+  return list(dict.fromkeys(w for w in words if w not in STOP_WORDS))
+
+
+# The question a method asks about one word of the candidates' captions
+# (UMIVR on free text), and the caption user's answers to it.
+WORD_QUESTION = 'Does the video you want show {}?'
+_WORD_QUESTION = re.compile(r'^Does the video you want show ([a-z0-9\']+)\?$')
+
+
+def asked_word(question) -> str | None:
+  """The word ``question`` asks about when it is a ``WORD_QUESTION``."""
+  found = _WORD_QUESTION.match(question) if isinstance(question, str) else None
+  return found.group(1) if found else None
 
 
 @config_pytree.register

@@ -12,23 +12,15 @@ instead.
 """
 
 import dataclasses
-import re
 from typing import ClassVar
 
 import numpy as np
 
 from recovr_jax import config_tree
 from recovr_jax.protocol.plan import Feedback
+from recovr_jax.reasoning import asking
 
 PHRASERS = ('none', 'smollm2')
-
-STOP_WORDS = frozenset("""
-a an the and or but of in on at to for from with by into onto over under
-is are was were be been being it its this that these those there here as
-while then than very some any each one two who whom which what when where
-his her their our your my i we you he she they them him me us up down out
-off about after before through during not no video clip shows showing
-""".split())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +43,12 @@ class CaptionUserConfig:
                        f'got {self.drop_rate}')
 
 
-def content_words(caption: str) -> list[str]:
-  """Lower-cased words of ``caption`` without stop words, first occurrence
-  order."""
-  words = re.findall(r"[a-z0-9']+", caption.lower())
-  return list(dict.fromkeys(w for w in words if w not in STOP_WORDS))
+# What the caption user counts as a caption's content, and the question
+# about one of its words that it answers (UMIVR's on free text).
+STOP_WORDS = asking.STOP_WORDS
+content_words = asking.content_words
+WORD_QUESTION = asking.WORD_QUESTION
+asked_word = asking.asked_word
 
 
 class CaptionUser:
@@ -90,7 +83,23 @@ class CaptionUser:
     return (kept or words[:1])[:self.max_words]
 
   def respond(self, session: int, turn: int, target_id, shown_id,
-              target_caption: str, shown_caption: str) -> Feedback:
+              target_caption: str, shown_caption: str,
+              question: str | None = None) -> Feedback:
+    """The feedback on ``shown_id``; a ``WORD_QUESTION`` (``question``,
+    asked with the list) is answered after it from the target's caption
+    ("Yes, <word>." or "No <word>."); other questions are not answered."""
+    feedback = self._feedback(session, turn, target_id, shown_id,
+                              target_caption, shown_caption)
+    word = asked_word(question)
+    if feedback.action == 'stop' or word is None:
+      return feedback
+    answer = (f'Yes, {word}.' if word in content_words(target_caption)
+              else f'No {word}.')
+    return Feedback(feedback.action, f'{feedback.text} {answer}'.strip(),
+                    feedback.mentioned)
+
+  def _feedback(self, session, turn, target_id, shown_id, target_caption,
+                shown_caption) -> Feedback:
     if target_id == shown_id:
       return Feedback('stop', '', {})
     if self.phrase is not None:

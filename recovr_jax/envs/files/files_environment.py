@@ -209,9 +209,11 @@ class HostCaptionUser:
   captions: object    # [N] the gallery's captions
 
   def __call__(self, session, turn, target, shown, question):
-    del question  # the caption user does not answer questions
+    # It answers a question about a word of the captions (UMIVR's), no
+    # other.
     return self.user.respond(session, turn, target, shown,
-                             self.captions[target], self.captions[shown])
+                             self.captions[target], self.captions[shown],
+                             question)
 
 
 def caption_user(user, captions) -> HostCaptionUser:
