@@ -34,6 +34,7 @@ REGISTRY = {
 # without one is printed under its registry name.
 DISPLAY_NAMES = {
     'recovr': 'ReCoVR',
+    'recovr_current': 'ReCoVR (rank-cap: current turn)',
     'covr_only': 'ReCoVR, composed only',
     't2v_only': 'ReCoVR, T2V only',
     'intent_only': 'Intent Pathway only',

@@ -42,9 +42,13 @@ class ReCoVR(base.Method):
                name: str = 'recovr', t2v: bool = True, covr: bool = True,
                reflection: bool = True, rank_cap: bool = True,
                dynamic_anchor: bool = True, fusion: str = 'tw_rrf',
-               keep: bool = True, avoid: bool = True):
+               keep: bool = True, avoid: bool = True,
+               placement: str | None = None):
     super().__init__(settings)
     self.name = name
+    # Where rank-cap applies (ranking.PLACEMENTS); None: the run's
+    # --rank_cap_placement.
+    self.placement = placement
     self.t2v = t2v                        # uses the T2V channel
     self.covr = covr                      # uses the CoVR channel
     self.reflection = reflection          # State Reflector on
@@ -63,10 +67,13 @@ class ReCoVR(base.Method):
                             candidates=settings.question_candidates)
 
   def ranking(self, base_config):
-    """The base core; without State Reflection under the paper's reading
+    """The base core (its own rank-cap placement, if it has one); without
+    State Reflection under the paper's reading
     (``Settings.unreflected_rank_cap='stagnation'``) the top-1 just
     rejected gets no cap of its own."""
     config = super().ranking(base_config)
+    if self.placement is not None:
+      config = dataclasses.replace(config, rank_cap_placement=self.placement)
     if (not self.reflection and
         self.settings.unreflected_rank_cap == 'stagnation'):
       config = dataclasses.replace(config, cap_just_rejected=False)
@@ -337,4 +344,9 @@ VARIANTS = {
                                      fusion='penalty_rrf'),
     'sim_max': functools.partial(ReCoVR, name='sim_max', fusion='sim_max'),
     'sim_sum': functools.partial(ReCoVR, name='sim_sum', fusion='sim_sum'),
+    # ReCoVR with rank-cap where the paper's method text puts it: on the
+    # current turn's lists before fusion (the default, --rank_cap_placement
+    # =all, also caps the ring and the fused list; docs/definitions.md §3).
+    'recovr_current': functools.partial(ReCoVR, name='recovr_current',
+                                        placement='current'),
 }

@@ -1,6 +1,7 @@
 """Every registered method under the host driver, the registry, the entropy
 ask policy, and a method defined here run through the runner."""
 
+import dataclasses
 import json
 import pathlib
 import tempfile
@@ -106,7 +107,8 @@ class EveryMethodTest(absltest.TestCase):
   def test_rank_capped_methods_never_repeat_a_rejected_top1(self):
     for name, result in self.results.items():
       method = methods.make(name)
-      if not method.rank_cap:
+      if not method.rank_cap or getattr(method, 'placement', None) == (
+          'current'):  # the current turn's lists only: a top-1 may return
         continue
       for i in range(24):
         seen = set()
@@ -130,6 +132,28 @@ class EveryMethodTest(absltest.TestCase):
               for rec in rows[1:] if rec['action'] != 'stopped']
     self.assertTrue(all(rec['asked'] for rec in recovr))
     self.assertIn('answer', [rec['action'] for rec in recovr])
+
+
+class PlacementTest(absltest.TestCase):
+
+  def test_recovr_current_is_recovr_under_the_papers_placement(self):
+    _, env, _ = toy_world.env_for('sum')
+    user = simulated_user.SimulatedUser(
+        simulated_user.UserConfig(drop_rate=0.2), seed=3)
+    config = ranking.LoopConfig(num_turns=3, list_length=20,
+                                num_ids=len(env.gallery))
+    run = lambda name, base: toy_world.run_host(
+        env, methods.make(name), np.arange(24), user, base)
+    current = run('recovr_current', config)
+    np.testing.assert_array_equal(
+        current.displayed, run('recovr', dataclasses.replace(
+            config, rank_cap_placement='current')).displayed)
+    self.assertFalse(np.array_equal(current.displayed,
+                                    run('recovr', config).displayed))
+    # Its own placement wins over the run's.
+    np.testing.assert_array_equal(current.displayed, run(
+        'recovr_current', dataclasses.replace(
+            config, rank_cap_placement='all')).displayed)
 
 
 class ReadsThroughTheReasonerTest(absltest.TestCase):
