@@ -221,7 +221,11 @@ def main(argv):
       ev, stagnation = evidence(groups, _RESAMPLES.value, _SEED.value)
       results[name] = claims.evaluate(
           paper_claims.CLAIMS, ev, 'stagnation' if stagnation else None,
-          not_run(setups[name]))
+          not_run(setups[name]),
+          placement_run=(paper_claims.PLACEMENT_RUN
+                         if paper_claims.PLACEMENT_RUN in groups['main']
+                         else None),
+          placement_free=paper_claims.PLACEMENT_FREE)
     except (FileNotFoundError, ValueError) as e:
       raise app.UsageError(f'{m}: {e}') from e
   warning = code_warning(setups)

@@ -465,13 +465,42 @@ def combine(verdicts) -> str:
   return 'inconclusive'
 
 
+# The reading of a claim with ReCoVR's rank-cap where the paper's method
+# text puts it (``evaluate``'s ``placement_run``).
+PLACEMENT_READING = "rank-cap on the current turn (the paper's text)"
+
+
+def _checked(row, claim, view, evidence):
+  """``row`` with ``claim``'s checks on ``view`` and their verdict."""
+  row.pop('why', None)
+  for check in claim.checks(view):
+    value, lower, upper = evidence.evaluate(check.quantity)
+    row['checks'].append(dict(
+        label=check.label, value=value, lower=lower, upper=upper,
+        unit=check.quantity.unit, kind=check.kind, margin=check.margin,
+        verdict=_check_verdict(check, value, lower, upper)))
+  row['verdict'] = combine(c['verdict'] for c in row['checks'])
+  if row['verdict'] == 'untestable':
+    row['why'] = 'the compared sides agree on every session'
+  return row
+
+
 def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None,
-             not_run: dict | None = None):
+             not_run: dict | None = None, placement_run: str | None = None,
+             placement_free=()):
   """One row per claim (and per reading of the no-reflection ablation for
   claims that read it, when ``stagnation_run`` names its run): ``key,
   where, quote, paper, note, reading, verdict, checks`` (each ``label,
   value, lower, upper, unit, kind, margin, verdict``). ``not_run``: claim
-  key -> why this member does not run it (its verdict ``not run``)."""
+  key -> why this member does not run it (its verdict ``not run``).
+  ``placement_run``: the main group's run of ReCoVR under the paper's
+  rank-cap placement; each claim whose checks read ReCoVR's main run, and
+  of the main run otherwise only ``placement_free`` methods (whose lists
+  no placement changes: the single-list baselines), gets a second row
+  reading that run instead (``reading`` ``PLACEMENT_READING``,
+  ``placement`` True; not counted by ``summary``). A claim that compares
+  ReCoVR with its own variants gets none: they ran under the default
+  placement, and a comparison across placements would be another claim."""
   not_run = not_run or {}
   rows = []
   for claim in claims:
@@ -504,16 +533,17 @@ def evaluate(claims, evidence: Evidence, stagnation_run: str | None = None,
         rows.append(row)
         continue
       view = View(evidence, claim.group, swap)
-      for check in claim.checks(view):
-        value, lower, upper = evidence.evaluate(check.quantity)
-        row['checks'].append(dict(
-            label=check.label, value=value, lower=lower, upper=upper,
-            unit=check.quantity.unit, kind=check.kind, margin=check.margin,
-            verdict=_check_verdict(check, value, lower, upper)))
-      row['verdict'] = combine(c['verdict'] for c in row['checks'])
-      if row['verdict'] == 'untestable':
-        row['why'] = 'the compared sides agree on every session'
-      rows.append(row)
+      rows.append(_checked(row, claim, view, evidence))
+      others = {m for r, m in view.read if r == 'main'} - {'recovr'}
+      if (reading or placement_run is None or
+          placement_run not in evidence.runs(claim.group) or
+          ('main', 'recovr') not in view.read or
+          not others <= set(placement_free)):
+        continue
+      rows.append(_checked(
+          dict(row, reading=PLACEMENT_READING, placement=True, checks=[]),
+          claim, View(evidence, claim.group, {'recovr': placement_run}),
+          evidence))
   return rows
 
 
@@ -521,7 +551,8 @@ def summary(rows) -> dict:
   """Verdict -> number of rows."""
   counts = dict.fromkeys(VERDICTS, 0)
   for row in rows:
-    counts[row['verdict']] += 1
+    if not row.get('placement'):  # the other placement's rows apart
+      counts[row['verdict']] += 1
   return counts
 
 
@@ -566,9 +597,18 @@ def markdown(results: dict, title: str = "The paper's claims") -> str:
     lines.append(f'| {member} | ' + ' | '.join(
         str(counts[v]) for v in VERDICTS) + ' |')
   name = lambda r: r['key'] + (f" ({r['reading']})" if r['reading'] else '')
-  keys = [name(r) for r in next(iter(results.values()))]
-  verdicts = {m: {name(r): r['verdict'] for r in rows}
+  keys = [name(r) for r in next(iter(results.values()))
+          if not r.get('placement')]
+  verdicts = {m: {name(r): r['verdict'] for r in rows
+                  if not r.get('placement')}
               for m, rows in results.items()}
+  # Both placements: the claims whose verdict changes when ReCoVR's
+  # rank-cap acts where the paper's text puts it.
+  placed = {m: {r['key']: r['verdict'] for r in rows if r.get('placement')}
+            for m, rows in results.items()}
+  moved = [k for k in dict.fromkeys(k for v in placed.values() for k in v)
+           if any(k in placed[m] and placed[m][k] != verdicts[m].get(k)
+                  for m in results)]
   changed = [k for k in keys
              if len({verdicts[m].get(k) for m in results}) > 1]
   if len(results) > 1:
@@ -580,11 +620,25 @@ def markdown(results: dict, title: str = "The paper's claims") -> str:
       lines += [f'| {k} | ' + ' | '.join(verdicts[m].get(k, '')
                                          for m in results) + ' |'
                 for k in changed]
+  if any(placed.values()):
+    lines += ['', 'Claims whose verdict changes with the rank-cap placement '
+              f'(ReCoVR\'s default, all, -> {PLACEMENT_READING}): '
+              f'{len(moved)}; the rows above count the default placement '
+              'only.']
+    if moved:
+      lines += ['', '| claim | ' + ' | '.join(results) + ' |',
+                '|---|' + '---|' * len(results)]
+      lines += [f'| {k} | ' + ' | '.join(
+          f'{verdicts[m].get(k, "")} -> {placed[m][k]}' if k in placed[m]
+          else verdicts[m].get(k, '') for m in results) + ' |' for k in moved]
   for member, rows in results.items():
     lines += ['', f'## {member}', '',
               '| claim | where | the paper says | paper | this run | verdict |',
               '|---|---|---|---|---|---|']
     for r in rows:
+      if r.get('placement') and r['verdict'] == verdicts[member].get(
+          r['key']):
+        continue  # the other placement, shown where its verdict differs
       quote = r['quote'] + (f' (reading: {r["reading"]})' if r['reading']
                             else '') + (f' *[{r["note"]}]*' if r['note']
                                         else '')

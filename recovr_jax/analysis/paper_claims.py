@@ -35,6 +35,11 @@ TABLE3 = ('covr_plain', 't2v_plain', 'intent_only', 'no_rankcap',
 TRANSPLANTS = (('ivr', 'ivr_rankcap'), ('umivr', 'umivr_rankcap'))
 FUSION = ('static_rrf', 'uniform_rrf', 'penalty_rrf', 'sim_max', 'sim_sum')
 SIMPLIFIED = ('history_rewrite', 'rankcap_only', 'single_turn_fusion')
+# The main run's methods whose lists no rank-cap placement changes (one
+# list each, capped or not): ReCoVR under either placement is compared with
+# them (``claims.evaluate``'s ``placement_free``).
+PLACEMENT_FREE = ('ivr', 'merlin', 'umivr', 'history_rewrite', 'ivr_rankcap',
+                  'umivr_rankcap', 'merlin_rankcap')
 # The methods the main run needs.
 MAIN_METHODS = (('recovr', 'covr_only', 'fixed_anchor', 'history_rewrite',
                  'ivr_rankcap', 'umivr_rankcap') + ADAPTED + TABLE3 + FUSION +

@@ -118,6 +118,40 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual(row['verdict'], 'not run')
     self.assertIn(paper_claims.PLACEMENT_RUN, row['why'])
 
+  def test_a_claim_on_recovr_is_read_under_both_placements(self):
+    # A claim reading ReCoVR's main run gets a second row reading the run
+    # under the paper's placement; it is not counted, and the report names
+    # it where its verdict changes. A claim that does not read ReCoVR gets
+    # none.
+    claim = _claim('greater', a='recovr', b='umivr')
+    other = claims.Claim('d', 'here', 'another', '-', lambda v: [
+        claims.Check('ivr - umivr T1', v.r('ivr', 1, 1) - v.r('umivr', 1, 1),
+                     'greater')])
+    main = _run({'recovr': _hits(0.7), 'umivr': _hits(0.3),
+                 'ivr': _hits(0.6)})
+    placed = _run({'recovr': _hits(0.1)})
+    ev = claims.Evidence({'main': {'main': main,
+                                   paper_claims.PLACEMENT_RUN: placed}}, 500)
+    rows = claims.evaluate([claim, other], ev,
+                           placement_run=paper_claims.PLACEMENT_RUN,
+                           placement_free=('umivr', 'ivr'))
+    self.assertEqual([(r['key'], r['reading'], r['verdict']) for r in rows], [
+        ('c', '', 'reproduced'),
+        ('c', claims.PLACEMENT_READING, 'contradicted'),
+        ('d', '', 'reproduced')])
+    self.assertEqual(claims.summary(rows)['reproduced'], 2)
+    self.assertEqual(claims.summary(rows)['contradicted'], 0)
+    text = claims.markdown({'m': rows})
+    self.assertIn('Claims whose verdict changes with the rank-cap placement',
+                  text)
+    self.assertIn('| c | reproduced -> contradicted |', text)
+    # Without the run, or the argument: one row each, as before; nor
+    # against a method the placement may change (another ReCoVR variant).
+    self.assertLen(claims.evaluate([claim, other], ev), 2)
+    self.assertLen(claims.evaluate([claim, other], ev,
+                                   placement_run=paper_claims.PLACEMENT_RUN,
+                                   placement_free=('ivr',)), 2)
+
   def test_more_than_half_is_read_one_way_and_reasons_are_current(self):
     ev = _full_evidence()
     for key in ('umivr_stagnates_more', 'umivr_repeats_top1'):
