@@ -677,6 +677,17 @@ def fault_cases(s: Scratch, clean: pathlib.Path):
          f'behind: {left or "nothing"}; top folder {stage.name} (the whole '
          'stem)', ok and not left and stage.name == 'kept.v1')
 
+  archive_out = s.root / 'packs' / 'checks.tar.gz'
+  rc, text = _module('experiments.bundle', f'--output={archive_out}',
+                     f'--work_dir={s.root / "bundle_work"}', '--',
+                     '--only_check_args')
+  outcome, ok = _refused(rc, text, r'wrote none of .* nothing was written '
+                         'to --output')
+  yield ('an archive of a command that writes no outputs (`-- '
+         '--only_check_args`)', f'{outcome}; archive written: '
+         f'{archive_out.exists()}', ok and not archive_out.exists() and
+         'Traceback' not in text)
+
   # The archive's own check: the clean run as the packing machine wrote it,
   # then one byte of its metrics changed.
   unpacked = s.root / 'unpacked'
