@@ -141,11 +141,20 @@ class TextEncoderTest(absltest.TestCase):
       enc.save_cache(on_cpu)
       with mock.patch.object(encoders.jax, 'default_backend',
                              return_value='gpu'):
-        self.assertTrue(enc.fingerprint.endswith('|backend=gpu'))
+        self.assertTrue(enc.fingerprint.endswith(
+            '|backend=gpu|matmul=default'))
         self.assertNotEqual(enc.cache_path(d), on_cpu)
         self.assertEqual(encoders.TextEncoder(
             batch_size=16, max_length=32, shared=False).load_cache(
                 enc.cache_path(d)), 0)
+        # The precision a GPU run computes under is in it too
+        # (--matmul_precision); on a CPU, where every precision computes
+        # float32, it is not.
+        with jax.default_matmul_precision('highest'):
+          self.assertTrue(enc.fingerprint.endswith(
+              '|backend=gpu|matmul=highest'))
+      with jax.default_matmul_precision('highest'):
+        self.assertEqual(enc.cache_path(d), on_cpu)
 
   def test_the_window_is_the_models_own(self):
     # all-MiniLM-L6-v2 was trained on 256 tokens (its

@@ -324,3 +324,33 @@ class PhraseTableTest(absltest.TestCase):
 
 if __name__ == '__main__':
   absltest.main()
+
+
+class KeptByNumericsTest(absltest.TestCase):
+
+  def test_a_gpus_word_table_is_kept_apart_from_a_cpus(self):
+    # The word table keeps the user's words with their reading (a reader
+    # may read through MiniLM): a table made under other numerics (a GPU, a
+    # TF32 run: encoders.numerics) is kept under another name; on a CPU the
+    # name is as before.
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    from recovr_jax import methods  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world.face import traced_face  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world.models import encoders  # pylint: disable=g-import-not-at-top
+    from recovr_jax.envs.world.user import simulated_user  # pylint: disable=g-import-not-at-top
+    from recovr_jax.protocol import ranking  # pylint: disable=g-import-not-at-top
+    from tests.helpers import toy_world  # pylint: disable=g-import-not-at-top
+    _, env, _ = toy_world.env_for('sum')
+    config = toy_world.jit_config(
+        methods.make('recovr'), ranking.LoopConfig(
+            num_turns=3, list_length=20, num_ids=len(env.gallery)),
+        simulated_user.UserConfig(), 'sum')
+    cache = self.create_tempdir().full_path
+    store = lambda: traced_face.word_table(
+        traced_face.prepare(env, cache_dir=cache), config, 0).store
+    on_cpu = store()
+    self.assertIsNotNone(on_cpu)
+    self.assertEqual(store(), on_cpu)
+    with mock.patch.object(encoders, 'numerics', return_value={
+        'backend': 'gpu', 'matmul': 'default'}):
+      self.assertNotEqual(store(), on_cpu)

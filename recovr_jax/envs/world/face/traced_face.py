@@ -36,6 +36,7 @@ from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.benchmark import words
 from recovr_jax.envs.world.face import phrase_table
+from recovr_jax.envs.world.models import encoders
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import traced
@@ -379,10 +380,13 @@ def word_table(env: JitEnvironment, config: traced.JitConfig, seed: int,
     target = np.asarray(env.data.target)
     store = None
     if env.cache_dir is not None:
+      # A GPU's (or a TF32 run's) readings and embeddings apart; nothing
+      # added on a CPU (``encoders.numerics``), so its tables stay.
+      numerics = encoders.numerics()
       store = words.store_path(
           env.cache_dir, face.user, seed, config.loop.num_turns, face.reader,
           face.lexical, identity, attributes, target,
-          checksums.source_digest())
+          checksums.source_digest(), *([numerics] if numerics else []))
     env.word_tables[key] = words.WordTable(
         simulated_user.SimulatedUser(face.user, seed), attributes, target,
         config.loop.num_turns, parse=parse, label=label, store=store)

@@ -204,6 +204,21 @@ def _load(model_dir: str):
   return model, tokenizer, jax.jit(encode)
 
 
+def numerics() -> dict:
+  """What of the backend and the matmul precision can change an encoder's
+  outputs, for a cache's key: nothing on a CPU (XLA:CPU computes every
+  precision in float32, so the CPU's keys are as before and every earlier
+  cache, all made on CPUs, is still read); elsewhere the backend and the
+  default matmul precision in force (``--matmul_precision``; unset is the
+  backend's own, e.g. TF32 on a recent NVIDIA GPU), so a GPU's embeddings
+  and a CPU's, or a TF32 run's and a float32 one's, never mix."""
+  backend = jax.default_backend()
+  if backend == 'cpu':
+    return {}
+  return {'backend': backend,
+          'matmul': str(jax.config.jax_default_matmul_precision or 'default')}
+
+
 class TextEncoder:
   """A frozen sentence encoder with a cache keyed by text.
 
@@ -283,14 +298,11 @@ class TextEncoder:
   def fingerprint(self) -> str:
     """What fixes its embeddings: the model (by its files' contents,
     ``content_digest``), the rows per batch (XLA's blocking follows them),
-    the maximum length, the rule that fits a dialogue to it, and a backend
-    other than the CPU (a GPU's embeddings differ from a CPU's in their
-    last bits: their caches stay apart; the CPU's key is as before, so
-    every earlier cache, all made on CPUs, is still read)."""
-    backend = jax.default_backend()
+    the maximum length, the rule that fits a dialogue to it, and the
+    numerics where they can change what is stored (``numerics``)."""
     return (f'model={self._key[0]}|rows={self._batch_size}'
             f'|length={self._max_length}|fit=oldest-feedback' +
-            ('' if backend == 'cpu' else f'|backend={backend}'))
+            ''.join(f'|{k}={v}' for k, v in numerics().items()))
 
   def cuts(self, texts) -> list[tuple[int, int]]:
     """Each text's ``(feedback dropped, tokens cut)`` when encoded

@@ -348,10 +348,9 @@ def gallery_memory(world, video_params, cache_dir=None, captioner=None):
                stored='video,captions')
   if captioner is not None:
     parts['captioner'] = captioner.fingerprint
-  # A GPU's embeddings and captions may differ from a CPU's: apart (the
-  # CPU's key is as before, so earlier caches, all made on CPUs, stay).
-  if jax.default_backend() != 'cpu':
-    parts['backend'] = jax.default_backend()
+  # A GPU's embeddings and captions, or a TF32 run's, may differ from a
+  # CPU's: apart (the CPU's key is as before, so earlier caches stay).
+  parts.update(encoders.numerics())
   key = progress_memory.cache_key(**parts)
 
   def compute():
