@@ -38,6 +38,8 @@ REGISTRY = {
     'smollm2': 'recovr_jax.reasoning.chat_lm:SMOLLM2',
     'smollm2_world': 'recovr_jax.reasoning.chat_lm:SMOLLM2_WORLD',
     'grounded_smollm2': 'recovr_jax.reasoning.routed:GROUNDED_SMOLLM2',
+    # An upper bound on reading (the simulator's meanings), not a reader.
+    'upper_bound': 'recovr_jax.reasoning.upper_bound:BACKEND',
 }
 _LOADED = {}
 

@@ -29,3 +29,8 @@ class Vocabulary:
   # here, naming the flag (e.g. the world's layout words, which no other
   # reader knows); None: any backend.
   lexical_only: str | None = None
+  # The simulator's own meaning of its words, ``() -> reader`` with
+  # ``parse(text) -> {attribute: value}`` (``--reasoner=upper_bound``: an
+  # upper bound on reading, an oracle ablation); None: a source whose user
+  # is not simulated with values.
+  meanings: Callable[[], Any] | None = None

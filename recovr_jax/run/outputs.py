@@ -13,6 +13,7 @@ from recovr_jax import checksums
 from recovr_jax import methods
 from recovr_jax import profiling
 from recovr_jax.protocol import dialogue
+from recovr_jax.reasoning import upper_bound
 from recovr_jax.run import ask_scores
 from recovr_jax.run import figures
 from recovr_jax.run import reporting
@@ -156,7 +157,9 @@ def _header(config, env, num_sessions: int, benchmark: str,
   return '\n'.join([
       f'# ReCoVR and baselines on {benchmark}', '',
       f'**{num_sessions:,} sessions**, {env.searchable:,} videos searched; '
-      f'reasoner **{config.reasoner.name}**; methods: {shown}.', '',
+      f'reasoner **{config.reasoner.name}**; methods: {shown}.', ''] + (
+          [f'**Upper bound on reading**: {upper_bound.LABEL}.', '']
+          if config.reasoner.name == upper_bound.NAME else []) + [
       f'Protocol: T = {loop.num_turns} feedback turns, window W = '
       f'{loop.window}, K = {loop.list_length} shown, RRF k = '
       f'{loop.rrf_k:g}, kappa = {loop.kappa} (kappa_pos is the project\'s '
@@ -222,6 +225,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   # without repeats); the marks and the "ahead" sentences need enough.
   clusters = len(sessions) if queries is None else len(np.unique(queries))
   benchmark = config.data.describe()   # captions, titles, header
+  if config.reasoner.name == upper_bound.NAME:  # labelled wherever it shows
+    benchmark += ', read by the upper bound on reading (an oracle)'
   per_method = {m: reporting.method_metrics(d, targets)
                 for m, d in displayed.items()}
   for m, d in displayed.items():

@@ -96,6 +96,10 @@ class RunConfig:
   #: words neither the lexicon, the training phrasings nor the user's frames
   #: read is also read by smollm2_world, whose values are accepted only
   #: where they change the shown video's (reasoning/routed.py).
+  #: upper_bound (world only): the rules reasoning reading exactly the
+  #: values the simulated user meant (the simulator's truth): an upper
+  #: bound on reading and an oracle ablation, labelled so in the report and
+  #: tables; never a default.
   reasoner: registry.ReasonerConfig = config_tree.setting(
       registry.ReasonerConfig(), preset=True, sweep=True, flag_default=None,
       group=_REASONER, variants=(registry.CheckpointConfig,

@@ -69,7 +69,8 @@ class RegistryTest(absltest.TestCase):
                           files_source.VOCABULARY),
         ['--reasoner=grounded is not offered on --data=files; valid '
          'there: rules, flax_lm, smollm2, smollm2_world'])
-    self.assertEqual(registry.with_property('JITTED'), ('rules', 'grounded'))
+    self.assertEqual(registry.with_property('JITTED'),
+                     ('rules', 'grounded', 'upper_bound'))
     self.assertEqual(registry.with_property('LEXICAL'), ('rules',))
 
   def test_backend_checks_before_any_load(self):

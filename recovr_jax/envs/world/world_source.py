@@ -515,4 +515,5 @@ def world_vocabulary(world_config, user=None, allow_other_world: bool = False,
       lm_checkpoint=reasoner_training.DEFAULT_REASONER_DIR,
       lm_preprocess=lm_preprocess, check_adapter=check_adapter,
       lexical_only=('--describe_layout reads the layout'
-                    if world_config.describe_layout else None))
+                    if world_config.describe_layout else None),
+      meanings=lambda: simulated_user.meanings(words))

@@ -138,6 +138,47 @@ _GENERIC = ('not this one', 'no, try again', 'that is not what I want')
 NEGATIVE_REWRITE_PREFIX = (False, True, True, True, False)
 
 
+class Meanings:
+  """What the simulated user meant by each thing it said: the values its
+  words name (``Feedback.mentioned``, before surface noise), recorded as
+  the words are written once a ``Meanings`` exists (``meanings()``). Its
+  ``parse(text)`` is the reader ``--reasoner=upper_bound`` reads with: the
+  simulator's truth, an upper bound on reading (an oracle ablation, never a
+  method's reading). A text said twice with other meanings is read as its
+  latest (the one just said; ``conflicts`` counts them); a text the user
+  never said is read by ``fallback`` (the lexicon; ``unsaid`` counts)."""
+
+  def __init__(self, fallback):
+    self._said = {}
+    self._fallback = fallback
+    self.conflicts = 0
+    self.unsaid = 0
+
+  def record(self, text: str, meaning: dict) -> None:
+    if self._said.get(text, meaning) != meaning:
+      self.conflicts += 1
+    self._said[text] = meaning
+
+  def parse(self, text: str) -> dict:
+    if text in self._said:
+      return dict(self._said[text])
+    self.unsaid += 1
+    return self._fallback.parse(text)
+
+
+_MEANINGS = []  # the process's Meanings, once one is asked for
+
+
+def meanings(fallback) -> Meanings:
+  """The process's ``Meanings`` (made at the first call, with ``fallback``
+  for texts never said): from then on every text a simulated user writes
+  is recorded with what it names."""
+  if not _MEANINGS:
+    _MEANINGS.append(Meanings(fallback))
+  _MEANINGS[0]._fallback = fallback  # pylint: disable=protected-access
+  return _MEANINGS[0]
+
+
 def choose_action(config: UserConfig, num_diff, asked, xp=np):
   """The user's policy (``ACTIONS`` index) on a shown video ``num_diff``
   attributes from the target, ``asked``: a question was shown. mixed:
@@ -352,6 +393,8 @@ class SimulatedUser:
           lexicon.describe(rng, target, named))
     if cfg.noise_rate:
       text = add_surface_noise(rng, text, cfg.noise_rate)
+    if _MEANINGS:  # what it meant, for the upper bound on reading
+      _MEANINGS[0].record(text, {int(a): int(target[a]) for a in named})
     return text
 
   def _draw_numpy(self, rng, target, shown_attrs, asked):
