@@ -216,6 +216,33 @@ class VerdictTest(absltest.TestCase):
     self.assertEqual(claims.evaluate([old], degraded(far))[0]['verdict'],
                      'reproduced')
 
+  def test_window_saturates_needs_the_gains_to_shrink(self):
+    # W = 7 equals W = 5 (the old encoding: reproduced), but the gain from
+    # W = 3 to 5 is larger than from 1 to 3: accelerating, not saturating.
+    (claim,) = [c for c in paper_claims.CLAIMS if c.key == 'window_saturates']
+    self.assertEqual(claim.runs, (f'window={paper_claims.NARROW_WINDOW}',
+                                  f'window={paper_claims.WIDE_WINDOW}'))
+
+    def evidence(w1, w3, w5):
+      wide = _hits(w5)
+      runs = {'window=1': _hits(w1), f'window={paper_claims.NARROW_WINDOW}':
+              _hits(w3), 'default': wide,
+              f'window={paper_claims.WIDE_WINDOW}': wide}
+      return claims.Evidence({'sensitivity': {
+          k: _run({'recovr': r}) for k, r in runs.items()}}, 1000)
+    accelerating, saturating = evidence(0.3, 0.35, 0.7), evidence(0.3, 0.6,
+                                                                    0.65)
+    self.assertEqual(claims.evaluate([claim], accelerating)[0]['verdict'],
+                     'contradicted')
+    self.assertEqual(claims.evaluate([claim], saturating)[0]['verdict'],
+                     'reproduced')
+    old = claims.Claim('old', '-', '-', '-', lambda v: [claims.Check(
+        'w7 - w5', v.r('recovr', 1, T, f'window={paper_claims.WIDE_WINDOW}')
+        - v.r('recovr', 1, T, 'default'), 'within', claims.MARGIN_POINTS)],
+                       group='sensitivity')
+    self.assertEqual(claims.evaluate([old], accelerating)[0]['verdict'],
+                     'reproduced')
+
   def test_marginal_and_equal(self):
     same = _hits(0.5)
     ahead = same.copy()                       # paired: a few sessions ahead
@@ -395,7 +422,8 @@ def _full_evidence():
   sensitivity = (['default', 'window=1'] +
                  [f'{n}={x}' for n, xs in paper_claims.SENSITIVITY.items()
                   for x in xs])
-  sensitivity.append(f'window={paper_claims.WIDE_WINDOW}')
+  sensitivity += [f'window={paper_claims.WIDE_WINDOW}',
+                  f'window={paper_claims.NARROW_WINDOW}']
   return claims.Evidence({
       'main': {'main': runs(paper_claims.MAIN_METHODS),
                'stagnation': runs(['no_reflection']),
