@@ -13,6 +13,12 @@ values and per turn what the user named (replayed) and what the reasoner's
 search states, each marked against the target's. It rebuilds the run's data from its
 ``flags.txt`` to show the videos (the gallery's cache makes that quick);
 ``--nomedia`` shows ids from the run's files only.
+
+    python -m experiments.view --run_dir=out/quickstart --export_session=3 \
+        --export_methods=recovr,umivr --export_to=session_3.html
+
+writes one session's page as a single HTML file that opens without the
+server (its animations inside it, as base64 GIFs), and exits.
 """
 
 import pathlib
@@ -49,8 +55,21 @@ _FRAMES_DIR = flags.DEFINE_string(
 _VIDEO_SIZE = flags.DEFINE_integer(
     'video_size', 128, 'Pixels of the longer side of a shown video.')
 
+_EXPORT = flags.DEFINE_string(
+    'export_session', None, 'Write one session\'s page as a single HTML '
+    'file that opens without the server (its animations inside it) to '
+    '--export_to, and exit: the session id, its methods with '
+    '--export_methods.')
+_EXPORT_TO = flags.DEFINE_string(
+    'export_to', None, 'The .html file --export_session writes (default: '
+    'session_<id>.html in the current folder).')
+_EXPORT_METHODS = flags.DEFINE_list(
+    'export_methods', [], 'One or two methods side by side on the exported '
+    'page (default: the run\'s first).')
+
 _OWN = ('run_dir', 'beside_run_dir', 'host', 'allow_remote', 'port', 'media',
-        'frames_dir', 'video_size')
+        'frames_dir', 'video_size', 'export_session', 'export_to',
+        'export_methods')
 
 
 def _run_config(run_dir: pathlib.Path):
@@ -123,6 +142,24 @@ def _videos(run_dir, run):
           world_truth.of_run(config, built))
 
 
+def _export(pages) -> None:
+  """``--export_session``'s page, written to ``--export_to``."""
+  from recovr_jax.study import viewer  # pylint: disable=g-import-not-at-top
+  a, b = (list(_EXPORT_METHODS.value) + ['', ''])[:2]
+  try:
+    html = pages.static_page(_EXPORT.value, a, b)
+  except viewer.BadRequest as e:
+    raise app.UsageError(f'--export_session / --export_methods: {e}') from e
+  out = pathlib.Path(_EXPORT_TO.value or f'session_{_EXPORT.value}.html')
+  if out.is_dir():
+    raise app.UsageError(f'--export_to={out} is a folder; name an .html '
+                         'file')
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(html, encoding='utf-8')
+  print(f'wrote {out} ({out.stat().st_size / 1024:,.0f} KiB): session '
+        f'{_EXPORT.value}, opens without the server', flush=True)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -154,9 +191,16 @@ def main(argv):
       run = viewer.beside(run, viewer.load(_BESIDE.value))
     except (FileNotFoundError, readers.FileError, ValueError) as e:
       raise app.UsageError(f'--beside_run_dir: {e}') from e
-  cli.check_port(_HOST.value, _PORT.value)
+  if _EXPORT.value is None:
+    cli.check_port(_HOST.value, _PORT.value)
+  elif len(_EXPORT_METHODS.value) > 2:
+    raise app.UsageError(f'--export_methods: one or two methods, got '
+                         f'{len(_EXPORT_METHODS.value)}')
   videos, truth = (_videos(run_dir, run) if _MEDIA.value
                    else (viewer.Videos(), None))
+  if _EXPORT.value is not None:
+    _export(viewer.Viewer(run, videos, truth))
+    return
   import uvicorn  # pylint: disable=g-import-not-at-top
   print(f'{len(run.sessions)} sessions x {len(run.methods)} methods of '
         f'{run_dir}: open http://{_HOST.value}:{_PORT.value}/ (Ctrl-C '

@@ -22,6 +22,7 @@ it): ``/?a=<method>&b=<method>&outcome=<outcome>&turn=<t>&paired=<p>&page=<n>``,
 ``/s/<session>?a=&b=&turn=``, ``/v/<gallery index>.gif``.
 """
 
+import base64
 import dataclasses
 import pathlib
 import re
@@ -278,6 +279,7 @@ class Viewer:
   def __init__(self, run: Run, videos: Videos = Videos(),
                truth: Truth | None = None):
     self.run, self.videos, self.truth = run, videos, truth
+    self._inline = False  # animations inside the page (``static_page``)
 
   # -- parameters -----------------------------------------------------------
   def method(self, name: str, value: str, optional: bool = False):
@@ -316,7 +318,12 @@ class Viewer:
               'id': f'{index} (not in the gallery)'}
     # Frames only where the video has them: else its caption stands alone.
     media = v.media is not None and index >= 0 and v.media.has(index)
-    return {'index': index, 'src': f'/v/{index}.gif' if media else None,
+    src = f'/v/{index}.gif' if media else None
+    if media and self._inline:  # a page that opens without the server
+      data = v.media.animation(index)
+      src = None if data is None else (
+          'data:image/gif;base64,' + base64.b64encode(data).decode('ascii'))
+    return {'index': index, 'src': src,
             'id': (v.ids[index] if v.ids is not None and index >= 0
                    else str(index)),
             'caption': (v.captions[index] if v.captions is not None and
@@ -443,8 +450,19 @@ class Viewer:
     return str(rank) if rank <= self.run.list_length else (
         f'>{self.run.list_length}')
 
+  def static_page(self, session: str, a: str = '', b: str = '',
+                  turn: str = '') -> str:
+    """``session_page`` as one file that opens without the server: its
+    animations inside it (base64 GIFs), without the links and the form
+    that ask the server for other pages."""
+    self._inline = True
+    try:
+      return self.session_page(session, a, b, turn, static=True)
+    finally:
+      self._inline = False
+
   def session_page(self, session: str, a: str = '', b: str = '',
-                   turn: str = '') -> str:
+                   turn: str = '', static: bool = False) -> str:
     run = self.run
     s = self.session(session)
     a = self.method('a', a or run.methods[0])
@@ -490,7 +508,8 @@ class Viewer:
         target=self.video(first['target']),
         modification=first['turns'][0].get('feedback') or '',
         sides=sides, methods=run.methods, a=a, b=b or '',
-        turn='' if t is None else t, turns=range(run.num_turns + 1))
+        turn='' if t is None else t, turns=range(run.num_turns + 1),
+        static=static)
 
 
 # What a method's shown scores are, by its fusion (``LoopConfig``'s

@@ -101,6 +101,16 @@ class ViewerBrowserTest(absltest.TestCase):
                for k in (1, 2)]
       self.assertAlmostEqual(cells[0].rect['y'], cells[1].rect['y'],
                              delta=2, msg=f'turn {t}')
+      # And below the turn before it, not over it (the grid had a row too
+      # few once the score label joined the side's head: the last turns
+      # were drawn over each other).
+      if t:
+        for k in (1, 2):
+          above = b.find_element(
+              By.CSS_SELECTOR, f'#side-{k} .turn[data-turn="{t - 1}"]').rect
+          self.assertGreaterEqual(cells[k - 1].rect['y'],
+                                  above['y'] + above['height'] - 1,
+                                  f'side {k} turn {t}')
     self.assertIn('recovr search 2.1', sides[0].text)
     self.assertIn('rank-cap fired', sides[0].text)
     # The attribute rows: the target's true values beside its model

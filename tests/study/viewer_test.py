@@ -45,6 +45,7 @@ def write_run(d: pathlib.Path) -> pathlib.Path:
                'feedback': f'edit of session {s}' if t == 0 else (
                    '' if stopped else f'{m} feedback {s}.{t}'),
                'question': None if t == 0 else f'{m} question {s}.{t}',
+               'asked': None if stopped else f'{m} asked {s}.{t}',
                'action': None if t == 0 else ('stopped' if stopped
                                               else 'modify')}
         if t and not stopped:
@@ -216,10 +217,43 @@ class ViewerTest(absltest.TestCase):
       self.assertIn(words, text)
     self.assertEqual(text.count('class="side"'), 2)
     self.assertIn('thumb target', text)   # the target among the shown
+    # The question the user answered at a turn (its record's "question"),
+    # and the one shown with the new list ("asked"), each under its own
+    # label (they were swapped before 2026-12-07).
+    self.assertIn('<dt>question answered</dt><dd class="answered">recovr '
+                  'question 1.1</dd>', text)
+    self.assertIn('<dt>question with this list</dt><dd class="question">'
+                  'recovr asked 1.1</dd>', text)
     one_turn = self.client.get('/s/1', params={'a': 'ivr', 'turn': '1'}).text
     self.assertEqual(one_turn.count('class="turn"'), 1)
     self.assertIn('ivr feedback 1.1', one_turn)
     self.assertNotIn('ivr feedback 1.2', one_turn)
+
+  def test_a_session_as_one_file_that_opens_without_the_server(self):
+    served = self.client.get('/s/1', params={'a': 'recovr', 'b': 'ivr'}).text
+    static = self.viewer.static_page('1', 'recovr', 'ivr')
+    self.assertIn('src="/v/', served)
+    # Every animation inside the page, no address of the server left.
+    self.assertNotRegex(static, r'(src|href|action)="/')
+    self.assertEqual(static.count('data:image/gif;base64,'),
+                     served.count('src="/v/'))
+    for words in ('recovr feedback 1.1', 'ivr feedback 1.2', IDS[7]):
+      self.assertIn(words, static)
+    # The served page is as before afterwards.
+    self.assertEqual(self.client.get(
+        '/s/1', params={'a': 'recovr', 'b': 'ivr'}).text, served)
+    with self.assertRaises(viewer.BadRequest):
+      self.viewer.static_page('99', 'recovr')
+    out = pathlib.Path(self.create_tempdir().full_path) / 's1.html'
+    proc = forked.run('experiments.view', f'--run_dir={self.dir}',
+                      '--nomedia', '--export_session=1',
+                      '--export_methods=recovr,ivr', f'--export_to={out}')
+    self.assertEqual(proc.returncode, 0, proc.stderr[-800:])
+    self.assertIn('ivr feedback 1.2', out.read_text())
+    proc = forked.run('experiments.view', f'--run_dir={self.dir}',
+                      '--nomedia', '--export_session=99')
+    self.assertEqual(proc.returncode, 1)
+    self.assertIn('--export_session / --export_methods: session', proc.stderr)
 
   def test_true_named_and_read_values_beside_each_turn(self):
     truth = viewer.Truth(
