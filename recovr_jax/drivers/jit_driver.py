@@ -68,8 +68,14 @@ class _Jitted(driver.Driver):
           log=lambda msg: print(f'[{method.name}] {msg}', flush=True),
           chunk_size=jit_runner.chunk_size(config.jit_chunk_size), mesh=mesh,
           pad_to=_full_batch(run) if self.PAD_BATCHES else None,
-          buckets=config.jit_buckets)
+          buckets=config.jit_buckets, run_sessions=_run_sessions(run))
       return face.result(trace)
+
+
+def _run_sessions(run) -> int:
+  """The sessions of the whole run (``--num_sessions``, or every one)."""
+  total = len(run.env.target)
+  return min(run.config.num_sessions or total, total)
 
 
 def _full_batch(run) -> int:

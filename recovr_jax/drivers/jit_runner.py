@@ -258,7 +258,8 @@ class _Turns:
 def run(env: traced.Environment, config: traced.JitConfig, sessions,
         seed: int, log=None, chunk_size: int | None = DEFAULT_CHUNK_SIZE,
         mesh=None, pad_to: int | None = None,
-        buckets: bool = False) -> traced.JitTrace:
+        buckets: bool = False,
+        run_sessions: int | None = None) -> traced.JitTrace:
   """Runs ``sessions`` (query indices) turn by turn as the module's table
   says, and returns their trace (``jit_loop.simulate_batch``'s on the
   tables the run ends with).
@@ -272,7 +273,11 @@ def run(env: traced.Environment, config: traced.JitConfig, sessions,
   ``pad_to``: fewer sessions than this (a run's partial last batch) are run
   padded to it with copies of the last session, whose results are dropped, so
   the batch has the full batches' shapes and reuses their compiled program
-  (each session's results do not depend on the others). ``chunk_size``: see
+  (each session's results do not depend on the others). ``run_sessions``:
+  the sessions of the whole run (default: these), which the tables are
+  sized for from the start, so that every batch and every method, in a
+  first run and in a rerun that finds the tables kept, calls the same
+  programs. ``chunk_size``: see
   ``jit_loop``. ``mesh``: a ``sharding.make_mesh`` mesh (it may
   span several processes, each calling this with the same values) whose
   ``session`` axis splits the sessions over devices and whose ``gallery``
@@ -288,7 +293,7 @@ def run(env: traced.Environment, config: traced.JitConfig, sessions,
   if pad_to is not None and 0 < num < pad_to:
     sessions = np.concatenate([sessions, np.full(pad_to - num, sessions[-1],
                                                  np.int32)])
-  filler = env.filler(config, seed, len(sessions))
+  filler = env.filler(config, seed, max(run_sessions or 0, len(sessions)))
   programs = _Programs(env, config, sessions, jax.random.key(seed),
                        chunk_size, mesh)
   reads_lists = getattr(filler, 'READS_LISTS', False)

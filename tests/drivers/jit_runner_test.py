@@ -338,3 +338,31 @@ class GroundedReaderJitTest(absltest.TestCase):
                            rules_core.ABSTAIN))  # host and jit abstained
     self.assertIn('neu', sigmas)  # answers to the question shown
     self.assertIn('pos', sigmas)
+
+
+class TablesSizedForTheRunTest(absltest.TestCase):
+
+  def test_the_tables_are_sized_for_the_whole_run_not_the_batch(self):
+    # Before, a run of several batches sized its word tables for one batch:
+    # a first run grew them mid-run (the first methods' programs at the
+    # small size), and a rerun, finding the grown tables kept, compiled
+    # those methods' programs again (10 of them for `main` at 1,000
+    # sessions).
+    from unittest import mock  # pylint: disable=g-import-not-at-top
+    from recovr_jax.drivers import jit_driver  # pylint: disable=g-import-not-at-top
+
+    class Asked(Exception):
+      pass
+
+    env = mock.Mock()
+    env.filler.side_effect = Asked
+    for run_sessions, want in ((None, 3), (1000, 1000), (2, 3)):
+      with self.assertRaises(Asked):
+        jit_runner.run(env, None, np.arange(3), 0, run_sessions=run_sessions)
+      self.assertEqual(env.filler.call_args.args[2], want)
+    run = mock.Mock()
+    run.env.target = np.arange(600)
+    run.config.num_sessions = None
+    self.assertEqual(jit_driver._run_sessions(run), 600)  # pylint: disable=protected-access
+    run.config.num_sessions = 250
+    self.assertEqual(jit_driver._run_sessions(run), 250)  # pylint: disable=protected-access

@@ -199,8 +199,9 @@ class _Filler:
     self.env = env
     self.words = word_table(env, config, seed)
     self.dialogues = dialogue_table(env, config, seed)
-    # Room in the tables for three entries per user turn of these sessions
-    # (`main`, 23 methods, writes about 2.4: the methods' decisions differ),
+    # Room in the tables for three entries per user turn of the run's
+    # sessions (``num_sessions``: the whole run's, not the batch's; `main`,
+    # 23 methods, writes about 2.4: the methods' decisions differ),
     # or as the table holds, and at least words.MIN_ENTRIES, so the
     # turns, and the methods after them, share one compiled program each
     # (the tables' shapes are its inputs), and a rerun of the same sessions
