@@ -293,7 +293,7 @@ def run(env: traced.Environment, config: traced.JitConfig, sessions,
   if pad_to is not None and 0 < num < pad_to:
     sessions = np.concatenate([sessions, np.full(pad_to - num, sessions[-1],
                                                  np.int32)])
-  filler = env.filler(config, seed, max(run_sessions or 0, len(sessions)))
+  filler = env.filler(config, seed, len(sessions), run_sessions)
   programs = _Programs(env, config, sessions, jax.random.key(seed),
                        chunk_size, mesh)
   reads_lists = getattr(filler, 'READS_LISTS', False)

@@ -181,8 +181,8 @@ class StepEnvironment(traced.Environment):
         face=StepFace(num_turns=base.num_turns), form=TabulatedForm(),
         composer='given')
 
-  def filler(self, config, seed, num_sessions):
-    del seed
+  def filler(self, config, seed, num_sessions, run_sessions=None):
+    del seed, run_sessions  # one batch's steps, no tables kept
     if num_sessions != len(self.host.sessions):
       raise ValueError(f'this environment tabulates {len(self.host.sessions)}'
                        f' sessions, not {num_sessions}')

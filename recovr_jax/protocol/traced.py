@@ -110,7 +110,11 @@ class Environment(Protocol):
   composer: object
   composer_params: object
 
-  def filler(self, config, seed: int, num_sessions: int) -> Filler: ...
+  def filler(self, config, seed: int, num_sessions: int,
+             run_sessions: int | None = None) -> Filler:
+    """The tables of a batch of ``num_sessions``; ``run_sessions``: the
+    whole run's (default: the batch's), which tables kept across batches
+    are sized for."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -356,10 +356,17 @@ class TablesSizedForTheRunTest(absltest.TestCase):
 
     env = mock.Mock()
     env.filler.side_effect = Asked
-    for run_sessions, want in ((None, 3), (1000, 1000), (2, 3)):
+    for run_sessions in (None, 1000):
       with self.assertRaises(Asked):
         jit_runner.run(env, None, np.arange(3), 0, run_sessions=run_sessions)
-      self.assertEqual(env.filler.call_args.args[2], want)
+      self.assertEqual(env.filler.call_args.args[2:], (3, run_sessions))
+    # The world's filler sizes its tables for the larger of the two.
+    from recovr_jax.envs.world.face import traced_face as face  # pylint: disable=g-import-not-at-top
+    with mock.patch.object(face, '_Filler') as made:
+      face.JitEnvironment.filler(mock.Mock(), 'config', 0, 3, 1000)
+      self.assertEqual(made.call_args.args[3], 1000)
+      face.JitEnvironment.filler(mock.Mock(), 'config', 0, 3, None)
+      self.assertEqual(made.call_args.args[3], 3)
     run = mock.Mock()
     run.env.target = np.arange(600)
     run.config.num_sessions = None

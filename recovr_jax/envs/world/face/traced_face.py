@@ -187,8 +187,8 @@ class JitEnvironment(traced.Environment):
   def arrays(self):  # the world's arrays and Progress Memory's
     return self.data
 
-  def filler(self, config, seed, num_sessions):
-    return _Filler(self, config, seed, num_sessions)
+  def filler(self, config, seed, num_sessions, run_sessions=None):
+    return _Filler(self, config, seed, max(run_sessions or 0, num_sessions))
 
 
 class _Filler:
