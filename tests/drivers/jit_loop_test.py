@@ -99,8 +99,8 @@ class ToyEnvironment:
   lazy: bool = False  # the texts encoded when a turn first needs them
   made: list = dataclasses.field(default_factory=list)  # its fillers
 
-  def filler(self, config, seed, num_sessions):
-    del config, seed, num_sessions
+  def filler(self, config, seed, num_sessions, run_sessions=None):
+    del config, seed, num_sessions, run_sessions
     self.made.append(_LazyFiller() if self.lazy else _Filler())
     return self.made[-1]
 
