@@ -23,6 +23,8 @@ A Parquet file holds the same values as the JSON Lines file would, and
 """
 
 import collections
+from collections.abc import Sequence
+import dataclasses
 import itertools
 import json
 import operator
@@ -71,17 +73,41 @@ def path(directory) -> pathlib.Path:
   return d / PARQUET if (d / PARQUET).exists() else d / JSONL
 
 
+@dataclasses.dataclass(frozen=True)
+class Columns:
+  """What the Parquet file holds, by column: ``numbers`` (each turn's
+  session row), ``sessions`` (how many), then ``(field, values, present)``
+  per session field (``session``: one value per session) and per turn
+  field (``turn``, in the file's order); ``values`` a list of Python
+  values or a ``pyarrow.Array`` of the column itself, ``present`` None
+  where every document holds the field, else a bool per document."""
+  numbers: Sequence
+  sessions: int
+  session: list
+  turn: list
+
+
 def write(directory, rows, fmt: str) -> pathlib.Path:
-  """Writes ``rows`` (session documents) as ``fmt`` (``'jsonl'`` or
-  ``'parquet'``); returns the file."""
+  """Writes ``rows`` (session documents, or a ``run.trajectories``
+  collection whose ``parquet_columns`` builds the columns without them) as
+  ``fmt`` (``'jsonl'`` or ``'parquet'``); returns the file."""
   d = pathlib.Path(directory)
   if fmt == 'jsonl':
     encoder = json.JSONEncoder(sort_keys=True)  # json.dumps's, made once
     with (d / JSONL).open('w') as f:
       f.writelines(encoder.encode(row) + '\n' for row in rows)
     return d / JSONL
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+  made = getattr(rows, 'parquet_columns', None)
+  columns = made() if made is not None else None
+  table = _table(columns if columns is not None else _columns(list(rows)))
+  target = d / PARQUET
+  pq.write_table(table, target, compression='zstd')
+  return target
+
+
+def _columns(rows: list) -> Columns:
+  """The columns of the session documents ``rows``."""
   turn_keys = {}
   for n, row in enumerate(rows):
     if not row['turns']:
@@ -96,45 +122,63 @@ def write(directory, rows, fmt: str) -> pathlib.Path:
   if extra:
     raise ValueError(f'trajectory rows hold fields {sorted(extra)} that '
                      'the Parquet layout does not know')
-  # One entry per turn: its session's row number, the turn. A session's
-  # fields are made per session, then repeated by ``take``.
-  numbers = pa.array([n for n, r in enumerate(rows) for _ in r['turns']],
-                     pa.int64())
+  # One entry per turn: its session's row number, the turn.
+  numbers = [n for n, r in enumerate(rows) for _ in r['turns']]
   turns = [t for r in rows for t in r['turns']]
-  columns = {'session_row': numbers}
-  json_columns, optional = [], []
-  encode = json.JSONEncoder(sort_keys=True).encode
   # How many of the documents each column reads hold its field.
   held = collections.Counter(itertools.chain.from_iterable(turns))
   held.update({k: sum(k in r for r in rows) for k in session_keys})
-  for k, of, per_session in [(k, rows, True) for k in session_keys] + [
-      (k, turns, False) for k in turn_keys]:
-    everywhere = held[k] == len(of)
-    values = (list(map(operator.itemgetter(k), of)) if everywhere
-              else [d.get(k) for d in of])
-    kind = _kind(values)
-    if kind is None:
-      json_columns.append(k)
-      column = pa.array([None if v is None else encode(v) for v in values],
-                        pa.string())
+
+  def column(k, of):
+    if held[k] == len(of):
+      return k, list(map(operator.itemgetter(k), of)), None
+    return k, [d.get(k) for d in of], [k in d for d in of]
+  return Columns(numbers=numbers, sessions=len(rows),
+                 session=[column(k, rows) for k in session_keys],
+                 turn=[column(k, turns) for k in turn_keys])
+
+
+def _table(columns: Columns):
+  """The Parquet file's table of ``columns``: a session's fields are made
+  per session, then repeated by ``take``; a field of mixed or nested
+  values is its JSON text (each distinct object encoded once)."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+  numbers = pa.array(columns.numbers, pa.int64())
+  out = {'session_row': numbers}
+  json_columns, optional = [], []
+  encode = json.JSONEncoder(sort_keys=True).encode
+  for (k, values, present), per_session in [
+      (c, True) for c in columns.session] + [(c, False) for c in columns.turn]:
+    if isinstance(values, pa.Array):
+      column = values
     else:
-      column = pa.array(values, kind(pa))
-    has = None if everywhere else pa.array([k in d for d in of], pa.bool_())
+      kind = _kind(values)
+      if kind is None:
+        json_columns.append(k)
+        texts = {}  # by object: a shared reading is encoded once
+
+        def text(v):
+          if id(v) not in texts:
+            texts[id(v)] = (v, encode(v))
+          return texts[id(v)][1]
+        column = pa.array([None if v is None else text(v) for v in values],
+                          pa.string())
+      else:
+        column = pa.array(values, kind(pa))
+    has = None if present is None else pa.array(present, pa.bool_())
     if per_session:
       column = column.take(numbers)
       has = None if has is None else has.take(numbers)
-    columns[k] = column
+    out[k] = column
     if has is not None:
       optional.append(k)
-      columns[f'has:{k}'] = has
-  table = pa.table(columns)
-  meta = dict(version=1, json_columns=json_columns,
-              optional=optional, session_fields=session_keys,
-              turn_fields=list(turn_keys), sessions=len(rows))
-  table = table.replace_schema_metadata({_META: json.dumps(meta).encode()})
-  target = d / PARQUET
-  pq.write_table(table, target, compression='zstd')
-  return target
+      out[f'has:{k}'] = has
+  table = pa.table(out)
+  meta = dict(version=1, json_columns=json_columns, optional=optional,
+              session_fields=[c[0] for c in columns.session],
+              turn_fields=[c[0] for c in columns.turn],
+              sessions=columns.sessions)
+  return table.replace_schema_metadata({_META: json.dumps(meta).encode()})
 
 
 _SCALARS = ((bool, lambda pa: pa.bool_()), (int, lambda pa: pa.int64()),

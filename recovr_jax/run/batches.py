@@ -2,7 +2,8 @@
 checkpoint files, and a resume that checks them.
 
 Each finished batch is a NumPy archive of its displayed lists and a JSON
-file of its sessions, trajectory records, errors and reasoning counts, with
+file of its sessions, turn records (as columns where the driver made
+them so: ``protocol.records``), errors and reasoning counts, with
 the run identity and the code (``integrity.code_digest``) that made it and
 checksums of both; a repeated run loads it instead of running it again, or
 refuses it naming the file.
@@ -19,6 +20,7 @@ import numpy as np
 from recovr_jax import checksums
 from recovr_jax.profiling import part as profiled
 from recovr_jax.protocol import environment
+from recovr_jax.protocol import records
 from recovr_jax.run import integrity
 from recovr_jax.run import reporting
 from recovr_jax.run import validation
@@ -59,7 +61,7 @@ def _array_digest(displayed, top_scores, scores) -> str:
 
 
 def save(out, method, b, result, sessions, errors, counts, identity):
-  arrays, records = paths(out, method, b)
+  arrays, record_file = paths(out, method, b)
   arrays.parent.mkdir(parents=True, exist_ok=True)
   # The displayed lists are a NumPy archive (each process of a run writes
   # its own batches, which orbax's global checkpoints do not allow); the
@@ -74,15 +76,23 @@ def save(out, method, b, result, sessions, errors, counts, identity):
     f.flush()
     os.fsync(f.fileno())
   tmp_arrays.replace(arrays)
-  tmp = records.with_suffix('.tmp')
-  body = {'sessions': sessions.tolist(), 'records': result.records,
+  tmp = record_file.with_suffix('.tmp')
+  body = {'sessions': sessions.tolist(), **_records_json(result.records),
           'errors': errors, 'reasoning_counts': counts}
   tmp.write_text(json.dumps({
       'identity': identity, 'code': integrity.code_digest(),
       'checksum': _array_digest(result.displayed, result.top_scores,
                                 result.scores),
       'records_checksum': checksums.json_digest(body), **body}))
-  tmp.replace(records)
+  tmp.replace(record_file)
+
+
+def _records_json(turn_records) -> dict:
+  """A batch's turn records in its JSON file: as columns where the driver
+  made them so (``records.RecordColumns``), else per session."""
+  if isinstance(turn_records, records.RecordColumns):
+    return {'record_columns': turn_records.to_json()}
+  return {'records': turn_records}
 
 
 class CorruptBatch(validation.ConfigError):
@@ -94,30 +104,33 @@ def load(out, method, b, shape, sessions, identity, num_ids):
   (e.g. after ``--num_sessions`` changed: the batch is rerun). A batch of
   another run identity or other code, with a wrong checksum or ids outside
   the gallery is an error naming the file."""
-  arrays, records = paths(out, method, b)
-  if not records.exists():
+  arrays, record_file = paths(out, method, b)
+  if not record_file.exists():
     return None
   fix = 'rerun with --noresume (or delete it) to recompute it'
   try:
-    meta = json.loads(records.read_text())
+    meta = json.loads(record_file.read_text())
+    kind = 'record_columns' if 'record_columns' in meta else 'records'
     stored = (meta['identity'], meta['sessions'], meta['checksum'],
-              meta['records'], meta['errors'], meta['reasoning_counts'])
-    body = {k: meta[k] for k in ('sessions', 'records', 'errors',
+              meta[kind], meta['errors'], meta['reasoning_counts'])
+    body = {k: meta[k] for k in ('sessions', kind, 'errors',
                                  'reasoning_counts')}
     written = meta['records_checksum']
+    turn_records = (records.RecordColumns.from_json(stored[3])
+                    if kind == 'record_columns' else stored[3])
   except (ValueError, KeyError, TypeError) as e:
-    raise CorruptBatch(f'batch checkpoint {records} is unreadable or '
+    raise CorruptBatch(f'batch checkpoint {record_file} is unreadable or '
                        f'incomplete ({type(e).__name__}: {e}); {fix}') from e
   if checksums.json_digest(body) != written:
-    raise CorruptBatch(f'batch checkpoint {records}: its sessions, records '
+    raise CorruptBatch(f'batch checkpoint {record_file}: its sessions, records '
                        f'or counts do not match their checksum (edited or '
                        f'corrupted); {fix}')
   if stored[0] != identity:
-    raise CorruptBatch(f'batch checkpoint {records} was made by a run with '
+    raise CorruptBatch(f'batch checkpoint {record_file} was made by a run with '
                        f'other settings; {fix}')
   if meta.get('code') != integrity.code_digest():
     raise CorruptBatch(
-        f'batch checkpoint {records} was computed by other code (the '
+        f'batch checkpoint {record_file} was computed by other code (the '
         f'recovr_jax sources changed since it was written: code '
         f'{str(meta.get("code"))[:12]}, now {integrity.code_digest()[:12]}), '
         f'so its lists may differ from what this code computes; {fix}')
@@ -139,12 +152,13 @@ def load(out, method, b, shape, sessions, identity, num_ids):
                        f'({type(e).__name__}: {e}); {fix}') from e
   if _array_digest(displayed, top_scores, scores) != stored[2]:
     raise CorruptBatch(f'batch checkpoint {arrays} does not match its '
-                       f'checksum in {records}; {fix}')
+                       f'checksum in {record_file}; {fix}')
   if displayed.min() < -1 or displayed.max() >= num_ids:
     raise CorruptBatch(f'batch checkpoint {arrays} holds ids '
                        f'outside the gallery [0, {num_ids}); {fix}')
   return (environment.BatchResult(displayed=displayed,
-                                  top_scores=top_scores, records=stored[3],
+                                  top_scores=top_scores,
+                                  records=turn_records,
                                   scores=scores),
           stored[4], stored[5])
 

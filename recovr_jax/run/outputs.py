@@ -193,7 +193,8 @@ def write_dialogue_truncation(config, out, env, trajectories, method_names):
             if methods.make(m, config.settings).joins_dialogue]
   if cuts is None or not joined:
     return
-  table = dialogue.truncation_table(trajectories, joined, cuts)
+  table = dialogue.truncation_table(trajectories.of_methods(joined),
+                                   joined, cuts)
   path = out / 'text_truncation.json'
   notes = json.loads(path.read_text()) if path.exists() else {}
   notes['dialogues'] = dict(window=env.encode_text.window, rule=dialogue.RULE,
@@ -259,15 +260,17 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
                       num_resamples=config.bootstrap_resamples)
 
   if ask_truth is not None:
+    rows = list(trajectories)  # the session documents, read once here
     by_method = {m: [] for m in displayed}
-    for row in trajectories:
+    for row in rows:
       by_method[row['method']].append(row)
     # One replay per user turn, all of them up front.
-    ask_truth = ask_scores.remembering(ask_truth, trajectories,
-                                   config.loop.num_turns)
-    for m, rows in by_method.items():
-      per_method[m]['asking'] = ask_scores.score(rows, ask_truth,
-                                             config.loop.num_turns)
+    ask_truth = ask_scores.remembering(ask_truth, rows,
+                                       config.loop.num_turns)
+    for m, of_method in by_method.items():
+      per_method[m]['asking'] = ask_scores.score(of_method, ask_truth,
+                                                 config.loop.num_turns)
+    del rows, by_method
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
   if env.dropped:  # --missing_ids=drop: the rows no session ran on
@@ -282,9 +285,7 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   (out / 'metrics.json').write_text(
       reporting.dumps(per_method, reporting.METRIC_DECIMALS))
   (out / 'metrics.csv').write_text(reporting.metrics_csv(per_method))
-  actions = {(row['method'], row['session']):
-             [turn.get('action') for turn in row['turns']]
-             for row in trajectories}
+  actions = trajectories.actions()
   (out / 'ranks.csv').write_text(reporting.ranks_csv(
       displayed, sessions, targets, env.video_ids, actions, queries))
   (out / 'tables.tex').write_text(figures.latex_tables(

@@ -16,15 +16,6 @@ HITS_KS = (1, 5, 10)   # cumulative Hits@K
 INTERVAL_KEYS = ('R@1', 'R@5', 'R@10', 'Hits@1', 'Hits@5', 'Hits@10', 'BRI')
 
 
-def fired_matrix(records, num_turns: int) -> np.ndarray:
-  """``[S, T+1]`` bool rank-cap firing from per-session turn records."""
-  out = np.zeros((len(records), num_turns + 1), bool)
-  for i, turns in enumerate(records):
-    for t, rec in enumerate(turns[:num_turns + 1]):
-      out[i, t] = bool(rec.get('rank_cap_fired', False))
-  return out
-
-
 def firing_table(displayed, targets, fired) -> dict:
   """Rank-cap firing rate and same-turn improvement when it fires."""
   ranks = list_metrics.target_ranks(displayed, targets)
@@ -107,24 +98,54 @@ def ranks_csv(displayed: dict, sessions, targets, video_ids=None,
   ended (the user found the target), its list carried over unchanged.
   ``query_id`` is ``q<query>``: ``queries[row]`` where queries repeat,
   else the session."""
-  doc = lambda i: video_id(video_ids, i) or ''
   actions = actions or {}
-  buffer = io.StringIO()
-  writer = csv.writer(buffer, lineterminator='\n')
-  writer.writerow(['method', 'session', 'query_id', 'target_id', 'turn',
-                   'rank', 'top1_id', 'action', 'stopped'])
-  queries = sessions if queries is None else queries
+  cell = _csv_cell()
+  sessions = np.asarray(sessions)
+  queries = sessions if queries is None else np.asarray(queries)
+  targets = np.asarray(targets)
+  lines = ['method,session,query_id,target_id,turn,rank,top1_id,action,'
+           'stopped']
+  # Column by column, each distinct value formatted once (as csv.writer
+  # writes it), then joined a row at a time.
+  session_text = [str(int(s)) for s in sessions.tolist()]
+  query_text = [f'q{int(q)}' for q in queries.tolist()]
+
+  def ids(rows):
+    distinct, where = np.unique(np.asarray(rows), return_inverse=True)
+    text = [cell(video_id(video_ids, i) or '') for i in distinct.tolist()]
+    return [text[w] for w in np.ravel(where).tolist()]
+  target_text = ids(targets)
   for method, d in displayed.items():
     d = np.asarray(d)
+    width = d.shape[1]
     ranks = np.asarray(list_metrics.target_ranks(d, targets))
-    for row, (s, target) in enumerate(zip(sessions, targets)):
-      acts = actions.get((method, int(s)), ())
-      for t in range(d.shape[1]):
-        action = (acts[t] if t < len(acts) else None) or ''
-        writer.writerow([method, int(s), f'q{int(queries[row])}',
-                         doc(target), t, int(ranks[row, t]),
-                         doc(d[row, t, 0]), action, int(action == 'stopped')])
-  return buffer.getvalue()
+    rep = lambda per_session: [v for v in per_session for _ in range(width)]
+    acts = []
+    for s in sessions.tolist():
+      got = actions.get((method, int(s)), ())
+      acts.extend((got[t] if t < len(got) else None) or ''
+                  for t in range(width))
+    name = cell(method)
+    lines.extend(map(','.join, zip(
+        [name] * len(acts), rep(session_text), rep(query_text),
+        rep(target_text), [str(t) for t in range(width)] * len(sessions),
+        map(str, ranks.ravel().tolist()), ids(d[:, :, 0]),
+        map(cell, acts), ['1' if a == 'stopped' else '0' for a in acts])))
+  return '\n'.join(lines) + '\n'
+
+
+def _csv_cell():
+  """A function: a text as ``csv.writer`` writes it among other cells
+  (quoted where it holds a comma, a quote or a line break), remembered."""
+  made = {'': ''}
+
+  def cell(text):
+    if text not in made:
+      buffer = io.StringIO()
+      csv.writer(buffer, lineterminator='\n').writerow([text, ''])
+      made[text] = buffer.getvalue()[:-2]
+    return made[text]
+  return cell
 
 
 def failure_table(displayed, targets) -> dict:

@@ -26,6 +26,7 @@ from recovr_jax import paths
 from recovr_jax.core import retrieval
 from recovr_jax import profiling
 from recovr_jax.protocol import data_source
+from recovr_jax.protocol import records
 from recovr_jax.run import assemble
 from recovr_jax.run import batches
 from recovr_jax.run import run_config
@@ -34,6 +35,7 @@ from recovr_jax.run import integrity
 from recovr_jax.run import outputs
 from recovr_jax.run import reporting
 from recovr_jax.run import resources
+from recovr_jax.run import trajectories
 from recovr_jax import trajectory_files
 from recovr_jax.run import validation
 
@@ -283,7 +285,7 @@ def _check_batch_fits(config, env, loop):
 class Collected:
   """Every method's batches of a run, run or resumed."""
   displayed: dict      # method -> [Q, T+1, K] int32 shown lists
-  trajectories: list   # one dict per (method, session)
+  trajectories: trajectories.Trajectories  # per (method, session)
   reasoning_counts: dict
   raised: dict         # method -> sessions that raised
   fired: dict          # method -> [Q, T] bool rank-cap fired
@@ -293,8 +295,8 @@ class Collected:
 @contextlib.contextmanager
 def _collected_apart():
   """The run's collecting and writing, with what each batch added (its
-  trajectory rows: millions of small dicts and lists at 10,000 sessions,
-  none of them in a cycle) moved out of the garbage collector's view once
+  record columns and the documents read from them: millions of small
+  objects at 10,000 sessions, none of them in a cycle) moved out of the garbage collector's view once
   made (``gc.freeze`` after each batch, ``_collect``), so that a full
   collection, which the allocations trigger over and over, no longer walks
   every row collected so far: without it each batch's host work grew with
@@ -306,57 +308,13 @@ def _collected_apart():
     gc.unfreeze()
 
 
-def _rounded(scores: np.ndarray) -> list:
-  """``scores`` (any shape) as nested lists of ``round(float(x), 6)``,
-  computed as ``rint(x * 1e6) / 1e6`` (the same double wherever ``x * 1e6``
-  lies clearly off a half: both are the nearest double to the same
-  integer over 10^6), and by Python's ``round`` itself where it does not
-  or ``x`` is not finite or large."""
-  x = np.asarray(scores, np.float64)
-  scaled = x * 1e6
-  out = np.rint(scaled) / 1e6
-  with np.errstate(invalid='ignore'):
-    near = ~np.isfinite(scaled) | (np.abs(x) >= 1e6) | (
-        np.abs(scaled - np.floor(scaled) - 0.5) < 1e-3)
-  for at in zip(*np.nonzero(near)):
-    out[at] = round(float(x[at]), 6)
-  return out.tolist()
-
-
-def trajectory_rows(name, batch, env, result, errors, ids) -> list[dict]:
-  """One batch's ``trajectories.jsonl`` rows of method ``name``: per
-  session its ids, error and turns, each turn its record and its top 10
-  (``top10``, ``top10_ids``, ``top10_scores`` rounded to 6 places), the
-  lists converted to Python column-wise (a batch at a time, not a value at
-  a time)."""
-  top = np.asarray(result.displayed)[:, :, :10]
-  shown = top.tolist()
-  distinct, where = np.unique(top, return_inverse=True)
-  top_ids = np.asarray([ids(v) for v in distinct], object)[
-      where.reshape(top.shape)].tolist()
-  scores = _rounded(np.asarray(result.scores)[:, :, :top.shape[2]])
-  references = np.asarray(env.reference)[batch].tolist()
-  targets = np.asarray(env.target)[batch].tolist()
-  rows = []
-  for i, sess in enumerate(np.asarray(batch).tolist()):
-    rows.append({
-        'method': name, 'session': sess, 'reference': references[i],
-        'target': targets[i], 'reference_id': ids(references[i]),
-        'target_id': ids(targets[i]),
-        'error': errors.get(str(i)) or errors.get(i),
-        'turns': [dict(rec, top10=shown[i][t], top10_ids=top_ids[i][t],
-                       top10_scores=scores[i][t])
-                  for t, rec in enumerate(result.records[i])]})
-  return rows
-
-
 def _collect(run, out, batch_list, identity):
   """Every method's batches of the assembled ``run``, loaded when finished,
   else run and saved."""
   config, env, reasoner, base = run.config, run.env, run.reasoner, run.loop
   progress = batches.Progress(
       sum(len(b) for b in batch_list) * len(config.methods))
-  c = Collected({}, [], {}, {}, {}, {})
+  c = Collected({}, trajectories.Trajectories(), {}, {}, {}, {})
   ids = functools.partial(reporting.video_id, env.video_ids)
   for name in config.methods:
     method = run.method(name)
@@ -378,7 +336,7 @@ def _collect(run, out, batch_list, identity):
       c.raised[name] = c.raised.get(name, 0) + len(errors)
       c.reasoning_counts[name] = reporting.add_counts(
           c.reasoning_counts.get(name, {}), counts)
-      c.trajectories.extend(trajectory_rows(name, batch, env, result,
+      c.trajectories.add(trajectories.block(name, batch, env, result,
                                             errors, ids))
       gc.freeze()  # (``_collected_apart``)
       progress.update(len(batch), name)
@@ -388,5 +346,5 @@ def _collect(run, out, batch_list, identity):
           outputs.lm_speed(reasoner))
     c.displayed[name] = np.concatenate([p.displayed for p in parts])
     c.fired[name] = np.concatenate([
-        reporting.fired_matrix(p.records, base.num_turns) for p in parts])
+        records.fired(p.records, base.num_turns) for p in parts])
   return c

@@ -19,6 +19,7 @@ from recovr_jax import methods
 from recovr_jax.methods import base
 from recovr_jax.methods import umivr
 from recovr_jax.protocol import plan
+from recovr_jax.protocol import records
 from recovr_jax.protocol import ranking
 from recovr_jax.reasoning import asking
 from recovr_jax.reasoning import rules
@@ -233,7 +234,7 @@ class FiringTest(absltest.TestCase):
     user = simulated_user.SimulatedUser(simulated_user.UserConfig(), seed=4)
     result = toy_world.run_host(env, methods.make('recovr'),
                                   np.arange(24), user, config)
-    fired = reporting.fired_matrix(result.records, config.num_turns)
+    fired = records.fired(result.records, config.num_turns)
     targets = np.asarray(env.target)[:24]
     got = reporting.firing_table(result.displayed, targets, fired)
     # The plain count: over turns the user did not stop before.

@@ -12,7 +12,7 @@ import numpy as np
 
 from recovr_jax.protocol import environment
 from recovr_jax.run import reporting
-from recovr_jax.run import runner
+from recovr_jax.run import trajectories
 
 
 def _oracle(name, batch, env, result, errors, ids):
@@ -58,7 +58,7 @@ class TrajectoryRowsTest(parameterized.TestCase):
     batch = np.asarray([3, 9, 11, 20, 21, 30, 49])
     errors = {'2': 'boom', 5: 'bang'}
     ids = functools.partial(reporting.video_id, video_ids)
-    got = runner.trajectory_rows('m', batch, env, result, errors, ids)
+    got = trajectories.block('m', batch, env, result, errors, ids).rows()
     want = _oracle('m', batch, env, result, errors, ids)
     encode = json.JSONEncoder(sort_keys=True).encode
     self.assertEqual([encode(r) for r in got], [encode(r) for r in want])
@@ -71,7 +71,7 @@ class TrajectoryRowsTest(parameterized.TestCase):
         np.nextafter(halves.astype(np.float32), np.float32(1)),
         [1 / 128, -1 / 128, 0.0, -0.0, np.inf, -np.inf, np.nan, 1e7,
          -3.5e-7]]).astype(np.float32)
-    self.assertEqual(json.dumps(runner._rounded(x)),
+    self.assertEqual(json.dumps(trajectories.rounded(x).tolist()),
                      json.dumps([round(float(v), 6) for v in x]))
 
 

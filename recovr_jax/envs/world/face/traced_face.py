@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recovr_jax import checksums
+from recovr_jax.core import demotion
 from recovr_jax.envs.world.benchmark import generator
 from recovr_jax.envs.world.benchmark import lexicon
 from recovr_jax.envs.world.benchmark import words
@@ -41,6 +42,7 @@ from recovr_jax.envs.world.user import simulated_user
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import traced
 from recovr_jax.protocol import plan
+from recovr_jax.protocol import records
 from recovr_jax.reasoning import rules
 from recovr_jax.reasoning import schemas
 
@@ -420,63 +422,87 @@ def dialogue_table(env: JitEnvironment, config: traced.JitConfig, seed: int):
 def batch_result(env: JitEnvironment, trace: traced.JitTrace,
                  table: words.WordTable | None = None,
                  sessions=None) -> environment.BatchResult:
-  """The host loop's ``BatchResult``; records hold what the reasoner read
-  (``mentioned``: what the user named, unless its words were tabulated) and,
-  with ``table``, the words (``feedback``). With the batch's ``sessions``
-  turn 0 holds the modification text as ``feedback``, as the host's does."""
+  """The host loop's ``BatchResult``, its records as columns
+  (``records.RecordColumns``, built from the trace's arrays a column at a
+  time); records hold what the reasoner read (``mentioned``: what the user
+  named, unless its words were tabulated) and, with ``table``, the words
+  (``feedback``). With the batch's ``sessions`` turn 0 holds the
+  modification text as ``feedback``, as the host's does."""
   own = trace.own
   names = generator.attribute_names(np.shape(own['mentioned'])[-1])
-  questions = np.asarray(trace.questions)
+  active = np.asarray(trace.active, bool)
+  num, later = active.shape
+  width = later + 1
+
+  def column(first, per_turn, stopped):
+    """``[S, T+1]`` object values, flattened: turn 0's ``first`` (one per
+    session), a feedback turn's ``per_turn`` ``[S, T]`` where the session
+    is active, ``stopped`` where it is not."""
+    out = np.empty((num, width), object)
+    out[:, 0] = first
+    out[:, 1:] = per_turn
+    out[:, 1:][~active] = stopped
+    return out.ravel().tolist()
+
+  def on_active(values, make):
+    """``[S, T]`` object values: ``make(v)`` of ``values``' entry (a
+    scalar, or a row where ``values`` is ``[S, T, A]``) at each turn where
+    the session is active, made once per distinct entry; None elsewhere."""
+    out = np.full((num, later), None, object)
+    if active.any():
+      picked = np.asarray(values)[active]
+      distinct, where = np.unique(picked, axis=0 if picked.ndim > 1 else None,
+                                  return_inverse=True)
+      made = np.empty(len(distinct), object)
+      made[:] = [make(v) for v in distinct.tolist()]
+      out[active] = made[np.ravel(where)]
+    return out
+
+  first = (None if sessions is None else
+           [env.modification_texts[int(s)] for s in sessions])
+  if table is None:
+    feedback = np.full((num, later), None, object)
+  else:
+    feedback = on_active(np.stack([own['query'], own['word']], axis=-1),
+                         lambda qk: table.words(*qk))
   # Whether a question was shown with turn t's list (the host records its
   # text under ``asked``; here the user's reading of it is
   # ``question_attribute`` at the next turn).
-  questioned = (np.diff(questions, axis=1, prepend=0) > 0).tolist()
-  # The trace's columns as Python values at once, and the texts of the
-  # codes and readings that repeat across sessions made once each.
-  active, action, sigma, fired, asked, search, edit = (
-      np.asarray(x).tolist() for x in (
-          trace.active, trace.action, trace.sigma, trace.fired,
-          trace.asked, trace.search, trace.edit))
-  mentioned = np.asarray(own['mentioned']).tolist()
-  queries, word_keys = (np.asarray(own[k]).tolist() for k in ('query',
-                                                              'word'))
-  phrases, readings = {}, {}
-
-  def phrase(c):
-    if c not in phrases:
-      phrases[c] = phrase_table.phrase_text(c)
-    return phrases[c]
-
-  def reading(row):
-    key = tuple(row)
-    if key not in readings:
-      readings[key] = generator.value_names(
-          {a: v for a, v in enumerate(row) if v >= 0}, len(names))
-    return dict(readings[key])
-
-  records = []
-  for i in range(len(active)):
-    first = (None if sessions is None else
-             env.modification_texts[int(sessions[i])])
-    rows = [dict(plan.start_record(first), asked=None)]
-    for t in range(len(active[i])):
-      if not active[i][t]:
-        rows.append(dict(plan.stopped_record(t + 1), asked=None,
-                         questioned=False))
-        continue
-      rows.append(plan.turn_record(
-          t + 1, simulated_user.ACTIONS[action[i][t]],
-          (table.words(queries[i][t], word_keys[i][t])
-           if table is not None else None),
-          sigma[i][t], fired[i][t], None,
-          mentioned=reading(mentioned[i][t]),
-          asked=None, questioned=questioned[i][t],
-          # The attribute of the question the user read at this turn.
-          question_attribute=(names[asked[i][t]] if asked[i][t] >= 0
-                              else None),
-          search=phrase(search[i][t]), edit=phrase(edit[i][t] + NUM_CODES)))
-    records.append(rows)
+  questioned = np.diff(np.asarray(trace.questions), axis=1, prepend=0) > 0
+  on_turns = np.concatenate([np.zeros((num, 1), bool), active], axis=1)
+  after_start = np.ones((num, width), bool)
+  after_start[:, 0] = False
+  every = lambda value: [value] * (num * width)
+  columns = {
+      'turn': np.tile(np.arange(width), num).tolist(),
+      'action': column(None, on_active(
+          trace.action, lambda c: simulated_user.ACTIONS[c]), 'stopped'),
+      'feedback': column(first, feedback, ''),
+      'sigma': column(None, on_active(trace.sigma,
+                                      lambda c: demotion.SIGMAS[c]), None),
+      'rank_cap_fired': column(False, np.asarray(trace.fired, bool), False),
+      'question': every(None),
+      'mentioned': column(None, on_active(
+          own['mentioned'], lambda row: generator.value_names(
+              {a: v for a, v in enumerate(row) if v >= 0}, len(names))),
+                          None),
+      'asked': every(None),
+      'questioned': column(False, questioned, False),
+      # The attribute of the question the user read at this turn.
+      'question_attribute': column(None, on_active(
+          trace.asked, lambda a: names[a] if a >= 0 else None), None),
+      'search': column(None, on_active(trace.search,
+                                       phrase_table.phrase_text), None),
+      'edit': column(None, on_active(
+          np.asarray(trace.edit) + NUM_CODES, phrase_table.phrase_text),
+                     None),
+  }
+  active_only = on_turns.ravel().tolist()
+  present = {k: active_only for k in ('rank_cap_fired', 'mentioned',
+                                      'question_attribute', 'search',
+                                      'edit')}
+  present['questioned'] = after_start.ravel().tolist()
   return environment.BatchResult(
       displayed=trace.displayed, top_scores=trace.top_scores,
-      records=records,
+      records=records.RecordColumns(num, width, columns, present),
       scores=np.asarray(trace.scores)[..., :environment.SHOWN])
