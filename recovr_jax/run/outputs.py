@@ -183,18 +183,18 @@ def whole_gallery_note(list_length: int, searchable: int) -> str:
           'below the gallery size to measure them).')
 
 
-def write_dialogue_truncation(config, out, env, trajectories, method_names):
+def write_dialogue_truncation(config, out, env, documents, method_names):
   """Adds to ``text_truncation.json`` what the dialogues of the methods
   that join them lost to the text encoder's window, per method and turn
   (``dialogue.truncation_table``), where the encoder tells
-  (``encode_text.cuts``)."""
+  (``encode_text.cuts``); ``documents(methods)``: those methods' session
+  documents."""
   cuts = getattr(env.encode_text, 'cuts', None)
   joined = [m for m in method_names
             if methods.make(m, config.settings).joins_dialogue]
   if cuts is None or not joined:
     return
-  table = dialogue.truncation_table(trajectories.of_methods(joined),
-                                   joined, cuts)
+  table = dialogue.truncation_table(documents(joined), joined, cuts)
   path = out / 'text_truncation.json'
   notes = json.loads(path.read_text()) if path.exists() else {}
   notes['dialogues'] = dict(window=env.encode_text.window, rule=dialogue.RULE,
@@ -259,8 +259,14 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     also[name].update(a='recovr', b=name,
                       num_resamples=config.bootstrap_resamples)
 
+  fmt = trajectory_files.chosen(config.trajectories_format,
+                                len(sessions) * len(displayed))
+  # The session documents, made once, where something reads them all
+  # (asking's scores, JSON Lines); a Parquet file is written from the
+  # arrays (``run.trajectories``).
+  rows = (list(trajectories) if ask_truth is not None or fmt == 'jsonl'
+          else None)
   if ask_truth is not None:
-    rows = list(trajectories)  # the session documents, read once here
     by_method = {m: [] for m in displayed}
     for row in rows:
       by_method[row['method']].append(row)
@@ -270,7 +276,6 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     for m, of_method in by_method.items():
       per_method[m]['asking'] = ask_scores.score(of_method, ask_truth,
                                                  config.loop.num_turns)
-    del rows, by_method
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
   if env.dropped:  # --missing_ids=drop: the rows no session ran on
@@ -303,12 +308,13 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   if also:
     (out / 'bootstrap_also.json').write_text(
         reporting.dumps(also, reporting.METRIC_DECIMALS))
-  fmt = trajectory_files.chosen(config.trajectories_format,
-                                len(sessions) * len(displayed))
   for other in (trajectory_files.JSONL, trajectory_files.PARQUET):
     (out / other).unlink(missing_ok=True)  # a resumed run's other format
-  trajectory_files.write(out, trajectories, fmt)
-  write_dialogue_truncation(config, out, env, trajectories, displayed)
+  trajectory_files.write(out, rows if fmt == 'jsonl' else trajectories, fmt)
+  write_dialogue_truncation(
+      config, out, env, trajectories.of_methods if rows is None else
+      (lambda names: [r for r in rows if r['method'] in names]), displayed)
+  del rows
   names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,
                               _header(config, env, len(sessions), benchmark,
