@@ -32,6 +32,10 @@ import numpy as np
 from recovr_jax.run import reporting
 
 TOP = 10  # the candidates whose disagreement makes an attribute worth asking
+# The turn fields ``score`` and ``remembering`` read (with the documents'
+# ``session``, ``target`` and ``error``).
+READS = ('top10', 'action', 'question', 'question_attribute', 'questioned',
+         'asked')
 
 
 def score(rows, truth, num_turns: int) -> dict:

@@ -261,21 +261,23 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
 
   fmt = trajectory_files.chosen(config.trajectories_format,
                                 len(sessions) * len(displayed))
-  # The session documents, made once, where something reads them all
-  # (asking's scores, JSON Lines); a Parquet file is written from the
-  # arrays (``run.trajectories``).
-  rows = (list(trajectories) if ask_truth is not None or fmt == 'jsonl'
-          else None)
+  # The session documents, made once where JSON Lines are written (and
+  # read by asking's scores); a Parquet file is written from the arrays
+  # (``run.trajectories``), and asking's scores read only their fields.
+  rows = list(trajectories) if fmt == 'jsonl' else None
   if ask_truth is not None:
+    read = rows if rows is not None else trajectories.documents(
+        ask_scores.READS)
     by_method = {m: [] for m in displayed}
-    for row in rows:
+    for row in read:
       by_method[row['method']].append(row)
     # One replay per user turn, all of them up front.
-    ask_truth = ask_scores.remembering(ask_truth, rows,
+    ask_truth = ask_scores.remembering(ask_truth, read,
                                        config.loop.num_turns)
     for m, of_method in by_method.items():
       per_method[m]['asking'] = ask_scores.score(of_method, ask_truth,
                                                  config.loop.num_turns)
+    del read, by_method
   for m, n in raised.items():
     per_method[m]['sessions_raised'] = n
   if env.dropped:  # --missing_ids=drop: the rows no session ran on

@@ -53,8 +53,11 @@ class Block:
   records: Sequence         # [S][W] dicts, or records.RecordColumns
   video_id: Callable        # gallery row -> video id
 
-  def rows(self) -> list[dict]:
-    """The batch's session documents."""
+  def rows(self, turn_fields=None) -> list[dict]:
+    """The batch's session documents; ``turn_fields``: only these fields of
+    each turn (default: all)."""
+    if turn_fields is not None:
+      return self._some_rows(frozenset(turn_fields))
     shown, scores = self.top.tolist(), self.scores.tolist()
     top_ids = self.ids[self.where].tolist()
     rows = []
@@ -68,6 +71,29 @@ class Block:
                          top10_scores=scores[i][t])
                     for t, rec in enumerate(self.records[i])]})
     return rows
+
+  def _some_rows(self, wanted: frozenset) -> list[dict]:
+    """``rows`` with only the turn fields ``wanted``."""
+    lists = {'top10': lambda: self.top.tolist(),
+             'top10_ids': lambda: self.ids[self.where].tolist(),
+             'top10_scores': lambda: self.scores.tolist()}
+    lists = {k: make() for k, make in lists.items() if k in wanted}
+    if isinstance(self.records, turn_records.RecordColumns):
+      cols = [(k, *self.records.column(k)) for k in turn_records.FIELDS
+              if k in wanted and k in self.records.fields]
+      width = self.records.turns
+      recs = [[{k: v[j] for k, v, p in cols if p is None or p[j]}
+               for j in range(i * width, (i + 1) * width)]
+              for i in range(len(self.sessions))]
+    else:
+      recs = [[{k: v for k, v in rec.items() if k in wanted} for rec in turns]
+              for turns in self.records]
+    return [{'method': self.method, 'session': sess,
+             'reference': self.references[i], 'target': self.targets[i],
+             'error': self.errors[i],
+             'turns': [dict(rec, **{k: v[i][t] for k, v in lists.items()})
+                       for t, rec in enumerate(recs[i])]}
+            for i, sess in enumerate(self.sessions)]
 
 
 def block(name, batch, env, result, errors, video_id) -> Block:
@@ -105,6 +131,11 @@ class Trajectories:
   def __iter__(self):
     for b in self.blocks:
       yield from b.rows()
+
+  def documents(self, turn_fields) -> list[dict]:
+    """Every session document, each turn with only ``turn_fields`` (and no
+    video ids: a reader that needs only these)."""
+    return [row for b in self.blocks for row in b.rows(turn_fields)]
 
   def of_methods(self, names) -> list[dict]:
     """The documents of the methods ``names``."""

@@ -20,6 +20,7 @@ from recovr_jax import methods
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import records
+from recovr_jax.run import ask_scores
 from recovr_jax.run import batches
 from recovr_jax.run import trajectories
 from recovr_jax import trajectory_files
@@ -133,6 +134,14 @@ class RecordColumnsTest(parameterized.TestCase):
     self.assertTrue(from_columns.equals(from_rows))
     trajectory_files.write(out, collected, 'parquet')
     self.assertEqual(trajectory_files.read(out), rows)
+    # What asking's scores read: the documents' fields, only those.
+    light = collected.documents(ask_scores.READS)
+    self.assertEqual(light, [
+        dict({k: v for k, v in r.items()
+              if k not in ('reference_id', 'target_id')},
+             turns=[{k: v for k, v in t.items() if k in ask_scores.READS}
+                    for t in r['turns']]) for r in rows])
+    self.assertIn('question_attribute', light[0]['turns'][1])
     self.assertEqual(collected.actions()[('ivr', 2)],
                      [t.get('action') for t in rows[len(sessions) + 2]
                       ['turns']])
