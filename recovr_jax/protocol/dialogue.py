@@ -13,6 +13,8 @@ turn, what a run's dialogues lost.
 from collections.abc import Callable, Iterable
 
 SEPARATOR = ' [SEP] '
+# The turn fields ``dialogues`` reads of a trajectories row.
+READS = ('turn', 'action', 'feedback')
 RULE = ('oldest feedback dropped first; never the modification text or the '
         'newest feedback')
 

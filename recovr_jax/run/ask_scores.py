@@ -25,6 +25,7 @@ The scorer reads only a finished run's trajectories and the source's ground
 truth (``protocol.data_source.AskTruth``); no method sees it.
 """
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -102,7 +103,10 @@ def remembering(truth, rows=(), num_turns: int = 0):
   answers the same turn-0 list). With ``rows`` (every method's trajectory
   rows) and ``num_turns``, the turns ``score`` replays are replayed up
   front, in one batch where the user answers many at once (a ``many``
-  attribute: ``many(calls) -> [user(*call) for call in calls]``)."""
+  attribute: ``many(calls) -> [user(*call) for call in calls]``), or, where
+  the user can say what it names without its words (a ``named_many``
+  attribute: ``[user(*call).mentioned ...]``), so: the scores read only
+  ``mentioned``."""
   user, memo = truth.user, {}
 
   def remembered(*call):
@@ -113,9 +117,14 @@ def remembering(truth, rows=(), num_turns: int = 0):
       replayed(truth, row, t) for row in rows if not row.get('error')
       for t in range(1, num_turns)
       if all(row['turns'][u]['action'] != 'stopped' for u in range(1, t + 1))))
-  if calls and getattr(user, 'many', None) is not None:
+  if calls and getattr(user, 'named_many', None) is not None:
+    memo.update(zip(calls, map(_Named, user.named_many(calls))))
+  elif calls and getattr(user, 'many', None) is not None:
     memo.update(zip(calls, user.many(calls)))
   return dataclasses.replace(truth, user=remembered)
+
+
+_Named = collections.namedtuple('_Named', 'mentioned')  # a reply, unwritten
 
 
 def _named(truth, row, t: int) -> list[int]:

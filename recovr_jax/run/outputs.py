@@ -314,7 +314,8 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
     (out / other).unlink(missing_ok=True)  # a resumed run's other format
   trajectory_files.write(out, rows if fmt == 'jsonl' else trajectories, fmt)
   write_dialogue_truncation(
-      config, out, env, trajectories.of_methods if rows is None else
+      config, out, env, (lambda names: trajectories.documents(
+          dialogue.READS, names)) if rows is None else
       (lambda names: [r for r in rows if r['method'] in names]), displayed)
   del rows
   names = {m: methods.display_name(m) for m in per_method}

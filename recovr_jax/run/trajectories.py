@@ -132,15 +132,13 @@ class Trajectories:
     for b in self.blocks:
       yield from b.rows()
 
-  def documents(self, turn_fields) -> list[dict]:
-    """Every session document, each turn with only ``turn_fields`` (and no
-    video ids: a reader that needs only these)."""
-    return [row for b in self.blocks for row in b.rows(turn_fields)]
-
-  def of_methods(self, names) -> list[dict]:
-    """The documents of the methods ``names``."""
-    return [row for b in self.blocks if b.method in names
-            for row in b.rows()]
+  def documents(self, turn_fields, methods=None) -> list[dict]:
+    """The session documents (of the methods ``methods``; default all),
+    each turn with only ``turn_fields`` (and no video ids: for a reader
+    that needs only these)."""
+    return [row for b in self.blocks
+            if methods is None or b.method in methods
+            for row in b.rows(turn_fields)]
 
   def actions(self) -> dict:
     """``{(method, session): [action per turn]}`` (None where a record has

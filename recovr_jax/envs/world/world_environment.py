@@ -54,5 +54,10 @@ def attribute_user(user, attributes):
     return user.respond_many([
         (session, turn, target, shown, attributes[target], attributes[shown],
          question) for session, turn, target, shown, question in calls])
+  def named_many(calls):  # what each reply names, its words unwritten
+    return user.named_many([
+        (session, turn, target, shown, attributes[target], attributes[shown],
+         question) for session, turn, target, shown, question in calls])
   respond.many = many
+  respond.named_many = named_many
   return respond

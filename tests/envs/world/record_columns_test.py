@@ -6,6 +6,7 @@ read them back the same."""
 
 import dataclasses
 import json
+import pathlib
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -17,6 +18,7 @@ from recovr_jax.envs.world.face import phrase_table
 from recovr_jax.envs.world.face import traced_face
 from recovr_jax.envs.world.user import simulated_user
 from recovr_jax import methods
+from recovr_jax.protocol import dialogue
 from recovr_jax.protocol import environment
 from recovr_jax.protocol import plan
 from recovr_jax.protocol import records
@@ -104,11 +106,9 @@ class RecordColumnsTest(parameterized.TestCase):
     _, trace, config = toy_world.run_both(env, jit_env, method, user_config,
                                           None, seed=3)
     table = traced_face.word_table(jit_env, config, 3)
-    result = traced_face.batch_result(jit_env, trace, table)
-    out = self.create_tempdir().full_path
-    import pathlib  # pylint: disable=g-import-not-at-top
-    out = pathlib.Path(out)
     sessions = np.arange(len(trace.displayed))
+    result = traced_face.batch_result(jit_env, trace, table, sessions)
+    out = pathlib.Path(self.create_tempdir().full_path)
     batches.save(out, 'recovr', 0, result, sessions, {}, {}, 'id')
     loaded, errors, _ = batches.load(
         out, 'recovr', 0, np.shape(result.displayed), sessions, 'id',
@@ -142,6 +142,12 @@ class RecordColumnsTest(parameterized.TestCase):
              turns=[{k: v for k, v in t.items() if k in ask_scores.READS}
                     for t in r['turns']]) for r in rows])
     self.assertIn('question_attribute', light[0]['turns'][1])
+    joined = collected.documents(dialogue.READS, ['ivr'])
+    self.assertLen(joined, len(sessions))
+    self.assertEqual([[{k: t[k] for k in dialogue.READS} for t in r['turns']]
+                      for r in joined],
+                     [[{k: t[k] for k in dialogue.READS} for t in r['turns']]
+                      for r in rows if r['method'] == 'ivr'])
     self.assertEqual(collected.actions()[('ivr', 2)],
                      [t.get('action') for t in rows[len(sessions) + 2]
                       ['turns']])

@@ -138,6 +138,9 @@ class SimulatedUserTest(parameterized.TestCase):
                     target if same else shown, questions[i % 3]))
     many = user.respond_many(calls)
     self.assertEqual(many, [user.respond(*c) for c in calls])
+    # What each reply names, its words unwritten: the same.
+    self.assertEqual(user.named_many(calls), [f.mentioned for f in many])
+    self.assertTrue(any(f.mentioned for f in many))
     self.assertIn('stop', [f.action for f in many])
     self.assertGreater(len({f.action for f in many}), 2)
 

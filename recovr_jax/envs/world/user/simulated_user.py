@@ -330,6 +330,20 @@ class SimulatedUser:
     arguments, ``question`` included); under ``draws='jax'`` the decisions
     are drawn in one batch (padded to a power of two, so that a few
     programs serve every size), each as ``respond`` draws it."""
+    return self._many(calls, words=True)
+
+  def named_many(self, calls) -> list[dict]:
+    """``[respond(*call).mentioned for call in calls]``: what each reply
+    names, without writing its words where the draws allow (under
+    ``draws='jax'`` the decision alone fixes what is named; NumPy's draws
+    write the words)."""
+    if self.config.draws != 'jax':
+      return [self.respond(*call).mentioned for call in calls]
+    return [f.mentioned for f in self._many(calls, words=False)]
+
+  def _many(self, calls, words: bool) -> list[Feedback]:
+    """``respond_many``; ``words=False``: each feedback's text left empty
+    (its action and what it names as ``respond``'s)."""
     calls = [tuple(c) + (None,) * (7 - len(c)) for c in calls]
     if self.config.draws != 'jax':
       return [self.respond(*call) for call in calls]
@@ -351,8 +365,13 @@ class SimulatedUser:
         np.array([asked(c) for c in rows], np.int32)))
     for j, i in enumerate(todo):
       session, turn, _, _, target, _, _ = calls[i]
-      out[i] = self._said(session, turn, np.asarray(target), action[j],
-                          mask[j], prefix[j])
+      target = np.asarray(target)
+      if words:
+        out[i] = self._said(session, turn, target, action[j], mask[j],
+                            prefix[j])
+      else:
+        out[i] = Feedback(ACTIONS[int(action[j])], '', {
+            int(a): int(target[a]) for a in np.flatnonzero(mask[j])})
     return out
 
   def words(self, session: int, turn: int, action: int, named, prefix: int,
