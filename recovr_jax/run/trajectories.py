@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from recovr_jax.protocol import records as turn_records
+from recovr_jax.protocol import records
 from recovr_jax import trajectory_files
 
 
@@ -78,8 +78,8 @@ class Block:
              'top10_ids': lambda: self.ids[self.where].tolist(),
              'top10_scores': lambda: self.scores.tolist()}
     lists = {k: make() for k, make in lists.items() if k in wanted}
-    if isinstance(self.records, turn_records.RecordColumns):
-      cols = [(k, *self.records.column(k)) for k in turn_records.FIELDS
+    if isinstance(self.records, records.RecordColumns):
+      cols = [(k, *self.records.column(k)) for k in records.FIELDS
               if k in wanted and k in self.records.fields]
       width = self.records.turns
       recs = [[{k: v[j] for k, v, p in cols if p is None or p[j]}
@@ -145,7 +145,7 @@ class Trajectories:
     none)."""
     out = {}
     for b in self.blocks:
-      if isinstance(b.records, turn_records.RecordColumns):
+      if isinstance(b.records, records.RecordColumns):
         values, present = b.records.column('action')
         if present is not None:
           values = [v if p else None for v, p in zip(values, present)]
@@ -164,7 +164,7 @@ class Trajectories:
     import pyarrow as pa  # pylint: disable=g-import-not-at-top
     blocks = self.blocks
     if not blocks or not all(
-        isinstance(b.records, turn_records.RecordColumns) and
+        isinstance(b.records, records.RecordColumns) and
         b.top.shape[2] > 0 and b.records.turns == b.top.shape[1]
         for b in blocks):
       return None
@@ -183,7 +183,7 @@ class Trajectories:
     # whether each record holds it, and where it is first held (the file's
     # turn fields come in the order the documents first show them).
     fields, first = {}, {}
-    for name in turn_records.FIELDS:
+    for name in records.FIELDS:
       values, present, seen = [], [], None
       start = 0
       for b in blocks:
@@ -221,7 +221,7 @@ class Trajectories:
           b.where].reshape(-1, k).tolist()], None)
     fields['top10_scores'] = (lists(pa.array(np.concatenate(
         [b.scores.ravel() for b in blocks]), pa.float64())), None)
-    rank = {**{f: n for n, f in enumerate(turn_records.FIELDS)},
+    rank = {**{f: n for n, f in enumerate(records.FIELDS)},
             'top10': 100, 'top10_ids': 101, 'top10_scores': 102}
     first.update(top10=0, top10_ids=0, top10_scores=0)
     order = sorted(fields, key=lambda f: (first[f], rank[f]))
