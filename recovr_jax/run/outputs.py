@@ -313,10 +313,12 @@ def write(config, out, env, sessions, collected, start, ceiling=None,
   for other in (trajectory_files.JSONL, trajectory_files.PARQUET):
     (out / other).unlink(missing_ok=True)  # a resumed run's other format
   trajectory_files.write(out, rows if fmt == 'jsonl' else trajectories, fmt)
-  write_dialogue_truncation(
-      config, out, env, (lambda names: trajectories.documents(
-          dialogue.READS, names)) if rows is None else
-      (lambda names: [r for r in rows if r['method'] in names]), displayed)
+
+  def documents(names):  # the joining methods' documents (made, or light)
+    if rows is not None:
+      return [r for r in rows if r['method'] in names]
+    return trajectories.documents(dialogue.READS, names)
+  write_dialogue_truncation(config, out, env, documents, displayed)
   del rows
   names = {m: methods.display_name(m) for m in per_method}
   report = reporting.markdown(per_method, failures, boot,
